@@ -1,0 +1,226 @@
+//! Free capacity of a fleet, the part of a snapshot that a cycle changes. Every domain keeps,
+//! per GPU flavor, a histogram of its nodes' free GPU counts, plus aggregated free CPU and
+//! memory. "Does a pod of s GPUs fit n times in this domain" is then a sum over one histogram
+//! row, never a scan of nodes. Changes are journaled so a gang can be tried and rolled back.
+
+use crate::fleet::{DomainId, FlavorId, Fleet};
+
+/// Free resources of one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NodeFree {
+    pub gpus: u32,
+    pub cpu_milli: u64,
+    pub memory_mib: u64,
+}
+
+/// What one pod takes from a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct PodShape {
+    pub gpus: u32,
+    pub cpu_milli: u64,
+    pub memory_mib: u64,
+}
+
+impl NodeFree {
+    /// How many pods of `shape` fit here.
+    pub fn pods(&self, shape: &PodShape) -> u32 {
+        let by = |free: u64, need: u64| if need == 0 { u64::from(u32::MAX) } else { free / need };
+        by(u64::from(self.gpus), u64::from(shape.gpus))
+            .min(by(self.cpu_milli, shape.cpu_milli))
+            .min(by(self.memory_mib, shape.memory_mib))
+            .min(u64::from(u32::MAX)) as u32
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Change {
+    host: DomainId,
+    pods: u32,
+    shape: PodShape,
+}
+
+/// A checkpoint in the journal; [`Capacity::rollback`] returns to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checkpoint(usize);
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Capacity {
+    /// Indexed by domain id; zero for inner domains.
+    node_free: Vec<NodeFree>,
+    hist: Vec<u32>,
+    free_cpu_milli: Vec<u64>,
+    free_memory_mib: Vec<u64>,
+    journal: Vec<Change>,
+}
+
+impl Capacity {
+    /// Everything free.
+    pub fn empty(fleet: &Fleet) -> Self {
+        let n = fleet.domains_len();
+        let mut cap = Capacity {
+            node_free: vec![NodeFree::default(); n],
+            hist: vec![0; fleet.hist_len],
+            free_cpu_milli: vec![0; n],
+            free_memory_mib: vec![0; n],
+            journal: Vec::new(),
+        };
+        for (host, spec) in fleet.hosts() {
+            let free = NodeFree { gpus: spec.gpus, cpu_milli: spec.cpu_milli, memory_mib: spec.memory_mib };
+            cap.node_free[host.idx()] = free;
+            cap.walk_up(fleet, host, |cap, d| {
+                cap.free_cpu_milli[d.idx()] += free.cpu_milli;
+                cap.free_memory_mib[d.idx()] += free.memory_mib;
+            });
+            if let Some(row) = cap.row(fleet, host, spec.gpu_flavor) {
+                let k = spec.gpus as usize;
+                cap.walk_up(fleet, host, |cap, d| cap.hist[fleet.domain(d).hist_offset as usize + row + k] += 1);
+            }
+        }
+        cap
+    }
+
+    fn walk_up(&mut self, fleet: &Fleet, from: DomainId, mut f: impl FnMut(&mut Self, DomainId)) {
+        let mut cur = Some(from);
+        while let Some(d) = cur {
+            f(self, d);
+            cur = fleet.domain(d).parent;
+        }
+    }
+
+    /// Offset of a flavor's row inside any domain's histogram of this host's cluster.
+    fn row(&self, fleet: &Fleet, host: DomainId, flavor: Option<FlavorId>) -> Option<usize> {
+        let c = fleet.cluster(fleet.domain(host).cluster);
+        flavor.and_then(|f| c.flavor_row(f)).map(|r| r * c.hist_width as usize)
+    }
+
+    pub fn node_free(&self, host: DomainId) -> NodeFree {
+        self.node_free[host.idx()]
+    }
+
+    pub fn free_cpu_milli(&self, d: DomainId) -> u64 {
+        self.free_cpu_milli[d.idx()]
+    }
+
+    pub fn free_memory_mib(&self, d: DomainId) -> u64 {
+        self.free_memory_mib[d.idx()]
+    }
+
+    /// The free-GPU histogram row of `flavor` in domain `d`: entry k counts nodes with k free.
+    pub fn histogram(&self, fleet: &Fleet, d: DomainId, flavor: FlavorId) -> &[u32] {
+        let c = fleet.cluster(fleet.domain(d).cluster);
+        match c.flavor_row(flavor) {
+            Some(r) => {
+                let start = fleet.domain(d).hist_offset as usize + r * c.hist_width as usize;
+                &self.hist[start..start + c.hist_width as usize]
+            }
+            None => &[],
+        }
+    }
+
+    /// Free GPUs of `flavor` under `d`.
+    pub fn free_gpus(&self, fleet: &Fleet, d: DomainId, flavor: FlavorId) -> u64 {
+        self.histogram(fleet, d, flavor).iter().enumerate().map(|(k, &n)| k as u64 * u64::from(n)).sum()
+    }
+
+    /// The most GPUs of `flavor` free on any single node under `d`.
+    pub fn largest_free(&self, fleet: &Fleet, d: DomainId, flavor: FlavorId) -> u32 {
+        self.histogram(fleet, d, flavor).iter().rposition(|&n| n > 0).unwrap_or(0) as u32
+    }
+
+    /// An upper bound on how many pods of `shape` fit under `d` on nodes of `flavor`: exact for
+    /// GPUs, bounded by the domain's aggregate CPU and memory (exact on a host).
+    pub fn slots(&self, fleet: &Fleet, d: DomainId, flavor: Option<FlavorId>, shape: &PodShape) -> u32 {
+        if fleet.domain(d).node.is_some() {
+            let spec_flavor = fleet.domain(d).node.and_then(|n| n.gpu_flavor);
+            if shape.gpus > 0 && spec_flavor != flavor {
+                return 0;
+            }
+            return self.node_free[d.idx()].pods(shape);
+        }
+        let aggregate = NodeFree {
+            gpus: u32::MAX,
+            cpu_milli: self.free_cpu_milli[d.idx()],
+            memory_mib: self.free_memory_mib[d.idx()],
+        }
+        .pods(shape);
+        if shape.gpus == 0 {
+            return aggregate;
+        }
+        let Some(flavor) = flavor else { return 0 };
+        let s = shape.gpus as usize;
+        let by_gpu: u64 = self
+            .histogram(fleet, d, flavor)
+            .iter()
+            .enumerate()
+            .skip(s)
+            .map(|(k, &n)| u64::from(n) * (k / s) as u64)
+            .sum();
+        by_gpu.min(u64::from(aggregate)) as u32
+    }
+
+    /// Takes `pods` pods of `shape` from a host. The caller has checked they fit.
+    pub fn take(&mut self, fleet: &Fleet, host: DomainId, pods: u32, shape: PodShape) {
+        self.journal.push(Change { host, pods, shape });
+        self.adjust(fleet, host, pods, shape, true);
+    }
+
+    fn adjust(&mut self, fleet: &Fleet, host: DomainId, pods: u32, shape: PodShape, take: bool) {
+        let before = self.node_free[host.idx()];
+        let gpus = shape.gpus * pods;
+        let cpu = shape.cpu_milli * u64::from(pods);
+        let mem = shape.memory_mib * u64::from(pods);
+        let after = if take {
+            NodeFree {
+                gpus: before.gpus - gpus,
+                cpu_milli: before.cpu_milli - cpu,
+                memory_mib: before.memory_mib - mem,
+            }
+        } else {
+            NodeFree {
+                gpus: before.gpus + gpus,
+                cpu_milli: before.cpu_milli + cpu,
+                memory_mib: before.memory_mib + mem,
+            }
+        };
+        self.node_free[host.idx()] = after;
+        let row = self.row(fleet, host, fleet.domain(host).node.and_then(|n| n.gpu_flavor));
+        self.walk_up(fleet, host, |cap, d| {
+            let i = d.idx();
+            if take {
+                cap.free_cpu_milli[i] -= cpu;
+                cap.free_memory_mib[i] -= mem;
+            } else {
+                cap.free_cpu_milli[i] += cpu;
+                cap.free_memory_mib[i] += mem;
+            }
+            if let Some(row) = row {
+                let base = fleet.domain(d).hist_offset as usize + row;
+                cap.hist[base + before.gpus as usize] -= 1;
+                cap.hist[base + after.gpus as usize] += 1;
+            }
+        });
+    }
+
+    /// Returns what a finished or evicted pod held.
+    pub fn give_back(&mut self, fleet: &Fleet, host: DomainId, pods: u32, shape: PodShape) {
+        self.adjust(fleet, host, pods, shape, false);
+    }
+
+    pub fn checkpoint(&self) -> Checkpoint {
+        Checkpoint(self.journal.len())
+    }
+
+    /// Undoes every `take` since the checkpoint.
+    pub fn rollback(&mut self, fleet: &Fleet, cp: Checkpoint) {
+        while self.journal.len() > cp.0 {
+            if let Some(c) = self.journal.pop() {
+                self.adjust(fleet, c.host, c.pods, c.shape, false);
+            }
+        }
+    }
+
+    /// Forgets the journal: what was taken stays taken.
+    pub fn commit(&mut self) {
+        self.journal.clear();
+    }
+}

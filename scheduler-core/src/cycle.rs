@@ -1,0 +1,500 @@
+//! One scheduling cycle: take a snapshot and the pending gangs, return one decision per gang.
+//! Greedy, in queue order; every gang is tried on scratch capacity and committed whole or
+//! rolled back. Same snapshot and config, same decisions: only ordered containers, explicit
+//! tie-breaks, no clock.
+
+use std::cmp::Reverse;
+use std::collections::BTreeMap;
+
+use crate::capacity::{Capacity, PodShape};
+use crate::fleet::{ClusterId, DomainId, FlavorId, Fleet};
+use crate::gang::{ClusterFilter, Gang};
+use crate::place::{Ask, Fill, Placer, PodSetPlacement, View};
+use crate::queue::{QueueId, QueueingStrategy, Queues, QuotaKey, QuotaUsage, charges};
+use crate::reason::{Reason, Shortfall};
+use crate::topology::{Level, TopologyConstraint};
+
+/// How a gang picks among the clusters where it fits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClusterChoice {
+    /// Try every candidate; best locality, then least left over in the span (best fit), then
+    /// the admin's cost weight, then most free GPUs (balance).
+    #[default]
+    Scored,
+    /// The cluster with the most free GPUs of the flavor, first that fits.
+    MostFree,
+    /// Clusters in fleet order, first that fits (MultiKueue: the first worker to admit wins).
+    InOrder,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Config {
+    pub choice: ClusterChoice,
+    pub fill: Fill,
+    /// Overrides every queue's own strategy (the baselines use this).
+    pub strategy: Option<QueueingStrategy>,
+}
+
+/// Where an admitted gang goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission {
+    pub cluster: ClusterId,
+    /// One per pod set, in the gang's order.
+    pub pod_sets: Vec<PodSetPlacement>,
+}
+
+impl Admission {
+    /// The narrowest domain holding every pod of the gang.
+    pub fn span(&self, fleet: &Fleet) -> Option<DomainId> {
+        fleet.common_ancestor(self.pod_sets.iter().flat_map(|p| p.hosts.iter().map(|h| h.0)))
+    }
+
+    pub fn host_count(&self) -> usize {
+        let mut hosts: Vec<DomainId> = self.pod_sets.iter().flat_map(|p| p.hosts.iter().map(|h| h.0)).collect();
+        hosts.sort_unstable();
+        hosts.dedup();
+        hosts.len()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Admit(Admission),
+    Pending(Reason),
+}
+
+/// What a cycle sees: the fleet and queues, and the capacity and quota usage left by what is
+/// already running. The cycle consumes and returns them, updated by what it admits.
+#[derive(Debug, Clone)]
+pub struct Snapshot<'a> {
+    pub fleet: &'a Fleet,
+    pub queues: &'a Queues,
+    pub capacity: Capacity,
+    pub usage: QuotaUsage,
+}
+
+#[derive(Debug, Clone)]
+pub struct Cycle {
+    /// One per pending gang, in the order they were given.
+    pub decisions: Vec<Decision>,
+    pub capacity: Capacity,
+    pub usage: QuotaUsage,
+    pub stats: CycleStats,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CycleStats {
+    pub admitted: u32,
+    pub pending: u32,
+    /// Gang-on-cluster placement attempts.
+    pub attempts: u64,
+    /// Gangs answered from the cycle's memo of shapes that fit nowhere.
+    pub memo_hits: u64,
+}
+
+/// The order gangs are considered in: priority, then submit time, then id.
+pub fn queue_order(pending: &[Gang]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..pending.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (x, y) = (&pending[a], &pending[b]);
+        (Reverse(x.priority), x.submitted_ms, &x.id).cmp(&(Reverse(y.priority), y.submitted_ms, &y.id))
+    });
+    order
+}
+
+/// Runs one cycle. See the module docs.
+pub fn cycle(snapshot: Snapshot<'_>, pending: &[Gang], config: &Config) -> Cycle {
+    let Snapshot { fleet, queues, capacity, usage } = snapshot;
+    let mut run = Run { fleet, queues, config, cap: capacity, usage, memo: BTreeMap::new(), stats: CycleStats::default() };
+    let mut decisions: Vec<Option<Decision>> = vec![None; pending.len()];
+    let mut blocked: BTreeMap<QueueId, &str> = BTreeMap::new();
+    for i in queue_order(pending) {
+        let gang = &pending[i];
+        let queue = queues.id(&gang.queue);
+        let strict = queue.is_some_and(|q| {
+            config.strategy.unwrap_or(queues.spec(q).strategy) == QueueingStrategy::StrictFifo
+        });
+        let decision = match queue.and_then(|q| blocked.get(&q).map(|head| (q, head))) {
+            Some((q, head)) if strict => Decision::Pending(Reason::WaitingBehind {
+                queue: queues.spec(q).name.clone(),
+                gang: (*head).to_string(),
+            }),
+            _ => match run.gang(gang) {
+                Ok(admission) => Decision::Admit(admission),
+                Err(reason) => {
+                    if let (Some(q), true) = (queue, strict && !reason.is_permanent()) {
+                        blocked.insert(q, &gang.id);
+                    }
+                    Decision::Pending(reason)
+                }
+            },
+        };
+        match &decision {
+            Decision::Admit(_) => run.stats.admitted += 1,
+            Decision::Pending(_) => run.stats.pending += 1,
+        }
+        decisions[i] = Some(decision);
+    }
+    let decisions = decisions.into_iter().flatten().collect();
+    Cycle { decisions, capacity: run.cap, usage: run.usage, stats: run.stats }
+}
+
+/// A pod set resolved against the fleet and its queue: the flavors it may take, in order.
+#[derive(Debug, Clone)]
+struct Resolved {
+    flavors: Vec<Option<FlavorId>>,
+}
+
+/// Memo key: a pod set shape that fit in no candidate cluster this cycle. Capacity only
+/// shrinks during a cycle, so the same shape with as many pods or more cannot fit either.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct MemoKey {
+    flavors: Vec<Option<FlavorId>>,
+    shape: PodShape,
+    topology: TopologyConstraint,
+    slice: Option<(u32, Level)>,
+    filter: ClusterFilter,
+}
+
+struct Run<'a> {
+    fleet: &'a Fleet,
+    queues: &'a Queues,
+    config: &'a Config,
+    cap: Capacity,
+    usage: QuotaUsage,
+    memo: BTreeMap<MemoKey, (u32, Shortfall)>,
+    stats: CycleStats,
+}
+
+/// The best attempt so far when scoring clusters; lower is better.
+type Score = (u32, Reverse<u8>, u64, u32, Reverse<u64>, ClusterId);
+
+impl Run<'_> {
+    fn gang(&mut self, gang: &Gang) -> Result<Admission, Reason> {
+        gang.validate().map_err(Reason::Invalid)?;
+        let queue = self.queues.id(&gang.queue).ok_or_else(|| Reason::UnknownQueue { queue: gang.queue.clone() })?;
+        let resolved: Vec<Resolved> =
+            gang.pod_sets.iter().map(|ps| self.resolve(queue, ps)).collect::<Result<_, _>>()?;
+        let candidates = self.candidates(gang, &resolved)?;
+        for (ps, r) in gang.pod_sets.iter().zip(&resolved) {
+            if let Some(short) = self.never_fits(&candidates, ps, r) {
+                return Err(Reason::NeverFits(short));
+            }
+            let key = memo_key(gang, ps, r);
+            if let Some((min_pods, short)) = self.memo.get(&key) {
+                if ps.pods >= *min_pods {
+                    self.stats.memo_hits += 1;
+                    return Err(Reason::NoDomain(Shortfall { pod_set: ps.name.clone(), pods: ps.pods, ..short.clone() }));
+                }
+            }
+        }
+        let order = self.cluster_order(&candidates, &resolved);
+        let mut best: Option<(Score, Admission)> = None;
+        let mut failed_pod_set = 0usize;
+        let mut quota_reason = None;
+        for c in order {
+            self.stats.attempts += 1;
+            let cp = self.cap.checkpoint();
+            match self.try_cluster(c, gang, &resolved) {
+                Ok(admission) => {
+                    if let Err(reason) = self.check_quota(queue, gang, &admission) {
+                        self.cap.rollback(self.fleet, cp);
+                        quota_reason.get_or_insert(reason);
+                        continue;
+                    }
+                    if self.config.choice != ClusterChoice::Scored {
+                        self.commit(queue, gang, &admission);
+                        return Ok(admission);
+                    }
+                    let score = self.score(gang, &admission);
+                    self.cap.rollback(self.fleet, cp);
+                    if best.as_ref().is_none_or(|(s, _)| score < *s) {
+                        best = Some((score, admission));
+                    }
+                }
+                Err(failed) => {
+                    self.cap.rollback(self.fleet, cp);
+                    failed_pod_set = failed_pod_set.max(failed);
+                }
+            }
+        }
+        if let Some((_, admission)) = best {
+            for (ps, p) in gang.pod_sets.iter().zip(&admission.pod_sets) {
+                for &(host, pods) in &p.hosts {
+                    self.cap.take(self.fleet, host, pods, ps.shape);
+                }
+            }
+            self.commit(queue, gang, &admission);
+            return Ok(admission);
+        }
+        if let Some(reason) = quota_reason {
+            return Err(reason);
+        }
+        let ps = &gang.pod_sets[failed_pod_set];
+        let short = self.shortfall(&self.cap, &candidates, ps, &resolved[failed_pod_set]);
+        if failed_pod_set == 0 {
+            // Pod set 0 was tried on untouched capacity: its failure says something about the
+            // shape alone, so later gangs of the same shape can skip the search.
+            let key = memo_key(gang, ps, &resolved[0]);
+            let entry = self.memo.entry(key).or_insert((ps.pods, short.clone()));
+            if ps.pods < entry.0 {
+                *entry = (ps.pods, short.clone());
+            }
+        }
+        Err(Reason::NoDomain(short))
+    }
+
+    fn commit(&mut self, queue: QueueId, gang: &Gang, admission: &Admission) {
+        for (key, amount) in gang_charges(self.fleet, gang, admission) {
+            self.usage.add(queue, key, amount);
+        }
+        self.cap.commit();
+    }
+
+    /// The flavors a pod set may use: those it accepts, the queue has quota for and the fleet
+    /// has, with room in the queue's quota right now.
+    fn resolve(&self, queue: QueueId, ps: &crate::gang::PodSet) -> Result<Resolved, Reason> {
+        if ps.shape.gpus == 0 {
+            return Ok(Resolved { flavors: vec![None] });
+        }
+        let names: Vec<&str> = if !ps.flavors.is_empty() {
+            ps.flavors.iter().map(String::as_str).filter(|f| self.queues.covers_flavor(queue, f)).collect()
+        } else if self.queues.is_unlimited(queue) {
+            self.fleet.flavor_names().iter().map(String::as_str).collect()
+        } else {
+            self.queues.quota_flavors(queue).collect()
+        };
+        let queue_name = &self.queues.spec(queue).name;
+        if names.is_empty() {
+            return Err(Reason::NoQuotaForFlavor {
+                queue: queue_name.clone(),
+                pod_set: ps.name.clone(),
+                flavors: ps.flavors.clone(),
+            });
+        }
+        let in_fleet: Vec<(&str, FlavorId)> = names.iter().filter_map(|n| self.fleet.flavor(n).map(|f| (*n, f))).collect();
+        if in_fleet.is_empty() {
+            return Err(Reason::NoFlavor { pod_set: ps.name.clone(), flavors: names.iter().map(|s| s.to_string()).collect() });
+        }
+        let mut first_shortage = None;
+        let mut flavors = Vec::new();
+        for (name, id) in in_fleet {
+            match charges(name, ps.pods, &ps.shape)
+                .find_map(|(key, need)| self.short_of(queue, &key, need).map(|avail| (key, need, avail)))
+            {
+                None => flavors.push(Some(id)),
+                Some(((flavor, resource), requested, available)) => {
+                    first_shortage.get_or_insert(Reason::QuotaExceeded {
+                        queue: queue_name.clone(),
+                        flavor,
+                        resource,
+                        requested,
+                        available,
+                    });
+                }
+            }
+        }
+        match first_shortage {
+            Some(reason) if flavors.is_empty() => Err(reason),
+            _ => Ok(Resolved { flavors }),
+        }
+    }
+
+    /// `Some(available)` when `need` more of `key` does not fit the queue's quota.
+    fn short_of(&self, queue: QueueId, key: &QuotaKey, need: u64) -> Option<u64> {
+        self.queues.headroom(&self.usage, queue, key).filter(|&room| room < need)
+    }
+
+    fn check_quota(&self, queue: QueueId, gang: &Gang, admission: &Admission) -> Result<(), Reason> {
+        for ((flavor, resource), requested) in gang_charges(self.fleet, gang, admission) {
+            let key = (flavor, resource);
+            if let Some(available) = self.short_of(queue, &key, requested) {
+                return Err(Reason::QuotaExceeded {
+                    queue: gang.queue.clone(),
+                    flavor: key.0,
+                    resource,
+                    requested,
+                    available,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn candidates(&self, gang: &Gang, resolved: &[Resolved]) -> Result<Vec<ClusterId>, Reason> {
+        let has_flavors = |c: ClusterId| {
+            resolved.iter().all(|r| r.flavors.iter().any(|f| f.is_none_or(|f| self.fleet.cluster(c).has_flavor(f))))
+        };
+        let with_flavor: Vec<ClusterId> = self.fleet.cluster_ids().filter(|&c| has_flavors(c)).collect();
+        if with_flavor.is_empty() {
+            // Name the first pod set that no cluster can serve.
+            let (ps, r) = gang
+                .pod_sets
+                .iter()
+                .zip(resolved)
+                .find(|(_, r)| {
+                    !self.fleet.cluster_ids().any(|c| r.flavors.iter().any(|f| f.is_none_or(|f| self.fleet.cluster(c).has_flavor(f))))
+                })
+                .unwrap_or((&gang.pod_sets[0], &resolved[0]));
+            let flavors = r.flavors.iter().flatten().map(|f| self.fleet.flavor_name(*f).to_string()).collect();
+            return Err(Reason::NoFlavor { pod_set: ps.name.clone(), flavors });
+        }
+        let allowed: Vec<ClusterId> = with_flavor
+            .into_iter()
+            .filter(|&c| {
+                let cl = self.fleet.cluster(c);
+                !cl.cordoned && gang.clusters.allows(&cl.name, &cl.labels)
+            })
+            .collect();
+        if allowed.is_empty() {
+            return Err(Reason::NoClusterMatches { pod_set: gang.pod_sets[0].name.clone() });
+        }
+        Ok(allowed)
+    }
+
+    fn cluster_order(&self, candidates: &[ClusterId], resolved: &[Resolved]) -> Vec<ClusterId> {
+        let mut order = candidates.to_vec();
+        if self.config.choice == ClusterChoice::MostFree {
+            let free = |c: ClusterId| -> u64 {
+                let root = self.fleet.cluster(c).root;
+                resolved
+                    .iter()
+                    .flat_map(|r| r.flavors.iter().flatten())
+                    .map(|&f| self.cap.free_gpus(self.fleet, root, f))
+                    .sum()
+            };
+            order.sort_by_key(|&c| (Reverse(free(c)), c));
+        }
+        order
+    }
+
+    /// Places every pod set in `cluster`; on failure, the index of the pod set that failed.
+    fn try_cluster(&mut self, cluster: ClusterId, gang: &Gang, resolved: &[Resolved]) -> Result<Admission, usize> {
+        let mut placements = Vec::with_capacity(gang.pod_sets.len());
+        for (i, (ps, r)) in gang.pod_sets.iter().zip(resolved).enumerate() {
+            let placed = r
+                .flavors
+                .iter()
+                .filter(|f| f.is_none_or(|f| self.fleet.cluster(cluster).has_flavor(f)))
+                .find_map(|&flavor| {
+                    let ask = ask(self.fleet, cluster, ps, flavor);
+                    Placer { fleet: self.fleet, cap: &mut self.cap, fill: self.config.fill }.place(cluster, &ask)
+                });
+            placements.push(placed.ok_or(i)?);
+        }
+        Ok(Admission { cluster, pod_sets: placements })
+    }
+
+    fn score(&self, gang: &Gang, admission: &Admission) -> Score {
+        let fleet = self.fleet;
+        let missed = gang
+            .pod_sets
+            .iter()
+            .zip(&admission.pod_sets)
+            .filter(|(ps, p)| match ps.topology {
+                TopologyConstraint::Preferred(level) => fleet.level_of(p.span).is_none_or(|l| l < level),
+                _ => false,
+            })
+            .count() as u32;
+        let locality = admission.span(fleet).map_or(0, |d| fleet.level_of(d).map_or(0, |l| l as u8 + 1));
+        let leftover: u64 = admission
+            .pod_sets
+            .iter()
+            .map(|p| match p.flavor {
+                Some(f) => self.cap.free_gpus(fleet, p.span, f),
+                None => self.cap.free_cpu_milli(p.span) / 1000,
+            })
+            .sum();
+        let cluster = fleet.cluster(admission.cluster);
+        let free: u64 = cluster.flavors.iter().map(|&f| self.cap.free_gpus(fleet, cluster.root, f)).sum();
+        (missed, Reverse(locality), leftover, cluster.cost_weight, Reverse(free), admission.cluster)
+    }
+
+    /// When the pod set could not be placed even on the empty fleet, what the fleet offers.
+    fn never_fits(&self, candidates: &[ClusterId], ps: &crate::gang::PodSet, r: &Resolved) -> Option<Shortfall> {
+        let empty = self.fleet.allocatable();
+        let short = self.shortfall(empty, candidates, ps, r);
+        (short.largest < ps.pods).then_some(short)
+    }
+
+    /// The largest number of the pod set's pods that one allowed span in any candidate
+    /// cluster could take on `cap`.
+    fn shortfall(&self, cap: &Capacity, candidates: &[ClusterId], ps: &crate::gang::PodSet, r: &Resolved) -> Shortfall {
+        let mut best: Option<(u32, ClusterId, Option<FlavorId>)> = None;
+        let view = View { fleet: self.fleet, cap, fill: self.config.fill };
+        for &c in candidates {
+            for &flavor in r.flavors.iter().filter(|f| f.is_none_or(|f| self.fleet.cluster(c).has_flavor(f))) {
+                let ask = ask(self.fleet, c, ps, flavor);
+                let largest = view.largest(c, &ask);
+                if best.is_none_or(|(b, _, _)| largest > b) {
+                    best = Some((largest, c, flavor));
+                }
+            }
+        }
+        let (largest, cluster, flavor) = best.unwrap_or((0, candidates[0], None));
+        let level = match ps.topology {
+            TopologyConstraint::Required(l) => Some(l),
+            _ => None,
+        };
+        Shortfall {
+            pod_set: ps.name.clone(),
+            level,
+            pods: ps.pods,
+            gpus_per_pod: ps.shape.gpus,
+            flavor: flavor.map(|f| self.fleet.flavor_name(f).to_string()),
+            largest,
+            cluster: self.fleet.cluster(cluster).name.clone(),
+        }
+    }
+}
+
+fn memo_key(gang: &Gang, ps: &crate::gang::PodSet, r: &Resolved) -> MemoKey {
+    MemoKey {
+        flavors: r.flavors.clone(),
+        shape: ps.shape,
+        topology: ps.topology,
+        slice: ps.slice.map(|s| (s.size, s.level)),
+        filter: gang.clusters.clone(),
+    }
+}
+
+fn ask(fleet: &Fleet, cluster: ClusterId, ps: &crate::gang::PodSet, flavor: Option<FlavorId>) -> Ask {
+    let c = fleet.cluster(cluster);
+    let widest_depth = match ps.topology {
+        TopologyConstraint::Required(level) => c.depth_for(level),
+        _ => 0,
+    };
+    Ask {
+        flavor,
+        shape: ps.shape,
+        pods: ps.pods,
+        widest_depth,
+        slice: ps.slice.map(|s| (s.size, c.depth_for(s.level))),
+    }
+}
+
+/// What an admitted gang charges its queue, summed per quota key.
+pub fn gang_charges(fleet: &Fleet, gang: &Gang, admission: &Admission) -> BTreeMap<QuotaKey, u64> {
+    let mut total: BTreeMap<QuotaKey, u64> = BTreeMap::new();
+    for (ps, p) in gang.pod_sets.iter().zip(&admission.pod_sets) {
+        let Some(f) = p.flavor else { continue };
+        for (key, amount) in charges(fleet.flavor_name(f), ps.pods, &ps.shape) {
+            *total.entry(key).or_default() += amount;
+        }
+    }
+    total
+}
+
+/// Returns what a finished or evicted gang held: capacity and quota.
+pub fn release(fleet: &Fleet, queues: &Queues, cap: &mut Capacity, usage: &mut QuotaUsage, gang: &Gang, admission: &Admission) {
+    for (ps, p) in gang.pod_sets.iter().zip(&admission.pod_sets) {
+        for &(host, pods) in &p.hosts {
+            cap.give_back(fleet, host, pods, ps.shape);
+        }
+    }
+    if let Some(q) = queues.id(&gang.queue) {
+        for (key, amount) in gang_charges(fleet, gang, admission) {
+            usage.remove(q, key, amount);
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! Builders for tests, benches and examples: uniform clusters and gangs in a line each.
+//! Not used by the scheduler itself.
+
+use std::collections::BTreeMap;
+
+use crate::capacity::PodShape;
+use crate::fleet::{FleetBuilder, FleetError, LevelInfo, NodeInput};
+use crate::gang::{ClusterFilter, Gang, PodSet};
+use crate::topology::{Level, TopologyConstraint};
+
+/// Adds a cluster of identical nodes laid out by `fanout` (widest first, e.g.
+/// `[(Block, 2), (Rack, 4), (Host, 4)]`: 2 blocks of 4 racks of 4 hosts). Domain names are
+/// `b0`, `b0-r1`, `b0-r1-h3`: unique within the cluster, readable in paths.
+pub fn uniform_cluster(
+    b: &mut FleetBuilder,
+    name: &str,
+    flavor: &str,
+    gpus: u32,
+    fanout: &[(Level, u32)],
+) -> Result<(), FleetError> {
+    let levels: Vec<LevelInfo> =
+        fanout.iter().map(|&(l, _)| LevelInfo { level: l, label: l.default_label().to_string() }).collect();
+    let id = b.cluster(name, &levels, BTreeMap::new(), 0)?;
+    let total: u32 = fanout.iter().map(|f| f.1).product();
+    for n in 0..total {
+        let mut path = Vec::with_capacity(fanout.len());
+        let mut rest = n;
+        let mut divisor = total;
+        let mut prefix = String::new();
+        for &(level, count) in fanout {
+            divisor /= count;
+            let idx = rest / divisor;
+            rest %= divisor;
+            let tag = &level.as_str()[..1];
+            prefix = if prefix.is_empty() { format!("{tag}{idx}") } else { format!("{prefix}-{tag}{idx}") };
+            path.push(prefix.clone());
+        }
+        b.node(
+            id,
+            NodeInput {
+                path,
+                gpu_flavor: (gpus > 0).then_some(flavor),
+                gpus,
+                cpu_milli: u64::from(gpus.max(1)) * 12_000,
+                memory_mib: u64::from(gpus.max(1)) * 96 * 1024,
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// A one-pod-set gang named `id` in queue `default`; chain the setters.
+pub fn gang(id: &str) -> Gang {
+    Gang {
+        id: id.into(),
+        queue: "default".into(),
+        priority: 0,
+        submitted_ms: 0,
+        pod_sets: vec![PodSet {
+            name: "node".into(),
+            pods: 1,
+            shape: PodShape { gpus: 1, cpu_milli: 1000, memory_mib: 1024 },
+            flavors: Vec::new(),
+            topology: TopologyConstraint::Unconstrained,
+            slice: None,
+        }],
+        clusters: ClusterFilter::default(),
+    }
+}
+
+/// Setters for the first pod set and the gang, for readable scenarios.
+pub trait GangExt: Sized {
+    fn pods(self, n: u32) -> Self;
+    fn gpus(self, n: u32) -> Self;
+    fn required(self, l: Level) -> Self;
+    fn preferred(self, l: Level) -> Self;
+    fn flavor(self, f: &str) -> Self;
+    fn queue(self, q: &str) -> Self;
+    fn priority(self, p: i32) -> Self;
+    fn submitted(self, ms: u64) -> Self;
+}
+
+impl GangExt for Gang {
+    fn pods(mut self, n: u32) -> Self {
+        self.pod_sets[0].pods = n;
+        self
+    }
+    fn gpus(mut self, n: u32) -> Self {
+        self.pod_sets[0].shape.gpus = n;
+        self
+    }
+    fn required(mut self, l: Level) -> Self {
+        self.pod_sets[0].topology = TopologyConstraint::Required(l);
+        self
+    }
+    fn preferred(mut self, l: Level) -> Self {
+        self.pod_sets[0].topology = TopologyConstraint::Preferred(l);
+        self
+    }
+    fn flavor(mut self, f: &str) -> Self {
+        self.pod_sets[0].flavors = vec![f.into()];
+        self
+    }
+    fn queue(mut self, q: &str) -> Self {
+        self.queue = q.into();
+        self
+    }
+    fn priority(mut self, p: i32) -> Self {
+        self.priority = p;
+        self
+    }
+    fn submitted(mut self, ms: u64) -> Self {
+        self.submitted_ms = ms;
+        self
+    }
+}

@@ -1,0 +1,471 @@
+//! The static fleet: clusters, each a topology tree in one flat arena of domains. Leaves are
+//! hosts (nodes) with their allocatable resources. What changes (free capacity) lives in
+//! [`crate::capacity::Capacity`], indexed by the same ids.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::topology::Level;
+
+/// Index of a GPU flavor (a GPU product name) in [`Fleet::flavors`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FlavorId(pub u16);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClusterId(pub u16);
+
+/// Index of a domain (cluster root, inner domain or host) in the fleet's arena.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DomainId(pub u32);
+
+impl DomainId {
+    pub fn idx(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl ClusterId {
+    pub fn idx(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// What one node offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeSpec {
+    pub gpu_flavor: Option<FlavorId>,
+    pub gpus: u32,
+    pub cpu_milli: u64,
+    pub memory_mib: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Domain {
+    pub cluster: ClusterId,
+    /// 0 for the cluster root; `d` for the cluster's `levels[d - 1]`.
+    pub depth: u8,
+    /// The label value naming this domain (the cluster name for a root).
+    pub name: String,
+    pub parent: Option<DomainId>,
+    pub children: Vec<DomainId>,
+    /// Set on hosts only.
+    pub node: Option<NodeSpec>,
+    /// Start of this domain's free-GPU histogram in `Capacity::hist`.
+    pub(crate) hist_offset: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LevelInfo {
+    pub level: Level,
+    pub label: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub cost_weight: u32,
+    pub cordoned: bool,
+    /// Widest first; the last is always `Host`.
+    pub levels: Vec<LevelInfo>,
+    pub root: DomainId,
+    /// GPU flavors present, ascending; a domain's histogram has one row per entry.
+    pub flavors: Vec<FlavorId>,
+    /// Histogram row width: max GPUs on any node of this cluster, plus one.
+    pub(crate) hist_width: u32,
+    pub(crate) hosts: Vec<DomainId>,
+}
+
+impl Cluster {
+    pub fn host_depth(&self) -> u8 {
+        self.levels.len() as u8
+    }
+
+    /// The level a domain at `depth` belongs to (`None` for the cluster root).
+    pub fn level_at(&self, depth: u8) -> Option<Level> {
+        depth.checked_sub(1).map(|d| self.levels[d as usize].level)
+    }
+
+    /// The shallowest depth whose level is `level` or narrower: where a `Required(level)` span
+    /// may sit at its widest. A level the cluster does not label is treated strictly (the next
+    /// narrower level it does label), so a constraint is never read more loosely than written.
+    pub fn depth_for(&self, level: Level) -> u8 {
+        self.levels
+            .iter()
+            .position(|l| l.level >= level)
+            .map_or(self.host_depth(), |p| p as u8 + 1)
+    }
+
+    pub(crate) fn flavor_row(&self, flavor: FlavorId) -> Option<usize> {
+        self.flavors.binary_search(&flavor).ok()
+    }
+
+    pub fn hosts(&self) -> &[DomainId] {
+        &self.hosts
+    }
+
+    pub fn has_flavor(&self, flavor: FlavorId) -> bool {
+        self.flavor_row(flavor).is_some()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Fleet {
+    flavors: Vec<String>,
+    flavor_index: BTreeMap<String, FlavorId>,
+    clusters: Vec<Cluster>,
+    domains: Vec<Domain>,
+    pub(crate) hist_len: usize,
+    /// Capacity with nothing running: what "could this ever fit" is asked against.
+    allocatable: crate::capacity::Capacity,
+}
+
+impl Fleet {
+    /// Capacity with nothing running.
+    pub fn allocatable(&self) -> &crate::capacity::Capacity {
+        &self.allocatable
+    }
+
+    pub fn clusters(&self) -> &[Cluster] {
+        &self.clusters
+    }
+
+    pub fn cluster(&self, id: ClusterId) -> &Cluster {
+        &self.clusters[id.idx()]
+    }
+
+    pub fn cluster_by_name(&self, name: &str) -> Option<ClusterId> {
+        self.clusters.iter().position(|c| c.name == name).map(|i| ClusterId(i as u16))
+    }
+
+    pub fn cluster_ids(&self) -> impl Iterator<Item = ClusterId> + '_ {
+        (0..self.clusters.len()).map(|i| ClusterId(i as u16))
+    }
+
+    pub fn domain(&self, id: DomainId) -> &Domain {
+        &self.domains[id.idx()]
+    }
+
+    pub fn domains_len(&self) -> usize {
+        self.domains.len()
+    }
+
+    pub fn flavor(&self, name: &str) -> Option<FlavorId> {
+        self.flavor_index.get(name).copied()
+    }
+
+    pub fn flavor_name(&self, id: FlavorId) -> &str {
+        &self.flavors[id.0 as usize]
+    }
+
+    pub fn flavor_names(&self) -> &[String] {
+        &self.flavors
+    }
+
+    pub fn level_of(&self, id: DomainId) -> Option<Level> {
+        let d = self.domain(id);
+        self.cluster(d.cluster).level_at(d.depth)
+    }
+
+    /// `cluster/block/rack/host`-style path, for people.
+    pub fn path(&self, id: DomainId) -> String {
+        let mut parts = Vec::new();
+        let mut cur = Some(id);
+        while let Some(d) = cur {
+            parts.push(self.domain(d).name.as_str());
+            cur = self.domain(d).parent;
+        }
+        parts.reverse();
+        parts.join("/")
+    }
+
+    /// The narrowest domain holding all of `hosts` (which must be non-empty and of one cluster).
+    pub fn common_ancestor(&self, hosts: impl IntoIterator<Item = DomainId>) -> Option<DomainId> {
+        let mut iter = hosts.into_iter();
+        let mut lca = iter.next()?;
+        for h in iter {
+            let mut a = lca;
+            let mut b = h;
+            while self.domain(a).depth > self.domain(b).depth {
+                a = self.domain(a).parent?;
+            }
+            while self.domain(b).depth > self.domain(a).depth {
+                b = self.domain(b).parent?;
+            }
+            while a != b {
+                a = self.domain(a).parent?;
+                b = self.domain(b).parent?;
+            }
+            lca = a;
+        }
+        Some(lca)
+    }
+
+    pub fn total_gpus(&self) -> u64 {
+        self.domains.iter().filter_map(|d| d.node).map(|n| u64::from(n.gpus)).sum()
+    }
+
+    pub fn hosts(&self) -> impl Iterator<Item = (DomainId, &NodeSpec)> + '_ {
+        self.domains
+            .iter()
+            .enumerate()
+            .filter_map(|(i, d)| d.node.as_ref().map(|n| (DomainId(i as u32), n)))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FleetError {
+    #[error("cluster {0:?} is defined twice")]
+    DuplicateCluster(String),
+    #[error("cluster {cluster:?}: topology levels must be widest first without repeats, got {levels}")]
+    LevelOrder { cluster: String, levels: String },
+    #[error("cluster {cluster:?}: node {node:?} has {got} topology values, the cluster has {want} levels")]
+    PathLength { cluster: String, node: String, got: usize, want: usize },
+    #[error("cluster {cluster:?}: node {node:?} is defined twice")]
+    DuplicateNode { cluster: String, node: String },
+    #[error("cluster {cluster:?}: node {node:?} has {gpus} GPUs but no GPU flavor")]
+    GpusWithoutFlavor { cluster: String, node: String, gpus: u32 },
+    #[error("cluster {0:?} has no nodes")]
+    EmptyCluster(String),
+    #[error("the fleet has no clusters")]
+    Empty,
+    #[error("cluster {cluster:?}: node {node:?} has {gpus} GPUs; at most {max} per node are supported")]
+    TooManyGpus { cluster: String, node: String, gpus: u32, max: u32 },
+    #[error("the fleet has more than {max} {what}")]
+    TooMany { what: &'static str, max: usize },
+}
+
+/// GPUs per node beyond this are not modelled (the histogram row would be needlessly wide).
+pub const MAX_GPUS_PER_NODE: u32 = 64;
+
+/// Builds a [`Fleet`] cluster by cluster, node by node. Insertion order is kept, so the same
+/// input always builds the same ids.
+#[derive(Debug, Default)]
+pub struct FleetBuilder {
+    flavors: BTreeMap<String, ()>,
+    clusters: Vec<PendingCluster>,
+}
+
+#[derive(Debug)]
+struct PendingCluster {
+    name: String,
+    labels: BTreeMap<String, String>,
+    cost_weight: u32,
+    levels: Vec<LevelInfo>,
+    nodes: Vec<(Vec<String>, PendingNode)>,
+}
+
+#[derive(Debug)]
+struct PendingNode {
+    flavor: Option<String>,
+    gpus: u32,
+    cpu_milli: u64,
+    memory_mib: u64,
+}
+
+/// A node to add: its topology values (one per cluster level, widest first, ending with the
+/// host name) and what it offers.
+#[derive(Debug, Clone)]
+pub struct NodeInput<'a> {
+    pub path: Vec<String>,
+    pub gpu_flavor: Option<&'a str>,
+    pub gpus: u32,
+    pub cpu_milli: u64,
+    pub memory_mib: u64,
+}
+
+impl FleetBuilder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a cluster. `levels` are widest first; `Host` is appended when not last.
+    pub fn cluster(
+        &mut self,
+        name: &str,
+        levels: &[LevelInfo],
+        labels: BTreeMap<String, String>,
+        cost_weight: u32,
+    ) -> Result<ClusterId, FleetError> {
+        if self.clusters.iter().any(|c| c.name == name) {
+            return Err(FleetError::DuplicateCluster(name.to_string()));
+        }
+        let mut levels = levels.to_vec();
+        if levels.last().map(|l| l.level) != Some(Level::Host) {
+            levels.push(LevelInfo { level: Level::Host, label: Level::Host.default_label().into() });
+        }
+        if levels.windows(2).any(|w| w[0].level >= w[1].level) {
+            let text: Vec<_> = levels.iter().map(|l| l.level.as_str()).collect();
+            return Err(FleetError::LevelOrder { cluster: name.into(), levels: text.join(" > ") });
+        }
+        if self.clusters.len() >= usize::from(u16::MAX) {
+            return Err(FleetError::TooMany { what: "clusters", max: usize::from(u16::MAX) });
+        }
+        self.clusters.push(PendingCluster {
+            name: name.to_string(),
+            labels,
+            cost_weight,
+            levels,
+            nodes: Vec::new(),
+        });
+        Ok(ClusterId(self.clusters.len() as u16 - 1))
+    }
+
+    pub fn node(&mut self, cluster: ClusterId, node: NodeInput<'_>) -> Result<(), FleetError> {
+        let c = &mut self.clusters[cluster.idx()];
+        let host = node.path.last().cloned().unwrap_or_default();
+        if node.path.len() != c.levels.len() {
+            return Err(FleetError::PathLength {
+                cluster: c.name.clone(),
+                node: host,
+                got: node.path.len(),
+                want: c.levels.len(),
+            });
+        }
+        if node.gpus > 0 && node.gpu_flavor.is_none() {
+            return Err(FleetError::GpusWithoutFlavor { cluster: c.name.clone(), node: host, gpus: node.gpus });
+        }
+        if node.gpus > MAX_GPUS_PER_NODE {
+            return Err(FleetError::TooManyGpus {
+                cluster: c.name.clone(),
+                node: host,
+                gpus: node.gpus,
+                max: MAX_GPUS_PER_NODE,
+            });
+        }
+        if let Some(f) = node.gpu_flavor {
+            self.flavors.insert(f.to_string(), ());
+        }
+        c.nodes.push((
+            node.path,
+            PendingNode {
+                flavor: node.gpu_flavor.map(str::to_string),
+                gpus: node.gpus,
+                cpu_milli: node.cpu_milli,
+                memory_mib: node.memory_mib,
+            },
+        ));
+        Ok(())
+    }
+
+    pub fn build(self) -> Result<Fleet, FleetError> {
+        if self.clusters.is_empty() {
+            return Err(FleetError::Empty);
+        }
+        if self.flavors.len() >= usize::from(u16::MAX) {
+            return Err(FleetError::TooMany { what: "GPU flavors", max: usize::from(u16::MAX) });
+        }
+        let flavors: Vec<String> = self.flavors.into_keys().collect();
+        let flavor_index: BTreeMap<String, FlavorId> =
+            flavors.iter().enumerate().map(|(i, f)| (f.clone(), FlavorId(i as u16))).collect();
+        let mut domains: Vec<Domain> = Vec::new();
+        let mut clusters = Vec::new();
+        let mut hist_len = 0usize;
+        for (ci, pc) in self.clusters.into_iter().enumerate() {
+            let cid = ClusterId(ci as u16);
+            if pc.nodes.is_empty() {
+                return Err(FleetError::EmptyCluster(pc.name));
+            }
+            let root = DomainId(domains.len() as u32);
+            domains.push(Domain {
+                cluster: cid,
+                depth: 0,
+                name: pc.name.clone(),
+                parent: None,
+                children: Vec::new(),
+                node: None,
+                hist_offset: 0,
+            });
+            // (parent, child name) -> child, so building stays O(n log n) on flat clusters.
+            let mut index: BTreeMap<(DomainId, String), DomainId> = BTreeMap::new();
+            let mut hosts = Vec::with_capacity(pc.nodes.len());
+            let mut cluster_flavors = std::collections::BTreeSet::new();
+            let mut max_gpus = 0;
+            for (path, node) in pc.nodes {
+                let mut parent = root;
+                let last = path.len() - 1;
+                for (depth, value) in path.into_iter().enumerate() {
+                    let key = (parent, value);
+                    if depth == last && index.contains_key(&key) {
+                        return Err(FleetError::DuplicateNode { cluster: pc.name, node: key.1 });
+                    }
+                    let next = match index.get(&key) {
+                        Some(&d) => d,
+                        None => {
+                            if domains.len() >= u32::MAX as usize {
+                                return Err(FleetError::TooMany { what: "domains", max: u32::MAX as usize });
+                            }
+                            let id = DomainId(domains.len() as u32);
+                            domains.push(Domain {
+                                cluster: cid,
+                                depth: depth as u8 + 1,
+                                name: key.1.clone(),
+                                parent: Some(parent),
+                                children: Vec::new(),
+                                node: None,
+                                hist_offset: 0,
+                            });
+                            domains[parent.idx()].children.push(id);
+                            index.insert(key, id);
+                            id
+                        }
+                    };
+                    parent = next;
+                }
+                let gpu_flavor = node.flavor.as_deref().and_then(|f| flavor_index.get(f).copied());
+                if let Some(f) = gpu_flavor {
+                    cluster_flavors.insert(f);
+                }
+                max_gpus = max_gpus.max(node.gpus);
+                domains[parent.idx()].node = Some(NodeSpec {
+                    gpu_flavor,
+                    gpus: node.gpus,
+                    cpu_milli: node.cpu_milli,
+                    memory_mib: node.memory_mib,
+                });
+                hosts.push(parent);
+            }
+            let flavors: Vec<FlavorId> = cluster_flavors.into_iter().collect();
+            let hist_width = max_gpus + 1;
+            let row = flavors.len() * hist_width as usize;
+            for d in &mut domains[root.idx()..] {
+                d.hist_offset = hist_len as u32;
+                hist_len += row;
+            }
+            clusters.push(Cluster {
+                name: pc.name,
+                labels: pc.labels,
+                cost_weight: pc.cost_weight,
+                cordoned: false,
+                levels: pc.levels,
+                root,
+                flavors,
+                hist_width,
+                hosts,
+            });
+        }
+        let mut fleet = Fleet {
+            flavors,
+            flavor_index,
+            clusters,
+            domains,
+            hist_len,
+            allocatable: crate::capacity::Capacity::default(),
+        };
+        fleet.allocatable = crate::capacity::Capacity::empty(&fleet);
+        Ok(fleet)
+    }
+}
+
+impl fmt::Display for ClusterId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cluster#{}", self.0)
+    }
+}
+
+impl Fleet {
+    /// Marks a cluster cordoned: it keeps its running gangs but admits nothing new.
+    pub fn set_cordoned(&mut self, cluster: ClusterId, cordoned: bool) {
+        self.clusters[cluster.idx()].cordoned = cordoned;
+    }
+}

@@ -1,0 +1,149 @@
+//! The invariants every decision keeps, checked from first principles: recompute capacity and
+//! quota usage from what is running and compare. The property tests call this after every
+//! cycle and the simulator after every event.
+
+use std::collections::BTreeMap;
+
+use crate::capacity::{Capacity, PodShape};
+use crate::cycle::{Admission, gang_charges};
+use crate::fleet::{DomainId, Fleet};
+use crate::gang::Gang;
+use crate::queue::{QueueId, Queues, QuotaUsage, Resource};
+use crate::topology::TopologyConstraint;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Violation {
+    #[error("host {host} is over-committed by gang {gang}")]
+    OverCommitted { host: String, gang: String },
+    #[error("tracked capacity differs from capacity recomputed from running gangs")]
+    CapacityDrift,
+    #[error("gang {gang} pod set {pod_set}: {placed} of {pods} pods placed")]
+    NotWhole { gang: String, pod_set: String, pods: u32, placed: u32 },
+    #[error("gang {gang} pod set {pod_set}: pod on {host} of the wrong GPU flavor")]
+    WrongFlavor { gang: String, pod_set: String, host: String },
+    #[error("gang {gang} pod set {pod_set}: requires one {constraint} but spans {span}")]
+    RequiredBroken { gang: String, pod_set: String, constraint: TopologyConstraint, span: String },
+    #[error("tracked quota usage differs from usage recomputed from running gangs")]
+    UsageDrift,
+    #[error("queue {queue} uses {used} of {flavor} {resource}, over its limit {limit}")]
+    OverQuota { queue: String, flavor: String, resource: Resource, used: u64, limit: u64 },
+}
+
+/// Checks all invariants for the gangs `running` (each with its admission) plus hosts that are
+/// `down` (wholly unavailable), against the tracked `capacity` and `usage`.
+pub fn check(
+    fleet: &Fleet,
+    queues: &Queues,
+    running: &[(&Gang, &Admission)],
+    down: &[DomainId],
+    capacity: &Capacity,
+    usage: &QuotaUsage,
+) -> Result<(), Violation> {
+    let mut recomputed = Capacity::empty(fleet);
+    let mut recomputed_usage = QuotaUsage::default();
+    for &host in down {
+        if let Some(spec) = fleet.domain(host).node {
+            let all = PodShape { gpus: spec.gpus, cpu_milli: spec.cpu_milli, memory_mib: spec.memory_mib };
+            recomputed.take(fleet, host, 1, all);
+        }
+    }
+    for &(gang, admission) in running {
+        check_gang(fleet, gang, admission)?;
+        for (ps, p) in gang.pod_sets.iter().zip(&admission.pod_sets) {
+            for &(host, pods) in &p.hosts {
+                if recomputed.node_free(host).pods(&ps.shape) < pods {
+                    return Err(Violation::OverCommitted { host: fleet.path(host), gang: gang.id.clone() });
+                }
+                recomputed.take(fleet, host, pods, ps.shape);
+            }
+        }
+        if let Some(q) = queues.id(&gang.queue) {
+            for (key, amount) in gang_charges(fleet, gang, admission) {
+                recomputed_usage.add(q, key, amount);
+            }
+        }
+    }
+    recomputed.commit();
+    let mut tracked = capacity.clone();
+    tracked.commit();
+    if recomputed != tracked {
+        return Err(Violation::CapacityDrift);
+    }
+    if &recomputed_usage != usage {
+        return Err(Violation::UsageDrift);
+    }
+    check_quota(queues, usage)
+}
+
+/// A gang's own invariants: whole, on its flavor, inside its required domains.
+pub fn check_gang(fleet: &Fleet, gang: &Gang, admission: &Admission) -> Result<(), Violation> {
+    let cluster = fleet.cluster(admission.cluster);
+    for (ps, p) in gang.pod_sets.iter().zip(&admission.pod_sets) {
+        let placed: u32 = p.hosts.iter().map(|h| h.1).sum();
+        if placed != ps.pods || admission.pod_sets.len() != gang.pod_sets.len() {
+            return Err(Violation::NotWhole { gang: gang.id.clone(), pod_set: ps.name.clone(), pods: ps.pods, placed });
+        }
+        for &(host, _) in &p.hosts {
+            let flavor = fleet.domain(host).node.and_then(|n| n.gpu_flavor);
+            if fleet.domain(host).cluster != admission.cluster || (ps.shape.gpus > 0 && flavor != p.flavor) {
+                return Err(Violation::WrongFlavor { gang: gang.id.clone(), pod_set: ps.name.clone(), host: fleet.path(host) });
+            }
+        }
+        if let TopologyConstraint::Required(level) = ps.topology {
+            let span = fleet.common_ancestor(p.hosts.iter().map(|h| h.0));
+            if span.is_none_or(|s| fleet.domain(s).depth < cluster.depth_for(level)) {
+                return Err(Violation::RequiredBroken {
+                    gang: gang.id.clone(),
+                    pod_set: ps.name.clone(),
+                    constraint: ps.topology,
+                    span: span.map(|s| fleet.path(s)).unwrap_or_default(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Usage within nominal + borrowing limit per queue, and within the lendable pool per cohort.
+fn check_quota(queues: &Queues, usage: &QuotaUsage) -> Result<(), Violation> {
+    let mut cohort_over: BTreeMap<(String, (String, Resource)), (u64, u64)> = BTreeMap::new();
+    for (i, spec) in queues.specs().iter().enumerate() {
+        let q = QueueId(i as u32);
+        for quota in &spec.quotas {
+            let key = (quota.flavor.clone(), quota.resource);
+            let used = usage.get(q, &key);
+            let limit = match &spec.cohort {
+                None => quota.nominal,
+                Some(_) => quota.borrowing_limit.map_or(u64::MAX, |b| quota.nominal + b),
+            };
+            if used > limit {
+                return Err(Violation::OverQuota {
+                    queue: spec.name.clone(),
+                    flavor: quota.flavor.clone(),
+                    resource: quota.resource,
+                    used,
+                    limit,
+                });
+            }
+            if let Some(c) = &spec.cohort {
+                let lendable = quota.lending_limit.unwrap_or(quota.nominal).min(quota.nominal);
+                let guaranteed = quota.nominal - lendable;
+                let entry = cohort_over.entry((c.clone(), key)).or_default();
+                entry.0 += used.saturating_sub(guaranteed);
+                entry.1 += lendable;
+            }
+        }
+    }
+    for ((cohort, (flavor, resource)), (used, capacity)) in cohort_over {
+        if used > capacity {
+            return Err(Violation::OverQuota {
+                queue: format!("cohort {cohort}"),
+                flavor,
+                resource,
+                used,
+                limit: capacity,
+            });
+        }
+    }
+    Ok(())
+}

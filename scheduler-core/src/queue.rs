@@ -1,0 +1,334 @@
+//! Queues and quota with Kueue ClusterQueue semantics: nominal quota per flavor and resource,
+//! a borrowing limit (how far past nominal a queue may go by borrowing from its cohort) and a
+//! lending limit (how much of its nominal quota the cohort may use). A queue with no quotas at
+//! all is unlimited; a queue with quotas may only use the flavors it names.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::capacity::PodShape;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Resource {
+    Gpu,
+    CpuMilli,
+    MemoryMib,
+}
+
+impl Resource {
+    pub const ALL: [Resource; 3] = [Resource::Gpu, Resource::CpuMilli, Resource::MemoryMib];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Resource::Gpu => "nvidia.com/gpu",
+            Resource::CpuMilli => "cpu (milli)",
+            Resource::MemoryMib => "memory (MiB)",
+        }
+    }
+
+    pub fn of(self, shape: &PodShape) -> u64 {
+        match self {
+            Resource::Gpu => u64::from(shape.gpus),
+            Resource::CpuMilli => shape.cpu_milli,
+            Resource::MemoryMib => shape.memory_mib,
+        }
+    }
+}
+
+impl fmt::Display for Resource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Kueue's `queueingStrategy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum QueueingStrategy {
+    /// The head blocks everything behind it until it is admitted.
+    StrictFifo,
+    /// A head that cannot be admitted steps aside for the ones behind it.
+    #[default]
+    BestEffortFifo,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quota {
+    /// The GPU flavor this quota is for (CPU and memory of pods on that flavor count here too).
+    pub flavor: String,
+    pub resource: Resource,
+    pub nominal: u64,
+    /// `None`: may borrow whatever the cohort has unused.
+    pub borrowing_limit: Option<u64>,
+    /// `None`: all of nominal may be lent.
+    pub lending_limit: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueSpec {
+    pub name: String,
+    pub cohort: Option<String>,
+    pub strategy: QueueingStrategy,
+    /// Fair-share weight (the policy issue uses it; kept here so queues carry it from the start).
+    pub weight: u32,
+    pub quotas: Vec<Quota>,
+}
+
+impl QueueSpec {
+    /// An unlimited best-effort queue, the default for gangs that name none.
+    pub fn unlimited(name: &str) -> Self {
+        QueueSpec {
+            name: name.into(),
+            cohort: None,
+            strategy: QueueingStrategy::BestEffortFifo,
+            weight: 1,
+            quotas: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct QueueId(pub u32);
+
+impl QueueId {
+    pub fn idx(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Key of a quota: (flavor name, resource).
+pub type QuotaKey = (String, Resource);
+
+/// The queues of a snapshot, indexed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Queues {
+    specs: Vec<QueueSpec>,
+    by_name: BTreeMap<String, QueueId>,
+    quota: Vec<BTreeMap<QuotaKey, Quota>>,
+    /// Per cohort and key: sum of what members may lend.
+    cohort_capacity: BTreeMap<(String, QuotaKey), u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueueError {
+    #[error("queue {0:?} is defined twice")]
+    Duplicate(String),
+    #[error("queue {queue:?}: quota for {flavor}/{resource} is defined twice")]
+    DuplicateQuota { queue: String, flavor: String, resource: Resource },
+    #[error("queue {queue:?}: quota for {flavor}/{resource}: lendingLimit {lending} exceeds nominalQuota {nominal}")]
+    LendingAboveNominal { queue: String, flavor: String, resource: Resource, lending: u64, nominal: u64 },
+    #[error("queue {queue:?}: borrowingLimit/lendingLimit need a cohort")]
+    LimitsWithoutCohort { queue: String },
+}
+
+impl Queues {
+    pub fn new(specs: Vec<QueueSpec>) -> Result<Self, QueueError> {
+        let mut by_name = BTreeMap::new();
+        let mut quota = Vec::with_capacity(specs.len());
+        let mut cohort_capacity: BTreeMap<(String, QuotaKey), u64> = BTreeMap::new();
+        for (i, q) in specs.iter().enumerate() {
+            if by_name.insert(q.name.clone(), QueueId(i as u32)).is_some() {
+                return Err(QueueError::Duplicate(q.name.clone()));
+            }
+            let mut map = BTreeMap::new();
+            for quo in &q.quotas {
+                if let Some(l) = quo.lending_limit {
+                    if l > quo.nominal {
+                        return Err(QueueError::LendingAboveNominal {
+                            queue: q.name.clone(),
+                            flavor: quo.flavor.clone(),
+                            resource: quo.resource,
+                            lending: l,
+                            nominal: quo.nominal,
+                        });
+                    }
+                }
+                if q.cohort.is_none() && (quo.lending_limit.is_some() || quo.borrowing_limit.is_some()) {
+                    return Err(QueueError::LimitsWithoutCohort { queue: q.name.clone() });
+                }
+                let key = (quo.flavor.clone(), quo.resource);
+                if map.insert(key.clone(), quo.clone()).is_some() {
+                    return Err(QueueError::DuplicateQuota {
+                        queue: q.name.clone(),
+                        flavor: quo.flavor.clone(),
+                        resource: quo.resource,
+                    });
+                }
+                if let Some(c) = &q.cohort {
+                    *cohort_capacity.entry((c.clone(), key)).or_default() += lendable(quo);
+                }
+            }
+            quota.push(map);
+        }
+        Ok(Queues { specs, by_name, quota, cohort_capacity })
+    }
+
+    pub fn id(&self, name: &str) -> Option<QueueId> {
+        self.by_name.get(name).copied()
+    }
+
+    pub fn spec(&self, id: QueueId) -> &QueueSpec {
+        &self.specs[id.idx()]
+    }
+
+    pub fn specs(&self) -> &[QueueSpec] {
+        &self.specs
+    }
+
+    pub fn is_unlimited(&self, id: QueueId) -> bool {
+        self.quota[id.idx()].is_empty()
+    }
+
+    /// Whether this queue may use GPU flavor `flavor` at all.
+    pub fn covers_flavor(&self, id: QueueId, flavor: &str) -> bool {
+        self.is_unlimited(id) || self.quota[id.idx()].contains_key(&(flavor.to_string(), Resource::Gpu))
+    }
+
+    /// The GPU flavors the queue has quota for, in the order it lists them.
+    pub fn quota_flavors(&self, id: QueueId) -> impl Iterator<Item = &str> + '_ {
+        self.specs[id.idx()].quotas.iter().filter(|q| q.resource == Resource::Gpu).map(|q| q.flavor.as_str())
+    }
+
+    /// How much more of `key` the queue may take now, borrowing included; `None` if unlimited.
+    pub fn headroom(&self, usage: &QuotaUsage, id: QueueId, key: &QuotaKey) -> Option<u64> {
+        let Some(q) = self.quota[id.idx()].get(key) else {
+            // No entry: unlimited queue, or a resource this queue does not limit (CPU and memory
+            // are limited only where a quota names them).
+            return None;
+        };
+        let used = usage.get(id, key);
+        let spec = &self.specs[id.idx()];
+        let Some(cohort) = &spec.cohort else {
+            return Some(q.nominal.saturating_sub(used));
+        };
+        let local = q.borrowing_limit.map_or(u64::MAX, |b| (q.nominal + b).saturating_sub(used));
+        let guaranteed = q.nominal - lendable(q);
+        let capacity = self.cohort_capacity.get(&(cohort.clone(), key.clone())).copied().unwrap_or(0);
+        let cohort_used: u64 = self
+            .by_name
+            .values()
+            .filter(|m| self.specs[m.idx()].cohort.as_ref() == Some(cohort))
+            .filter_map(|m| self.quota[m.idx()].get(key).map(|mq| (m, mq)))
+            .map(|(m, mq)| usage.get(*m, key).saturating_sub(mq.nominal - lendable(mq)))
+            .sum();
+        // Below its guaranteed share a queue draws on its own quota; above, on the cohort pool.
+        let own = guaranteed.saturating_sub(used);
+        let pool = capacity.saturating_sub(cohort_used);
+        Some(local.min(own + pool))
+    }
+}
+
+fn lendable(q: &Quota) -> u64 {
+    q.lending_limit.unwrap_or(q.nominal).min(q.nominal)
+}
+
+/// What admitted gangs use, per queue and quota key.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct QuotaUsage {
+    used: BTreeMap<(QueueId, QuotaKey), u64>,
+}
+
+impl QuotaUsage {
+    pub fn get(&self, q: QueueId, key: &QuotaKey) -> u64 {
+        self.used.get(&(q, key.clone())).copied().unwrap_or(0)
+    }
+
+    pub fn add(&mut self, q: QueueId, key: QuotaKey, amount: u64) {
+        *self.used.entry((q, key)).or_default() += amount;
+    }
+
+    pub fn remove(&mut self, q: QueueId, key: QuotaKey, amount: u64) {
+        if let Some(v) = self.used.get_mut(&(q, key.clone())) {
+            *v = v.saturating_sub(amount);
+            if *v == 0 {
+                self.used.remove(&(q, key));
+            }
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&(QueueId, QuotaKey), &u64)> {
+        self.used.iter()
+    }
+}
+
+/// What a pod set on `flavor` charges: GPUs, CPU and memory, all under the GPU flavor.
+pub fn charges<'a>(flavor: &'a str, pods: u32, shape: &PodShape) -> impl Iterator<Item = (QuotaKey, u64)> + use<'a> {
+    let shape = *shape;
+    Resource::ALL
+        .into_iter()
+        .map(move |r| ((flavor.to_string(), r), r.of(&shape) * u64::from(pods)))
+        .filter(|(_, v)| *v > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu_quota(flavor: &str, nominal: u64, borrow: Option<u64>, lend: Option<u64>) -> Quota {
+        Quota { flavor: flavor.into(), resource: Resource::Gpu, nominal, borrowing_limit: borrow, lending_limit: lend }
+    }
+
+    fn queue(name: &str, cohort: Option<&str>, quotas: Vec<Quota>) -> QueueSpec {
+        QueueSpec {
+            name: name.into(),
+            cohort: cohort.map(str::to_string),
+            strategy: QueueingStrategy::BestEffortFifo,
+            weight: 1,
+            quotas,
+        }
+    }
+
+    fn key() -> QuotaKey {
+        ("h100".into(), Resource::Gpu)
+    }
+
+    #[test]
+    fn without_cohort_headroom_is_nominal_minus_usage() {
+        let qs = Queues::new(vec![queue("a", None, vec![gpu_quota("h100", 16, None, None)])]).expect("valid");
+        let a = qs.id("a").expect("a");
+        let mut usage = QuotaUsage::default();
+        assert_eq!(qs.headroom(&usage, a, &key()), Some(16));
+        usage.add(a, key(), 10);
+        assert_eq!(qs.headroom(&usage, a, &key()), Some(6));
+        assert!(!qs.covers_flavor(a, "a100"));
+    }
+
+    #[test]
+    fn cohort_members_borrow_unused_quota_up_to_their_limit() {
+        let qs = Queues::new(vec![
+            queue("a", Some("c"), vec![gpu_quota("h100", 8, Some(4), None)]),
+            queue("b", Some("c"), vec![gpu_quota("h100", 8, None, None)]),
+        ])
+        .expect("valid");
+        let (a, b) = (qs.id("a").expect("a"), qs.id("b").expect("b"));
+        let usage = QuotaUsage::default();
+        // a: nominal 8 + borrowing limit 4.
+        assert_eq!(qs.headroom(&usage, a, &key()), Some(12));
+        // b: unlimited borrowing, bounded by the cohort's 16.
+        assert_eq!(qs.headroom(&usage, b, &key()), Some(16));
+        let mut usage = usage;
+        usage.add(b, key(), 12);
+        assert_eq!(qs.headroom(&usage, a, &key()), Some(4));
+    }
+
+    #[test]
+    fn lending_limit_keeps_a_guaranteed_share() {
+        let qs = Queues::new(vec![
+            queue("a", Some("c"), vec![gpu_quota("h100", 10, None, Some(4))]),
+            queue("b", Some("c"), vec![gpu_quota("h100", 0, None, None)]),
+        ])
+        .expect("valid");
+        let (a, b) = (qs.id("a").expect("a"), qs.id("b").expect("b"));
+        let mut usage = QuotaUsage::default();
+        assert_eq!(qs.headroom(&usage, b, &key()), Some(4), "b may borrow only what a lends");
+        usage.add(b, key(), 4);
+        assert_eq!(qs.headroom(&usage, a, &key()), Some(6), "a keeps its 6 guaranteed GPUs");
+    }
+
+    #[test]
+    fn invalid_limits_are_rejected_with_the_queue_named() {
+        let err = Queues::new(vec![queue("a", Some("c"), vec![gpu_quota("h100", 4, None, Some(8))])])
+            .expect_err("lending above nominal");
+        assert!(err.to_string().contains("\"a\""));
+        assert!(Queues::new(vec![queue("a", None, vec![gpu_quota("h100", 4, Some(1), None)])]).is_err());
+    }
+}

@@ -1,0 +1,146 @@
+//! Why a gang is pending: typed data naming the blocking constraint, made into one sentence
+//! only at the edge (`Display`). `kind()` is a stable label for metrics and reports.
+
+use std::fmt;
+
+use crate::gang::GangError;
+use crate::queue::Resource;
+use crate::topology::Level;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reason {
+    /// The gang as written can never be admitted.
+    Invalid(GangError),
+    UnknownQueue { queue: String },
+    /// Its queue is StrictFIFO and an earlier gang of the queue is pending.
+    WaitingBehind { queue: String, gang: String },
+    /// The queue has quota for none of the flavors the pod set accepts.
+    NoQuotaForFlavor { queue: String, pod_set: String, flavors: Vec<String> },
+    QuotaExceeded { queue: String, flavor: String, resource: Resource, requested: u64, available: u64 },
+    /// No cluster in the fleet has any flavor the pod set accepts.
+    NoFlavor { pod_set: String, flavors: Vec<String> },
+    /// Clusters with the flavor exist, but the gang's cluster filter (selector, pinning,
+    /// back-off) or cordoning excludes them all.
+    NoClusterMatches { pod_set: String },
+    /// Not enough free capacity now: no domain at `level` (whole cluster when `None`) has
+    /// `pods` free slots; the largest has `largest` in `cluster`.
+    NoDomain(Shortfall),
+    /// Even on an empty fleet no cluster could hold it.
+    NeverFits(Shortfall),
+}
+
+/// A pod set that does not fit, with the best the fleet offers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shortfall {
+    pub pod_set: String,
+    pub level: Option<Level>,
+    pub pods: u32,
+    pub gpus_per_pod: u32,
+    pub flavor: Option<String>,
+    pub largest: u32,
+    pub cluster: String,
+}
+
+impl Reason {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Reason::Invalid(_) => "invalid",
+            Reason::UnknownQueue { .. } => "unknown-queue",
+            Reason::WaitingBehind { .. } => "waiting-behind",
+            Reason::NoQuotaForFlavor { .. } => "no-quota-for-flavor",
+            Reason::QuotaExceeded { .. } => "quota-exceeded",
+            Reason::NoFlavor { .. } => "no-flavor",
+            Reason::NoClusterMatches { .. } => "no-cluster-matches",
+            Reason::NoDomain(_) => "no-domain",
+            Reason::NeverFits(_) => "never-fits",
+        }
+    }
+
+    /// True when only a change of fleet or queue configuration (not of load) could unblock it.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            Reason::Invalid(_)
+                | Reason::UnknownQueue { .. }
+                | Reason::NoQuotaForFlavor { .. }
+                | Reason::NoFlavor { .. }
+                | Reason::NoClusterMatches { .. }
+                | Reason::NeverFits(_)
+        )
+    }
+}
+
+fn any_of(flavors: &[String]) -> String {
+    if flavors.is_empty() { "any GPU flavor".into() } else { format!("flavor {}", flavors.join(" or ")) }
+}
+
+impl fmt::Display for Shortfall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let slot = match (self.gpus_per_pod, &self.flavor) {
+            (0, _) => "pod slots (CPU only)".to_string(),
+            (g, Some(fl)) => format!("slots of {g} {fl} GPU{}", if g == 1 { "" } else { "s" }),
+            (g, None) => format!("slots of {g} GPU{}", if g == 1 { "" } else { "s" }),
+        };
+        let scope = match self.level {
+            Some(l) => format!("no {l} in any cluster"),
+            None => "no cluster".to_string(),
+        };
+        write!(
+            f,
+            "pod set {}: {scope} has {} free {slot} (largest: {} in cluster {})",
+            self.pod_set, self.pods, self.largest, self.cluster
+        )
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::Invalid(e) => write!(f, "invalid gang: {e}"),
+            Reason::UnknownQueue { queue } => write!(f, "queue {queue} does not exist"),
+            Reason::WaitingBehind { queue, gang } => {
+                write!(f, "waiting behind gang {gang} at the head of StrictFIFO queue {queue}")
+            }
+            Reason::NoQuotaForFlavor { queue, pod_set, flavors } => {
+                write!(f, "pod set {pod_set}: queue {queue} has no quota for {}", any_of(flavors))
+            }
+            Reason::QuotaExceeded { queue, flavor, resource, requested, available } => write!(
+                f,
+                "queue {queue} is out of {flavor} {resource} quota: needs {requested}, {available} available (borrowing included)"
+            ),
+            Reason::NoFlavor { pod_set, flavors } => {
+                write!(f, "pod set {pod_set}: no cluster has {}", any_of(flavors))
+            }
+            Reason::NoClusterMatches { pod_set } => write!(
+                f,
+                "pod set {pod_set}: every cluster with a suitable flavor is excluded by the gang's cluster selector, pinning or back-off, or is cordoned"
+            ),
+            Reason::NoDomain(s) => write!(f, "{s}"),
+            Reason::NeverFits(s) => write!(f, "{s}, even with the fleet empty: it can never be admitted"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shortfall_reads_as_one_sentence() {
+        let r = Reason::NoDomain(Shortfall {
+            pod_set: "node".into(),
+            level: Some(Level::Rack),
+            pods: 8,
+            gpus_per_pod: 8,
+            flavor: Some("h100".into()),
+            largest: 5,
+            cluster: "cluster-b".into(),
+        });
+        assert_eq!(
+            r.to_string(),
+            "pod set node: no rack in any cluster has 8 free slots of 8 h100 GPUs (largest: 5 in cluster cluster-b)"
+        );
+        assert_eq!(r.kind(), "no-domain");
+        assert!(!r.is_permanent());
+    }
+}

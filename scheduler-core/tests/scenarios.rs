@@ -1,0 +1,251 @@
+//! Scheduling scenarios as data: a fleet, some gangs, the decisions we expect.
+
+use scheduler_core::fixture::{GangExt, gang, uniform_cluster};
+use scheduler_core::invariants;
+use scheduler_core::{
+    Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang, Level, QueueSpec, QueueingStrategy,
+    Queues, Quota, QuotaUsage, Reason, Resource, Snapshot, cycle,
+};
+
+use Level::{Block, Host, Rack};
+
+fn fleet(clusters: &[(&str, &str, u32, &[(Level, u32)])]) -> Fleet {
+    let mut b = FleetBuilder::new();
+    for &(name, flavor, gpus, fanout) in clusters {
+        uniform_cluster(&mut b, name, flavor, gpus, fanout).expect("valid cluster");
+    }
+    b.build().expect("valid fleet")
+}
+
+fn one_cluster() -> Fleet {
+    fleet(&[("c1", "h100", 8, &[(Block, 2), (Rack, 4), (Host, 4)])])
+}
+
+fn default_queues() -> Queues {
+    Queues::new(vec![QueueSpec::unlimited("default")]).expect("valid")
+}
+
+struct Outcome {
+    fleet: Fleet,
+    gangs: Vec<Gang>,
+    result: scheduler_core::Cycle,
+}
+
+impl Outcome {
+    fn decision(&self, id: &str) -> &Decision {
+        let i = self.gangs.iter().position(|g| g.id == id).expect("gang exists");
+        &self.result.decisions[i]
+    }
+
+    /// (cluster, path of the span) of an admitted gang.
+    fn admitted(&self, id: &str) -> Option<(String, String)> {
+        match self.decision(id) {
+            Decision::Admit(a) => {
+                let span = a.span(&self.fleet).expect("non-empty");
+                Some((self.fleet.cluster(a.cluster).name.clone(), self.fleet.path(span)))
+            }
+            Decision::Pending(_) => None,
+        }
+    }
+
+    fn reason(&self, id: &str) -> &Reason {
+        match self.decision(id) {
+            Decision::Pending(r) => r,
+            Decision::Admit(_) => panic!("{id} was admitted"),
+        }
+    }
+}
+
+fn run_with(fleet: Fleet, queues: &Queues, gangs: Vec<Gang>, config: Config) -> Outcome {
+    let snapshot = Snapshot { fleet: &fleet, queues, capacity: Capacity::empty(&fleet), usage: QuotaUsage::default() };
+    let result = cycle(snapshot, &gangs, &config);
+    let running: Vec<_> = gangs
+        .iter()
+        .zip(&result.decisions)
+        .filter_map(|(g, d)| match d {
+            Decision::Admit(a) => Some((g, a)),
+            Decision::Pending(_) => None,
+        })
+        .collect();
+    invariants::check(&fleet, queues, &running, &[], &result.capacity, &result.usage).expect("invariants hold");
+    Outcome { fleet, gangs, result }
+}
+
+fn run(fleet: Fleet, gangs: Vec<Gang>) -> Outcome {
+    run_with(fleet, &default_queues(), gangs, Config::default())
+}
+
+#[test]
+fn a_rack_sized_gang_lands_inside_one_rack() {
+    let out = run(one_cluster(), vec![gang("a").pods(4).gpus(8).required(Rack)]);
+    let (cluster, span) = out.admitted("a").expect("admitted");
+    assert_eq!(cluster, "c1");
+    assert_eq!(span, "c1/b0/b0-r0");
+}
+
+#[test]
+fn a_small_gang_takes_the_narrowest_domain_best_fit() {
+    // Two 4-GPU pods fit one host; the first gang leaves host h0 half full, the second fills it
+    // instead of breaking into an empty host.
+    let out = run(one_cluster(), vec![gang("a").gpus(4).submitted(1), gang("b").gpus(4).submitted(2)]);
+    assert_eq!(out.admitted("a").map(|a| a.1), Some("c1/b0/b0-r0/b0-r0-h0".into()));
+    assert_eq!(out.admitted("b").map(|a| a.1), Some("c1/b0/b0-r0/b0-r0-h0".into()));
+}
+
+#[test]
+fn best_fit_keeps_empty_racks_whole_for_large_gangs() {
+    // a takes 3 hosts of rack r0; b (one host) goes into r0's last host, so c (a whole rack)
+    // still finds an empty rack in block b0.
+    let out = run(
+        one_cluster(),
+        vec![
+            gang("a").pods(3).gpus(8).required(Rack).submitted(1),
+            gang("b").gpus(8).submitted(2),
+            gang("c").pods(4).gpus(8).required(Rack).submitted(3),
+        ],
+    );
+    assert_eq!(out.admitted("b").map(|a| a.1), Some("c1/b0/b0-r0/b0-r0-h3".into()));
+    assert_eq!(out.admitted("c").map(|a| a.1), Some("c1/b0/b0-r1".into()));
+}
+
+#[test]
+fn a_gang_larger_than_any_cluster_is_pending_for_good_with_its_size_named() {
+    let out = run(one_cluster(), vec![gang("huge").pods(40).gpus(8)]);
+    let reason = out.reason("huge");
+    assert!(reason.is_permanent());
+    assert_eq!(reason.kind(), "never-fits");
+    assert_eq!(
+        reason.to_string(),
+        "pod set node: no cluster has 40 free slots of 8 h100 GPUs (largest: 32 in cluster c1), even with the fleet empty: it can never be admitted"
+    );
+}
+
+#[test]
+fn required_rack_without_a_free_rack_names_the_largest_one() {
+    // Fill 3 hosts of every rack; a gang needing 2 hosts of one rack cannot start.
+    let mut gangs: Vec<Gang> = (0..8).map(|i| gang(&format!("fill{i}")).pods(3).gpus(8).required(Rack).submitted(i)).collect();
+    gangs.push(gang("pair").pods(2).gpus(8).required(Rack).submitted(100));
+    let out = run(one_cluster(), gangs);
+    let reason = out.reason("pair");
+    assert_eq!(reason.kind(), "no-domain");
+    assert_eq!(
+        reason.to_string(),
+        "pod set node: no rack in any cluster has 2 free slots of 8 h100 GPUs (largest: 1 in cluster c1)"
+    );
+}
+
+#[test]
+fn preferred_spreads_when_no_rack_fits_but_required_waits() {
+    let mut gangs: Vec<Gang> = (0..8).map(|i| gang(&format!("fill{i}")).pods(3).gpus(8).required(Rack).submitted(i)).collect();
+    gangs.push(gang("soft").pods(2).gpus(8).preferred(Rack).submitted(100));
+    let out = run(one_cluster(), gangs);
+    let (_, span) = out.admitted("soft").expect("preferred may spread");
+    assert_eq!(span, "c1/b0", "spread, but still inside one block");
+}
+
+#[test]
+fn clusters_are_scored_by_locality_before_order() {
+    // c-flat has only hosts; c-racks has racks. A 2-host gang preferring a rack goes where it
+    // can have one, though c-flat comes first.
+    let f = fleet(&[("c-flat", "h100", 8, &[(Host, 8)]), ("c-racks", "h100", 8, &[(Rack, 2), (Host, 4)])]);
+    let out = run(f, vec![gang("a").pods(2).gpus(8).preferred(Rack)]);
+    assert_eq!(out.admitted("a").map(|a| a.0), Some("c-racks".into()));
+}
+
+#[test]
+fn multikueue_emulation_takes_the_first_cluster_that_admits() {
+    let f = fleet(&[("c-flat", "h100", 8, &[(Host, 8)]), ("c-racks", "h100", 8, &[(Rack, 2), (Host, 4)])]);
+    let config = Config { choice: ClusterChoice::InOrder, fill: Fill::Locality, strategy: None };
+    let out = run_with(f, &default_queues(), vec![gang("a").pods(2).gpus(8).preferred(Rack)], config);
+    assert_eq!(out.admitted("a").map(|a| a.0), Some("c-flat".into()));
+}
+
+#[test]
+fn a_missing_flavor_is_named() {
+    let out = run(one_cluster(), vec![gang("a").flavor("mi300x")]);
+    assert_eq!(out.reason("a").to_string(), "pod set node: no cluster has flavor mi300x");
+}
+
+fn quota_queues(strategy: QueueingStrategy) -> Queues {
+    Queues::new(vec![QueueSpec {
+        name: "team-a".into(),
+        cohort: None,
+        strategy,
+        weight: 1,
+        quotas: vec![Quota {
+            flavor: "h100".into(),
+            resource: Resource::Gpu,
+            nominal: 16,
+            borrowing_limit: None,
+            lending_limit: None,
+        }],
+    }])
+    .expect("valid")
+}
+
+#[test]
+fn quota_names_the_queue_and_flavor() {
+    let q = quota_queues(QueueingStrategy::BestEffortFifo);
+    let gangs = vec![gang("a").pods(2).gpus(8).queue("team-a").submitted(1), gang("b").gpus(8).queue("team-a").submitted(2)];
+    let out = run_with(one_cluster(), &q, gangs, Config::default());
+    assert!(out.admitted("a").is_some());
+    assert_eq!(
+        out.reason("b").to_string(),
+        "queue team-a is out of h100 nvidia.com/gpu quota: needs 8, 0 available (borrowing included)"
+    );
+}
+
+#[test]
+fn strict_fifo_blocks_behind_the_head_and_best_effort_does_not() {
+    let gangs = || {
+        vec![
+            gang("big").pods(3).gpus(8).queue("team-a").submitted(1),
+            gang("small").gpus(8).queue("team-a").submitted(2),
+        ]
+    };
+    let strict = run_with(one_cluster(), &quota_queues(QueueingStrategy::StrictFifo), gangs(), Config::default());
+    assert_eq!(strict.reason("small").to_string(), "waiting behind gang big at the head of StrictFIFO queue team-a");
+    let best = run_with(one_cluster(), &quota_queues(QueueingStrategy::BestEffortFifo), gangs(), Config::default());
+    assert!(best.admitted("small").is_some());
+}
+
+#[test]
+fn higher_priority_goes_first() {
+    let f = fleet(&[("c1", "h100", 8, &[(Host, 1)])]);
+    let out = run(f, vec![gang("low").gpus(8).submitted(1), gang("high").gpus(8).priority(10).submitted(2)]);
+    assert!(out.admitted("high").is_some());
+    assert!(out.admitted("low").is_none());
+}
+
+#[test]
+fn an_invalid_gang_names_the_field_and_others_proceed() {
+    let out = run(one_cluster(), vec![gang("zero").pods(0), gang("ok")]);
+    assert_eq!(out.reason("zero").to_string(), "invalid gang: podSets[0].pods: must be at least 1");
+    assert!(out.admitted("ok").is_some());
+}
+
+#[test]
+fn same_snapshot_same_decisions() {
+    let gangs: Vec<Gang> =
+        (0..40).map(|i| gang(&format!("g{i}")).pods(1 + i % 5).gpus(1 << (i % 4)).preferred(Rack).submitted(u64::from(i % 7))).collect();
+    let a = run(one_cluster(), gangs.clone());
+    let b = run(one_cluster(), gangs);
+    assert_eq!(a.result.decisions, b.result.decisions);
+}
+
+#[test]
+fn releasing_a_gang_returns_exactly_what_it_held() {
+    let f = one_cluster();
+    let q = default_queues();
+    let g = vec![gang("a").pods(4).gpus(8).required(Rack)];
+    let out = cycle(
+        Snapshot { fleet: &f, queues: &q, capacity: Capacity::empty(&f), usage: QuotaUsage::default() },
+        &g,
+        &Config::default(),
+    );
+    let Decision::Admit(a) = &out.decisions[0] else { panic!("admitted") };
+    let (mut cap, mut usage) = (out.capacity, out.usage);
+    scheduler_core::release(&f, &q, &mut cap, &mut usage, &g[0], a);
+    cap.commit();
+    assert_eq!(cap, Capacity::empty(&f));
+}

@@ -1,0 +1,3 @@
+pub mod fleet_file;
+pub mod machines;
+pub mod trace;

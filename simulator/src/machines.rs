@@ -1,0 +1,440 @@
+//! A fleet from a public trace's machine list, so a trace can be replayed on (a model of) the
+//! cluster that ran it. The lists give only GPUs, CPU and memory per machine, so the result is
+//! one cluster whose identical machines are grouped into pools, laid out in synthesised racks
+//! of 8 hosts and blocks of 4 racks (no trace records topology).
+//!
+//! - Philly `revised_machine_list.csv` (`,machineId,number of GPUs`): no GPU model, flavor
+//!   `philly-gpu`.
+//! - Philly `cluster_machine_list` (`machineId, number of GPUs, single GPU mem`): the model is
+//!   not given, only memory per GPU; 12GB is taken to be a P100 (`p100-12gb`) and 24GB a P40
+//!   (`p40-24gb`), an assumption.
+//! - Philly gives no CPU or memory: 8-GPU machines get 32 cores and 256 GiB, smaller ones 16
+//!   cores and 128 GiB (an assumption). Machines listed with 0 GPUs are left out: every Philly
+//!   job needs GPUs.
+//! - openb `openb_node_list_*.csv` (`sn,cpu_milli,memory_mib,gpu,model`): flavor = model
+//!   lowercased; nodes without GPUs become pools without a flavor. CPU and memory are rounded
+//!   down to whole cores and GiB.
+//!
+//! Pools are named `FLAVOR-xGPUS` (`p100-12gb-x2`; `cpu` for CPU-only nodes), with
+//! `-CORESc-MEMg` appended when machines of one name differ in CPU or memory, and sorted by name.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
+
+use scheduler_core::Level;
+use serde::Deserialize;
+
+use crate::fleet_file::{ClusterSpec, FleetSpec, LevelSpec, PoolSpec};
+use crate::trace::{
+    BadRow, TraceError, WHOLE, check_header, deserialize, number, read_csv, required, value,
+};
+
+const HOSTS_PER_RACK: u32 = 8;
+const RACKS_PER_BLOCK: u32 = 4;
+
+/// The machine lists `fleet_from_machine_list` understands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MachineListFormat {
+    /// Philly `revised_machine_list.csv`.
+    PhillyRevised,
+    /// Philly `cluster_machine_list`.
+    PhillyListed,
+    /// openb `openb_node_list_gpu_node.csv` / `openb_node_list_all_node.csv`.
+    Openb,
+}
+
+impl MachineListFormat {
+    pub const ALL: [MachineListFormat; 3] = [
+        MachineListFormat::PhillyRevised,
+        MachineListFormat::PhillyListed,
+        MachineListFormat::Openb,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MachineListFormat::PhillyRevised => "philly-revised",
+            MachineListFormat::PhillyListed => "philly-listed",
+            MachineListFormat::Openb => "openb",
+        }
+    }
+
+    /// The cluster's name: the trace the list comes from.
+    fn cluster(self) -> &'static str {
+        match self {
+            MachineListFormat::PhillyRevised | MachineListFormat::PhillyListed => "philly",
+            MachineListFormat::Openb => "openb",
+        }
+    }
+
+    fn columns(self) -> &'static [&'static str] {
+        match self {
+            MachineListFormat::PhillyRevised => &[MACHINE_ID, PHILLY_GPUS],
+            MachineListFormat::PhillyListed => &[MACHINE_ID, PHILLY_GPUS, PHILLY_MEMORY],
+            MachineListFormat::Openb => &["sn", "cpu_milli", "memory_mib", "gpu", "model"],
+        }
+    }
+}
+
+impl fmt::Display for MachineListFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown machine list format {0:?} (expected philly-revised, philly-listed or openb)")]
+pub struct UnknownMachineListFormat(pub String);
+
+impl FromStr for MachineListFormat {
+    type Err = UnknownMachineListFormat;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        MachineListFormat::ALL
+            .into_iter()
+            .find(|f| f.as_str().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| UnknownMachineListFormat(s.to_string()))
+    }
+}
+
+const MACHINE_ID: &str = "machineId";
+const PHILLY_GPUS: &str = "number of GPUs";
+const PHILLY_MEMORY: &str = "single GPU mem";
+
+#[derive(Debug, Deserialize)]
+struct PhillyRow {
+    #[serde(rename = "machineId")]
+    id: Option<String>,
+    #[serde(rename = "number of GPUs")]
+    gpus: Option<String>,
+    #[serde(rename = "single GPU mem")]
+    memory: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct OpenbRow {
+    sn: Option<String>,
+    cpu_milli: Option<String>,
+    memory_mib: Option<String>,
+    gpu: Option<String>,
+    model: Option<String>,
+}
+
+/// One machine's shape: machines of equal shape share a pool.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Shape {
+    flavor: Option<String>,
+    gpus: u32,
+    cpu_cores: u32,
+    memory_gib: u32,
+}
+
+/// Reads a machine list into a one-cluster fleet. The first bad row is an error.
+pub fn fleet_from_machine_list(
+    path: &Path,
+    format: MachineListFormat,
+) -> Result<FleetSpec, TraceError> {
+    parse_machine_list(&crate::trace::read(path)?, path, format)
+}
+
+/// As [`fleet_from_machine_list`], on text in memory; `path` only names it in errors.
+pub fn parse_machine_list(
+    text: &str,
+    path: &Path,
+    format: MachineListFormat,
+) -> Result<FleetSpec, TraceError> {
+    let (headers, rows) = read_csv(text, path)?;
+    check_header(path, &headers, format.columns(), None)?;
+    let id_column = format.columns()[0];
+    let mut ids = BTreeSet::new();
+    let mut shapes: BTreeMap<Shape, u32> = BTreeMap::new();
+    for (line, record) in rows {
+        let machine = record
+            .and_then(|r| match format {
+                MachineListFormat::Openb => openb(deserialize(&r, &headers)?),
+                _ => philly(
+                    deserialize(&r, &headers)?,
+                    format == MachineListFormat::PhillyListed,
+                ),
+            })
+            .and_then(|m| match m {
+                Some((id, _)) if !ids.insert(id.clone()) => {
+                    Err(BadRow::new(id_column, format!("duplicate machine {id:?}")))
+                }
+                m => Ok(m),
+            })
+            .map_err(|bad| bad.at(path, line))?;
+        if let Some((_, shape)) = machine {
+            *shapes.entry(shape).or_default() += 1;
+        }
+    }
+    if shapes.is_empty() {
+        return Err(TraceError::Empty { path: path.into() });
+    }
+    Ok(FleetSpec {
+        clusters: vec![cluster(format.cluster(), shapes)],
+    })
+}
+
+/// A Philly machine, or `None` for one without GPUs.
+fn philly(row: PhillyRow, listed: bool) -> Result<Option<(String, Shape)>, BadRow> {
+    let id = required(MACHINE_ID, value(&row.id))?;
+    let gpus: u32 = number(PHILLY_GPUS, required(PHILLY_GPUS, value(&row.gpus))?, WHOLE)?;
+    if gpus == 0 {
+        return Ok(None);
+    }
+    let flavor = if listed {
+        match required(PHILLY_MEMORY, value(&row.memory))?
+            .to_ascii_lowercase()
+            .as_str()
+        {
+            "12gb" => "p100-12gb",
+            "24gb" => "p40-24gb",
+            _ => return Err(BadRow::new(PHILLY_MEMORY, "expected 12GB or 24GB")),
+        }
+    } else {
+        "philly-gpu"
+    };
+    let (cpu_cores, memory_gib) = if gpus >= 8 { (32, 256) } else { (16, 128) };
+    let shape = Shape {
+        flavor: Some(flavor.to_string()),
+        gpus,
+        cpu_cores,
+        memory_gib,
+    };
+    Ok(Some((id.to_string(), shape)))
+}
+
+fn openb(row: OpenbRow) -> Result<Option<(String, Shape)>, BadRow> {
+    let field = |column: &'static str, v: &Option<String>| -> Result<u32, BadRow> {
+        number(column, required(column, value(v))?, WHOLE)
+    };
+    let gpus = field("gpu", &row.gpu)?;
+    let model = value(&row.model);
+    if gpus > 0 && model.is_none() {
+        return Err(BadRow::new(
+            "model",
+            format!("missing the GPU model of a node with {gpus} GPUs"),
+        ));
+    }
+    let shape = Shape {
+        flavor: model.filter(|_| gpus > 0).map(str::to_ascii_lowercase),
+        gpus,
+        cpu_cores: field("cpu_milli", &row.cpu_milli)? / 1000,
+        memory_gib: field("memory_mib", &row.memory_mib)? / 1024,
+    };
+    Ok(Some((required("sn", value(&row.sn))?.to_string(), shape)))
+}
+
+fn cluster(name: &str, shapes: BTreeMap<Shape, u32>) -> ClusterSpec {
+    let base = |s: &Shape| match &s.flavor {
+        Some(flavor) => format!("{flavor}-x{}", s.gpus),
+        None => "cpu".to_string(),
+    };
+    let mut uses: BTreeMap<String, u32> = BTreeMap::new();
+    for shape in shapes.keys() {
+        *uses.entry(base(shape)).or_default() += 1;
+    }
+    let fanout = BTreeMap::from([
+        (Level::Rack, HOSTS_PER_RACK),
+        (Level::Block, RACKS_PER_BLOCK),
+    ]);
+    let mut pools: Vec<PoolSpec> = shapes
+        .into_iter()
+        .map(|(shape, nodes)| {
+            let mut name = base(&shape);
+            if uses.get(&name).is_some_and(|&n| n > 1) {
+                name = format!("{name}-{}c-{}g", shape.cpu_cores, shape.memory_gib);
+            }
+            PoolSpec {
+                name,
+                gpu_flavor: shape.flavor,
+                gpus_per_node: shape.gpus,
+                cpu_cores: shape.cpu_cores,
+                memory_gib: shape.memory_gib,
+                nodes,
+                fanout: fanout.clone(),
+            }
+        })
+        .collect();
+    pools.sort_by(|a, b| a.name.cmp(&b.name));
+    ClusterSpec {
+        name: name.to_string(),
+        labels: BTreeMap::new(),
+        cost_weight: 0,
+        topology: [Level::Block, Level::Rack]
+            .map(|level| LevelSpec { level, label: None })
+            .into(),
+        pools,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TRACES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/traces/");
+
+    fn real(file: &str, format: MachineListFormat) -> ClusterSpec {
+        let mut fleet = fleet_from_machine_list(&Path::new(TRACES).join(file), format)
+            .expect("machine list loads");
+        assert_eq!(fleet.clusters.len(), 1);
+        fleet.clusters.remove(0)
+    }
+
+    fn gpus(cluster: &ClusterSpec) -> u32 {
+        cluster
+            .pools
+            .iter()
+            .map(|p| p.nodes * p.gpus_per_node)
+            .sum()
+    }
+
+    fn summary(cluster: &ClusterSpec) -> Vec<(&str, u32)> {
+        cluster
+            .pools
+            .iter()
+            .map(|p| (p.name.as_str(), p.nodes))
+            .collect()
+    }
+
+    #[test]
+    fn philly_revised_list_has_3205_gpus() {
+        let philly = real(
+            "philly-2017/revised_machine_list.csv",
+            MachineListFormat::PhillyRevised,
+        );
+        assert_eq!(gpus(&philly), 3205);
+        assert_eq!(
+            summary(&philly),
+            [
+                ("philly-gpu-x2", 3),
+                ("philly-gpu-x3", 1),
+                ("philly-gpu-x4", 271),
+                ("philly-gpu-x8", 264)
+            ]
+        );
+        assert_eq!(philly.name, "philly");
+        let levels: Vec<_> = philly
+            .topology
+            .iter()
+            .map(|l| (l.level, l.label.clone()))
+            .collect();
+        assert_eq!(levels, [(Level::Block, None), (Level::Rack, None)]);
+        let x8 = &philly.pools[3];
+        assert_eq!(
+            (x8.cpu_cores, x8.memory_gib, x8.gpu_flavor.as_deref()),
+            (32, 256, Some("philly-gpu"))
+        );
+        assert_eq!(
+            x8.fanout,
+            BTreeMap::from([(Level::Block, 4), (Level::Rack, 8)])
+        );
+        assert_eq!(
+            (philly.pools[0].cpu_cores, philly.pools[0].memory_gib),
+            (16, 128)
+        );
+    }
+
+    #[test]
+    fn philly_listed_machines_have_2490_gpus() {
+        let philly = real(
+            "philly-2017/cluster_machine_list",
+            MachineListFormat::PhillyListed,
+        );
+        assert_eq!(gpus(&philly), 2490);
+        assert_eq!(
+            summary(&philly),
+            [("p100-12gb-x2", 321), ("p40-24gb-x8", 231)]
+        );
+    }
+
+    #[test]
+    fn openb_gpu_nodes_have_6212_gpus() {
+        let openb = real(
+            "alibaba-gpu-v2023-openb/openb_node_list_gpu_node.csv",
+            MachineListFormat::Openb,
+        );
+        assert_eq!(gpus(&openb), 6212);
+        assert_eq!(openb.pools.iter().map(|p| p.nodes).sum::<u32>(), 1213);
+        assert!(openb.pools.iter().all(|p| p.gpu_flavor.is_some()));
+        let g2 = openb
+            .pools
+            .iter()
+            .find(|p| p.name == "g2-x8")
+            .expect("g2 pool");
+        assert_eq!((g2.nodes, g2.cpu_cores, g2.memory_gib), (549, 96, 384));
+        // V100M16 8-GPU nodes come in two shapes.
+        assert!(openb.pools.iter().any(|p| p.name == "v100m16-x8-64c-256g"));
+        let mut names: Vec<_> = openb.pools.iter().map(|p| &p.name).collect();
+        names.dedup();
+        assert_eq!(names.len(), openb.pools.len());
+    }
+
+    #[test]
+    fn openb_cpu_nodes_become_pools_without_flavor() {
+        let openb = real(
+            "alibaba-gpu-v2023-openb/openb_node_list_all_node.csv",
+            MachineListFormat::Openb,
+        );
+        assert_eq!(gpus(&openb), 6212);
+        let cpu: u32 = openb
+            .pools
+            .iter()
+            .filter(|p| p.gpu_flavor.is_none())
+            .map(|p| p.nodes)
+            .sum();
+        assert_eq!(cpu, 310);
+        assert!(openb.pools.iter().any(|p| p.name == "cpu-32c-256g"));
+    }
+
+    #[test]
+    fn bad_machine_rows_name_line_and_column() {
+        let cases = [
+            (
+                "machineId, number of GPUs, single GPU mem\nm0,2, 12GB\nm1,2, 16GB\n",
+                MachineListFormat::PhillyListed,
+                "a.csv:3: column single GPU mem: ",
+            ),
+            (
+                "machineId, number of GPUs, single GPU mem\nm0,2, 12GB\nm0,8, 24GB\n",
+                MachineListFormat::PhillyListed,
+                "a.csv:3: column machineId: ",
+            ),
+            (
+                ",machineId,number of GPUs\n0,m0,eight\n",
+                MachineListFormat::PhillyRevised,
+                "a.csv:2: column number of GPUs: ",
+            ),
+            (
+                "sn,cpu_milli,memory_mib,gpu,model\nn0,1000,1024,2,\n",
+                MachineListFormat::Openb,
+                "a.csv:2: column model: ",
+            ),
+            (
+                "sn,cpu_milli,memory_mib,gpu\n",
+                MachineListFormat::Openb,
+                "a.csv:1: column model: ",
+            ),
+        ];
+        for (text, format, start) in cases {
+            let err = parse_machine_list(text, Path::new("a.csv"), format).expect_err(start);
+            assert!(err.to_string().starts_with(start), "{err}");
+        }
+        let err = parse_machine_list(
+            ",machineId,number of GPUs\n0,m0,0\n",
+            Path::new("a.csv"),
+            MachineListFormat::PhillyRevised,
+        )
+        .expect_err("no GPU machines");
+        assert_eq!(err.kind(), "empty");
+    }
+
+    #[test]
+    fn formats_parse_and_display() {
+        for f in MachineListFormat::ALL {
+            assert_eq!(f.to_string().parse::<MachineListFormat>(), Ok(f));
+        }
+        assert!("philly".parse::<MachineListFormat>().is_err());
+    }
+}
