@@ -24,7 +24,7 @@ pub struct PodShape {
 impl NodeFree {
     /// How many pods of `shape` fit here.
     pub fn pods(&self, shape: &PodShape) -> u32 {
-        let by = |free: u64, need: u64| if need == 0 { u64::from(u32::MAX) } else { free / need };
+        let by = |free: u64, need: u64| free.checked_div(need).unwrap_or(u64::from(u32::MAX));
         by(u64::from(self.gpus), u64::from(shape.gpus))
             .min(by(self.cpu_milli, shape.cpu_milli))
             .min(by(self.memory_mib, shape.memory_mib))

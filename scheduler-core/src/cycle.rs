@@ -105,15 +105,15 @@ pub fn queue_order(pending: &[Gang]) -> Vec<usize> {
 /// Runs one cycle. See the module docs.
 pub fn cycle(snapshot: Snapshot<'_>, pending: &[Gang], config: &Config) -> Cycle {
     let Snapshot { fleet, queues, capacity, usage } = snapshot;
-    let mut run = Run { fleet, queues, config, cap: capacity, usage, memo: BTreeMap::new(), stats: CycleStats::default() };
+    let mut run =
+        Run { fleet, queues, config, cap: capacity, usage, memo: BTreeMap::new(), stats: CycleStats::default() };
     let mut decisions: Vec<Option<Decision>> = vec![None; pending.len()];
     let mut blocked: BTreeMap<QueueId, &str> = BTreeMap::new();
     for i in queue_order(pending) {
         let gang = &pending[i];
         let queue = queues.id(&gang.queue);
-        let strict = queue.is_some_and(|q| {
-            config.strategy.unwrap_or(queues.spec(q).strategy) == QueueingStrategy::StrictFifo
-        });
+        let strict =
+            queue.is_some_and(|q| config.strategy.unwrap_or(queues.spec(q).strategy) == QueueingStrategy::StrictFifo);
         let decision = match queue.and_then(|q| blocked.get(&q).map(|head| (q, head))) {
             Some((q, head)) if strict => Decision::Pending(Reason::WaitingBehind {
                 queue: queues.spec(q).name.clone(),
@@ -181,11 +181,11 @@ impl Run<'_> {
                 return Err(Reason::NeverFits(short));
             }
             let key = memo_key(gang, ps, r);
-            if let Some((min_pods, short)) = self.memo.get(&key) {
-                if ps.pods >= *min_pods {
-                    self.stats.memo_hits += 1;
-                    return Err(Reason::NoDomain(Shortfall { pod_set: ps.name.clone(), pods: ps.pods, ..short.clone() }));
-                }
+            if let Some((min_pods, short)) = self.memo.get(&key)
+                && ps.pods >= *min_pods
+            {
+                self.stats.memo_hits += 1;
+                return Err(Reason::NoDomain(Shortfall { pod_set: ps.name.clone(), pods: ps.pods, ..short.clone() }));
             }
         }
         let order = self.cluster_order(&candidates, &resolved);
@@ -272,9 +272,13 @@ impl Run<'_> {
                 flavors: ps.flavors.clone(),
             });
         }
-        let in_fleet: Vec<(&str, FlavorId)> = names.iter().filter_map(|n| self.fleet.flavor(n).map(|f| (*n, f))).collect();
+        let in_fleet: Vec<(&str, FlavorId)> =
+            names.iter().filter_map(|n| self.fleet.flavor(n).map(|f| (*n, f))).collect();
         if in_fleet.is_empty() {
-            return Err(Reason::NoFlavor { pod_set: ps.name.clone(), flavors: names.iter().map(|s| s.to_string()).collect() });
+            return Err(Reason::NoFlavor {
+                pod_set: ps.name.clone(),
+                flavors: names.iter().map(|s| s.to_string()).collect(),
+            });
         }
         let mut first_shortage = None;
         let mut flavors = Vec::new();
@@ -333,7 +337,10 @@ impl Run<'_> {
                 .iter()
                 .zip(resolved)
                 .find(|(_, r)| {
-                    !self.fleet.cluster_ids().any(|c| r.flavors.iter().any(|f| f.is_none_or(|f| self.fleet.cluster(c).has_flavor(f))))
+                    !self
+                        .fleet
+                        .cluster_ids()
+                        .any(|c| r.flavors.iter().any(|f| f.is_none_or(|f| self.fleet.cluster(c).has_flavor(f))))
                 })
                 .unwrap_or((&gang.pod_sets[0], &resolved[0]));
             let flavors = r.flavors.iter().flatten().map(|f| self.fleet.flavor_name(*f).to_string()).collect();
@@ -372,14 +379,13 @@ impl Run<'_> {
     fn try_cluster(&mut self, cluster: ClusterId, gang: &Gang, resolved: &[Resolved]) -> Result<Admission, usize> {
         let mut placements = Vec::with_capacity(gang.pod_sets.len());
         for (i, (ps, r)) in gang.pod_sets.iter().zip(resolved).enumerate() {
-            let placed = r
-                .flavors
-                .iter()
-                .filter(|f| f.is_none_or(|f| self.fleet.cluster(cluster).has_flavor(f)))
-                .find_map(|&flavor| {
-                    let ask = ask(self.fleet, cluster, ps, flavor);
-                    Placer { fleet: self.fleet, cap: &mut self.cap, fill: self.config.fill }.place(cluster, &ask)
-                });
+            let placed =
+                r.flavors.iter().filter(|f| f.is_none_or(|f| self.fleet.cluster(cluster).has_flavor(f))).find_map(
+                    |&flavor| {
+                        let ask = ask(self.fleet, cluster, ps, flavor);
+                        Placer { fleet: self.fleet, cap: &mut self.cap, fill: self.config.fill }.place(cluster, &ask)
+                    },
+                );
             placements.push(placed.ok_or(i)?);
         }
         Ok(Admission { cluster, pod_sets: placements })
@@ -486,7 +492,14 @@ pub fn gang_charges(fleet: &Fleet, gang: &Gang, admission: &Admission) -> BTreeM
 }
 
 /// Returns what a finished or evicted gang held: capacity and quota.
-pub fn release(fleet: &Fleet, queues: &Queues, cap: &mut Capacity, usage: &mut QuotaUsage, gang: &Gang, admission: &Admission) {
+pub fn release(
+    fleet: &Fleet,
+    queues: &Queues,
+    cap: &mut Capacity,
+    usage: &mut QuotaUsage,
+    gang: &Gang,
+    admission: &Admission,
+) {
     for (ps, p) in gang.pod_sets.iter().zip(&admission.pod_sets) {
         for &(host, pods) in &p.hosts {
             cap.give_back(fleet, host, pods, ps.shape);

@@ -90,10 +90,7 @@ impl Cluster {
     /// may sit at its widest. A level the cluster does not label is treated strictly (the next
     /// narrower level it does label), so a constraint is never read more loosely than written.
     pub fn depth_for(&self, level: Level) -> u8 {
-        self.levels
-            .iter()
-            .position(|l| l.level >= level)
-            .map_or(self.host_depth(), |p| p as u8 + 1)
+        self.levels.iter().position(|l| l.level >= level).map_or(self.host_depth(), |p| p as u8 + 1)
     }
 
     pub(crate) fn flavor_row(&self, flavor: FlavorId) -> Option<usize> {
@@ -206,10 +203,7 @@ impl Fleet {
     }
 
     pub fn hosts(&self) -> impl Iterator<Item = (DomainId, &NodeSpec)> + '_ {
-        self.domains
-            .iter()
-            .enumerate()
-            .filter_map(|(i, d)| d.node.as_ref().map(|n| (DomainId(i as u32), n)))
+        self.domains.iter().enumerate().filter_map(|(i, d)| d.node.as_ref().map(|n| (DomainId(i as u32), n)))
     }
 }
 
@@ -301,13 +295,7 @@ impl FleetBuilder {
         if self.clusters.len() >= usize::from(u16::MAX) {
             return Err(FleetError::TooMany { what: "clusters", max: usize::from(u16::MAX) });
         }
-        self.clusters.push(PendingCluster {
-            name: name.to_string(),
-            labels,
-            cost_weight,
-            levels,
-            nodes: Vec::new(),
-        });
+        self.clusters.push(PendingCluster { name: name.to_string(), labels, cost_weight, levels, nodes: Vec::new() });
         Ok(ClusterId(self.clusters.len() as u16 - 1))
     }
 

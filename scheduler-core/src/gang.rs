@@ -84,10 +84,10 @@ impl Gang {
                 if slice.size == 0 || ps.pods % slice.size != 0 {
                     return field(at("slice.size"), "must be at least 1 and divide the pod count");
                 }
-                if let TopologyConstraint::Required(l) = ps.topology {
-                    if slice.level < l {
-                        return field(at("slice.level"), "must not be wider than the required level");
-                    }
+                if let TopologyConstraint::Required(l) = ps.topology
+                    && slice.level < l
+                {
+                    return field(at("slice.level"), "must not be wider than the required level");
                 }
             }
         }

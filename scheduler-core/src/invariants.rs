@@ -86,7 +86,11 @@ pub fn check_gang(fleet: &Fleet, gang: &Gang, admission: &Admission) -> Result<(
         for &(host, _) in &p.hosts {
             let flavor = fleet.domain(host).node.and_then(|n| n.gpu_flavor);
             if fleet.domain(host).cluster != admission.cluster || (ps.shape.gpus > 0 && flavor != p.flavor) {
-                return Err(Violation::WrongFlavor { gang: gang.id.clone(), pod_set: ps.name.clone(), host: fleet.path(host) });
+                return Err(Violation::WrongFlavor {
+                    gang: gang.id.clone(),
+                    pod_set: ps.name.clone(),
+                    host: fleet.path(host),
+                });
             }
         }
         if let TopologyConstraint::Required(level) = ps.topology {

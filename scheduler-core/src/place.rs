@@ -70,19 +70,15 @@ impl View<'_> {
 
     /// How many slices of `size` fit under `d`, each inside one domain at `depth`.
     fn slice_count(&self, d: DomainId, ask: &Ask, size: u32, depth: u8) -> u32 {
-        self.domains_at(d, depth, &|p, e| p.slots(e, ask) >= size)
-            .into_iter()
-            .map(|e| self.slots(e, ask) / size)
-            .sum()
+        self.domains_at(d, depth, &|p, e| p.slots(e, ask) >= size).into_iter().map(|e| self.slots(e, ask) / size).sum()
     }
 
     /// Free units left in `d` after placing the pod set there: the best-fit measure.
     fn leftover(&self, d: DomainId, ask: &Ask) -> u64 {
         match ask.flavor {
-            Some(f) if ask.shape.gpus > 0 => self
-                .cap
-                .free_gpus(self.fleet, d, f)
-                .saturating_sub(u64::from(ask.shape.gpus) * u64::from(ask.pods)),
+            Some(f) if ask.shape.gpus > 0 => {
+                self.cap.free_gpus(self.fleet, d, f).saturating_sub(u64::from(ask.shape.gpus) * u64::from(ask.pods))
+            }
             _ => self.cap.free_cpu_milli(d).saturating_sub(ask.shape.cpu_milli * u64::from(ask.pods)),
         }
     }
@@ -181,7 +177,14 @@ impl Placer<'_> {
         Some(PodSetPlacement { flavor: ask.flavor, span, hosts })
     }
 
-    fn fill_slices(&mut self, span: DomainId, ask: &Ask, size: u32, depth: u8, hosts: &mut Vec<(DomainId, u32)>) -> u32 {
+    fn fill_slices(
+        &mut self,
+        span: DomainId,
+        ask: &Ask,
+        size: u32,
+        depth: u8,
+        hosts: &mut Vec<(DomainId, u32)>,
+    ) -> u32 {
         let mut placed = 0;
         let slice_ask = Ask { pods: size, slice: None, ..*ask };
         while placed < ask.pods {

@@ -131,16 +131,16 @@ impl Queues {
             }
             let mut map = BTreeMap::new();
             for quo in &q.quotas {
-                if let Some(l) = quo.lending_limit {
-                    if l > quo.nominal {
-                        return Err(QueueError::LendingAboveNominal {
-                            queue: q.name.clone(),
-                            flavor: quo.flavor.clone(),
-                            resource: quo.resource,
-                            lending: l,
-                            nominal: quo.nominal,
-                        });
-                    }
+                if let Some(l) = quo.lending_limit
+                    && l > quo.nominal
+                {
+                    return Err(QueueError::LendingAboveNominal {
+                        queue: q.name.clone(),
+                        flavor: quo.flavor.clone(),
+                        resource: quo.resource,
+                        lending: l,
+                        nominal: quo.nominal,
+                    });
                 }
                 if q.cohort.is_none() && (quo.lending_limit.is_some() || quo.borrowing_limit.is_some()) {
                     return Err(QueueError::LimitsWithoutCohort { queue: q.name.clone() });

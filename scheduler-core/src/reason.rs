@@ -11,17 +11,37 @@ use crate::topology::Level;
 pub enum Reason {
     /// The gang as written can never be admitted.
     Invalid(GangError),
-    UnknownQueue { queue: String },
+    UnknownQueue {
+        queue: String,
+    },
     /// Its queue is StrictFIFO and an earlier gang of the queue is pending.
-    WaitingBehind { queue: String, gang: String },
+    WaitingBehind {
+        queue: String,
+        gang: String,
+    },
     /// The queue has quota for none of the flavors the pod set accepts.
-    NoQuotaForFlavor { queue: String, pod_set: String, flavors: Vec<String> },
-    QuotaExceeded { queue: String, flavor: String, resource: Resource, requested: u64, available: u64 },
+    NoQuotaForFlavor {
+        queue: String,
+        pod_set: String,
+        flavors: Vec<String>,
+    },
+    QuotaExceeded {
+        queue: String,
+        flavor: String,
+        resource: Resource,
+        requested: u64,
+        available: u64,
+    },
     /// No cluster in the fleet has any flavor the pod set accepts.
-    NoFlavor { pod_set: String, flavors: Vec<String> },
+    NoFlavor {
+        pod_set: String,
+        flavors: Vec<String>,
+    },
     /// Clusters with the flavor exist, but the gang's cluster filter (selector, pinning,
     /// back-off) or cordoning excludes them all.
-    NoClusterMatches { pod_set: String },
+    NoClusterMatches {
+        pod_set: String,
+    },
     /// Not enough free capacity now: no domain at `level` (whole cluster when `None`) has
     /// `pods` free slots; the largest has `largest` in `cluster`.
     NoDomain(Shortfall),

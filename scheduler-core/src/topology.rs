@@ -5,9 +5,7 @@ use std::str::FromStr;
 
 /// A canonical topology level, widest first. Each cluster maps its own node labels onto these;
 /// a cluster need not have every level, but every cluster has `Host`.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Level {
     Zone,

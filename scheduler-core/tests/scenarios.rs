@@ -9,7 +9,10 @@ use scheduler_core::{
 
 use Level::{Block, Host, Rack};
 
-fn fleet(clusters: &[(&str, &str, u32, &[(Level, u32)])]) -> Fleet {
+/// (name, GPU flavor, GPUs per node, fanout widest first)
+type ClusterShape<'a> = (&'a str, &'a str, u32, &'a [(Level, u32)]);
+
+fn fleet(clusters: &[ClusterShape<'_>]) -> Fleet {
     let mut b = FleetBuilder::new();
     for &(name, flavor, gpus, fanout) in clusters {
         uniform_cluster(&mut b, name, flavor, gpus, fanout).expect("valid cluster");
@@ -123,7 +126,8 @@ fn a_gang_larger_than_any_cluster_is_pending_for_good_with_its_size_named() {
 #[test]
 fn required_rack_without_a_free_rack_names_the_largest_one() {
     // Fill 3 hosts of every rack; a gang needing 2 hosts of one rack cannot start.
-    let mut gangs: Vec<Gang> = (0..8).map(|i| gang(&format!("fill{i}")).pods(3).gpus(8).required(Rack).submitted(i)).collect();
+    let mut gangs: Vec<Gang> =
+        (0..8).map(|i| gang(&format!("fill{i}")).pods(3).gpus(8).required(Rack).submitted(i)).collect();
     gangs.push(gang("pair").pods(2).gpus(8).required(Rack).submitted(100));
     let out = run(one_cluster(), gangs);
     let reason = out.reason("pair");
@@ -136,7 +140,8 @@ fn required_rack_without_a_free_rack_names_the_largest_one() {
 
 #[test]
 fn preferred_spreads_when_no_rack_fits_but_required_waits() {
-    let mut gangs: Vec<Gang> = (0..8).map(|i| gang(&format!("fill{i}")).pods(3).gpus(8).required(Rack).submitted(i)).collect();
+    let mut gangs: Vec<Gang> =
+        (0..8).map(|i| gang(&format!("fill{i}")).pods(3).gpus(8).required(Rack).submitted(i)).collect();
     gangs.push(gang("soft").pods(2).gpus(8).preferred(Rack).submitted(100));
     let out = run(one_cluster(), gangs);
     let (_, span) = out.admitted("soft").expect("preferred may spread");
@@ -186,7 +191,8 @@ fn quota_queues(strategy: QueueingStrategy) -> Queues {
 #[test]
 fn quota_names_the_queue_and_flavor() {
     let q = quota_queues(QueueingStrategy::BestEffortFifo);
-    let gangs = vec![gang("a").pods(2).gpus(8).queue("team-a").submitted(1), gang("b").gpus(8).queue("team-a").submitted(2)];
+    let gangs =
+        vec![gang("a").pods(2).gpus(8).queue("team-a").submitted(1), gang("b").gpus(8).queue("team-a").submitted(2)];
     let out = run_with(one_cluster(), &q, gangs, Config::default());
     assert!(out.admitted("a").is_some());
     assert_eq!(
@@ -226,8 +232,9 @@ fn an_invalid_gang_names_the_field_and_others_proceed() {
 
 #[test]
 fn same_snapshot_same_decisions() {
-    let gangs: Vec<Gang> =
-        (0..40).map(|i| gang(&format!("g{i}")).pods(1 + i % 5).gpus(1 << (i % 4)).preferred(Rack).submitted(u64::from(i % 7))).collect();
+    let gangs: Vec<Gang> = (0..40)
+        .map(|i| gang(&format!("g{i}")).pods(1 + i % 5).gpus(1 << (i % 4)).preferred(Rack).submitted(u64::from(i % 7)))
+        .collect();
     let a = run(one_cluster(), gangs.clone());
     let b = run(one_cluster(), gangs);
     assert_eq!(a.result.decisions, b.result.decisions);

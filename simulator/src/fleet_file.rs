@@ -59,3 +59,219 @@ pub struct PoolSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub fanout: BTreeMap<Level, u32>,
 }
+
+#[derive(Debug, thiserror::Error)]
+pub enum FleetFileError {
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    /// YAML that does not match the schema: serde_yaml names the field path, line and column.
+    #[error("{path}: {source}")]
+    Yaml { path: String, source: serde_yaml::Error },
+    #[error("{path}: {field}: {problem}")]
+    Field { path: String, field: String, problem: String },
+    #[error("{path}: {source}")]
+    Fleet { path: String, source: scheduler_core::FleetError },
+}
+
+impl FleetFileError {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            FleetFileError::Io { .. } => "io",
+            FleetFileError::Yaml { .. } => "yaml",
+            FleetFileError::Field { .. } => "field",
+            FleetFileError::Fleet { .. } => "fleet",
+        }
+    }
+}
+
+/// The fleet built into the binary: several clusters with different GPU flavors and topology
+/// depths, sized so the built-in Philly trace queues (see docs/simulator.md).
+pub const DEFAULT_FLEET_YAML: &str = include_str!("../data/default-fleet.yaml");
+
+impl FleetSpec {
+    pub fn parse(text: &str, path: &str) -> Result<Self, FleetFileError> {
+        serde_yaml::from_str(text).map_err(|source| FleetFileError::Yaml { path: path.into(), source })
+    }
+
+    pub fn load(path: &std::path::Path) -> Result<Self, FleetFileError> {
+        let shown = path.display().to_string();
+        let text =
+            std::fs::read_to_string(path).map_err(|source| FleetFileError::Io { path: shown.clone(), source })?;
+        Self::parse(&text, &shown)
+    }
+
+    pub fn builtin() -> Self {
+        // The built-in file is tested to parse; failing here is a build defect, not user input.
+        #[allow(clippy::expect_used)]
+        Self::parse(DEFAULT_FLEET_YAML, "built-in fleet").expect("the built-in fleet parses")
+    }
+
+    /// Lays out every pool and builds the scheduler's fleet. `path` names the file in errors.
+    pub fn build(&self, path: &str) -> Result<scheduler_core::Fleet, FleetFileError> {
+        let field =
+            |field: String, problem: &str| FleetFileError::Field { path: path.into(), field, problem: problem.into() };
+        let mut b = scheduler_core::FleetBuilder::new();
+        if self.clusters.is_empty() {
+            return Err(field("clusters".into(), "must list at least one cluster"));
+        }
+        for (ci, c) in self.clusters.iter().enumerate() {
+            let at = |f: &str| format!("clusters[{ci}].{f}");
+            if c.name.is_empty() {
+                return Err(field(at("name"), "must not be empty"));
+            }
+            if c.pools.is_empty() {
+                return Err(field(at("pools"), "must list at least one pool"));
+            }
+            let mut levels: Vec<scheduler_core::LevelInfo> = c
+                .topology
+                .iter()
+                .map(|l| scheduler_core::LevelInfo {
+                    level: l.level,
+                    label: l.label.clone().unwrap_or_else(|| l.level.default_label().into()),
+                })
+                .collect();
+            if levels.windows(2).any(|w| w[0].level >= w[1].level) {
+                return Err(field(
+                    at("topology"),
+                    "levels must be widest first (zone, block, rack, nvlink, host), each once",
+                ));
+            }
+            if levels.last().map(|l| l.level) != Some(Level::Host) {
+                levels
+                    .push(scheduler_core::LevelInfo { level: Level::Host, label: Level::Host.default_label().into() });
+            }
+            let id = b
+                .cluster(&c.name, &levels, c.labels.clone(), c.cost_weight)
+                .map_err(|source| FleetFileError::Fleet { path: path.into(), source })?;
+            for (pi, pool) in c.pools.iter().enumerate() {
+                let at = |f: &str| format!("clusters[{ci}].pools[{pi}].{f}");
+                if pool.nodes == 0 {
+                    return Err(field(at("nodes"), "must be at least 1"));
+                }
+                if pool.gpus_per_node > 0 && pool.gpu_flavor.is_none() {
+                    return Err(field(at("gpu_flavor"), "is required when gpus_per_node is above 0"));
+                }
+                if pool.gpus_per_node > scheduler_core::fleet::MAX_GPUS_PER_NODE {
+                    return Err(field(at("gpus_per_node"), "must be at most 64"));
+                }
+                for (level, &n) in &pool.fanout {
+                    if n == 0 {
+                        return Err(field(at(&format!("fanout.{level}")), "must be at least 1"));
+                    }
+                    if !levels.iter().any(|l| l.level == *level) || *level == Level::Host {
+                        return Err(field(
+                            at(&format!("fanout.{level}")),
+                            "names a level the cluster's topology does not list (fanout gives children per domain of zone, block, rack or nvlink)",
+                        ));
+                    }
+                }
+                for n in 0..pool.nodes {
+                    b.node(
+                        id,
+                        scheduler_core::NodeInput {
+                            path: node_path(&pool.name, n, &levels, &pool.fanout),
+                            gpu_flavor: pool.gpu_flavor.as_deref(),
+                            gpus: pool.gpus_per_node,
+                            cpu_milli: u64::from(pool.cpu_cores) * 1000,
+                            memory_mib: u64::from(pool.memory_gib) * 1024,
+                        },
+                    )
+                    .map_err(|source| FleetFileError::Fleet { path: path.into(), source })?;
+                }
+            }
+        }
+        b.build().map_err(|source| FleetFileError::Fleet { path: path.into(), source })
+    }
+}
+
+/// Topology values of node `n` of a pool: each level's domain index is the node's index
+/// divided by how many nodes one domain of that level holds. Names carry the pool, so pools
+/// never share a domain.
+fn node_path(pool: &str, n: u32, levels: &[scheduler_core::LevelInfo], fanout: &BTreeMap<Level, u32>) -> Vec<String> {
+    // nodes per domain at each level, narrowest first: host 1, then times the fanouts.
+    let mut per_domain = Vec::with_capacity(levels.len());
+    let mut size: u64 = 1;
+    for l in levels.iter().rev() {
+        if l.level != Level::Host {
+            size = match fanout.get(&l.level) {
+                Some(&f) => size * u64::from(f),
+                None => u64::MAX,
+            };
+        }
+        per_domain.push(size);
+    }
+    per_domain.reverse();
+    let mut path = Vec::with_capacity(levels.len());
+    let mut prefix = pool.to_string();
+    for (l, &size) in levels.iter().zip(&per_domain) {
+        if l.level == Level::Host {
+            path.push(format!("{prefix}-n{n}"));
+        } else {
+            let idx = if size == u64::MAX { 0 } else { u64::from(n) / size };
+            prefix = format!("{prefix}-{}{idx}", &l.level.as_str()[..1]);
+            path.push(prefix.clone());
+        }
+    }
+    path
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_builtin_fleet_builds() {
+        let fleet = FleetSpec::builtin().build("built-in").expect("valid");
+        assert!(fleet.clusters().len() >= 3);
+        let flavors = fleet.flavor_names();
+        assert!(flavors.len() >= 2, "several GPU flavors: {flavors:?}");
+        let depths: std::collections::BTreeSet<usize> = fleet.clusters().iter().map(|c| c.levels.len()).collect();
+        assert!(depths.len() >= 2, "different topology depths");
+    }
+
+    #[test]
+    fn fanout_lays_nodes_into_racks_and_blocks() {
+        let spec = FleetSpec::parse(
+            "clusters:\n- name: c\n  topology: [{level: block}, {level: rack}]\n  pools:\n  - {name: p, gpu_flavor: h100, gpus_per_node: 8, cpu_cores: 96, memory_gib: 1024, nodes: 20, fanout: {rack: 4, block: 2}}\n",
+            "t.yaml",
+        )
+        .expect("parses");
+        let fleet = spec.build("t.yaml").expect("builds");
+        let c = &fleet.clusters()[0];
+        let root = fleet.domain(c.root);
+        assert_eq!(root.children.len(), 3, "20 nodes / (4 x 2) per block -> 3 blocks");
+        let rack = fleet.domain(fleet.domain(root.children[0]).children[0]);
+        assert_eq!(rack.children.len(), 4);
+        assert_eq!(fleet.total_gpus(), 160);
+    }
+
+    #[test]
+    fn bad_fleet_files_name_the_file_and_field() {
+        let cases = [
+            ("clusters: []\n", "clusters: must list at least one cluster"),
+            (
+                "clusters:\n- name: c\n  topology: []\n  pools:\n  - {name: p, gpus_per_node: 8, cpu_cores: 1, memory_gib: 1, nodes: 1}\n",
+                "clusters[0].pools[0].gpu_flavor: is required",
+            ),
+            (
+                "clusters:\n- name: c\n  topology: [{level: rack}, {level: block}]\n  pools:\n  - {name: p, cpu_cores: 1, memory_gib: 1, nodes: 1}\n",
+                "clusters[0].topology: levels must be widest first",
+            ),
+            ("clusters:\n- name: c\n  topology: [{level: shelf}]\n  pools: []\n", "unknown variant `shelf`"),
+            (
+                "clusters:\n- name: c\n  topology: []\n  pools:\n  - {name: p, cpu_cores: 1, memory_gib: 1, nodes: 1, colour: red}\n",
+                "unknown field `colour`",
+            ),
+            (
+                "clusters:\n- name: c\n  topology: [{level: rack}]\n  pools:\n  - {name: p, cpu_cores: 1, memory_gib: 1, nodes: 4, fanout: {block: 2}}\n",
+                "clusters[0].pools[0].fanout.block: names a level",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = FleetSpec::parse(text, "fleet.yaml").and_then(|s| s.build("fleet.yaml")).expect_err(text);
+            let msg = err.to_string();
+            assert!(msg.starts_with("fleet.yaml: "), "{msg}");
+            assert!(msg.contains(want), "{msg:?} should contain {want:?}");
+        }
+    }
+}

@@ -27,9 +27,7 @@ use scheduler_core::Level;
 use serde::Deserialize;
 
 use crate::fleet_file::{ClusterSpec, FleetSpec, LevelSpec, PoolSpec};
-use crate::trace::{
-    BadRow, TraceError, WHOLE, check_header, deserialize, number, read_csv, required, value,
-};
+use crate::trace::{BadRow, TraceError, deserialize, read_csv, required, value, whole};
 
 const HOSTS_PER_RACK: u32 = 8;
 const RACKS_PER_BLOCK: u32 = 4;
@@ -46,11 +44,8 @@ pub enum MachineListFormat {
 }
 
 impl MachineListFormat {
-    pub const ALL: [MachineListFormat; 3] = [
-        MachineListFormat::PhillyRevised,
-        MachineListFormat::PhillyListed,
-        MachineListFormat::Openb,
-    ];
+    pub const ALL: [MachineListFormat; 3] =
+        [MachineListFormat::PhillyRevised, MachineListFormat::PhillyListed, MachineListFormat::Openb];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -65,6 +60,13 @@ impl MachineListFormat {
         match self {
             MachineListFormat::PhillyRevised | MachineListFormat::PhillyListed => "philly",
             MachineListFormat::Openb => "openb",
+        }
+    }
+
+    fn id_column(self) -> &'static str {
+        match self {
+            MachineListFormat::Openb => "sn",
+            _ => MACHINE_ID,
         }
     }
 
@@ -130,36 +132,24 @@ struct Shape {
 }
 
 /// Reads a machine list into a one-cluster fleet. The first bad row is an error.
-pub fn fleet_from_machine_list(
-    path: &Path,
-    format: MachineListFormat,
-) -> Result<FleetSpec, TraceError> {
+pub fn fleet_from_machine_list(path: &Path, format: MachineListFormat) -> Result<FleetSpec, TraceError> {
     parse_machine_list(&crate::trace::read(path)?, path, format)
 }
 
 /// As [`fleet_from_machine_list`], on text in memory; `path` only names it in errors.
-pub fn parse_machine_list(
-    text: &str,
-    path: &Path,
-    format: MachineListFormat,
-) -> Result<FleetSpec, TraceError> {
-    let (headers, rows) = read_csv(text, path)?;
-    check_header(path, &headers, format.columns(), None)?;
-    let id_column = format.columns()[0];
+pub fn parse_machine_list(text: &str, path: &Path, format: MachineListFormat) -> Result<FleetSpec, TraceError> {
+    let (headers, rows) = read_csv(text, path, format.columns(), None)?;
     let mut ids = BTreeSet::new();
     let mut shapes: BTreeMap<Shape, u32> = BTreeMap::new();
     for (line, record) in rows {
         let machine = record
             .and_then(|r| match format {
                 MachineListFormat::Openb => openb(deserialize(&r, &headers)?),
-                _ => philly(
-                    deserialize(&r, &headers)?,
-                    format == MachineListFormat::PhillyListed,
-                ),
+                _ => philly(deserialize(&r, &headers)?, format == MachineListFormat::PhillyListed),
             })
             .and_then(|m| match m {
                 Some((id, _)) if !ids.insert(id.clone()) => {
-                    Err(BadRow::new(id_column, format!("duplicate machine {id:?}")))
+                    Err(BadRow::new(format.id_column(), format!("duplicate machine {id:?}")))
                 }
                 m => Ok(m),
             })
@@ -171,59 +161,51 @@ pub fn parse_machine_list(
     if shapes.is_empty() {
         return Err(TraceError::Empty { path: path.into() });
     }
-    Ok(FleetSpec {
-        clusters: vec![cluster(format.cluster(), shapes)],
-    })
+    Ok(FleetSpec { clusters: vec![cluster(format.cluster(), shapes)] })
 }
 
 /// A Philly machine, or `None` for one without GPUs.
 fn philly(row: PhillyRow, listed: bool) -> Result<Option<(String, Shape)>, BadRow> {
-    let id = required(MACHINE_ID, value(&row.id))?;
-    let gpus: u32 = number(PHILLY_GPUS, required(PHILLY_GPUS, value(&row.gpus))?, WHOLE)?;
+    let id = required(MACHINE_ID, &row.id)?;
+    let gpus: u32 = whole(PHILLY_GPUS, &row.gpus)?;
     if gpus == 0 {
         return Ok(None);
     }
     let flavor = if listed {
-        match required(PHILLY_MEMORY, value(&row.memory))?
-            .to_ascii_lowercase()
-            .as_str()
-        {
-            "12gb" => "p100-12gb",
-            "24gb" => "p40-24gb",
-            _ => return Err(BadRow::new(PHILLY_MEMORY, "expected 12GB or 24GB")),
-        }
+        let memory = required(PHILLY_MEMORY, &row.memory)?;
+        philly_flavor(memory).ok_or_else(|| BadRow::new(PHILLY_MEMORY, "expected 12GB or 24GB"))?
     } else {
         "philly-gpu"
     };
     let (cpu_cores, memory_gib) = if gpus >= 8 { (32, 256) } else { (16, 128) };
-    let shape = Shape {
-        flavor: Some(flavor.to_string()),
-        gpus,
-        cpu_cores,
-        memory_gib,
-    };
+    let shape = Shape { flavor: Some(flavor.to_string()), gpus, cpu_cores, memory_gib };
     Ok(Some((id.to_string(), shape)))
 }
 
+/// The listed Philly machines name GPU memory, not the model: 12 GB is taken to be a P100,
+/// 24 GB a P40.
+fn philly_flavor(memory: &str) -> Option<&'static str> {
+    match memory.to_ascii_lowercase().as_str() {
+        "12gb" => Some("p100-12gb"),
+        "24gb" => Some("p40-24gb"),
+        _ => None,
+    }
+}
+
 fn openb(row: OpenbRow) -> Result<Option<(String, Shape)>, BadRow> {
-    let field = |column: &'static str, v: &Option<String>| -> Result<u32, BadRow> {
-        number(column, required(column, value(v))?, WHOLE)
-    };
-    let gpus = field("gpu", &row.gpu)?;
+    let id = required("sn", &row.sn)?;
+    let gpus = whole::<u32>("gpu", &row.gpu)?;
     let model = value(&row.model);
     if gpus > 0 && model.is_none() {
-        return Err(BadRow::new(
-            "model",
-            format!("missing the GPU model of a node with {gpus} GPUs"),
-        ));
+        return Err(BadRow::new("model", format!("missing the GPU model of a node with {gpus} GPUs")));
     }
     let shape = Shape {
         flavor: model.filter(|_| gpus > 0).map(str::to_ascii_lowercase),
         gpus,
-        cpu_cores: field("cpu_milli", &row.cpu_milli)? / 1000,
-        memory_gib: field("memory_mib", &row.memory_mib)? / 1024,
+        cpu_cores: whole::<u32>("cpu_milli", &row.cpu_milli)? / 1000,
+        memory_gib: whole::<u32>("memory_mib", &row.memory_mib)? / 1024,
     };
-    Ok(Some((required("sn", value(&row.sn))?.to_string(), shape)))
+    Ok(Some((id.to_string(), shape)))
 }
 
 fn cluster(name: &str, shapes: BTreeMap<Shape, u32>) -> ClusterSpec {
@@ -235,10 +217,7 @@ fn cluster(name: &str, shapes: BTreeMap<Shape, u32>) -> ClusterSpec {
     for shape in shapes.keys() {
         *uses.entry(base(shape)).or_default() += 1;
     }
-    let fanout = BTreeMap::from([
-        (Level::Rack, HOSTS_PER_RACK),
-        (Level::Block, RACKS_PER_BLOCK),
-    ]);
+    let fanout = BTreeMap::from([(Level::Rack, HOSTS_PER_RACK), (Level::Block, RACKS_PER_BLOCK)]);
     let mut pools: Vec<PoolSpec> = shapes
         .into_iter()
         .map(|(shape, nodes)| {
@@ -262,9 +241,7 @@ fn cluster(name: &str, shapes: BTreeMap<Shape, u32>) -> ClusterSpec {
         name: name.to_string(),
         labels: BTreeMap::new(),
         cost_weight: 0,
-        topology: [Level::Block, Level::Rack]
-            .map(|level| LevelSpec { level, label: None })
-            .into(),
+        topology: [Level::Block, Level::Rack].map(|level| LevelSpec { level, label: None }).into(),
         pools,
     }
 }
@@ -276,93 +253,50 @@ mod tests {
     const TRACES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/traces/");
 
     fn real(file: &str, format: MachineListFormat) -> ClusterSpec {
-        let mut fleet = fleet_from_machine_list(&Path::new(TRACES).join(file), format)
-            .expect("machine list loads");
+        let mut fleet = fleet_from_machine_list(&Path::new(TRACES).join(file), format).expect("machine list loads");
         assert_eq!(fleet.clusters.len(), 1);
         fleet.clusters.remove(0)
     }
 
     fn gpus(cluster: &ClusterSpec) -> u32 {
-        cluster
-            .pools
-            .iter()
-            .map(|p| p.nodes * p.gpus_per_node)
-            .sum()
+        cluster.pools.iter().map(|p| p.nodes * p.gpus_per_node).sum()
     }
 
     fn summary(cluster: &ClusterSpec) -> Vec<(&str, u32)> {
-        cluster
-            .pools
-            .iter()
-            .map(|p| (p.name.as_str(), p.nodes))
-            .collect()
+        cluster.pools.iter().map(|p| (p.name.as_str(), p.nodes)).collect()
     }
 
     #[test]
     fn philly_revised_list_has_3205_gpus() {
-        let philly = real(
-            "philly-2017/revised_machine_list.csv",
-            MachineListFormat::PhillyRevised,
-        );
+        let philly = real("philly-2017/revised_machine_list.csv", MachineListFormat::PhillyRevised);
         assert_eq!(gpus(&philly), 3205);
         assert_eq!(
             summary(&philly),
-            [
-                ("philly-gpu-x2", 3),
-                ("philly-gpu-x3", 1),
-                ("philly-gpu-x4", 271),
-                ("philly-gpu-x8", 264)
-            ]
+            [("philly-gpu-x2", 3), ("philly-gpu-x3", 1), ("philly-gpu-x4", 271), ("philly-gpu-x8", 264)]
         );
         assert_eq!(philly.name, "philly");
-        let levels: Vec<_> = philly
-            .topology
-            .iter()
-            .map(|l| (l.level, l.label.clone()))
-            .collect();
+        let levels: Vec<_> = philly.topology.iter().map(|l| (l.level, l.label.clone())).collect();
         assert_eq!(levels, [(Level::Block, None), (Level::Rack, None)]);
         let x8 = &philly.pools[3];
-        assert_eq!(
-            (x8.cpu_cores, x8.memory_gib, x8.gpu_flavor.as_deref()),
-            (32, 256, Some("philly-gpu"))
-        );
-        assert_eq!(
-            x8.fanout,
-            BTreeMap::from([(Level::Block, 4), (Level::Rack, 8)])
-        );
-        assert_eq!(
-            (philly.pools[0].cpu_cores, philly.pools[0].memory_gib),
-            (16, 128)
-        );
+        assert_eq!((x8.cpu_cores, x8.memory_gib, x8.gpu_flavor.as_deref()), (32, 256, Some("philly-gpu")));
+        assert_eq!(x8.fanout, BTreeMap::from([(Level::Block, 4), (Level::Rack, 8)]));
+        assert_eq!((philly.pools[0].cpu_cores, philly.pools[0].memory_gib), (16, 128));
     }
 
     #[test]
     fn philly_listed_machines_have_2490_gpus() {
-        let philly = real(
-            "philly-2017/cluster_machine_list",
-            MachineListFormat::PhillyListed,
-        );
+        let philly = real("philly-2017/cluster_machine_list", MachineListFormat::PhillyListed);
         assert_eq!(gpus(&philly), 2490);
-        assert_eq!(
-            summary(&philly),
-            [("p100-12gb-x2", 321), ("p40-24gb-x8", 231)]
-        );
+        assert_eq!(summary(&philly), [("p100-12gb-x2", 321), ("p40-24gb-x8", 231)]);
     }
 
     #[test]
     fn openb_gpu_nodes_have_6212_gpus() {
-        let openb = real(
-            "alibaba-gpu-v2023-openb/openb_node_list_gpu_node.csv",
-            MachineListFormat::Openb,
-        );
+        let openb = real("alibaba-gpu-v2023-openb/openb_node_list_gpu_node.csv", MachineListFormat::Openb);
         assert_eq!(gpus(&openb), 6212);
         assert_eq!(openb.pools.iter().map(|p| p.nodes).sum::<u32>(), 1213);
         assert!(openb.pools.iter().all(|p| p.gpu_flavor.is_some()));
-        let g2 = openb
-            .pools
-            .iter()
-            .find(|p| p.name == "g2-x8")
-            .expect("g2 pool");
+        let g2 = openb.pools.iter().find(|p| p.name == "g2-x8").expect("g2 pool");
         assert_eq!((g2.nodes, g2.cpu_cores, g2.memory_gib), (549, 96, 384));
         // V100M16 8-GPU nodes come in two shapes.
         assert!(openb.pools.iter().any(|p| p.name == "v100m16-x8-64c-256g"));
@@ -373,17 +307,9 @@ mod tests {
 
     #[test]
     fn openb_cpu_nodes_become_pools_without_flavor() {
-        let openb = real(
-            "alibaba-gpu-v2023-openb/openb_node_list_all_node.csv",
-            MachineListFormat::Openb,
-        );
+        let openb = real("alibaba-gpu-v2023-openb/openb_node_list_all_node.csv", MachineListFormat::Openb);
         assert_eq!(gpus(&openb), 6212);
-        let cpu: u32 = openb
-            .pools
-            .iter()
-            .filter(|p| p.gpu_flavor.is_none())
-            .map(|p| p.nodes)
-            .sum();
+        let cpu: u32 = openb.pools.iter().filter(|p| p.gpu_flavor.is_none()).map(|p| p.nodes).sum();
         assert_eq!(cpu, 310);
         assert!(openb.pools.iter().any(|p| p.name == "cpu-32c-256g"));
     }
@@ -411,11 +337,7 @@ mod tests {
                 MachineListFormat::Openb,
                 "a.csv:2: column model: ",
             ),
-            (
-                "sn,cpu_milli,memory_mib,gpu\n",
-                MachineListFormat::Openb,
-                "a.csv:1: column model: ",
-            ),
+            ("sn,cpu_milli,memory_mib,gpu\n", MachineListFormat::Openb, "a.csv:1: column model: "),
         ];
         for (text, format, start) in cases {
             let err = parse_machine_list(text, Path::new("a.csv"), format).expect_err(start);

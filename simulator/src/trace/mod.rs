@@ -59,36 +59,19 @@ pub struct Trace {
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     /// A value (or a header column) that is missing, malformed or out of range.
     #[error("{}:{line}: column {column}: {problem}", path.display())]
-    Row {
-        path: PathBuf,
-        line: u64,
-        column: String,
-        problem: String,
-    },
+    Row { path: PathBuf, line: u64, column: String, problem: String },
     /// A malformed row that no single column is to blame for: wrong field count, bad JSON line.
     #[error("{}:{line}: {problem}", path.display())]
-    Record {
-        path: PathBuf,
-        line: u64,
-        problem: String,
-    },
+    Record { path: PathBuf, line: u64, problem: String },
     /// Nothing usable in the file (no jobs, or no machines).
     #[error("{}: no usable rows", path.display())]
     Empty { path: PathBuf },
     /// The file as a whole is not valid JSON (Philly's single JSON array).
     #[error("{}:{line}:{column}: invalid JSON: {}", path.display(), without_position(source))]
-    Json {
-        path: PathBuf,
-        line: u64,
-        column: u64,
-        source: serde_json::Error,
-    },
+    Json { path: PathBuf, line: u64, column: u64, source: serde_json::Error },
 }
 
 impl TraceError {
@@ -125,8 +108,7 @@ pub enum TraceFormat {
 }
 
 impl TraceFormat {
-    pub const ALL: [TraceFormat; 3] =
-        [TraceFormat::Native, TraceFormat::Philly, TraceFormat::Openb];
+    pub const ALL: [TraceFormat; 3] = [TraceFormat::Native, TraceFormat::Philly, TraceFormat::Openb];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -167,35 +149,34 @@ pub struct LoadOptions {
 /// `.jsonl` or `.json`, CSV otherwise.
 pub fn load(path: &Path, format: TraceFormat, opts: &LoadOptions) -> Result<Trace, TraceError> {
     let text = read(path)?;
-    match format {
-        TraceFormat::Native => native::parse(&text, path, native::is_jsonl_path(path), opts),
-        _ => parse(&text, path, format, opts),
-    }
+    parse_as(&text, path, format, native::is_jsonl_path(path), opts)
 }
 
 /// Parses a trace held in memory; `path` only names it in errors. Native text is JSON Lines
 /// when its first non-blank character is `{`, CSV otherwise.
-pub fn parse(
+pub fn parse(text: &str, path: &Path, format: TraceFormat, opts: &LoadOptions) -> Result<Trace, TraceError> {
+    parse_as(text, path, format, native::is_jsonl_text(text), opts)
+}
+
+fn parse_as(
     text: &str,
     path: &Path,
     format: TraceFormat,
+    jsonl: bool,
     opts: &LoadOptions,
 ) -> Result<Trace, TraceError> {
     if text.trim().is_empty() {
         return Err(TraceError::Empty { path: path.into() });
     }
     match format {
-        TraceFormat::Native => native::parse(text, path, native::is_jsonl_text(text), opts),
+        TraceFormat::Native => native::parse(text, path, jsonl, opts),
         TraceFormat::Philly => philly::parse(text, path, opts),
         TraceFormat::Openb => openb::parse(text, path, opts),
     }
 }
 
 pub(crate) fn read(path: &Path) -> Result<String, TraceError> {
-    std::fs::read_to_string(path).map_err(|source| TraceError::Io {
-        path: path.into(),
-        source,
-    })
+    std::fs::read_to_string(path).map_err(|source| TraceError::Io { path: path.into(), source })
 }
 
 /// What is wrong with one row, before the caller adds the file and line.
@@ -207,33 +188,18 @@ pub(crate) struct BadRow {
 
 impl BadRow {
     pub(crate) fn new(column: impl Into<String>, problem: impl Into<String>) -> Self {
-        BadRow {
-            column: Some(column.into()),
-            problem: problem.into(),
-        }
+        BadRow { column: Some(column.into()), problem: problem.into() }
     }
 
     pub(crate) fn record(problem: impl Into<String>) -> Self {
-        BadRow {
-            column: None,
-            problem: problem.into(),
-        }
+        BadRow { column: None, problem: problem.into() }
     }
 
     pub(crate) fn at(self, path: &Path, line: u64) -> TraceError {
         let path = path.into();
         match self.column {
-            Some(column) => TraceError::Row {
-                path,
-                line,
-                column,
-                problem: self.problem,
-            },
-            None => TraceError::Record {
-                path,
-                line,
-                problem: self.problem,
-            },
+            Some(column) => TraceError::Row { path, line, column, problem: self.problem },
+            None => TraceError::Record { path, line, problem: self.problem },
         }
     }
 }
@@ -251,21 +217,11 @@ pub(crate) struct Collector<'a> {
 
 impl<'a> Collector<'a> {
     pub(crate) fn new(path: &'a Path, opts: &LoadOptions, id_column: &'static str) -> Self {
-        Collector {
-            path,
-            skip_bad_rows: opts.skip_bad_rows,
-            id_column,
-            ids: HashSet::new(),
-            trace: Trace::default(),
-        }
+        Collector { path, skip_bad_rows: opts.skip_bad_rows, id_column, ids: HashSet::new(), trace: Trace::default() }
     }
 
     /// Takes one row's outcome; a bad row (or a repeated id) fails the load unless skipping.
-    pub(crate) fn row(
-        &mut self,
-        line: u64,
-        row: Result<TraceJob, BadRow>,
-    ) -> Result<(), TraceError> {
+    pub(crate) fn row(&mut self, line: u64, row: Result<TraceJob, BadRow>) -> Result<(), TraceError> {
         let bad = match row {
             Ok(job) if self.ids.insert(job.id.clone()) => {
                 self.trace.jobs.push(job);
@@ -289,21 +245,13 @@ impl<'a> Collector<'a> {
     /// Shifts times so the first job submits at 0 and sorts by (submit, id).
     pub(crate) fn finish(self) -> Result<Trace, TraceError> {
         let mut trace = self.trace;
-        let origin =
-            trace
-                .jobs
-                .iter()
-                .map(|j| j.submit_s)
-                .min()
-                .ok_or_else(|| TraceError::Empty {
-                    path: self.path.into(),
-                })?;
+        let Some(origin) = trace.jobs.iter().map(|j| j.submit_s).min() else {
+            return Err(TraceError::Empty { path: self.path.into() });
+        };
         for job in &mut trace.jobs {
             job.submit_s -= origin;
         }
-        trace
-            .jobs
-            .sort_by(|a, b| (a.submit_s, &a.id).cmp(&(b.submit_s, &b.id)));
+        trace.jobs.sort_by(|a, b| (a.submit_s, &a.id).cmp(&(b.submit_s, &b.id)));
         Ok(trace)
     }
 }
@@ -313,128 +261,133 @@ pub(crate) fn value(v: &Option<String>) -> Option<&str> {
     v.as_deref().map(str::trim).filter(|s| !s.is_empty())
 }
 
-pub(crate) fn required<'v>(column: &str, v: Option<&'v str>) -> Result<&'v str, BadRow> {
-    v.ok_or_else(|| BadRow::new(column, "missing value"))
+/// A row's value that must be present (and not blank).
+pub(crate) fn required<'v>(column: &str, v: &'v Option<String>) -> Result<&'v str, BadRow> {
+    value(v).ok_or_else(|| BadRow::new(column, "missing value"))
 }
 
 /// Parses a number, naming the column and the expected kind of value on failure.
 pub(crate) fn number<T: FromStr>(column: &str, text: &str, expected: &str) -> Result<T, BadRow> {
-    text.parse()
-        .map_err(|_| BadRow::new(column, format!("expected {expected}, got {text:?}")))
+    text.parse().map_err(|_| BadRow::new(column, format!("expected {expected}, got {text:?}")))
 }
 
-/// An optional whole number (≥ 0), `default` when absent.
-pub(crate) fn count_or<T: FromStr>(column: &str, v: Option<&str>, default: T) -> Result<T, BadRow> {
-    v.map_or(Ok(default), |text| number(column, text, WHOLE))
+const WHOLE: &str = "a whole number ≥ 0";
+
+/// A required whole number (≥ 0, within `T`'s range).
+pub(crate) fn whole<T: FromStr>(column: &str, v: &Option<String>) -> Result<T, BadRow> {
+    number(column, required(column, v)?, WHOLE)
 }
 
-pub(crate) const WHOLE: &str = "a whole number ≥ 0";
+/// An optional whole number, `default` when absent.
+pub(crate) fn whole_or<T: FromStr>(column: &str, v: &Option<String>, default: T) -> Result<T, BadRow> {
+    value(v).map_or(Ok(default), |text| number(column, text, WHOLE))
+}
 
-/// Seconds: a finite number ≥ 0, fractions allowed (callers round).
-pub(crate) fn seconds(column: &str, text: &str) -> Result<f64, BadRow> {
+/// Required seconds: a finite number ≥ 0, fractions allowed (callers round).
+pub(crate) fn seconds(column: &str, v: &Option<String>) -> Result<f64, BadRow> {
     let expected = "a number of seconds ≥ 0";
+    let text = required(column, v)?;
     match number::<f64>(column, text, expected)? {
         s if s.is_finite() && s >= 0.0 => Ok(s),
-        _ => Err(BadRow::new(
-            column,
-            format!("expected {expected}, got {text:?}"),
-        )),
+        _ => Err(BadRow::new(column, format!("expected {expected}, got {text:?}"))),
     }
 }
 
 /// A `|`-separated flavor list as a sorted set (traces repeat names: `V100M32|V100M32`).
 pub(crate) fn flavor_list(text: Option<&str>) -> Vec<String> {
-    let names: BTreeSet<&str> = text
-        .unwrap_or_default()
-        .split('|')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .collect();
+    let names: BTreeSet<&str> = text.unwrap_or_default().split('|').map(str::trim).filter(|s| !s.is_empty()).collect();
     names.into_iter().map(str::to_string).collect()
 }
 
-/// Opens CSV text for row-by-row checking: returns the header and the rows with their 1-based
-/// line numbers. Fields are trimmed; blank lines are skipped; a row whose width differs from
-/// the header's is a bad row (the reader is flexible so that it gets a line number).
+/// Opens CSV text for row-by-row checking. Checks the header: no column twice, every
+/// `required` column present and, when `known` is given, no column outside it. Returns the
+/// header and the rows with their 1-based line numbers. Fields are trimmed and blank lines
+/// skipped; a row whose width differs from the header's is a bad row (the reader is flexible
+/// so that such a row still gets a line number).
 pub(crate) fn read_csv<'a>(
     text: &'a str,
     path: &Path,
-) -> Result<
-    (
-        StringRecord,
-        impl Iterator<Item = (u64, Result<StringRecord, BadRow>)> + use<'a>,
-    ),
-    TraceError,
-> {
-    let mut reader = csv::ReaderBuilder::new()
-        .trim(csv::Trim::All)
-        .flexible(true)
-        .from_reader(text.as_bytes());
-    let headers = reader
-        .headers()
-        .map_err(|e| BadRow::record(e.to_string()).at(path, line_of_error(&e)))?
-        .clone();
-    let width = headers.len();
-    let rows = reader
-        .into_records()
-        .filter_map(move |record| match record {
-            Err(e) => Some((line_of_error(&e), Err(BadRow::record(e.to_string())))),
-            Ok(r) if r.iter().all(str::is_empty) => None,
-            Ok(r) => {
-                let line = r.position().map_or(0, csv::Position::line);
-                let row = if r.len() == width {
-                    Ok(r)
-                } else {
-                    Err(BadRow::record(format!(
-                        "{} fields, but the header has {width}",
-                        r.len()
-                    )))
-                };
-                Some((line, row))
-            }
-        });
+    required: &[&str],
+    known: Option<&[&str]>,
+) -> Result<(StringRecord, CsvRows<'a>), TraceError> {
+    let lines = LineIndex::new(text);
+    let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).flexible(true).from_reader(text.as_bytes());
+    let headers =
+        reader.headers().map_err(|e| BadRow::record(e.to_string()).at(path, lines.line(e.position())))?.clone();
+    check_header(&headers, required, known).map_err(|bad| bad.at(path, lines.line(headers.position())))?;
+    let rows = CsvRows { width: headers.len(), records: reader.into_records(), lines };
     Ok((headers, rows))
 }
 
-fn line_of_error(e: &csv::Error) -> u64 {
-    e.position().map_or(0, csv::Position::line)
+/// The rows of [`read_csv`], each with its line.
+pub(crate) struct CsvRows<'a> {
+    width: usize,
+    records: csv::StringRecordsIntoIter<&'a [u8]>,
+    lines: LineIndex<'a>,
 }
 
-/// Checks a CSV header: no column twice, every `required` column present and, when `known`
-/// is given, no column outside it. Errors point at the header line.
-pub(crate) fn check_header(
-    path: &Path,
-    headers: &StringRecord,
-    required: &[&str],
-    known: Option<&[&str]>,
-) -> Result<(), TraceError> {
-    let line = headers.position().map_or(1, csv::Position::line);
-    let bad = |column: &str, problem: String| Err(BadRow::new(column, problem).at(path, line));
+impl Iterator for CsvRows<'_> {
+    type Item = (u64, Result<StringRecord, BadRow>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (width, lines) = (self.width, &self.lines);
+        self.records.by_ref().find_map(|record| match record {
+            Err(e) => Some((lines.line(e.position()), Err(BadRow::record(e.to_string())))),
+            Ok(r) if r.iter().all(str::is_empty) => None,
+            Ok(r) if r.len() != width => {
+                let problem = format!("{} fields, but the header has {width}", r.len());
+                Some((lines.line(r.position()), Err(BadRow::record(problem))))
+            }
+            Ok(r) => Some((lines.line(r.position()), Ok(r))),
+        })
+    }
+}
+
+fn check_header(headers: &StringRecord, required: &[&str], known: Option<&[&str]>) -> Result<(), BadRow> {
     for (i, column) in headers.iter().enumerate() {
         if let Some(known) = known.filter(|k| !k.contains(&column)) {
-            return bad(
-                column,
-                format!("unknown column (expected {})", known.join(", ")),
-            );
+            let problem = format!("unknown column (expected {})", known.join(", "));
+            return Err(BadRow::new(column, problem));
         }
         if headers.iter().take(i).any(|c| c == column) {
-            return bad(column, "column appears twice".into());
+            return Err(BadRow::new(column, "column appears twice"));
         }
     }
     match required.iter().find(|c| !headers.iter().any(|h| h == **c)) {
-        Some(missing) => bad(missing, "missing required column".into()),
+        Some(missing) => Err(BadRow::new(*missing, "missing required column")),
         None => Ok(()),
     }
 }
 
+/// Line numbers of CSV records. The csv crate's own line count misses blank lines and CRLF
+/// line ends, and its byte offset can point at the line break before a record (or before the
+/// blank lines it skipped), so line breaks there are passed over before counting.
+#[derive(Debug)]
+struct LineIndex<'a> {
+    text: &'a str,
+    /// Byte offsets of every `\n`.
+    newlines: Vec<usize>,
+}
+
+impl<'a> LineIndex<'a> {
+    fn new(text: &'a str) -> Self {
+        let newlines = text.match_indices('\n').map(|(i, _)| i).collect();
+        LineIndex { text, newlines }
+    }
+
+    fn line(&self, position: Option<&csv::Position>) -> u64 {
+        let Some(byte) = position.and_then(|p| usize::try_from(p.byte()).ok()) else {
+            return 0;
+        };
+        let rest = self.text.as_bytes().get(byte..).unwrap_or_default();
+        let start = byte + rest.iter().take_while(|b| matches!(b, b'\r' | b'\n')).count();
+        self.newlines.partition_point(|&n| n < start) as u64 + 1
+    }
+}
+
 /// Maps a CSV row onto a row struct by header name.
-pub(crate) fn deserialize<T: DeserializeOwned>(
-    record: &StringRecord,
-    headers: &StringRecord,
-) -> Result<T, BadRow> {
-    record
-        .deserialize(Some(headers))
-        .map_err(|e| BadRow::record(e.to_string()))
+pub(crate) fn deserialize<T: DeserializeOwned>(record: &StringRecord, headers: &StringRecord) -> Result<T, BadRow> {
+    record.deserialize(Some(headers)).map_err(|e| BadRow::record(e.to_string()))
 }
 
 #[cfg(test)]
@@ -447,33 +400,20 @@ mod tests {
             assert_eq!(f.to_string().parse::<TraceFormat>(), Ok(f));
         }
         let err = "x".parse::<TraceFormat>().expect_err("unknown");
-        assert_eq!(
-            err.to_string(),
-            "unknown trace format \"x\" (expected native, philly or openb)"
-        );
+        assert_eq!(err.to_string(), "unknown trace format \"x\" (expected native, philly or openb)");
     }
 
     #[test]
     fn blank_text_is_empty() {
-        let err = parse(
-            " \n",
-            Path::new("t.csv"),
-            TraceFormat::Native,
-            &LoadOptions::default(),
-        )
-        .expect_err("empty");
+        let err = parse(" \n", Path::new("t.csv"), TraceFormat::Native, &LoadOptions::default()).expect_err("empty");
         assert_eq!(err.kind(), "empty");
         assert_eq!(err.to_string(), "t.csv: no usable rows");
     }
 
     #[test]
     fn missing_file_is_io() {
-        let err = load(
-            Path::new("/nonexistent/trace.csv"),
-            TraceFormat::Native,
-            &LoadOptions::default(),
-        )
-        .expect_err("missing");
+        let err = load(Path::new("/nonexistent/trace.csv"), TraceFormat::Native, &LoadOptions::default())
+            .expect_err("missing");
         assert_eq!(err.kind(), "io");
         assert!(err.to_string().starts_with("/nonexistent/trace.csv: "));
     }

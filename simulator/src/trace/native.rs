@@ -56,8 +56,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{
-    BadRow, Collector, LoadOptions, Trace, TraceError, TraceJob, TracePodSet, WHOLE, check_header,
-    count_or, deserialize, flavor_list, number, read_csv, required, seconds, value,
+    BadRow, Collector, LoadOptions, Trace, TraceError, TraceJob, TracePodSet, deserialize, flavor_list, number,
+    read_csv, required, seconds, value, whole, whole_or,
 };
 
 /// All columns, in the order `write_csv` writes them.
@@ -106,12 +106,7 @@ pub(super) fn is_jsonl_text(text: &str) -> bool {
     text.trim_start().starts_with('{')
 }
 
-pub(super) fn parse(
-    text: &str,
-    path: &Path,
-    jsonl: bool,
-    opts: &LoadOptions,
-) -> Result<Trace, TraceError> {
+pub(super) fn parse(text: &str, path: &Path, jsonl: bool, opts: &LoadOptions) -> Result<Trace, TraceError> {
     let mut jobs = Collector::new(path, opts, "id");
     if jsonl {
         for (i, line) in text.lines().enumerate() {
@@ -120,13 +115,9 @@ pub(super) fn parse(
             }
         }
     } else {
-        let (headers, rows) = read_csv(text, path)?;
-        check_header(path, &headers, &REQUIRED, Some(&COLUMNS))?;
+        let (headers, rows) = read_csv(text, path, &REQUIRED, Some(&COLUMNS))?;
         for (line, record) in rows {
-            jobs.row(
-                line,
-                record.and_then(|r| deserialize(&r, &headers)).and_then(job),
-            )?;
+            jobs.row(line, record.and_then(|r| deserialize(&r, &headers)).and_then(job))?;
         }
     }
     jobs.finish()
@@ -135,19 +126,12 @@ pub(super) fn parse(
 /// A JSON object as a [`Row`]: numbers keep their JSON text, so both encodings share [`job`].
 fn json_row(line: &str) -> Result<Row, BadRow> {
     let object: serde_json::Map<String, Value> = serde_json::from_str(line).map_err(|e| {
-        BadRow::record(format!(
-            "invalid JSON at column {}: {}",
-            e.column(),
-            super::without_position(&e)
-        ))
+        BadRow::record(format!("not a JSON object (column {}): {}", e.column(), super::without_position(&e)))
     })?;
     let mut texts = serde_json::Map::new();
     for (key, v) in object {
         if !COLUMNS.contains(&key.as_str()) {
-            return Err(BadRow::new(
-                key,
-                format!("unknown column (expected {})", COLUMNS.join(", ")),
-            ));
+            return Err(BadRow::new(key, format!("unknown column (expected {})", COLUMNS.join(", "))));
         }
         let text = match v {
             Value::Null => continue,
@@ -165,37 +149,31 @@ fn json_row(line: &str) -> Result<Row, BadRow> {
 
 /// Checks one row and builds its job.
 fn job(row: Row) -> Result<TraceJob, BadRow> {
-    let duration = seconds(
-        "duration_s",
-        required("duration_s", value(&row.duration_s))?,
-    )?;
-    if duration <= 0.0 {
+    let id = required("id", &row.id)?.to_string();
+    let submit_s = seconds("submit_s", &row.submit_s)?.floor() as u64;
+    let duration_s = seconds("duration_s", &row.duration_s)?.ceil() as u64;
+    if duration_s == 0 {
         return Err(BadRow::new("duration_s", "must be greater than 0"));
     }
-    let pods = count_or("pods", value(&row.pods), 1)?;
+    let pods = whole_or("pods", &row.pods, 1)?;
     if pods == 0 {
         return Err(BadRow::new("pods", "must be at least 1"));
     }
-    let topology = value(&row.topology)
-        .map_or(Ok(TopologyConstraint::Unconstrained), str::parse)
-        .map_err(|e| BadRow::new("topology", e.to_string()))?;
     let pod_set = TracePodSet {
         name: POD_SET.to_string(),
         pods,
-        gpus_per_pod: number(
-            "gpus_per_pod",
-            required("gpus_per_pod", value(&row.gpus_per_pod))?,
-            WHOLE,
-        )?,
-        cpu_milli: count_or("cpu_milli", value(&row.cpu_milli), 0)?,
-        memory_mib: count_or("memory_mib", value(&row.memory_mib), 0)?,
+        gpus_per_pod: whole("gpus_per_pod", &row.gpus_per_pod)?,
+        cpu_milli: whole_or("cpu_milli", &row.cpu_milli, 0)?,
+        memory_mib: whole_or("memory_mib", &row.memory_mib, 0)?,
         flavors: flavor_list(value(&row.gpu_flavor)),
-        topology,
+        topology: value(&row.topology)
+            .map_or(Ok(TopologyConstraint::Unconstrained), str::parse)
+            .map_err(|e| BadRow::new("topology", e.to_string()))?,
     };
     Ok(TraceJob {
-        id: required("id", value(&row.id))?.to_string(),
-        submit_s: seconds("submit_s", required("submit_s", value(&row.submit_s))?)?.floor() as u64,
-        duration_s: duration.ceil() as u64,
+        id,
+        submit_s,
+        duration_s,
         pod_sets: vec![pod_set],
         queue: value(&row.queue).map(str::to_string),
         priority: value(&row.priority).map_or(Ok(0), |p| number("priority", p, "an integer"))?,
@@ -249,34 +227,23 @@ mod tests {
     const PATH: &str = "jobs.csv";
 
     fn load(text: &str) -> Result<Trace, TraceError> {
-        super::super::parse(
-            text,
-            Path::new(PATH),
-            super::super::TraceFormat::Native,
-            &LoadOptions::default(),
-        )
+        super::super::parse(text, Path::new(PATH), super::super::TraceFormat::Native, &LoadOptions::default())
     }
 
     fn skipping(text: &str) -> Trace {
-        let opts = LoadOptions {
-            skip_bad_rows: true,
-        };
-        super::super::parse(
-            text,
-            Path::new(PATH),
-            super::super::TraceFormat::Native,
-            &opts,
-        )
-        .expect("loads when skipping")
+        let opts = LoadOptions { skip_bad_rows: true };
+        super::super::parse(text, Path::new(PATH), super::super::TraceFormat::Native, &opts)
+            .expect("loads when skipping")
     }
 
-    const HEADER: &str = "id,submit_s,duration_s,pods,gpus_per_pod,cpu_milli,memory_mib,gpu_flavor,queue,priority,topology\n";
+    const HEADER: &str =
+        "id,submit_s,duration_s,pods,gpus_per_pod,cpu_milli,memory_mib,gpu_flavor,queue,priority,topology\n";
 
     #[test]
     fn csv_jobs_load_with_defaults_and_normalised_times() {
         let text = format!(
             "{HEADER}b,100.7,3600,4,8,32000,262144,h100|a100|h100,research,-3,required:rack\n\n\
-             a,250,0.5,,1,,,,,,\n\"c,1\",100,10,1,0,0,,,,none\n"
+             a,250,0.5,,1,,,,,,\n\"c,1\",100,10,1,0,0,,,,,none\n"
         );
         let trace = load(&text).expect("loads");
         let ids: Vec<_> = trace.jobs.iter().map(|j| j.id.as_str()).collect();
@@ -297,10 +264,7 @@ mod tests {
             }]
         );
         let a = &trace.jobs[2];
-        assert_eq!(
-            (a.submit_s, a.duration_s, a.priority, a.queue.as_deref()),
-            (150, 1, 0, None)
-        );
+        assert_eq!((a.submit_s, a.duration_s, a.priority, a.queue.as_deref()), (150, 1, 0, None));
         let set = &a.pod_sets[0];
         assert_eq!((set.pods, set.cpu_milli, set.memory_mib), (1, 0, 0));
         assert!(set.flavors.is_empty());
@@ -319,9 +283,7 @@ mod tests {
         let jsonl = "\n{\"id\": \"b\", \"submit_s\": 100.7, \"duration_s\": 3600, \"pods\": 4, \"gpus_per_pod\": \"8\", \
                      \"gpu_flavor\": \"h100\", \"queue\": \"research\", \"priority\": -3, \"topology\": \"preferred:block\"}\n\
                      {\"id\": \"a\", \"submit_s\": 250, \"duration_s\": 1, \"gpus_per_pod\": 1, \"queue\": null}\n";
-        let csv = format!(
-            "{HEADER}b,100.7,3600,4,8,,,h100,research,-3,preferred:block\na,250,1,,1,,,,,,\n"
-        );
+        let csv = format!("{HEADER}b,100.7,3600,4,8,,,h100,research,-3,preferred:block\na,250,1,,1,,,,,,\n");
         assert_eq!(load(jsonl).expect("jsonl"), load(&csv).expect("csv"));
     }
 
@@ -329,10 +291,7 @@ mod tests {
     fn assert_bad(text: &str, line: u64, column: &str) {
         let err = load(text).expect_err("bad row");
         let shown = err.to_string();
-        assert!(
-            shown.starts_with(&format!("{PATH}:{line}: column {column}: ")),
-            "{shown}"
-        );
+        assert!(shown.starts_with(&format!("{PATH}:{line}: column {column}: ")), "{shown}");
         assert_eq!(err.kind(), "row");
     }
 
@@ -343,39 +302,21 @@ mod tests {
         assert_bad(&format!("{HEADER}{ok}x,-1,10,1,1,,,,,,\n"), 3, "submit_s");
         assert_bad(&format!("{HEADER}{ok}\nx,0,0,1,1,,,,,,\n"), 4, "duration_s");
         assert_bad(&format!("{HEADER}{ok}x,0,10,1,,,,,,,\n"), 3, "gpus_per_pod");
-        assert_bad(
-            &format!("{HEADER}{ok}x,0,10,1,1,,,,,,required:shelf\n"),
-            3,
-            "topology",
-        );
+        assert_bad(&format!("{HEADER}{ok}x,0,10,1,1,,,,,,required:shelf\n"), 3, "topology");
         assert_bad(&format!("{HEADER}{ok}ok,5,10,1,1,,,,,,\n"), 3, "id");
         assert_bad(&format!("{HEADER}{ok}x,0,10,1,1,,,,,2.5,\n"), 3, "priority");
         assert_bad("id,submit_s,gpus_per_pod\nx,0,1\n", 1, "duration_s");
-        assert_bad(
-            "id,submit_s,duration_s,gpus_per_pod,colour\nx,0,1,1,red\n",
-            1,
-            "colour",
-        );
+        assert_bad("id,submit_s,duration_s,gpus_per_pod,colour\nx,0,1,1,red\n", 1, "colour");
         assert_bad("id,submit_s,duration_s,gpus_per_pod,id\n", 1, "id");
     }
 
     #[test]
     fn bad_jsonl_rows_name_file_line_and_column() {
         let ok = "{\"id\": \"ok\", \"submit_s\": 0, \"duration_s\": 1, \"gpus_per_pod\": 1}\n";
+        assert_bad(&format!("{ok}{{\"id\": \"x\", \"submit_s\": 0, \"duration_s\": 1}}\n"), 2, "gpus_per_pod");
+        assert_bad(&format!("{ok}\n{{\"id\": \"x\", \"colour\": 1}}\n"), 3, "colour");
         assert_bad(
-            &format!("{ok}{{\"id\": \"x\", \"submit_s\": 0, \"duration_s\": 1}}\n"),
-            2,
-            "gpus_per_pod",
-        );
-        assert_bad(
-            &format!("{ok}\n{{\"id\": \"x\", \"colour\": 1}}\n"),
-            3,
-            "colour",
-        );
-        assert_bad(
-            &format!(
-                "{ok}{{\"id\": \"x\", \"submit_s\": 0, \"duration_s\": 0, \"gpus_per_pod\": 1}}\n"
-            ),
+            &format!("{ok}{{\"id\": \"x\", \"submit_s\": 0, \"duration_s\": 0, \"gpus_per_pod\": 1}}\n"),
             2,
             "duration_s",
         );
@@ -383,27 +324,30 @@ mod tests {
         assert_bad(&format!("{ok}{ok}"), 2, "id");
         let err = load(&format!("{ok}{{\"id\": \n")).expect_err("bad JSON");
         assert_eq!(err.kind(), "record");
-        assert!(
-            err.to_string()
-                .starts_with("jobs.csv:2: invalid JSON at column"),
-            "{err}"
-        );
+        assert_eq!(err.to_string(), "jobs.csv:2: not a JSON object (column 7): EOF while parsing a value");
+    }
+
+    #[test]
+    fn line_numbers_count_blank_lines_and_crlf() {
+        let ok = "ok,0,10,1,1,,,,,,";
+        let bad = "x,0,10,1,1,,,,,,required:shelf";
+        let text = format!("\n\n{HEADER}{ok}\n\n\n  \n{bad}\n");
+        assert_bad(&text, 8, "topology");
+        assert_bad(&format!("{HEADER}{ok}\n\n{bad}\n").replace('\n', "\r\n"), 4, "topology");
+        let quoted = format!("{HEADER}\"o\nk\",0,10,1,1,,,,,,\n{bad}\n");
+        assert_bad(&quoted, 4, "topology");
+        assert_bad("\r\n\r\nid,submit_s\r\n", 3, "duration_s");
     }
 
     #[test]
     fn a_row_of_the_wrong_width_is_a_bad_record() {
         let err = load(&format!("{HEADER}x,0,10\n")).expect_err("short row");
-        assert_eq!(
-            err.to_string(),
-            "jobs.csv:2: 3 fields, but the header has 11"
-        );
+        assert_eq!(err.to_string(), "jobs.csv:2: 3 fields, but the header has 11");
     }
 
     #[test]
     fn skipping_counts_bad_rows() {
-        let text = format!(
-            "{HEADER}a,0,10,1,1,,,,,,\nb,x,10,1,1,,,,,,\na,0,10,1,1,,,,,,\nc,1\nd,5,10,1,1,,,,,,\n"
-        );
+        let text = format!("{HEADER}a,0,10,1,1,,,,,,\nb,x,10,1,1,,,,,,\na,0,10,1,1,,,,,,\nc,1\nd,5,10,1,1,,,,,,\n");
         let trace = skipping(&text);
         assert_eq!(trace.jobs.len(), 2);
         assert_eq!(trace.skipped_rows, 3);
@@ -411,9 +355,7 @@ mod tests {
             &format!("{HEADER}a,x,1,1,1,,,,,,\n"),
             Path::new(PATH),
             super::super::TraceFormat::Native,
-            &LoadOptions {
-                skip_bad_rows: true,
-            },
+            &LoadOptions { skip_bad_rows: true },
         )
         .expect_err("nothing left");
         assert_eq!(err.kind(), "empty");
@@ -430,6 +372,20 @@ mod tests {
         assert!(written.starts_with(HEADER), "{written}");
         assert_eq!(load(&written).expect("reads back"), trace);
         assert_eq!(write_csv(&load(&written).expect("again")), written);
+    }
+
+    #[test]
+    fn the_documented_examples_load() {
+        let csv = "id,submit_s,duration_s,pods,gpus_per_pod,cpu_milli,memory_mib,gpu_flavor,queue,priority,topology\n\
+                   train-1,0,3600,4,8,32000,262144,h100|a100,research,10,required:rack\n\
+                   eval-7,120.5,600,1,1,,,,,,\n";
+        let jsonl = "{\"id\": \"train-1\", \"submit_s\": 0, \"duration_s\": 3600, \"pods\": 4, \"gpus_per_pod\": 8, \"topology\": \"required:rack\"}\n\
+                     {\"id\": \"eval-7\", \"submit_s\": 120.5, \"duration_s\": 600, \"gpus_per_pod\": 1}\n";
+        for text in [csv, jsonl] {
+            let trace = load(text).expect("example loads");
+            assert_eq!(trace.jobs.len(), 2);
+            assert_eq!(trace.jobs[1].submit_s, 120);
+        }
     }
 
     #[test]

@@ -19,8 +19,8 @@ use serde::Deserialize;
 
 use super::native::POD_SET;
 use super::{
-    BadRow, Collector, LoadOptions, Trace, TraceError, TraceJob, TracePodSet, WHOLE, check_header,
-    deserialize, flavor_list, number, read_csv, required, seconds, value,
+    BadRow, Collector, LoadOptions, Trace, TraceError, TraceJob, TracePodSet, deserialize, flavor_list, read_csv,
+    required, seconds, value, whole,
 };
 
 const COLUMNS: [&str; 10] = [
@@ -52,8 +52,7 @@ struct Row {
 }
 
 pub(super) fn parse(text: &str, path: &Path, opts: &LoadOptions) -> Result<Trace, TraceError> {
-    let (headers, rows) = read_csv(text, path)?;
-    check_header(path, &headers, &COLUMNS, None)?;
+    let (headers, rows) = read_csv(text, path, &COLUMNS, None)?;
     let mut jobs = Collector::new(path, opts, "name");
     for (line, record) in rows {
         match record.and_then(|r| deserialize(&r, &headers)).and_then(pod) {
@@ -67,65 +66,43 @@ pub(super) fn parse(text: &str, path: &Path, opts: &LoadOptions) -> Result<Trace
 
 /// The pod's job, or `None` when it never ran.
 fn pod(row: Row) -> Result<Option<TraceJob>, BadRow> {
-    let field = |column: &'static str, v: &Option<String>| required(column, value(v));
-    let gpus: u32 = number("num_gpu", field("num_gpu", &row.num_gpu)?, WHOLE)?;
+    let id = required("name", &row.name)?.to_string();
+    let gpus: u32 = whole("num_gpu", &row.num_gpu)?;
     if gpus > MAX_GPUS {
-        return Err(BadRow::new(
-            "num_gpu",
-            format!("expected 0 to {MAX_GPUS} GPUs, got {gpus}"),
-        ));
+        return Err(BadRow::new("num_gpu", format!("expected 0 to {MAX_GPUS} GPUs, got {gpus}")));
     }
-    let gpu_milli: u32 = number("gpu_milli", field("gpu_milli", &row.gpu_milli)?, WHOLE)?;
+    let gpu_milli: u32 = whole("gpu_milli", &row.gpu_milli)?;
     if gpu_milli > 1000 {
-        return Err(BadRow::new(
-            "gpu_milli",
-            format!("expected at most 1000, got {gpu_milli}"),
-        ));
+        return Err(BadRow::new("gpu_milli", format!("expected at most 1000, got {gpu_milli}")));
     }
-    let qos = field("qos", &row.qos)?.to_ascii_lowercase();
+    let qos = required("qos", &row.qos)?.to_ascii_lowercase();
     let priority = match qos.as_str() {
         "ls" | "guaranteed" | "burstable" => 1,
         "be" => 0,
         _ => {
-            return Err(BadRow::new(
-                "qos",
-                "expected LS, BE, Burstable or Guaranteed",
-            ));
+            return Err(BadRow::new("qos", "expected LS, BE, Burstable or Guaranteed"));
         }
     };
-    let time = |column: &'static str, v: &Option<String>| -> Result<u64, BadRow> {
-        Ok(seconds(column, field(column, v)?)?.floor() as u64)
-    };
+    let time = |column: &str, v: &Option<String>| Ok::<_, BadRow>(seconds(column, v)?.floor() as u64);
     let submit_s = time("creation_time", &row.creation_time)?;
     let deleted = time("deletion_time", &row.deletion_time)?;
     let pod_set = TracePodSet {
         name: POD_SET.to_string(),
         pods: 1,
         gpus_per_pod: gpus,
-        cpu_milli: number("cpu_milli", field("cpu_milli", &row.cpu_milli)?, WHOLE)?,
-        memory_mib: number("memory_mib", field("memory_mib", &row.memory_mib)?, WHOLE)?,
+        cpu_milli: whole("cpu_milli", &row.cpu_milli)?,
+        memory_mib: whole("memory_mib", &row.memory_mib)?,
         flavors: flavor_list(value(&row.gpu_spec).map(str::to_ascii_lowercase).as_deref()),
         topology: TopologyConstraint::Unconstrained,
     };
-    let id = field("name", &row.name)?.to_string();
     if value(&row.scheduled_time).is_none() {
         return Ok(None);
     }
     let scheduled = time("scheduled_time", &row.scheduled_time)?;
     let ran = deleted.checked_sub(scheduled).ok_or_else(|| {
-        BadRow::new(
-            "deletion_time",
-            format!("deleted at {deleted} s, before being scheduled at {scheduled} s"),
-        )
+        BadRow::new("deletion_time", format!("deleted at {deleted} s, before being scheduled at {scheduled} s"))
     })?;
-    Ok(Some(TraceJob {
-        id,
-        submit_s,
-        duration_s: ran.max(1),
-        pod_sets: vec![pod_set],
-        queue: Some(qos),
-        priority,
-    }))
+    Ok(Some(TraceJob { id, submit_s, duration_s: ran.max(1), pod_sets: vec![pod_set], queue: Some(qos), priority }))
 }
 
 #[cfg(test)]
@@ -135,18 +112,10 @@ mod tests {
     use super::super::{LoadOptions, TraceFormat, load, parse as parse_trace};
     use super::*;
 
-    const DIR: &str = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/traces/alibaba-gpu-v2023-openb/"
-    );
+    const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/traces/alibaba-gpu-v2023-openb/");
 
     fn real(file: &str) -> Trace {
-        load(
-            &Path::new(DIR).join(file),
-            TraceFormat::Openb,
-            &LoadOptions::default(),
-        )
-        .expect("openb trace loads")
+        load(&Path::new(DIR).join(file), TraceFormat::Openb, &LoadOptions::default()).expect("openb trace loads")
     }
 
     #[test]
@@ -161,10 +130,7 @@ mod tests {
         assert_eq!(gpus.keys().copied().collect::<Vec<_>>(), [0, 1, 2, 4, 8]);
         assert!(trace.jobs.iter().all(|j| j.pod_sets[0].flavors.is_empty()));
         let first = &trace.jobs[0];
-        assert_eq!(
-            (first.id.as_str(), first.submit_s, first.duration_s),
-            ("openb-pod-0000", 0, 12_537_496)
-        );
+        assert_eq!((first.id.as_str(), first.submit_s, first.duration_s), ("openb-pod-0000", 0, 12_537_496));
         assert_eq!((first.queue.as_deref(), first.priority), (Some("ls"), 1));
     }
 
@@ -172,34 +138,18 @@ mod tests {
     fn the_gpuspec33_list_carries_deduplicated_flavors() {
         let trace = real("openb_pod_list_gpuspec33.csv");
         assert_eq!(trace.jobs.len(), 8152 - 897);
-        let constrained = trace
-            .jobs
-            .iter()
-            .filter(|j| !j.pod_sets[0].flavors.is_empty())
-            .count();
+        let constrained = trace.jobs.iter().filter(|j| !j.pod_sets[0].flavors.is_empty()).count();
         assert!(constrained > 2000, "{constrained}");
-        let widest = trace
-            .jobs
-            .iter()
-            .map(|j| &j.pod_sets[0].flavors)
-            .max_by_key(|f| f.len());
+        let widest = trace.jobs.iter().map(|j| &j.pod_sets[0].flavors).max_by_key(|f| f.len());
         let expected = ["a10", "g2", "p100", "t4", "v100m16", "v100m32"];
-        assert_eq!(
-            widest.map(Vec::as_slice),
-            Some(expected.map(String::from).as_slice())
-        );
+        assert_eq!(widest.map(Vec::as_slice), Some(expected.map(String::from).as_slice()));
     }
 
     const HEADER: &str = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n";
 
     fn parse_text(rows: &str, skip_bad_rows: bool) -> Result<Trace, TraceError> {
         let text = format!("{HEADER}{rows}");
-        parse_trace(
-            &text,
-            Path::new("pods.csv"),
-            TraceFormat::Openb,
-            &LoadOptions { skip_bad_rows },
-        )
+        parse_trace(&text, Path::new("pods.csv"), TraceFormat::Openb, &LoadOptions { skip_bad_rows })
     }
 
     #[test]
@@ -209,17 +159,12 @@ mod tests {
                     p3,1000,1024,8,1000,,LS,Pending,45,100,\n";
         let trace = parse_text(rows, false).expect("loads");
         assert_eq!(trace.withdrawn, 1);
-        let [p2, p1] = trace.jobs.as_slice() else {
-            panic!("two jobs: {trace:?}")
-        };
+        let [p2, p1] = trace.jobs.as_slice() else { panic!("two jobs: {trace:?}") };
         assert_eq!((p2.submit_s, p2.duration_s, p2.priority), (0, 1, 1));
         assert_eq!(p2.queue.as_deref(), Some("burstable"));
         assert_eq!((p1.submit_s, p1.duration_s, p1.priority), (10, 30, 0));
         let set = &p1.pod_sets[0];
-        assert_eq!(
-            (set.pods, set.gpus_per_pod, set.cpu_milli, set.memory_mib),
-            (1, 1, 6000, 12288)
-        );
+        assert_eq!((set.pods, set.gpus_per_pod, set.cpu_milli, set.memory_mib), (1, 1, 6000, 12288));
         assert_eq!(set.flavors, ["v100m16", "v100m32"]);
     }
 
@@ -237,25 +182,12 @@ mod tests {
         ];
         for (row, column) in cases {
             let err = parse_text(&format!("{ok}{row}"), false).expect_err(column);
-            assert!(
-                err.to_string()
-                    .starts_with(&format!("pods.csv:3: column {column}: ")),
-                "{err}"
-            );
+            assert!(err.to_string().starts_with(&format!("pods.csv:3: column {column}: ")), "{err}");
             let trace = parse_text(&format!("{ok}{row}"), true).expect("skips");
             assert_eq!((trace.jobs.len(), trace.skipped_rows), (1, 1));
         }
-        let err = parse_trace(
-            "name,qos\nx,LS\n",
-            Path::new("pods.csv"),
-            TraceFormat::Openb,
-            &LoadOptions::default(),
-        )
-        .expect_err("header");
-        assert!(
-            err.to_string()
-                .starts_with("pods.csv:1: column cpu_milli: missing required column"),
-            "{err}"
-        );
+        let err = parse_trace("name,qos\nx,LS\n", Path::new("pods.csv"), TraceFormat::Openb, &LoadOptions::default())
+            .expect_err("header");
+        assert!(err.to_string().starts_with("pods.csv:1: column cpu_milli: missing required column"), "{err}");
     }
 }

@@ -96,8 +96,7 @@ fn job(record: &Value) -> Result<TraceJob, BadRow> {
         .filter(|&g| g > 0)
         .ok_or_else(|| BadRow::new("num_gpus", "expected a whole number ≥ 1"))?;
     let submit = time(record.get("submitted_time"), "submitted_time")?;
-    let submit_s =
-        u64::try_from(submit).map_err(|_| BadRow::new("submitted_time", "before 1970"))?;
+    let submit_s = u64::try_from(submit).map_err(|_| BadRow::new("submitted_time", "before 1970"))?;
     let (pods, gpus_per_pod) = gang_shape(gpus);
     let pod_set = TracePodSet {
         name: POD_SET.to_string(),
@@ -106,11 +105,7 @@ fn job(record: &Value) -> Result<TraceJob, BadRow> {
         cpu_milli: CPU_MILLI_PER_GPU * u64::from(gpus_per_pod),
         memory_mib: MEMORY_MIB_PER_GPU * u64::from(gpus_per_pod),
         flavors: Vec::new(),
-        topology: if pods > 1 {
-            TopologyConstraint::Preferred(Level::Rack)
-        } else {
-            TopologyConstraint::Unconstrained
-        },
+        topology: if pods > 1 { TopologyConstraint::Preferred(Level::Rack) } else { TopologyConstraint::Unconstrained },
     };
     Ok(TraceJob {
         id: id.trim().to_string(),
@@ -130,10 +125,7 @@ fn run_time(attempts: Option<&Value>) -> Result<u64, BadRow> {
         .ok_or_else(|| BadRow::new("attempts", "expected a non-empty list of attempts"))?;
     let mut total = 0;
     for (i, attempt) in attempts.iter().enumerate() {
-        let start = time(
-            attempt.get("start_time"),
-            &format!("attempts[{i}].start_time"),
-        )?;
+        let start = time(attempt.get("start_time"), &format!("attempts[{i}].start_time"))?;
         let end_column = format!("attempts[{i}].end_time");
         let end = time(attempt.get("end_time"), &end_column)?;
         if end < start {
@@ -148,15 +140,9 @@ fn run_time(attempts: Option<&Value>) -> Result<u64, BadRow> {
 }
 
 fn time(v: Option<&Value>, column: &str) -> Result<i64, BadRow> {
-    let text = v
-        .and_then(Value::as_str)
-        .ok_or_else(|| BadRow::new(column, "expected a time string"))?;
-    naive_seconds(text).ok_or_else(|| {
-        BadRow::new(
-            column,
-            format!("expected a time as YYYY-MM-DD HH:MM:SS, got {text:?}"),
-        )
-    })
+    let text = v.and_then(Value::as_str).ok_or_else(|| BadRow::new(column, "expected a time string"))?;
+    naive_seconds(text)
+        .ok_or_else(|| BadRow::new(column, format!("expected a time as YYYY-MM-DD HH:MM:SS, got {text:?}")))
 }
 
 /// `YYYY-MM-DD HH:MM:SS` as seconds since 1970-01-01 00:00:00, the time taken as UTC.
@@ -209,9 +195,7 @@ fn gang_shape(gpus: u32) -> (u32, u32) {
     if gpus <= GPUS_PER_NODE {
         return (1, gpus);
     }
-    let pods = (gpus.div_ceil(GPUS_PER_NODE)..=gpus)
-        .find(|p| gpus % p == 0)
-        .unwrap_or(gpus);
+    let pods = (gpus.div_ceil(GPUS_PER_NODE)..=gpus).find(|p| gpus / p * p == gpus).unwrap_or(gpus);
     (pods, gpus / pods)
 }
 
@@ -222,19 +206,12 @@ mod tests {
     use super::super::{LoadOptions, TraceFormat, load, parse as parse_trace};
     use super::*;
 
-    const JOBS: &str = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/traces/philly-2017/jobs_2017-09_2017-10.json"
-    );
+    const JOBS: &str =
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/traces/philly-2017/jobs_2017-09_2017-10.json");
 
     #[test]
     fn the_real_trace_loads_with_the_readme_gang_sizes() {
-        let trace = load(
-            Path::new(JOBS),
-            TraceFormat::Philly,
-            &LoadOptions::default(),
-        )
-        .expect("Philly trace loads");
+        let trace = load(Path::new(JOBS), TraceFormat::Philly, &LoadOptions::default()).expect("Philly trace loads");
         assert_eq!(trace.jobs.len(), 1455);
         assert_eq!((trace.skipped_rows, trace.withdrawn), (0, 0));
         let mut sizes = BTreeMap::new();
@@ -242,44 +219,20 @@ mod tests {
             let set = &job.pod_sets[0];
             *sizes.entry(set.pods * set.gpus_per_pod).or_insert(0) += 1;
         }
-        let expected = [
-            (4, 738),
-            (7, 1),
-            (8, 639),
-            (12, 4),
-            (16, 50),
-            (20, 1),
-            (24, 2),
-            (32, 20),
-        ];
+        let expected = [(4, 738), (7, 1), (8, 639), (12, 4), (16, 50), (20, 1), (24, 2), (32, 20)];
         assert_eq!(sizes, BTreeMap::from(expected));
         // Submits run 2017-09-04 10:30:41 → 2017-10-31 23:23:30.
         assert_eq!(trace.jobs[0].submit_s, 0);
         let last = trace.jobs.last().expect("jobs");
         assert_eq!(last.submit_s, 1_509_492_210 - 1_504_521_041);
-        assert!(
-            trace
-                .jobs
-                .windows(2)
-                .all(|w| w[0].submit_s <= w[1].submit_s)
-        );
+        assert!(trace.jobs.windows(2).all(|w| w[0].submit_s <= w[1].submit_s));
     }
 
     #[test]
     fn duration_sums_the_attempts() {
         let text = std::fs::read_to_string(JOBS).expect("read");
-        let trace = parse_trace(
-            &text,
-            Path::new(JOBS),
-            TraceFormat::Philly,
-            &LoadOptions::default(),
-        )
-        .expect("loads");
-        let job = trace
-            .jobs
-            .iter()
-            .find(|j| j.id == "application_1506638472019_14199")
-            .expect("first record");
+        let trace = parse_trace(&text, Path::new(JOBS), TraceFormat::Philly, &LoadOptions::default()).expect("loads");
+        let job = trace.jobs.iter().find(|j| j.id == "application_1506638472019_14199").expect("first record");
         // 01:12:09 → 01:13:23, then 2017-10-07 01:13:30 → 2017-10-09 06:53:12.
         assert_eq!(job.duration_s, 74 + 2 * 86_400 + 5 * 3600 + 39 * 60 + 42);
         assert_eq!(job.pod_sets[0].cpu_milli, 32_000);
@@ -288,20 +241,8 @@ mod tests {
 
     #[test]
     fn gangs_are_cut_into_equal_node_sized_pods() {
-        let shapes = [
-            (4, (1, 4)),
-            (7, (1, 7)),
-            (8, (1, 8)),
-            (12, (2, 6)),
-            (16, (2, 8)),
-        ];
-        let more = [
-            (20, (4, 5)),
-            (24, (3, 8)),
-            (32, (4, 8)),
-            (11, (11, 1)),
-            (128, (16, 8)),
-        ];
+        let shapes = [(4, (1, 4)), (7, (1, 7)), (8, (1, 8)), (12, (2, 6)), (16, (2, 8))];
+        let more = [(20, (4, 5)), (24, (3, 8)), (32, (4, 8)), (11, (11, 1)), (128, (16, 8))];
         for (gpus, shape) in shapes.into_iter().chain(more) {
             assert_eq!(gang_shape(gpus), shape, "{gpus} GPUs");
         }
@@ -343,12 +284,7 @@ mod tests {
 ]"#;
 
     fn parse_text(text: &str, skip_bad_rows: bool) -> Result<Trace, TraceError> {
-        parse_trace(
-            text,
-            Path::new("p.json"),
-            TraceFormat::Philly,
-            &LoadOptions { skip_bad_rows },
-        )
+        parse_trace(text, Path::new("p.json"), TraceFormat::Philly, &LoadOptions { skip_bad_rows })
     }
 
     #[test]
@@ -360,74 +296,42 @@ mod tests {
         let a = &trace.jobs[1];
         assert_eq!((a.submit_s, a.duration_s), (60, 3600));
         assert_eq!((a.pod_sets[0].pods, a.pod_sets[0].gpus_per_pod), (2, 6));
-        assert_eq!(
-            a.pod_sets[0].topology,
-            TopologyConstraint::Preferred(Level::Rack)
-        );
+        assert_eq!(a.pod_sets[0].topology, TopologyConstraint::Preferred(Level::Rack));
         assert_eq!(element_lines(TWO), [2, 8]);
     }
 
     #[test]
     fn a_corrupt_record_names_its_line_and_field() {
         let cases = [
-            (
-                "\"2017-10-07 01:00:30\"",
-                "\"2017-10-07 01:00:61\"",
-                "attempts[1].end_time",
-            ),
-            (
-                "\"2017-10-07 01:00:30\"",
-                "\"2017-10-07 01:00:15\"",
-                "attempts[1].end_time",
-            ),
+            ("\"2017-10-07 01:00:30\"", "\"2017-10-07 01:00:61\"", "attempts[1].end_time"),
+            ("\"2017-10-07 01:00:30\"", "\"2017-10-07 01:00:15\"", "attempts[1].end_time"),
             ("\"num_gpus\": 4", "\"num_gpus\": 0", "num_gpus"),
             ("\"num_gpus\": 4", "\"num_gpus\": \"4\"", "num_gpus"),
-            (
-                "\"submitted_time\": \"2017-10-07 00:58:00\"",
-                "\"submitted\": 1",
-                "submitted_time",
-            ),
+            ("\"submitted_time\": \"2017-10-07 00:58:00\"", "\"submitted\": 1", "submitted_time"),
         ];
         for (from, to, column) in cases {
             let text = TWO.replace(from, to);
             let err = parse_text(&text, false).expect_err(column);
             assert_eq!(err.kind(), "row");
-            assert!(
-                err.to_string()
-                    .starts_with(&format!("p.json:8: column {column}: ")),
-                "{err}"
-            );
+            assert!(err.to_string().starts_with(&format!("p.json:8: column {column}: ")), "{err}");
             let trace = parse_text(&text, true).expect("skips");
             assert_eq!((trace.jobs.len(), trace.skipped_rows), (1, 1));
         }
-        let zero = TWO
-            .replace("01:00:10", "01:00:00")
-            .replace("01:00:30", "01:00:20");
+        let zero = TWO.replace("01:00:10", "01:00:00").replace("01:00:30", "01:00:20");
         let err = parse_text(&zero, false).expect_err("no run time");
-        assert!(
-            err.to_string().starts_with("p.json:8: column attempts: "),
-            "{err}"
-        );
+        assert!(err.to_string().starts_with("p.json:8: column attempts: "), "{err}");
     }
 
     #[test]
     fn broken_json_reports_line_and_column() {
-        let err = parse_text(&TWO.replace("\"num_gpus\": 4,", "\"num_gpus\": 4"), false)
-            .expect_err("syntax");
+        let err = parse_text(&TWO.replace("\"num_gpus\": 4,", "\"num_gpus\": 4"), false).expect_err("syntax");
         assert_eq!(err.kind(), "json");
-        assert!(
-            err.to_string()
-                .starts_with("p.json:11:9: invalid JSON: expected `,` or `}`"),
-            "{err}"
-        );
+        assert!(err.to_string().starts_with("p.json:11:9: invalid JSON: expected `,` or `}`"), "{err}");
     }
 
     #[test]
     fn element_lines_skip_strings_and_nesting() {
         assert_eq!(element_lines("[]"), Vec::<u64>::new());
-        assert_eq!(
-            element_lines("[\n{\"a\": \"],{\\\"\"},\n [1, 2],\n 3]"),
-            [2, 3, 4]
-        );
+        assert_eq!(element_lines("[\n{\"a\": \"],{\\\"\"},\n [1, 2],\n 3]"), [2, 3, 4]);
     }
 }

@@ -1,0 +1,145 @@
+//! Invariants on random fleets and gangs: no node over-committed, gangs whole, Required(level)
+//! never broken, quota within borrowing limits, every pending gang with a reason, and the same
+//! snapshot giving the same decisions. Several cycles run with releases in between.
+
+use proptest::prelude::*;
+use scheduler_core::fixture::{GangExt, gang, uniform_cluster};
+use scheduler_core::invariants;
+use scheduler_core::{
+    Admission, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang, Level, QueueSpec,
+    QueueingStrategy, Queues, Quota, QuotaUsage, Resource, Snapshot, cycle, release,
+};
+
+fn arb_fleet() -> impl Strategy<Value = Fleet> {
+    let cluster = (
+        prop::sample::select(vec!["h100", "a100"]),
+        prop::sample::select(vec![1u32, 2, 4, 8]),
+        prop::sample::select(vec![
+            vec![(Level::Host, 6)],
+            vec![(Level::Rack, 3), (Level::Host, 2)],
+            vec![(Level::Block, 2), (Level::Rack, 2), (Level::Host, 3)],
+            vec![(Level::Zone, 2), (Level::Rack, 2), (Level::Nvlink, 2), (Level::Host, 2)],
+        ]),
+    );
+    prop::collection::vec(cluster, 1..4).prop_map(|clusters| {
+        let mut b = FleetBuilder::new();
+        for (i, (flavor, gpus, fanout)) in clusters.iter().enumerate() {
+            uniform_cluster(&mut b, &format!("c{i}"), flavor, *gpus, fanout).expect("valid");
+        }
+        b.build().expect("valid")
+    })
+}
+
+fn arb_gang(i: usize) -> impl Strategy<Value = Gang> {
+    (
+        1u32..10,
+        prop::sample::select(vec![0u32, 1, 2, 4, 8]),
+        prop::sample::select(vec![None, Some(Level::Host), Some(Level::Rack), Some(Level::Block), Some(Level::Zone)]),
+        any::<bool>(),
+        prop::sample::select(vec!["", "h100", "a100"]),
+        prop::sample::select(vec!["a", "b", "c"]),
+        0i32..3,
+        0u64..20,
+    )
+        .prop_map(move |(pods, gpus, level, required, flavor, queue, priority, submitted)| {
+            let mut g =
+                gang(&format!("g{i}")).pods(pods).gpus(gpus).queue(queue).priority(priority).submitted(submitted);
+            if !flavor.is_empty() {
+                g = g.flavor(flavor);
+            }
+            match (level, required) {
+                (Some(l), true) => g.required(l),
+                (Some(l), false) => g.preferred(l),
+                (None, _) => g,
+            }
+        })
+}
+
+fn arb_gangs() -> impl Strategy<Value = Vec<Gang>> {
+    (0usize..40).prop_flat_map(|n| (0..n).map(arb_gang).collect::<Vec<_>>())
+}
+
+fn queues() -> Queues {
+    let quota = |flavor: &str, nominal, borrow, lend| Quota {
+        flavor: flavor.into(),
+        resource: Resource::Gpu,
+        nominal,
+        borrowing_limit: borrow,
+        lending_limit: lend,
+    };
+    Queues::new(vec![
+        QueueSpec {
+            name: "a".into(),
+            cohort: Some("research".into()),
+            strategy: QueueingStrategy::BestEffortFifo,
+            weight: 1,
+            quotas: vec![quota("h100", 16, Some(8), None), quota("a100", 8, None, Some(4))],
+        },
+        QueueSpec {
+            name: "b".into(),
+            cohort: Some("research".into()),
+            strategy: QueueingStrategy::StrictFifo,
+            weight: 1,
+            quotas: vec![quota("h100", 8, None, Some(0)), quota("a100", 16, Some(4), None)],
+        },
+        QueueSpec::unlimited("c"),
+    ])
+    .expect("valid")
+}
+
+fn arb_config() -> impl Strategy<Value = Config> {
+    (
+        prop::sample::select(vec![ClusterChoice::Scored, ClusterChoice::MostFree, ClusterChoice::InOrder]),
+        prop::sample::select(vec![Fill::Locality, Fill::FirstFit, Fill::BinPack]),
+    )
+        .prop_map(|(choice, fill)| Config { choice, fill, strategy: None })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn cycles_keep_every_invariant(fleet in arb_fleet(), gangs in arb_gangs(), config in arb_config(), finish_every in 1usize..4) {
+        let queues = queues();
+        let mut capacity = Capacity::empty(&fleet);
+        let mut usage = QuotaUsage::default();
+        let mut running: Vec<(Gang, Admission)> = Vec::new();
+        let mut pending = gangs;
+        for round in 0..4 {
+            let snapshot = Snapshot { fleet: &fleet, queues: &queues, capacity: capacity.clone(), usage: usage.clone() };
+            let again = cycle(snapshot.clone(), &pending, &config);
+            let out = cycle(snapshot, &pending, &config);
+            prop_assert_eq!(&out.decisions, &again.decisions, "same snapshot, same decisions");
+            prop_assert_eq!(out.decisions.len(), pending.len());
+            capacity = out.capacity;
+            usage = out.usage;
+            let mut still = Vec::new();
+            for (g, d) in pending.into_iter().zip(out.decisions) {
+                match d {
+                    Decision::Admit(a) => running.push((g, a)),
+                    Decision::Pending(reason) => {
+                        prop_assert!(!reason.to_string().is_empty());
+                        still.push(g);
+                    }
+                }
+            }
+            pending = still;
+            let refs: Vec<_> = running.iter().map(|(g, a)| (g, a)).collect();
+            if let Err(v) = invariants::check(&fleet, &queues, &refs, &[], &capacity, &usage) {
+                prop_assert!(false, "round {round}: {v}");
+            }
+            // Finish some running gangs before the next round.
+            let mut i = 0;
+            running.retain(|(g, a)| {
+                i += 1;
+                if i % finish_every == 0 {
+                    release(&fleet, &queues, &mut capacity, &mut usage, g, a);
+                    false
+                } else {
+                    true
+                }
+            });
+            capacity.commit();
+        }
+    }
+}

@@ -1,0 +1,510 @@
+//! The discrete-event engine: arrivals, completions, node failures and repairs on injected
+//! time; after each instant's events, one `scheduler_core::cycle` and a full invariant check.
+//! Nothing here reads a clock: the same trace, fleet, policy and seed replay identically.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+
+use scheduler_core::invariants::{self, Violation};
+use scheduler_core::{
+    Admission, Capacity, ClusterFilter, Decision, DomainId, Fleet, Gang, Level, PodSet, PodShape, QueueSpec, Queues,
+    QuotaUsage, Reason, Snapshot, cycle, release,
+};
+
+use crate::cost::TopologyCost;
+use crate::policy::Policy;
+use crate::rng::{SplitMix64, fnv1a};
+use crate::trace::{Trace, TraceJob};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimOptions {
+    pub seed: u64,
+    /// Stop at this simulated second; `None` runs until every job has finished or is rejected.
+    pub horizon_s: Option<u64>,
+    /// Arrivals compressed in time by this factor (1.5: demand grows 1.5x).
+    pub load_scale: f64,
+    /// Mean node failures per node per day (0: none).
+    pub node_failure_rate: f64,
+    pub repair_s: u64,
+    pub cost: TopologyCost,
+    /// Jobs whose trace names no queue are spread over this many synthetic tenants by id.
+    pub tenants: u32,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            seed: 1,
+            horizon_s: None,
+            load_scale: 1.0,
+            node_failure_rate: 0.0,
+            repair_s: 3600,
+            cost: TopologyCost::default(),
+            tenants: 4,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// A broken invariant is a scheduler bug: the run stops at the first one.
+    #[error("policy {policy}: invariant broken at t={time_s}s: {violation}")]
+    Invariant { policy: Policy, time_s: u64, violation: Violation },
+    #[error("invalid option {option}: {problem}")]
+    Option { option: &'static str, problem: String },
+}
+
+/// How a job ended up by the end of the run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Completed,
+    Running,
+    Pending(Reason),
+    Rejected(Reason),
+}
+
+/// One job's history in one policy's run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRecord {
+    pub id: String,
+    pub queue: String,
+    pub gpus: u64,
+    pub submit_s: u64,
+    /// The trace's run time, before any topology slowdown.
+    pub duration_s: u64,
+    pub first_start_s: Option<u64>,
+    pub end_s: Option<u64>,
+    pub restarts: u32,
+    /// Set once admitted: where the latest attempt ran.
+    pub placement: Option<PlacementFacts>,
+    pub outcome: Outcome,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlacementFacts {
+    pub cluster: String,
+    pub hosts: usize,
+    /// Level of the narrowest domain holding every pod (`None`: the whole cluster).
+    pub span_level: Option<Level>,
+    pub slowdown: f64,
+}
+
+impl PlacementFacts {
+    pub fn within(&self, level: Level) -> bool {
+        self.span_level.is_some_and(|l| l >= level)
+    }
+}
+
+/// Everything one policy's run produced; `report` turns it into figures.
+#[derive(Debug, Clone)]
+pub struct PolicyRun {
+    pub policy: Policy,
+    pub jobs: Vec<JobRecord>,
+    /// (time, GPUs busy) at every change.
+    pub busy: Vec<(u64, u64)>,
+    /// Time-integral of (free GPUs on partly used nodes / free GPUs), and the time it covers.
+    pub fragmentation_integral: f64,
+    pub end_s: u64,
+    pub cycles: u64,
+    pub pending_reason_cycles: BTreeMap<&'static str, u64>,
+    pub node_failures: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    Arrival(usize),
+    Finish { job: usize, attempt: u32 },
+    NodeFail,
+    NodeRepair(DomainId),
+}
+
+struct Running {
+    gang: Gang,
+    admission: Admission,
+}
+
+/// The queues a trace needs: one per named queue or synthetic tenant, unlimited, best-effort.
+pub fn queues_for(trace: &Trace, tenants: u32) -> Queues {
+    let names: BTreeSet<String> = trace.jobs.iter().map(|j| queue_of(j, tenants)).collect();
+    // Names are unique by construction, so this cannot fail.
+    Queues::new(names.iter().map(|n| QueueSpec::unlimited(n)).collect()).unwrap_or_else(|_| {
+        Queues::new(vec![QueueSpec::unlimited("default")]).unwrap_or_else(|_| unreachable!("one queue is valid"))
+    })
+}
+
+fn queue_of(job: &TraceJob, tenants: u32) -> String {
+    match &job.queue {
+        Some(q) => q.clone(),
+        None => format!("tenant-{}", fnv1a(&job.id) % u64::from(tenants.max(1))),
+    }
+}
+
+/// The gang a trace job asks for, submitted at `submit_s`.
+pub fn gang_of(job: &TraceJob, submit_s: u64, tenants: u32) -> Gang {
+    Gang {
+        id: job.id.clone(),
+        queue: queue_of(job, tenants),
+        priority: job.priority,
+        submitted_ms: submit_s.saturating_mul(1000),
+        pod_sets: job
+            .pod_sets
+            .iter()
+            .map(|p| PodSet {
+                name: p.name.clone(),
+                pods: p.pods,
+                shape: PodShape { gpus: p.gpus_per_pod, cpu_milli: p.cpu_milli, memory_mib: p.memory_mib },
+                flavors: p.flavors.clone(),
+                topology: p.topology,
+                slice: None,
+            })
+            .collect(),
+        clusters: ClusterFilter::default(),
+    }
+}
+
+struct Sim<'a> {
+    fleet: &'a Fleet,
+    queues: &'a Queues,
+    policy: Policy,
+    opts: &'a SimOptions,
+    rng: SplitMix64,
+    events: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    seq: u64,
+    capacity: Capacity,
+    usage: QuotaUsage,
+    pending_gangs: Vec<Gang>,
+    pending_jobs: Vec<usize>,
+    running: BTreeMap<usize, Running>,
+    attempts: Vec<u32>,
+    down: BTreeSet<DomainId>,
+    hosts: Vec<DomainId>,
+    records: Vec<JobRecord>,
+    busy_gpus: u64,
+    run: PolicyRun,
+}
+
+/// Replays `trace` on `fleet` under `policy`. `progress(done, total)` is called as arrivals
+/// are processed.
+pub fn simulate(
+    fleet: &Fleet,
+    trace: &Trace,
+    policy: Policy,
+    opts: &SimOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<PolicyRun, SimError> {
+    if !(opts.load_scale.is_finite() && opts.load_scale > 0.0) {
+        return Err(SimError::Option { option: "--load-scale", problem: "must be a positive number".into() });
+    }
+    if !(opts.node_failure_rate.is_finite() && opts.node_failure_rate >= 0.0) {
+        return Err(SimError::Option { option: "--node-failure-rate", problem: "must be zero or more".into() });
+    }
+    let queues = queues_for(trace, opts.tenants);
+    let mut sim = Sim {
+        fleet,
+        queues: &queues,
+        policy,
+        opts,
+        rng: SplitMix64::new(opts.seed),
+        events: BinaryHeap::new(),
+        seq: 0,
+        capacity: Capacity::empty(fleet),
+        usage: QuotaUsage::default(),
+        pending_gangs: Vec::new(),
+        pending_jobs: Vec::new(),
+        running: BTreeMap::new(),
+        attempts: vec![0; trace.jobs.len()],
+        down: BTreeSet::new(),
+        hosts: fleet.hosts().map(|(h, _)| h).collect(),
+        records: trace
+            .jobs
+            .iter()
+            .map(|j| {
+                let submit_s = (j.submit_s as f64 / opts.load_scale).floor() as u64;
+                JobRecord {
+                    id: j.id.clone(),
+                    queue: queue_of(j, opts.tenants),
+                    gpus: j.pod_sets.iter().map(|p| u64::from(p.pods) * u64::from(p.gpus_per_pod)).sum(),
+                    submit_s,
+                    duration_s: j.duration_s,
+                    first_start_s: None,
+                    end_s: None,
+                    restarts: 0,
+                    placement: None,
+                    outcome: Outcome::Pending(Reason::WaitingBehind { queue: String::new(), gang: String::new() }),
+                }
+            })
+            .collect(),
+        busy_gpus: 0,
+        run: PolicyRun {
+            policy,
+            jobs: Vec::new(),
+            busy: vec![(0, 0)],
+            fragmentation_integral: 0.0,
+            end_s: 0,
+            cycles: 0,
+            pending_reason_cycles: BTreeMap::new(),
+            node_failures: 0,
+        },
+    };
+    for (i, r) in sim.records.iter().enumerate() {
+        let t = r.submit_s;
+        sim.events.push(Reverse((t, i as u64, Event::Arrival(i))));
+    }
+    sim.seq = trace.jobs.len() as u64;
+    if opts.node_failure_rate > 0.0 {
+        sim.schedule_failure(0);
+    }
+    let total = trace.jobs.len() as u64;
+    let mut arrived = 0u64;
+    let mut last_t = 0u64;
+    while let Some(&Reverse((t, _, _))) = sim.events.peek() {
+        if opts.horizon_s.is_some_and(|h| t > h) {
+            break;
+        }
+        // Nothing runs, nothing will arrive and no node is down: what is still pending is stuck
+        // for good (only failure events remain), so stop rather than spin.
+        if sim.running.is_empty() && arrived == total && sim.down.is_empty() {
+            break;
+        }
+        sim.account(last_t, t);
+        last_t = t;
+        while let Some(Reverse((et, _, ev))) = sim.events.peek().copied() {
+            if et != t {
+                break;
+            }
+            sim.events.pop();
+            if let Event::Arrival(_) = ev {
+                arrived += 1;
+            }
+            sim.handle(t, ev, trace);
+        }
+        sim.schedule(t)?;
+        sim.check(t)?;
+        progress(arrived, total);
+    }
+    let end = match opts.horizon_s {
+        Some(h) if !sim.pending_jobs.is_empty() || !sim.running.is_empty() => h,
+        _ => last_t,
+    };
+    sim.account(last_t, end);
+    sim.run.end_s = end;
+    for (i, r) in sim.records.iter_mut().enumerate() {
+        if sim.running.contains_key(&i) {
+            r.outcome = Outcome::Running;
+        }
+    }
+    let mut run = sim.run;
+    run.jobs = sim.records;
+    Ok(run)
+}
+
+impl Sim<'_> {
+    fn push(&mut self, t: u64, ev: Event) {
+        self.seq += 1;
+        self.events.push(Reverse((t, self.seq, ev)));
+    }
+
+    fn schedule_failure(&mut self, now: u64) {
+        let per_second = self.opts.node_failure_rate * self.hosts.len() as f64 / 86_400.0;
+        let dt = self.rng.exponential(1.0 / per_second).ceil().max(1.0) as u64;
+        self.push(now.saturating_add(dt), Event::NodeFail);
+    }
+
+    /// Integrates busy GPUs and fragmentation over [from, to).
+    fn account(&mut self, from: u64, to: u64) {
+        if to <= from {
+            return;
+        }
+        let (fragmented, free) = fragmented_free(self.fleet, &self.capacity);
+        if free > 0 {
+            self.run.fragmentation_integral += fragmented as f64 / free as f64 * (to - from) as f64;
+        }
+    }
+
+    fn handle(&mut self, t: u64, ev: Event, trace: &Trace) {
+        match ev {
+            Event::Arrival(i) => {
+                let mut gang = gang_of(&trace.jobs[i], self.records[i].submit_s, self.opts.tenants);
+                if self.policy.binds_at_submit()
+                    && let Some(c) = self.least_loaded_feasible(&gang)
+                {
+                    gang.clusters.only = Some(vec![c]);
+                }
+                self.pending_gangs.push(gang);
+                self.pending_jobs.push(i);
+            }
+            Event::Finish { job, attempt } => {
+                if self.attempts[job] == attempt
+                    && let Some(r) = self.running.remove(&job)
+                {
+                    self.stop(&r);
+                    self.records[job].end_s = Some(t);
+                    self.records[job].outcome = Outcome::Completed;
+                }
+            }
+            Event::NodeFail => {
+                let up: Vec<DomainId> = self.hosts.iter().copied().filter(|h| !self.down.contains(h)).collect();
+                if !up.is_empty() {
+                    let host = up[self.rng.below(up.len())];
+                    self.fail(host);
+                    self.push(t + self.opts.repair_s, Event::NodeRepair(host));
+                }
+                self.schedule_failure(t);
+            }
+            Event::NodeRepair(host) => {
+                if self.down.remove(&host)
+                    && let Some(spec) = self.fleet.domain(host).node
+                {
+                    self.capacity.give_back(self.fleet, host, 1, whole(&spec));
+                }
+            }
+        }
+    }
+
+    /// Evicts every gang with a pod on `host` back to the queue, then takes the host away.
+    fn fail(&mut self, host: DomainId) {
+        self.run.node_failures += 1;
+        let hit: Vec<usize> = self
+            .running
+            .iter()
+            .filter(|(_, r)| r.admission.pod_sets.iter().any(|p| p.hosts.iter().any(|h| h.0 == host)))
+            .map(|(&j, _)| j)
+            .collect();
+        for j in hit {
+            if let Some(r) = self.running.remove(&j) {
+                self.stop(&r);
+                self.attempts[j] += 1;
+                self.records[j].restarts += 1;
+                self.pending_gangs.push(r.gang);
+                self.pending_jobs.push(j);
+            }
+        }
+        if let Some(spec) = self.fleet.domain(host).node {
+            self.capacity.take(self.fleet, host, 1, whole(&spec));
+            self.capacity.commit();
+        }
+        self.down.insert(host);
+    }
+
+    fn stop(&mut self, r: &Running) {
+        release(self.fleet, self.queues, &mut self.capacity, &mut self.usage, &r.gang, &r.admission);
+        self.capacity.commit();
+        self.busy_gpus -= r.gang.total_gpus();
+    }
+
+    /// The cluster with the most free GPUs among those that could hold the gang when empty.
+    fn least_loaded_feasible(&self, gang: &Gang) -> Option<String> {
+        let mut best: Option<(u64, String)> = None;
+        for c in self.fleet.clusters() {
+            let mut probe = gang.clone();
+            probe.clusters.only = Some(vec![c.name.clone()]);
+            let empty = Snapshot {
+                fleet: self.fleet,
+                queues: self.queues,
+                capacity: self.fleet.allocatable().clone(),
+                usage: QuotaUsage::default(),
+            };
+            let fits = matches!(
+                cycle(empty, std::slice::from_ref(&probe), &self.policy.config()).decisions.first(),
+                Some(Decision::Admit(_))
+            );
+            if fits {
+                let free: u64 = c.flavors.iter().map(|&f| self.capacity.free_gpus(self.fleet, c.root, f)).sum();
+                if best.as_ref().is_none_or(|(b, _)| free > *b) {
+                    best = Some((free, c.name.clone()));
+                }
+            }
+        }
+        best.map(|b| b.1)
+    }
+
+    fn schedule(&mut self, t: u64) -> Result<(), SimError> {
+        if self.pending_gangs.is_empty() {
+            return Ok(());
+        }
+        let _span =
+            tracing::debug_span!("cycle", policy = %self.policy, t, pending = self.pending_gangs.len()).entered();
+        let snapshot = Snapshot {
+            fleet: self.fleet,
+            queues: self.queues,
+            capacity: std::mem::take(&mut self.capacity),
+            usage: std::mem::take(&mut self.usage),
+        };
+        let out = cycle(snapshot, &self.pending_gangs, &self.policy.config());
+        self.run.cycles += 1;
+        self.capacity = out.capacity;
+        self.usage = out.usage;
+        let gangs = std::mem::take(&mut self.pending_gangs);
+        let jobs = std::mem::take(&mut self.pending_jobs);
+        for ((gang, j), decision) in gangs.into_iter().zip(jobs).zip(out.decisions) {
+            match decision {
+                Decision::Admit(admission) => self.start(t, j, gang, admission),
+                Decision::Pending(reason) if reason.is_permanent() => {
+                    self.records[j].outcome = Outcome::Rejected(reason);
+                }
+                Decision::Pending(reason) => {
+                    *self.run.pending_reason_cycles.entry(reason.kind()).or_default() += 1;
+                    self.records[j].outcome = Outcome::Pending(reason);
+                    self.pending_gangs.push(gang);
+                    self.pending_jobs.push(j);
+                }
+            }
+        }
+        self.run.busy.push((t, self.busy_gpus));
+        Ok(())
+    }
+
+    fn start(&mut self, t: u64, j: usize, gang: Gang, admission: Admission) {
+        let span = admission.span(self.fleet);
+        let slowdown = span.map_or(1.0, |s| self.opts.cost.factor(self.fleet, s));
+        let rec = &mut self.records[j];
+        rec.first_start_s.get_or_insert(t);
+        rec.placement = Some(PlacementFacts {
+            cluster: self.fleet.cluster(admission.cluster).name.clone(),
+            hosts: admission.host_count(),
+            span_level: span.and_then(|s| self.fleet.level_of(s)).or_else(|| {
+                // A single host is its own span.
+                span.filter(|s| self.fleet.domain(*s).node.is_some()).map(|_| Level::Host)
+            }),
+            slowdown,
+        });
+        rec.outcome = Outcome::Running;
+        let run_s = (rec.duration_s as f64 * slowdown).ceil() as u64;
+        self.busy_gpus += gang.total_gpus();
+        let attempt = self.attempts[j];
+        self.push(t + run_s.max(1), Event::Finish { job: j, attempt });
+        self.running.insert(j, Running { gang, admission });
+    }
+
+    fn check(&self, t: u64) -> Result<(), SimError> {
+        let running: Vec<(&Gang, &Admission)> = self.running.values().map(|r| (&r.gang, &r.admission)).collect();
+        let down: Vec<DomainId> = self.down.iter().copied().collect();
+        invariants::check(self.fleet, self.queues, &running, &down, &self.capacity, &self.usage)
+            .map_err(|violation| SimError::Invariant { policy: self.policy, time_s: t, violation })
+    }
+}
+
+fn whole(spec: &scheduler_core::fleet::NodeSpec) -> PodShape {
+    PodShape { gpus: spec.gpus, cpu_milli: spec.cpu_milli, memory_mib: spec.memory_mib }
+}
+
+/// (free GPUs on nodes that are partly used, all free GPUs), from the cluster roots'
+/// histograms: a node counts as whole when it has its cluster's full node size free.
+pub fn fragmented_free(fleet: &Fleet, cap: &Capacity) -> (u64, u64) {
+    let mut fragmented = 0;
+    let mut free = 0;
+    for c in fleet.clusters() {
+        for &f in &c.flavors {
+            let hist = cap.histogram(fleet, c.root, f);
+            let full = hist.len().saturating_sub(1);
+            for (k, &n) in hist.iter().enumerate() {
+                let gpus = k as u64 * u64::from(n);
+                free += gpus;
+                if k < full {
+                    fragmented += gpus;
+                }
+            }
+        }
+    }
+    (fragmented, free)
+}

@@ -1,0 +1,79 @@
+//! The policies the simulator compares, all running through the same engine and the same
+//! `scheduler_core::cycle`; a baseline is a core configuration plus, for Volcano, binding a job
+//! to a cluster when it is submitted. docs/simulator.md says how faithful each emulation is.
+
+use std::fmt;
+use std::str::FromStr;
+
+use scheduler_core::{ClusterChoice, Config, Fill, QueueingStrategy};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Policy {
+    /// Ours: every cluster scored by locality, best fit and balance; narrowest domain first.
+    Stowage,
+    /// Strict FIFO, the cluster with the most free GPUs, hosts in order, no topology.
+    FifoFirstFit,
+    /// MultiKueue's all-at-once dispatch (the first worker that can admit wins) with Kueue
+    /// TAS best-fit inside the cluster, best-effort FIFO.
+    KueueMultiKueue,
+    /// A job bound at submit to the least-loaded cluster that could hold it (no cross-cluster
+    /// lookahead after that), then gang + bin-packing inside it.
+    VolcanoBinpack,
+}
+
+impl Policy {
+    pub const ALL: [Policy; 4] =
+        [Policy::Stowage, Policy::FifoFirstFit, Policy::KueueMultiKueue, Policy::VolcanoBinpack];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Stowage => "stowage",
+            Policy::FifoFirstFit => "fifo-firstfit",
+            Policy::KueueMultiKueue => "kueue-multikueue",
+            Policy::VolcanoBinpack => "volcano-binpack",
+        }
+    }
+
+    pub fn config(self) -> Config {
+        match self {
+            Policy::Stowage => Config { choice: ClusterChoice::Scored, fill: Fill::Locality, strategy: None },
+            Policy::FifoFirstFit => Config {
+                choice: ClusterChoice::MostFree,
+                fill: Fill::FirstFit,
+                strategy: Some(QueueingStrategy::StrictFifo),
+            },
+            Policy::KueueMultiKueue => Config {
+                choice: ClusterChoice::InOrder,
+                fill: Fill::Locality,
+                strategy: Some(QueueingStrategy::BestEffortFifo),
+            },
+            Policy::VolcanoBinpack => Config {
+                choice: ClusterChoice::InOrder,
+                fill: Fill::BinPack,
+                strategy: Some(QueueingStrategy::BestEffortFifo),
+            },
+        }
+    }
+
+    /// Whether a job is bound to one cluster when it arrives.
+    pub fn binds_at_submit(self) -> bool {
+        self == Policy::VolcanoBinpack
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown policy {0:?} (expected stowage, fifo-firstfit, kueue-multikueue or volcano-binpack)")]
+pub struct UnknownPolicy(pub String);
+
+impl FromStr for Policy {
+    type Err = UnknownPolicy;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Policy::ALL.into_iter().find(|p| p.name() == s.trim()).ok_or_else(|| UnknownPolicy(s.to_string()))
+    }
+}

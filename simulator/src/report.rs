@@ -1,0 +1,347 @@
+//! Figures from a run: the side-by-side table for people and the JSON for machines. Keys are
+//! documented in docs/simulator.md; every figure is derived from the job records and the
+//! time series, so the two outputs cannot disagree.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use scheduler_core::{Fleet, Level};
+use serde::Serialize;
+
+use crate::engine::{Outcome, PolicyRun};
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Report {
+    pub fleet: FleetSummary,
+    pub trace: TraceSummary,
+    pub options: OptionsSummary,
+    pub policies: Vec<PolicyReport>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FleetSummary {
+    pub name: String,
+    pub clusters: usize,
+    pub nodes: usize,
+    pub gpus: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TraceSummary {
+    pub name: String,
+    pub jobs: usize,
+    pub skipped_rows: usize,
+    pub withdrawn: usize,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct OptionsSummary {
+    pub seed: u64,
+    pub horizon_s: Option<u64>,
+    pub load_scale: f64,
+    pub node_failure_rate: f64,
+    pub tenants: u32,
+    pub topology_cost: crate::cost::TopologyCost,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PolicyReport {
+    pub name: String,
+    pub jobs: JobCounts,
+    pub queueing_delay_s: Delay,
+    pub jct_s: Jct,
+    pub makespan_s: u64,
+    pub gpu_utilisation: f64,
+    pub locality: Locality,
+    pub fragmentation: f64,
+    pub fairness_jain: f64,
+    pub queues: Vec<QueueFigures>,
+    /// Pending gangs at the end of the run, by reason kind.
+    pub pending_reasons: BTreeMap<String, u64>,
+    /// Gang-cycles spent pending, by reason kind: what blocked work over the whole run.
+    pub pending_reason_cycles: BTreeMap<String, u64>,
+    pub rejected: Vec<Rejection>,
+    pub restarts: u64,
+    pub node_failures: u64,
+    pub cycles: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct JobCounts {
+    pub submitted: usize,
+    pub completed: usize,
+    pub running: usize,
+    pub pending: usize,
+    pub rejected: usize,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Delay {
+    pub mean: f64,
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Jct {
+    pub mean: f64,
+    pub p95: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Locality {
+    /// Admitted gangs whose pods sit on more than one host.
+    pub multi_node_gangs: usize,
+    /// Share of those inside one rack (or a narrower domain).
+    pub within_rack: f64,
+    pub within_block: f64,
+    /// Mean run-time factor from the topology cost model over multi-node gangs.
+    pub mean_slowdown: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct QueueFigures {
+    pub name: String,
+    pub jobs: usize,
+    pub gpu_hours: f64,
+    pub mean_queueing_delay_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Rejection {
+    pub id: String,
+    pub reason: String,
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
+    sorted[rank.min(sorted.len()) - 1]
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 }
+}
+
+/// Rounds for stable, readable output (the JSON is compared byte for byte across runs).
+fn r4(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+/// Jain's index of `x`: 1 when all equal, 1/n when one takes everything.
+pub fn jain(x: &[f64]) -> f64 {
+    let sum: f64 = x.iter().sum();
+    let sq: f64 = x.iter().map(|v| v * v).sum();
+    if x.is_empty() || sq == 0.0 { 1.0 } else { sum * sum / (x.len() as f64 * sq) }
+}
+
+pub fn policy_report(fleet: &Fleet, run: &PolicyRun) -> PolicyReport {
+    let jobs = &run.jobs;
+    let count = |f: &dyn Fn(&Outcome) -> bool| jobs.iter().filter(|j| f(&j.outcome)).count();
+    let mut delays: Vec<f64> =
+        jobs.iter().filter_map(|j| j.first_start_s.map(|s| s.saturating_sub(j.submit_s) as f64)).collect();
+    delays.sort_by(f64::total_cmp);
+    let mut jcts: Vec<f64> = jobs
+        .iter()
+        .filter(|j| j.outcome == Outcome::Completed)
+        .filter_map(|j| j.end_s.map(|e| e.saturating_sub(j.submit_s) as f64))
+        .collect();
+    jcts.sort_by(f64::total_cmp);
+    let multi: Vec<_> = jobs.iter().filter_map(|j| j.placement.as_ref()).filter(|p| p.hosts > 1).collect();
+    let share = |level: Level| {
+        if multi.is_empty() {
+            0.0
+        } else {
+            multi.iter().filter(|p| p.within(level)).count() as f64 / multi.len() as f64
+        }
+    };
+    let total_gpus = fleet.total_gpus() as f64;
+    let busy_integral: f64 = run.busy.windows(2).map(|w| w[0].1 as f64 * (w[1].0 - w[0].0) as f64).sum::<f64>()
+        + run.busy.last().map_or(0.0, |&(t, b)| b as f64 * run.end_s.saturating_sub(t) as f64);
+    let span = run.end_s as f64;
+    #[derive(Default)]
+    struct QueueAcc {
+        jobs: usize,
+        gpu_hours: f64,
+        delays: Vec<f64>,
+        slowdowns: Vec<f64>,
+    }
+    let mut per_queue: BTreeMap<&str, QueueAcc> = BTreeMap::new();
+    for j in jobs {
+        let e = per_queue.entry(&j.queue).or_default();
+        e.jobs += 1;
+        if let (Some(start), Some(p)) = (j.first_start_s, &j.placement) {
+            let end = j.end_s.unwrap_or(run.end_s);
+            e.gpu_hours += j.gpus as f64 * end.saturating_sub(start) as f64 / 3600.0;
+            e.delays.push(start.saturating_sub(j.submit_s) as f64);
+            if let Some(end) = j.end_s {
+                // Slowdown: time in system over what the job needed on its placement.
+                let need = (j.duration_s as f64 * p.slowdown).max(1.0);
+                e.slowdowns.push(end.saturating_sub(j.submit_s) as f64 / need);
+            }
+        }
+    }
+    let fairness: Vec<f64> =
+        per_queue.values().filter(|q| !q.slowdowns.is_empty()).map(|q| 1.0 / mean(&q.slowdowns).max(1e-9)).collect();
+    let mut pending_reasons: BTreeMap<String, u64> = BTreeMap::new();
+    let mut rejected = Vec::new();
+    for j in jobs {
+        match &j.outcome {
+            Outcome::Pending(r) => *pending_reasons.entry(r.kind().to_string()).or_default() += 1,
+            Outcome::Rejected(r) => rejected.push(Rejection { id: j.id.clone(), reason: r.to_string() }),
+            _ => {}
+        }
+    }
+    PolicyReport {
+        name: run.policy.name().to_string(),
+        jobs: JobCounts {
+            submitted: jobs.len(),
+            completed: count(&|o| *o == Outcome::Completed),
+            running: count(&|o| *o == Outcome::Running),
+            pending: count(&|o| matches!(o, Outcome::Pending(_))),
+            rejected: count(&|o| matches!(o, Outcome::Rejected(_))),
+        },
+        queueing_delay_s: Delay {
+            mean: r4(mean(&delays)),
+            p50: percentile(&delays, 50.0),
+            p95: percentile(&delays, 95.0),
+            p99: percentile(&delays, 99.0),
+            max: delays.last().copied().unwrap_or(0.0),
+        },
+        jct_s: Jct { mean: r4(mean(&jcts)), p95: percentile(&jcts, 95.0) },
+        makespan_s: run.end_s,
+        gpu_utilisation: if span > 0.0 { r4(busy_integral / (total_gpus * span)) } else { 0.0 },
+        locality: Locality {
+            multi_node_gangs: multi.len(),
+            within_rack: r4(share(Level::Rack)),
+            within_block: r4(share(Level::Block)),
+            mean_slowdown: r4(if multi.is_empty() {
+                1.0
+            } else {
+                mean(&multi.iter().map(|p| p.slowdown).collect::<Vec<_>>())
+            }),
+        },
+        fragmentation: if span > 0.0 { r4(run.fragmentation_integral / span) } else { 0.0 },
+        fairness_jain: r4(jain(&fairness)),
+        queues: per_queue
+            .into_iter()
+            .map(|(name, q)| QueueFigures {
+                name: name.to_string(),
+                jobs: q.jobs,
+                gpu_hours: r4(q.gpu_hours),
+                mean_queueing_delay_s: r4(mean(&q.delays)),
+            })
+            .collect(),
+        pending_reasons,
+        pending_reason_cycles: run.pending_reason_cycles.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        rejected,
+        restarts: jobs.iter().map(|j| u64::from(j.restarts)).sum(),
+        node_failures: run.node_failures,
+        cycles: run.cycles,
+    }
+}
+
+/// The side-by-side table: one row per figure, one column per policy.
+pub fn table(report: &Report) -> String {
+    let p = &report.policies;
+    let mut rows: Vec<(String, Vec<String>)> = Vec::new();
+    let mut row =
+        |name: &str, f: &dyn Fn(&PolicyReport) -> String| rows.push((name.to_string(), p.iter().map(f).collect()));
+    let hours = |s: f64| format!("{:.2} h", s / 3600.0);
+    let pct = |x: f64| format!("{:.1}%", x * 100.0);
+    row("GPU utilisation", &|r| pct(r.gpu_utilisation));
+    row("queueing delay mean", &|r| hours(r.queueing_delay_s.mean));
+    row("queueing delay p50", &|r| hours(r.queueing_delay_s.p50));
+    row("queueing delay p95", &|r| hours(r.queueing_delay_s.p95));
+    row("queueing delay p99", &|r| hours(r.queueing_delay_s.p99));
+    row("JCT mean", &|r| hours(r.jct_s.mean));
+    row("JCT p95", &|r| hours(r.jct_s.p95));
+    row("makespan", &|r| hours(r.makespan_s as f64));
+    row("multi-node gangs", &|r| r.locality.multi_node_gangs.to_string());
+    row("  inside one rack", &|r| pct(r.locality.within_rack));
+    row("  inside one block", &|r| pct(r.locality.within_block));
+    row("  mean topology slowdown", &|r| format!("{:.3}x", r.locality.mean_slowdown));
+    row("fragmentation", &|r| pct(r.fragmentation));
+    row("Jain fairness (queues)", &|r| format!("{:.3}", r.fairness_jain));
+    row("submitted", &|r| r.jobs.submitted.to_string());
+    row("completed", &|r| r.jobs.completed.to_string());
+    row("running at end", &|r| r.jobs.running.to_string());
+    row("pending at end", &|r| r.jobs.pending.to_string());
+    row("rejected", &|r| r.jobs.rejected.to_string());
+    row("restarts (node failures)", &|r| format!("{} ({})", r.restarts, r.node_failures));
+    let kinds: std::collections::BTreeSet<&String> = p.iter().flat_map(|r| r.pending_reason_cycles.keys()).collect();
+    let kind_rows: Vec<(String, Vec<String>)> = kinds
+        .into_iter()
+        .map(|k| {
+            (
+                format!("  pending gang-cycles: {k}"),
+                p.iter().map(|r| r.pending_reason_cycles.get(k).copied().unwrap_or(0).to_string()).collect(),
+            )
+        })
+        .collect();
+    rows.extend(kind_rows);
+    let first = rows.iter().map(|r| r.0.len()).max().unwrap_or(0).max(6);
+    let widths: Vec<usize> =
+        (0..p.len()).map(|i| rows.iter().map(|r| r.1[i].len()).chain([p[i].name.len()]).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "fleet {}: {} clusters, {} nodes, {} GPUs | trace {}: {} jobs{}",
+        report.fleet.name,
+        report.fleet.clusters,
+        report.fleet.nodes,
+        report.fleet.gpus,
+        report.trace.name,
+        report.trace.jobs,
+        if report.trace.skipped_rows > 0 {
+            format!(" ({} bad rows skipped)", report.trace.skipped_rows)
+        } else {
+            String::new()
+        }
+    );
+    let _ = write!(out, "{:first$}", "policy");
+    for (r, w) in p.iter().zip(&widths) {
+        let _ = write!(out, "  {:>w$}", r.name);
+    }
+    out.push('\n');
+    for (name, values) in &rows {
+        let _ = write!(out, "{name:first$}");
+        for (v, w) in values.iter().zip(&widths) {
+            let _ = write!(out, "  {v:>w$}");
+        }
+        out.push('\n');
+    }
+    for r in p {
+        for rej in r.rejected.iter().take(5) {
+            let _ = writeln!(out, "{}: rejected {}: {}", r.name, rej.id, rej.reason);
+        }
+        if r.rejected.len() > 5 {
+            let _ = writeln!(out, "{}: … and {} more rejected (see --json)", r.name, r.rejected.len() - 5);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_use_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), 50.0);
+        assert_eq!(percentile(&v, 99.0), 99.0);
+        assert_eq!(percentile(&[], 50.0), 0.0);
+    }
+
+    #[test]
+    fn jain_index_bounds() {
+        assert_eq!(jain(&[1.0, 1.0, 1.0]), 1.0);
+        assert!((jain(&[1.0, 0.0, 0.0, 0.0]) - 0.25).abs() < 1e-12);
+    }
+}
