@@ -1,1 +1,245 @@
-fn main() {}
+//! `stowage`: one binary, one subcommand per role. This file parses arguments, wires the
+//! libraries together and maps errors to exit codes; it decides nothing itself.
+
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Parser, Subcommand};
+use simulator::engine::SimOptions;
+use simulator::fleet_file::{FleetFileError, FleetSpec};
+use simulator::machines::{MachineListFormat, fleet_from_machine_list};
+use simulator::policy::Policy;
+use simulator::report::table;
+use simulator::run::{Inputs, builtin_trace, repeat_trace, run_policies};
+use simulator::trace::{LoadOptions, TraceError, TraceFormat};
+
+#[derive(Debug, Parser)]
+#[command(name = "stowage", version, about = "Multi-cluster, topology-aware gang scheduling for Kubeflow TrainJobs")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Replay a job trace on a fleet under each policy and compare them side by side.
+    Simulate(SimulateArgs),
+}
+
+#[derive(Debug, Args)]
+struct SimulateArgs {
+    /// Fleet file (YAML; docs/simulator.md). Default: the built-in three-cluster fleet.
+    #[arg(long, conflicts_with = "machines")]
+    fleet: Option<PathBuf>,
+    /// Build the fleet from a trace's machine list instead (racks and blocks synthesised).
+    #[arg(long)]
+    machines: Option<PathBuf>,
+    /// Format of --machines: philly-revised, philly-listed or openb.
+    #[arg(long, default_value = "philly-revised")]
+    machines_format: MachineListFormat,
+    /// Job trace. Default: the built-in Philly Sep-Oct 2017 trace.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Format of --trace: native, philly or openb.
+    #[arg(long, default_value = "native")]
+    trace_format: TraceFormat,
+    /// Drop rows that do not parse (and report how many) instead of failing.
+    #[arg(long)]
+    skip_bad_rows: bool,
+    /// Policies to compare, comma-separated. Default: all four.
+    #[arg(long, value_delimiter = ',', default_value = "stowage,fifo-firstfit,kueue-multikueue,volcano-binpack")]
+    policy: Vec<Policy>,
+    /// Seed for everything random (node failures).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Stop at this simulated time: seconds, or with a unit (90m, 36h, 14d). Default: run to the end.
+    #[arg(long, value_parser = parse_duration_s)]
+    horizon: Option<u64>,
+    /// Compress arrivals in time by this factor ("what if demand grows 1.5x").
+    #[arg(long, default_value_t = 1.0)]
+    load_scale: f64,
+    /// Mean node failures per node per day; a failure evicts the gangs on the node.
+    #[arg(long, default_value_t = 0.0)]
+    node_failure_rate: f64,
+    /// Synthetic tenants (queues) for jobs whose trace names none.
+    #[arg(long, default_value_t = 4)]
+    tenants: u32,
+    /// Write the figures as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write utilisation and queueing-delay SVG plots into this directory.
+    #[arg(long)]
+    svg: Option<PathBuf>,
+    /// Benchmark mode: replay the trace repeated N times and report jobs replayed per second.
+    #[arg(long, value_name = "N")]
+    bench: Option<u32>,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum CliError {
+    #[error(transparent)]
+    Fleet(#[from] FleetFileError),
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    #[error(transparent)]
+    Sim(#[from] simulator::SimError),
+    #[error("{path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Svg(#[from] simulator::svg::SvgError),
+}
+
+fn parse_duration_s(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len()));
+    let value: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration (e.g. 3600, 90m, 36h, 14d)"))?;
+    let scale = match unit {
+        "" | "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        "d" => 86_400.0,
+        _ => return Err(format!("unknown unit {unit:?} in {s:?} (use s, m, h or d)")),
+    };
+    Ok((value * scale).round() as u64)
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Simulate(args) => simulate(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn simulate(args: SimulateArgs) -> Result<(), CliError> {
+    let (spec, fleet_name) = match (&args.fleet, &args.machines) {
+        (Some(path), _) => (FleetSpec::load(path)?, path.display().to_string()),
+        (None, Some(path)) => (
+            fleet_from_machine_list(path, args.machines_format)?,
+            format!("{} ({})", path.display(), args.machines_format),
+        ),
+        (None, None) => (FleetSpec::builtin(), "built-in".to_string()),
+    };
+    let fleet = spec.build(&fleet_name)?;
+    let load = LoadOptions { skip_bad_rows: args.skip_bad_rows };
+    let (trace, trace_name) = match &args.trace {
+        Some(path) => (simulator::trace::load(path, args.trace_format, &load)?, path.display().to_string()),
+        None => (builtin_trace()?, simulator::run::DEFAULT_TRACE_NAME.to_string()),
+    };
+    let trace = match args.bench {
+        Some(n) => repeat_trace(&trace, n.max(1)),
+        None => trace,
+    };
+    let opts = SimOptions {
+        seed: args.seed,
+        horizon_s: args.horizon,
+        load_scale: args.load_scale,
+        node_failure_rate: args.node_failure_rate,
+        tenants: args.tenants,
+        ..SimOptions::default()
+    };
+    let inputs = Inputs { fleet: &fleet, fleet_name: &fleet_name, trace: &trace, trace_name: &trace_name };
+    let mut progress = Progress::new(args.policy.len());
+    let started = Instant::now();
+    let mut timings = vec![Duration::ZERO; args.policy.len()];
+    let mut last = (0usize, started);
+    let (report, runs) = run_policies(&inputs, &args.policy, &opts, &mut |i, done, total| {
+        if i != last.0 {
+            timings[last.0] = last.1.elapsed();
+            last = (i, Instant::now());
+        }
+        progress.update(i, done, total);
+    })?;
+    timings[last.0] = last.1.elapsed();
+    progress.finish();
+    print!("{}", table(&report));
+    if args.bench.is_some() {
+        print_bench(&args.policy, &timings, trace.jobs.len());
+    }
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report).unwrap_or_default() + "\n";
+        std::fs::write(path, text).map_err(|source| CliError::Write { path: path.clone(), source })?;
+    }
+    if let Some(dir) = &args.svg {
+        for p in simulator::svg::write(dir, &runs, fleet.total_gpus())? {
+            eprintln!("wrote {}", p.display());
+        }
+    }
+    Ok(())
+}
+
+/// Replay speed per policy, and each as a ratio to the first policy measured in this run.
+fn print_bench(policies: &[Policy], timings: &[Duration], jobs: usize) {
+    println!("\nbench: {jobs} jobs per policy");
+    let base = timings.first().map_or(1.0, |d| d.as_secs_f64().max(1e-9));
+    for (p, d) in policies.iter().zip(timings) {
+        let secs = d.as_secs_f64().max(1e-9);
+        println!(
+            "  {:18} {:>8.3} s  {:>10.0} jobs/s  {:.2}x the time of {}",
+            p.name(),
+            secs,
+            jobs as f64 / secs,
+            secs / base,
+            policies[0].name()
+        );
+    }
+}
+
+/// A progress bar on stderr, shown only on a terminal and only once a run has taken a second.
+struct Progress {
+    started: Instant,
+    bar: Option<indicatif::ProgressBar>,
+    policies: usize,
+}
+
+impl Progress {
+    fn new(policies: usize) -> Self {
+        Progress { started: Instant::now(), bar: None, policies }
+    }
+
+    fn update(&mut self, policy: usize, done: u64, total: u64) {
+        if self.bar.is_none() && self.started.elapsed() > Duration::from_secs(1) && std::io::stderr().is_terminal() {
+            let bar = indicatif::ProgressBar::new(total * self.policies as u64);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("{spinner} simulating [{bar:40}] {pos}/{len} jobs ({eta})")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            self.bar = Some(bar);
+        }
+        if let Some(bar) = &self.bar {
+            bar.set_position(policy as u64 * total + done);
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_units() {
+        assert_eq!(parse_duration_s("3600"), Ok(3600));
+        assert_eq!(parse_duration_s("90m"), Ok(5400));
+        assert_eq!(parse_duration_s("1.5h"), Ok(5400));
+        assert_eq!(parse_duration_s("14d"), Ok(1_209_600));
+        assert!(parse_duration_s("3 weeks").is_err());
+    }
+}

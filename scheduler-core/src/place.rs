@@ -83,8 +83,9 @@ impl View<'_> {
         }
     }
 
-    /// Domains at `depth` under `from` (in id order) for which `keep` holds, descending only
-    /// into subtrees where `keep` holds: capacity only shrinks going down.
+    /// Domains at `depth` (or hosts, when `depth` is deeper than the tree) under `from`, in id
+    /// order, for which `keep` holds, descending only into subtrees where `keep` holds:
+    /// capacity only shrinks going down.
     fn domains_at(&self, from: DomainId, depth: u8, keep: &dyn Fn(&Self, DomainId) -> bool) -> Vec<DomainId> {
         let mut out = Vec::new();
         let mut stack = vec![from];
@@ -93,7 +94,7 @@ impl View<'_> {
                 continue;
             }
             let dom = self.fleet.domain(d);
-            if dom.depth >= depth {
+            if dom.depth >= depth || dom.children.is_empty() {
                 out.push(d);
             } else {
                 stack.extend(dom.children.iter().rev());

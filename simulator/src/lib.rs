@@ -9,6 +9,8 @@ pub mod machines;
 pub mod policy;
 pub mod report;
 pub mod rng;
+pub mod run;
+pub mod svg;
 pub mod trace;
 
 pub use engine::{JobRecord, Outcome, PolicyRun, SimError, SimOptions, simulate};

@@ -6,7 +6,7 @@ mod native;
 mod openb;
 mod philly;
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -211,13 +211,13 @@ pub(crate) struct Collector<'a> {
     skip_bad_rows: bool,
     /// The column holding the job id, to blame for duplicates.
     id_column: &'static str,
-    ids: HashSet<String>,
+    ids: BTreeSet<String>,
     trace: Trace,
 }
 
 impl<'a> Collector<'a> {
     pub(crate) fn new(path: &'a Path, opts: &LoadOptions, id_column: &'static str) -> Self {
-        Collector { path, skip_bad_rows: opts.skip_bad_rows, id_column, ids: HashSet::new(), trace: Trace::default() }
+        Collector { path, skip_bad_rows: opts.skip_bad_rows, id_column, ids: BTreeSet::new(), trace: Trace::default() }
     }
 
     /// Takes one row's outcome; a bad row (or a repeated id) fails the load unless skipping.

@@ -1,0 +1,127 @@
+//! Runs every requested policy on the same fleet and trace and assembles the report. The
+//! built-in fleet and trace live here too, so `stowage simulate` with no arguments replays
+//! real data.
+
+use scheduler_core::Fleet;
+
+use crate::engine::{SimError, SimOptions, simulate};
+use crate::policy::Policy;
+use crate::report::{FleetSummary, OptionsSummary, Report, TraceSummary, policy_report};
+use crate::trace::{LoadOptions, Trace, TraceError, TraceFormat};
+
+/// The built-in trace: Microsoft Philly's multi-GPU jobs of Sep-Oct 2017
+/// (`shared/traces/philly-2017/jobs_2017-09_2017-10.json`), converted by the `philly` loader
+/// into the native format. A test checks it still equals what the loader makes of the source.
+pub const DEFAULT_TRACE_CSV: &str = include_str!("../data/philly-2017-sep-oct.csv");
+pub const DEFAULT_TRACE_NAME: &str = "philly-2017-sep-oct (built in)";
+
+pub fn builtin_trace() -> Result<Trace, TraceError> {
+    crate::trace::parse(
+        DEFAULT_TRACE_CSV,
+        std::path::Path::new("built-in philly-2017-sep-oct.csv"),
+        TraceFormat::Native,
+        &LoadOptions::default(),
+    )
+}
+
+/// What the run is about, for the report header.
+#[derive(Debug, Clone)]
+pub struct Inputs<'a> {
+    pub fleet: &'a Fleet,
+    pub fleet_name: &'a str,
+    pub trace: &'a Trace,
+    pub trace_name: &'a str,
+}
+
+/// Runs each policy in turn (same inputs, same options) and reports them side by side, in the
+/// order given. `progress(policy index, done, total)` reports arrivals processed.
+pub fn run_policies(
+    inputs: &Inputs<'_>,
+    policies: &[Policy],
+    opts: &SimOptions,
+    progress: &mut dyn FnMut(usize, u64, u64),
+) -> Result<(Report, Vec<crate::engine::PolicyRun>), SimError> {
+    let mut runs = Vec::with_capacity(policies.len());
+    for (i, &p) in policies.iter().enumerate() {
+        let _span = tracing::info_span!("simulate", policy = %p).entered();
+        runs.push(simulate(inputs.fleet, inputs.trace, p, opts, &mut |d, t| progress(i, d, t))?);
+    }
+    let report = Report {
+        fleet: FleetSummary {
+            name: inputs.fleet_name.to_string(),
+            clusters: inputs.fleet.clusters().len(),
+            nodes: inputs.fleet.hosts().count(),
+            gpus: inputs.fleet.total_gpus(),
+        },
+        trace: TraceSummary {
+            name: inputs.trace_name.to_string(),
+            jobs: inputs.trace.jobs.len(),
+            skipped_rows: inputs.trace.skipped_rows,
+            withdrawn: inputs.trace.withdrawn,
+        },
+        options: OptionsSummary {
+            seed: opts.seed,
+            horizon_s: opts.horizon_s,
+            load_scale: opts.load_scale,
+            node_failure_rate: opts.node_failure_rate,
+            tenants: opts.tenants,
+            topology_cost: opts.cost,
+        },
+        policies: runs.iter().map(|r| policy_report(inputs.fleet, r)).collect(),
+    };
+    Ok((report, runs))
+}
+
+/// A trace repeated `times` times, each copy shifted by the trace's own span and given
+/// fresh ids: a larger trace with the same mix, for measuring replay speed.
+pub fn repeat_trace(trace: &Trace, times: u32) -> Trace {
+    let span = trace.jobs.iter().map(|j| j.submit_s).max().unwrap_or(0) + 1;
+    let mut jobs = Vec::with_capacity(trace.jobs.len() * times as usize);
+    for k in 0..u64::from(times) {
+        jobs.extend(trace.jobs.iter().map(|j| {
+            let mut j = j.clone();
+            j.id = format!("{}#{k}", j.id);
+            j.submit_s += k * span;
+            j
+        }));
+    }
+    Trace { jobs, skipped_rows: trace.skipped_rows, withdrawn: trace.withdrawn }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet_file::FleetSpec;
+
+    const PHILLY: &str =
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/traces/philly-2017/jobs_2017-09_2017-10.json");
+
+    /// The built-in trace is derived, not hand-made: regenerate it with
+    /// `STOWAGE_REGENERATE=1 cargo test -p simulator builtin_trace`.
+    #[test]
+    fn builtin_trace_is_the_philly_loader_output() {
+        let source = crate::trace::load(std::path::Path::new(PHILLY), TraceFormat::Philly, &LoadOptions::default())
+            .expect("philly loads");
+        let csv = crate::trace::write_csv(&source);
+        if std::env::var_os("STOWAGE_REGENERATE").is_some() {
+            std::fs::write(concat!(env!("CARGO_MANIFEST_DIR"), "/data/philly-2017-sep-oct.csv"), &csv).expect("write");
+            return;
+        }
+        assert!(csv == DEFAULT_TRACE_CSV, "data/philly-2017-sep-oct.csv is stale: regenerate it");
+        assert_eq!(builtin_trace().expect("parses").jobs, source.jobs);
+    }
+
+    #[test]
+    fn same_inputs_and_seed_give_identical_json() {
+        let fleet = FleetSpec::builtin().build("built-in").expect("fleet");
+        let trace = builtin_trace().expect("trace");
+        let small = Trace { jobs: trace.jobs[..300].to_vec(), ..trace };
+        let inputs = Inputs { fleet: &fleet, fleet_name: "built-in", trace: &small, trace_name: "head" };
+        let opts = SimOptions { node_failure_rate: 0.2, ..SimOptions::default() };
+        let json = || {
+            let (report, _) = run_policies(&inputs, &Policy::ALL, &opts, &mut |_, _, _| {}).expect("runs");
+            serde_json::to_string_pretty(&report).expect("serialises")
+        };
+        assert_eq!(json(), json());
+    }
+}
