@@ -103,7 +103,7 @@ pub fn queue_order(pending: &[Gang]) -> Vec<usize> {
 }
 
 /// Runs one cycle. See the module docs.
-pub fn cycle(snapshot: Snapshot<'_>, pending: &[Gang], config: &Config) -> Cycle {
+pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config) -> Cycle {
     let Snapshot { fleet, queues, capacity, usage } = snapshot;
     let mut run =
         Run { fleet, queues, config, cap: capacity, usage, memo: BTreeMap::new(), stats: CycleStats::default() };
@@ -147,30 +147,32 @@ struct Resolved {
 
 /// Memo key: a pod set shape that fit in no candidate cluster this cycle. Capacity only
 /// shrinks during a cycle, so the same shape with as many pods or more cannot fit either.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct MemoKey {
+/// The flavors it could use are compared in the entry, so a lookup allocates nothing.
+type MemoKey<'g> = (&'g ClusterFilter, PodShape, TopologyConstraint, Option<(u32, Level)>);
+
+#[derive(Debug, Clone)]
+struct MemoEntry {
     flavors: Vec<Option<FlavorId>>,
-    shape: PodShape,
-    topology: TopologyConstraint,
-    slice: Option<(u32, Level)>,
-    filter: ClusterFilter,
+    min_pods: u32,
+    shortfall: Shortfall,
 }
 
 struct Run<'a> {
+    // 'a: the fleet, queues and pending gangs of this cycle.
     fleet: &'a Fleet,
     queues: &'a Queues,
     config: &'a Config,
     cap: Capacity,
     usage: QuotaUsage,
-    memo: BTreeMap<MemoKey, (u32, Shortfall)>,
+    memo: BTreeMap<MemoKey<'a>, Vec<MemoEntry>>,
     stats: CycleStats,
 }
 
 /// The best attempt so far when scoring clusters; lower is better.
 type Score = (u32, Reverse<u8>, u64, u32, Reverse<u64>, ClusterId);
 
-impl Run<'_> {
-    fn gang(&mut self, gang: &Gang) -> Result<Admission, Reason> {
+impl<'a> Run<'a> {
+    fn gang(&mut self, gang: &'a Gang) -> Result<Admission, Reason> {
         gang.validate().map_err(Reason::Invalid)?;
         let queue = self.queues.id(&gang.queue).ok_or_else(|| Reason::UnknownQueue { queue: gang.queue.clone() })?;
         let resolved: Vec<Resolved> =
@@ -180,12 +182,17 @@ impl Run<'_> {
             if let Some(short) = self.never_fits(&candidates, ps, r) {
                 return Err(Reason::NeverFits(short));
             }
-            let key = memo_key(gang, ps, r);
-            if let Some((min_pods, short)) = self.memo.get(&key)
-                && ps.pods >= *min_pods
-            {
+            let hit = self
+                .memo
+                .get(&memo_key(gang, ps))
+                .and_then(|entries| entries.iter().find(|e| e.flavors == r.flavors && ps.pods >= e.min_pods));
+            if let Some(e) = hit {
                 self.stats.memo_hits += 1;
-                return Err(Reason::NoDomain(Shortfall { pod_set: ps.name.clone(), pods: ps.pods, ..short.clone() }));
+                return Err(Reason::NoDomain(Shortfall {
+                    pod_set: ps.name.clone(),
+                    pods: ps.pods,
+                    ..e.shortfall.clone()
+                }));
             }
         }
         let order = self.cluster_order(&candidates, &resolved);
@@ -235,17 +242,25 @@ impl Run<'_> {
         if failed_pod_set == 0 {
             // Pod set 0 was tried on untouched capacity: its failure says something about the
             // shape alone, so later gangs of the same shape can skip the search.
-            let key = memo_key(gang, ps, &resolved[0]);
-            let entry = self.memo.entry(key).or_insert((ps.pods, short.clone()));
-            if ps.pods < entry.0 {
-                *entry = (ps.pods, short.clone());
+            let entries = self.memo.entry(memo_key(gang, ps)).or_default();
+            match entries.iter_mut().find(|e| e.flavors == resolved[0].flavors) {
+                Some(e) if ps.pods < e.min_pods => {
+                    e.min_pods = ps.pods;
+                    e.shortfall = short.clone();
+                }
+                Some(_) => {}
+                None => entries.push(MemoEntry {
+                    flavors: resolved[0].flavors.clone(),
+                    min_pods: ps.pods,
+                    shortfall: short.clone(),
+                }),
             }
         }
         Err(Reason::NoDomain(short))
     }
 
     fn commit(&mut self, queue: QueueId, gang: &Gang, admission: &Admission) {
-        for (key, amount) in gang_charges(self.fleet, gang, admission) {
+        for (key, amount) in gang_charges(self.fleet, self.queues, gang, admission) {
             self.usage.add(queue, key, amount);
         }
         self.cap.commit();
@@ -256,6 +271,18 @@ impl Run<'_> {
     fn resolve(&self, queue: QueueId, ps: &crate::gang::PodSet) -> Result<Resolved, Reason> {
         if ps.shape.gpus == 0 {
             return Ok(Resolved { flavors: vec![None] });
+        }
+        if self.queues.is_unlimited(queue) {
+            // No quota to check: every flavor the pod set accepts that the fleet has.
+            let flavors: Vec<Option<FlavorId>> = if ps.flavors.is_empty() {
+                (0..self.fleet.flavor_names().len()).map(|i| Some(FlavorId(i as u16))).collect()
+            } else {
+                ps.flavors.iter().filter_map(|n| self.fleet.flavor(n)).map(Some).collect()
+            };
+            if flavors.is_empty() {
+                return Err(Reason::NoFlavor { pod_set: ps.name.clone(), flavors: ps.flavors.clone() });
+            }
+            return Ok(Resolved { flavors });
         }
         let names: Vec<&str> = if !ps.flavors.is_empty() {
             ps.flavors.iter().map(String::as_str).filter(|f| self.queues.covers_flavor(queue, f)).collect()
@@ -310,7 +337,7 @@ impl Run<'_> {
     }
 
     fn check_quota(&self, queue: QueueId, gang: &Gang, admission: &Admission) -> Result<(), Reason> {
-        for ((flavor, resource), requested) in gang_charges(self.fleet, gang, admission) {
+        for ((flavor, resource), requested) in gang_charges(self.fleet, self.queues, gang, admission) {
             let key = (flavor, resource);
             if let Some(available) = self.short_of(queue, &key, requested) {
                 return Err(Reason::QuotaExceeded {
@@ -419,25 +446,35 @@ impl Run<'_> {
     /// When the pod set could not be placed even on the empty fleet, what the fleet offers.
     fn never_fits(&self, candidates: &[ClusterId], ps: &crate::gang::PodSet, r: &Resolved) -> Option<Shortfall> {
         let empty = self.fleet.allocatable();
-        let short = self.shortfall(empty, candidates, ps, r);
-        (short.largest < ps.pods).then_some(short)
+        let (largest, _, _) = self.largest(empty, candidates, ps, r);
+        (largest < ps.pods).then(|| self.shortfall(empty, candidates, ps, r))
     }
 
-    /// The largest number of the pod set's pods that one allowed span in any candidate
-    /// cluster could take on `cap`.
-    fn shortfall(&self, cap: &Capacity, candidates: &[ClusterId], ps: &crate::gang::PodSet, r: &Resolved) -> Shortfall {
-        let mut best: Option<(u32, ClusterId, Option<FlavorId>)> = None;
+    /// The most pods of the pod set one allowed span could take on `cap`: (pods, where, flavor).
+    fn largest(
+        &self,
+        cap: &Capacity,
+        candidates: &[ClusterId],
+        ps: &crate::gang::PodSet,
+        r: &Resolved,
+    ) -> (u32, ClusterId, Option<FlavorId>) {
         let view = View { fleet: self.fleet, cap, fill: self.config.fill };
+        let mut best: Option<(u32, ClusterId, Option<FlavorId>)> = None;
         for &c in candidates {
             for &flavor in r.flavors.iter().filter(|f| f.is_none_or(|f| self.fleet.cluster(c).has_flavor(f))) {
-                let ask = ask(self.fleet, c, ps, flavor);
-                let largest = view.largest(c, &ask);
+                let largest = view.largest(c, &ask(self.fleet, c, ps, flavor));
                 if best.is_none_or(|(b, _, _)| largest > b) {
                     best = Some((largest, c, flavor));
                 }
             }
         }
-        let (largest, cluster, flavor) = best.unwrap_or((0, candidates[0], None));
+        best.unwrap_or((0, candidates[0], None))
+    }
+
+    /// The largest number of the pod set's pods that one allowed span in any candidate
+    /// cluster could take on `cap`.
+    fn shortfall(&self, cap: &Capacity, candidates: &[ClusterId], ps: &crate::gang::PodSet, r: &Resolved) -> Shortfall {
+        let (largest, cluster, flavor) = self.largest(cap, candidates, ps, r);
         let level = match ps.topology {
             TopologyConstraint::Required(l) => Some(l),
             _ => None,
@@ -454,14 +491,8 @@ impl Run<'_> {
     }
 }
 
-fn memo_key(gang: &Gang, ps: &crate::gang::PodSet, r: &Resolved) -> MemoKey {
-    MemoKey {
-        flavors: r.flavors.clone(),
-        shape: ps.shape,
-        topology: ps.topology,
-        slice: ps.slice.map(|s| (s.size, s.level)),
-        filter: gang.clusters.clone(),
-    }
+fn memo_key<'g>(gang: &'g Gang, ps: &crate::gang::PodSet) -> MemoKey<'g> {
+    (&gang.clusters, ps.shape, ps.topology, ps.slice.map(|s| (s.size, s.level)))
 }
 
 fn ask(fleet: &Fleet, cluster: ClusterId, ps: &crate::gang::PodSet, flavor: Option<FlavorId>) -> Ask {
@@ -479,13 +510,17 @@ fn ask(fleet: &Fleet, cluster: ClusterId, ps: &crate::gang::PodSet, flavor: Opti
     }
 }
 
-/// What an admitted gang charges its queue, summed per quota key.
-pub fn gang_charges(fleet: &Fleet, gang: &Gang, admission: &Admission) -> BTreeMap<QuotaKey, u64> {
+/// What an admitted gang charges its queue, summed per quota key. Only keys the queue has a
+/// quota for are tracked (as Kueue does): an unlimited queue charges nothing.
+pub fn gang_charges(fleet: &Fleet, queues: &Queues, gang: &Gang, admission: &Admission) -> BTreeMap<QuotaKey, u64> {
     let mut total: BTreeMap<QuotaKey, u64> = BTreeMap::new();
+    let Some(q) = queues.id(&gang.queue).filter(|&q| !queues.is_unlimited(q)) else { return total };
     for (ps, p) in gang.pod_sets.iter().zip(&admission.pod_sets) {
         let Some(f) = p.flavor else { continue };
         for (key, amount) in charges(fleet.flavor_name(f), ps.pods, &ps.shape) {
-            *total.entry(key).or_default() += amount;
+            if queues.has_quota(q, &key) {
+                *total.entry(key).or_default() += amount;
+            }
         }
     }
     total
@@ -506,7 +541,7 @@ pub fn release(
         }
     }
     if let Some(q) = queues.id(&gang.queue) {
-        for (key, amount) in gang_charges(fleet, gang, admission) {
+        for (key, amount) in gang_charges(fleet, queues, gang, admission) {
             usage.remove(q, key, amount);
         }
     }

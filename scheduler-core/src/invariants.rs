@@ -39,7 +39,7 @@ pub fn check(
     capacity: &Capacity,
     usage: &QuotaUsage,
 ) -> Result<(), Violation> {
-    let mut recomputed = Capacity::empty(fleet);
+    let mut recomputed = fleet.allocatable().clone();
     let mut recomputed_usage = QuotaUsage::default();
     for &host in down {
         if let Some(spec) = fleet.domain(host).node {
@@ -58,7 +58,7 @@ pub fn check(
             }
         }
         if let Some(q) = queues.id(&gang.queue) {
-            for (key, amount) in gang_charges(fleet, gang, admission) {
+            for (key, amount) in gang_charges(fleet, queues, gang, admission) {
                 recomputed_usage.add(q, key, amount);
             }
         }

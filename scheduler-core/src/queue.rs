@@ -178,6 +178,10 @@ impl Queues {
         self.quota[id.idx()].is_empty()
     }
 
+    pub fn has_quota(&self, id: QueueId, key: &QuotaKey) -> bool {
+        self.quota[id.idx()].contains_key(key)
+    }
+
     /// Whether this queue may use GPU flavor `flavor` at all.
     pub fn covers_flavor(&self, id: QueueId, flavor: &str) -> bool {
         self.is_unlimited(id) || self.quota[id.idx()].contains_key(&(flavor.to_string(), Resource::Gpu))

@@ -115,9 +115,9 @@ mod tests {
     fn same_inputs_and_seed_give_identical_json() {
         let fleet = FleetSpec::builtin().build("built-in").expect("fleet");
         let trace = builtin_trace().expect("trace");
-        let small = Trace { jobs: trace.jobs[..300].to_vec(), ..trace };
+        let small = Trace { jobs: trace.jobs[..200].to_vec(), ..trace };
         let inputs = Inputs { fleet: &fleet, fleet_name: "built-in", trace: &small, trace_name: "head" };
-        let opts = SimOptions { node_failure_rate: 0.2, ..SimOptions::default() };
+        let opts = SimOptions { node_failure_rate: 0.05, ..SimOptions::default() };
         let json = || {
             let (report, _) = run_policies(&inputs, &Policy::ALL, &opts, &mut |_, _, _| {}).expect("runs");
             serde_json::to_string_pretty(&report).expect("serialises")
