@@ -154,7 +154,20 @@ type MemoKey<'g> = (&'g ClusterFilter, PodShape, TopologyConstraint, Option<(u32
 struct MemoEntry {
     flavors: Vec<Option<FlavorId>>,
     min_pods: u32,
-    shortfall: Shortfall,
+    /// What the fleet offers this shape now, and when empty (which does not depend on pods).
+    now: Shortfall,
+    empty: Shortfall,
+}
+
+impl MemoEntry {
+    fn reason(&self, ps: &crate::gang::PodSet) -> Reason {
+        let named = |s: &Shortfall| Shortfall { pod_set: ps.name.clone(), pods: ps.pods, ..s.clone() };
+        if ps.pods > self.empty.largest {
+            Reason::NeverFits(named(&self.empty))
+        } else {
+            Reason::NoDomain(named(&self.now))
+        }
+    }
 }
 
 struct Run<'a> {
@@ -168,7 +181,7 @@ struct Run<'a> {
     stats: CycleStats,
 }
 
-/// The best attempt so far when scoring clusters; lower is better.
+/// A cluster's rank for a gang; lower is better.
 type Score = (u32, Reverse<u8>, u64, u32, Reverse<u64>, ClusterId);
 
 impl<'a> Run<'a> {
@@ -179,84 +192,66 @@ impl<'a> Run<'a> {
             gang.pod_sets.iter().map(|ps| self.resolve(queue, ps)).collect::<Result<_, _>>()?;
         let candidates = self.candidates(gang, &resolved)?;
         for (ps, r) in gang.pod_sets.iter().zip(&resolved) {
-            if let Some(short) = self.never_fits(&candidates, ps, r) {
-                return Err(Reason::NeverFits(short));
-            }
             let hit = self
                 .memo
                 .get(&memo_key(gang, ps))
                 .and_then(|entries| entries.iter().find(|e| e.flavors == r.flavors && ps.pods >= e.min_pods));
             if let Some(e) = hit {
                 self.stats.memo_hits += 1;
-                return Err(Reason::NoDomain(Shortfall {
-                    pod_set: ps.name.clone(),
-                    pods: ps.pods,
-                    ..e.shortfall.clone()
-                }));
+                return Err(e.reason(ps));
             }
         }
-        let order = self.cluster_order(&candidates, &resolved);
-        let mut best: Option<(Score, Admission)> = None;
+        let order = self.cluster_order(gang, &candidates, &resolved);
         let mut failed_pod_set = 0usize;
         let mut quota_reason = None;
         for c in order {
             self.stats.attempts += 1;
             let cp = self.cap.checkpoint();
             match self.try_cluster(c, gang, &resolved) {
-                Ok(admission) => {
-                    if let Err(reason) = self.check_quota(queue, gang, &admission) {
-                        self.cap.rollback(self.fleet, cp);
-                        quota_reason.get_or_insert(reason);
-                        continue;
-                    }
-                    if self.config.choice != ClusterChoice::Scored {
+                Ok(admission) => match self.check_quota(queue, gang, &admission) {
+                    Ok(()) => {
                         self.commit(queue, gang, &admission);
                         return Ok(admission);
                     }
-                    let score = self.score(gang, &admission);
-                    self.cap.rollback(self.fleet, cp);
-                    if best.as_ref().is_none_or(|(s, _)| score < *s) {
-                        best = Some((score, admission));
+                    Err(reason) => {
+                        self.cap.rollback(self.fleet, cp);
+                        quota_reason.get_or_insert(reason);
                     }
-                }
+                },
                 Err(failed) => {
                     self.cap.rollback(self.fleet, cp);
                     failed_pod_set = failed_pod_set.max(failed);
                 }
             }
         }
-        if let Some((_, admission)) = best {
-            for (ps, p) in gang.pod_sets.iter().zip(&admission.pod_sets) {
-                for &(host, pods) in &p.hosts {
-                    self.cap.take(self.fleet, host, pods, ps.shape);
-                }
-            }
-            self.commit(queue, gang, &admission);
-            return Ok(admission);
-        }
         if let Some(reason) = quota_reason {
             return Err(reason);
         }
-        let ps = &gang.pod_sets[failed_pod_set];
-        let short = self.shortfall(&self.cap, &candidates, ps, &resolved[failed_pod_set]);
-        if failed_pod_set == 0 {
+        // Name the first pod set that fits no span on its own; if each would fit alone but not
+        // all together, the one that failed last.
+        let empty = self.fleet.allocatable();
+        let failed = (0..gang.pod_sets.len())
+            .find(|&i| self.largest(&self.cap, &candidates, &gang.pod_sets[i], &resolved[i]).0 < gang.pod_sets[i].pods)
+            .unwrap_or(failed_pod_set);
+        let (ps, r) = (&gang.pod_sets[failed], &resolved[failed]);
+        let entry = MemoEntry {
+            flavors: r.flavors.clone(),
+            min_pods: ps.pods,
+            now: self.shortfall(&self.cap, &candidates, ps, r),
+            empty: self.shortfall(empty, &candidates, ps, r),
+        };
+        let reason = entry.reason(ps);
+        if failed == 0 {
             // Pod set 0 was tried on untouched capacity: its failure says something about the
-            // shape alone, so later gangs of the same shape can skip the search.
+            // shape alone, so later gangs of the same shape, as large or larger, skip the search.
             let entries = self.memo.entry(memo_key(gang, ps)).or_default();
-            match entries.iter_mut().find(|e| e.flavors == resolved[0].flavors) {
-                Some(e) if ps.pods < e.min_pods => {
-                    e.min_pods = ps.pods;
-                    e.shortfall = short.clone();
-                }
+            match entries.iter_mut().find(|e| e.flavors == r.flavors) {
+                Some(e) if ps.pods < e.min_pods => *e = entry,
                 Some(_) => {}
-                None => entries.push(MemoEntry {
-                    flavors: resolved[0].flavors.clone(),
-                    min_pods: ps.pods,
-                    shortfall: short.clone(),
-                }),
+                None => entries.push(entry),
             }
         }
-        Err(Reason::NoDomain(short))
+        Err(reason)
     }
 
     fn commit(&mut self, queue: QueueId, gang: &Gang, admission: &Admission) {
@@ -386,7 +381,14 @@ impl<'a> Run<'a> {
         Ok(allowed)
     }
 
-    fn cluster_order(&self, candidates: &[ClusterId], resolved: &[Resolved]) -> Vec<ClusterId> {
+    /// The clusters to try, in order. `Scored` ranks each cluster by where the gang's pod sets
+    /// would go there (found without placing anything) and drops clusters where one cannot go.
+    fn cluster_order(&self, gang: &Gang, candidates: &[ClusterId], resolved: &[Resolved]) -> Vec<ClusterId> {
+        if self.config.choice == ClusterChoice::Scored {
+            let mut scored: Vec<Score> = candidates.iter().filter_map(|&c| self.estimate(c, gang, resolved)).collect();
+            scored.sort_unstable();
+            return scored.into_iter().map(|s| s.5).collect();
+        }
         let mut order = candidates.to_vec();
         if self.config.choice == ClusterChoice::MostFree {
             let free = |c: ClusterId| -> u64 {
@@ -418,36 +420,32 @@ impl<'a> Run<'a> {
         Ok(Admission { cluster, pod_sets: placements })
     }
 
-    fn score(&self, gang: &Gang, admission: &Admission) -> Score {
+    /// How good `cluster` would be for the gang, from the span each pod set would take on the
+    /// current capacity: preferences missed, then locality (the narrowest common domain), then
+    /// what is left over in the spans (best fit), then the admin's cost weight, then balance.
+    /// `None` when some pod set has no span there.
+    fn estimate(&self, cluster: ClusterId, gang: &Gang, resolved: &[Resolved]) -> Option<Score> {
         let fleet = self.fleet;
-        let missed = gang
-            .pod_sets
-            .iter()
-            .zip(&admission.pod_sets)
-            .filter(|(ps, p)| match ps.topology {
-                TopologyConstraint::Preferred(level) => fleet.level_of(p.span).is_none_or(|l| l < level),
-                _ => false,
-            })
-            .count() as u32;
-        let locality = admission.span(fleet).map_or(0, |d| fleet.level_of(d).map_or(0, |l| l as u8 + 1));
-        let leftover: u64 = admission
-            .pod_sets
-            .iter()
-            .map(|p| match p.flavor {
-                Some(f) => self.cap.free_gpus(fleet, p.span, f),
-                None => self.cap.free_cpu_milli(p.span) / 1000,
-            })
-            .sum();
-        let cluster = fleet.cluster(admission.cluster);
-        let free: u64 = cluster.flavors.iter().map(|&f| self.cap.free_gpus(fleet, cluster.root, f)).sum();
-        (missed, Reverse(locality), leftover, cluster.cost_weight, Reverse(free), admission.cluster)
-    }
-
-    /// When the pod set could not be placed even on the empty fleet, what the fleet offers.
-    fn never_fits(&self, candidates: &[ClusterId], ps: &crate::gang::PodSet, r: &Resolved) -> Option<Shortfall> {
-        let empty = self.fleet.allocatable();
-        let (largest, _, _) = self.largest(empty, candidates, ps, r);
-        (largest < ps.pods).then(|| self.shortfall(empty, candidates, ps, r))
+        let view = View { fleet, cap: &self.cap, fill: self.config.fill };
+        let c = fleet.cluster(cluster);
+        let (mut missed, mut leftover) = (0u32, 0u64);
+        let mut spans = Vec::with_capacity(gang.pod_sets.len());
+        for (ps, r) in gang.pod_sets.iter().zip(resolved) {
+            let (span, ask) = r.flavors.iter().filter(|f| f.is_none_or(|f| c.has_flavor(f))).find_map(|&f| {
+                let ask = ask(fleet, cluster, ps, f);
+                view.narrowest_span(cluster, &ask).map(|s| (s, ask))
+            })?;
+            leftover += view.leftover(span, &ask);
+            if let TopologyConstraint::Preferred(level) = ps.topology
+                && fleet.level_of(span).is_none_or(|l| l < level)
+            {
+                missed += 1;
+            }
+            spans.push(span);
+        }
+        let locality = fleet.common_ancestor(spans).and_then(|d| fleet.level_of(d)).map_or(0, |l| l as u8 + 1);
+        let free: u64 = c.flavors.iter().map(|&f| self.cap.free_gpus(fleet, c.root, f)).sum();
+        Some((missed, Reverse(locality), leftover, c.cost_weight, Reverse(free), cluster))
     }
 
     /// The most pods of the pod set one allowed span could take on `cap`: (pods, where, flavor).

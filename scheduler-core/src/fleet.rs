@@ -74,6 +74,17 @@ pub struct Cluster {
     /// Histogram row width: max GPUs on any node of this cluster, plus one.
     pub(crate) hist_width: u32,
     pub(crate) hosts: Vec<DomainId>,
+    /// Per depth, the most hosts any one domain of that depth holds: a cheap bound that lets
+    /// a search skip levels whose domains are all too small for a pod set.
+    pub(crate) max_hosts: Vec<u32>,
+}
+
+impl Cluster {
+    /// Whether some domain at `depth` could hold `gpus` GPUs when empty (an upper bound).
+    pub(crate) fn depth_could_hold(&self, depth: u8, gpus: u64) -> bool {
+        let per_node = u64::from(self.hist_width.saturating_sub(1));
+        u64::from(self.max_hosts[depth as usize]) * per_node >= gpus
+    }
 }
 
 impl Cluster {
@@ -414,6 +425,19 @@ impl FleetBuilder {
                 hosts.push(parent);
             }
             let flavors: Vec<FlavorId> = cluster_flavors.into_iter().collect();
+            let mut under = vec![0u32; domains.len() - root.idx()];
+            for &h in &hosts {
+                let mut cur = Some(h);
+                while let Some(d) = cur {
+                    under[d.idx() - root.idx()] += 1;
+                    cur = domains[d.idx()].parent;
+                }
+            }
+            let mut max_hosts = vec![0u32; pc.levels.len() + 1];
+            for (i, n) in under.into_iter().enumerate() {
+                let depth = domains[root.idx() + i].depth as usize;
+                max_hosts[depth] = max_hosts[depth].max(n);
+            }
             let hist_width = max_gpus + 1;
             let row = flavors.len() * hist_width as usize;
             for d in &mut domains[root.idx()..] {
@@ -430,6 +454,7 @@ impl FleetBuilder {
                 flavors,
                 hist_width,
                 hosts,
+                max_hosts,
             });
         }
         let mut fleet = Fleet {

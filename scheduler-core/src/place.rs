@@ -74,7 +74,7 @@ impl View<'_> {
     }
 
     /// Free units left in `d` after placing the pod set there: the best-fit measure.
-    fn leftover(&self, d: DomainId, ask: &Ask) -> u64 {
+    pub fn leftover(&self, d: DomainId, ask: &Ask) -> u64 {
         match ask.flavor {
             Some(f) if ask.shape.gpus > 0 => {
                 self.cap.free_gpus(self.fleet, d, f).saturating_sub(u64::from(ask.shape.gpus) * u64::from(ask.pods))
@@ -103,12 +103,52 @@ impl View<'_> {
         out
     }
 
-    fn narrowest_span(&self, cluster: ClusterId, ask: &Ask) -> Option<DomainId> {
+    /// The narrowest domain that fits the whole pod set, best fit (least left over) among
+    /// those of that depth, ties in tree order.
+    pub fn narrowest_span(&self, cluster: ClusterId, ask: &Ask) -> Option<DomainId> {
         let c = self.fleet.cluster(cluster);
-        for depth in (ask.widest_depth..=c.host_depth()).rev() {
+        if let Some(host) = self.best_fit_host(c.root, ask) {
+            return Some(host);
+        }
+        let need = u64::from(ask.shape.gpus) * u64::from(ask.pods);
+        for depth in (ask.widest_depth..c.host_depth()).rev() {
+            if !c.depth_could_hold(depth, need) {
+                continue;
+            }
             let fitting = self.domains_at(c.root, depth, &|p, d| p.fits(d, ask));
             if let Some(best) = fitting.into_iter().min_by_key(|&d| (self.leftover(d, ask), d)) {
                 return Some(best);
+            }
+        }
+        None
+    }
+
+    /// The host with the fewest free GPUs that still holds the whole pod set: from the root's
+    /// histogram, the smallest free count k that is large enough, then down the tree through
+    /// domains that have a host with k free. Never scans hosts that cannot be the answer.
+    fn best_fit_host(&self, root: DomainId, ask: &Ask) -> Option<DomainId> {
+        let (Some(flavor), true) = (ask.flavor, ask.shape.gpus > 0) else {
+            let hosts = self.domains_at(root, u8::MAX, &|p, d| p.slots(d, ask) >= ask.pods);
+            return hosts.into_iter().min_by_key(|&d| (self.leftover(d, ask), d));
+        };
+        let need = (u64::from(ask.shape.gpus) * u64::from(ask.pods)).try_into().unwrap_or(usize::MAX);
+        let width = self.cap.histogram(self.fleet, root, flavor).len();
+        for k in need..width {
+            let has_k = |p: &Self, d: DomainId| p.cap.histogram(p.fleet, d, flavor).get(k).is_some_and(|&n| n > 0);
+            if !has_k(self, root) {
+                continue;
+            }
+            let mut stack = vec![root];
+            while let Some(d) = stack.pop() {
+                let dom = self.fleet.domain(d);
+                if dom.node.is_some() {
+                    // k free GPUs by the histogram; CPU and memory may still say no.
+                    if self.slots(d, ask) >= ask.pods {
+                        return Some(d);
+                    }
+                } else {
+                    stack.extend(dom.children.iter().rev().filter(|&&c| has_k(self, c)));
+                }
             }
         }
         None
