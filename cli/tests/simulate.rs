@@ -1,0 +1,224 @@
+//! `stowage simulate` as a user runs it: exit codes, outputs, and bad input named precisely.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const SHARED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/traces");
+
+fn stowage(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_stowage")).args(args).output().expect("runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("stowage-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+fn json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("json written")).expect("valid json")
+}
+
+#[test]
+fn the_default_run_replays_the_builtin_trace_under_all_four_policies() {
+    let dir = scratch("default");
+    let out_json = dir.join("out.json");
+    let o = stowage(&["simulate", "--json", out_json.to_str().expect("utf-8")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = stdout(&o);
+    for p in ["stowage", "fifo-firstfit", "kueue-multikueue", "volcano-binpack"] {
+        assert!(table.contains(p), "{p} missing from\n{table}");
+    }
+    let v = json(&out_json);
+    let policies = v["policies"].as_array().expect("policies");
+    assert_eq!(policies.len(), 4);
+    for p in policies {
+        let jobs = &p["jobs"];
+        let sum: u64 = ["completed", "running", "pending", "rejected"].iter().map(|k| jobs[k].as_u64().expect(k)).sum();
+        assert_eq!(jobs["submitted"].as_u64(), Some(sum), "every job accounted for in {}", p["name"]);
+        assert_eq!(jobs["submitted"].as_u64(), Some(1455));
+        for k in ["mean", "p50", "p95", "p99"] {
+            assert!(p["queueing_delay_s"][k].is_number(), "queueing_delay_s.{k}");
+        }
+        for k in ["mean", "p95"] {
+            assert!(p["jct_s"][k].is_number(), "jct_s.{k}");
+        }
+        let util = p["gpu_utilisation"].as_f64().expect("gpu_utilisation");
+        assert!(util > 0.0 && util <= 1.0);
+        for k in ["multi_node_gangs", "within_rack", "within_block"] {
+            assert!(p["locality"][k].is_number(), "locality.{k}");
+        }
+    }
+}
+
+#[test]
+fn same_inputs_and_seed_write_byte_identical_json() {
+    let dir = scratch("determinism");
+    let run = |name: &str, seed: &str| {
+        let path = dir.join(name);
+        let o = stowage(&[
+            "simulate",
+            "--node-failure-rate",
+            "0.05",
+            "--seed",
+            seed,
+            "--json",
+            path.to_str().expect("utf-8"),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        std::fs::read(path).expect("written")
+    };
+    let a = run("a.json", "7");
+    assert_eq!(a, run("b.json", "7"));
+    assert_ne!(a, run("c.json", "8"), "the seed drives node failures");
+}
+
+#[test]
+fn a_broken_fleet_file_names_the_file_and_field() {
+    let dir = scratch("fleet");
+    let fleet = dir.join("fleet.yaml");
+    std::fs::write(
+        &fleet,
+        "clusters:\n- name: c\n  topology: [{level: rack}]\n  pools:\n  - {name: p, gpus_per_node: 8, cpu_cores: 8, memory_gib: 64, nodes: 4}\n",
+    )
+    .expect("write");
+    let o = stowage(&["simulate", "--fleet", fleet.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("fleet.yaml: clusters[0].pools[0].gpu_flavor"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn an_unknown_trace_format_lists_the_valid_ones() {
+    let o = stowage(&["simulate", "--trace", "x.csv", "--trace-format", "alibaba"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("expected native, philly or openb"), "{}", stderr(&o));
+}
+
+fn write_trace(dir: &Path, rows: &str) -> PathBuf {
+    let path = dir.join("trace.csv");
+    std::fs::write(&path, format!("id,submit_s,duration_s,pods,gpus_per_pod,topology\n{rows}")).expect("write");
+    path
+}
+
+#[test]
+fn a_garbage_row_fails_the_run_with_file_line_and_column_unless_skipped() {
+    let dir = scratch("garbage");
+    let trace = write_trace(&dir, "a,0,3600,1,8,none\nb,10,soon,1,8,none\nc,20,60,2,8,required:rack\n");
+    let path = trace.to_str().expect("utf-8");
+    let o = stowage(&["simulate", "--trace", path]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("trace.csv:3") && err.contains("duration_s"), "{err}");
+    let o = stowage(&["simulate", "--trace", path, "--skip-bad-rows", "--policy", "stowage"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("2 jobs (1 bad rows skipped)"), "{}", stdout(&o));
+}
+
+#[test]
+fn an_impossible_gang_is_rejected_with_its_reason_and_the_rest_run() {
+    let dir = scratch("impossible");
+    let trace = write_trace(&dir, "ok,0,600,2,8,required:rack\nhuge,5,600,200,8,none\nalso-ok,10,600,1,4,none\n");
+    let out_json = dir.join("out.json");
+    let o = stowage(&[
+        "simulate",
+        "--trace",
+        trace.to_str().expect("utf-8"),
+        "--policy",
+        "stowage,kueue-multikueue",
+        "--json",
+        out_json.to_str().expect("utf-8"),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&out_json);
+    for p in v["policies"].as_array().expect("policies") {
+        assert_eq!(p["jobs"]["completed"].as_u64(), Some(2), "{}", p["name"]);
+        assert_eq!(p["jobs"]["rejected"].as_u64(), Some(1));
+        let reason = p["rejected"][0]["reason"].as_str().expect("reason");
+        assert!(reason.contains("200 free slots of 8") && reason.contains("never be admitted"), "{reason}");
+    }
+    assert!(stdout(&o).contains("rejected huge"), "{}", stdout(&o));
+}
+
+#[test]
+fn a_horizon_leaves_work_running_or_pending_and_counts_it() {
+    let dir = scratch("horizon");
+    let out_json = dir.join("out.json");
+    let o = stowage(&["simulate", "--horizon", "20d", "--policy", "stowage", "--json", out_json.to_str().expect("utf-8")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let p = &json(&out_json)["policies"][0];
+    assert_eq!(p["makespan_s"].as_u64(), Some(20 * 86_400));
+    let jobs = &p["jobs"];
+    assert!(jobs["running"].as_u64().expect("running") + jobs["pending"].as_u64().expect("pending") > 0);
+    assert!(jobs["completed"].as_u64().expect("completed") < 1455);
+}
+
+#[test]
+fn load_scale_compresses_arrivals_and_queues_more() {
+    let dir = scratch("load");
+    let run = |scale: &str| {
+        let path = dir.join(format!("{scale}.json"));
+        let o = stowage(&["simulate", "--policy", "stowage", "--load-scale", scale, "--json", path.to_str().expect("utf-8")]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        json(&path)["policies"][0]["queueing_delay_s"]["mean"].as_f64().expect("mean")
+    };
+    assert!(run("2") > run("1"));
+    let o = stowage(&["simulate", "--load-scale", "0"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--load-scale"), "{}", stderr(&o));
+}
+
+#[test]
+fn svg_plots_are_written() {
+    let dir = scratch("svg");
+    let o = stowage(&["simulate", "--policy", "stowage,fifo-firstfit", "--svg", dir.to_str().expect("utf-8")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for f in ["utilisation.svg", "queueing-delay-cdf.svg"] {
+        let text = std::fs::read_to_string(dir.join(f)).expect("svg written");
+        assert!(text.contains("<svg") && text.contains("stowage") && text.contains("fifo-firstfit"), "{f}");
+    }
+}
+
+#[test]
+fn public_traces_replay_on_fleets_built_from_their_machine_lists() {
+    let philly = stowage(&[
+        "simulate",
+        "--machines",
+        &format!("{SHARED}/philly-2017/revised_machine_list.csv"),
+        "--machines-format",
+        "philly-revised",
+        "--trace",
+        &format!("{SHARED}/philly-2017/jobs_2017-09_2017-10.json"),
+        "--trace-format",
+        "philly",
+        "--policy",
+        "stowage",
+    ]);
+    assert!(philly.status.success(), "{}", stderr(&philly));
+    assert!(stdout(&philly).contains("3205 GPUs"), "{}", stdout(&philly));
+    let openb = stowage(&[
+        "simulate",
+        "--machines",
+        &format!("{SHARED}/alibaba-gpu-v2023-openb/openb_node_list_gpu_node.csv"),
+        "--machines-format",
+        "openb",
+        "--trace",
+        &format!("{SHARED}/alibaba-gpu-v2023-openb/openb_pod_list_gpuspec33.csv"),
+        "--trace-format",
+        "openb",
+        "--policy",
+        "stowage,volcano-binpack",
+    ]);
+    assert!(openb.status.success(), "{}", stderr(&openb));
+    assert!(stdout(&openb).contains("6212 GPUs"), "{}", stdout(&openb));
+}
