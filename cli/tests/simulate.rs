@@ -154,7 +154,8 @@ fn an_impossible_gang_is_rejected_with_its_reason_and_the_rest_run() {
 fn a_horizon_leaves_work_running_or_pending_and_counts_it() {
     let dir = scratch("horizon");
     let out_json = dir.join("out.json");
-    let o = stowage(&["simulate", "--horizon", "20d", "--policy", "stowage", "--json", out_json.to_str().expect("utf-8")]);
+    let o =
+        stowage(&["simulate", "--horizon", "20d", "--policy", "stowage", "--json", out_json.to_str().expect("utf-8")]);
     assert!(o.status.success(), "{}", stderr(&o));
     let p = &json(&out_json)["policies"][0];
     assert_eq!(p["makespan_s"].as_u64(), Some(20 * 86_400));
@@ -168,7 +169,15 @@ fn load_scale_compresses_arrivals_and_queues_more() {
     let dir = scratch("load");
     let run = |scale: &str| {
         let path = dir.join(format!("{scale}.json"));
-        let o = stowage(&["simulate", "--policy", "stowage", "--load-scale", scale, "--json", path.to_str().expect("utf-8")]);
+        let o = stowage(&[
+            "simulate",
+            "--policy",
+            "stowage",
+            "--load-scale",
+            scale,
+            "--json",
+            path.to_str().expect("utf-8"),
+        ]);
         assert!(o.status.success(), "{}", stderr(&o));
         json(&path)["policies"][0]["queueing_delay_s"]["mean"].as_f64().expect("mean")
     };
