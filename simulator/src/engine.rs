@@ -392,9 +392,9 @@ impl Sim<'_> {
         self.busy_gpus -= r.gang.total_gpus();
     }
 
-    /// The cluster with the most free GPUs among those that could hold the gang when empty.
+    /// The least-loaded cluster among those that could hold the gang when empty.
     fn least_loaded_feasible(&self, gang: &Gang) -> Option<String> {
-        let mut best: Option<(u64, String)> = None;
+        let mut best: Option<(i64, String)> = None;
         for c in self.fleet.clusters() {
             let mut probe = gang.clone();
             probe.clusters.only = Some(vec![c.name.clone()]);
@@ -409,9 +409,18 @@ impl Sim<'_> {
                 Some(Decision::Admit(_))
             );
             if fits {
+                // Free GPUs less what is already bound there and still waiting: a spreader that
+                // remembers what it sent, as Karmada's does.
                 let free: u64 = c.flavors.iter().map(|&f| self.capacity.free_gpus(self.fleet, c.root, f)).sum();
-                if best.as_ref().is_none_or(|(b, _)| free > *b) {
-                    best = Some((free, c.name.clone()));
+                let bound: u64 = self
+                    .pending_gangs
+                    .iter()
+                    .filter(|g| g.clusters.only.as_deref() == Some(std::slice::from_ref(&c.name)))
+                    .map(Gang::total_gpus)
+                    .sum();
+                let load = free as i64 - bound as i64;
+                if best.as_ref().is_none_or(|(b, _)| load > *b) {
+                    best = Some((load, c.name.clone()));
                 }
             }
         }
@@ -507,4 +516,110 @@ pub fn fragmented_free(fleet: &Fleet, cap: &Capacity) -> (u64, u64) {
         }
     }
     (fragmented, free)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet_file::FleetSpec;
+    use crate::trace::TracePodSet;
+    use scheduler_core::TopologyConstraint;
+
+    fn job(id: &str, submit_s: u64, duration_s: u64, pods: u32, gpus: u32, topology: TopologyConstraint) -> TraceJob {
+        TraceJob {
+            id: id.into(),
+            submit_s,
+            duration_s,
+            pod_sets: vec![TracePodSet {
+                name: "node".into(),
+                pods,
+                gpus_per_pod: gpus,
+                cpu_milli: 1000,
+                memory_mib: 1024,
+                flavors: Vec::new(),
+                topology,
+            }],
+            queue: None,
+            priority: 0,
+        }
+    }
+
+    fn fleet() -> Fleet {
+        FleetSpec::parse(
+            "clusters:\n- name: a\n  topology: [{level: block}, {level: rack}]\n  pools:\n  - {name: p, gpu_flavor: h100, gpus_per_node: 8, cpu_cores: 64, memory_gib: 512, nodes: 16, fanout: {rack: 4, block: 2}}\n",
+            "t.yaml",
+        )
+        .and_then(|s| s.build("t.yaml"))
+        .expect("fleet")
+    }
+
+    fn trace() -> Trace {
+        let jobs = (0..40)
+            .map(|i| {
+                let rack = TopologyConstraint::Required(Level::Rack);
+                job(&format!("j{i:02}"), i * 600, 7200 + i * 100, 1 + (i % 4) as u32, 8, rack)
+            })
+            .collect();
+        Trace { jobs, skipped_rows: 0, withdrawn: 0 }
+    }
+
+    #[test]
+    fn node_failures_evict_and_restart_gangs_and_every_job_still_completes() {
+        let opts = SimOptions { node_failure_rate: 2.0, seed: 3, ..SimOptions::default() };
+        let run = simulate(&fleet(), &trace(), Policy::Stowage, &opts, &mut |_, _| {}).expect("runs");
+        assert!(run.node_failures > 0);
+        assert!(run.jobs.iter().map(|j| j.restarts).sum::<u32>() > 0, "some gang was hit");
+        assert!(run.jobs.iter().all(|j| j.outcome == Outcome::Completed), "all finish despite failures");
+    }
+
+    #[test]
+    fn required_rack_gangs_are_placed_inside_one_rack_and_slowed_by_nothing() {
+        let run = simulate(&fleet(), &trace(), Policy::Stowage, &SimOptions::default(), &mut |_, _| {}).expect("runs");
+        for j in &run.jobs {
+            let p = j.placement.as_ref().expect("placed");
+            assert!(p.within(Level::Rack), "{} spans {:?}", j.id, p.span_level);
+            assert_eq!(p.slowdown, 1.0);
+        }
+    }
+
+    #[test]
+    fn spanning_blocks_costs_what_the_model_says() {
+        // Two 8-GPU pods that fit no rack on this fleet (one host per rack) must cross racks.
+        let f = FleetSpec::parse(
+            "clusters:\n- name: a\n  topology: [{level: block}, {level: rack}]\n  pools:\n  - {name: p, gpu_flavor: h100, gpus_per_node: 8, cpu_cores: 64, memory_gib: 512, nodes: 4, fanout: {rack: 1, block: 2}}\n",
+            "t.yaml",
+        )
+        .and_then(|s| s.build("t.yaml"))
+        .expect("fleet");
+        let t = Trace { jobs: vec![job("x", 0, 1000, 2, 8, TopologyConstraint::Unconstrained)], ..Trace::default() };
+        let run = simulate(&f, &t, Policy::Stowage, &SimOptions::default(), &mut |_, _| {}).expect("runs");
+        let j = &run.jobs[0];
+        assert_eq!(j.placement.as_ref().map(|p| p.span_level), Some(Some(Level::Block)));
+        assert_eq!(j.end_s, Some(1050), "+5% for crossing racks inside a block");
+    }
+
+    #[test]
+    fn volcano_binds_each_job_to_one_cluster_at_submit() {
+        let f = FleetSpec::parse(
+            "clusters:\n- name: a\n  topology: []\n  pools:\n  - {name: p, gpu_flavor: h100, gpus_per_node: 8, cpu_cores: 64, memory_gib: 512, nodes: 1}\n- name: b\n  topology: []\n  pools:\n  - {name: q, gpu_flavor: h100, gpus_per_node: 8, cpu_cores: 64, memory_gib: 512, nodes: 1}\n",
+            "t.yaml",
+        )
+        .and_then(|s| s.build("t.yaml"))
+        .expect("fleet");
+        // Three one-node jobs at once: the spreader sends 1 to a, 2 to b, and 3 to a (a tie).
+        // Job 2 ends first, but 3 stays bound to a until job 1 ends: no lookahead after submit.
+        let t = Trace {
+            jobs: vec![
+                job("1", 0, 1000, 1, 8, TopologyConstraint::Unconstrained),
+                job("2", 0, 100, 1, 8, TopologyConstraint::Unconstrained),
+                job("3", 0, 10, 1, 8, TopologyConstraint::Unconstrained),
+            ],
+            ..Trace::default()
+        };
+        let volcano = simulate(&f, &t, Policy::VolcanoBinpack, &SimOptions::default(), &mut |_, _| {}).expect("runs");
+        let stowage = simulate(&f, &t, Policy::Stowage, &SimOptions::default(), &mut |_, _| {}).expect("runs");
+        let starts = |run: &PolicyRun| run.jobs.iter().map(|j| j.first_start_s).collect::<Vec<_>>();
+        assert_eq!(starts(&volcano), [Some(0), Some(0), Some(1000)]);
+        assert_eq!(starts(&stowage), [Some(0), Some(0), Some(100)], "stowage takes whichever cluster frees first");
+    }
 }
