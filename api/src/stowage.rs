@@ -1,0 +1,263 @@
+//! Stowage's own API, group `stowage.dev`, version `v1alpha1`.
+//!
+//! Why this group: a DNS name the project owns (Kubernetes reserves `*.k8s.io` and
+//! `*.kubernetes.io` for API-reviewed groups, and `x-k8s.io` for kubernetes-sigs), short in
+//! `kubectl get memberclusters.stowage.dev`, and apart from every upstream group we read, so RBAC
+//! can grant exactly our kinds. CRDs are generated from these types into `manifests/crds/`
+//! (`cargo run -p api --bin crdgen`); a test fails when the files drift.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub const GROUP: &str = "stowage.dev";
+pub const VERSION: &str = "v1alpha1";
+/// Label on a TrainJob naming its Queue; a TrainJob without it goes to the default Queue.
+pub const QUEUE_LABEL: &str = "stowage.dev/queue";
+/// Fencing labels on everything the agent creates for a TrainJob.
+pub const TRAINJOB_UID_LABEL: &str = "stowage.dev/trainjob-uid";
+pub const EPOCH_LABEL: &str = "stowage.dev/placement-epoch";
+
+/// A member cluster as the hub sees it. Cluster-scoped; the name is the cluster's.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[kube(
+    group = "stowage.dev",
+    version = "v1alpha1",
+    kind = "MemberCluster",
+    status = "MemberClusterStatus",
+    shortname = "mc",
+    printcolumn = r#"{"name":"Scheduler","type":"string","jsonPath":".status.gangScheduler"}"#,
+    printcolumn = r#"{"name":"Heartbeat","type":"date","jsonPath":".status.heartbeatTime"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberClusterSpec {
+    /// Labels gangs' cluster selectors match (region, tier, ...).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// A cordoned member keeps what runs there but gets nothing new.
+    #[serde(default)]
+    pub cordoned: bool,
+    /// Admin cost: among equally good placements, the cheaper member wins.
+    #[serde(default)]
+    pub cost_weight: u32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum GangScheduler {
+    /// scheduler-plugins coscheduling (`scheduling.x-k8s.io` PodGroup).
+    Coscheduling,
+    Volcano,
+    Kai,
+    #[default]
+    None,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberClusterStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
+    #[serde(default)]
+    pub gang_scheduler: GangScheduler,
+    /// Whether Kueue with Topology Aware Scheduling runs there.
+    #[serde(default)]
+    pub kueue: bool,
+    /// Topology levels, widest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topology_levels: Vec<TopologyLevel>,
+    /// Capacity and free GPUs per domain and flavor, summarised (hosts only where needed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub domains: Vec<DomainCapacity>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TopologyLevel {
+    /// Canonical level: zone, block, rack, nvlink or host.
+    pub level: String,
+    pub node_label: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DomainCapacity {
+    /// Label values from the widest level down to this domain's.
+    pub path: Vec<String>,
+    pub flavor: String,
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+    pub allocatable_gpus: u64,
+    pub free_gpus: u64,
+    /// Free-GPU histogram: entry k counts nodes with k GPUs free.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub free_histogram: Vec<u32>,
+}
+
+/// A queue with Kueue ClusterQueue semantics. Cluster-scoped.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[kube(group = "stowage.dev", version = "v1alpha1", kind = "Queue", status = "QueueStatus")]
+#[serde(rename_all = "camelCase")]
+pub struct QueueSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cohort: Option<String>,
+    /// Fair-share weight within the cohort.
+    #[serde(default = "one")]
+    pub weight: u32,
+    #[serde(default)]
+    pub queueing_strategy: QueueingStrategy,
+    /// Quota per GPU flavor and resource. None at all: unlimited.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quotas: Vec<QueueQuota>,
+    /// Namespaces whose TrainJobs may use this queue; all when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum QueueingStrategy {
+    StrictFIFO,
+    #[default]
+    BestEffortFIFO,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueQuota {
+    pub flavor: String,
+    /// `nvidia.com/gpu`, `cpu` or `memory`.
+    pub resource: String,
+    /// A Kubernetes quantity (`16`, `512`, `2Ti`).
+    pub nominal_quota: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrowing_limit: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lending_limit: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueStatus {
+    #[serde(default)]
+    pub pending: u32,
+    #[serde(default)]
+    pub admitted: u32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// Where one TrainJob runs: written by the dispatcher, read by the member agent. Namespaced,
+/// named and owned like its TrainJob.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[kube(
+    group = "stowage.dev",
+    version = "v1alpha1",
+    kind = "Placement",
+    namespaced,
+    status = "PlacementStatus",
+    printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".spec.cluster"}"#,
+    printcolumn = r#"{"name":"Epoch","type":"integer","jsonPath":".spec.epoch"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementSpec {
+    pub train_job_uid: String,
+    pub cluster: String,
+    /// Fencing token: raised on every re-placement; an agent deletes what it made for older ones.
+    pub epoch: i64,
+    pub pod_sets: Vec<PodSetPlacement>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSetPlacement {
+    /// The replicated job's name.
+    pub name: String,
+    pub count: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flavor: Option<String>,
+    /// The narrowest domain holding all the pod set's pods; absent: the whole cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<DomainRef>,
+    /// Whether the TrainJob required that level (else it was preferred or free).
+    #[serde(default)]
+    pub required: bool,
+    /// Hosts chosen, with pod counts: advisory, the member's scheduler binds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<HostPods>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DomainRef {
+    /// Canonical level: zone, block, rack, nvlink or host.
+    pub level: String,
+    /// The node label of that level in this cluster.
+    pub node_label: String,
+    pub value: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub struct HostPods {
+    pub host: String,
+    pub pods: u32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum PlacementPhase {
+    #[default]
+    Pending,
+    Applied,
+    Running,
+    Succeeded,
+    Failed,
+    /// The gang did not start within its timeout on the member.
+    Unschedulable,
+    /// The member went silent; the TrainJob is being placed again.
+    Lost,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementStatus {
+    #[serde(default)]
+    pub phase: PlacementPhase,
+    /// The epoch this status describes.
+    #[serde(default)]
+    pub observed_epoch: i64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jobs_status: Vec<crate::trainer::JobStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<String>,
+    /// The gang scheduler's reason while pods are pending.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Our CRDs as YAML documents, file name first, as `manifests/crds/` holds them.
+pub fn crds() -> Vec<(String, String)> {
+    use kube::CustomResourceExt;
+    [MemberCluster::crd(), Queue::crd(), Placement::crd()]
+        .into_iter()
+        .map(|crd| {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            let yaml = serde_yaml::to_string(&crd).unwrap_or_default();
+            (format!("{name}.yaml"), yaml)
+        })
+        .collect()
+}
