@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use api::jobset::{JobSet, JobSetSpec, ReplicatedJob};
+use api::jobset::{JobSet, ReplicatedJob};
 use api::podgroup::{self, PodGroup, kai, volcano};
 use api::stowage::{EPOCH_LABEL, PodSetPlacement, TRAINJOB_UID_LABEL};
 use api::trainer::{ANCESTOR_DATASET, ANCESTOR_LABEL, ANCESTOR_MODEL, ANCESTOR_TRAINER, MpiPolicy};
