@@ -26,6 +26,42 @@ struct Cli {
 enum Command {
     /// Replay a job trace on a fleet under each policy and compare them side by side.
     Simulate(SimulateArgs),
+    /// Print the objects a TrainJob renders into (JobSet, PodGroup, MPI ConfigMap and Secret),
+    /// as Kubeflow Trainer would, optionally pinned to a Placement: a dry run.
+    Render(RenderArgs),
+}
+
+#[derive(Debug, Args)]
+struct RenderArgs {
+    /// File holding one TrainJob.
+    #[arg(long)]
+    trainjob: PathBuf,
+    /// File holding one TrainingRuntime or ClusterTrainingRuntime.
+    #[arg(long)]
+    runtime: PathBuf,
+    /// File holding one Placement (stowage.dev/v1alpha1): pins pod sets to their domains.
+    #[arg(long)]
+    placement: Option<PathBuf>,
+    /// The member's gang scheduler; default: whatever the runtime's podGroupPolicy asks for.
+    #[arg(long)]
+    gang_scheduler: Option<GangSchedulerArg>,
+    /// How placed pod sets are pinned: node affinity, or Kueue TAS annotations (plus affinity).
+    #[arg(long, default_value = "affinity")]
+    topology_mode: TopologyModeArg,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum GangSchedulerArg {
+    Coscheduling,
+    Volcano,
+    Kai,
+    None,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum TopologyModeArg {
+    Affinity,
+    Kueue,
 }
 
 #[derive(Debug, Args)]
@@ -89,6 +125,10 @@ enum CliError {
     Write { path: PathBuf, source: std::io::Error },
     #[error(transparent)]
     Svg(#[from] simulator::svg::SvgError),
+    #[error(transparent)]
+    Manifest(#[from] member_agent::manifest::ManifestError),
+    #[error(transparent)]
+    Key(#[from] member_agent::sshkey::KeyError),
 }
 
 fn parse_duration_s(s: &str) -> Result<u64, String> {
@@ -113,6 +153,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate(args) => simulate(args),
+        Command::Render(args) => render(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -177,6 +218,49 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
             eprintln!("wrote {}", p.display());
         }
     }
+    Ok(())
+}
+
+fn render(args: RenderArgs) -> Result<(), CliError> {
+    use member_agent::manifest::{self, ManifestError};
+    use member_agent::render::{self, Capabilities, GangScheduler, TopologyMode};
+    let (trainjob, tj_file) = manifest::trainjob(&args.trainjob)?;
+    let (runtime, rt_file) = manifest::runtime(&args.runtime)?;
+    let placement = args.placement.as_deref().map(manifest::placement).transpose()?;
+    let gang_scheduler = match args.gang_scheduler {
+        None => GangScheduler::FromRuntime,
+        Some(GangSchedulerArg::Coscheduling) => GangScheduler::Coscheduling,
+        Some(GangSchedulerArg::Volcano) => GangScheduler::Volcano,
+        Some(GangSchedulerArg::Kai) => GangScheduler::Kai,
+        Some(GangSchedulerArg::None) => GangScheduler::None,
+    };
+    let topology_mode = match args.topology_mode {
+        TopologyModeArg::Affinity => TopologyMode::Affinity,
+        TopologyModeArg::Kueue => TopologyMode::Kueue,
+    };
+    let caps = Capabilities { gang_scheduler, topology_mode, ..Capabilities::default() };
+    let is_mpi = runtime.spec().ml_policy.as_ref().is_some_and(|p| p.mpi.is_some());
+    let key = if is_mpi { Some(member_agent::sshkey::generate()?) } else { None };
+    let input = render::Input {
+        trainjob: &trainjob,
+        runtime: &runtime,
+        placement: placement.as_ref().map(|p| &p.0),
+        capabilities: &caps,
+        ssh_key: key.as_ref(),
+        jobset_uid: None,
+    };
+    let pl_file = placement.as_ref().map(|p| p.1.as_str()).unwrap_or("placement");
+    let objects = render::render(&input).map_err(|e| ManifestError::from_render(e, &tj_file, &rt_file, pl_file))?;
+    let mut out = String::new();
+    if matches!(gang_scheduler, GangScheduler::Kai) {
+        out.push_str("# KAI names its PodGroup pg-<jobset>-<jobset-uid>; the UID exists once the JobSet does,\n");
+        out.push_str("# so this dry run shows an all-zero UID in its place.\n");
+    }
+    for o in objects {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&o.to_value()).unwrap_or_default());
+    }
+    print!("{out}");
     Ok(())
 }
 
