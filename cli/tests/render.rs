@@ -41,7 +41,7 @@ spec:
      domain: {level: rack, nodeLabel: cloud.google.com/gce-topology-subblock, value: h100-b0-r1}}
 ";
 
-fn run(dir: &PathBuf, extra: &[&str]) -> Output {
+fn run(dir: &std::path::Path, extra: &[&str]) -> Output {
     let tj = dir.join("trainjob.yaml");
     let rt = format!("{RUNTIMES}/torch_distributed.yaml");
     let mut args = vec!["render", "--trainjob", tj.to_str().expect("utf-8"), "--runtime", &rt];
