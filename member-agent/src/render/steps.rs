@@ -321,8 +321,16 @@ pub(crate) fn ml_policy(input: &Input<'_>, draft: &mut Draft) -> Result<(), Rend
                 && ancestor_of(j) == Some(ANCESTOR_TRAINER)
                 && let Some(c) = container_mut(j, "node")
             {
-                let torchtune = c.command.as_deref().is_some_and(|cmd| cmd == ["tune", "run"]);
-                upsert_env(c, vars(!torchtune));
+                if c.command.as_deref().is_some_and(|cmd| cmd == ["tune", "run"]) {
+                    // Trainer expands a bare `tune run` into a recipe, config and overrides;
+                    // rendering it unexpanded would start a different program.
+                    return Err(RenderError::new(
+                        Source::TrainJob,
+                        "spec.trainer.command",
+                        "a bare `tune run` is expanded by Trainer into a torchtune recipe and config, which Stowage does not do yet: give the full command",
+                    ));
+                }
+                upsert_env(c, vars(true));
                 upsert_port(c, TORCH_PORT);
             }
             let targets: Vec<_> =
