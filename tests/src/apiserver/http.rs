@@ -1,0 +1,429 @@
+//! The HTTP face: routing Kubernetes REST paths to the store, watches as streams of JSON lines,
+//! errors as Status objects, and the fault hooks applied before each request.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::{Value, json};
+
+use super::Shared;
+use super::patch;
+use super::resources::{Discovery, ResourceType};
+use super::selectors::Selector;
+use super::status::ApiError;
+use super::store::{Event, EventType, Part, Signal, WriteOptions};
+
+/// The largest request body accepted, as the real server's default (3 MiB).
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+/// How often a watch that asked for bookmarks gets one.
+pub const BOOKMARK_EVERY: Duration = Duration::from_secs(1);
+
+pub type Body = BoxBody<Bytes, Infallible>;
+
+fn json_response(code: u16, v: &Value) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(v.to_string())).boxed());
+    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert("content-type", hyper::header::HeaderValue::from_static("application/json"));
+    r
+}
+
+fn error_response(e: &ApiError) -> Response<Body> {
+    let mut r = json_response(e.code, &e.to_status());
+    if e.code == 429 {
+        r.headers_mut().insert("retry-after", hyper::header::HeaderValue::from_static("1"));
+    }
+    r
+}
+
+fn query(req: &Request<Incoming>) -> BTreeMap<String, String> {
+    req.uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (decode(k), decode(v))
+        })
+        .collect()
+}
+
+/// Percent-decoding for query values (selectors carry `=`, `,`, `!`, spaces and parentheses).
+fn decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
+                match hex {
+                    Some(c) => {
+                        out.push(c);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A resource request, routed.
+struct Target {
+    rt: ResourceType,
+    namespace: Option<String>,
+    name: Option<String>,
+    part: Part,
+}
+
+enum Route {
+    Json(Value),
+    Resource(Box<Target>),
+}
+
+fn route(shared: &Shared, path: &str) -> Result<Route, ApiError> {
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
+    let disc = Discovery(&store.types);
+    let not_found = || ApiError::not_found("path", path);
+    let (group, version, rest): (&str, &str, &[&str]) = match segs.as_slice() {
+        ["api"] => return Ok(Route::Json(disc.core_versions())),
+        ["apis"] => return Ok(Route::Json(disc.group_list())),
+        ["api", v] => return disc.resource_list("", v).map(Route::Json).ok_or_else(not_found),
+        ["apis", g] => return disc.group(g).map(Route::Json).ok_or_else(not_found),
+        ["apis", g, v] => return disc.resource_list(g, v).map(Route::Json).ok_or_else(not_found),
+        ["version"] => {
+            return Ok(Route::Json(
+                json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0-stowage", "platform": "linux/amd64"}),
+            ));
+        }
+        ["openapi", "v2"] => {
+            return Ok(Route::Json(
+                json!({"swagger": "2.0", "info": {"title": "stowage-test-apiserver", "version": "v1.33.0"}, "paths": {}, "definitions": {}}),
+            ));
+        }
+        ["openapi", "v3"] => return Ok(Route::Json(json!({"paths": {}}))),
+        ["healthz"] | ["readyz"] | ["livez"] => return Ok(Route::Json(Value::String("ok".into()))),
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return Err(not_found()),
+    };
+    let lookup = |plural: &str| {
+        store.lookup(group, version, plural).cloned().ok_or_else(|| ApiError::not_found("resource", plural))
+    };
+    let target = match rest {
+        ["namespaces", ns, plural] => {
+            Target { rt: lookup(plural)?, namespace: Some(ns.to_string()), name: None, part: Part::Main }
+        }
+        ["namespaces", ns, plural, name] => Target {
+            rt: lookup(plural)?,
+            namespace: Some(ns.to_string()),
+            name: Some(name.to_string()),
+            part: Part::Main,
+        },
+        ["namespaces", ns, plural, name, "status"] => Target {
+            rt: lookup(plural)?,
+            namespace: Some(ns.to_string()),
+            name: Some(name.to_string()),
+            part: Part::Status,
+        },
+        [plural] => Target { rt: lookup(plural)?, namespace: None, name: None, part: Part::Main },
+        [plural, name] => {
+            Target { rt: lookup(plural)?, namespace: None, name: Some(name.to_string()), part: Part::Main }
+        }
+        [plural, name, "status"] => {
+            Target { rt: lookup(plural)?, namespace: None, name: Some(name.to_string()), part: Part::Status }
+        }
+        _ => return Err(not_found()),
+    };
+    if target.part == Part::Status && !target.rt.status_subresource {
+        return Err(ApiError::not_found("subresource", "status"));
+    }
+    if target.namespace.is_some() && !target.rt.namespaced {
+        return Err(ApiError::not_found(&target.rt.plural, target.name.as_deref().unwrap_or("")));
+    }
+    Ok(Route::Resource(Box::new(target)))
+}
+
+async fn read_body(body: Incoming) -> Result<Bytes, ApiError> {
+    let limited = http_body_util::Limited::new(body, MAX_BODY_BYTES);
+    limited.collect().await.map(|c| c.to_bytes()).map_err(|_| ApiError::too_large(MAX_BODY_BYTES))
+}
+
+fn parse_body(bytes: &[u8], content_type: &str) -> Result<Value, ApiError> {
+    let v: Value = if content_type.contains("yaml") {
+        serde_yaml::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("the body is not valid YAML: {e}")))?
+    } else {
+        serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?
+    };
+    Ok(v)
+}
+
+pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+    if let Some(d) = shared.faults.latency() {
+        tokio::time::sleep(d).await;
+    }
+    if let Some(code) = shared.faults.take_failure() {
+        let e = if code == 429 { ApiError::too_many_requests() } else { ApiError::internal("injected failure") };
+        return error_response(&e);
+    }
+    match serve(shared, req).await {
+        Ok(r) => r,
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let path = req.uri().path().to_string();
+    let q = query(&req);
+    let method = req.method().clone();
+    let content_type =
+        req.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_string();
+    let target = match route(&shared, &path)? {
+        Route::Json(v) if method == Method::GET => return Ok(json_response(200, &v)),
+        Route::Json(_) => return Err(ApiError::method_not_allowed(format!("{method} is not allowed on {path}"))),
+        Route::Resource(t) => *t,
+    };
+    let opts = WriteOptions {
+        strict: q.get("fieldValidation").is_some_and(|v| v == "Strict"),
+        dry_run: q.get("dryRun").is_some_and(|v| v == "All"),
+    };
+    let ns = target.namespace.as_deref();
+    let rt = &target.rt;
+    match (method.clone(), target.name.clone()) {
+        (Method::GET, None) if q.get("watch").is_some_and(|w| w == "true" || w == "1") => watch(shared, target, &q),
+        (Method::GET, None) => list(&shared, &target, &q),
+        (Method::GET, Some(name)) => {
+            let store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
+            Ok(json_response(200, &store.get(rt, ns, &name)?))
+        }
+        (Method::POST, None) => {
+            check_content_type(&content_type, &["json", "yaml"])?;
+            let body = parse_body(&read_body(req.into_body()).await?, &content_type)?;
+            check_kind(rt, &body)?;
+            let mut store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
+            Ok(json_response(201, &store.create(rt, ns, body, &opts)?))
+        }
+        (Method::PUT, Some(name)) => {
+            check_content_type(&content_type, &["json", "yaml"])?;
+            let body = parse_body(&read_body(req.into_body()).await?, &content_type)?;
+            check_kind(rt, &body)?;
+            let mut store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
+            Ok(json_response(200, &store.update(rt, ns, &name, body, target.part, &opts)?))
+        }
+        (Method::PATCH, Some(name)) => {
+            let bytes = read_body(req.into_body()).await?;
+            let mut store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
+            let current = store.get(rt, ns, &name);
+            if content_type.starts_with("application/apply-patch") {
+                let applied = parse_body(&bytes, "yaml")?;
+                check_kind(rt, &applied)?;
+                let manager = q
+                    .get("fieldManager")
+                    .cloned()
+                    .ok_or_else(|| ApiError::bad_request("fieldManager is required for apply patch"))?;
+                return match current {
+                    Err(e) if e.code == 404 => {
+                        let mut obj = applied;
+                        set_managed(&mut obj, &manager, rt);
+                        Ok(json_response(201, &store.create(rt, ns, obj, &opts)?))
+                    }
+                    Err(e) => Err(e),
+                    Ok(mut obj) => {
+                        patch::strategic_merge(&mut obj, &strip_rv(applied));
+                        set_managed(&mut obj, &manager, rt);
+                        Ok(json_response(200, &store.update(rt, ns, &name, obj, target.part, &opts)?))
+                    }
+                };
+            }
+            let mut obj = current?;
+            let patch_body = parse_body(&bytes, "json")?;
+            match content_type.split(';').next().unwrap_or("") {
+                "application/merge-patch+json" => patch::merge_patch(&mut obj, &patch_body),
+                "application/json-patch+json" => patch::json_patch(&mut obj, &patch_body)?,
+                "application/strategic-merge-patch+json" => patch::strategic_merge(&mut obj, &patch_body),
+                other => return Err(ApiError::unsupported_media_type(other)),
+            }
+            Ok(json_response(200, &store.update(rt, ns, &name, obj, target.part, &opts)?))
+        }
+        (Method::DELETE, Some(name)) => {
+            let mut store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
+            Ok(json_response(200, &store.delete(rt, ns, &name, opts.dry_run)?))
+        }
+        (Method::DELETE, None) => {
+            let selector = Selector::parse(
+                q.get("labelSelector").map(String::as_str),
+                q.get("fieldSelector").map(String::as_str),
+            )?;
+            let mut store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
+            let (items, _) = store.list(rt, ns, &|o| selector.matches(o), None, None);
+            for o in &items {
+                let name = o["metadata"]["name"].as_str().unwrap_or("").to_string();
+                let ons = o["metadata"]["namespace"].as_str().map(str::to_string);
+                store.delete(rt, ons.as_deref(), &name, opts.dry_run)?;
+            }
+            Ok(json_response(
+                200,
+                &json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(), "metadata": {}, "items": items}),
+            ))
+        }
+        (m, _) => Err(ApiError::method_not_allowed(format!("{m} is not allowed on {path}"))),
+    }
+}
+
+fn check_content_type(ct: &str, accepted: &[&str]) -> Result<(), ApiError> {
+    if accepted.iter().any(|a| ct.contains(a)) { Ok(()) } else { Err(ApiError::unsupported_media_type(ct)) }
+}
+
+fn check_kind(rt: &ResourceType, body: &Value) -> Result<(), ApiError> {
+    let kind = body.get("kind").and_then(Value::as_str).unwrap_or(&rt.kind);
+    if kind != rt.kind {
+        return Err(ApiError::bad_request(format!("the body is a {kind}, the URL is for {}", rt.kind)));
+    }
+    Ok(())
+}
+
+/// Apply carries no resourceVersion precondition unless the user put one in.
+fn strip_rv(mut v: Value) -> Value {
+    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+        m.remove("managedFields");
+    }
+    v
+}
+
+/// Records the applying manager (one entry per manager; field sets are not tracked).
+fn set_managed(obj: &mut Value, manager: &str, rt: &ResourceType) {
+    let entry = json!({"manager": manager, "operation": "Apply", "apiVersion": rt.api_version(),
+                       "time": super::store::now_rfc3339(), "fieldsType": "FieldsV1", "fieldsV1": {}});
+    let list = obj["metadata"]["managedFields"].as_array().cloned().unwrap_or_default();
+    let mut list: Vec<Value> = list.into_iter().filter(|e| e["manager"] != manager).collect();
+    list.push(entry);
+    obj["metadata"]["managedFields"] = Value::Array(list);
+}
+
+fn list(shared: &Shared, t: &Target, q: &BTreeMap<String, String>) -> Result<Response<Body>, ApiError> {
+    let selector =
+        Selector::parse(q.get("labelSelector").map(String::as_str), q.get("fieldSelector").map(String::as_str))?;
+    let limit = q.get("limit").and_then(|l| l.parse::<usize>().ok()).filter(|l| *l > 0);
+    let cont = match q.get("continue").filter(|c| !c.is_empty()) {
+        Some(c) => {
+            let (ns, name) = c.split_once('/').ok_or_else(|| ApiError::bad_request("invalid continue token"))?;
+            Some((ns.to_string(), name.to_string()))
+        }
+        None => None,
+    };
+    let store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
+    let (items, next) = store.list(&t.rt, t.namespace.as_deref(), &|o| selector.matches(o), limit, cont);
+    let mut meta = json!({"resourceVersion": store.resource_version().to_string()});
+    if let Some((ns, name)) = next {
+        meta["continue"] = format!("{ns}/{name}").into();
+    }
+    Ok(json_response(
+        200,
+        &json!({"kind": format!("{}List", t.rt.kind), "apiVersion": t.rt.api_version(), "metadata": meta, "items": items}),
+    ))
+}
+
+fn watch_line(kind: &str, object: &Value) -> Bytes {
+    Bytes::from(format!("{}\n", json!({"type": kind, "object": object})))
+}
+
+fn watch(shared: Arc<Shared>, t: Target, q: &BTreeMap<String, String>) -> Result<Response<Body>, ApiError> {
+    let selector =
+        Selector::parse(q.get("labelSelector").map(String::as_str), q.get("fieldSelector").map(String::as_str))?;
+    let bookmarks = q.get("allowWatchBookmarks").is_some_and(|b| b == "true");
+    let timeout = q
+        .get("timeoutSeconds")
+        .and_then(|s| s.parse::<u64>().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(1800));
+    let from = q.get("resourceVersion").and_then(|r| r.parse::<u64>().ok()).filter(|r| *r > 0);
+    let (backlog, mut rx, start_rv) = {
+        let store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
+        let backlog: Vec<(EventType, Value)> = match from {
+            Some(rv) => store.since(&t.rt, rv)?.into_iter().map(|e| (e.kind, e.object)).collect(),
+            // "Most recent": the current state as ADDED events, then changes.
+            None => store
+                .list(&t.rt, t.namespace.as_deref(), &|_| true, None, None)
+                .0
+                .into_iter()
+                .map(|o| (EventType::Added, o))
+                .collect(),
+        };
+        (backlog, store.tx.subscribe(), store.resource_version())
+    };
+    let (tx, mut out_rx) = tokio::sync::mpsc::channel::<Bytes>(256);
+    let api_version = t.rt.api_version();
+    let kind = t.rt.kind.clone();
+    let ns = t.namespace.clone();
+    let store_key = (t.rt.group.clone(), t.rt.plural.clone());
+    let keep = move |o: &Value| {
+        ns.as_deref().is_none_or(|n| o["metadata"]["namespace"].as_str() == Some(n)) && selector.matches(o)
+    };
+    let present = {
+        let (api_version, kind) = (api_version.clone(), kind.clone());
+        move |mut o: Value| {
+            o["apiVersion"] = api_version.clone().into();
+            o["kind"] = kind.clone().into();
+            o
+        }
+    };
+    let faults = shared.clone();
+    tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + timeout;
+        for (k, o) in backlog {
+            if keep(&o) && tx.send(watch_line(k.as_str(), &present(o))).await.is_err() {
+                return;
+            }
+        }
+        let mut last_rv = start_rv;
+        let mut tick = tokio::time::interval(BOOKMARK_EVERY);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => return,
+                _ = tick.tick() => {
+                    if faults.faults.is_partitioned() {
+                        return;
+                    }
+                    if bookmarks {
+                        let b = json!({"apiVersion": api_version, "kind": kind, "metadata": {"resourceVersion": last_rv.to_string()}});
+                        if tx.send(watch_line("BOOKMARK", &b)).await.is_err() { return; }
+                    }
+                }
+                msg = rx.recv() => match msg {
+                    Ok(Signal::Event(e)) => {
+                        let Event { rv, store, kind: k, object } = *e;
+                        if store != store_key || rv <= last_rv { continue; }
+                        last_rv = rv;
+                        if keep(&object) && tx.send(watch_line(k.as_str(), &present(object))).await.is_err() { return; }
+                    }
+                    Ok(Signal::Expire) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        let gone = ApiError::gone("the watch's resource version is too old; relist").to_status();
+                        let _ = tx.send(watch_line("ERROR", &gone)).await;
+                        return;
+                    }
+                    Err(_) => return,
+                }
+            }
+        }
+    });
+    let stream = futures::stream::poll_fn(move |cx| {
+        out_rx.poll_recv(cx).map(|b| b.map(|b| Ok::<_, Infallible>(Frame::data(b))))
+    });
+    let mut r = Response::new(StreamBody::new(stream).boxed());
+    r.headers_mut().insert("content-type", hyper::header::HeaderValue::from_static("application/json"));
+    Ok(r)
+}

@@ -1,0 +1,204 @@
+//! An in-memory Kubernetes API server over HTTP on loopback, for tests and the playground.
+//! It follows the API conventions the controllers rely on: discovery, CRDs registered from
+//! their YAML, get/list/watch with resourceVersions, bookmarks and 410 Gone, create, update
+//! with optimistic concurrency, merge / JSON / strategic-merge patches and a simplified
+//! server-side apply, the status subresource, finalizers and deletionTimestamp, ownerReference
+//! garbage collection, and CRD schema validation with the field named. Fault hooks let tests
+//! stop and restart it, partition it, slow it and make it fail. docs/testing.md has the list
+//! of what it does not do.
+
+mod http;
+pub mod patch;
+pub mod resources;
+pub mod schema;
+pub mod selectors;
+pub mod status;
+pub mod store;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+pub use status::ApiError;
+pub use store::Store;
+
+/// Faults a test can inject; each applies to requests from then on.
+#[derive(Debug, Default)]
+pub struct Faults {
+    partitioned: AtomicBool,
+    latency_ms: AtomicU64,
+    fail_next: AtomicU32,
+    fail_code: AtomicU32,
+    /// Wakes open connections so a partition cuts them too, not only new ones.
+    cut: tokio::sync::Notify,
+}
+
+impl Faults {
+    /// Refuse connections (close them on accept) and end open watches.
+    pub fn partition(&self, on: bool) {
+        self.partitioned.store(on, Ordering::SeqCst);
+        if on {
+            self.cut.notify_waiters();
+        }
+    }
+
+    pub fn is_partitioned(&self) -> bool {
+        self.partitioned.load(Ordering::SeqCst)
+    }
+
+    pub fn set_latency(&self, d: Duration) {
+        self.latency_ms.store(d.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    pub(crate) fn latency(&self) -> Option<Duration> {
+        Some(self.latency_ms.load(Ordering::SeqCst)).filter(|&ms| ms > 0).map(Duration::from_millis)
+    }
+
+    /// The next `n` requests fail with `code` (500 or 429).
+    pub fn fail_next(&self, n: u32, code: u16) {
+        self.fail_code.store(u32::from(code), Ordering::SeqCst);
+        self.fail_next.store(n, Ordering::SeqCst);
+    }
+
+    pub(crate) fn take_failure(&self) -> Option<u16> {
+        self.fail_next
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .ok()
+            .map(|_| self.fail_code.load(Ordering::SeqCst) as u16)
+    }
+}
+
+#[derive(Debug)]
+pub struct Shared {
+    pub store: Mutex<Store>,
+    pub faults: Faults,
+}
+
+/// A running server. Dropping it stops it.
+pub struct ApiServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    tasks: JoinSet<()>,
+}
+
+impl std::fmt::Debug for ApiServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiServer").field("addr", &self.addr).finish()
+    }
+}
+
+/// A stopped server: its port and, unless dropped, its state.
+#[derive(Clone)]
+pub struct Stopped {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stopped").field("addr", &self.addr).finish()
+    }
+}
+
+impl ApiServer {
+    /// Starts a server on a free loopback port.
+    pub async fn start() -> std::io::Result<ApiServer> {
+        Self::serve(
+            "127.0.0.1:0".parse().map_err(std::io::Error::other)?,
+            Arc::new(Shared { store: Mutex::new(Store::new()), faults: Faults::default() }),
+        )
+        .await
+    }
+
+    async fn serve(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<ApiServer> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let mut tasks = JoinSet::new();
+        let s = shared.clone();
+        tasks.spawn(async move {
+            let mut conns = JoinSet::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                if s.faults.is_partitioned() {
+                    drop(stream);
+                    continue;
+                }
+                let s = s.clone();
+                let s2 = s.clone();
+                conns.spawn(async move {
+                    let svc = service_fn(move |req| {
+                        let s = s.clone();
+                        async move { Ok::<_, std::convert::Infallible>(http::handle(s, req).await) }
+                    });
+                    let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
+                    let cut = s2.faults.cut.notified();
+                    tokio::select! {
+                        _ = conn => {}
+                        _ = cut => {}
+                    }
+                });
+                while conns.try_join_next().is_some() {}
+            }
+        });
+        Ok(ApiServer { addr, shared, tasks })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn faults(&self) -> &Faults {
+        &self.shared.faults
+    }
+
+    /// Direct access to the objects, for assertions and for fixtures that skip HTTP.
+    pub fn store(&self) -> &Mutex<Store> {
+        &self.shared.store
+    }
+
+    /// A kubeconfig pointing at this server (no auth: the server trusts loopback).
+    pub fn kubeconfig(&self, name: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: {}\ncontexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: {name}\n    namespace: default\ncurrent-context: {name}\nusers:\n- name: {name}\n  user: {{}}\n",
+            self.url()
+        )
+    }
+
+    /// Stops serving: the port is released and every connection, watches included, is cut.
+    pub async fn stop(mut self) -> Stopped {
+        self.tasks.shutdown().await;
+        Stopped { addr: self.addr, shared: self.shared.clone() }
+    }
+}
+
+impl Stopped {
+    /// Serves again on the same port, with the state it had or, if `keep_state` is false, empty.
+    pub async fn restart(self, keep_state: bool) -> std::io::Result<ApiServer> {
+        let shared = if keep_state {
+            self.shared
+        } else {
+            Arc::new(Shared { store: Mutex::new(Store::new()), faults: Faults::default() })
+        };
+        // The old listener's port may take a moment to free.
+        let mut last = None;
+        for _ in 0..50 {
+            match ApiServer::serve(self.addr, shared.clone()).await {
+                Ok(s) => return Ok(s),
+                Err(e) => {
+                    last = Some(e);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| std::io::Error::other("could not rebind")))
+    }
+}

@@ -1,0 +1,199 @@
+//! The resource types the server serves: built-in kinds the controllers use, and kinds
+//! registered from CRDs. Also the discovery documents derived from them.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceType {
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    pub plural: String,
+    pub singular: String,
+    pub namespaced: bool,
+    pub status_subresource: bool,
+    pub short_names: Vec<String>,
+    /// openAPIV3Schema for CRD kinds; built-ins are typed by their clients and not validated.
+    pub schema: Option<Value>,
+}
+
+impl ResourceType {
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
+    }
+
+    /// How errors name it: `configmaps`, `trainjobs.trainer.kubeflow.org`.
+    pub fn display_name(&self) -> String {
+        if self.group.is_empty() { self.plural.clone() } else { format!("{}.{}", self.plural, self.group) }
+    }
+
+    /// The key a resource is stored and routed under.
+    pub fn key(&self) -> ResourceKey {
+        ResourceKey { group: self.group.clone(), version: self.version.clone(), plural: self.plural.clone() }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ResourceKey {
+    pub group: String,
+    pub version: String,
+    pub plural: String,
+}
+
+fn builtin(
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+    namespaced: bool,
+    status: bool,
+    short: &[&str],
+) -> ResourceType {
+    ResourceType {
+        group: group.into(),
+        version: version.into(),
+        kind: kind.into(),
+        plural: plural.into(),
+        singular: kind.to_ascii_lowercase(),
+        namespaced,
+        status_subresource: status,
+        short_names: short.iter().map(|s| s.to_string()).collect(),
+        schema: None,
+    }
+}
+
+pub fn builtins() -> Vec<ResourceType> {
+    vec![
+        builtin("", "v1", "Namespace", "namespaces", false, true, &["ns"]),
+        builtin("", "v1", "Node", "nodes", false, true, &["no"]),
+        builtin("", "v1", "Pod", "pods", true, true, &["po"]),
+        builtin("", "v1", "ConfigMap", "configmaps", true, false, &["cm"]),
+        builtin("", "v1", "Secret", "secrets", true, false, &[]),
+        builtin("", "v1", "Event", "events", true, false, &["ev"]),
+        builtin("coordination.k8s.io", "v1", "Lease", "leases", true, false, &[]),
+        builtin(
+            "apiextensions.k8s.io",
+            "v1",
+            "CustomResourceDefinition",
+            "customresourcedefinitions",
+            false,
+            true,
+            &["crd", "crds"],
+        ),
+    ]
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("CRD {name}: {problem}")]
+pub struct CrdError {
+    pub name: String,
+    pub problem: String,
+}
+
+/// The resource types one CRD object defines: one per served version.
+pub fn from_crd(crd: &Value) -> Result<Vec<ResourceType>, CrdError> {
+    let name = crd.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+    let err = |problem: &str| CrdError { name: name.clone(), problem: problem.into() };
+    let spec = crd.get("spec").ok_or_else(|| err("has no spec"))?;
+    let group = spec.get("group").and_then(Value::as_str).ok_or_else(|| err("spec.group is required"))?;
+    let names = spec.get("names").ok_or_else(|| err("spec.names is required"))?;
+    let s = |k: &str| names.get(k).and_then(Value::as_str).map(str::to_string);
+    let kind = s("kind").ok_or_else(|| err("spec.names.kind is required"))?;
+    let plural = s("plural").ok_or_else(|| err("spec.names.plural is required"))?;
+    if name != format!("{plural}.{group}") {
+        return Err(err(&format!("metadata.name must be {plural}.{group}")));
+    }
+    let namespaced = match spec.get("scope").and_then(Value::as_str) {
+        Some("Namespaced") => true,
+        Some("Cluster") => false,
+        _ => return Err(err("spec.scope must be Namespaced or Cluster")),
+    };
+    let versions = spec.get("versions").and_then(Value::as_array).ok_or_else(|| err("spec.versions is required"))?;
+    let short_names: Vec<String> = names
+        .get("shortNames")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    Ok(versions
+        .iter()
+        .filter(|v| v.get("served").and_then(Value::as_bool).unwrap_or(true))
+        .map(|v| ResourceType {
+            group: group.into(),
+            version: v.get("name").and_then(Value::as_str).unwrap_or("").into(),
+            kind: kind.clone(),
+            plural: plural.clone(),
+            singular: s("singular").unwrap_or_else(|| kind.to_ascii_lowercase()),
+            namespaced,
+            status_subresource: v.pointer("/subresources/status").is_some(),
+            short_names: short_names.clone(),
+            schema: v.pointer("/schema/openAPIV3Schema").cloned(),
+        })
+        .collect())
+}
+
+/// `/api` and `/apis` and the per-group-version resource lists.
+#[derive(Debug)]
+pub struct Discovery<'a>(pub &'a BTreeMap<ResourceKey, ResourceType>);
+
+impl Discovery<'_> {
+    pub fn core_versions(&self) -> Value {
+        json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]})
+    }
+
+    fn groups(&self) -> BTreeMap<&str, Vec<&str>> {
+        let mut g: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for r in self.0.values().filter(|r| !r.group.is_empty()) {
+            let versions = g.entry(&r.group).or_default();
+            if !versions.contains(&r.version.as_str()) {
+                versions.push(&r.version);
+            }
+        }
+        g
+    }
+
+    fn group_doc(name: &str, versions: &[&str]) -> Value {
+        let vs: Vec<Value> =
+            versions.iter().map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v})).collect();
+        json!({"name": name, "versions": vs, "preferredVersion": vs.first().cloned().unwrap_or(Value::Null)})
+    }
+
+    pub fn group_list(&self) -> Value {
+        let groups: Vec<Value> = self.groups().iter().map(|(n, v)| Self::group_doc(n, v)).collect();
+        json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+    }
+
+    pub fn group(&self, name: &str) -> Option<Value> {
+        let groups = self.groups();
+        let versions = groups.get(name)?;
+        let mut doc = Self::group_doc(name, versions);
+        doc["kind"] = "APIGroup".into();
+        doc["apiVersion"] = "v1".into();
+        Some(doc)
+    }
+
+    pub fn resource_list(&self, group: &str, version: &str) -> Option<Value> {
+        let mut resources = Vec::new();
+        for r in self.0.values().filter(|r| r.group == group && r.version == version) {
+            let verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+            resources.push(json!({
+                "name": r.plural, "singularName": r.singular, "namespaced": r.namespaced, "kind": r.kind,
+                "verbs": verbs, "shortNames": r.short_names,
+            }));
+            if r.status_subresource {
+                resources.push(
+                    json!({"name": format!("{}/status", r.plural), "singularName": "", "namespaced": r.namespaced,
+                                      "kind": r.kind, "verbs": ["get", "patch", "update"]}),
+                );
+            }
+        }
+        if resources.is_empty() {
+            return None;
+        }
+        let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+        Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}))
+    }
+}

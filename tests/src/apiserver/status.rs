@@ -1,0 +1,107 @@
+//! Errors as Kubernetes `Status` objects with the HTTP code and reason a real API server uses.
+
+use serde_json::{Value, json};
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{code} {reason}: {message}")]
+pub struct ApiError {
+    pub code: u16,
+    pub reason: &'static str,
+    pub message: String,
+    /// Field causes for `Invalid`.
+    pub causes: Vec<(String, String)>,
+    pub details: Option<(String, String)>,
+}
+
+impl ApiError {
+    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        ApiError { code, reason, message: message.into(), causes: Vec::new(), details: None }
+    }
+
+    pub fn not_found(kind: &str, name: &str) -> Self {
+        let mut e = Self::new(404, "NotFound", format!("{kind} \"{name}\" not found"));
+        e.details = Some((kind.to_string(), name.to_string()));
+        e
+    }
+
+    pub fn already_exists(kind: &str, name: &str) -> Self {
+        let mut e = Self::new(409, "AlreadyExists", format!("{kind} \"{name}\" already exists"));
+        e.details = Some((kind.to_string(), name.to_string()));
+        e
+    }
+
+    pub fn conflict(kind: &str, name: &str) -> Self {
+        let mut e = Self::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {kind} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+            ),
+        );
+        e.details = Some((kind.to_string(), name.to_string()));
+        e
+    }
+
+    pub fn invalid(kind: &str, name: &str, causes: Vec<(String, String)>) -> Self {
+        let summary: Vec<String> = causes.iter().map(|(f, m)| format!("{f}: {m}")).collect();
+        let mut e = Self::new(422, "Invalid", format!("{kind} \"{name}\" is invalid: {}", summary.join(", ")));
+        e.causes = causes;
+        e.details = Some((kind.to_string(), name.to_string()));
+        e
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", message)
+    }
+
+    pub fn method_not_allowed(message: impl Into<String>) -> Self {
+        Self::new(405, "MethodNotAllowed", message)
+    }
+
+    pub fn unsupported_media_type(content_type: &str) -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/merge-patch+json, application/json-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml (got {content_type:?})"
+            ),
+        )
+    }
+
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(413, "RequestEntityTooLarge", format!("the request body is larger than {limit} bytes"))
+    }
+
+    pub fn gone(message: impl Into<String>) -> Self {
+        Self::new(410, "Expired", message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(500, "InternalError", message)
+    }
+
+    pub fn too_many_requests() -> Self {
+        Self::new(
+            429,
+            "TooManyRequests",
+            "the server has received too many requests and has asked us to try again later",
+        )
+    }
+
+    pub fn to_status(&self) -> Value {
+        let mut details = json!({});
+        if let Some((kind, name)) = &self.details {
+            details["kind"] = kind.clone().into();
+            details["name"] = name.clone().into();
+        }
+        if !self.causes.is_empty() {
+            details["causes"] = self
+                .causes
+                .iter()
+                .map(|(f, m)| json!({"reason": "FieldValueInvalid", "field": f, "message": m}))
+                .collect();
+        }
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": self.message,
+               "reason": self.reason, "details": details, "code": self.code})
+    }
+}

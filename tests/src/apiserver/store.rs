@@ -1,0 +1,562 @@
+//! The objects, their resource versions and the event history watches replay from. One global,
+//! monotonically increasing resourceVersion, as etcd gives the real server.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+use super::resources::{self, ResourceKey, ResourceType};
+use super::schema;
+use super::status::ApiError;
+
+/// How many events watches can resume from; older resourceVersions get 410 Gone.
+pub const HISTORY: usize = 10_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub rv: u64,
+    /// Group and plural: objects are stored once, whichever version a client uses.
+    pub store: (String, String),
+    pub kind: EventType,
+    pub object: Value,
+}
+
+/// Signals to watches: an event, or "the history was compacted, end now".
+#[derive(Debug, Clone)]
+pub enum Signal {
+    Event(Box<Event>),
+    Expire,
+}
+
+#[derive(Debug)]
+pub struct Store {
+    pub types: BTreeMap<ResourceKey, ResourceType>,
+    objects: BTreeMap<(String, String), BTreeMap<(String, String), Value>>,
+    rv: u64,
+    history: VecDeque<Event>,
+    /// Watches from a resourceVersion below this get 410 Gone.
+    pub oldest_rv: u64,
+    uid_seed: u64,
+    uid_counter: u64,
+    pub tx: broadcast::Sender<Signal>,
+}
+
+/// RFC 3339 UTC, seconds precision, as metadata timestamps are.
+pub fn now_rfc3339() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+fn store_key(rt: &ResourceType) -> (String, String) {
+    (rt.group.clone(), rt.plural.clone())
+}
+
+fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+    obj.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str)
+}
+
+/// Everything but metadata and status: a change here bumps `metadata.generation`.
+fn spec_part(obj: &Value) -> Value {
+    let mut v = obj.clone();
+    if let Some(m) = v.as_object_mut() {
+        m.remove("metadata");
+        m.remove("status");
+    }
+    v
+}
+
+/// What a write does to a resource with a status subresource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// The main resource: status changes are ignored.
+    Main,
+    /// `/status`: only status changes are kept.
+    Status,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct WriteOptions {
+    pub strict: bool,
+    pub dry_run: bool,
+}
+
+impl Store {
+    pub fn new() -> Self {
+        let (tx, _) = broadcast::channel(65_536);
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(7);
+        let mut s = Store {
+            types: BTreeMap::new(),
+            objects: BTreeMap::new(),
+            rv: 1,
+            history: VecDeque::new(),
+            oldest_rv: 1,
+            uid_seed: seed & 0xffff_ffff,
+            uid_counter: 0,
+            tx,
+        };
+        for rt in resources::builtins() {
+            s.types.insert(rt.key(), rt);
+        }
+        for ns in ["default", "kube-system", "kube-public"] {
+            let _ = s.create(
+                &s.types_by_plural("", "v1", "namespaces"),
+                None,
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+                &WriteOptions { strict: false, dry_run: false },
+            );
+        }
+        s
+    }
+
+    fn types_by_plural(&self, group: &str, version: &str, plural: &str) -> ResourceType {
+        self.types
+            .get(&ResourceKey { group: group.into(), version: version.into(), plural: plural.into() })
+            .cloned()
+            .unwrap_or_else(|| resources::builtins().remove(0))
+    }
+
+    pub fn resource_version(&self) -> u64 {
+        self.rv
+    }
+
+    pub fn lookup(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceType> {
+        self.types.get(&ResourceKey { group: group.into(), version: version.into(), plural: plural.into() })
+    }
+
+    fn next_uid(&mut self) -> String {
+        self.uid_counter += 1;
+        format!(
+            "{:08x}-{:04x}-4{:03x}-8000-{:012x}",
+            self.uid_seed,
+            self.uid_counter >> 48 & 0xffff,
+            0,
+            self.uid_counter
+        )
+    }
+
+    fn emit(&mut self, rt: &ResourceType, kind: EventType, object: Value) {
+        let event = Event { rv: self.rv, store: store_key(rt), kind, object };
+        self.history.push_back(event.clone());
+        while self.history.len() > HISTORY {
+            if let Some(e) = self.history.pop_front() {
+                self.oldest_rv = e.rv + 1;
+            }
+        }
+        let _ = self.tx.send(Signal::Event(Box::new(event)));
+    }
+
+    /// Forgets all history: every watch resuming from an older resourceVersion gets 410 Gone,
+    /// and open watches end (the fault hook "expire watches").
+    pub fn expire_watches(&mut self) {
+        self.history.clear();
+        self.rv += 1;
+        self.oldest_rv = self.rv;
+        let _ = self.tx.send(Signal::Expire);
+    }
+
+    /// Events of one store after `rv`, or 410 when they are no longer kept.
+    pub fn since(&self, rt: &ResourceType, rv: u64) -> Result<Vec<Event>, ApiError> {
+        if rv + 1 < self.oldest_rv {
+            return Err(ApiError::gone(format!("too old resource version: {rv} ({})", self.oldest_rv)));
+        }
+        let key = store_key(rt);
+        Ok(self.history.iter().filter(|e| e.rv > rv && e.store == key).cloned().collect())
+    }
+
+    fn bucket(&self, rt: &ResourceType) -> Option<&BTreeMap<(String, String), Value>> {
+        self.objects.get(&store_key(rt))
+    }
+
+    /// The object as a client of `rt`'s version sees it.
+    fn present(rt: &ResourceType, obj: &Value) -> Value {
+        let mut o = obj.clone();
+        o["apiVersion"] = rt.api_version().into();
+        o["kind"] = rt.kind.clone().into();
+        o
+    }
+
+    pub fn get(&self, rt: &ResourceType, ns: Option<&str>, name: &str) -> Result<Value, ApiError> {
+        self.bucket(rt)
+            .and_then(|b| b.get(&(ns.unwrap_or("").to_string(), name.to_string())))
+            .map(|o| Self::present(rt, o))
+            .ok_or_else(|| ApiError::not_found(&rt.display_name(), name))
+    }
+
+    /// Items in (namespace, name) order from after `continue_after`, at most `limit`.
+    pub fn list(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        keep: &dyn Fn(&Value) -> bool,
+        limit: Option<usize>,
+        continue_after: Option<(String, String)>,
+    ) -> (Vec<Value>, Option<(String, String)>) {
+        let mut items = Vec::new();
+        let mut next = None;
+        for ((ons, name), obj) in self.bucket(rt).into_iter().flatten() {
+            if ns.is_some_and(|n| n != ons) || continue_after.as_ref().is_some_and(|c| (ons, name) <= (&c.0, &c.1)) {
+                continue;
+            }
+            if !keep(obj) {
+                continue;
+            }
+            if limit.is_some_and(|l| items.len() >= l) {
+                next = items.last().map(|o: &Value| {
+                    (meta_str(o, "namespace").unwrap_or("").to_string(), meta_str(o, "name").unwrap_or("").to_string())
+                });
+                break;
+            }
+            items.push(Self::present(rt, obj));
+        }
+        (items, next)
+    }
+
+    fn check_namespace(&self, rt: &ResourceType, ns: Option<&str>) -> Result<(), ApiError> {
+        match (rt.namespaced, ns) {
+            (true, None) => {
+                Err(ApiError::bad_request(format!("{} is namespaced: the request needs a namespace", rt.plural)))
+            }
+            (true, Some(n))
+                if !self
+                    .objects
+                    .get(&(String::new(), "namespaces".into()))
+                    .is_some_and(|b| b.contains_key(&(String::new(), n.to_string()))) =>
+            {
+                Err(ApiError::not_found("namespaces", n))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Defaults, prunes (or rejects, when strict) unknown fields and validates a CRD object.
+    fn admit(rt: &ResourceType, obj: &mut Value, strict: bool) -> Result<(), ApiError> {
+        let Some(schema) = &rt.schema else { return Ok(()) };
+        let name = meta_str(obj, "name").unwrap_or("").to_string();
+        schema::apply_defaults(schema, obj);
+        let unknown = schema::prune(schema, obj);
+        if strict && !unknown.is_empty() {
+            let causes = unknown.into_iter().map(|f| (f, "field not declared in schema".to_string())).collect();
+            return Err(ApiError::invalid(&rt.display_name(), &name, causes));
+        }
+        let causes = schema::validate(schema, obj);
+        if !causes.is_empty() {
+            return Err(ApiError::invalid(&rt.display_name(), &name, causes));
+        }
+        Ok(())
+    }
+
+    pub fn create(
+        &mut self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        mut obj: Value,
+        opts: &WriteOptions,
+    ) -> Result<Value, ApiError> {
+        self.check_namespace(rt, ns)?;
+        if !obj.is_object() {
+            return Err(ApiError::bad_request("the body must be a JSON object"));
+        }
+        let meta = obj.as_object_mut().and_then(|o| {
+            o.entry("metadata").or_insert_with(|| json!({}));
+            o.get_mut("metadata")?.as_object_mut()
+        });
+        let Some(meta) = meta else { return Err(ApiError::bad_request("metadata must be an object")) };
+        let name = match meta.get("name").and_then(Value::as_str) {
+            Some(n) if !n.is_empty() => n.to_string(),
+            _ => match meta.get("generateName").and_then(Value::as_str) {
+                Some(prefix) => format!("{prefix}{:05x}", (self.uid_counter + 1) * 2654435761 % 0xfffff),
+                None => {
+                    return Err(ApiError::invalid(
+                        &rt.plural,
+                        "",
+                        vec![("metadata.name".into(), "name or generateName is required".into())],
+                    ));
+                }
+            },
+        };
+        if !valid_name(&name) {
+            return Err(ApiError::invalid(&rt.kind, &name, vec![("metadata.name".into(), "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character".into())]));
+        }
+        let key = (ns.unwrap_or("").to_string(), name.clone());
+        if self.bucket(rt).is_some_and(|b| b.contains_key(&key)) {
+            return Err(ApiError::already_exists(&rt.display_name(), &name));
+        }
+        Self::admit(rt, &mut obj, opts.strict)?;
+        if opts.dry_run {
+            return Ok(obj);
+        }
+        if rt.group == "apiextensions.k8s.io" {
+            self.register_crd(&obj)?;
+        }
+        self.rv += 1;
+        let uid = self.next_uid();
+        let m = &mut obj["metadata"];
+        m["name"] = name.clone().into();
+        if let Some(n) = ns {
+            m["namespace"] = n.into();
+        }
+        m["uid"] = uid.into();
+        m["resourceVersion"] = self.rv.to_string().into();
+        m["creationTimestamp"] = now_rfc3339().into();
+        m["generation"] = 1.into();
+        if let Some(o) = m.as_object_mut() {
+            o.remove("generateName");
+        }
+        if rt.plural == "namespaces" {
+            obj["status"] = json!({"phase": "Active"});
+        }
+        obj["apiVersion"] = rt.api_version().into();
+        obj["kind"] = rt.kind.clone().into();
+        self.objects.entry(store_key(rt)).or_default().insert(key, obj.clone());
+        self.emit(rt, EventType::Added, obj.clone());
+        Ok(obj)
+    }
+
+    fn register_crd(&mut self, crd: &Value) -> Result<(), ApiError> {
+        let types = resources::from_crd(crd).map_err(|e| {
+            ApiError::invalid(
+                "customresourcedefinitions.apiextensions.k8s.io",
+                &e.name,
+                vec![("spec".into(), e.problem)],
+            )
+        })?;
+        for t in types {
+            self.types.insert(t.key(), t);
+        }
+        Ok(())
+    }
+
+    /// Replaces an object (PUT, or the result of a patch). `expect_rv`: the client's
+    /// resourceVersion, which must be current (optimistic concurrency).
+    pub fn update(
+        &mut self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        mut obj: Value,
+        part: Part,
+        opts: &WriteOptions,
+    ) -> Result<Value, ApiError> {
+        let key = (ns.unwrap_or("").to_string(), name.to_string());
+        let display = rt.display_name();
+        let old =
+            self.bucket(rt).and_then(|b| b.get(&key)).cloned().ok_or_else(|| ApiError::not_found(&display, name))?;
+        if !obj.is_object() {
+            return Err(ApiError::bad_request("the body must be a JSON object"));
+        }
+        if let Some(rv) = meta_str(&obj, "resourceVersion").filter(|rv| !rv.is_empty())
+            && Some(rv) != meta_str(&old, "resourceVersion")
+        {
+            return Err(ApiError::conflict(&display, name));
+        }
+        if meta_str(&obj, "name").is_some_and(|n| n != name) {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                meta_str(&obj, "name").unwrap_or("")
+            )));
+        }
+        // Status and spec are written separately where a status subresource exists.
+        if rt.status_subresource {
+            match part {
+                Part::Main => match old.get("status") {
+                    Some(s) => obj["status"] = s.clone(),
+                    None => {
+                        if let Some(o) = obj.as_object_mut() {
+                            o.remove("status");
+                        }
+                    }
+                },
+                Part::Status => {
+                    let status = obj.get("status").cloned();
+                    obj = old.clone();
+                    match status {
+                        Some(s) => obj["status"] = s,
+                        None => {
+                            if let Some(o) = obj.as_object_mut() {
+                                o.remove("status");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // The server owns these metadata fields.
+        for f in ["uid", "creationTimestamp", "generation", "deletionTimestamp", "namespace", "name"] {
+            match old["metadata"].get(f) {
+                Some(v) => obj["metadata"][f] = v.clone(),
+                None => {
+                    if let Some(m) = obj["metadata"].as_object_mut() {
+                        m.remove(f);
+                    }
+                }
+            }
+        }
+        Self::admit(rt, &mut obj, opts.strict)?;
+        if opts.dry_run {
+            return Ok(obj);
+        }
+        if obj == old {
+            return Ok(Self::present(rt, &old));
+        }
+        if spec_part(&obj) != spec_part(&old) {
+            let g = old["metadata"]["generation"].as_i64().unwrap_or(1);
+            obj["metadata"]["generation"] = (g + 1).into();
+        }
+        if rt.group == "apiextensions.k8s.io" {
+            self.register_crd(&obj)?;
+        }
+        self.rv += 1;
+        obj["metadata"]["resourceVersion"] = self.rv.to_string().into();
+        obj["apiVersion"] = rt.api_version().into();
+        obj["kind"] = rt.kind.clone().into();
+        let finalizing = obj["metadata"].get("deletionTimestamp").is_some()
+            && obj["metadata"].get("finalizers").and_then(Value::as_array).is_none_or(|f| f.is_empty());
+        self.objects.entry(store_key(rt)).or_default().insert(key.clone(), obj.clone());
+        self.emit(rt, EventType::Modified, obj.clone());
+        if finalizing {
+            self.remove(rt, &key);
+        }
+        Ok(obj)
+    }
+
+    /// Deletes: with finalizers, marks the object (deletionTimestamp) and waits for them to be
+    /// removed; without, removes it and garbage-collects its dependents.
+    pub fn delete(
+        &mut self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
+        let key = (ns.unwrap_or("").to_string(), name.to_string());
+        let display = rt.display_name();
+        let mut obj =
+            self.bucket(rt).and_then(|b| b.get(&key)).cloned().ok_or_else(|| ApiError::not_found(&display, name))?;
+        if dry_run {
+            return Ok(obj);
+        }
+        let has_finalizers = obj["metadata"].get("finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty());
+        if has_finalizers {
+            if obj["metadata"].get("deletionTimestamp").is_none() {
+                self.rv += 1;
+                obj["metadata"]["deletionTimestamp"] = now_rfc3339().into();
+                obj["metadata"]["deletionGracePeriodSeconds"] = 0.into();
+                obj["metadata"]["resourceVersion"] = self.rv.to_string().into();
+                self.objects.entry(store_key(rt)).or_default().insert(key, obj.clone());
+                self.emit(rt, EventType::Modified, obj.clone());
+            }
+            return Ok(obj);
+        }
+        Ok(self.remove(rt, &key).unwrap_or(obj))
+    }
+
+    fn remove(&mut self, rt: &ResourceType, key: &(String, String)) -> Option<Value> {
+        let mut obj = self.objects.get_mut(&store_key(rt))?.remove(key)?;
+        self.rv += 1;
+        obj["metadata"]["resourceVersion"] = self.rv.to_string().into();
+        self.emit(rt, EventType::Deleted, obj.clone());
+        if rt.plural == "namespaces" {
+            self.delete_namespace_contents(&key.1);
+        }
+        if rt.plural == "customresourcedefinitions" {
+            self.unregister_crd(&obj);
+        }
+        if let Some(uid) = meta_str(&obj, "uid").map(str::to_string) {
+            self.collect_garbage(&uid);
+        }
+        Some(obj)
+    }
+
+    fn unregister_crd(&mut self, crd: &Value) {
+        if let Ok(types) = resources::from_crd(crd) {
+            for t in types {
+                self.types.remove(&t.key());
+                self.objects.remove(&store_key(&t));
+            }
+        }
+    }
+
+    /// Background propagation: dependents whose owner is gone are deleted (their own
+    /// finalizers respected), recursively.
+    fn collect_garbage(&mut self, owner_uid: &str) {
+        let mut doomed = Vec::new();
+        for (store, bucket) in &self.objects {
+            for (key, obj) in bucket {
+                let owned = obj["metadata"]
+                    .get("ownerReferences")
+                    .and_then(Value::as_array)
+                    .is_some_and(|refs| refs.iter().any(|r| r.get("uid").and_then(Value::as_str) == Some(owner_uid)));
+                if owned {
+                    doomed.push((store.clone(), key.clone()));
+                }
+            }
+        }
+        for (store, key) in doomed {
+            if let Some(rt) = self.types.values().find(|t| store_key(t) == store).cloned() {
+                let _ = self.delete(&rt, Some(&key.0).filter(|n| !n.is_empty()).map(String::as_str), &key.1, false);
+            }
+        }
+    }
+
+    fn delete_namespace_contents(&mut self, ns: &str) {
+        let mut doomed = Vec::new();
+        for (store, bucket) in &self.objects {
+            for key in bucket.keys().filter(|k| k.0 == ns) {
+                doomed.push((store.clone(), key.clone()));
+            }
+        }
+        for (store, key) in doomed {
+            if let Some(rt) = self.types.values().find(|t| store_key(t) == store).cloned() {
+                self.remove(&rt, &key);
+            }
+        }
+    }
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// RFC 1123 subdomain: what most object names must be.
+fn valid_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 253
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-' || *c == b'.')
+}
