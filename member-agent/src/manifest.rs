@@ -39,7 +39,12 @@ fn read(path: &Path) -> Result<(String, String), ManifestError> {
 }
 
 /// Checks apiVersion and kind, then reads the typed object; returns the kind found.
-fn typed<T: DeserializeOwned>(text: &str, file: &str, api_version: &str, kinds: &[&str]) -> Result<(T, String), ManifestError> {
+fn typed<T: DeserializeOwned>(
+    text: &str,
+    file: &str,
+    api_version: &str,
+    kinds: &[&str],
+) -> Result<(T, String), ManifestError> {
     let yaml = |message: String| ManifestError::Yaml { file: file.into(), message };
     let field = |path: &str, problem: String| ManifestError::Field { file: file.into(), path: path.into(), problem };
     let value: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| yaml(format!("invalid YAML: {e}")))?;

@@ -34,7 +34,11 @@ impl Milli {
     pub fn parse(s: &str) -> Result<Milli, BadQuantity> {
         let bad = || BadQuantity(s.to_string());
         let t = s.trim();
-        let (number, num, den) = if let Some(idx) = t.find(['e', 'E']) {
+        // A suffix first: "1E" is one exa, "1Ei" one exbibyte; only then "1e3" is an exponent.
+        let suffix = SUFFIXES.iter().find(|(suf, _, _)| t.ends_with(suf) && t.len() > suf.len());
+        let (number, num, den) = if let Some(&(suf, n, d)) = suffix {
+            (&t[..t.len() - suf.len()], n, d)
+        } else if let Some(idx) = t.find(['e', 'E']) {
             let exp: i32 = t[idx + 1..].parse().map_err(|_| bad())?;
             if !(-18..=18).contains(&exp) {
                 return Err(bad());
@@ -42,10 +46,7 @@ impl Milli {
             let p = 10i128.pow(exp.unsigned_abs());
             if exp >= 0 { (&t[..idx], p, 1) } else { (&t[..idx], 1, p) }
         } else {
-            SUFFIXES
-                .iter()
-                .find(|(suf, _, _)| t.ends_with(suf) && t.len() > suf.len())
-                .map_or((t, 1, 1), |&(suf, n, d)| (&t[..t.len() - suf.len()], n, d))
+            (t, 1, 1)
         };
         let (sign, digits) = match number.strip_prefix('-') {
             Some(rest) => (-1, rest),
@@ -119,6 +120,8 @@ mod tests {
         assert_eq!(Milli::parse("1k"), Ok(Milli(1_000_000)));
         assert_eq!(Milli::parse("1e3"), Ok(Milli(1_000_000)));
         assert_eq!(Milli::parse("0.5Gi"), Ok(Milli(500 << 30)));
+        assert_eq!(Milli::parse("1E"), Ok(Milli(1_000_000_000_000_000_000_000)));
+        assert_eq!(Milli::parse("1Ei"), Ok(Milli(1000 << 60)));
         for bad in ["", "Gi", "1.2.3", "abc", "1x", "--1"] {
             assert!(Milli::parse(bad).is_err(), "{bad}");
         }

@@ -191,6 +191,17 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<B
     let method = req.method().clone();
     let content_type =
         req.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_string();
+    if path == "/openapi/v2" {
+        // kubectl builds its client-side validator from this before asking (via OpenAPI v3)
+        // whether the server validates fields itself, which this one does. An empty document is
+        // a valid protobuf encoding; it is never consulted once server-side validation is found.
+        let mut r = Response::new(Full::new(Bytes::new()).boxed());
+        r.headers_mut().insert(
+            "content-type",
+            hyper::header::HeaderValue::from_static("application/com.github.proto-openapi.spec.v2.v1.0+protobuf"),
+        );
+        return Ok(r);
+    }
     let target = match route(&shared, &path)? {
         Route::Json(v) if method == Method::GET => return Ok(json_response(200, &v)),
         Route::Json(_) => return Err(ApiError::method_not_allowed(format!("{method} is not allowed on {path}"))),

@@ -175,6 +175,53 @@ impl Discovery<'_> {
         Some(doc)
     }
 
+    /// `/openapi/v3`: one entry per group-version, as kubectl's field-validation check reads it.
+    pub fn openapi_v3_root(&self) -> Value {
+        let mut paths = serde_json::Map::new();
+        let mut gvs: Vec<(String, String)> = self.0.values().map(|r| (r.group.clone(), r.version.clone())).collect();
+        gvs.sort();
+        gvs.dedup();
+        for (g, v) in gvs {
+            let p = if g.is_empty() { format!("api/{v}") } else { format!("apis/{g}/{v}") };
+            paths.insert(p.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash=0")}));
+        }
+        json!({"paths": paths})
+    }
+
+    /// One group-version's OpenAPI v3 document: each resource's paths, with the operations'
+    /// group-version-kind and the `fieldValidation` parameter (server-side field validation is
+    /// supported) and the CRD schema where there is one.
+    pub fn openapi_v3(&self, group: &str, version: &str) -> Option<Value> {
+        let mut paths = serde_json::Map::new();
+        let mut schemas = serde_json::Map::new();
+        for r in self.0.values().filter(|r| r.group == group && r.version == version) {
+            let prefix = if group.is_empty() { format!("/api/{version}") } else { format!("/apis/{group}/{version}") };
+            let scope = if r.namespaced { "/namespaces/{namespace}" } else { "" };
+            let gvk = json!({"group": group, "version": version, "kind": r.kind});
+            let params = json!([{"name": "fieldValidation", "in": "query", "schema": {"type": "string"}},
+                                {"name": "fieldManager", "in": "query", "schema": {"type": "string"}},
+                                {"name": "dryRun", "in": "query", "schema": {"type": "string"}}]);
+            let op = json!({"x-kubernetes-group-version-kind": gvk, "parameters": params, "responses": {"200": {"description": "OK"}}});
+            paths.insert(format!("{prefix}{scope}/{}", r.plural), json!({"post": op, "get": op}));
+            paths.insert(
+                format!("{prefix}{scope}/{}/{{name}}", r.plural),
+                json!({"get": op, "put": op, "patch": op, "delete": op}),
+            );
+            let schema_name =
+                format!("{}.{version}.{}", if group.is_empty() { "io.k8s.api.core" } else { group }, r.kind);
+            let mut schema = r
+                .schema
+                .clone()
+                .unwrap_or_else(|| json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}));
+            schema["x-kubernetes-group-version-kind"] = json!([gvk]);
+            schemas.insert(schema_name, schema);
+        }
+        (!paths.is_empty()).then(|| {
+            json!({"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.33.0"},
+                                           "paths": paths, "components": {"schemas": schemas}})
+        })
+    }
+
     pub fn resource_list(&self, group: &str, version: &str) -> Option<Value> {
         let mut resources = Vec::new();
         for r in self.0.values().filter(|r| r.group == group && r.version == version) {
