@@ -4,3 +4,4 @@
 //! real clusters; docs/testing.md says what this server implements and what it does not.
 
 pub mod apiserver;
+pub mod member;

@@ -160,6 +160,10 @@ impl ApiServer {
         &self.shared.faults
     }
 
+    pub(crate) fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
     /// Direct access to the objects, for assertions and for fixtures that skip HTTP.
     pub fn store(&self) -> &Mutex<Store> {
         &self.shared.store

@@ -73,6 +73,7 @@ pub fn builtins() -> Vec<ResourceType> {
         builtin("", "v1", "Secret", "secrets", true, false, &[]),
         builtin("", "v1", "Event", "events", true, false, &["ev"]),
         builtin("coordination.k8s.io", "v1", "Lease", "leases", true, false, &[]),
+        builtin("batch", "v1", "Job", "jobs", true, true, &[]),
         builtin(
             "apiextensions.k8s.io",
             "v1",

@@ -1,0 +1,608 @@
+//! A simulated member cluster on top of the in-memory API server: Nodes built from a fleet
+//! file's cluster, and one controller that plays the JobSet controller, the gang scheduler and
+//! the kubelet. JobSet → Jobs → Pods; a gang's pods are bound all or nothing, honouring node
+//! selectors, required node affinity and the PodGroup (coscheduling, Volcano or KAI); pods run,
+//! then succeed after the JobSet's simulated duration (annotation
+//! `stowage.dev/simulated-duration-seconds`, 10 s when absent) or fail when a test says so;
+//! JobSet status and conditions are written as the JobSet controller writes them. A gang that
+//! cannot be bound within its PodGroup timeout stays Pending with the scheduler's reason.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use simulator::fleet_file::{ClusterSpec, FleetSpec};
+
+use crate::apiserver::resources::ResourceType;
+use crate::apiserver::store::{Part, WriteOptions};
+use crate::apiserver::{ApiServer, Store};
+
+pub const DURATION_ANNOTATION: &str = "stowage.dev/simulated-duration-seconds";
+pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
+pub const GPU_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
+const TICK: Duration = Duration::from_millis(50);
+const UPSTREAM_CRDS: [&str; 4] = [
+    "jobset/jobset.x-k8s.io_jobsets.yaml",
+    "scheduler-plugins/scheduling.x-k8s.io_podgroups.yaml",
+    "volcano/scheduling.volcano.sh_podgroups.yaml",
+    "kai/scheduling.run.ai_podgroups.yaml",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum MemberError {
+    #[error("fleet: {0}")]
+    Fleet(#[from] simulator::fleet_file::FleetFileError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("CRD {file}: {message}")]
+    Crd { file: String, message: String },
+}
+
+/// A running simulated member: its API server and its controller.
+pub struct SimulatedMember {
+    pub name: String,
+    pub server: ApiServer,
+    controller: tokio::task::JoinHandle<()>,
+    started: Arc<Instant>,
+}
+
+impl std::fmt::Debug for SimulatedMember {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimulatedMember").field("name", &self.name).field("server", &self.server).finish()
+    }
+}
+
+impl Drop for SimulatedMember {
+    fn drop(&mut self) {
+        self.controller.abort();
+    }
+}
+
+impl SimulatedMember {
+    /// Starts a member with the Nodes of `cluster` and the upstream JobSet and PodGroup CRDs
+    /// read from `upstream` (the `shared/upstream` folder).
+    pub async fn start(cluster: &ClusterSpec, upstream: &std::path::Path) -> Result<Self, MemberError> {
+        let server = ApiServer::start().await?;
+        {
+            let mut store = server.store().lock().map_err(|_| std::io::Error::other("store poisoned"))?;
+            install_crds(&mut store, upstream)?;
+            for node in nodes(cluster)? {
+                let rt = builtin(&store, "", "v1", "nodes");
+                store.create(&rt, None, node, &writes()).map_err(|e| std::io::Error::other(e.to_string()))?;
+            }
+        }
+        let shared = server.shared();
+        let started = Arc::new(Instant::now());
+        let controller = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(TICK);
+            loop {
+                tick.tick().await;
+                if let Ok(mut store) = shared.store.lock() {
+                    reconcile(&mut store);
+                }
+            }
+        });
+        Ok(SimulatedMember { name: cluster.name.clone(), server, controller, started })
+    }
+
+    /// Makes a running pod fail (exit code 1), as a crashed process would.
+    pub fn fail_pod(&self, namespace: &str, name: &str) -> bool {
+        let Ok(mut store) = self.server.store().lock() else { return false };
+        let rt = builtin(&store, "", "v1", "pods");
+        let Ok(mut pod) = store.get(&rt, Some(namespace), name) else { return false };
+        pod["status"]["phase"] = "Failed".into();
+        pod["status"]["containerStatuses"] = json!([{"name": "node", "ready": false, "restartCount": 0, "image": "", "imageID": "",
+            "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]);
+        store.update(&rt, Some(namespace), name, pod, Part::Status, &writes()).is_ok()
+    }
+
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+}
+
+fn writes() -> WriteOptions {
+    WriteOptions { strict: false, dry_run: false }
+}
+
+fn builtin(store: &Store, group: &str, version: &str, plural: &str) -> ResourceType {
+    store.lookup(group, version, plural).cloned().unwrap_or_else(|| unreachable_type(plural))
+}
+
+fn unreachable_type(plural: &str) -> ResourceType {
+    // Built-in kinds are registered at start; a missing one is a bug in this file.
+    ResourceType {
+        group: String::new(),
+        version: "v1".into(),
+        kind: plural.into(),
+        plural: plural.into(),
+        singular: plural.into(),
+        namespaced: true,
+        status_subresource: true,
+        short_names: Vec::new(),
+        schema: None,
+    }
+}
+
+fn install_crds(store: &mut Store, upstream: &std::path::Path) -> Result<(), MemberError> {
+    let rt = builtin(store, "apiextensions.k8s.io", "v1", "customresourcedefinitions");
+    for file in UPSTREAM_CRDS {
+        let path = upstream.join(file);
+        let text = std::fs::read_to_string(&path)?;
+        let crd: Value =
+            serde_yaml::from_str(&text).map_err(|e| MemberError::Crd { file: file.into(), message: e.to_string() })?;
+        store
+            .create(&rt, None, crd, &writes())
+            .map_err(|e| MemberError::Crd { file: file.into(), message: e.to_string() })?;
+    }
+    Ok(())
+}
+
+/// Node objects for a fleet-file cluster: one label per topology level, the GPU product label,
+/// allocatable and capacity.
+pub fn nodes(cluster: &ClusterSpec) -> Result<Vec<Value>, MemberError> {
+    let fleet = FleetSpec { clusters: vec![cluster.clone()] }.build(&cluster.name)?;
+    let c = &fleet.clusters()[0];
+    let mut out = Vec::new();
+    for (host, spec) in fleet.hosts() {
+        let mut labels = BTreeMap::new();
+        let mut cur = Some(host);
+        while let Some(d) = cur {
+            let dom = fleet.domain(d);
+            if dom.depth > 0 {
+                labels.insert(c.levels[dom.depth as usize - 1].label.clone(), dom.name.clone());
+            }
+            cur = dom.parent;
+        }
+        if let Some(f) = spec.gpu_flavor {
+            labels.insert(GPU_PRODUCT_LABEL.to_string(), fleet.flavor_name(f).to_string());
+        }
+        let name = fleet.domain(host).name.clone();
+        labels.insert("kubernetes.io/hostname".into(), name.clone());
+        let resources = json!({"cpu": format!("{}m", spec.cpu_milli), "memory": format!("{}Mi", spec.memory_mib),
+                               "nvidia.com/gpu": spec.gpus.to_string(), "pods": "110"});
+        out.push(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
+                        "status": {"allocatable": resources, "capacity": resources,
+                                   "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}}));
+    }
+    Ok(out)
+}
+
+fn name_of(o: &Value) -> String {
+    o["metadata"]["name"].as_str().unwrap_or("").to_string()
+}
+
+fn ns_of(o: &Value) -> String {
+    o["metadata"]["namespace"].as_str().unwrap_or("default").to_string()
+}
+
+fn owner(o: &Value) -> Value {
+    json!([{"apiVersion": o["apiVersion"], "kind": o["kind"], "name": o["metadata"]["name"], "uid": o["metadata"]["uid"],
+            "controller": true, "blockOwnerDeletion": true}])
+}
+
+fn age_secs(o: &Value) -> u64 {
+    let ts = o["metadata"]["creationTimestamp"].as_str().unwrap_or("");
+    parse_rfc3339(ts).map(|t| now_secs().saturating_sub(t)).unwrap_or(0)
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// Seconds since the epoch of `YYYY-MM-DDTHH:MM:SSZ`.
+fn parse_rfc3339(s: &str) -> Option<u64> {
+    let num = |a: usize, b: usize| s.get(a..b)?.parse::<i64>().ok();
+    let (y, m, d) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
+    let (hh, mm, ss) = (num(11, 13)?, num(14, 16)?, num(17, 19)?);
+    let y2 = if m <= 2 { y - 1 } else { y };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + hh * 3600 + mm * 60 + ss).ok()
+}
+
+/// One pass of every controller.
+fn reconcile(store: &mut Store) {
+    let jobsets_rt = store.lookup("jobset.x-k8s.io", "v1alpha2", "jobsets").cloned();
+    let Some(jobsets_rt) = jobsets_rt else { return };
+    let (jobsets, _) = store.list(&jobsets_rt, None, &|_| true, None, None);
+    for js in &jobsets {
+        jobset_children(store, js);
+    }
+    schedule(store);
+    kubelet(store, &jobsets);
+    for js in &jobsets {
+        jobset_status(store, &jobsets_rt, js);
+    }
+}
+
+fn finished(js: &Value) -> bool {
+    js["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| (c["type"] == "Completed" || c["type"] == "Failed") && c["status"] == "True")
+}
+
+fn pods_of_job<'a>(pods: &'a [Value], job: &str) -> impl Iterator<Item = &'a Value> {
+    pods.iter().filter(move |p| p["metadata"]["labels"]["job-name"] == job)
+}
+
+/// JobSet controller: Jobs per replicated job and replica (respecting `dependsOn`), and the
+/// Job controller's pods per completion index.
+fn jobset_children(store: &mut Store, js: &Value) {
+    if finished(js) || js["spec"]["suspend"] == true {
+        return;
+    }
+    let ns = ns_of(js);
+    let jname = name_of(js);
+    let jobs_rt = builtin(store, "batch", "v1", "jobs");
+    let pods_rt = builtin(store, "", "v1", "pods");
+    let restarts = js["status"]["restarts"].as_i64().unwrap_or(0);
+    for rjob in js["spec"]["replicatedJobs"].as_array().into_iter().flatten() {
+        let rname = rjob["name"].as_str().unwrap_or("");
+        let ready = rjob["dependsOn"].as_array().into_iter().flatten().all(|d| {
+            let dep = d["name"].as_str().unwrap_or("");
+            let want = d["status"].as_str().unwrap_or("Ready");
+            replicated_job_reached(js, dep, want)
+        });
+        if !ready {
+            continue;
+        }
+        let replicas = rjob["replicas"].as_i64().unwrap_or(1);
+        for i in 0..replicas {
+            let job_name = format!("{jname}-{rname}-{i}");
+            let tmpl = &rjob["template"];
+            let job = match store.get(&jobs_rt, Some(&ns), &job_name) {
+                Ok(j) => j,
+                Err(_) => {
+                    let mut labels = tmpl["metadata"]["labels"].as_object().cloned().unwrap_or_default();
+                    labels.insert("jobset.sigs.k8s.io/jobset-name".into(), jname.clone().into());
+                    labels.insert("jobset.sigs.k8s.io/replicatedjob-name".into(), rname.into());
+                    labels.insert("jobset.sigs.k8s.io/job-index".into(), i.to_string().into());
+                    labels.insert("jobset.sigs.k8s.io/restart-attempt".into(), restarts.to_string().into());
+                    let job = json!({"apiVersion": "batch/v1", "kind": "Job",
+                        "metadata": {"name": job_name, "namespace": ns, "labels": labels, "ownerReferences": owner(js)},
+                        "spec": tmpl["spec"]});
+                    match store.create(&jobs_rt, Some(&ns), job, &writes()) {
+                        Ok(j) => j,
+                        Err(_) => continue,
+                    }
+                }
+            };
+            let count = job["spec"]["parallelism"].as_i64().unwrap_or(1);
+            for idx in 0..count {
+                let pod_name = format!("{job_name}-{idx}");
+                if store.get(&pods_rt, Some(&ns), &pod_name).is_ok() {
+                    continue;
+                }
+                let ptmpl = &job["spec"]["template"];
+                let mut labels = ptmpl["metadata"]["labels"].as_object().cloned().unwrap_or_default();
+                for (k, v) in job["metadata"]["labels"].as_object().into_iter().flatten() {
+                    labels.insert(k.clone(), v.clone());
+                }
+                labels.insert("job-name".into(), job_name.clone().into());
+                labels.insert("batch.kubernetes.io/job-completion-index".into(), idx.to_string().into());
+                let mut annotations = ptmpl["metadata"]["annotations"].as_object().cloned().unwrap_or_default();
+                annotations.insert("batch.kubernetes.io/job-completion-index".into(), idx.to_string().into());
+                let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": pod_name, "namespace": ns, "labels": labels, "annotations": annotations,
+                                 "ownerReferences": owner(&job)},
+                    "spec": ptmpl["spec"], "status": {"phase": "Pending"}});
+                let _ = store.create(&pods_rt, Some(&ns), pod, &writes());
+            }
+        }
+    }
+}
+
+fn replicated_job_reached(js: &Value, rjob: &str, want: &str) -> bool {
+    js["status"]["replicatedJobsStatus"].as_array().into_iter().flatten().any(|s| {
+        s["name"] == rjob && {
+            let n = |k: &str| s[k].as_i64().unwrap_or(0);
+            let total = js["spec"]["replicatedJobs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|r| r["name"] == rjob)
+                .and_then(|r| r["replicas"].as_i64())
+                .unwrap_or(1);
+            if want == "Complete" { n("succeeded") >= total } else { n("ready") + n("succeeded") >= total }
+        }
+    })
+}
+
+/// The gang a pod belongs to: its PodGroup (coscheduling label, Volcano or KAI annotation), or
+/// its JobSet when it names none.
+fn gang_of(pod: &Value) -> (String, Option<(&'static str, &'static str, &'static str)>) {
+    let l = &pod["metadata"]["labels"];
+    let a = &pod["metadata"]["annotations"];
+    if let Some(g) = l["scheduling.x-k8s.io/pod-group"].as_str() {
+        return (g.into(), Some(("scheduling.x-k8s.io", "v1alpha1", "podgroups")));
+    }
+    if let Some(g) = a["scheduling.k8s.io/group-name"].as_str() {
+        return (g.into(), Some(("scheduling.volcano.sh", "v1beta1", "podgroups")));
+    }
+    if let Some(g) = a["pod-group-name"].as_str() {
+        return (g.into(), Some(("scheduling.run.ai", "v2alpha2", "podgroups")));
+    }
+    (l["jobset.sigs.k8s.io/jobset-name"].as_str().unwrap_or("").into(), None)
+}
+
+fn requests(pod: &Value) -> BTreeMap<String, f64> {
+    let mut total = BTreeMap::new();
+    for c in pod["spec"]["containers"].as_array().into_iter().flatten() {
+        for (k, v) in c["resources"]["requests"].as_object().into_iter().flatten() {
+            let q = v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
+            *total.entry(k.clone()).or_insert(0.0) += quantity(&q);
+        }
+    }
+    total
+}
+
+/// A quantity as a float in base units: enough for fit tests in a simulation.
+fn quantity(q: &str) -> f64 {
+    member_agent::render::quantity::Milli::parse(q).map(|m| m.0 as f64 / 1000.0).unwrap_or(f64::MAX)
+}
+
+fn node_matches(pod: &Value, node: &Value) -> bool {
+    let labels = &node["metadata"]["labels"];
+    let selector_ok = pod["spec"]["nodeSelector"].as_object().into_iter().flatten().all(|(k, v)| &labels[k] == v);
+    let terms =
+        pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            .as_array();
+    let affinity_ok = terms.is_none_or(|terms| {
+        terms.is_empty()
+            || terms.iter().any(|t| {
+                t["matchExpressions"].as_array().into_iter().flatten().all(|e| {
+                    let key = e["key"].as_str().unwrap_or("");
+                    let values: Vec<&str> =
+                        e["values"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+                    let have = labels[key].as_str();
+                    match e["operator"].as_str() {
+                        Some("In") => have.is_some_and(|h| values.contains(&h)),
+                        Some("NotIn") => have.is_none_or(|h| !values.contains(&h)),
+                        Some("Exists") => have.is_some(),
+                        Some("DoesNotExist") => have.is_none(),
+                        _ => false,
+                    }
+                })
+            })
+    });
+    selector_ok && affinity_ok
+}
+
+/// The gang scheduler: binds a gang's pods all or nothing once minMember of them exist.
+fn schedule(store: &mut Store) {
+    let pods_rt = builtin(store, "", "v1", "pods");
+    let nodes_rt = builtin(store, "", "v1", "nodes");
+    let (pods, _) = store.list(&pods_rt, None, &|_| true, None, None);
+    let (nodes, _) = store.list(&nodes_rt, None, &|_| true, None, None);
+    let mut free: BTreeMap<String, BTreeMap<String, f64>> = nodes
+        .iter()
+        .map(|n| {
+            let alloc = n["status"]["allocatable"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), quantity(v.as_str().unwrap_or("0"))))
+                .collect();
+            (name_of(n), alloc)
+        })
+        .collect();
+    for p in pods.iter().filter(|p| {
+        p["spec"]["nodeName"].is_string() && matches!(p["status"]["phase"].as_str(), Some("Pending" | "Running"))
+    }) {
+        if let Some(f) = free.get_mut(p["spec"]["nodeName"].as_str().unwrap_or("")) {
+            for (k, v) in requests(p) {
+                *f.entry(k).or_insert(0.0) -= v;
+            }
+        }
+    }
+    let mut gangs: BTreeMap<(String, String), Vec<&Value>> = BTreeMap::new();
+    for p in pods.iter().filter(|p| !p["spec"]["nodeName"].is_string() && p["status"]["phase"] == "Pending") {
+        gangs.entry((ns_of(p), gang_of(p).0)).or_default().push(p);
+    }
+    for ((ns, gang), members) in gangs {
+        let pg_kind = gang_of(members[0]).1;
+        let pg = pg_kind
+            .and_then(|(g, v, plural)| store.lookup(g, v, plural).cloned())
+            .and_then(|rt| store.get(&rt, Some(&ns), &gang).ok());
+        let min_member = pg.as_ref().and_then(|pg| pg["spec"]["minMember"].as_i64()).unwrap_or(members.len() as i64);
+        let timeout = pg.as_ref().and_then(|pg| pg["spec"]["scheduleTimeoutSeconds"].as_u64()).unwrap_or(60);
+        if (members.len() as i64) < min_member {
+            continue;
+        }
+        let mut trial = free.clone();
+        let mut binding = Vec::new();
+        for p in &members {
+            let need = requests(p);
+            let node = nodes.iter().filter(|n| node_matches(p, n)).map(name_of).find(|n| {
+                trial.get(n).is_some_and(|f| need.iter().all(|(k, v)| f.get(k).copied().unwrap_or(0.0) >= *v))
+            });
+            match node {
+                Some(n) => {
+                    if let Some(f) = trial.get_mut(&n) {
+                        for (k, v) in &need {
+                            *f.entry(k.clone()).or_insert(0.0) -= v;
+                        }
+                    }
+                    binding.push((name_of(p), n));
+                }
+                None => break,
+            }
+        }
+        if binding.len() == members.len() {
+            free = trial;
+            for (pod, node) in binding {
+                if let Ok(mut obj) = store.get(&pods_rt, Some(&ns), &pod) {
+                    obj["spec"]["nodeName"] = node.into();
+                    if store.update(&pods_rt, Some(&ns), &pod, obj, Part::Main, &writes()).is_ok()
+                        && let Ok(mut obj) = store.get(&pods_rt, Some(&ns), &pod)
+                    {
+                        obj["status"] = json!({"phase": "Running", "startTime": crate::apiserver::store::now_rfc3339(),
+                            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]});
+                        let _ = store.update(&pods_rt, Some(&ns), &pod, obj, Part::Status, &writes());
+                    }
+                }
+            }
+        } else if members.iter().any(|p| age_secs(p) >= timeout) {
+            let message = format!(
+                "0/{} nodes are available: gang {gang} needs {} pods bound together; only {} fit the free resources, node selectors and affinity",
+                nodes.len(),
+                members.len(),
+                binding.len()
+            );
+            for p in &members {
+                let already = p["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["message"] == message.as_str());
+                if already {
+                    continue;
+                }
+                let mut obj = (*p).clone();
+                obj["status"]["conditions"] =
+                    json!([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]);
+                let _ = store.update(&pods_rt, Some(&ns), &name_of(p), obj, Part::Status, &writes());
+            }
+        }
+    }
+}
+
+/// The kubelet: running pods succeed once their JobSet's simulated duration has passed.
+fn kubelet(store: &mut Store, jobsets: &[Value]) {
+    let pods_rt = builtin(store, "", "v1", "pods");
+    let (pods, _) = store.list(&pods_rt, None, &|p| p["status"]["phase"] == "Running", None, None);
+    for p in pods {
+        let js = p["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"].as_str().unwrap_or("");
+        let duration = jobsets
+            .iter()
+            .find(|j| name_of(j) == js && ns_of(j) == ns_of(&p))
+            .and_then(|j| {
+                j["metadata"]["annotations"][DURATION_ANNOTATION].as_str().and_then(|d| d.parse::<u64>().ok())
+            })
+            .map(Duration::from_secs)
+            .unwrap_or(DEFAULT_DURATION);
+        let started = p["status"]["startTime"].as_str().and_then(parse_rfc3339).unwrap_or(now_secs());
+        if now_secs().saturating_sub(started) >= duration.as_secs() {
+            let mut obj = p.clone();
+            obj["status"]["phase"] = "Succeeded".into();
+            let _ = store.update(&pods_rt, Some(&ns_of(&p)), &name_of(&p), obj, Part::Status, &writes());
+        }
+    }
+}
+
+/// Job and JobSet status as their controllers write them; a failed Job fails the JobSet, or
+/// restarts it while `failurePolicy.maxRestarts` allows.
+fn jobset_status(store: &mut Store, jobsets_rt: &ResourceType, js: &Value) {
+    if finished(js) {
+        return;
+    }
+    let ns = ns_of(js);
+    let jname = name_of(js);
+    let jobs_rt = builtin(store, "batch", "v1", "jobs");
+    let pods_rt = builtin(store, "", "v1", "pods");
+    let (jobs, _) = store.list(
+        &jobs_rt,
+        Some(&ns),
+        &|j| j["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] == jname.as_str(),
+        None,
+        None,
+    );
+    let (pods, _) = store.list(
+        &pods_rt,
+        Some(&ns),
+        &|p| p["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] == jname.as_str(),
+        None,
+        None,
+    );
+    let mut per_rjob: BTreeMap<String, [i64; 5]> = BTreeMap::new(); // ready, succeeded, failed, active, suspended
+    let mut any_failed = false;
+    for job in &jobs {
+        let jn = name_of(job);
+        let count = job["spec"]["parallelism"].as_i64().unwrap_or(1);
+        let phase = |ph: &str| pods_of_job(&pods, &jn).filter(|p| p["status"]["phase"] == ph).count() as i64;
+        let (running, succeeded, failed) = (phase("Running"), phase("Succeeded"), phase("Failed"));
+        let mut j = job.clone();
+        j["status"] =
+            json!({"active": running + phase("Pending"), "ready": running, "succeeded": succeeded, "failed": failed});
+        if failed > 0 {
+            j["status"]["conditions"] = json!([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]);
+        } else if succeeded >= count {
+            j["status"]["conditions"] = json!([{"type": "Complete", "status": "True"}]);
+        }
+        if j["status"] != job["status"] {
+            let _ = store.update(&jobs_rt, Some(&ns), &jn, j, Part::Status, &writes());
+        }
+        let rjob =
+            job["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"].as_str().unwrap_or("").to_string();
+        let e = per_rjob.entry(rjob).or_default();
+        if failed > 0 {
+            e[2] += 1;
+            any_failed = true;
+        } else if succeeded >= count {
+            e[1] += 1;
+        } else if running >= count {
+            e[0] += 1;
+            e[3] += 1;
+        } else {
+            e[3] += 1;
+        }
+    }
+    let mut status = js["status"].clone();
+    if !status.is_object() {
+        status = json!({});
+    }
+    status["replicatedJobsStatus"] = per_rjob
+        .iter()
+        .map(|(n, c)| json!({"name": n, "ready": c[0], "succeeded": c[1], "failed": c[2], "active": c[3], "suspended": c[4]}))
+        .collect();
+    let rjobs: Vec<(String, i64)> = js["spec"]["replicatedJobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| (r["name"].as_str().unwrap_or("").to_string(), r["replicas"].as_i64().unwrap_or(1)))
+        .collect();
+    let targets: Vec<String> = js["spec"]["successPolicy"]["targetReplicatedJobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    let succeeded = rjobs
+        .iter()
+        .filter(|(n, _)| targets.is_empty() || targets.contains(n))
+        .all(|(n, replicas)| per_rjob.get(n).is_some_and(|c| c[1] >= *replicas));
+    let now = crate::apiserver::store::now_rfc3339();
+    if any_failed {
+        let restarts = status["restarts"].as_i64().unwrap_or(0);
+        let max = js["spec"]["failurePolicy"]["maxRestarts"].as_i64().unwrap_or(0);
+        if restarts < max {
+            // Restart the whole gang: delete its Jobs (their pods go with them) and count it.
+            for job in &jobs {
+                let _ = store.delete(&jobs_rt, Some(&ns), &name_of(job), false);
+            }
+            status["restarts"] = (restarts + 1).into();
+            status["replicatedJobsStatus"] = json!([]);
+        } else {
+            status["conditions"] = json!([{"type": "Failed", "status": "True", "reason": "FailedJobs",
+                "message": "jobset failed due to one or more job failures", "lastTransitionTime": now}]);
+            status["terminalState"] = "Failed".into();
+        }
+    } else if succeeded && !rjobs.is_empty() {
+        status["conditions"] = json!([{"type": "Completed", "status": "True", "reason": "AllJobsCompleted",
+            "message": "jobset completed successfully", "lastTransitionTime": now}]);
+        status["terminalState"] = "Completed".into();
+    }
+    if status != js["status"] {
+        let mut obj = js.clone();
+        obj["status"] = status;
+        let _ = store.update(jobsets_rt, Some(&ns), &jname, obj, Part::Status, &writes());
+    }
+}
