@@ -854,6 +854,30 @@ pub(crate) fn finish(input: &Input<'_>, mut draft: Draft) -> Vec<Object> {
         }
         out.push(obj);
     }
+    if input.placement.is_none() {
+        // Trainer v2.3.0 snapshots the runtime so later edits to it do not reach this TrainJob.
+        let mut snapshot = serde_json::to_value(input.runtime.spec()).unwrap_or_default();
+        let runtime = serde_json::json!({
+            "apiVersion": api::trainer::API_VERSION, "kind": input.runtime.kind(),
+            "metadata": ObjectMeta {
+                name: input.runtime.metadata().name.clone(),
+                namespace: input.runtime.metadata().namespace.clone(),
+                ..Default::default()
+            },
+            "spec": snapshot.take(),
+        });
+        let mut cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(format!("{}-runtime-snapshot", draft.name)),
+                namespace: Some(draft.namespace.clone()),
+                ..Default::default()
+            },
+            data: Some(BTreeMap::from([("runtime".to_string(), serde_yaml::to_string(&runtime).unwrap_or_default())])),
+            ..Default::default()
+        };
+        meta(&mut cm.metadata);
+        out.push(Object::ConfigMap(cm));
+    }
     // PodGroup right after the JobSet, then ConfigMaps and Secrets: a stable order.
     out[1..].sort_by_key(|o| match o {
         Object::Coscheduling(_) | Object::Volcano(_) | Object::Kai(_) => 0,
