@@ -296,3 +296,20 @@ async fn bad_bodies_get_status_errors_and_leave_the_store_intact() {
     let cms: Api<ConfigMap> = Api::default_namespaced(client(&server).await);
     assert!(cms.list(&ListParams::default()).await.expect("list").items.is_empty(), "nothing stored");
 }
+
+#[tokio::test]
+async fn immutable_fields_cannot_change() {
+    let server = ApiServer::start().await.expect("server");
+    let tjs: Api<TrainJob> = Api::default_namespaced(with_trainjob_crd(&server).await);
+    tjs.create(&PostParams::default(), &trainjob("i", 1)).await.expect("create");
+    let err = tjs
+        .patch("i", &PatchParams::default(), &Patch::Merge(json!({"spec": {"runtimeRef": {"name": "other"}}})))
+        .await
+        .expect_err("runtimeRef is immutable");
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 422 && s.message.contains("spec.runtimeRef")),
+        "{err:?}"
+    );
+    // Mutable fields still change.
+    tjs.patch("i", &PatchParams::default(), &Patch::Merge(json!({"spec": {"suspend": true}}))).await.expect("suspend");
+}

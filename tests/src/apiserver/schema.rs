@@ -93,6 +93,36 @@ fn prune_in(schema: &Value, value: &mut Value, path: &str, top: bool, removed: &
     }
 }
 
+/// The one CEL rule evaluated: transition rules of exactly `self == oldSelf` (immutability, the
+/// commonest rule in the upstream CRDs). Returns (field, message) for each field that changed.
+pub fn immutable_changes(schema: &Value, new: &Value, old: &Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    immutable_in(schema, new, old, "", &mut out);
+    out
+}
+
+fn immutable_in(schema: &Value, new: &Value, old: &Value, path: &str, out: &mut Vec<(String, String)>) {
+    let rules = schema.get("x-kubernetes-validations").and_then(Value::as_array);
+    for r in rules.into_iter().flatten() {
+        if r.get("rule").and_then(Value::as_str).map(str::trim) == Some("self == oldSelf") && new != old {
+            let message = r.get("message").and_then(Value::as_str).unwrap_or("Value is immutable");
+            out.push((path.to_string(), message.to_string()));
+            return;
+        }
+    }
+    let (Some(props), Some(n), Some(o)) =
+        (schema.get("properties").and_then(Value::as_object), new.as_object(), old.as_object())
+    else {
+        return;
+    };
+    for (k, sub) in props {
+        if let (Some(nv), Some(ov)) = (n.get(k), o.get(k)) {
+            let at = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+            immutable_in(sub, nv, ov, &at, out);
+        }
+    }
+}
+
 /// Schema violations as (field, message), the field as Kubernetes names it.
 pub fn validate(schema: &Value, value: &Value) -> Vec<(String, String)> {
     let Ok(validator) = jsonschema::validator_for(schema) else {
@@ -130,5 +160,18 @@ mod tests {
         let causes = validate(&schema(), &v);
         assert_eq!(causes.len(), 1);
         assert_eq!(causes[0].0, "spec.size");
+    }
+
+    #[test]
+    fn self_equals_old_self_makes_a_field_immutable() {
+        let schema = json!({"properties": {"spec": {"properties": {
+            "ref": {"type": "object", "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "ref is immutable"}]},
+            "free": {"type": "string"}}}}});
+        let old = json!({"spec": {"ref": {"name": "a"}, "free": "x"}});
+        assert!(immutable_changes(&schema, &json!({"spec": {"ref": {"name": "a"}, "free": "y"}}), &old).is_empty());
+        assert_eq!(
+            immutable_changes(&schema, &json!({"spec": {"ref": {"name": "b"}}}), &old),
+            vec![("spec.ref".to_string(), "ref is immutable".to_string())]
+        );
     }
 }

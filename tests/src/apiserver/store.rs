@@ -424,6 +424,12 @@ impl Store {
             }
         }
         Self::admit(rt, &mut obj, opts.strict)?;
+        if let Some(schema) = &rt.schema {
+            let changed = schema::immutable_changes(schema, &obj, &old);
+            if !changed.is_empty() {
+                return Err(ApiError::invalid(&rt.display_name(), name, changed));
+            }
+        }
         if opts.dry_run {
             return Ok(obj);
         }
