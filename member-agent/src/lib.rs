@@ -2,6 +2,7 @@
 //! reports back. `render` is its pure half — TrainJob + runtime + Placement + member
 //! capabilities in, Kubernetes objects out — with no client and no clock.
 
+pub mod capacity;
 pub mod manifest;
 pub mod render;
 pub mod sshkey;

@@ -1,0 +1,249 @@
+//! Hub objects into scheduler-core types, pure: a TrainJob and its runtime become a `Gang`
+//! (its pod sets are what the renderer would make, so the hub schedules exactly the pods the
+//! member will run), and MemberCluster statuses become a `Fleet` with its current `Capacity`.
+
+use std::collections::BTreeMap;
+
+use api::stowage::{MemberCluster, QUEUE_LABEL};
+use api::trainer::{Runtime, TrainJob};
+use k8s_openapi::api::core::v1::PodSpec;
+use member_agent::render::quantity::Milli;
+use member_agent::render::{self, Capabilities, GangScheduler, Input, Object, RenderError};
+use scheduler_core::{
+    Capacity, ClusterFilter, Fleet, FleetBuilder, FleetError, Gang, Level, LevelInfo, NodeInput, PodSet, PodShape,
+    TopologyConstraint,
+};
+
+/// Annotation on a TrainJob: where its trainer pod set must or would like to sit
+/// (`required:rack`, `preferred:block`, `none`).
+pub const TOPOLOGY_ANNOTATION: &str = "stowage.dev/topology";
+/// Annotation on a TrainJob: its priority (an integer; higher first).
+pub const PRIORITY_ANNOTATION: &str = "stowage.dev/priority";
+/// Annotation on a TrainJob: allowed GPU flavors, `|`-separated, for every pod set with GPUs.
+pub const FLAVOR_ANNOTATION: &str = "stowage.dev/gpu-flavor";
+/// The queue of TrainJobs that name none.
+pub const DEFAULT_QUEUE: &str = "default";
+const GPU_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GangError {
+    #[error(transparent)]
+    Render(#[from] RenderError),
+    #[error("metadata.annotations[{annotation}]: {problem}")]
+    Annotation { annotation: &'static str, problem: String },
+}
+
+/// The gang a TrainJob asks for: one pod set per replicated job of the JobSet it renders into,
+/// each `replicas × parallelism` pods with the rendered pod's requests.
+pub fn gang(trainjob: &TrainJob, runtime: &Runtime) -> Result<Gang, GangError> {
+    let caps = Capabilities { gang_scheduler: GangScheduler::None, ..Capabilities::default() };
+    // The SSH key does not change the pods' shape; a fixed one keeps this pure.
+    let key = render::SshKeyPair { private_pem: String::new(), public_openssh: String::new() };
+    let input =
+        Input { trainjob, runtime, placement: None, capabilities: &caps, ssh_key: Some(&key), jobset_uid: None };
+    let objects = render::render(&input)?;
+    let Some(Object::JobSet(jobset)) = objects.into_iter().next() else {
+        return Err(GangError::Render(RenderError {
+            object: render::Source::Runtime,
+            path: "spec.template".into(),
+            problem: "renders no JobSet".into(),
+        }));
+    };
+    let meta = &trainjob.metadata;
+    let annotations = meta.annotations.clone().unwrap_or_default();
+    let topology: TopologyConstraint = match annotations.get(TOPOLOGY_ANNOTATION) {
+        Some(t) => t.parse().map_err(|e: scheduler_core::topology::ConstraintParseError| GangError::Annotation {
+            annotation: TOPOLOGY_ANNOTATION,
+            problem: e.to_string(),
+        })?,
+        None => TopologyConstraint::Unconstrained,
+    };
+    let priority = match annotations.get(PRIORITY_ANNOTATION) {
+        Some(p) => p.trim().parse::<i32>().map_err(|_| GangError::Annotation {
+            annotation: PRIORITY_ANNOTATION,
+            problem: format!("{p:?} is not an integer"),
+        })?,
+        None => 0,
+    };
+    let flavors: Vec<String> = annotations
+        .get(FLAVOR_ANNOTATION)
+        .map(|f| f.split('|').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect())
+        .unwrap_or_default();
+    let pod_sets = jobset
+        .spec
+        .replicated_jobs
+        .iter()
+        .map(|rj| {
+            let spec = rj.template.spec.as_ref();
+            let pods =
+                rj.replicas.unwrap_or(1).max(0) as u32 * spec.and_then(|s| s.parallelism).unwrap_or(1).max(0) as u32;
+            let pod = spec.and_then(|s| s.template.spec.as_ref());
+            let shape = pod.map(shape_of).unwrap_or_default();
+            let selector_flavor =
+                pod.and_then(|p| p.node_selector.as_ref()).and_then(|s| s.get(GPU_PRODUCT_LABEL)).cloned();
+            let is_trainer = rj
+                .template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.labels.as_ref())
+                .and_then(|l| l.get(api::trainer::ANCESTOR_LABEL))
+                .is_some_and(|a| a == api::trainer::ANCESTOR_TRAINER);
+            PodSet {
+                name: rj.name.clone(),
+                pods,
+                shape,
+                flavors: if flavors.is_empty() { selector_flavor.into_iter().collect() } else { flavors.clone() },
+                topology: if is_trainer || rj.name == "node" { topology } else { TopologyConstraint::Unconstrained },
+                slice: None,
+            }
+        })
+        .filter(|ps| ps.pods > 0)
+        .collect();
+    let ns = meta.namespace.clone().unwrap_or_default();
+    Ok(Gang {
+        id: format!("{ns}/{}", meta.name.clone().unwrap_or_default()),
+        queue: meta.labels.as_ref().and_then(|l| l.get(QUEUE_LABEL)).cloned().unwrap_or_else(|| DEFAULT_QUEUE.into()),
+        priority,
+        submitted_ms: meta.creation_timestamp.as_ref().map(|t| t.0.as_millisecond().max(0) as u64).unwrap_or(0),
+        pod_sets,
+        clusters: ClusterFilter::default(),
+    })
+}
+
+/// Per-pod requests by the Kubernetes rule (containers summed, the largest init container,
+/// overhead), in the core's units. A GPU is any resource whose name contains "gpu".
+fn shape_of(p: &PodSpec) -> PodShape {
+    let get = |c: &k8s_openapi::api::core::v1::Container, pred: &dyn Fn(&str) -> bool| -> Milli {
+        c.resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref().or(r.limits.as_ref()))
+            .map(|m| {
+                m.iter()
+                    .filter(|(k, _)| pred(k))
+                    .filter_map(|(_, q)| Milli::parse(&q.0).ok())
+                    .fold(Milli(0), |a, b| a + b)
+            })
+            .unwrap_or_default()
+    };
+    let resource = |pred: &dyn Fn(&str) -> bool| -> Milli {
+        let sum = p.containers.iter().map(|c| get(c, pred)).fold(Milli(0), |a, b| a + b);
+        p.init_containers.iter().flatten().map(|c| get(c, pred)).fold(sum, |a, b| a.max(b))
+    };
+    let gpu = |k: &str| k.to_ascii_lowercase().contains("gpu");
+    PodShape {
+        gpus: resource(&gpu).ceil_units().clamp(0, i128::from(u32::MAX)) as u32,
+        cpu_milli: resource(&|k| k == "cpu").0.clamp(0, i128::from(u64::MAX)) as u64,
+        memory_mib: (resource(&|k| k == "memory").ceil_units() / (1024 * 1024)).clamp(0, i128::from(u64::MAX)) as u64,
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FleetTranslateError {
+    #[error("MemberCluster {member}: status.topologyLevels[{index}].level: {problem}")]
+    Level { member: String, index: usize, problem: String },
+    #[error("MemberCluster {member}: status.domains[{index}]: {problem}")]
+    Domain { member: String, index: usize, problem: String },
+    #[error("MemberCluster {member}: {source}")]
+    Fleet { member: String, source: FleetError },
+}
+
+/// The fleet as the members report it, and its free capacity. Each reported domain holds
+/// `nodes` identical nodes whose free GPUs follow its histogram; they become hosts
+/// `<domain>/node-<i>` below it. Members that report nothing yet are left out.
+pub fn fleet(members: &[MemberCluster]) -> Result<(Fleet, Capacity), FleetTranslateError> {
+    let mut b = FleetBuilder::new();
+    let mut frees: Vec<(String, Vec<String>, u32, u32)> = Vec::new();
+    let mut reported = 0;
+    for m in members {
+        let name = m.metadata.name.clone().unwrap_or_default();
+        let Some(status) = m.status.as_ref().filter(|s| !s.domains.is_empty()) else { continue };
+        let mut levels = Vec::new();
+        for (i, l) in status.topology_levels.iter().enumerate() {
+            let level: Level = l.level.parse().map_err(|e: scheduler_core::topology::UnknownLevel| {
+                FleetTranslateError::Level { member: name.clone(), index: i, problem: e.to_string() }
+            })?;
+            if level != Level::Host {
+                levels.push(LevelInfo { level, label: l.node_label.clone() });
+            }
+        }
+        let id = b
+            .cluster(&name, &levels, m.spec.labels.clone(), m.spec.cost_weight)
+            .map_err(|source| FleetTranslateError::Fleet { member: name.clone(), source })?;
+        for (i, d) in status.domains.iter().enumerate() {
+            if d.path.len() != levels.len() {
+                return Err(FleetTranslateError::Domain {
+                    member: name.clone(),
+                    index: i,
+                    problem: format!(
+                        "path has {} values, the member reports {} levels above hosts",
+                        d.path.len(),
+                        levels.len()
+                    ),
+                });
+            }
+            let free_total: u64 = d.free_histogram.iter().enumerate().map(|(k, n)| k as u64 * u64::from(*n)).sum();
+            let listed: u32 = d.free_histogram.iter().sum();
+            if !d.free_histogram.is_empty() && (listed != d.nodes || free_total != d.free_gpus) {
+                return Err(FleetTranslateError::Domain {
+                    member: name.clone(),
+                    index: i,
+                    problem: "freeHistogram disagrees with nodes or freeGpus".into(),
+                });
+            }
+            // Free per node: from the histogram, largest first, else spread evenly.
+            let mut node_free: Vec<u32> = d
+                .free_histogram
+                .iter()
+                .enumerate()
+                .rev()
+                .flat_map(|(k, &n)| std::iter::repeat_n(k as u32, n as usize))
+                .collect();
+            if node_free.is_empty() {
+                let per = d.free_gpus / u64::from(d.nodes.max(1));
+                node_free = vec![per as u32; d.nodes as usize];
+            }
+            for (n, free) in node_free.into_iter().enumerate() {
+                let mut path = d.path.clone();
+                path.push(format!("{}/node-{n}", d.path.join("/")));
+                b.node(
+                    id,
+                    NodeInput {
+                        path: path.clone(),
+                        gpu_flavor: Some(&d.flavor),
+                        gpus: d.gpus_per_node,
+                        cpu_milli: 0,
+                        memory_mib: 0,
+                    },
+                )
+                .map_err(|source| FleetTranslateError::Fleet { member: name.clone(), source })?;
+                frees.push((name.clone(), path, d.gpus_per_node, free));
+            }
+        }
+        reported += 1;
+    }
+    if reported == 0 {
+        return Err(FleetTranslateError::Fleet { member: "(none)".into(), source: FleetError::Empty });
+    }
+    let mut fleet = b.build().map_err(|source| FleetTranslateError::Fleet { member: "(fleet)".into(), source })?;
+    for m in members.iter().filter(|m| m.spec.cordoned) {
+        if let Some(id) = m.metadata.name.as_deref().and_then(|n| fleet.cluster_by_name(n)) {
+            fleet.set_cordoned(id, true);
+        }
+    }
+    let mut capacity = Capacity::empty(&fleet);
+    let by_path: BTreeMap<(String, String), scheduler_core::DomainId> = fleet
+        .hosts()
+        .map(|(h, _)| ((fleet.cluster(fleet.domain(h).cluster).name.clone(), fleet.domain(h).name.clone()), h))
+        .collect();
+    for (member, path, gpus, free) in frees {
+        let host_name = path.last().cloned().unwrap_or_default();
+        if let Some(&h) = by_path.get(&(member, host_name)) {
+            let used = gpus.saturating_sub(free);
+            if used > 0 {
+                capacity.take(&fleet, h, used, PodShape { gpus: 1, cpu_milli: 0, memory_mib: 0 });
+            }
+        }
+    }
+    capacity.commit();
+    Ok((fleet, capacity))
+}

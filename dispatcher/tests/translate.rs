@@ -1,0 +1,133 @@
+//! Hub objects into the core: the gang a TrainJob renders into, and a fleet rebuilt from what
+//! agents report, which must answer fit questions as the real fleet does.
+
+use api::stowage::{MemberCluster, MemberClusterSpec, MemberClusterStatus, TopologyLevel};
+use api::trainer::{ClusterTrainingRuntime, Runtime, TrainJob};
+use dispatcher::translate::{fleet, gang};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use scheduler_core::{Level, TopologyConstraint};
+use serde_json::json;
+use simulator::fleet_file::FleetSpec;
+
+const RUNTIMES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/upstream/trainer/runtimes");
+
+fn runtime(file: &str) -> Runtime {
+    let text = std::fs::read_to_string(format!("{RUNTIMES}/{file}")).expect("runtime");
+    Runtime::Cluster(serde_yaml::from_str::<ClusterTrainingRuntime>(&text).expect("yaml"))
+}
+
+fn trainjob(runtime: &str, nodes: u32, annotations: serde_json::Value) -> TrainJob {
+    serde_json::from_value(json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "t", "namespace": "ml", "labels": {"stowage.dev/queue": "research"}, "annotations": annotations,
+                     "creationTimestamp": "2026-11-22T01:00:00Z"},
+        "spec": {"runtimeRef": {"name": runtime}, "trainer": {"numNodes": nodes,
+                 "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8", "cpu": "32", "memory": "256Gi"}}}}}))
+    .expect("trainjob")
+}
+
+#[test]
+fn a_torch_trainjob_is_one_pod_set_of_num_nodes_pods() {
+    let g = gang(
+        &trainjob(
+            "torch-distributed",
+            4,
+            json!({"stowage.dev/topology": "required:rack", "stowage.dev/priority": "5"}),
+        ),
+        &runtime("torch_distributed.yaml"),
+    )
+    .expect("gang");
+    assert_eq!((g.id.as_str(), g.queue.as_str(), g.priority), ("ml/t", "research", 5));
+    assert_eq!(g.submitted_ms, 1_795_309_200_000);
+    assert_eq!(g.pod_sets.len(), 1);
+    let ps = &g.pod_sets[0];
+    assert_eq!((ps.pods, ps.shape.gpus, ps.shape.cpu_milli, ps.shape.memory_mib), (4, 8, 32_000, 256 * 1024));
+    assert_eq!(ps.topology, TopologyConstraint::Required(Level::Rack));
+}
+
+#[test]
+fn an_mpi_trainjob_counts_launcher_and_workers_as_trainer_does() {
+    let g =
+        gang(&trainjob("deepspeed-distributed", 3, json!({})), &runtime("deepspeed_distributed.yaml")).expect("gang");
+    let shape: Vec<(&str, u32)> = g.pod_sets.iter().map(|p| (p.name.as_str(), p.pods)).collect();
+    assert_eq!(shape, [("node", 2), ("launcher", 1)]);
+    assert_eq!(g.queue, "research");
+}
+
+#[test]
+fn bad_annotations_and_bad_trainjobs_name_the_field() {
+    let e = gang(
+        &trainjob("torch-distributed", 2, json!({"stowage.dev/topology": "required:shelf"})),
+        &runtime("torch_distributed.yaml"),
+    )
+    .expect_err("bad level");
+    assert!(e.to_string().starts_with("metadata.annotations[stowage.dev/topology]"), "{e}");
+    let e =
+        gang(&trainjob("torch-distributed", 0, json!({})), &runtime("torch_distributed.yaml")).expect_err("zero nodes");
+    assert_eq!(e.to_string(), "spec.trainer.numNodes: must be at least 1");
+}
+
+fn member(name: &str, nodes: &[Node], pods: &[Pod], levels: &[(&str, &str)]) -> MemberCluster {
+    let levels: Vec<TopologyLevel> =
+        levels.iter().map(|(l, label)| TopologyLevel { level: l.to_string(), node_label: label.to_string() }).collect();
+    let mut m = MemberCluster::new(name, MemberClusterSpec::default());
+    m.status = Some(MemberClusterStatus {
+        domains: member_agent::capacity::summarize(&levels, nodes, pods),
+        topology_levels: levels,
+        ..MemberClusterStatus::default()
+    });
+    m
+}
+
+#[test]
+fn a_fleet_rebuilt_from_agent_reports_fits_like_the_real_one() {
+    let spec = FleetSpec::builtin();
+    let cluster = spec.clusters.iter().find(|c| c.name == "east-h100").expect("cluster");
+    let nodes: Vec<Node> = stowage_tests::member::nodes(cluster)
+        .expect("nodes")
+        .into_iter()
+        .map(|v| serde_json::from_value(v).expect("node"))
+        .collect();
+    // Six GPUs busy on one node of rack h100-b0-r0.
+    let busy: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"nodeName": "h100-b0-r0-n0",
+        "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "6"}}}]}, "status": {"phase": "Running"}}))
+    .expect("pod");
+    let levels = [("block", "cloud.google.com/gce-topology-block"), ("rack", "cloud.google.com/gce-topology-subblock")];
+    let m = member("east-h100", &nodes, &[busy], &levels);
+    let status = m.status.as_ref().expect("status");
+    assert_eq!(status.domains.len(), 8, "one entry per rack, not per node");
+    let (f, cap) = fleet(&[m]).expect("fleet");
+    let c = &f.clusters()[0];
+    let h100 = f.flavor("nvidia-h100-80gb").expect("flavor");
+    assert_eq!(f.total_gpus(), 256);
+    assert_eq!(cap.free_gpus(&f, c.root, h100), 250);
+    // The rack with the busy node can hold 3 eight-GPU pods, the others 4.
+    let racks: Vec<u32> = f
+        .domain(f.domain(c.root).children[0])
+        .children
+        .iter()
+        .map(|&r| cap.slots(&f, r, Some(h100), &scheduler_core::PodShape { gpus: 8, cpu_milli: 0, memory_mib: 0 }))
+        .collect();
+    assert_eq!(racks, [3, 4, 4, 4]);
+}
+
+#[test]
+fn members_that_report_nothing_are_left_out_and_broken_reports_are_named() {
+    let empty = MemberCluster::new("silent", MemberClusterSpec::default());
+    assert!(fleet(&[empty]).is_err(), "no member reported");
+    let mut m = MemberCluster::new("broken", MemberClusterSpec::default());
+    m.status = Some(MemberClusterStatus {
+        topology_levels: vec![TopologyLevel { level: "shelf".into(), node_label: "x".into() }],
+        domains: vec![api::stowage::DomainCapacity {
+            path: vec!["a".into()],
+            flavor: "h100".into(),
+            nodes: 1,
+            gpus_per_node: 8,
+            allocatable_gpus: 8,
+            free_gpus: 8,
+            free_histogram: vec![],
+        }],
+        ..MemberClusterStatus::default()
+    });
+    let e = fleet(&[m]).expect_err("bad level");
+    assert!(e.to_string().contains("MemberCluster broken: status.topologyLevels[0].level"), "{e}");
+}

@@ -1,0 +1,89 @@
+//! What the agent reports of its cluster's capacity: per narrowest topology domain above hosts
+//! and GPU flavor, the node count, GPUs per node, allocatable and free GPUs and a histogram of
+//! free GPUs per node — enough for the hub's fit tests to be exact without listing every node,
+//! so the MemberCluster status stays well under the API's object size limit.
+
+use std::collections::BTreeMap;
+
+use api::stowage::{DomainCapacity, TopologyLevel};
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use crate::render::quantity::Milli;
+
+pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
+pub const GPU_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
+
+fn gpus(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> u32 {
+    q.and_then(|q| Milli::parse(&q.0).ok()).map_or(0, |m| m.ceil_units().clamp(0, i128::from(u32::MAX)) as u32)
+}
+
+/// GPUs a pod holds on its node while it is bound and not finished.
+fn pod_gpus(p: &Pod) -> u32 {
+    let spec = p.spec.as_ref();
+    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+    if spec.and_then(|s| s.node_name.as_ref()).is_none() || matches!(phase, Some("Succeeded" | "Failed")) {
+        return 0;
+    }
+    spec.map(|s| {
+        s.containers
+            .iter()
+            .map(|c| {
+                gpus(
+                    c.resources
+                        .as_ref()
+                        .and_then(|r| r.requests.as_ref().or(r.limits.as_ref()))
+                        .and_then(|m| m.get(GPU_RESOURCE)),
+                )
+            })
+            .sum()
+    })
+    .unwrap_or(0)
+}
+
+/// Summarises GPU nodes by the values of `levels` (widest first, host excluded), flavor and
+/// GPUs per node. Nodes without GPUs or without every level label are left out.
+pub fn summarize(levels: &[TopologyLevel], nodes: &[Node], pods: &[Pod]) -> Vec<DomainCapacity> {
+    let mut used: BTreeMap<&str, u32> = BTreeMap::new();
+    for p in pods {
+        if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            *used.entry(n).or_default() += pod_gpus(p);
+        }
+    }
+    let above_hosts: Vec<&TopologyLevel> = levels.iter().filter(|l| l.level != "host").collect();
+    let mut groups: BTreeMap<(Vec<String>, String, u32), Vec<u32>> = BTreeMap::new();
+    for n in nodes {
+        let labels = n.metadata.labels.clone().unwrap_or_default();
+        let Some(flavor) = labels.get(GPU_PRODUCT_LABEL).cloned() else { continue };
+        let allocatable =
+            gpus(n.status.as_ref().and_then(|s| s.allocatable.as_ref()).and_then(|a| a.get(GPU_RESOURCE)));
+        if allocatable == 0 {
+            continue;
+        }
+        let Some(path) =
+            above_hosts.iter().map(|l| labels.get(&l.node_label).cloned()).collect::<Option<Vec<String>>>()
+        else {
+            continue;
+        };
+        let name = n.metadata.name.as_deref().unwrap_or("");
+        let free = allocatable.saturating_sub(used.get(name).copied().unwrap_or(0));
+        groups.entry((path, flavor, allocatable)).or_default().push(free);
+    }
+    groups
+        .into_iter()
+        .map(|((path, flavor, per_node), frees)| {
+            let mut histogram = vec![0u32; per_node as usize + 1];
+            for f in &frees {
+                histogram[(*f).min(per_node) as usize] += 1;
+            }
+            DomainCapacity {
+                path,
+                flavor,
+                nodes: frees.len() as u32,
+                gpus_per_node: per_node,
+                allocatable_gpus: u64::from(per_node) * frees.len() as u64,
+                free_gpus: frees.iter().map(|&f| u64::from(f)).sum(),
+                free_histogram: histogram,
+            }
+        })
+        .collect()
+}
