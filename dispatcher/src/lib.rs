@@ -3,5 +3,7 @@
 //! `plan` turns the core's decisions into what the dispatcher writes (Placement specs, the
 //! pending condition). The controllers that watch, decide and write build on these.
 
+pub mod controller;
+pub mod decide;
 pub mod plan;
 pub mod translate;

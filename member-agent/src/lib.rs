@@ -3,6 +3,7 @@
 //! capabilities in, Kubernetes objects out — with no client and no clock.
 
 pub mod capacity;
+pub mod controller;
 pub mod manifest;
 pub mod render;
 pub mod sshkey;
