@@ -99,6 +99,12 @@ pub struct DomainCapacity {
     /// Free-GPU histogram: entry k counts nodes with k GPUs free.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub free_histogram: Vec<u32>,
+    /// Allocatable CPU (millicores) and memory (MiB) of the smallest node here: the hub checks
+    /// per-pod CPU and memory against these; GPUs are what it accounts for exactly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_milli_per_node: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib_per_node: Option<u64>,
 }
 
 /// A queue with Kueue ClusterQueue semantics. Cluster-scoped.

@@ -7,6 +7,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
+
+mod dev;
 use simulator::engine::SimOptions;
 use simulator::fleet_file::{FleetFileError, FleetSpec};
 use simulator::machines::{MachineListFormat, fleet_from_machine_list};
@@ -26,9 +28,26 @@ struct Cli {
 enum Command {
     /// Replay a job trace on a fleet under each policy and compare them side by side.
     Simulate(SimulateArgs),
+    /// The playground: a hub, simulated member clusters, the dispatcher and one agent per
+    /// member in one process; kubeconfigs for kubectl and the Kubeflow SDK in --dir.
+    Dev(DevArgs),
     /// Print the objects a TrainJob renders into (JobSet, PodGroup, MPI ConfigMap and Secret),
     /// as Kubeflow Trainer would, optionally pinned to a Placement: a dry run.
     Render(RenderArgs),
+}
+
+#[derive(Debug, Args)]
+struct DevArgs {
+    /// Fleet file (the simulator's format) for the members; default: three members, the largest
+    /// with two blocks of four racks of eight 8-GPU nodes.
+    #[arg(long)]
+    fleet: Option<PathBuf>,
+    /// Where to write hub.kubeconfig and <member>.kubeconfig.
+    #[arg(long, default_value = "stowage-dev")]
+    dir: PathBuf,
+    /// The upstream CRDs and example runtimes to install (the repository's ../shared/upstream).
+    #[arg(long, default_value = "../shared/upstream")]
+    upstream: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -129,6 +148,10 @@ enum CliError {
     Manifest(#[from] member_agent::manifest::ManifestError),
     #[error(transparent)]
     Key(#[from] member_agent::sshkey::KeyError),
+    #[error(transparent)]
+    Dev(#[from] dev::DevError),
+    #[error("starting the async runtime: {0}")]
+    Runtime(std::io::Error),
 }
 
 fn parse_duration_s(s: &str) -> Result<u64, String> {
@@ -147,13 +170,17 @@ fn parse_duration_s(s: &str) -> Result<u64, String> {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate(args) => simulate(args),
         Command::Render(args) => render(args),
+        Command::Dev(args) => dev_command(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -218,6 +245,12 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
             eprintln!("wrote {}", p.display());
         }
     }
+    Ok(())
+}
+
+fn dev_command(args: DevArgs) -> Result<(), CliError> {
+    let rt = tokio::runtime::Runtime::new().map_err(CliError::Runtime)?;
+    rt.block_on(dev::run(args.fleet.as_deref(), &args.dir, &args.upstream))?;
     Ok(())
 }
 

@@ -17,8 +17,14 @@ pub fn placement(fleet: &Fleet, gang: &Gang, admission: &Admission, train_job_ui
         .iter()
         .zip(&admission.pod_sets)
         .map(|(ps, p)| {
-            let span = fleet.domain(p.span);
-            // A span at the cluster root pins nothing; at a host it pins that host.
+            // The hub's hosts stand for nodes a member summarised by domain, so a span at a host
+            // pins its domain instead; a span at the cluster root pins nothing.
+            let mut span = fleet.domain(p.span);
+            if span.node.is_some()
+                && let Some(parent) = span.parent
+            {
+                span = fleet.domain(parent);
+            }
             let domain = cluster.level_at(span.depth).map(|level| DomainRef {
                 level: level.as_str().to_string(),
                 node_label: cluster.levels[span.depth as usize - 1].label.clone(),

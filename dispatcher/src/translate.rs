@@ -24,6 +24,8 @@ pub const FLAVOR_ANNOTATION: &str = "stowage.dev/gpu-flavor";
 /// The queue of TrainJobs that name none.
 pub const DEFAULT_QUEUE: &str = "default";
 const GPU_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
+/// CPU or memory a member did not report: large enough never to block, small enough to sum.
+const UNREPORTED: u64 = 1 << 40;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GangError {
@@ -211,8 +213,9 @@ pub fn fleet(members: &[MemberCluster]) -> Result<(Fleet, Capacity), FleetTransl
                         path: path.clone(),
                         gpu_flavor: Some(&d.flavor),
                         gpus: d.gpus_per_node,
-                        cpu_milli: 0,
-                        memory_mib: 0,
+                        // Unreported: do not let CPU or memory block a fit the member may allow.
+                        cpu_milli: d.cpu_milli_per_node.unwrap_or(UNREPORTED),
+                        memory_mib: d.memory_mib_per_node.unwrap_or(UNREPORTED),
                     },
                 )
                 .map_err(|source| FleetTranslateError::Fleet { member: name.clone(), source })?;

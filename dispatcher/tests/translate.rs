@@ -125,6 +125,8 @@ fn members_that_report_nothing_are_left_out_and_broken_reports_are_named() {
             allocatable_gpus: 8,
             free_gpus: 8,
             free_histogram: vec![],
+            cpu_milli_per_node: None,
+            memory_mib_per_node: None,
         }],
         ..MemberClusterStatus::default()
     });

@@ -50,7 +50,9 @@ pub fn summarize(levels: &[TopologyLevel], nodes: &[Node], pods: &[Pod]) -> Vec<
         }
     }
     let above_hosts: Vec<&TopologyLevel> = levels.iter().filter(|l| l.level != "host").collect();
-    let mut groups: BTreeMap<(Vec<String>, String, u32), Vec<u32>> = BTreeMap::new();
+    /// Free GPUs of each node, and the smallest node's CPU and memory.
+    type Group = (Vec<u32>, u64, u64);
+    let mut groups: BTreeMap<(Vec<String>, String, u32), Group> = BTreeMap::new();
     for n in nodes {
         let labels = n.metadata.labels.clone().unwrap_or_default();
         let Some(flavor) = labels.get(GPU_PRODUCT_LABEL).cloned() else { continue };
@@ -66,11 +68,19 @@ pub fn summarize(levels: &[TopologyLevel], nodes: &[Node], pods: &[Pod]) -> Vec<
         };
         let name = n.metadata.name.as_deref().unwrap_or("");
         let free = allocatable.saturating_sub(used.get(name).copied().unwrap_or(0));
-        groups.entry((path, flavor, allocatable)).or_default().push(free);
+        let alloc = n.status.as_ref().and_then(|s| s.allocatable.as_ref());
+        let amount = |k: &str| {
+            alloc.and_then(|a| a.get(k)).and_then(|q| Milli::parse(&q.0).ok()).map_or(0, |m| m.0.max(0) as u64)
+        };
+        let (cpu_milli, memory_mib) = (amount("cpu"), amount("memory") / 1000 / (1024 * 1024));
+        let e = groups.entry((path, flavor, allocatable)).or_insert((Vec::new(), u64::MAX, u64::MAX));
+        e.0.push(free);
+        e.1 = e.1.min(cpu_milli);
+        e.2 = e.2.min(memory_mib);
     }
     groups
         .into_iter()
-        .map(|((path, flavor, per_node), frees)| {
+        .map(|((path, flavor, per_node), (frees, cpu_milli, memory_mib))| {
             let mut histogram = vec![0u32; per_node as usize + 1];
             for f in &frees {
                 histogram[(*f).min(per_node) as usize] += 1;
@@ -83,6 +93,8 @@ pub fn summarize(levels: &[TopologyLevel], nodes: &[Node], pods: &[Pod]) -> Vec<
                 allocatable_gpus: u64::from(per_node) * frees.len() as u64,
                 free_gpus: frees.iter().map(|&f| u64::from(f)).sum(),
                 free_histogram: histogram,
+                cpu_milli_per_node: Some(cpu_milli),
+                memory_mib_per_node: Some(memory_mib),
             }
         })
         .collect()

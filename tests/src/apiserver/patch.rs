@@ -7,6 +7,11 @@ use serde_json::Value;
 use super::status::ApiError;
 
 pub fn merge_patch(target: &mut Value, patch: &Value) {
+    // RFC 7386: an object patch applies to an object, starting from an empty one if need be,
+    // so its nulls delete rather than land.
+    if patch.is_object() && !target.is_object() {
+        *target = Value::Object(serde_json::Map::new());
+    }
     match (target.as_object_mut(), patch.as_object()) {
         (Some(t), Some(p)) => {
             for (k, v) in p {
@@ -130,6 +135,9 @@ mod tests {
         let mut d = json!({"a": {"b": 1, "c": [1, 2]}, "x": 1});
         merge_patch(&mut d, &json!({"a": {"b": null, "c": [3]}, "y": 2}));
         assert_eq!(d, json!({"a": {"c": [3]}, "x": 1, "y": 2}));
+        let mut fresh = json!({});
+        merge_patch(&mut fresh, &json!({"new": {"kept": 1, "dropped": null}}));
+        assert_eq!(fresh, json!({"new": {"kept": 1}}), "nulls in a new object are not stored");
         json_patch(
             &mut d,
             &json!([{"op": "add", "path": "/a/c/-", "value": 4}, {"op": "replace", "path": "/x", "value": 9},
