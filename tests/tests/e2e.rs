@@ -47,13 +47,25 @@ async fn hub() -> (ApiServer, Client) {
     (server, c)
 }
 
-#[tokio::test]
-async fn a_trainjob_on_the_hub_runs_on_a_member_inside_one_rack_and_completes() {
-    let (_hub_server, hub) = hub().await;
+/// Hub, the east-h100 member, its agent and the dispatcher, running.
+struct Playground {
+    _hub_server: ApiServer,
+    hub: Client,
+    member: SimulatedMember,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Playground {
+    fn drop(&mut self) {
+        self.tasks.iter().for_each(|t| t.abort());
+    }
+}
+
+async fn playground() -> Playground {
+    let (hub_server, hub) = hub().await;
     let fleet = FleetSpec::builtin();
     let cluster = fleet.clusters.iter().find(|c| c.name == "east-h100").expect("cluster").clone();
     let member = SimulatedMember::start(&cluster, std::path::Path::new(UPSTREAM)).await.expect("member");
-    let member_client = client(&member.server);
     Api::<MemberCluster>::all(hub.clone())
         .create(&PostParams::default(), &MemberCluster::new("east-h100", MemberClusterSpec::default()))
         .await
@@ -67,9 +79,84 @@ async fn a_trainjob_on_the_hub_runs_on_a_member_inside_one_rack_and_completes() 
         levels,
         capabilities: Capabilities { gang_scheduler: GangScheduler::Coscheduling, ..Capabilities::default() },
     };
-    let agent = tokio::spawn(member_agent::controller::run(hub.clone(), member_client.clone(), cfg));
-    let dispatcher = tokio::spawn(dispatcher::controller::run(hub.clone(), scheduler_core::Config::default()));
+    let tasks = vec![
+        tokio::spawn(member_agent::controller::run(hub.clone(), client(&member.server), cfg)),
+        tokio::spawn(dispatcher::controller::run(hub.clone(), scheduler_core::Config::default())),
+    ];
+    Playground { _hub_server: hub_server, hub, member, tasks }
+}
 
+fn trainjob(name: &str, nodes: i64, annotations: serde_json::Value, labels: serde_json::Value) -> TrainJob {
+    serde_json::from_value(json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": "default", "annotations": annotations, "labels": labels},
+        "spec": {"runtimeRef": {"name": "torch-distributed"},
+                 "trainer": {"numNodes": nodes, "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8"}}}}}))
+    .expect("trainjob")
+}
+
+/// Waits until the TrainJob has a condition of `type_` with `status`; returns it.
+async fn condition(
+    hub: &Client,
+    name: &str,
+    type_: &str,
+    status: &str,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    let tjs: Api<TrainJob> = Api::default_namespaced(hub.clone());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let t = tjs.get(name).await.expect("trainjob");
+        if let Some(c) =
+            t.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == type_ && c.status == status))
+        {
+            return c.clone();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{name}: no {type_}={status}: {:?}", t.status);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_malformed_trainjob_gets_a_condition_naming_the_field_and_the_others_run() {
+    let p = playground().await;
+    let tjs: Api<TrainJob> = Api::default_namespaced(p.hub.clone());
+    let quick = json!({"stowage.dev/simulated-duration-seconds": "1"});
+    tjs.create(&PostParams::default(), &trainjob("broken", 0, quick.clone(), json!({})))
+        .await
+        .expect("accepted by the CRD");
+    tjs.create(&PostParams::default(), &trainjob("fine", 1, quick, json!({}))).await.expect("create");
+    let bad = condition(&p.hub, "broken", "Pending", "True").await;
+    assert_eq!(bad.reason, "Invalid");
+    assert_eq!(bad.message, "spec.trainer.numNodes: must be at least 1");
+    condition(&p.hub, "fine", "Complete", "True").await;
+}
+
+#[tokio::test]
+async fn an_exhausted_quota_keeps_the_trainjob_pending_naming_queue_and_flavor() {
+    let p = playground().await;
+    let queue: api::stowage::Queue = serde_yaml::from_str(
+        "apiVersion: stowage.dev/v1alpha1\nkind: Queue\nmetadata: {name: team-a}\nspec:\n  quotas:\n  - {flavor: nvidia-h100-80gb, resource: nvidia.com/gpu, nominalQuota: '16'}\n",
+    )
+    .expect("queue");
+    Api::<api::stowage::Queue>::all(p.hub.clone()).create(&PostParams::default(), &queue).await.expect("queue");
+    let tjs: Api<TrainJob> = Api::default_namespaced(p.hub.clone());
+    let c = trainjob("greedy", 3, json!({}), json!({"stowage.dev/queue": "team-a"}));
+    tjs.create(&PostParams::default(), &c).await.expect("create");
+    let pending = condition(&p.hub, "greedy", "Pending", "True").await;
+    assert_eq!(pending.reason, "QuotaExceeded");
+    assert!(
+        pending
+            .message
+            .contains("queue team-a is out of nvidia-h100-80gb nvidia.com/gpu quota: needs 24, 16 available"),
+        "{}",
+        pending.message
+    );
+    let _ = &p.member;
+}
+
+#[tokio::test]
+async fn a_trainjob_on_the_hub_runs_on_a_member_inside_one_rack_and_completes() {
+    let p = playground().await;
+    let (hub, member_client) = (p.hub.clone(), client(&p.member.server));
     let tj: TrainJob = serde_json::from_value(json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
         "metadata": {"name": "llm", "namespace": "default",
                      "annotations": {"stowage.dev/topology": "required:rack", "stowage.dev/simulated-duration-seconds": "1"}},
@@ -109,6 +196,4 @@ async fn a_trainjob_on_the_hub_runs_on_a_member_inside_one_rack_and_completes() 
         let node = nodes.get(&p.spec.and_then(|s| s.node_name).expect("bound")).await.expect("node");
         assert_eq!(node.metadata.labels.expect("labels")[&domain.node_label], domain.value);
     }
-    agent.abort();
-    dispatcher.abort();
 }
