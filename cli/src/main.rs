@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand};
 
 mod dev;
+mod health;
 use simulator::engine::SimOptions;
 use simulator::fleet_file::{FleetFileError, FleetSpec};
 use simulator::machines::{MachineListFormat, fleet_from_machine_list};
@@ -31,9 +32,48 @@ enum Command {
     /// The playground: a hub, simulated member clusters, the dispatcher and one agent per
     /// member in one process; kubeconfigs for kubectl and the Kubeflow SDK in --dir.
     Dev(DevArgs),
+    /// Run the dispatcher against a hub cluster (the same controller `dev` runs).
+    Dispatcher(DispatcherArgs),
+    /// Run a member agent: pull this cluster's placements from the hub, apply them here.
+    Agent(AgentArgs),
     /// Print the objects a TrainJob renders into (JobSet, PodGroup, MPI ConfigMap and Secret),
     /// as Kubeflow Trainer would, optionally pinned to a Placement: a dry run.
     Render(RenderArgs),
+}
+
+#[derive(Debug, Args)]
+struct DispatcherArgs {
+    /// Kubeconfig of the hub; default: the usual kubeconfig resolution (KUBECONFIG, in-cluster).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Address for /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    health_addr: std::net::SocketAddr,
+}
+
+#[derive(Debug, Args)]
+struct AgentArgs {
+    /// This member's name: the MemberCluster it reports as and the Placements it takes.
+    #[arg(long)]
+    cluster: String,
+    /// Kubeconfig of the hub (the agent's own, least-privilege credentials).
+    #[arg(long)]
+    hub_kubeconfig: PathBuf,
+    /// Kubeconfig of this member; default: the usual resolution (in-cluster when deployed).
+    #[arg(long)]
+    member_kubeconfig: Option<PathBuf>,
+    /// Topology levels, widest first, as LEVEL=NODE_LABEL (e.g. block=cloud.google.com/gce-topology-block).
+    #[arg(long, value_delimiter = ',')]
+    levels: Vec<String>,
+    /// The member's gang scheduler; default: what each runtime's podGroupPolicy asks for.
+    #[arg(long)]
+    gang_scheduler: Option<GangSchedulerArg>,
+    /// Pin with node affinity, or with Kueue TAS annotations when the member runs Kueue.
+    #[arg(long, default_value = "affinity")]
+    topology_mode: TopologyModeArg,
+    /// Address for /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    health_addr: std::net::SocketAddr,
 }
 
 #[derive(Debug, Args)]
@@ -152,6 +192,8 @@ enum CliError {
     Dev(#[from] dev::DevError),
     #[error("starting the async runtime: {0}")]
     Runtime(std::io::Error),
+    #[error("{what}: {message}")]
+    Setup { what: String, message: String },
 }
 
 fn parse_duration_s(s: &str) -> Result<u64, String> {
@@ -181,6 +223,8 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simulate(args),
         Command::Render(args) => render(args),
         Command::Dev(args) => dev_command(args),
+        Command::Dispatcher(args) => dispatcher_command(args),
+        Command::Agent(args) => agent_command(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -248,6 +292,88 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+async fn kube_client(path: Option<&std::path::Path>, what: &str) -> Result<kube::Client, CliError> {
+    let setup = |message: String| CliError::Setup { what: what.to_string(), message };
+    let config = match path {
+        Some(p) => {
+            let kc = kube::config::Kubeconfig::read_from(p).map_err(|e| setup(format!("{}: {e}", p.display())))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| setup(e.to_string()))?
+        }
+        None => kube::Config::infer().await.map_err(|e| setup(e.to_string()))?,
+    };
+    kube::Client::try_from(config).map_err(|e| setup(e.to_string()))
+}
+
+fn gang_scheduler(arg: Option<GangSchedulerArg>) -> member_agent::render::GangScheduler {
+    use member_agent::render::GangScheduler;
+    match arg {
+        None => GangScheduler::FromRuntime,
+        Some(GangSchedulerArg::Coscheduling) => GangScheduler::Coscheduling,
+        Some(GangSchedulerArg::Volcano) => GangScheduler::Volcano,
+        Some(GangSchedulerArg::Kai) => GangScheduler::Kai,
+        Some(GangSchedulerArg::None) => GangScheduler::None,
+    }
+}
+
+fn topology_mode(arg: TopologyModeArg) -> member_agent::render::TopologyMode {
+    match arg {
+        TopologyModeArg::Affinity => member_agent::render::TopologyMode::Affinity,
+        TopologyModeArg::Kueue => member_agent::render::TopologyMode::Kueue,
+    }
+}
+
+fn dispatcher_command(args: DispatcherArgs) -> Result<(), CliError> {
+    let rt = tokio::runtime::Runtime::new().map_err(CliError::Runtime)?;
+    rt.block_on(async {
+        let hub = kube_client(args.kubeconfig.as_deref(), "hub kubeconfig").await?;
+        tokio::spawn(health::serve(args.health_addr));
+        tokio::select! {
+            _ = dispatcher::controller::run(hub, scheduler_core::Config::default()) => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        Ok(())
+    })
+}
+
+fn agent_command(args: AgentArgs) -> Result<(), CliError> {
+    let levels = args
+        .levels
+        .iter()
+        .map(|l| {
+            let (level, label) = l.split_once('=').ok_or_else(|| CliError::Setup {
+                what: "--levels".into(),
+                message: format!("{l:?} is not LEVEL=NODE_LABEL"),
+            })?;
+            level
+                .parse::<scheduler_core::Level>()
+                .map_err(|e| CliError::Setup { what: "--levels".into(), message: e.to_string() })?;
+            Ok(api::stowage::TopologyLevel { level: level.to_string(), node_label: label.to_string() })
+        })
+        .collect::<Result<Vec<_>, CliError>>()?;
+    let rt = tokio::runtime::Runtime::new().map_err(CliError::Runtime)?;
+    rt.block_on(async {
+        let hub = kube_client(Some(&args.hub_kubeconfig), "hub kubeconfig").await?;
+        let member = kube_client(args.member_kubeconfig.as_deref(), "member kubeconfig").await?;
+        let cfg = member_agent::controller::AgentConfig {
+            cluster: args.cluster,
+            levels,
+            capabilities: member_agent::render::Capabilities {
+                gang_scheduler: gang_scheduler(args.gang_scheduler),
+                topology_mode: topology_mode(args.topology_mode),
+                ..Default::default()
+            },
+        };
+        tokio::spawn(health::serve(args.health_addr));
+        tokio::select! {
+            _ = member_agent::controller::run(hub, member, cfg) => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        Ok(())
+    })
+}
+
 fn dev_command(args: DevArgs) -> Result<(), CliError> {
     let rt = tokio::runtime::Runtime::new().map_err(CliError::Runtime)?;
     rt.block_on(dev::run(args.fleet.as_deref(), &args.dir, &args.upstream))?;
@@ -256,21 +382,12 @@ fn dev_command(args: DevArgs) -> Result<(), CliError> {
 
 fn render(args: RenderArgs) -> Result<(), CliError> {
     use member_agent::manifest::{self, ManifestError};
-    use member_agent::render::{self, Capabilities, GangScheduler, TopologyMode};
+    use member_agent::render::{self, Capabilities, GangScheduler};
     let (trainjob, tj_file) = manifest::trainjob(&args.trainjob)?;
     let (runtime, rt_file) = manifest::runtime(&args.runtime)?;
     let placement = args.placement.as_deref().map(manifest::placement).transpose()?;
-    let gang_scheduler = match args.gang_scheduler {
-        None => GangScheduler::FromRuntime,
-        Some(GangSchedulerArg::Coscheduling) => GangScheduler::Coscheduling,
-        Some(GangSchedulerArg::Volcano) => GangScheduler::Volcano,
-        Some(GangSchedulerArg::Kai) => GangScheduler::Kai,
-        Some(GangSchedulerArg::None) => GangScheduler::None,
-    };
-    let topology_mode = match args.topology_mode {
-        TopologyModeArg::Affinity => TopologyMode::Affinity,
-        TopologyModeArg::Kueue => TopologyMode::Kueue,
-    };
+    let gang_scheduler = gang_scheduler(args.gang_scheduler);
+    let topology_mode = topology_mode(args.topology_mode);
     let caps = Capabilities { gang_scheduler, topology_mode, ..Capabilities::default() };
     let is_mpi = runtime.spec().ml_policy.as_ref().is_some_and(|p| p.mpi.is_some());
     let key = if is_mpi { Some(member_agent::sshkey::generate()?) } else { None };
