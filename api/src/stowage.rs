@@ -20,6 +20,10 @@ pub const QUEUE_LABEL: &str = "stowage.dev/queue";
 /// Fencing labels on everything the agent creates for a TrainJob.
 pub const TRAINJOB_UID_LABEL: &str = "stowage.dev/trainjob-uid";
 pub const EPOCH_LABEL: &str = "stowage.dev/placement-epoch";
+/// On a TrainJob (copied by the agent to its JobSet): how long a simulated member runs it.
+pub const SIMULATED_DURATION_ANNOTATION: &str = "stowage.dev/simulated-duration-seconds";
+/// The node label naming a node's GPU product (set by NVIDIA's GPU feature discovery).
+pub const GPU_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
 
 /// A member cluster as the hub sees it. Cluster-scoped; the name is the cluster's.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]

@@ -23,7 +23,7 @@ pub const PRIORITY_ANNOTATION: &str = "stowage.dev/priority";
 pub const FLAVOR_ANNOTATION: &str = "stowage.dev/gpu-flavor";
 /// The queue of TrainJobs that name none.
 pub const DEFAULT_QUEUE: &str = "default";
-const GPU_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
+use api::stowage::GPU_PRODUCT_LABEL;
 /// CPU or memory a member did not report: large enough never to block, small enough to sum.
 const UNREPORTED: u64 = 1 << 40;
 

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use crate::render::quantity::Milli;
 
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
-pub const GPU_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
+pub use api::stowage::GPU_PRODUCT_LABEL;
 
 fn gpus(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> u32 {
     q.and_then(|q| Milli::parse(&q.0).ok()).map_or(0, |m| m.ceil_units().clamp(0, i128::from(u32::MAX)) as u32)

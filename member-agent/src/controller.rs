@@ -20,8 +20,7 @@ use crate::render::{self, Capabilities, Input, Object};
 
 pub const FIELD_MANAGER: &str = "stowage-agent";
 pub const SYNC_INTERVAL: Duration = Duration::from_millis(500);
-/// Copied from the TrainJob to the JobSet: how long a simulated member runs it.
-pub const SIMULATED_DURATION: &str = "stowage.dev/simulated-duration-seconds";
+use api::stowage::SIMULATED_DURATION_ANNOTATION as SIMULATED_DURATION;
 
 #[derive(Debug, Clone)]
 pub struct AgentConfig {

@@ -18,9 +18,9 @@ use crate::apiserver::resources::ResourceType;
 use crate::apiserver::store::{Part, WriteOptions};
 use crate::apiserver::{ApiServer, Store};
 
-pub const DURATION_ANNOTATION: &str = "stowage.dev/simulated-duration-seconds";
+pub use api::stowage::SIMULATED_DURATION_ANNOTATION as DURATION_ANNOTATION;
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
-pub const GPU_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
+pub use api::stowage::GPU_PRODUCT_LABEL;
 const TICK: Duration = Duration::from_millis(50);
 const UPSTREAM_CRDS: [&str; 4] = [
     "jobset/jobset.x-k8s.io_jobsets.yaml",

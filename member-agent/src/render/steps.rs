@@ -718,7 +718,9 @@ fn default_tier(level: &str) -> i32 {
 fn pin_affinity(j: &mut ReplicatedJob, ps: &PodSetPlacement) {
     let p = pod_spec_mut(j);
     if let Some(flavor) = &ps.flavor {
-        p.node_selector.get_or_insert_with(BTreeMap::new).insert("nvidia.com/gpu.product".into(), flavor.clone());
+        p.node_selector
+            .get_or_insert_with(BTreeMap::new)
+            .insert(api::stowage::GPU_PRODUCT_LABEL.into(), flavor.clone());
     }
     let Some(d) = &ps.domain else { return };
     let expr = NodeSelectorRequirement {
