@@ -122,7 +122,7 @@ fn queues(o: &Observed) -> Queues {
     if !specs.iter().any(|q| q.name == translate::DEFAULT_QUEUE) {
         specs.push(QueueSpec::unlimited(translate::DEFAULT_QUEUE));
     }
-    Queues::new(specs.clone()).unwrap_or_else(|_| {
+    Queues::new(specs).unwrap_or_else(|_| {
         Queues::new(vec![QueueSpec::unlimited(translate::DEFAULT_QUEUE)])
             .unwrap_or_else(|_| unreachable!("one queue is valid"))
     })

@@ -8,8 +8,7 @@
 //! cannot be bound within its PodGroup timeout stays Pending with the scheduler's reason.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use simulator::fleet_file::{ClusterSpec, FleetSpec};
@@ -44,7 +43,6 @@ pub struct SimulatedMember {
     pub name: String,
     pub server: ApiServer,
     controller: tokio::task::JoinHandle<()>,
-    started: Arc<Instant>,
 }
 
 impl std::fmt::Debug for SimulatedMember {
@@ -73,7 +71,6 @@ impl SimulatedMember {
             }
         }
         let shared = server.shared();
-        let started = Arc::new(Instant::now());
         let controller = tokio::spawn(async move {
             let mut tick = tokio::time::interval(TICK);
             loop {
@@ -83,7 +80,7 @@ impl SimulatedMember {
                 }
             }
         });
-        Ok(SimulatedMember { name: cluster.name.clone(), server, controller, started })
+        Ok(SimulatedMember { name: cluster.name.clone(), server, controller })
     }
 
     /// Makes a running pod fail (exit code 1), as a crashed process would.
@@ -95,10 +92,6 @@ impl SimulatedMember {
         pod["status"]["containerStatuses"] = json!([{"name": "node", "ready": false, "restartCount": 0, "image": "", "imageID": "",
             "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]);
         store.update(&rt, Some(namespace), name, pod, Part::Status, &writes()).is_ok()
-    }
-
-    pub fn uptime(&self) -> Duration {
-        self.started.elapsed()
     }
 }
 
