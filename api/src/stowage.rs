@@ -20,6 +20,8 @@ pub const QUEUE_LABEL: &str = "stowage.dev/queue";
 /// Fencing labels on everything the agent creates for a TrainJob.
 pub const TRAINJOB_UID_LABEL: &str = "stowage.dev/trainjob-uid";
 pub const EPOCH_LABEL: &str = "stowage.dev/placement-epoch";
+/// On a Placement: the member it is for, so each agent watches only its own.
+pub const CLUSTER_LABEL: &str = "stowage.dev/cluster";
 /// On a TrainJob (copied by the agent to its JobSet): how long a simulated member runs it.
 pub const SIMULATED_DURATION_ANNOTATION: &str = "stowage.dev/simulated-duration-seconds";
 /// The node label naming a node's GPU product (set by NVIDIA's GPU feature discovery).
@@ -183,10 +185,30 @@ pub struct QueueStatus {
 #[serde(rename_all = "camelCase")]
 pub struct PlacementSpec {
     pub train_job_uid: String,
-    pub cluster: String,
+    /// The member running it; absent while the TrainJob is withdrawn and waits to be placed
+    /// again elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
     /// Fencing token: raised on every re-placement; an agent deletes what it made for older ones.
     pub epoch: i64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pod_sets: Vec<PodSetPlacement>,
+    /// Members this TrainJob stays away from for a while, after it could not run there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backoff: Vec<ClusterBackoff>,
+}
+
+/// A member a TrainJob was taken away from, and until when it keeps away.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterBackoff {
+    pub cluster: String,
+    /// MemberSilent, Unschedulable or Lost.
+    pub reason: String,
+    /// RFC 3339.
+    pub until: String,
+    /// How many times it was taken away from this member: the back-off doubles each time.
+    pub attempts: u32,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
@@ -234,7 +256,7 @@ pub enum PlacementPhase {
     Failed,
     /// The gang did not start within its timeout on the member.
     Unschedulable,
-    /// The member went silent; the TrainJob is being placed again.
+    /// The member's JobSet disappeared before it finished (evicted or deleted there).
     Lost,
 }
 

@@ -1,37 +1,52 @@
-//! `/healthz` and `/readyz` for the dispatcher and the agent: the process is up and serving.
-//! (Metrics on `/metrics` come with the observability work.)
+//! `/healthz`, `/readyz` and `/metrics` (Prometheus text format) for the dispatcher and the
+//! agent.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use prometheus_client::registry::Registry;
 
-async fn answer(req: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
-    let (code, body) = match req.uri().path() {
-        "/healthz" | "/readyz" | "/livez" => (StatusCode::OK, "ok"),
-        _ => (StatusCode::NOT_FOUND, "not found"),
+fn answer(req: &Request<hyper::body::Incoming>, registry: &Registry) -> Response<Full<Bytes>> {
+    let (code, content_type, body) = match req.uri().path() {
+        "/healthz" | "/readyz" | "/livez" => (StatusCode::OK, "text/plain", "ok".to_string()),
+        "/metrics" => {
+            let mut text = String::new();
+            match prometheus_client::encoding::text::encode(&mut text, registry) {
+                Ok(()) => (StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", text),
+                Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, "text/plain", e.to_string()),
+            }
+        }
+        _ => (StatusCode::NOT_FOUND, "text/plain", "not found".to_string()),
     };
-    let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+    let mut r = Response::new(Full::new(Bytes::from(body)));
     *r.status_mut() = code;
-    Ok(r)
+    if let Ok(v) = hyper::header::HeaderValue::from_str(content_type) {
+        r.headers_mut().insert("content-type", v);
+    }
+    r
 }
 
-pub async fn serve(addr: SocketAddr) {
+pub async fn serve(addr: SocketAddr, registry: Arc<Registry>) {
     let listener = match tokio::net::TcpListener::bind(addr).await {
         Ok(l) => l,
         Err(e) => {
-            tracing::error!(%addr, error = %e, "cannot serve health endpoints");
+            tracing::error!(%addr, error = %e, "cannot serve health and metrics endpoints");
             return;
         }
     };
     while let Ok((stream, _)) = listener.accept().await {
+        let registry = registry.clone();
         tokio::spawn(async move {
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service_fn(answer))
-                .await;
+            let svc = service_fn(move |req| {
+                let r = answer(&req, &registry);
+                async move { Ok::<_, std::convert::Infallible>(r) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
         });
     }
 }

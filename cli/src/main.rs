@@ -46,9 +46,30 @@ struct DispatcherArgs {
     /// Kubeconfig of the hub; default: the usual kubeconfig resolution (KUBECONFIG, in-cluster).
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
-    /// Address for /healthz and /readyz.
+    /// Address for /healthz, /readyz and /metrics.
     #[arg(long, default_value = "0.0.0.0:8080")]
     health_addr: std::net::SocketAddr,
+    /// Namespace of the leader-election Lease; default: $POD_NAMESPACE, else stowage-system.
+    #[arg(long)]
+    lease_namespace: Option<String>,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "stowage-dispatcher")]
+    lease_name: String,
+    /// How long the Lease lasts without renewal (seconds).
+    #[arg(long, default_value_t = 15)]
+    lease_seconds: u64,
+    /// This replica's identity in the Lease; default: $POD_NAME, else the host name.
+    #[arg(long)]
+    identity: Option<String>,
+    /// Run without leader election (only ever run one replica then).
+    #[arg(long)]
+    no_leader_election: bool,
+    /// A member whose agent has not reported for this long (seconds) has its TrainJobs placed elsewhere.
+    #[arg(long, default_value_t = 120)]
+    member_grace_seconds: u64,
+    /// First back-off (seconds) from a member a TrainJob could not run on; doubles per repeat.
+    #[arg(long, default_value_t = 60)]
+    backoff_seconds: u64,
 }
 
 #[derive(Debug, Args)]
@@ -71,9 +92,19 @@ struct AgentArgs {
     /// Pin with node affinity, or with Kueue TAS annotations when the member runs Kueue.
     #[arg(long, default_value = "affinity")]
     topology_mode: TopologyModeArg,
-    /// Address for /healthz and /readyz.
+    /// Address for /healthz, /readyz and /metrics.
     #[arg(long, default_value = "0.0.0.0:8081")]
     health_addr: std::net::SocketAddr,
+    /// Report heartbeat and capacity at least this often (seconds).
+    #[arg(long, default_value_t = 10)]
+    heartbeat_seconds: u64,
+    /// Unable to reach the hub this long (seconds), delete the JobSets this agent made; keep it
+    /// well under the dispatcher's --member-grace-seconds.
+    #[arg(long, default_value_t = 60)]
+    hub_lost_seconds: u64,
+    /// A gang not running this long (seconds) after its JobSet was made is reported Unschedulable.
+    #[arg(long, default_value_t = 600)]
+    start_timeout_seconds: u64,
 }
 
 #[derive(Debug, Args)]
@@ -328,9 +359,32 @@ fn dispatcher_command(args: DispatcherArgs) -> Result<(), CliError> {
     let rt = tokio::runtime::Runtime::new().map_err(CliError::Runtime)?;
     rt.block_on(async {
         let hub = kube_client(args.kubeconfig.as_deref(), "hub kubeconfig").await?;
-        tokio::spawn(health::serve(args.health_addr));
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = dispatcher::metrics::Metrics::register(&mut registry);
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let leader = (!args.no_leader_election).then(|| dispatcher::leader::LeaderConfig {
+            namespace: args.lease_namespace.or_else(|| env("POD_NAMESPACE")).unwrap_or_else(|| "stowage-system".into()),
+            lease: args.lease_name,
+            identity: args
+                .identity
+                .or_else(|| env("POD_NAME"))
+                .or_else(|| env("HOSTNAME"))
+                .unwrap_or_else(|| format!("stowage-dispatcher-{}", std::process::id())),
+            ttl: Duration::from_secs(args.lease_seconds.max(2)),
+        });
+        let opts = dispatcher::controller::Options {
+            settings: dispatcher::decide::Settings {
+                member_grace: Duration::from_secs(args.member_grace_seconds),
+                backoff: Duration::from_secs(args.backoff_seconds),
+                ..Default::default()
+            },
+            leader,
+            metrics,
+            ..Default::default()
+        };
+        tokio::spawn(health::serve(args.health_addr, std::sync::Arc::new(registry)));
         tokio::select! {
-            _ = dispatcher::controller::run(hub, scheduler_core::Config::default()) => {}
+            _ = dispatcher::controller::run(hub, opts) => {}
             _ = tokio::signal::ctrl_c() => {}
         }
         Ok(())
@@ -356,6 +410,7 @@ fn agent_command(args: AgentArgs) -> Result<(), CliError> {
     rt.block_on(async {
         let hub = kube_client(Some(&args.hub_kubeconfig), "hub kubeconfig").await?;
         let member = kube_client(args.member_kubeconfig.as_deref(), "member kubeconfig").await?;
+        let mut registry = prometheus_client::registry::Registry::default();
         let cfg = member_agent::controller::AgentConfig {
             cluster: args.cluster,
             levels,
@@ -364,8 +419,14 @@ fn agent_command(args: AgentArgs) -> Result<(), CliError> {
                 topology_mode: topology_mode(args.topology_mode),
                 ..Default::default()
             },
+            timing: member_agent::controller::Timing {
+                heartbeat: Duration::from_secs(args.heartbeat_seconds.max(1)),
+                hub_lost: Duration::from_secs(args.hub_lost_seconds),
+                start_timeout: Duration::from_secs(args.start_timeout_seconds),
+            },
+            metrics: member_agent::metrics::Metrics::register(&mut registry),
         };
-        tokio::spawn(health::serve(args.health_addr));
+        tokio::spawn(health::serve(args.health_addr, std::sync::Arc::new(registry)));
         tokio::select! {
             _ = member_agent::controller::run(hub, member, cfg) => {}
             _ = tokio::signal::ctrl_c() => {}

@@ -1,100 +1,267 @@
-//! The dispatcher's shell: observe the hub, call [`decide`](crate::decide::decide), apply.
-//! Each cycle lists what it needs (a cycle reads a consistent snapshot and keeps nothing between
-//! cycles, so a restart or a new leader rebuilds everything from hub objects).
+//! The dispatcher's shell: watch the hub, call [`decide`](crate::decide::decide), write.
+//!
+//! Reflectors keep caches of the six kinds it reads; any change (or the resync tick, which
+//! drives time-based decisions such as a member's grace period) wakes a cycle. It keeps nothing
+//! between cycles but the writes its caches have not caught up with yet, so a restart or a new
+//! leader rebuilds everything from hub objects. Placement writes are conditional (create, or
+//! replace at the observed resourceVersion), so a deposed leader racing a new one cannot leave
+//! two answers. Failed cycles back off exponentially.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use api::stowage::{MemberCluster, Placement, Queue};
+use api::stowage::{CLUSTER_LABEL, MemberCluster, Placement, Queue};
 use api::trainer::{ClusterTrainingRuntime, TrainJob, TrainingRuntime};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use kube::{Client, Resource};
+use member_agent::watch::{self, Watches};
 use serde_json::json;
 
-use crate::decide::{Observed, Plan, decide};
+use crate::decide::{Observed, PlacementWrite, Plan, Settings, decide};
+use crate::leader::{self, LeaderConfig, Leadership};
+use crate::metrics::Metrics;
 
 pub const FIELD_MANAGER: &str = "stowage-dispatcher";
-pub const CYCLE_INTERVAL: Duration = Duration::from_millis(500);
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub config: scheduler_core::Config,
+    pub settings: Settings,
+    /// Elect a leader over this Lease; `None`: this replica always leads.
+    pub leader: Option<LeaderConfig>,
+    /// A cycle runs at least this often even when nothing changes.
+    pub resync: Duration,
+    pub metrics: Metrics,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            config: scheduler_core::Config::default(),
+            settings: Settings::default(),
+            leader: None,
+            resync: Duration::from_secs(1),
+            metrics: Metrics::default(),
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("listing {what}: {source}")]
-    List { what: &'static str, source: kube::Error },
     #[error("writing {what} {namespace}/{name}: {source}")]
     Write { what: &'static str, namespace: String, name: String, source: kube::Error },
 }
 
-async fn list<K>(api: Api<K>, what: &'static str) -> Result<Vec<K>, Error>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    api.list(&ListParams::default()).await.map(|l| l.items).map_err(|source| Error::List { what, source })
+/// The hub caches a cycle reads.
+struct Caches {
+    trainjobs: Store<TrainJob>,
+    cluster_runtimes: Store<ClusterTrainingRuntime>,
+    runtimes: Store<TrainingRuntime>,
+    members: Store<MemberCluster>,
+    placements: Store<Placement>,
+    queues: Store<Queue>,
 }
 
-pub async fn observe(hub: &Client) -> Result<Observed, Error> {
-    Ok(Observed {
-        trainjobs: list(Api::<TrainJob>::all(hub.clone()), "trainjobs").await?,
-        cluster_runtimes: list(Api::<ClusterTrainingRuntime>::all(hub.clone()), "clustertrainingruntimes").await?,
-        runtimes: list(Api::<TrainingRuntime>::all(hub.clone()), "trainingruntimes").await?,
-        members: list(Api::<MemberCluster>::all(hub.clone()), "memberclusters").await?,
-        placements: list(Api::<Placement>::all(hub.clone()), "placements").await?,
-        queues: list(Api::<Queue>::all(hub.clone()), "queues").await?,
-    })
-}
-
-pub async fn apply(hub: &Client, plan: &Plan) -> Result<(), Error> {
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
-    for (ns, name, uid, spec) in &plan.placements {
-        let mut p = Placement::new(name, spec.clone());
-        p.metadata.namespace = Some(ns.clone());
-        p.metadata.owner_references = Some(vec![OwnerReference {
-            api_version: TrainJob::api_version(&()).into_owned(),
-            kind: "TrainJob".into(),
-            name: name.clone(),
-            uid: uid.clone(),
-            controller: Some(true),
-            block_owner_deletion: Some(true),
-        }]);
-        let mut v = serde_json::to_value(&p).unwrap_or_default();
-        v["apiVersion"] = "stowage.dev/v1alpha1".into();
-        v["kind"] = "Placement".into();
-        Api::<Placement>::namespaced(hub.clone(), ns)
-            .patch(name, &pp, &Patch::Apply(&v))
-            .await
-            .map_err(|source| Error::Write { what: "Placement", namespace: ns.clone(), name: name.clone(), source })?;
+impl Caches {
+    fn start(hub: &Client, watches: &mut Watches) -> Self {
+        let all = watcher::Config::default;
+        Caches {
+            trainjobs: watches.watch(Api::all(hub.clone()), all()),
+            cluster_runtimes: watches.watch(Api::all(hub.clone()), all()),
+            runtimes: watches.watch(Api::all(hub.clone()), all()),
+            members: watches.watch(Api::all(hub.clone()), all()),
+            placements: watches.watch(Api::all(hub.clone()), all()),
+            queues: watches.watch(Api::all(hub.clone()), all()),
+        }
     }
-    for (ns, name, conditions, jobs) in &plan.statuses {
-        let body = json!({"status": {"conditions": conditions, "jobsStatus": jobs}});
-        Api::<TrainJob>::namespaced(hub.clone(), ns)
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+
+    async fn ready(&self) {
+        let _ = tokio::join!(
+            self.trainjobs.wait_until_ready(),
+            self.cluster_runtimes.wait_until_ready(),
+            self.runtimes.wait_until_ready(),
+            self.members.wait_until_ready(),
+            self.placements.wait_until_ready(),
+            self.queues.wait_until_ready(),
+        );
+    }
+
+    fn observe(&self) -> Observed {
+        Observed {
+            trainjobs: watch::snapshot(&self.trainjobs),
+            cluster_runtimes: watch::snapshot(&self.cluster_runtimes),
+            runtimes: watch::snapshot(&self.runtimes),
+            members: watch::snapshot(&self.members),
+            placements: watch::snapshot(&self.placements),
+            queues: watch::snapshot(&self.queues),
+        }
+    }
+}
+
+/// Writes made but not yet seen in the caches: without them the next cycle would place a
+/// TrainJob twice or count its capacity free (the scheduler's "assumed" cache).
+#[derive(Debug, Default)]
+struct Written {
+    placements: BTreeMap<(String, String), Placement>,
+    statuses: BTreeMap<
+        (String, String),
+        (Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>, Vec<api::trainer::JobStatus>),
+    >,
+}
+
+impl Written {
+    /// Lays unseen writes over the observed objects, forgetting those the caches now show.
+    fn overlay(&mut self, o: &mut Observed) {
+        let key =
+            |m: &kube::api::ObjectMeta| (m.namespace.clone().unwrap_or_default(), m.name.clone().unwrap_or_default());
+        self.placements.retain(|k, ours| match o.placements.iter_mut().find(|p| key(&p.metadata) == *k) {
+            Some(seen) if seen.spec.epoch >= ours.spec.epoch => false,
+            Some(seen) => {
+                *seen = ours.clone();
+                true
+            }
+            None => {
+                o.placements.push(ours.clone());
+                true
+            }
+        });
+        self.statuses.retain(|k, (conditions, jobs)| {
+            let Some(tj) = o.trainjobs.iter_mut().find(|t| key(&t.metadata) == *k) else { return false };
+            let status = tj.status.get_or_insert_with(Default::default);
+            if status.conditions == *conditions && status.jobs_status == *jobs {
+                return false;
+            }
+            status.conditions = conditions.clone();
+            status.jobs_status = jobs.clone();
+            true
+        });
+    }
+}
+
+fn placement_object(w: &PlacementWrite) -> Placement {
+    let mut p = Placement::new(&w.name, w.spec.clone());
+    p.metadata.namespace = Some(w.namespace.clone());
+    p.metadata.resource_version = w.replaces.clone();
+    p.metadata.labels = w.spec.cluster.clone().map(|c| [(CLUSTER_LABEL.to_string(), c)].into());
+    p.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: TrainJob::api_version(&()).into_owned(),
+        kind: "TrainJob".into(),
+        name: w.name.clone(),
+        uid: w.owner_uid.clone(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }]);
+    p
+}
+
+/// Writes the plan. A conflict means someone else (another leader, an agent's status write)
+/// changed the Placement since it was observed: skip it, the next cycle sees the change.
+async fn apply(hub: &Client, plan: &Plan, written: &mut Written, metrics: &Metrics) -> Result<(), Error> {
+    for w in &plan.placements {
+        let api = Api::<Placement>::namespaced(hub.clone(), &w.namespace);
+        let p = placement_object(w);
+        let result = match &w.replaces {
+            None => api.create(&PostParams::default(), &p).await,
+            Some(_) => api.replace(&w.name, &PostParams::default(), &p).await,
+        };
+        match result {
+            Ok(p) => {
+                metrics.placements_written.inc();
+                if w.replaces.is_some() {
+                    metrics.withdrawals.inc();
+                }
+                written.placements.insert((w.namespace.clone(), w.name.clone()), p);
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                tracing::debug!(placement = %format!("{}/{}", w.namespace, w.name), "changed since observed; next cycle");
+            }
+            Err(source) => {
+                return Err(Error::Write {
+                    what: "Placement",
+                    namespace: w.namespace.clone(),
+                    name: w.name.clone(),
+                    source,
+                });
+            }
+        }
+    }
+    for s in &plan.statuses {
+        let body = json!({"status": {"conditions": s.conditions, "jobsStatus": s.jobs}});
+        Api::<TrainJob>::namespaced(hub.clone(), &s.namespace)
+            .patch_status(&s.name, &PatchParams::default(), &Patch::Merge(&body))
             .await
             .map_err(|source| Error::Write {
                 what: "TrainJob status",
-                namespace: ns.clone(),
-                name: name.clone(),
+                namespace: s.namespace.clone(),
+                name: s.name.clone(),
                 source,
             })?;
+        written.statuses.insert((s.namespace.clone(), s.name.clone()), (s.conditions.clone(), s.jobs.clone()));
     }
     Ok(())
 }
 
-/// One cycle: observe, decide, apply.
-#[tracing::instrument(skip_all)]
-pub async fn cycle_once(hub: &Client, config: &scheduler_core::Config) -> Result<Plan, Error> {
-    let observed = observe(hub).await?;
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let plan = decide(&observed, config, now);
-    apply(hub, &plan).await?;
-    tracing::debug!(placements = plan.placements.len(), statuses = plan.statuses.len(), "cycle");
-    Ok(plan)
+/// One cycle over an observed hub: decide and write.
+#[tracing::instrument(skip_all, fields(trainjobs = observed.trainjobs.len()))]
+async fn cycle(hub: &Client, observed: &Observed, opts: &Options, written: &mut Written) -> Result<Plan, Error> {
+    let started = std::time::Instant::now();
+    let plan = decide(observed, &opts.config, &opts.settings, Time(k8s_openapi::jiff::Timestamp::now()));
+    let result = apply(hub, &plan, written, &opts.metrics).await;
+    opts.metrics.cycles.inc();
+    opts.metrics.cycle_seconds.observe(started.elapsed().as_secs_f64());
+    opts.metrics.pending.set(plan.pending as i64);
+    tracing::debug!(
+        placements = plan.placements.len(),
+        statuses = plan.statuses.len(),
+        pending = plan.pending,
+        "cycle"
+    );
+    result.map(|()| plan)
 }
 
-/// Runs cycles until the task is dropped; errors are logged and retried next cycle.
-pub async fn run(hub: Client, config: scheduler_core::Config) {
+/// Runs until dropped: campaigns for leadership if configured, and while leading runs a cycle on
+/// every change or resync tick. Errors are logged and retried with exponential back-off.
+pub async fn run(hub: Client, opts: Options) {
+    let leadership = Arc::new(match &opts.leader {
+        Some(_) => Leadership::default(),
+        None => Leadership::always(),
+    });
+    let mut watches = Watches::new();
+    let caches = Caches::start(&hub, &mut watches);
+    let mut campaign = tokio::task::JoinSet::new();
+    if let Some(cfg) = opts.leader.clone() {
+        campaign.spawn(leader::campaign(hub.clone(), cfg, leadership.clone()));
+    }
+    caches.ready().await;
+    let mut written = Written::default();
+    let mut backoff = Duration::ZERO;
     loop {
-        if let Err(e) = cycle_once(&hub, &config).await {
-            tracing::warn!(error = %e, "dispatcher cycle failed; retrying");
+        tokio::select! {
+            _ = watches.changed() => {}
+            _ = tokio::time::sleep(opts.resync) => {}
         }
-        tokio::time::sleep(CYCLE_INTERVAL).await;
+        // Let a burst of changes land before deciding on them.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        opts.metrics.leader.set(i64::from(leadership.is_leading()));
+        if !leadership.is_leading() {
+            written = Written::default();
+            continue;
+        }
+        let mut observed = caches.observe();
+        written.overlay(&mut observed);
+        match cycle(&hub, &observed, &opts, &mut written).await {
+            Ok(_) => backoff = Duration::ZERO,
+            Err(error) => {
+                opts.metrics.cycle_errors.inc();
+                backoff = (backoff * 2).clamp(Duration::from_millis(100), Duration::from_secs(10));
+                tracing::warn!(%error, retry_in = ?backoff, "dispatcher cycle failed");
+                tokio::time::sleep(backoff).await;
+                watches.poke();
+            }
+        }
     }
 }

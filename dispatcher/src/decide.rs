@@ -1,17 +1,26 @@
-//! One dispatcher cycle's decision, pure: hub objects in, what to write out. TrainJobs already
-//! placed but not yet running on their member are re-placed first on their own cluster, so the
-//! capacity they will take is counted (assumed) before anything new is placed.
+//! One dispatcher cycle's decision, pure: hub objects and the time in, what to write out.
+//!
+//! - TrainJobs placed but not yet running on their member are re-placed first on their own
+//!   cluster, so the capacity they will take is counted (assumed) before anything new is placed.
+//! - A TrainJob leaves its member when the member has been silent past the grace period, or its
+//!   agent reports the gang did not start in time (Unschedulable) or its JobSet vanished (Lost).
+//!   It keeps away from that member for a back-off that doubles with each repeat, and its
+//!   Placement's epoch rises, so the old member's agent deletes what it made there. If nothing
+//!   else can take it yet, the Placement is withdrawn (no cluster) until something can.
+//! - Only what differs from what was observed is written.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
-use api::stowage::{MemberCluster, Placement, PlacementPhase, PlacementSpec, Queue};
+use api::stowage::{ClusterBackoff, MemberCluster, Placement, PlacementPhase, PlacementSpec, PlacementStatus, Queue};
 use api::trainer::{ClusterTrainingRuntime, JobStatus, Runtime, TrainJob, TrainingRuntime};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use scheduler_core::{ClusterFilter, Config, Decision, Gang, QueueSpec, Queues, QuotaUsage, Snapshot, cycle};
 
 use crate::{plan, translate};
 
-/// Everything a cycle reads, as listed from the hub.
+/// Everything a cycle reads, as observed on the hub.
 #[derive(Debug, Clone, Default)]
 pub struct Observed {
     pub trainjobs: Vec<TrainJob>,
@@ -22,13 +31,56 @@ pub struct Observed {
     pub queues: Vec<Queue>,
 }
 
-/// What a cycle writes.
+/// The dispatcher's timing knobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// A member whose agent has not reported for this long is silent: nothing new goes there
+    /// and its unfinished TrainJobs are placed elsewhere.
+    pub member_grace: Duration,
+    /// How long a TrainJob keeps away from a member it could not run on, the first time; it
+    /// doubles with each repeat on the same member, up to `max_backoff`.
+    pub backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            member_grace: Duration::from_secs(120),
+            backoff: Duration::from_secs(60),
+            max_backoff: Duration::from_secs(30 * 60),
+        }
+    }
+}
+
+/// One Placement to write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlacementWrite {
+    pub namespace: String,
+    pub name: String,
+    pub owner_uid: String,
+    pub spec: PlacementSpec,
+    /// The resourceVersion of the Placement this one replaces; `None` creates it. Writes are
+    /// conditional so that two dispatchers (an old and a new leader) can never both win.
+    pub replaces: Option<String>,
+}
+
+/// One TrainJob status to write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusWrite {
+    pub namespace: String,
+    pub name: String,
+    pub conditions: Vec<Condition>,
+    pub jobs: Vec<JobStatus>,
+}
+
+/// What a cycle writes: only what differs from what it observed.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Plan {
-    /// (namespace, name, owner uid, spec) of each Placement to apply.
-    pub placements: Vec<(String, String, String, PlacementSpec)>,
-    /// (namespace, name, conditions, jobsStatus) of each TrainJob status to write.
-    pub statuses: Vec<(String, String, Vec<Condition>, Vec<JobStatus>)>,
+    pub placements: Vec<PlacementWrite>,
+    pub statuses: Vec<StatusWrite>,
+    /// TrainJobs still waiting for a placement after this cycle.
+    pub pending: usize,
 }
 
 fn key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (String, String) {
@@ -128,148 +180,229 @@ fn queues(o: &Observed) -> Queues {
     })
 }
 
-pub fn decide(o: &Observed, config: &Config, now: Time) -> Plan {
+/// When a member last reported, if it ever did.
+fn heartbeat(m: &MemberCluster) -> Option<Timestamp> {
+    m.status.as_ref()?.heartbeat_time.as_deref()?.parse().ok()
+}
+
+/// Whether `member` has reported within the grace period.
+fn is_live(m: &MemberCluster, settings: &Settings, now: Timestamp) -> bool {
+    heartbeat(m).is_some_and(|t| now.duration_since(t).unsigned_abs() <= settings.member_grace)
+}
+
+/// The status a member reported for the placement's current epoch (older epochs' reports say
+/// nothing about where it runs now).
+fn current_status(p: &Placement) -> Option<&PlacementStatus> {
+    p.status.as_ref().filter(|s| s.observed_epoch == p.spec.epoch)
+}
+
+/// Why a placed TrainJob must leave its member, if it must.
+fn withdrawal(p: &Placement, live: &BTreeSet<&str>) -> Option<(&'static str, String)> {
+    let cluster = p.spec.cluster.as_deref()?;
+    let status = current_status(p);
+    match status.map(|s| s.phase) {
+        Some(PlacementPhase::Succeeded | PlacementPhase::Failed) => None,
+        Some(PlacementPhase::Unschedulable) => Some((
+            "Unschedulable",
+            status.and_then(|s| s.message.clone()).unwrap_or_else(|| "the gang did not start in time".into()),
+        )),
+        Some(PlacementPhase::Lost) => {
+            Some(("Lost", status.and_then(|s| s.message.clone()).unwrap_or_else(|| "the JobSet disappeared".into())))
+        }
+        _ if !live.contains(cluster) => Some(("MemberSilent", format!("member {cluster} stopped reporting"))),
+        _ => None,
+    }
+}
+
+/// The back-off list after leaving `cluster`: the delay doubles with each repeat there.
+fn back_off(
+    previous: &[ClusterBackoff],
+    cluster: &str,
+    reason: &str,
+    settings: &Settings,
+    now: Timestamp,
+) -> Vec<ClusterBackoff> {
+    let attempts = previous.iter().find(|b| b.cluster == cluster).map_or(0, |b| b.attempts) + 1;
+    let delay = settings.backoff.saturating_mul(1 << (attempts - 1).min(16)).min(settings.max_backoff);
+    let until = now + SignedDuration::try_from(delay).unwrap_or(SignedDuration::MAX);
+    let mut list: Vec<ClusterBackoff> = previous.iter().filter(|b| b.cluster != cluster).cloned().collect();
+    list.push(ClusterBackoff { cluster: cluster.into(), reason: reason.into(), until: until.to_string(), attempts });
+    list
+}
+
+/// Members the TrainJob keeps away from right now.
+fn backed_off(list: &[ClusterBackoff], now: Timestamp) -> Vec<String> {
+    list.iter()
+        .filter(|b| b.until.parse::<Timestamp>().is_ok_and(|until| until > now))
+        .map(|b| b.cluster.clone())
+        .collect()
+}
+
+/// A TrainJob waiting for a placement this cycle.
+struct Waiting<'a> {
+    tj: &'a TrainJob,
+    gang: Gang,
+    epoch: i64,
+    backoff: Vec<ClusterBackoff>,
+    /// The Placement it replaces (its resourceVersion), if there is one.
+    replaces: Option<String>,
+    /// Whether the Placement still names a member it is leaving: then it is written even if
+    /// nothing else can take it, so that member's agent fences it.
+    leaving: bool,
+    conditions: Vec<Condition>,
+}
+
+/// The status write, if the status changed.
+fn status_write(tj: &TrainJob, conditions: Vec<Condition>, jobs: Vec<JobStatus>) -> Option<StatusWrite> {
+    let (ns, name) = key(&tj.metadata);
+    let old = tj.status.as_ref();
+    let same = old.map(|s| &s.conditions) == Some(&conditions) && old.map(|s| &s.jobs_status) == Some(&jobs);
+    let empty = old.is_none() && conditions.is_empty() && jobs.is_empty();
+    (!same && !empty).then_some(StatusWrite { namespace: ns, name, conditions, jobs })
+}
+
+pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> Plan {
+    let t = now.0;
     let mut plan = Plan::default();
     let placements: BTreeMap<(String, String), &Placement> =
         o.placements.iter().map(|p| (key(&p.metadata), p)).collect();
+    let live_members: Vec<MemberCluster> = o.members.iter().filter(|m| is_live(m, settings, t)).cloned().collect();
+    let live: BTreeSet<&str> = live_members.iter().filter_map(|m| m.metadata.name.as_deref()).collect();
     let mut assumed: Vec<Gang> = Vec::new();
-    let mut pending: Vec<(Gang, &TrainJob, i64)> = Vec::new();
+    let mut waiting: Vec<Waiting<'_>> = Vec::new();
     for tj in o.trainjobs.iter().filter(|t| !finished(t)) {
         let (ns, name) = key(&tj.metadata);
         let mut conditions = tj.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
-        let existing = placements.get(&(ns.clone(), name.clone()));
-        let phase = existing.and_then(|p| p.status.as_ref()).map(|s| s.phase);
+        let mut jobs = tj.status.as_ref().map(|s| s.jobs_status.clone()).unwrap_or_default();
+        let existing = placements.get(&(ns.clone(), name.clone())).copied();
+        let status = existing.and_then(current_status);
+        let phase = status.map(|s| s.phase);
         // Mirror what the member reports.
-        if let Some(p) = existing {
-            let jobs = p.status.as_ref().map(|s| s.jobs_status.clone()).unwrap_or_default();
-            let mut changed = false;
-            match phase {
-                Some(PlacementPhase::Succeeded) => {
-                    upsert(
-                        &mut conditions,
-                        condition("Complete", "True", "AllJobsCompleted", "jobset completed successfully".into(), &now),
-                    );
-                    changed = true;
-                }
-                Some(PlacementPhase::Failed) => {
-                    let message =
-                        p.status.as_ref().and_then(|s| s.message.clone()).unwrap_or_else(|| "jobset failed".into());
+        if let (Some(p), Some(s)) = (existing, status) {
+            jobs = s.jobs_status.clone();
+            match s.phase {
+                PlacementPhase::Succeeded => upsert(
+                    &mut conditions,
+                    condition("Complete", "True", "AllJobsCompleted", "jobset completed successfully".into(), &now),
+                ),
+                PlacementPhase::Failed => {
+                    let message = s.message.clone().unwrap_or_else(|| "jobset failed".into());
                     upsert(&mut conditions, condition("Failed", "True", "FailedJobs", message, &now));
-                    changed = true;
                 }
                 _ => {}
             }
-            if matches!(
-                phase,
-                Some(
-                    PlacementPhase::Running
-                        | PlacementPhase::Applied
-                        | PlacementPhase::Succeeded
-                        | PlacementPhase::Failed
-                )
-            ) {
+            if let (Some(cluster), PlacementPhase::Applied | PlacementPhase::Running) = (&p.spec.cluster, s.phase) {
                 upsert(
                     &mut conditions,
-                    condition(
-                        plan::PENDING_CONDITION,
-                        "False",
-                        "Placed",
-                        format!("placed on cluster {}", p.spec.cluster),
-                        &now,
-                    ),
+                    condition(plan::PENDING_CONDITION, "False", "Placed", format!("placed on cluster {cluster}"), &now),
                 );
-                changed = true;
-            }
-            if changed {
-                plan.statuses.push((ns.clone(), name.clone(), conditions.clone(), jobs));
             }
         }
-        let replace = matches!(phase, Some(PlacementPhase::Unschedulable | PlacementPhase::Lost));
         let Some(runtime) = runtime_for(o, tj) else {
-            upsert(
-                &mut conditions,
-                condition(
-                    plan::PENDING_CONDITION,
-                    "True",
-                    "RuntimeNotFound",
-                    format!(
-                        "spec.runtimeRef: {} {} not found",
-                        tj.spec.runtime_ref.kind_or_default(),
-                        tj.spec.runtime_ref.name
-                    ),
-                    &now,
-                ),
-            );
-            plan.statuses.push((ns, name, conditions, Vec::new()));
+            let r = &tj.spec.runtime_ref;
+            let message = format!("spec.runtimeRef: {} {} not found", r.kind_or_default(), r.name);
+            upsert(&mut conditions, condition(plan::PENDING_CONDITION, "True", "RuntimeNotFound", message, &now));
+            plan.statuses.extend(status_write(tj, conditions, jobs));
+            plan.pending += 1;
             continue;
         };
         let mut gang = match translate::gang(tj, &runtime) {
             Ok(g) => g,
             Err(e) => {
                 upsert(&mut conditions, condition(plan::PENDING_CONDITION, "True", "Invalid", e.to_string(), &now));
-                plan.statuses.push((ns, name, conditions, Vec::new()));
+                plan.statuses.extend(status_write(tj, conditions, jobs));
+                plan.pending += 1;
                 continue;
             }
         };
-        match existing {
-            Some(p) if !replace => {
+        let Some(p) = existing else {
+            waiting.push(Waiting {
+                tj,
+                gang,
+                epoch: 1,
+                backoff: Vec::new(),
+                replaces: None,
+                leaving: false,
+                conditions,
+            });
+            continue;
+        };
+        let replaces = p.metadata.resource_version.clone();
+        match (withdrawal(p, &live), &p.spec.cluster) {
+            (Some((reason, message)), Some(cluster)) => {
+                tracing::info!(trainjob = %format!("{ns}/{name}"), %cluster, reason, %message, "withdrawing");
+                let backoff = back_off(&p.spec.backoff, cluster, reason, settings, t);
+                gang.clusters.avoid.extend(backed_off(&backoff, t));
+                let epoch = p.spec.epoch + 1;
+                waiting.push(Waiting { tj, gang, epoch, backoff, replaces, leaving: true, conditions });
+            }
+            (_, None) => {
+                // Withdrawn earlier and not yet placed again.
+                gang.clusters.avoid.extend(backed_off(&p.spec.backoff, t));
+                let (epoch, backoff) = (p.spec.epoch + 1, p.spec.backoff.clone());
+                waiting.push(Waiting { tj, gang, epoch, backoff, replaces, leaving: false, conditions });
+            }
+            (None, Some(cluster)) => {
+                plan.statuses.extend(status_write(tj, conditions, jobs));
                 if !matches!(phase, Some(PlacementPhase::Running | PlacementPhase::Succeeded | PlacementPhase::Failed))
                 {
-                    // Placed but not yet reported by the member: count its capacity as taken.
-                    gang.clusters =
-                        ClusterFilter { only: Some(vec![p.spec.cluster.clone()]), ..ClusterFilter::default() };
+                    // Placed but not yet running on the member: count its capacity as taken.
+                    gang.clusters = ClusterFilter { only: Some(vec![cluster.clone()]), ..ClusterFilter::default() };
                     gang.priority = i32::MAX;
                     assumed.push(gang);
                 }
             }
-            Some(p) => {
-                gang.clusters.avoid.push(p.spec.cluster.clone());
-                pending.push((gang, tj, p.spec.epoch + 1));
-            }
-            None => pending.push((gang, tj, 1)),
         }
     }
-    if pending.is_empty() {
+    if waiting.is_empty() {
         return plan;
     }
-    let (fleet, capacity) = match translate::fleet(&o.members) {
-        Ok(f) => f,
-        Err(e) => {
-            for (_, tj, _) in &pending {
-                let (ns, name) = key(&tj.metadata);
-                let mut conditions = tj.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
-                upsert(
-                    &mut conditions,
-                    condition(
-                        plan::PENDING_CONDITION,
-                        "True",
-                        "NoMemberCapacity",
-                        format!("no member cluster has reported capacity: {e}"),
-                        &now,
-                    ),
-                );
-                plan.statuses.push((ns, name, conditions, Vec::new()));
-            }
-            return plan;
-        }
-    };
-    let queues = queues(o);
-    let gangs: Vec<Gang> = assumed.iter().cloned().chain(pending.iter().map(|p| p.0.clone())).collect();
-    let snapshot = Snapshot { fleet: &fleet, queues: &queues, capacity, usage: QuotaUsage::default() };
-    let out = cycle(snapshot, &gangs, config);
-    for ((gang, tj, epoch), decision) in pending.iter().zip(&out.decisions[assumed.len()..]) {
+    let fleet = translate::fleet(&live_members);
+    let out = fleet.as_ref().ok().map(|(fleet, capacity)| {
+        let queues = queues(o);
+        let gangs: Vec<Gang> = assumed.iter().cloned().chain(waiting.iter().map(|w| w.gang.clone())).collect();
+        let snapshot = Snapshot { fleet, queues: &queues, capacity: capacity.clone(), usage: QuotaUsage::default() };
+        cycle(snapshot, &gangs, config).decisions.split_off(assumed.len())
+    });
+    for (i, w) in waiting.into_iter().enumerate() {
+        let Waiting { tj, gang, epoch, backoff, replaces, leaving, mut conditions } = w;
         let (ns, name) = key(&tj.metadata);
-        let mut conditions = tj.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
-        match decision {
-            Decision::Admit(a) => {
-                let uid = tj.metadata.uid.clone().unwrap_or_default();
-                plan.placements.push((ns, name, uid.clone(), plan::placement(&fleet, gang, a, &uid, *epoch)));
+        let uid = tj.metadata.uid.clone().unwrap_or_default();
+        let decision = out.as_ref().map(|d| &d[i]);
+        let spec = match (decision, &fleet) {
+            (Some(Decision::Admit(a)), Ok((fleet, _))) => {
+                let mut spec = plan::placement(fleet, &gang, a, &uid, epoch);
+                spec.backoff = backoff.clone();
+                Some(spec)
             }
-            Decision::Pending(reason) => {
+            (Some(Decision::Pending(reason)), _) => {
                 let previous = conditions.iter().find(|c| c.type_ == plan::PENDING_CONDITION).cloned();
                 upsert(&mut conditions, plan::pending_condition(reason, previous.as_ref(), now.clone()));
-                plan.statuses.push((ns, name, conditions, Vec::new()));
+                None
             }
+            _ => {
+                let e = fleet.as_ref().err().map(ToString::to_string).unwrap_or_default();
+                let message = format!("no member cluster has reported capacity: {e}");
+                upsert(&mut conditions, condition(plan::PENDING_CONDITION, "True", "NoMemberCapacity", message, &now));
+                None
+            }
+        };
+        let pending = spec.is_none();
+        let spec = spec.or_else(|| {
+            leaving.then(|| PlacementSpec {
+                train_job_uid: uid.clone(),
+                cluster: None,
+                epoch,
+                pod_sets: Vec::new(),
+                backoff: backoff.clone(),
+            })
+        });
+        if let Some(spec) = spec {
+            plan.placements.push(PlacementWrite { namespace: ns, name, owner_uid: uid, spec, replaces });
+        }
+        if pending {
+            plan.pending += 1;
+            plan.statuses.extend(status_write(tj, conditions, Vec::new()));
         }
     }
     plan

@@ -1,9 +1,12 @@
-//! The hub's dispatcher. This crate so far holds its pure half: `translate` turns hub objects
-//! (TrainJobs with their runtimes, MemberCluster status) into `scheduler_core` types, and
-//! `plan` turns the core's decisions into what the dispatcher writes (Placement specs, the
-//! pending condition). The controllers that watch, decide and write build on these.
+//! The hub's dispatcher. Its pure half: `translate` turns hub objects (TrainJobs with their
+//! runtimes, MemberCluster status) into `scheduler_core` types, `decide` runs one cycle over
+//! what was observed, and `plan` turns the core's decisions into Placements and conditions.
+//! Its shell: `controller` watches the hub, decides and writes while `leader` says it leads;
+//! `metrics` counts what it does.
 
 pub mod controller;
 pub mod decide;
+pub mod leader;
+pub mod metrics;
 pub mod plan;
 pub mod translate;

@@ -40,7 +40,13 @@ pub fn placement(fleet: &Fleet, gang: &Gang, admission: &Admission, train_job_ui
             }
         })
         .collect();
-    PlacementSpec { train_job_uid: train_job_uid.to_string(), cluster: cluster.name.clone(), epoch, pod_sets }
+    PlacementSpec {
+        train_job_uid: train_job_uid.to_string(),
+        cluster: Some(cluster.name.clone()),
+        epoch,
+        pod_sets,
+        backoff: Vec::new(),
+    }
 }
 
 /// The condition a pending TrainJob carries: its reason, kind as `reason`, sentence as
@@ -90,7 +96,7 @@ mod tests {
         let out = cycle(snap, std::slice::from_ref(&g), &Config::default());
         let Decision::Admit(a) = &out.decisions[0] else { panic!("admitted") };
         let p = placement(&fleet, &g, a, "uid-1", 3);
-        assert_eq!((p.cluster.as_str(), p.epoch, p.train_job_uid.as_str()), ("east", 3, "uid-1"));
+        assert_eq!((p.cluster.as_deref(), p.epoch, p.train_job_uid.as_str()), (Some("east"), 3, "uid-1"));
         let ps = &p.pod_sets[0];
         assert_eq!((ps.name.as_str(), ps.count, ps.required, ps.flavor.as_deref()), ("node", 4, true, Some("h100")));
         let d = ps.domain.as_ref().expect("pinned");

@@ -1,32 +1,70 @@
-//! The member agent's shell, pull mode: it reads from the hub the Placements for its cluster and
-//! their TrainJobs and runtimes, renders them (pure), applies the objects to its member with
-//! server-side apply, deletes what older epochs made (fencing), and reports Placement status
-//! from the JobSet and its MemberCluster's status (heartbeat, topology, capacity).
+//! The member agent's shell, pull mode. It watches the hub's Placements for its cluster (by
+//! label) and its member's JobSets; on any change it renders what is placed but not yet there
+//! (pure [`render`]) and applies it with server-side apply, deletes what older epochs or
+//! withdrawn TrainJobs left (fencing), and reports each Placement's status from its JobSet and
+//! the MemberCluster's status (heartbeat, gang scheduler, topology, capacity).
+//!
+//! Two timers guard the fleet's promise that a TrainJob never runs twice and never waits
+//! forever: an agent that cannot reach the hub for `hub_lost` deletes the JobSets it made (the
+//! dispatcher moves them after its longer grace period), and a gang not running `start_timeout`
+//! after its JobSet was made is reported Unschedulable, with the gang scheduler's reason.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use api::jobset::JobSet;
-use api::stowage::{EPOCH_LABEL, MemberCluster, Placement, PlacementPhase, TRAINJOB_UID_LABEL, TopologyLevel};
+use api::stowage::SIMULATED_DURATION_ANNOTATION as SIMULATED_DURATION;
+use api::stowage::{
+    CLUSTER_LABEL, EPOCH_LABEL, GangScheduler as ReportedScheduler, MemberCluster, Placement, PlacementPhase,
+    PlacementStatus, TRAINJOB_UID_LABEL, TopologyLevel,
+};
 use api::trainer::{ClusterTrainingRuntime, JobStatus, Runtime, TrainJob, TrainingRuntime};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::json;
+use tokio::time::Instant;
 
+use crate::metrics::Metrics;
 use crate::render::{self, Capabilities, Input, Object};
+use crate::watch::{self, Watches};
 
 pub const FIELD_MANAGER: &str = "stowage-agent";
-pub const SYNC_INTERVAL: Duration = Duration::from_millis(500);
-use api::stowage::SIMULATED_DURATION_ANNOTATION as SIMULATED_DURATION;
 
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
     pub cluster: String,
     pub levels: Vec<TopologyLevel>,
     pub capabilities: Capabilities,
+    pub timing: Timing,
+    pub metrics: Metrics,
+}
+
+/// The agent's timers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// How often it reports (heartbeat and capacity) when nothing changes.
+    pub heartbeat: Duration,
+    /// Unable to reach the hub for this long, it deletes the JobSets it made. Keep it well
+    /// under the dispatcher's member grace period.
+    pub hub_lost: Duration,
+    /// A gang not running this long after its JobSet was made is reported Unschedulable.
+    pub start_timeout: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            heartbeat: Duration::from_secs(10),
+            hub_lost: Duration::from_secs(60),
+            start_timeout: Duration::from_secs(600),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +75,8 @@ pub enum Error {
     Render { namespace: String, name: String, source: render::RenderError },
     #[error(transparent)]
     Key(#[from] crate::sshkey::KeyError),
+    #[error("sync took longer than {0:?}")]
+    Timeout(Duration),
 }
 
 fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
@@ -128,11 +168,11 @@ async fn realise(hub: &Client, member: &Client, cfg: &AgentConfig, p: &Placement
     Ok(())
 }
 
-/// The Placement status the member's JobSet implies.
-fn status_of(js: Option<&JobSet>, epoch: i64) -> serde_json::Value {
-    let Some(js) = js else { return json!({"phase": "Pending", "observedEpoch": epoch}) };
+/// Placement status from the member's JobSet for `epoch`; `pending_reason` is the gang
+/// scheduler's word on pods not yet running.
+fn status_of(js: &JobSet, epoch: i64, pending_reason: Option<String>, timed_out: bool) -> PlacementStatus {
     let st = js.status.clone().unwrap_or_default();
-    let is = |t: &str| st.conditions.iter().any(|c| c.type_ == t && c.status == "True");
+    let condition = |t: &str| st.conditions.iter().find(|c| c.type_ == t && c.status == "True");
     let jobs: Vec<JobStatus> = st
         .replicated_jobs_status
         .iter()
@@ -145,69 +185,275 @@ fn status_of(js: Option<&JobSet>, epoch: i64) -> serde_json::Value {
             suspended: r.suspended,
         })
         .collect();
-    let phase = if is("Completed") {
-        PlacementPhase::Succeeded
-    } else if is("Failed") {
-        PlacementPhase::Failed
-    } else if jobs.iter().any(|j| j.ready > 0 || j.succeeded > 0) {
-        PlacementPhase::Running
+    let started = jobs.iter().any(|j| j.ready > 0 || j.succeeded > 0);
+    let (phase, finished) = if let Some(c) = condition("Completed") {
+        (PlacementPhase::Succeeded, Some(c))
+    } else if let Some(c) = condition("Failed") {
+        (PlacementPhase::Failed, Some(c))
+    } else if started {
+        (PlacementPhase::Running, None)
+    } else if timed_out {
+        (PlacementPhase::Unschedulable, None)
     } else {
-        PlacementPhase::Applied
+        (PlacementPhase::Applied, None)
     };
-    let message = st.conditions.iter().find(|c| c.status == "True").map(|c| c.message.clone());
-    json!({"phase": phase, "observedEpoch": epoch, "jobsStatus": jobs, "message": message})
+    let message = match phase {
+        PlacementPhase::Applied | PlacementPhase::Unschedulable => pending_reason,
+        _ => st.conditions.iter().find(|c| c.status == "True").map(|c| c.message.clone()),
+    };
+    PlacementStatus {
+        phase,
+        observed_epoch: epoch,
+        conditions: Vec::new(),
+        jobs_status: jobs,
+        start_time: js.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()),
+        completion_time: finished.map(|c| c.last_transition_time.0.to_string()),
+        message,
+    }
+}
+
+/// The first reason a pod of this JobSet gives for not being scheduled.
+async fn pending_reason(member: &Client, ns: &str, jobset: &str) -> Result<Option<String>, Error> {
+    let pods = Api::<Pod>::namespaced(member.clone(), ns)
+        .list(&ListParams::default().labels(&format!("jobset.sigs.k8s.io/jobset-name={jobset}")))
+        .await
+        .map_err(kube_err("listing a gang's pods"))?;
+    Ok(pods.items.iter().find_map(|p| {
+        p.status.as_ref()?.conditions.as_ref()?.iter().find_map(|c| {
+            (c.type_ == "PodScheduled" && c.status == "False")
+                .then(|| format!("{}: {}", c.reason.clone().unwrap_or_default(), c.message.clone().unwrap_or_default()))
+        })
+    }))
+}
+
+/// The agent's caches: its Placements on the hub, its JobSets on the member.
+#[derive(Debug)]
+pub struct Caches {
+    placements: Store<Placement>,
+    jobsets: Store<JobSet>,
+}
+
+impl Caches {
+    pub fn start(hub: &Client, member: &Client, cluster: &str, watches: &mut Watches) -> Self {
+        Caches {
+            placements: watches
+                .watch(Api::all(hub.clone()), watcher::Config::default().labels(&format!("{CLUSTER_LABEL}={cluster}"))),
+            jobsets: watches.watch(Api::all(member.clone()), watcher::Config::default().labels(TRAINJOB_UID_LABEL)),
+        }
+    }
+
+    pub async fn ready(&self) {
+        let _ = tokio::join!(self.placements.wait_until_ready(), self.jobsets.wait_until_ready());
+    }
+}
+
+/// What an agent remembers between syncs.
+#[derive(Debug)]
+pub struct State {
+    /// (TrainJob uid, epoch) applied by this process and maybe not yet in the JobSet cache.
+    applied: BTreeSet<(String, i64)>,
+    /// (TrainJob uid, epoch) → namespace of JobSets it deleted while the hub was unreachable.
+    fenced: BTreeMap<(String, i64), String>,
+    last_report: Option<Instant>,
+    last_hub_contact: Instant,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State { applied: BTreeSet::new(), fenced: BTreeMap::new(), last_report: None, last_hub_contact: Instant::now() }
+    }
+}
+
+fn owner_key(js: &JobSet) -> Option<(String, i64)> {
+    let labels = js.labels();
+    Some((labels.get(TRAINJOB_UID_LABEL)?.clone(), labels.get(EPOCH_LABEL)?.parse().ok()?))
+}
+
+fn is_finished(js: &JobSet) -> bool {
+    js.status.as_ref().is_some_and(|s| {
+        s.conditions.iter().any(|c| (c.type_ == "Completed" || c.type_ == "Failed") && c.status == "True")
+    })
+}
+
+async fn delete_jobset(member: &Client, js: &JobSet) -> Result<(), Error> {
+    let ns = js.namespace().unwrap_or_default();
+    match Api::<JobSet>::namespaced(member.clone(), &ns).delete(&js.name_any(), &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(source) => Err(Error::Kube { action: format!("deleting JobSet {ns}/{}", js.name_any()), source }),
+    }
+}
+
+/// The kinds rendered beside a JobSet, which fencing deletes with it.
+fn companions() -> [ApiResource; 5] {
+    let gvk = |g: &str, v: &str, k: &str, plural: &str| {
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(g, v, k), plural)
+    };
+    [
+        gvk("scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups"),
+        gvk("scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups"),
+        gvk("scheduling.run.ai", "v2alpha2", "PodGroup", "podgroups"),
+        gvk("", "v1", "ConfigMap", "configmaps"),
+        gvk("", "v1", "Secret", "secrets"),
+    ]
+}
+
+/// Deletes the PodGroups, ConfigMaps and Secrets made for `key` (kinds the member does not
+/// serve are skipped).
+async fn delete_companions(member: &Client, ns: &str, key: &(String, i64)) -> Result<(), Error> {
+    let selector = format!("{TRAINJOB_UID_LABEL}={},{EPOCH_LABEL}={}", key.0, key.1);
+    for ar in companions() {
+        let api = Api::<DynamicObject>::namespaced_with(member.clone(), ns, &ar);
+        let listed = match api.list(&ListParams::default().labels(&selector)).await {
+            Ok(l) => l.items,
+            Err(kube::Error::Api(e)) if e.code == 404 => continue,
+            Err(source) => return Err(Error::Kube { action: format!("listing {} in {ns}", ar.plural), source }),
+        };
+        for o in listed {
+            match api.delete(&o.name_any(), &DeleteParams::background()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(source) => {
+                    return Err(Error::Kube { action: format!("deleting {} {ns}/{}", ar.kind, o.name_any()), source });
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// One sync: realise this cluster's placements, fence stale objects, report status.
 #[tracing::instrument(skip_all, fields(cluster = %cfg.cluster))]
-pub async fn sync_once(hub: &Client, member: &Client, cfg: &AgentConfig) -> Result<(), Error> {
-    let placements: Vec<Placement> = Api::<Placement>::all(hub.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(kube_err("listing placements"))?
-        .items
+pub async fn sync_once(
+    hub: &Client,
+    member: &Client,
+    cfg: &AgentConfig,
+    caches: &Caches,
+    state: &mut State,
+) -> Result<(), Error> {
+    // Heartbeat first: the hub-lost clock must not depend on how long the rest takes.
+    if state.last_report.is_none_or(|t| t.elapsed() >= cfg.timing.heartbeat) {
+        report(hub, member, cfg).await?;
+        state.last_report = Some(Instant::now());
+        state.last_hub_contact = Instant::now();
+    }
+    let placements: Vec<Placement> = watch::snapshot(&caches.placements)
         .into_iter()
-        .filter(|p| p.spec.cluster == cfg.cluster)
+        .filter(|p| p.spec.cluster.as_deref() == Some(cfg.cluster.as_str()))
         .collect();
-    let mut current: BTreeSet<(String, String)> = BTreeSet::new();
+    let jobsets: BTreeMap<(String, i64), JobSet> =
+        watch::snapshot(&caches.jobsets).into_iter().filter_map(|js| Some((owner_key(&js)?, js))).collect();
+    state.applied.retain(|k| !jobsets.contains_key(k));
+    let mut statuses: Vec<(String, String, PlacementStatus)> = Vec::new();
+    let mut current = BTreeSet::new();
     for p in &placements {
-        current.insert((p.spec.train_job_uid.clone(), p.spec.epoch.to_string()));
-        let ns = p.namespace().unwrap_or_default();
-        let done =
-            p.status.as_ref().is_some_and(|s| matches!(s.phase, PlacementPhase::Succeeded | PlacementPhase::Failed));
-        if !done {
-            realise(hub, member, cfg, p).await?;
+        let key = (p.spec.train_job_uid.clone(), p.spec.epoch);
+        current.insert(key.clone());
+        let (ns, name) = (p.namespace().unwrap_or_default(), p.name_any());
+        let reported = p.status.as_ref().filter(|s| s.observed_epoch == p.spec.epoch);
+        let phase = reported.map(|s| s.phase);
+        if matches!(
+            phase,
+            Some(
+                PlacementPhase::Succeeded
+                    | PlacementPhase::Failed
+                    | PlacementPhase::Lost
+                    | PlacementPhase::Unschedulable
+            )
+        ) {
+            continue;
         }
-        let js = Api::<JobSet>::namespaced(member.clone(), &ns)
-            .get_opt(&p.name_any())
-            .await
-            .map_err(kube_err("reading jobset"))?;
-        let status = status_of(js.as_ref(), p.spec.epoch);
-        Api::<Placement>::namespaced(hub.clone(), &ns)
-            .patch_status(&p.name_any(), &PatchParams::default(), &Patch::Merge(&json!({"status": status})))
-            .await
-            .map_err(kube_err("writing placement status"))?;
+        let status = match jobsets.get(&key) {
+            Some(js) => {
+                let age =
+                    js.metadata.creation_timestamp.as_ref().map_or(Duration::ZERO, |t| {
+                        k8s_openapi::jiff::Timestamp::now().duration_since(t.0).unsigned_abs()
+                    });
+                let unstarted = status_of(js, p.spec.epoch, None, false).phase == PlacementPhase::Applied;
+                let reason = if unstarted { pending_reason(member, &ns, &js.name_any()).await? } else { None };
+                status_of(js, p.spec.epoch, reason, unstarted && age >= cfg.timing.start_timeout)
+            }
+            None if state.applied.contains(&key) => continue,
+            None if matches!(phase, Some(PlacementPhase::Applied | PlacementPhase::Running))
+                && !state.fenced.contains_key(&key) =>
+            {
+                PlacementStatus {
+                    phase: PlacementPhase::Lost,
+                    observed_epoch: p.spec.epoch,
+                    message: Some(format!("JobSet {ns}/{name} disappeared from the member before it finished")),
+                    ..PlacementStatus::default()
+                }
+            }
+            None => {
+                realise(hub, member, cfg, p).await?;
+                cfg.metrics.realised.inc();
+                state.fenced.remove(&key);
+                state.applied.insert(key);
+                PlacementStatus { phase: PlacementPhase::Applied, observed_epoch: p.spec.epoch, ..Default::default() }
+            }
+        };
+        if reported != Some(&status) {
+            statuses.push((ns, name, status));
+        }
     }
-    // Fencing: JobSets this agent made for an epoch or TrainJob that is no longer placed here.
-    let jobsets = Api::<JobSet>::all(member.clone())
-        .list(&ListParams::default().labels(TRAINJOB_UID_LABEL))
-        .await
-        .map_err(kube_err("listing jobsets"))?;
-    for js in jobsets.items {
-        let labels = js.labels();
-        let key = (
-            labels.get(TRAINJOB_UID_LABEL).cloned().unwrap_or_default(),
-            labels.get(EPOCH_LABEL).cloned().unwrap_or_default(),
-        );
-        if !current.contains(&key) {
+    // Fencing: what this agent made for an epoch or TrainJob no longer placed here.
+    for (key, js) in &jobsets {
+        if !current.contains(key) {
             let ns = js.namespace().unwrap_or_default();
-            Api::<JobSet>::namespaced(member.clone(), &ns)
-                .delete(&js.name_any(), &DeleteParams::background())
-                .await
-                .map_err(kube_err("deleting a stale jobset"))?;
+            tracing::info!(jobset = %format!("{ns}/{}", js.name_any()), epoch = key.1, "fencing");
+            delete_jobset(member, js).await?;
+            delete_companions(member, &ns, key).await?;
+            cfg.metrics.fenced.inc();
         }
     }
-    report(hub, member, cfg).await
+    let gone: Vec<((String, i64), String)> =
+        state.fenced.iter().filter(|(k, _)| !current.contains(*k)).map(|(k, ns)| (k.clone(), ns.clone())).collect();
+    for (key, ns) in gone {
+        delete_companions(member, &ns, &key).await?;
+        state.fenced.remove(&key);
+    }
+    // Capacity first, so the hub never sees a gang running without its GPUs counted as taken.
+    if !statuses.is_empty() {
+        report(hub, member, cfg).await?;
+        state.last_report = Some(Instant::now());
+        state.last_hub_contact = Instant::now();
+    }
+    for (ns, name, status) in statuses {
+        Api::<Placement>::namespaced(hub.clone(), &ns)
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": status})))
+            .await
+            .map_err(kube_err(format!("writing Placement {ns}/{name} status")))?;
+    }
+    Ok(())
+}
+
+/// The hub has been out of reach too long: delete every live JobSet this agent made, so the
+/// dispatcher can place them elsewhere without two copies running.
+async fn fence_all(member: &Client, cfg: &AgentConfig, caches: &Caches, state: &mut State) -> Result<(), Error> {
+    for js in watch::snapshot(&caches.jobsets).iter().filter(|js| !is_finished(js)) {
+        if let Some(key) = owner_key(js) {
+            tracing::warn!(jobset = %js.name_any(), "hub unreachable: deleting");
+            delete_jobset(member, js).await?;
+            cfg.metrics.fenced.inc();
+            state.fenced.insert(key, js.namespace().unwrap_or_default());
+        }
+    }
+    Ok(())
+}
+
+/// Which gang scheduler the member runs, from its CRDs (coscheduling first when several are).
+async fn detect_gang_scheduler(member: &Client) -> Result<ReportedScheduler, Error> {
+    let crds: Api<CustomResourceDefinition> = Api::all(member.clone());
+    for (name, scheduler) in [
+        ("podgroups.scheduling.x-k8s.io", ReportedScheduler::Coscheduling),
+        ("podgroups.scheduling.volcano.sh", ReportedScheduler::Volcano),
+        ("podgroups.scheduling.run.ai", ReportedScheduler::Kai),
+    ] {
+        if crds.get_opt(name).await.map_err(kube_err("reading CRDs"))?.is_some() {
+            return Ok(scheduler);
+        }
+    }
+    Ok(ReportedScheduler::None)
 }
 
 async fn report(hub: &Client, member: &Client, cfg: &AgentConfig) -> Result<(), Error> {
@@ -215,16 +461,10 @@ async fn report(hub: &Client, member: &Client, cfg: &AgentConfig) -> Result<(), 
         Api::<Node>::all(member.clone()).list(&ListParams::default()).await.map_err(kube_err("listing nodes"))?.items;
     let pods =
         Api::<Pod>::all(member.clone()).list(&ListParams::default()).await.map_err(kube_err("listing pods"))?.items;
-    let gang_scheduler = match cfg.capabilities.gang_scheduler {
-        render::GangScheduler::Coscheduling => "coscheduling",
-        render::GangScheduler::Volcano => "volcano",
-        render::GangScheduler::Kai => "kai",
-        _ => "none",
-    };
     let status = json!({"status": {
         "heartbeatTime": k8s_openapi::jiff::Timestamp::now().to_string(),
         "agentVersion": env!("CARGO_PKG_VERSION"),
-        "gangScheduler": gang_scheduler,
+        "gangScheduler": detect_gang_scheduler(member).await?,
         "kueue": matches!(cfg.capabilities.topology_mode, render::TopologyMode::Kueue),
         "topologyLevels": cfg.levels,
         "domains": crate::capacity::summarize(&cfg.levels, &nodes, &pods),
@@ -236,12 +476,39 @@ async fn report(hub: &Client, member: &Client, cfg: &AgentConfig) -> Result<(), 
     Ok(())
 }
 
-/// Syncs until the task is dropped; errors are logged and retried.
+/// Syncs on every change and heartbeat until dropped; errors are logged and retried with
+/// exponential back-off.
 pub async fn run(hub: Client, member: Client, cfg: AgentConfig) {
+    let mut watches = Watches::new();
+    let caches = Caches::start(&hub, &member, &cfg.cluster, &mut watches);
+    caches.ready().await;
+    let mut state = State::default();
+    let mut backoff = Duration::ZERO;
     loop {
-        if let Err(e) = sync_once(&hub, &member, &cfg).await {
-            tracing::warn!(error = %e, cluster = %cfg.cluster, "agent sync failed; retrying");
+        let started = std::time::Instant::now();
+        // A request stuck in the client's own retries must not starve the hub-lost check.
+        let result = tokio::time::timeout(cfg.timing.hub_lost, sync_once(&hub, &member, &cfg, &caches, &mut state))
+            .await
+            .unwrap_or(Err(Error::Timeout(cfg.timing.hub_lost)));
+        cfg.metrics.syncs.inc();
+        cfg.metrics.sync_seconds.observe(started.elapsed().as_secs_f64());
+        match result {
+            Ok(()) => backoff = Duration::ZERO,
+            Err(error) => {
+                cfg.metrics.sync_errors.inc();
+                backoff = (backoff * 2).clamp(Duration::from_millis(100), Duration::from_secs(10));
+                tracing::warn!(%error, cluster = %cfg.cluster, retry_in = ?backoff, "agent sync failed");
+            }
         }
-        tokio::time::sleep(SYNC_INTERVAL).await;
+        if state.last_hub_contact.elapsed() >= cfg.timing.hub_lost
+            && let Err(error) = fence_all(&member, &cfg, &caches, &mut state).await
+        {
+            tracing::warn!(%error, "fencing failed");
+        }
+        let wait = if backoff.is_zero() { cfg.timing.heartbeat } else { backoff };
+        tokio::select! {
+            _ = watches.changed(), if backoff.is_zero() => {}
+            _ = tokio::time::sleep(wait) => {}
+        }
     }
 }

@@ -5,5 +5,7 @@
 pub mod capacity;
 pub mod controller;
 pub mod manifest;
+pub mod metrics;
 pub mod render;
 pub mod sshkey;
+pub mod watch;

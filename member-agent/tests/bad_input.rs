@@ -109,7 +109,10 @@ fn placement(pod_sets: &[&str], epoch: i64) -> Placement {
         .iter()
         .map(|name| PodSetPlacement { name: (*name).into(), count: 1, ..PodSetPlacement::default() })
         .collect();
-    Placement::new("job-1", PlacementSpec { train_job_uid: UID.into(), cluster: "east".into(), epoch, pod_sets })
+    Placement::new(
+        "job-1",
+        PlacementSpec { train_job_uid: UID.into(), cluster: Some("east".into()), epoch, pod_sets, backoff: Vec::new() },
+    )
 }
 
 fn key() -> SshKeyPair {

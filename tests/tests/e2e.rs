@@ -1,147 +1,190 @@
-//! Hub and a member in one process, over real HTTP: a TrainJob submitted to the hub is placed by
-//! the dispatcher, rendered and applied by the member's agent, gang-scheduled and run by the
-//! simulated member, and its completion shows on the hub TrainJob.
+//! The product end to end, in one process over real HTTP: a hub with the dispatcher, three
+//! simulated members with their agents (the `stowage dev` playground), and the faults real
+//! fleets have — a member cut off from the hub, a dispatcher killed mid-cycle, an agent
+//! restarted, a hub answering 500 and 429. docs/testing.md says how to run the same checks
+//! against real clusters.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use api::stowage::{MemberCluster, MemberClusterSpec, Placement, TopologyLevel};
+use api::stowage::{Placement, PlacementPhase};
 use api::trainer::TrainJob;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, PostParams};
-use kube::{Client, Config};
-use member_agent::controller::AgentConfig;
-use member_agent::render::{Capabilities, GangScheduler};
+use dispatcher::decide::Settings;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::Client;
+use kube::api::{Api, ListParams, PostParams};
+use member_agent::controller::Timing;
+use member_agent::render::GangScheduler;
 use serde_json::json;
-use simulator::fleet_file::FleetSpec;
-use stowage_tests::apiserver::ApiServer;
-use stowage_tests::member::SimulatedMember;
+use stowage_tests::playground::{Playground, PlaygroundOptions, SYSTEM_NAMESPACE};
 
 const UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/upstream");
-const OUR_CRDS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests/crds");
+const PATIENCE: Duration = Duration::from_secs(90);
 
-fn client(server: &ApiServer) -> Client {
-    Client::try_from(Config::new(server.url().parse().expect("url"))).expect("client")
-}
-
-async fn hub() -> (ApiServer, Client) {
-    let server = ApiServer::start().await.expect("hub");
-    let c = client(&server);
-    let crds: Api<CustomResourceDefinition> = Api::all(c.clone());
-    let mut files: Vec<String> = ["trainjobs", "trainingruntimes", "clustertrainingruntimes"]
-        .iter()
-        .map(|k| format!("{UPSTREAM}/trainer/trainer.kubeflow.org_{k}.yaml"))
-        .collect();
-    files.extend(["memberclusters", "queues", "placements"].iter().map(|k| format!("{OUR_CRDS}/{k}.stowage.dev.yaml")));
-    for f in files {
-        let crd: CustomResourceDefinition =
-            serde_yaml::from_str(&std::fs::read_to_string(&f).expect("crd")).expect("yaml");
-        crds.create(&PostParams::default(), &crd).await.expect("crd");
-    }
-    let runtime =
-        std::fs::read_to_string(format!("{UPSTREAM}/trainer/runtimes/torch_distributed.yaml")).expect("runtime");
-    let rt: api::trainer::ClusterTrainingRuntime = serde_yaml::from_str(&runtime).expect("yaml");
-    Api::<api::trainer::ClusterTrainingRuntime>::all(c.clone())
-        .create(&PostParams::default(), &rt)
-        .await
-        .expect("runtime");
-    (server, c)
-}
-
-/// Hub, the east-h100 member, its agent and the dispatcher, running.
-struct Playground {
-    _hub_server: ApiServer,
-    hub: Client,
-    member: SimulatedMember,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Drop for Playground {
-    fn drop(&mut self) {
-        self.tasks.iter().for_each(|t| t.abort());
+/// Timers short enough for a test: a member is silent after 5 s, an agent cut off from the hub
+/// fences after 2.5 s.
+fn fast() -> PlaygroundOptions {
+    PlaygroundOptions {
+        dispatchers: 1,
+        settings: Settings {
+            member_grace: Duration::from_secs(5),
+            backoff: Duration::from_secs(120),
+            max_backoff: Duration::from_secs(120),
+        },
+        lease_ttl: Duration::from_secs(2),
+        resync: Duration::from_millis(200),
+        timing: Timing {
+            heartbeat: Duration::from_millis(250),
+            hub_lost: Duration::from_millis(2500),
+            start_timeout: Duration::from_secs(600),
+        },
+        gang_scheduler: GangScheduler::Coscheduling,
     }
 }
 
-async fn playground() -> Playground {
-    let (hub_server, hub) = hub().await;
-    let fleet = FleetSpec::builtin();
-    let cluster = fleet.clusters.iter().find(|c| c.name == "east-h100").expect("cluster").clone();
-    let member = SimulatedMember::start(&cluster, std::path::Path::new(UPSTREAM)).await.expect("member");
-    Api::<MemberCluster>::all(hub.clone())
-        .create(&PostParams::default(), &MemberCluster::new("east-h100", MemberClusterSpec::default()))
-        .await
-        .expect("member cluster");
-    let levels = vec![
-        TopologyLevel { level: "block".into(), node_label: "cloud.google.com/gce-topology-block".into() },
-        TopologyLevel { level: "rack".into(), node_label: "cloud.google.com/gce-topology-subblock".into() },
-    ];
-    let cfg = AgentConfig {
-        cluster: "east-h100".into(),
-        levels,
-        capabilities: Capabilities { gang_scheduler: GangScheduler::Coscheduling, ..Capabilities::default() },
-    };
-    let tasks = vec![
-        tokio::spawn(member_agent::controller::run(hub.clone(), client(&member.server), cfg)),
-        tokio::spawn(dispatcher::controller::run(hub.clone(), scheduler_core::Config::default())),
-    ];
-    Playground { _hub_server: hub_server, hub, member, tasks }
+async fn playground(options: PlaygroundOptions) -> Playground {
+    // RUST_LOG=member_agent=debug,dispatcher=debug shows what the controllers do.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let fleet = Playground::dev_fleet().expect("dev fleet");
+    Playground::start(&fleet, std::path::Path::new(UPSTREAM), options).await.expect("playground")
 }
 
-fn trainjob(name: &str, nodes: i64, annotations: serde_json::Value, labels: serde_json::Value) -> TrainJob {
+fn trainjob(name: &str, nodes: i64, seconds: u32, annotations: serde_json::Value) -> TrainJob {
+    let mut annotations = annotations;
+    annotations["stowage.dev/simulated-duration-seconds"] = seconds.to_string().into();
     serde_json::from_value(json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-        "metadata": {"name": name, "namespace": "default", "annotations": annotations, "labels": labels},
+        "metadata": {"name": name, "namespace": "default", "annotations": annotations},
         "spec": {"runtimeRef": {"name": "torch-distributed"},
                  "trainer": {"numNodes": nodes, "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8"}}}}}))
     .expect("trainjob")
 }
 
-/// Waits until the TrainJob has a condition of `type_` with `status`; returns it.
-async fn condition(
-    hub: &Client,
-    name: &str,
-    type_: &str,
-    status: &str,
-) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
-    let tjs: Api<TrainJob> = Api::default_namespaced(hub.clone());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+async fn submit(hub: &Client, tj: &TrainJob) {
+    Api::<TrainJob>::default_namespaced(hub.clone()).create(&PostParams::default(), tj).await.expect("submitted");
+}
+
+/// Polls until `probe` returns something, failing with `what` after [`PATIENCE`].
+async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
-        let t = tjs.get(name).await.expect("trainjob");
-        if let Some(c) =
-            t.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == type_ && c.status == status))
-        {
-            return c.clone();
+        if let Some(t) = probe().await {
+            return t;
         }
-        assert!(tokio::time::Instant::now() < deadline, "{name}: no {type_}={status}: {:?}", t.status);
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until the TrainJob has a condition of `type_` with `status`; returns it.
+async fn condition(hub: &Client, name: &str, type_: &str, status: &str) -> Condition {
+    let tjs: Api<TrainJob> = Api::default_namespaced(hub.clone());
+    eventually(&format!("{name}: {type_}={status}"), || {
+        let tjs = tjs.clone();
+        async move {
+            let t = tjs.get(name).await.ok()?;
+            t.status?.conditions.into_iter().find(|c| c.type_ == type_ && c.status == status)
+        }
+    })
+    .await
+}
+
+async fn placement(hub: &Client, name: &str, pred: impl Fn(&Placement) -> bool) -> Placement {
+    let api: Api<Placement> = Api::default_namespaced(hub.clone());
+    eventually(&format!("placement {name}"), || {
+        let api = api.clone();
+        let pred = &pred;
+        async move { api.get_opt(name).await.ok().flatten().filter(|p| pred(p)) }
+    })
+    .await
+}
+
+fn running(p: &Placement) -> bool {
+    p.status.as_ref().is_some_and(|s| s.phase == PlacementPhase::Running && s.observed_epoch == p.spec.epoch)
+}
+
+async fn all_complete(hub: &Client, names: &[String]) {
+    for n in names {
+        condition(hub, n, "Complete", "True").await;
+    }
+}
+
+#[tokio::test]
+async fn trainjobs_spread_over_members_and_a_rack_gang_runs_inside_one_rack() {
+    let p = playground(fast()).await;
+    let hub = p.hub();
+    submit(&hub, &trainjob("llm", 8, 2, json!({"stowage.dev/topology": "required:rack"}))).await;
+    let names: Vec<String> = (0..5).map(|i| format!("wide-{i}")).collect();
+    for n in &names {
+        submit(&hub, &trainjob(n, 16, 2, json!({}))).await;
+    }
+    all_complete(&hub, &names).await;
+    let done = condition(&hub, "llm", "Complete", "True").await;
+    assert_eq!((done.reason.as_str(), done.message.as_str()), ("AllJobsCompleted", "jobset completed successfully"));
+    let tj = Api::<TrainJob>::default_namespaced(hub.clone()).get("llm").await.expect("trainjob");
+    assert_eq!(tj.status.expect("status").jobs_status.iter().map(|j| j.succeeded).sum::<i32>(), 1);
+
+    let placements =
+        Api::<Placement>::default_namespaced(hub.clone()).list(&ListParams::default()).await.expect("list");
+    let clusters: std::collections::BTreeSet<String> =
+        placements.items.iter().filter_map(|p| p.spec.cluster.clone()).collect();
+    assert!(clusters.len() >= 2, "96 nodes of work on a 64-node largest member used one member: {clusters:?}");
+
+    let llm = placements.items.iter().find(|p| p.metadata.name.as_deref() == Some("llm")).expect("placement");
+    let domain = llm.spec.pod_sets[0].domain.clone().expect("pinned");
+    assert_eq!(domain.level, "rack");
+    let member = p.member(llm.spec.cluster.as_deref().expect("placed")).expect("member");
+    let store = member.sim.server.store().lock().expect("store");
+    let pods_rt = store.lookup("", "v1", "pods").expect("pods").clone();
+    let nodes_rt = store.lookup("", "v1", "nodes").expect("nodes").clone();
+    let pods = store
+        .list(
+            &pods_rt,
+            Some("default"),
+            &|o| o["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] == "llm",
+            None,
+            None,
+        )
+        .0;
+    assert_eq!(pods.len(), 8);
+    for pod in pods {
+        let node = store.get(&nodes_rt, None, pod["spec"]["nodeName"].as_str().expect("bound")).expect("node");
+        assert_eq!(node["metadata"]["labels"][&domain.node_label], domain.value.as_str());
     }
 }
 
 #[tokio::test]
 async fn a_malformed_trainjob_gets_a_condition_naming_the_field_and_the_others_run() {
-    let p = playground().await;
-    let tjs: Api<TrainJob> = Api::default_namespaced(p.hub.clone());
-    let quick = json!({"stowage.dev/simulated-duration-seconds": "1"});
-    tjs.create(&PostParams::default(), &trainjob("broken", 0, quick.clone(), json!({})))
-        .await
-        .expect("accepted by the CRD");
-    tjs.create(&PostParams::default(), &trainjob("fine", 1, quick, json!({}))).await.expect("create");
-    let bad = condition(&p.hub, "broken", "Pending", "True").await;
+    let p = playground(fast()).await;
+    let hub = p.hub();
+    submit(&hub, &trainjob("broken", 0, 1, json!({}))).await;
+    submit(&hub, &trainjob("fine", 1, 1, json!({}))).await;
+    let bad = condition(&hub, "broken", "Pending", "True").await;
     assert_eq!(bad.reason, "Invalid");
     assert_eq!(bad.message, "spec.trainer.numNodes: must be at least 1");
-    condition(&p.hub, "fine", "Complete", "True").await;
+    condition(&hub, "fine", "Complete", "True").await;
 }
 
 #[tokio::test]
 async fn an_exhausted_quota_keeps_the_trainjob_pending_naming_queue_and_flavor() {
-    let p = playground().await;
+    let p = playground(fast()).await;
+    let hub = p.hub();
     let queue: api::stowage::Queue = serde_yaml::from_str(
         "apiVersion: stowage.dev/v1alpha1\nkind: Queue\nmetadata: {name: team-a}\nspec:\n  quotas:\n  - {flavor: nvidia-h100-80gb, resource: nvidia.com/gpu, nominalQuota: '16'}\n",
     )
     .expect("queue");
-    Api::<api::stowage::Queue>::all(p.hub.clone()).create(&PostParams::default(), &queue).await.expect("queue");
-    let tjs: Api<TrainJob> = Api::default_namespaced(p.hub.clone());
-    let c = trainjob("greedy", 3, json!({}), json!({"stowage.dev/queue": "team-a"}));
-    tjs.create(&PostParams::default(), &c).await.expect("create");
-    let pending = condition(&p.hub, "greedy", "Pending", "True").await;
+    Api::<api::stowage::Queue>::all(hub.clone()).create(&PostParams::default(), &queue).await.expect("queue");
+    let mut greedy = trainjob("greedy", 3, 1, json!({"stowage.dev/gpu-flavor": "nvidia-h100-80gb"}));
+    greedy.metadata.labels = Some([("stowage.dev/queue".to_string(), "team-a".to_string())].into());
+    submit(&hub, &greedy).await;
+    let pending = condition(&hub, "greedy", "Pending", "True").await;
     assert_eq!(pending.reason, "QuotaExceeded");
     assert!(
         pending
@@ -150,50 +193,143 @@ async fn an_exhausted_quota_keeps_the_trainjob_pending_naming_queue_and_flavor()
         "{}",
         pending.message
     );
-    let _ = &p.member;
 }
 
 #[tokio::test]
-async fn a_trainjob_on_the_hub_runs_on_a_member_inside_one_rack_and_completes() {
-    let p = playground().await;
-    let (hub, member_client) = (p.hub.clone(), client(&p.member.server));
-    let tj: TrainJob = serde_json::from_value(json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-        "metadata": {"name": "llm", "namespace": "default",
-                     "annotations": {"stowage.dev/topology": "required:rack", "stowage.dev/simulated-duration-seconds": "1"}},
-        "spec": {"runtimeRef": {"name": "torch-distributed"},
-                 "trainer": {"numNodes": 3, "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8"}}}}}))
-    .expect("trainjob");
-    let tjs: Api<TrainJob> = Api::default_namespaced(hub.clone());
-    tjs.create(&PostParams::default(), &tj).await.expect("submitted");
+async fn a_member_cut_off_from_the_hub_loses_its_trainjobs_to_another_without_running_them_twice() {
+    let p = playground(fast()).await;
+    let hub = p.hub();
+    let monitor = p.watch_for_duplicates();
+    submit(&hub, &trainjob("mover", 2, 6, json!({}))).await;
+    let first = placement(&hub, "mover", running).await;
+    let gone_from = first.spec.cluster.clone().expect("placed");
+    assert_eq!(first.spec.epoch, 1);
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let done = loop {
-        let t = tjs.get("llm").await.expect("trainjob");
-        let complete =
-            t.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Complete" && c.status == "True"));
-        if complete {
-            break t;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "not complete: {:?}", t.status);
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    let status = done.status.expect("status");
-    let complete = status.conditions.iter().find(|c| c.type_ == "Complete").expect("complete");
+    p.hub_server.faults().partition_client(&Playground::agent_token(&gone_from), true);
+    let moved = placement(&hub, "mover", |pl| pl.spec.cluster.as_deref().is_some_and(|c| c != gone_from)).await;
+    assert_eq!(moved.spec.epoch, 2, "a new epoch fences the old member");
+    let backoff = &moved.spec.backoff[0];
     assert_eq!(
-        (complete.reason.as_str(), complete.message.as_str()),
-        ("AllJobsCompleted", "jobset completed successfully")
+        (backoff.cluster.as_str(), backoff.reason.as_str(), backoff.attempts),
+        (gone_from.as_str(), "MemberSilent", 1)
     );
-    assert_eq!(status.jobs_status.iter().map(|j| j.succeeded).sum::<i32>(), 1);
-    let placement = Api::<Placement>::default_namespaced(hub.clone()).get("llm").await.expect("placement");
-    let domain = placement.spec.pod_sets[0].domain.clone().expect("pinned");
-    assert_eq!(domain.level, "rack");
-    // Every pod ran inside that rack on the member.
-    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::default_namespaced(member_client.clone());
-    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(member_client);
-    let pods = pods.list(&kube::api::ListParams::default()).await.expect("pods").items;
-    assert_eq!(pods.len(), 3);
-    for p in pods {
-        let node = nodes.get(&p.spec.and_then(|s| s.node_name).expect("bound")).await.expect("node");
-        assert_eq!(node.metadata.labels.expect("labels")[&domain.node_label], domain.value);
+    condition(&hub, "mover", "Complete", "True").await;
+
+    // The member comes back: nothing of the old epoch is left there.
+    p.hub_server.faults().partition_client(&Playground::agent_token(&gone_from), false);
+    let old = p.member(&gone_from).expect("member");
+    eventually("the old member's stale objects to go", || async {
+        let store = old.sim.server.store().lock().ok()?;
+        let left: usize =
+            [("jobset.x-k8s.io", "v1alpha2", "jobsets"), ("scheduling.x-k8s.io", "v1alpha1", "podgroups")]
+                .iter()
+                .filter_map(|(g, v, r)| store.lookup(g, v, r).cloned())
+                .map(|rt| {
+                    store
+                        .list(
+                            &rt,
+                            None,
+                            &|o| !o["metadata"]["labels"]["stowage.dev/trainjob-uid"].is_null(),
+                            None,
+                            None,
+                        )
+                        .0
+                        .len()
+                })
+                .sum();
+        (left == 0).then_some(())
+    })
+    .await;
+    assert_eq!(monitor.duplicates(), Vec::new(), "a TrainJob ran on two members at once");
+}
+
+#[tokio::test]
+async fn a_dispatcher_killed_mid_cycle_hands_over_without_duplicate_or_lost_placements() {
+    let p = &mut playground(PlaygroundOptions { dispatchers: 2, ..fast() }).await;
+    let hub = p.hub();
+    let monitor = p.watch_for_duplicates();
+    let leases: Api<Lease> = Api::namespaced(hub.clone(), SYSTEM_NAMESPACE);
+    let leader = |l: Lease| l.spec.and_then(|s| s.holder_identity).filter(|h| !h.is_empty());
+    let first =
+        eventually("a leader", || async { leases.get_opt("stowage-dispatcher").await.ok().flatten().and_then(leader) })
+            .await;
+    // Slow writes so a cycle placing many TrainJobs is caught half done.
+    p.hub_server.faults().set_latency(Duration::from_millis(15));
+    let names: Vec<String> = (0..24).map(|i| format!("burst-{i}")).collect();
+    for n in &names {
+        submit(&hub, &trainjob(n, 1, 1, json!({}))).await;
     }
+    let placements: Api<Placement> = Api::default_namespaced(hub.clone());
+    eventually("the first placements", || async {
+        let n = placements.list(&ListParams::default()).await.ok()?.items.len();
+        (n > 0).then_some(())
+    })
+    .await;
+    let killed = (0..2).find(|i| Playground::dispatcher_token(*i) == first).expect("leader is a replica");
+    p.stop_dispatcher(killed);
+    let written = placements.list(&ListParams::default()).await.expect("list").items.len();
+    p.hub_server.faults().set_latency(Duration::ZERO);
+    let second = eventually("a new leader", || async {
+        leases.get_opt("stowage-dispatcher").await.ok().flatten().and_then(leader).filter(|h| *h != first)
+    })
+    .await;
+    all_complete(&hub, &names).await;
+    let all = placements.list(&ListParams::default()).await.expect("list").items;
+    assert_eq!(all.len(), names.len());
+    assert!(all.iter().all(|pl| pl.spec.epoch == 1), "no TrainJob was placed twice");
+    assert_eq!(monitor.duplicates(), Vec::new());
+    assert!(written < names.len(), "the kill came mid-way: {written} of {} placed ({first} → {second})", names.len());
+    // The killed replica comes back as a follower and changes nothing.
+    p.start_dispatcher(killed).expect("restart");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let again = placements.list(&ListParams::default()).await.expect("list").items;
+    let epochs =
+        |v: &[Placement]| v.iter().map(|p| (p.metadata.name.clone(), p.spec.clone())).collect::<BTreeMap<_, _>>();
+    assert_eq!(epochs(&again), epochs(&all));
+}
+
+#[tokio::test]
+async fn a_restarted_agent_picks_up_where_it_left_without_duplicates() {
+    let p = &mut playground(fast()).await;
+    let hub = p.hub();
+    let monitor = p.watch_for_duplicates();
+    let names: Vec<String> = (0..6).map(|i| format!("steady-{i}")).collect();
+    for n in &names {
+        submit(&hub, &trainjob(n, 2, 3, json!({}))).await;
+    }
+    let first = placement(&hub, &names[0], running).await;
+    let cluster = first.spec.cluster.clone().expect("placed");
+    p.stop_agent(&cluster);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    p.start_agent(&cluster).expect("restart");
+    all_complete(&hub, &names).await;
+    let placements =
+        Api::<Placement>::default_namespaced(hub.clone()).list(&ListParams::default()).await.expect("list");
+    assert!(placements.items.iter().all(|pl| pl.spec.epoch == 1), "nothing was re-placed");
+    assert_eq!(monitor.duplicates(), Vec::new());
+}
+
+#[tokio::test]
+async fn a_hub_answering_500_and_429_slows_things_down_but_loses_nothing() {
+    // The client honours 429's Retry-After, so heartbeats pause for seconds: a grace period
+    // that short would (rightly) move TrainJobs, which is another test's subject.
+    let mut options = fast();
+    options.settings.member_grace = Duration::from_secs(60);
+    options.timing.hub_lost = Duration::from_secs(30);
+    let p = playground(options).await;
+    let hub = p.hub();
+    let monitor = p.watch_for_duplicates();
+    let names: Vec<String> = (0..8).map(|i| format!("hardy-{i}")).collect();
+    for n in &names {
+        submit(&hub, &trainjob(n, 1, 1, json!({}))).await;
+    }
+    p.hub_server.faults().fail_next(40, 500);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    p.hub_server.faults().fail_next(40, 429);
+    all_complete(&hub, &names).await;
+    let placements =
+        Api::<Placement>::default_namespaced(hub.clone()).list(&ListParams::default()).await.expect("list");
+    assert_eq!(placements.items.len(), names.len());
+    assert!(placements.items.iter().all(|pl| pl.spec.epoch == 1));
+    assert_eq!(monitor.duplicates(), Vec::new());
 }

@@ -48,7 +48,8 @@ fn placement(nodes: u32, rack: &str) -> Placement {
         "t",
         PlacementSpec {
             train_job_uid: "11111111-2222-3333-4444-555555555555".into(),
-            cluster: "east-h100".into(),
+            cluster: Some("east-h100".into()),
+            backoff: Vec::new(),
             epoch: 1,
             pod_sets: vec![PodSetPlacement {
                 name: "node".into(),

@@ -13,12 +13,12 @@ use hyper::body::{Frame, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
 
-use super::Shared;
 use super::patch;
 use super::resources::{Discovery, ResourceType};
 use super::selectors::Selector;
 use super::status::ApiError;
 use super::store::{Event, EventType, Part, Signal, WriteOptions};
+use super::{Access, Shared};
 
 /// The largest request body accepted, as the real server's default (3 MiB).
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
@@ -171,21 +171,48 @@ fn parse_body(bytes: &[u8], content_type: &str) -> Result<Value, ApiError> {
     Ok(v)
 }
 
-pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+/// The bearer token a client sent: who it is, for fault hooks and the access log.
+fn token(req: &Request<Incoming>) -> String {
+    req.headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("")
+        .to_string()
+}
+
+/// The request's client is cut off: the connection is dropped unanswered.
+#[derive(Debug)]
+pub struct Partitioned;
+
+impl std::fmt::Display for Partitioned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("client partitioned from this server")
+    }
+}
+
+impl std::error::Error for Partitioned {}
+
+/// Answers a request, or `None` when its client is cut off (see `Faults::partition_client`).
+pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Option<Response<Body>> {
+    let user = token(&req);
+    if !user.is_empty() && shared.faults.is_client_cut(&user) {
+        return None;
+    }
     if let Some(d) = shared.faults.latency() {
         tokio::time::sleep(d).await;
     }
     if let Some(code) = shared.faults.take_failure() {
         let e = if code == 429 { ApiError::too_many_requests() } else { ApiError::internal("injected failure") };
-        return error_response(&e);
+        return Some(error_response(&e));
     }
-    match serve(shared, req).await {
+    Some(match serve(shared, req, user).await {
         Ok(r) => r,
         Err(e) => error_response(&e),
-    }
+    })
 }
 
-async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+async fn serve(shared: Arc<Shared>, req: Request<Incoming>, user: String) -> Result<Response<Body>, ApiError> {
     let path = req.uri().path().to_string();
     let q = query(&req);
     let method = req.method().clone();
@@ -213,8 +240,29 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<B
     };
     let ns = target.namespace.as_deref();
     let rt = &target.rt;
+    let is_watch = q.get("watch").is_some_and(|w| w == "true" || w == "1");
+    shared.faults.record(|| Access {
+        user: user.clone(),
+        verb: match (&method, target.name.is_some()) {
+            (&Method::GET, true) => "get",
+            (&Method::GET, false) if is_watch => "watch",
+            (&Method::GET, false) => "list",
+            (&Method::POST, _) => "create",
+            (&Method::PUT, _) => "update",
+            (&Method::PATCH, _) => "patch",
+            (&Method::DELETE, true) => "delete",
+            (&Method::DELETE, false) => "deletecollection",
+            _ => "unknown",
+        }
+        .into(),
+        group: rt.group.clone(),
+        resource: rt.plural.clone(),
+        subresource: (target.part == Part::Status).then(|| "status".to_string()),
+        namespace: target.namespace.clone(),
+        name: target.name.clone(),
+    });
     match (method.clone(), target.name.clone()) {
-        (Method::GET, None) if q.get("watch").is_some_and(|w| w == "true" || w == "1") => watch(shared, target, &q),
+        (Method::GET, None) if is_watch => watch(shared, target, &q, user),
         (Method::GET, None) => list(&shared, &target, &q),
         (Method::GET, Some(name)) => {
             let store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
@@ -352,7 +400,12 @@ fn watch_line(kind: &str, object: &Value) -> Bytes {
     Bytes::from(format!("{}\n", json!({"type": kind, "object": object})))
 }
 
-fn watch(shared: Arc<Shared>, t: Target, q: &BTreeMap<String, String>) -> Result<Response<Body>, ApiError> {
+fn watch(
+    shared: Arc<Shared>,
+    t: Target,
+    q: &BTreeMap<String, String>,
+    user: String,
+) -> Result<Response<Body>, ApiError> {
     let selector =
         Selector::parse(q.get("labelSelector").map(String::as_str), q.get("fieldSelector").map(String::as_str))?;
     let bookmarks = q.get("allowWatchBookmarks").is_some_and(|b| b == "true");
@@ -364,14 +417,14 @@ fn watch(shared: Arc<Shared>, t: Target, q: &BTreeMap<String, String>) -> Result
     let from = q.get("resourceVersion").and_then(|r| r.parse::<u64>().ok()).filter(|r| *r > 0);
     let (backlog, mut rx, start_rv) = {
         let store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
-        let backlog: Vec<(EventType, Value)> = match from {
-            Some(rv) => store.since(&t.rt, rv)?.into_iter().map(|e| (e.kind, e.object)).collect(),
+        let backlog: Vec<(EventType, Value, Option<Value>)> = match from {
+            Some(rv) => store.since(&t.rt, rv)?.into_iter().map(|e| (e.kind, e.object, e.previous)).collect(),
             // "Most recent": the current state as ADDED events, then changes.
             None => store
                 .list(&t.rt, t.namespace.as_deref(), &|_| true, None, None)
                 .0
                 .into_iter()
-                .map(|o| (EventType::Added, o))
+                .map(|o| (EventType::Added, o, None))
                 .collect(),
         };
         (backlog, store.tx.subscribe(), store.resource_version())
@@ -393,10 +446,23 @@ fn watch(shared: Arc<Shared>, t: Target, q: &BTreeMap<String, String>) -> Result
         }
     };
     let faults = shared.clone();
+    // A change that makes an object start or stop matching is ADDED or DELETED for this watch,
+    // as the real server does.
+    let translate = move |k: EventType, o: &Value, previous: Option<&Value>| -> Option<EventType> {
+        match (k, previous.is_some_and(&keep), keep(o)) {
+            (EventType::Modified, true, true) => Some(EventType::Modified),
+            (EventType::Modified, false, true) => Some(EventType::Added),
+            (EventType::Modified, true, false) => Some(EventType::Deleted),
+            (_, _, false) => None,
+            (k, _, true) => Some(k),
+        }
+    };
     tokio::spawn(async move {
         let deadline = tokio::time::Instant::now() + timeout;
-        for (k, o) in backlog {
-            if keep(&o) && tx.send(watch_line(k.as_str(), &present(o))).await.is_err() {
+        for (k, o, previous) in backlog {
+            if let Some(k) = translate(k, &o, previous.as_ref())
+                && tx.send(watch_line(k.as_str(), &present(o))).await.is_err()
+            {
                 return;
             }
         }
@@ -406,7 +472,7 @@ fn watch(shared: Arc<Shared>, t: Target, q: &BTreeMap<String, String>) -> Result
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => return,
                 _ = tick.tick() => {
-                    if faults.faults.is_partitioned() {
+                    if faults.faults.is_partitioned() || faults.faults.is_client_cut(&user) {
                         return;
                     }
                     if bookmarks {
@@ -416,10 +482,14 @@ fn watch(shared: Arc<Shared>, t: Target, q: &BTreeMap<String, String>) -> Result
                 }
                 msg = rx.recv() => match msg {
                     Ok(Signal::Event(e)) => {
-                        let Event { rv, store, kind: k, object } = *e;
+                        let Event { rv, store, kind: k, object, previous } = *e;
                         if store != store_key || rv <= last_rv { continue; }
                         last_rv = rv;
-                        if keep(&object) && tx.send(watch_line(k.as_str(), &present(object))).await.is_err() { return; }
+                        if let Some(k) = translate(k, &object, previous.as_ref())
+                            && tx.send(watch_line(k.as_str(), &present(object))).await.is_err()
+                        {
+                            return;
+                        }
                     }
                     Ok(Signal::Expire) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
                         let gone = ApiError::gone("the watch's resource version is too old; relist").to_status();

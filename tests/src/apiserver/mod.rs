@@ -15,6 +15,7 @@ pub mod selectors;
 pub mod status;
 pub mod store;
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -37,6 +38,24 @@ pub struct Faults {
     fail_code: AtomicU32,
     /// Wakes open connections so a partition cuts them too, not only new ones.
     cut: tokio::sync::Notify,
+    /// Clients (by bearer token) cut off from this server while others still reach it.
+    cut_clients: Mutex<BTreeSet<String>>,
+    /// Every request, when recording is on: what RBAC would be asked.
+    audit: Mutex<Option<Vec<Access>>>,
+}
+
+/// One request as an RBAC authorizer sees it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Access {
+    /// The bearer token the client sent; empty when none.
+    pub user: String,
+    /// get, list, watch, create, update, patch, delete or deletecollection.
+    pub verb: String,
+    pub group: String,
+    pub resource: String,
+    pub subresource: Option<String>,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
 }
 
 impl Faults {
@@ -50,6 +69,41 @@ impl Faults {
 
     pub fn is_partitioned(&self) -> bool {
         self.partitioned.load(Ordering::SeqCst)
+    }
+
+    /// Cut one client (by the bearer token its kubeconfig carries) off: its requests fail as
+    /// unreachable and its open watches end, while other clients carry on — a network partition
+    /// between one agent and the hub.
+    pub fn partition_client(&self, token: &str, on: bool) {
+        let mut cut = self.cut_clients.lock().unwrap_or_else(|e| e.into_inner());
+        if on {
+            cut.insert(token.to_string());
+        } else {
+            cut.remove(token);
+        }
+    }
+
+    pub(crate) fn is_client_cut(&self, token: &str) -> bool {
+        self.cut_clients.lock().unwrap_or_else(|e| e.into_inner()).contains(token)
+    }
+
+    /// Starts recording every request (see [`Faults::accesses`]).
+    pub fn record_accesses(&self) {
+        *self.audit.lock().unwrap_or_else(|e| e.into_inner()) = Some(Vec::new());
+    }
+
+    /// The requests recorded since [`Faults::record_accesses`], deduplicated and sorted.
+    pub fn accesses(&self) -> Vec<Access> {
+        let mut all = self.audit.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default();
+        all.sort();
+        all.dedup();
+        all
+    }
+
+    pub(crate) fn record(&self, access: impl FnOnce() -> Access) {
+        if let Some(log) = self.audit.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            log.push(access());
+        }
     }
 
     pub fn set_latency(&self, d: Duration) {
@@ -133,7 +187,9 @@ impl ApiServer {
                 conns.spawn(async move {
                     let svc = service_fn(move |req| {
                         let s = s.clone();
-                        async move { Ok::<_, std::convert::Infallible>(http::handle(s, req).await) }
+                        // A cut-off client's connection drops without an answer, as over a broken
+                        // network (an error status would be retried by the client instead).
+                        async move { http::handle(s, req).await.ok_or(http::Partitioned) }
                     });
                     let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
                     let cut = s2.faults.cut.notified();
@@ -169,12 +225,21 @@ impl ApiServer {
         &self.shared.store
     }
 
-    /// A kubeconfig pointing at this server (no auth: the server trusts loopback).
+    /// A kubeconfig pointing at this server. The server trusts loopback and authenticates no
+    /// one; the token `name` only identifies the client to fault hooks and the access log.
     pub fn kubeconfig(&self, name: &str) -> String {
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: {}\ncontexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: {name}\n    namespace: default\ncurrent-context: {name}\nusers:\n- name: {name}\n  user: {{}}\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: {}\ncontexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: {name}\n    namespace: default\ncurrent-context: {name}\nusers:\n- name: {name}\n  user: {{token: {name}}}\n",
             self.url()
         )
+    }
+
+    /// A kube client of this server that identifies itself as `token` (see [`Faults::partition_client`]).
+    pub fn client_as(&self, token: &str) -> Result<kube::Client, kube::Error> {
+        let uri = self.url().parse().map_err(|e| kube::Error::Service(Box::new(e)))?;
+        let mut config = kube::Config::new(uri);
+        config.auth_info.token = Some(token.to_string().into());
+        kube::Client::try_from(config)
     }
 
     /// Stops serving: the port is released and every connection, watches included, is cut.

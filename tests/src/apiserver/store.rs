@@ -37,6 +37,9 @@ pub struct Event {
     pub store: (String, String),
     pub kind: EventType,
     pub object: Value,
+    /// For MODIFIED, the object before: a selector-filtered watch turns a change into ADDED or
+    /// DELETED when the object starts or stops matching, as the real server does.
+    pub previous: Option<Value>,
 }
 
 /// Signals to watches: an event, or "the history was compacted, end now".
@@ -166,8 +169,8 @@ impl Store {
         )
     }
 
-    fn emit(&mut self, rt: &ResourceType, kind: EventType, object: Value) {
-        let event = Event { rv: self.rv, store: store_key(rt), kind, object };
+    fn emit(&mut self, rt: &ResourceType, kind: EventType, object: Value, previous: Option<Value>) {
+        let event = Event { rv: self.rv, store: store_key(rt), kind, object, previous };
         self.history.push_back(event.clone());
         while self.history.len() > HISTORY {
             if let Some(e) = self.history.pop_front() {
@@ -340,7 +343,7 @@ impl Store {
         obj["apiVersion"] = rt.api_version().into();
         obj["kind"] = rt.kind.clone().into();
         self.objects.entry(store_key(rt)).or_default().insert(key, obj.clone());
-        self.emit(rt, EventType::Added, obj.clone());
+        self.emit(rt, EventType::Added, obj.clone(), None);
         Ok(obj)
     }
 
@@ -449,8 +452,8 @@ impl Store {
         obj["kind"] = rt.kind.clone().into();
         let finalizing = obj["metadata"].get("deletionTimestamp").is_some()
             && obj["metadata"].get("finalizers").and_then(Value::as_array).is_none_or(|f| f.is_empty());
-        self.objects.entry(store_key(rt)).or_default().insert(key.clone(), obj.clone());
-        self.emit(rt, EventType::Modified, obj.clone());
+        let previous = self.objects.entry(store_key(rt)).or_default().insert(key.clone(), obj.clone());
+        self.emit(rt, EventType::Modified, obj.clone(), previous);
         if finalizing {
             self.remove(rt, &key);
         }
@@ -480,8 +483,8 @@ impl Store {
                 obj["metadata"]["deletionTimestamp"] = now_rfc3339().into();
                 obj["metadata"]["deletionGracePeriodSeconds"] = 0.into();
                 obj["metadata"]["resourceVersion"] = self.rv.to_string().into();
-                self.objects.entry(store_key(rt)).or_default().insert(key, obj.clone());
-                self.emit(rt, EventType::Modified, obj.clone());
+                let previous = self.objects.entry(store_key(rt)).or_default().insert(key, obj.clone());
+                self.emit(rt, EventType::Modified, obj.clone(), previous);
             }
             return Ok(obj);
         }
@@ -492,7 +495,7 @@ impl Store {
         let mut obj = self.objects.get_mut(&store_key(rt))?.remove(key)?;
         self.rv += 1;
         obj["metadata"]["resourceVersion"] = self.rv.to_string().into();
-        self.emit(rt, EventType::Deleted, obj.clone());
+        self.emit(rt, EventType::Deleted, obj.clone(), None);
         if rt.plural == "namespaces" {
             self.delete_namespace_contents(&key.1);
         }

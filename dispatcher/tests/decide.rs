@@ -1,0 +1,187 @@
+//! One dispatcher cycle over hub objects: placing once, deciding again without writing, and
+//! moving TrainJobs off members that went silent or could not start them, with back-off.
+
+use api::stowage::{
+    ClusterBackoff, DomainCapacity, MemberCluster, MemberClusterSpec, MemberClusterStatus, Placement, PlacementPhase,
+    PlacementStatus, TopologyLevel,
+};
+use api::trainer::{ClusterTrainingRuntime, TrainJob, TrainJobStatus};
+use dispatcher::decide::{Observed, Plan, Settings, decide};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use scheduler_core::Config;
+use serde_json::json;
+
+const RUNTIME: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/upstream/trainer/runtimes/torch_distributed.yaml");
+
+fn now() -> Timestamp {
+    "2026-11-22T10:00:00Z".parse().expect("time")
+}
+
+fn at(offset_s: i64) -> Time {
+    Time(now() + SignedDuration::from_secs(offset_s))
+}
+
+/// A member with one rack of four free 8-GPU nodes that last reported `age_s` seconds ago.
+fn member(name: &str, age_s: i64) -> MemberCluster {
+    let mut m = MemberCluster::new(name, MemberClusterSpec::default());
+    m.status = Some(MemberClusterStatus {
+        heartbeat_time: Some(at(-age_s).0.to_string()),
+        topology_levels: vec![TopologyLevel { level: "rack".into(), node_label: "rack".into() }],
+        domains: vec![DomainCapacity {
+            path: vec![format!("{name}-r0")],
+            flavor: "h100".into(),
+            nodes: 4,
+            gpus_per_node: 8,
+            allocatable_gpus: 32,
+            free_gpus: 32,
+            free_histogram: vec![0, 0, 0, 0, 0, 0, 0, 0, 4],
+            cpu_milli_per_node: None,
+            memory_mib_per_node: None,
+        }],
+        ..MemberClusterStatus::default()
+    });
+    m
+}
+
+fn observed(members: Vec<MemberCluster>) -> Observed {
+    let runtime: ClusterTrainingRuntime =
+        serde_yaml::from_str(&std::fs::read_to_string(RUNTIME).expect("runtime")).expect("yaml");
+    let tj: TrainJob =
+        serde_json::from_value(json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "t", "namespace": "ml", "uid": "u1", "creationTimestamp": "2026-11-22T09:00:00Z"},
+        "spec": {"runtimeRef": {"name": "torch-distributed"},
+                 "trainer": {"numNodes": 2, "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8"}}}}}))
+        .expect("trainjob");
+    Observed { trainjobs: vec![tj], cluster_runtimes: vec![runtime], members, ..Observed::default() }
+}
+
+fn settings() -> Settings {
+    Settings {
+        member_grace: std::time::Duration::from_secs(120),
+        backoff: std::time::Duration::from_secs(60),
+        max_backoff: std::time::Duration::from_secs(600),
+    }
+}
+
+/// What the hub holds after `plan` is written: its Placements and TrainJob statuses.
+fn written(mut o: Observed, plan: &Plan) -> Observed {
+    for (i, w) in plan.placements.iter().enumerate() {
+        let mut p = Placement::new(&w.name, w.spec.clone());
+        p.metadata.namespace = Some(w.namespace.clone());
+        p.metadata.resource_version = Some(format!("rv-{i}-{}", w.spec.epoch));
+        p.status =
+            o.placements.iter().find(|old| old.metadata.name == p.metadata.name).and_then(|old| old.status.clone());
+        o.placements.retain(|old| old.metadata.name != p.metadata.name);
+        o.placements.push(p);
+    }
+    for s in &plan.statuses {
+        let tj = o.trainjobs.iter_mut().find(|t| t.metadata.name.as_deref() == Some(&s.name)).expect("trainjob");
+        tj.status = Some(TrainJobStatus {
+            conditions: s.conditions.clone(),
+            jobs_status: s.jobs.clone(),
+            ..Default::default()
+        });
+    }
+    o
+}
+
+fn report(o: &mut Observed, phase: PlacementPhase, epoch: i64) {
+    o.placements[0].status = Some(PlacementStatus { phase, observed_epoch: epoch, ..PlacementStatus::default() });
+}
+
+#[test]
+fn a_trainjob_is_placed_once_and_deciding_again_writes_nothing() {
+    let o = observed(vec![member("a", 1), member("b", 1)]);
+    let plan = decide(&o, &Config::default(), &settings(), Time(now()));
+    assert_eq!(plan.placements.len(), 1);
+    let w = &plan.placements[0];
+    assert_eq!((w.spec.epoch, w.replaces.as_deref(), w.owner_uid.as_str()), (1, None, "u1"));
+    assert!(w.spec.cluster.is_some());
+    let mut o = written(o, &plan);
+    let again = decide(&o, &Config::default(), &settings(), at(5));
+    assert_eq!(again, Plan::default(), "the same observation twice writes nothing");
+    report(&mut o, PlacementPhase::Running, 1);
+    let running = decide(&o, &Config::default(), &settings(), at(10));
+    assert!(running.placements.is_empty());
+    let placed = &running.statuses[0].conditions[0];
+    assert_eq!((placed.type_.as_str(), placed.status.as_str(), placed.reason.as_str()), ("Pending", "False", "Placed"));
+    let o = written(o, &running);
+    assert_eq!(decide(&o, &Config::default(), &settings(), at(20)), Plan::default());
+}
+
+/// Places the TrainJob, reports it running there, and returns the hub state and its member.
+fn placed_and_running(members: Vec<MemberCluster>) -> (Observed, String) {
+    let o = observed(members);
+    let plan = decide(&o, &Config::default(), &settings(), Time(now()));
+    let cluster = plan.placements[0].spec.cluster.clone().expect("placed");
+    let mut o = written(o, &plan);
+    report(&mut o, PlacementPhase::Running, 1);
+    (o, cluster)
+}
+
+fn go_silent(o: &mut Observed, cluster: &str) {
+    let m = o.members.iter_mut().find(|m| m.metadata.name.as_deref() == Some(cluster)).expect("member");
+    m.status.as_mut().expect("status").heartbeat_time = Some(at(-300).0.to_string());
+}
+
+#[test]
+fn a_silent_members_trainjob_moves_to_another_with_a_new_epoch_and_a_back_off() {
+    let (mut o, first) = placed_and_running(vec![member("a", 1), member("b", 1)]);
+    go_silent(&mut o, &first);
+    let plan = decide(&o, &Config::default(), &settings(), at(30));
+    let w = &plan.placements[0];
+    let other = if first == "a" { "b" } else { "a" };
+    assert_eq!((w.spec.cluster.as_deref(), w.spec.epoch, w.replaces.as_deref()), (Some(other), 2, Some("rv-0-1")));
+    assert_eq!(
+        w.spec.backoff,
+        [ClusterBackoff { cluster: first, reason: "MemberSilent".into(), until: at(90).0.to_string(), attempts: 1 }]
+    );
+}
+
+#[test]
+fn a_gang_that_would_not_start_backs_off_longer_each_time() {
+    let (mut o, first) = placed_and_running(vec![member("a", 1), member("b", 1)]);
+    o.placements[0].spec.backoff = vec![ClusterBackoff {
+        cluster: first.clone(),
+        reason: "Unschedulable".into(),
+        until: at(-1).0.to_string(),
+        attempts: 1,
+    }];
+    report(&mut o, PlacementPhase::Unschedulable, 1);
+    let plan = decide(&o, &Config::default(), &settings(), at(30));
+    let b = &plan.placements[0].spec.backoff[0];
+    assert_eq!((b.reason.as_str(), b.attempts, b.until.as_str()), ("Unschedulable", 2, at(150).0.to_string().as_str()));
+    assert_ne!(plan.placements[0].spec.cluster.as_deref(), Some(first.as_str()));
+}
+
+#[test]
+fn with_nowhere_else_to_go_the_trainjob_is_withdrawn_and_waits_out_its_back_off() {
+    let (mut o, only) = placed_and_running(vec![member("a", 1)]);
+    go_silent(&mut o, &only);
+    let plan = decide(&o, &Config::default(), &settings(), at(30));
+    let w = &plan.placements[0];
+    assert_eq!((w.spec.cluster.as_deref(), w.spec.epoch), (None, 2), "withdrawn, so the silent member fences it");
+    let pending = &plan.statuses[0].conditions[0];
+    assert_eq!((pending.type_.as_str(), pending.status.as_str()), ("Pending", "True"));
+    assert_eq!(plan.pending, 1);
+
+    // The member is back but the TrainJob keeps away until its back-off ends.
+    let mut o = written(o, &plan);
+    o.members = vec![member("a", -100)];
+    let waiting = decide(&o, &Config::default(), &settings(), at(60));
+    assert!(waiting.placements.is_empty(), "{waiting:?}");
+    let later = decide(&o, &Config::default(), &settings(), at(120));
+    let w = &later.placements[0];
+    assert_eq!((w.spec.cluster.as_deref(), w.spec.epoch), (Some("a"), 3));
+}
+
+#[test]
+fn a_report_about_an_older_epoch_moves_nothing() {
+    let (mut o, _) = placed_and_running(vec![member("a", 1), member("b", 1)]);
+    o.placements[0].spec.epoch = 2;
+    report(&mut o, PlacementPhase::Unschedulable, 1);
+    let plan = decide(&o, &Config::default(), &settings(), at(30));
+    assert!(plan.placements.is_empty(), "{plan:?}");
+}

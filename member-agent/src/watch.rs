@@ -1,0 +1,88 @@
+//! Watch-driven controllers: one reflector per kind keeps a local cache current, and every change
+//! wakes the controller, which then reads the caches instead of listing. Shared by the agent and
+//! the dispatcher.
+
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+
+/// The caches of one controller and what wakes it. Dropping it stops the watches.
+#[derive(Debug, Default)]
+pub struct Watches {
+    tasks: JoinSet<()>,
+    wake: Arc<Notify>,
+}
+
+impl Watches {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Starts watching `api` (relisting with back-off when a watch breaks) into a cache.
+    pub fn watch<K>(&mut self, api: Api<K>, config: watcher::Config) -> Store<K>
+    where
+        K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    {
+        let (reader, writer) = reflector::store();
+        let wake = self.wake.clone();
+        let kind = K::kind(&K::DynamicType::default()).into_owned();
+        self.tasks.spawn(async move {
+            let events = reflector::reflector(writer, watcher(api, config)).default_backoff();
+            events
+                .for_each(|e| {
+                    match e {
+                        Ok(_) => wake.notify_one(),
+                        Err(error) => tracing::debug!(%kind, %error, "watch interrupted; retrying"),
+                    }
+                    futures::future::ready(())
+                })
+                .await;
+        });
+        reader
+    }
+
+    /// Resolves on the next change to any watched kind (or at once if one came since last time).
+    pub async fn changed(&self) {
+        self.wake.notified().await;
+    }
+
+    /// Wakes the controller as a change would.
+    pub fn poke(&self) {
+        self.wake.notify_one();
+    }
+}
+
+/// Waits until every cache has its first full list.
+pub async fn ready<K>(stores: &[&Store<K>])
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    for s in stores {
+        let _ = s.wait_until_ready().await;
+    }
+}
+
+/// The cached objects, owned, in a stable order (namespace, name) so decisions never depend on
+/// the order events arrived in.
+pub fn snapshot<K>(store: &Store<K>) -> Vec<K>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    let mut v: Vec<K> = store.state().iter().map(|o| K::clone(o)).collect();
+    v.sort_by(|a, b| {
+        (a.meta().namespace.as_deref(), a.meta().name.as_deref())
+            .cmp(&(b.meta().namespace.as_deref(), b.meta().name.as_deref()))
+    });
+    v
+}
