@@ -1,5 +1,5 @@
-//! `stowage dispatcher` and `stowage agent` as processes: they start against a hub, answer
-//! /healthz, and refuse bad arguments with a clear message.
+//! `stowage dispatcher` and `stowage agent` as processes: the dispatcher takes the Lease on a
+//! hub, runs cycles and says so on /metrics; both refuse bad arguments with a clear message.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -8,42 +8,58 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("port")
 }
 
+async fn get(url: &str) -> Option<String> {
+    let out = tokio::process::Command::new("curl").args(["-sf", url]).output().await.ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The value of an un-labelled sample in Prometheus text.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
 #[tokio::test]
-async fn the_dispatcher_serves_healthz_against_a_hub() {
-    let hub = stowage_tests::apiserver::ApiServer::start().await.expect("hub");
+async fn the_dispatcher_leads_and_serves_health_and_metrics_against_a_hub() {
+    use stowage_tests::playground::{Playground, PlaygroundOptions, SYSTEM_NAMESPACE};
+    let upstream = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/upstream");
+    let fleet = Playground::dev_fleet().expect("fleet");
+    let p = Playground::start(&fleet, &upstream, PlaygroundOptions { dispatchers: 0, ..Default::default() })
+        .await
+        .expect("playground");
     let dir = std::env::temp_dir().join(format!("stowage-ctl-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let kubeconfig = dir.join("hub.kubeconfig");
-    std::fs::write(&kubeconfig, hub.kubeconfig("hub")).expect("write");
+    std::fs::write(&kubeconfig, p.hub_server.kubeconfig("dispatcher")).expect("write");
     let port = free_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_stowage"))
-        .args([
-            "dispatcher",
-            "--kubeconfig",
-            kubeconfig.to_str().expect("utf-8"),
-            "--health-addr",
-            &format!("127.0.0.1:{port}"),
-        ])
+        .args(["dispatcher", "--kubeconfig", kubeconfig.to_str().expect("utf-8")])
+        .args(["--health-addr", &format!("127.0.0.1:{port}"), "--lease-namespace", SYSTEM_NAMESPACE])
+        .args(["--identity", "replica-a", "--lease-seconds", "2"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("starts");
-    let mut answered = false;
-    for _ in 0..50 {
+    let base = format!("http://127.0.0.1:{port}");
+    let mut seen = (None, None, None);
+    for _ in 0..100 {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        if let Ok(out) = tokio::process::Command::new("curl")
-            .args(["-s", &format!("http://127.0.0.1:{port}/healthz")])
-            .output()
-            .await
-            && out.stdout == b"ok"
-        {
-            answered = true;
+        let metrics = get(&format!("{base}/metrics")).await.unwrap_or_default();
+        seen = (
+            get(&format!("{base}/healthz")).await,
+            sample(&metrics, "stowage_dispatcher_leader"),
+            sample(&metrics, "stowage_dispatcher_cycles_total"),
+        );
+        if seen.1 == Some(1.0) && seen.2.is_some_and(|c| c > 0.0) {
             break;
         }
     }
     let _ = child.kill();
     let _ = child.wait();
-    assert!(answered, "no /healthz answer");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (health, leader, cycles) = seen;
+    assert_eq!(health.as_deref(), Some("ok"));
+    assert_eq!(leader, Some(1.0), "the only replica leads");
+    assert!(cycles.is_some_and(|c| c > 0.0), "cycles run: {cycles:?}");
 }
 
 #[test]

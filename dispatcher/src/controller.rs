@@ -21,9 +21,10 @@ use kube::{Client, Resource};
 use member_agent::watch::{self, Watches};
 use serde_json::json;
 
-use crate::decide::{Observed, PlacementWrite, Plan, Settings, decide};
+use crate::decide::{Observed, PlacementWrite, Plan, Settings, StatusWrite, decide};
 use crate::leader::{self, LeaderConfig, Leadership};
 use crate::metrics::Metrics;
+use futures::StreamExt;
 
 pub const FIELD_MANAGER: &str = "stowage-dispatcher";
 
@@ -158,51 +159,94 @@ fn placement_object(w: &PlacementWrite) -> Placement {
     p
 }
 
+/// Writes in flight at once: a burst of TrainJobs is placed in one cycle, and its writes should
+/// not queue behind each other's round trips.
+const CONCURRENT_WRITES: usize = 16;
+
+async fn write_placement(hub: &Client, w: &PlacementWrite) -> Result<Option<Placement>, Error> {
+    let api = Api::<Placement>::namespaced(hub.clone(), &w.namespace);
+    let p = placement_object(w);
+    let result = match &w.replaces {
+        None => api.create(&PostParams::default(), &p).await,
+        Some(_) => api.replace(&w.name, &PostParams::default(), &p).await,
+    };
+    match result {
+        Ok(p) => Ok(Some(p)),
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            tracing::debug!(placement = %format!("{}/{}", w.namespace, w.name), "changed since observed; next cycle");
+            Ok(None)
+        }
+        Err(source) => {
+            Err(Error::Write { what: "Placement", namespace: w.namespace.clone(), name: w.name.clone(), source })
+        }
+    }
+}
+
+async fn write_status(hub: &Client, s: &StatusWrite) -> Result<(), Error> {
+    let body = json!({"status": {"conditions": s.conditions, "jobsStatus": s.jobs}});
+    Api::<TrainJob>::namespaced(hub.clone(), &s.namespace)
+        .patch_status(&s.name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::Write {
+            what: "TrainJob status",
+            namespace: s.namespace.clone(),
+            name: s.name.clone(),
+            source,
+        })
+}
+
 /// Writes the plan. A conflict means someone else (another leader, an agent's status write)
 /// changed the Placement since it was observed: skip it, the next cycle sees the change.
 async fn apply(hub: &Client, plan: &Plan, written: &mut Written, metrics: &Metrics) -> Result<(), Error> {
-    for w in &plan.placements {
-        let api = Api::<Placement>::namespaced(hub.clone(), &w.namespace);
-        let p = placement_object(w);
-        let result = match &w.replaces {
-            None => api.create(&PostParams::default(), &p).await,
-            Some(_) => api.replace(&w.name, &PostParams::default(), &p).await,
-        };
+    // Owned items: a stream of borrowed ones trips the compiler's higher-ranked lifetime check
+    // inside the spawned controller future.
+    let placed: Vec<(PlacementWrite, Result<Option<Placement>, Error>)> =
+        futures::stream::iter(plan.placements.clone())
+            .map(|w| {
+                let hub = hub.clone();
+                async move {
+                    let r = write_placement(&hub, &w).await;
+                    (w, r)
+                }
+            })
+            .buffer_unordered(CONCURRENT_WRITES)
+            .collect()
+            .await;
+    let mut first_error = None;
+    for (w, result) in placed {
         match result {
-            Ok(p) => {
+            Ok(Some(p)) => {
                 metrics.placements_written.inc();
                 if w.replaces.is_some() {
                     metrics.withdrawals.inc();
                 }
-                written.placements.insert((w.namespace.clone(), w.name.clone()), p);
+                written.placements.insert((w.namespace, w.name), p);
             }
-            Err(kube::Error::Api(e)) if e.code == 409 => {
-                tracing::debug!(placement = %format!("{}/{}", w.namespace, w.name), "changed since observed; next cycle");
-            }
-            Err(source) => {
-                return Err(Error::Write {
-                    what: "Placement",
-                    namespace: w.namespace.clone(),
-                    name: w.name.clone(),
-                    source,
-                });
-            }
+            Ok(None) => {}
+            Err(e) => first_error = first_error.or(Some(e)),
         }
     }
-    for s in &plan.statuses {
-        let body = json!({"status": {"conditions": s.conditions, "jobsStatus": s.jobs}});
-        Api::<TrainJob>::namespaced(hub.clone(), &s.namespace)
-            .patch_status(&s.name, &PatchParams::default(), &Patch::Merge(&body))
-            .await
-            .map_err(|source| Error::Write {
-                what: "TrainJob status",
-                namespace: s.namespace.clone(),
-                name: s.name.clone(),
-                source,
-            })?;
-        written.statuses.insert((s.namespace.clone(), s.name.clone()), (s.conditions.clone(), s.jobs.clone()));
+    let statuses: Vec<(StatusWrite, Result<(), Error>)> = futures::stream::iter(plan.statuses.clone())
+        .map(|s| {
+            let hub = hub.clone();
+            async move {
+                let r = write_status(&hub, &s).await;
+                (s, r)
+            }
+        })
+        .buffer_unordered(CONCURRENT_WRITES)
+        .collect()
+        .await;
+    for (s, result) in statuses {
+        match result {
+            Ok(()) => {
+                written.statuses.insert((s.namespace, s.name), (s.conditions, s.jobs));
+            }
+            Err(e) => first_error = first_error.or(Some(e)),
+        }
     }
-    Ok(())
+    first_error.map_or(Ok(()), Err)
 }
 
 /// One cycle over an observed hub: decide and write.

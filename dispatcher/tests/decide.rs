@@ -185,3 +185,20 @@ fn a_report_about_an_older_epoch_moves_nothing() {
     let plan = decide(&o, &Config::default(), &settings(), at(30));
     assert!(plan.placements.is_empty(), "{plan:?}");
 }
+
+#[test]
+fn one_cycle_places_every_trainjob_that_fits() {
+    let mut o = observed(vec![member("a", 1), member("b", 1)]);
+    let tj = o.trainjobs[0].clone();
+    o.trainjobs = (0..6)
+        .map(|i| {
+            let mut t = tj.clone();
+            t.metadata.name = Some(format!("t{i}"));
+            t.metadata.uid = Some(format!("u{i}"));
+            t
+        })
+        .collect();
+    let plan = decide(&o, &Config::default(), &settings(), Time(now()));
+    // Two members of 4 nodes hold four 2-node gangs; the other two wait.
+    assert_eq!((plan.placements.len(), plan.pending), (4, 2), "{plan:#?}");
+}

@@ -332,7 +332,8 @@ pub async fn sync_once(
     state: &mut State,
 ) -> Result<(), Error> {
     // Heartbeat first: the hub-lost clock must not depend on how long the rest takes.
-    if state.last_report.is_none_or(|t| t.elapsed() >= cfg.timing.heartbeat) {
+    let heartbeat = state.last_report.is_none_or(|t| t.elapsed() >= cfg.timing.heartbeat);
+    if heartbeat {
         report(hub, member, cfg).await?;
         state.last_report = Some(Instant::now());
         state.last_hub_contact = Instant::now();
@@ -370,7 +371,12 @@ pub async fn sync_once(
                         k8s_openapi::jiff::Timestamp::now().duration_since(t.0).unsigned_abs()
                     });
                 let unstarted = status_of(js, p.spec.epoch, None, false).phase == PlacementPhase::Applied;
-                let reason = if unstarted { pending_reason(member, &ns, &js.name_any()).await? } else { None };
+                // Asking the pods why is a list per gang: do it at heartbeats, keep the last answer between.
+                let reason = match reported {
+                    _ if !unstarted => None,
+                    Some(r) if !heartbeat => r.message.clone(),
+                    _ => pending_reason(member, &ns, &js.name_any()).await?,
+                };
                 status_of(js, p.spec.epoch, reason, unstarted && age >= cfg.timing.start_timeout)
             }
             None if state.applied.contains(&key) => continue,

@@ -37,6 +37,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                      "trainer": {"numNodes": 1, "resourcesPerNode": {"requests": {"nvidia.com/gpu": "1"}}}}}))
         .unwrap_or_else(|e| unreachable!("a valid TrainJob: {e}"))
     };
+    // Watch the members' JobSets, as any client would, and note when each TrainJob's appears.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
+    for m in &p.members {
+        let api: Api<api::jobset::JobSet> = Api::all(m.sim.server.client_as("observer")?);
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let mut events = std::pin::pin!(kube::runtime::watcher(api, Default::default()));
+            while let Some(e) = events.next().await {
+                if let Ok(kube::runtime::watcher::Event::Apply(js) | kube::runtime::watcher::Event::InitApply(js)) = e
+                    && let Some(uid) = js.metadata.labels.as_ref().and_then(|l| l.get(api::stowage::TRAINJOB_UID_LABEL))
+                {
+                    let _ = tx.send((uid.clone(), Instant::now()));
+                }
+            }
+        });
+    }
     let started = Instant::now();
     let created: Vec<(String, Instant)> = futures::stream::iter(0..n)
         .map(|i| {
@@ -52,14 +68,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect()
         .await;
     let submitted = started.elapsed();
-    // Sample the members' stores for each TrainJob's JobSet.
     let mut seen: BTreeMap<String, Instant> = BTreeMap::new();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while seen.len() < created.len() && Instant::now() < deadline {
-        for uid in p.live_jobsets().into_keys() {
-            seen.entry(uid).or_insert_with(Instant::now);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while seen.len() < created.len() {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some((uid, at))) => {
+                seen.entry(uid).or_insert(at);
+            }
+            _ => break,
         }
-        tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let mut latencies: Vec<Duration> =
         created.iter().filter_map(|(uid, at)| seen.get(uid).map(|s| s.saturating_duration_since(*at))).collect();

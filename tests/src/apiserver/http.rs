@@ -295,6 +295,16 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>, user: String) -> Res
                     .ok_or_else(|| ApiError::bad_request("fieldManager is required for apply patch"))?;
                 return match current {
                     Err(e) if e.code == 404 => {
+                        // Apply that creates is also authorized as a create, as the real server does.
+                        shared.faults.record(|| Access {
+                            user: user.clone(),
+                            verb: "create".into(),
+                            group: rt.group.clone(),
+                            resource: rt.plural.clone(),
+                            subresource: None,
+                            namespace: target.namespace.clone(),
+                            name: None,
+                        });
                         let mut obj = applied;
                         set_managed(&mut obj, &manager, rt);
                         Ok(json_response(201, &store.create(rt, ns, obj, &opts)?))

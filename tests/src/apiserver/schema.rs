@@ -123,9 +123,23 @@ fn immutable_in(schema: &Value, new: &Value, old: &Value, path: &str, out: &mut 
     }
 }
 
+/// The schema's validator, compiled once per distinct schema: compiling a CRD's schema costs
+/// far more than validating an object against it.
+fn compiled(schema: &Value) -> Option<std::sync::Arc<jsonschema::Validator>> {
+    type Cache = std::sync::Mutex<Vec<(Value, std::sync::Arc<jsonschema::Validator>)>>;
+    static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some((_, v)) = cache.lock().ok()?.iter().find(|(s, _)| s == schema) {
+        return Some(v.clone());
+    }
+    let v = std::sync::Arc::new(jsonschema::validator_for(schema).ok()?);
+    cache.lock().ok()?.push((schema.clone(), v.clone()));
+    Some(v)
+}
+
 /// Schema violations as (field, message), the field as Kubernetes names it.
 pub fn validate(schema: &Value, value: &Value) -> Vec<(String, String)> {
-    let Ok(validator) = jsonschema::validator_for(schema) else {
+    let Some(validator) = compiled(schema) else {
         return vec![(String::new(), "the CRD's schema does not compile".into())];
     };
     let mut causes: Vec<(String, String)> =
