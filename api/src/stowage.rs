@@ -80,6 +80,10 @@ pub struct MemberClusterStatus {
     /// Capacity and free GPUs per domain and flavor, summarised (hosts only where needed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub domains: Vec<DomainCapacity>,
+    /// Placements (`<TrainJob UID>/<epoch>`) whose pods are bound and so already counted in
+    /// `domains`; the dispatcher counts every other unfinished placement here as assumed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub counted: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

@@ -1,7 +1,8 @@
 //! One dispatcher cycle's decision, pure: hub objects and the time in, what to write out.
 //!
-//! - TrainJobs placed but not yet running on their member are re-placed first on their own
-//!   cluster, so the capacity they will take is counted (assumed) before anything new is placed.
+//! - TrainJobs placed but whose pods their member's capacity report does not count yet
+//!   (`status.counted`) are re-placed first on their own cluster, so the capacity they will take
+//!   is counted (assumed) once, before anything new is placed.
 //! - A TrainJob leaves its member when the member has been silent past the grace period, or its
 //!   agent reports the gang did not start in time (Unschedulable) or its JobSet vanished (Lost).
 //!   It keeps away from that member for a back-off that doubles with each repeat, and its
@@ -268,6 +269,13 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
         o.placements.iter().map(|p| (key(&p.metadata), p)).collect();
     let live_members: Vec<MemberCluster> = o.members.iter().filter(|m| is_live(m, settings, t)).cloned().collect();
     let live: BTreeSet<&str> = live_members.iter().filter_map(|m| m.metadata.name.as_deref()).collect();
+    // Placements whose pods each member's capacity report already counts.
+    let counted: BTreeSet<(&str, &str)> = o
+        .members
+        .iter()
+        .filter_map(|m| Some((m.metadata.name.as_deref()?, m.status.as_ref()?)))
+        .flat_map(|(name, s)| s.counted.iter().map(move |k| (name, k.as_str())))
+        .collect();
     let mut assumed: Vec<Gang> = Vec::new();
     let mut waiting: Vec<Waiting<'_>> = Vec::new();
     for tj in o.trainjobs.iter().filter(|t| !finished(t)) {
@@ -344,9 +352,11 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
             }
             (None, Some(cluster)) => {
                 plan.statuses.extend(status_write(tj, conditions, jobs));
-                if !matches!(phase, Some(PlacementPhase::Running | PlacementPhase::Succeeded | PlacementPhase::Failed))
-                {
-                    // Placed but not yet running on the member: count its capacity as taken.
+                let key = format!("{}/{}", p.spec.train_job_uid, p.spec.epoch);
+                let finished = matches!(phase, Some(PlacementPhase::Succeeded | PlacementPhase::Failed));
+                if !finished && !counted.contains(&(cluster.as_str(), key.as_str())) {
+                    // Placed, but the member's report does not count its pods yet: count its
+                    // capacity as taken (assumed) until it does, and never twice.
                     gang.clusters = ClusterFilter { only: Some(vec![cluster.clone()]), ..ClusterFilter::default() };
                     gang.priority = i32::MAX;
                     assumed.push(gang);

@@ -19,6 +19,7 @@ use api::stowage::{
     PlacementStatus, TRAINJOB_UID_LABEL, TopologyLevel,
 };
 use api::trainer::{ClusterTrainingRuntime, JobStatus, Runtime, TrainJob, TrainingRuntime};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
@@ -35,6 +36,8 @@ use crate::render::{self, Capabilities, Input, Object};
 use crate::watch::{self, Watches};
 
 pub const FIELD_MANAGER: &str = "stowage-agent";
+/// Placements rendered and applied, or statuses written, at once.
+const CONCURRENT_APPLIES: usize = 8;
 
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
@@ -347,6 +350,7 @@ pub async fn sync_once(
     state.applied.retain(|k| !jobsets.contains_key(k));
     let mut statuses: Vec<(String, String, PlacementStatus)> = Vec::new();
     let mut current = BTreeSet::new();
+    let mut to_realise: Vec<&Placement> = Vec::new();
     for p in &placements {
         let key = (p.spec.train_job_uid.clone(), p.spec.epoch);
         current.insert(key.clone());
@@ -372,9 +376,10 @@ pub async fn sync_once(
                     });
                 let unstarted = status_of(js, p.spec.epoch, None, false).phase == PlacementPhase::Applied;
                 // Asking the pods why is a list per gang: do it at heartbeats, keep the last answer between.
+                // Gangs younger than two heartbeats are most likely just starting: no need to ask.
                 let reason = match reported {
                     _ if !unstarted => None,
-                    Some(r) if !heartbeat => r.message.clone(),
+                    Some(r) if !heartbeat || age < cfg.timing.heartbeat * 2 => r.message.clone(),
                     _ => pending_reason(member, &ns, &js.name_any()).await?,
                 };
                 status_of(js, p.spec.epoch, reason, unstarted && age >= cfg.timing.start_timeout)
@@ -391,16 +396,41 @@ pub async fn sync_once(
                 }
             }
             None => {
-                realise(hub, member, cfg, p).await?;
-                cfg.metrics.realised.inc();
-                state.fenced.remove(&key);
-                state.applied.insert(key);
-                PlacementStatus { phase: PlacementPhase::Applied, observed_epoch: p.spec.epoch, ..Default::default() }
+                to_realise.push(p);
+                continue;
             }
         };
         if reported != Some(&status) {
             statuses.push((ns, name, status));
         }
+    }
+    // A burst of placements is applied several at a time, not one round trip after another.
+    // Owned items: borrowed ones trip the compiler's higher-ranked lifetime check once the
+    // agent's future is spawned.
+    let realised: Vec<(Placement, Result<(), Error>)> = futures::stream::iter(to_realise.into_iter().cloned())
+        .map(|p| {
+            let (hub, member, cfg) = (hub.clone(), member.clone(), cfg.clone());
+            async move {
+                let r = realise(&hub, &member, &cfg, &p).await;
+                (p, r)
+            }
+        })
+        .buffer_unordered(CONCURRENT_APPLIES)
+        .collect()
+        .await;
+    let mut failed = None;
+    for (p, result) in realised {
+        if let Err(e) = result {
+            failed = failed.or(Some(e));
+            continue;
+        }
+        cfg.metrics.realised.inc();
+        let key = (p.spec.train_job_uid.clone(), p.spec.epoch);
+        state.fenced.remove(&key);
+        state.applied.insert(key);
+        let status =
+            PlacementStatus { phase: PlacementPhase::Applied, observed_epoch: p.spec.epoch, ..Default::default() };
+        statuses.push((p.namespace().unwrap_or_default(), p.name_any(), status));
     }
     // Fencing: what this agent made for an epoch or TrainJob no longer placed here.
     for (key, js) in &jobsets {
@@ -424,13 +454,21 @@ pub async fn sync_once(
         state.last_report = Some(Instant::now());
         state.last_hub_contact = Instant::now();
     }
-    for (ns, name, status) in statuses {
-        Api::<Placement>::namespaced(hub.clone(), &ns)
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": status})))
-            .await
-            .map_err(kube_err(format!("writing Placement {ns}/{name} status")))?;
-    }
-    Ok(())
+    let written: Vec<Result<(), Error>> = futures::stream::iter(statuses)
+        .map(|(ns, name, status)| {
+            let hub = hub.clone();
+            async move {
+                Api::<Placement>::namespaced(hub, &ns)
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": status})))
+                    .await
+                    .map(|_| ())
+                    .map_err(kube_err(format!("writing Placement {ns}/{name} status")))
+            }
+        })
+        .buffer_unordered(CONCURRENT_APPLIES)
+        .collect()
+        .await;
+    written.into_iter().find_map(Result::err).or(failed).map_or(Ok(()), Err)
 }
 
 /// The hub has been out of reach too long: delete every live JobSet this agent made, so the
@@ -462,6 +500,31 @@ async fn detect_gang_scheduler(member: &Client) -> Result<ReportedScheduler, Err
     Ok(ReportedScheduler::None)
 }
 
+/// The heartbeat alone: one small hub write, so the hub-lost clock measures the hub, not how
+/// busy the member is.
+async fn heartbeat(hub: &Client, cfg: &AgentConfig) -> Result<(), Error> {
+    let status = json!({"status": {"heartbeatTime": k8s_openapi::jiff::Timestamp::now().to_string()}});
+    Api::<MemberCluster>::all(hub.clone())
+        .patch_status(&cfg.cluster, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .map(|_| ())
+        .map_err(kube_err(format!("writing MemberCluster {} heartbeat", cfg.cluster)))
+}
+
+/// `<uid>/<epoch>` of the placements with a pod bound to a node: the capacity summary counts
+/// them, so the hub need not assume their GPUs taken any more.
+fn counted(pods: &[Pod]) -> Vec<String> {
+    let keys: BTreeSet<String> = pods
+        .iter()
+        .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+        .filter_map(|p| {
+            let labels = p.metadata.labels.as_ref()?;
+            Some(format!("{}/{}", labels.get(TRAINJOB_UID_LABEL)?, labels.get(EPOCH_LABEL)?))
+        })
+        .collect();
+    keys.into_iter().collect()
+}
+
 async fn report(hub: &Client, member: &Client, cfg: &AgentConfig) -> Result<(), Error> {
     let nodes =
         Api::<Node>::all(member.clone()).list(&ListParams::default()).await.map_err(kube_err("listing nodes"))?.items;
@@ -474,6 +537,7 @@ async fn report(hub: &Client, member: &Client, cfg: &AgentConfig) -> Result<(), 
         "kueue": matches!(cfg.capabilities.topology_mode, render::TopologyMode::Kueue),
         "topologyLevels": cfg.levels,
         "domains": crate::capacity::summarize(&cfg.levels, &nodes, &pods),
+        "counted": counted(&pods),
     }});
     Api::<MemberCluster>::all(hub.clone())
         .patch_status(&cfg.cluster, &PatchParams::default(), &Patch::Merge(&status))
@@ -505,6 +569,14 @@ pub async fn run(hub: Client, member: Client, cfg: AgentConfig) {
                 backoff = (backoff * 2).clamp(Duration::from_millis(100), Duration::from_secs(10));
                 tracing::warn!(%error, cluster = %cfg.cluster, retry_in = ?backoff, "agent sync failed");
             }
+        }
+        // Probe the hub apart from the sync: a sync that is merely slow (hundreds of placements)
+        // must not look like a lost hub.
+        if state.last_hub_contact.elapsed() >= cfg.timing.heartbeat
+            && let Ok(Ok(())) =
+                tokio::time::timeout(cfg.timing.heartbeat.max(Duration::from_secs(2)), heartbeat(&hub, &cfg)).await
+        {
+            state.last_hub_contact = Instant::now();
         }
         if state.last_hub_contact.elapsed() >= cfg.timing.hub_lost
             && let Err(error) = fence_all(&member, &cfg, &caches, &mut state).await

@@ -24,6 +24,11 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n: usize = std::env::args().nth(1).map(|a| a.parse()).transpose()?.unwrap_or(500);
+    // RUST_LOG=dispatcher=debug,member_agent=debug shows what the controllers do meanwhile.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
     let upstream = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/upstream");
     let p = Playground::start(&Playground::dev_fleet()?, &upstream, PlaygroundOptions::default()).await?;
     let hub = p.hub();

@@ -253,9 +253,9 @@ async fn a_dispatcher_killed_mid_cycle_hands_over_without_duplicate_or_lost_plac
     let first =
         eventually("a leader", || async { leases.get_opt("stowage-dispatcher").await.ok().flatten().and_then(leader) })
             .await;
-    // Slow writes so a cycle placing many TrainJobs is caught half done.
-    p.hub_server.faults().set_latency(Duration::from_millis(15));
-    let names: Vec<String> = (0..24).map(|i| format!("burst-{i}")).collect();
+    // Slow requests, so a cycle writing many Placements (16 at a time) is caught half done.
+    p.hub_server.faults().set_latency(Duration::from_millis(100));
+    let names: Vec<String> = (0..48).map(|i| format!("burst-{i}")).collect();
     for n in &names {
         submit(&hub, &trainjob(n, 1, 1, json!({}))).await;
     }
