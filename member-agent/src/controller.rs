@@ -87,16 +87,29 @@ fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     move |source| Error::Kube { action, source }
 }
 
-fn resource_of(o: &Object) -> ApiResource {
-    let (group, version, kind, plural) = match o {
-        Object::JobSet(_) => ("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"),
-        Object::Coscheduling(_) => ("scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups"),
-        Object::Volcano(_) => ("scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups"),
-        Object::Kai(_) => ("scheduling.run.ai", "v2alpha2", "PodGroup", "podgroups"),
-        Object::ConfigMap(_) => ("", "v1", "ConfigMap", "configmaps"),
-        Object::Secret(_) => ("", "v1", "Secret", "secrets"),
-    };
+/// (group, version, kind, plural) of each kind render makes besides the JobSet: PodGroups of the
+/// three gang schedulers, the MPI ConfigMap and Secret.
+const COMPANIONS: [(&str, &str, &str, &str); 5] = [
+    ("scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups"),
+    ("scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups"),
+    ("scheduling.run.ai", "v2alpha2", "PodGroup", "podgroups"),
+    ("", "v1", "ConfigMap", "configmaps"),
+    ("", "v1", "Secret", "secrets"),
+];
+
+fn api_resource((group, version, kind, plural): (&str, &str, &str, &str)) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+fn resource_of(o: &Object) -> ApiResource {
+    api_resource(match o {
+        Object::JobSet(_) => ("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"),
+        Object::Coscheduling(_) => COMPANIONS[0],
+        Object::Volcano(_) => COMPANIONS[1],
+        Object::Kai(_) => COMPANIONS[2],
+        Object::ConfigMap(_) => COMPANIONS[3],
+        Object::Secret(_) => COMPANIONS[4],
+    })
 }
 
 async fn runtime(hub: &Client, tj: &TrainJob) -> Result<Runtime, Error> {
@@ -287,25 +300,11 @@ async fn delete_jobset(member: &Client, js: &JobSet) -> Result<(), Error> {
     }
 }
 
-/// The kinds rendered beside a JobSet, which fencing deletes with it.
-fn companions() -> [ApiResource; 5] {
-    let gvk = |g: &str, v: &str, k: &str, plural: &str| {
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(g, v, k), plural)
-    };
-    [
-        gvk("scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups"),
-        gvk("scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups"),
-        gvk("scheduling.run.ai", "v2alpha2", "PodGroup", "podgroups"),
-        gvk("", "v1", "ConfigMap", "configmaps"),
-        gvk("", "v1", "Secret", "secrets"),
-    ]
-}
-
 /// Deletes the PodGroups, ConfigMaps and Secrets made for `key` (kinds the member does not
 /// serve are skipped).
 async fn delete_companions(member: &Client, ns: &str, key: &(String, i64)) -> Result<(), Error> {
     let selector = format!("{TRAINJOB_UID_LABEL}={},{EPOCH_LABEL}={}", key.0, key.1);
-    for ar in companions() {
+    for ar in COMPANIONS.map(api_resource) {
         let api = Api::<DynamicObject>::namespaced_with(member.clone(), ns, &ar);
         let listed = match api.list(&ListParams::default().labels(&selector)).await {
             Ok(l) => l.items,
