@@ -37,7 +37,7 @@ use crate::watch::{self, Watches};
 
 pub const FIELD_MANAGER: &str = "stowage-agent";
 /// Placements rendered and applied, or statuses written, at once.
-const CONCURRENT_APPLIES: usize = 8;
+const CONCURRENT_APPLIES: usize = 16;
 
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
@@ -139,11 +139,6 @@ async fn realise(hub: &Client, member: &Client, cfg: &AgentConfig, p: &Placement
         .await
         .map_err(kube_err(format!("reading TrainJob {ns}/{name}")))?;
     let rt = runtime(hub, &tj).await?;
-    let namespaces: Api<Namespace> = Api::all(member.clone());
-    if namespaces.get_opt(&ns).await.map_err(kube_err("reading namespace"))?.is_none() {
-        let n: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap_or_default();
-        namespaces.create(&PostParams::default(), &n).await.map_err(kube_err(format!("creating namespace {ns}")))?;
-    }
     let is_mpi = rt.spec().ml_policy.as_ref().is_some_and(|m| m.mpi.is_some());
     let secret_name = format!("{name}-mpi-ssh-auth");
     let secret_exists = is_mpi
@@ -180,6 +175,20 @@ async fn realise(hub: &Client, member: &Client, cfg: &AgentConfig, p: &Placement
             .patch(&obj_name, &pp, &Patch::Apply(&v))
             .await
             .map_err(kube_err(format!("applying {} {ns}/{obj_name}", o.kind())))?;
+    }
+    Ok(())
+}
+
+/// Makes the namespace on the member unless it is there.
+async fn ensure_namespace(member: &Client, ns: &str) -> Result<(), Error> {
+    let namespaces: Api<Namespace> = Api::all(member.clone());
+    if namespaces.get_opt(ns).await.map_err(kube_err("reading namespace"))?.is_none() {
+        let n: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap_or_default();
+        match namespaces.create(&PostParams::default(), &n).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(source) => return Err(Error::Kube { action: format!("creating namespace {ns}"), source }),
+        }
     }
     Ok(())
 }
@@ -270,13 +279,22 @@ pub struct State {
     applied: BTreeSet<(String, i64)>,
     /// (TrainJob uid, epoch) → namespace of JobSets it deleted while the hub was unreachable.
     fenced: BTreeMap<(String, i64), String>,
+    /// Member namespaces known to exist: a burst into one namespace checks it once, not once
+    /// per placement. Forgotten when an apply fails.
+    namespaces: BTreeSet<String>,
     last_report: Option<Instant>,
     last_hub_contact: Instant,
 }
 
 impl Default for State {
     fn default() -> Self {
-        State { applied: BTreeSet::new(), fenced: BTreeMap::new(), last_report: None, last_hub_contact: Instant::now() }
+        State {
+            applied: BTreeSet::new(),
+            fenced: BTreeMap::new(),
+            namespaces: BTreeSet::new(),
+            last_report: None,
+            last_hub_contact: Instant::now(),
+        }
     }
 }
 
@@ -403,6 +421,11 @@ pub async fn sync_once(
             statuses.push((ns, name, status));
         }
     }
+    let needed: BTreeSet<String> = to_realise.iter().map(|p| p.namespace().unwrap_or_default()).collect();
+    for ns in needed.difference(&state.namespaces.clone()) {
+        ensure_namespace(member, ns).await?;
+        state.namespaces.insert(ns.clone());
+    }
     // A burst of placements is applied several at a time, not one round trip after another.
     // Owned items: borrowed ones trip the compiler's higher-ranked lifetime check once the
     // agent's future is spawned.
@@ -421,6 +444,7 @@ pub async fn sync_once(
     for (p, result) in realised {
         if let Err(e) = result {
             failed = failed.or(Some(e));
+            state.namespaces.clear();
             continue;
         }
         cfg.metrics.realised.inc();

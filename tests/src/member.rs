@@ -67,12 +67,14 @@ impl SimulatedMember {
             install_crds(&mut store, upstream)?;
             for node in nodes(cluster)? {
                 let rt = builtin(&store, "", "v1", "nodes");
-                store.create(&rt, None, node, &writes()).map_err(|e| std::io::Error::other(e.to_string()))?;
+                store.create(&rt, None, node, &write_options()).map_err(|e| std::io::Error::other(e.to_string()))?;
             }
         }
         let shared = server.shared();
         let controller = tokio::spawn(async move {
             let mut tick = tokio::time::interval(TICK);
+            // A slow pass is followed by a full tick, not by passes back to back.
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
                 if let Ok(mut store) = shared.store.lock() {
@@ -91,11 +93,11 @@ impl SimulatedMember {
         pod["status"]["phase"] = "Failed".into();
         pod["status"]["containerStatuses"] = json!([{"name": "node", "ready": false, "restartCount": 0, "image": "", "imageID": "",
             "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]);
-        store.update(&rt, Some(namespace), name, pod, Part::Status, &writes()).is_ok()
+        store.update(&rt, Some(namespace), name, pod, Part::Status, &write_options()).is_ok()
     }
 }
 
-fn writes() -> WriteOptions {
+fn write_options() -> WriteOptions {
     WriteOptions { strict: false, dry_run: false }
 }
 
@@ -126,7 +128,7 @@ fn install_crds(store: &mut Store, upstream: &std::path::Path) -> Result<(), Mem
         let crd: Value =
             serde_yaml::from_str(&text).map_err(|e| MemberError::Crd { file: file.into(), message: e.to_string() })?;
         store
-            .create(&rt, None, crd, &writes())
+            .create(&rt, None, crd, &write_options())
             .map_err(|e| MemberError::Crd { file: file.into(), message: e.to_string() })?;
     }
     Ok(())
@@ -199,19 +201,37 @@ fn parse_rfc3339(s: &str) -> Option<u64> {
     u64::try_from(days * 86_400 + hh * 3600 + mm * 60 + ss).ok()
 }
 
-/// One pass of every controller.
+/// A change one pass decided, made after the pass has finished reading.
+enum Write {
+    Create(ResourceType, String, Value),
+    Status(ResourceType, String, String, Value),
+    Delete(ResourceType, String, String),
+}
+
+fn apply(store: &mut Store, writes: Vec<Write>) {
+    for w in writes {
+        let _ = match w {
+            Write::Create(rt, ns, obj) => store.create(&rt, Some(&ns), obj, &write_options()).map(|_| ()),
+            Write::Status(rt, ns, name, obj) => {
+                store.update(&rt, Some(&ns), &name, obj, Part::Status, &write_options()).map(|_| ())
+            }
+            Write::Delete(rt, ns, name) => store.delete(&rt, Some(&ns), &name, false).map(|_| ()),
+        };
+    }
+}
+
+/// One pass of every controller. The JobSet and Job controllers read the store borrowed and
+/// copy only what they change: a pass that copied every object kept the member's lock (and the
+/// runtime thread waiting on it) busy all the time once a few hundred JobSets existed.
 fn reconcile(store: &mut Store) {
     let jobsets_rt = store.lookup("jobset.x-k8s.io", "v1alpha2", "jobsets").cloned();
     let Some(jobsets_rt) = jobsets_rt else { return };
-    let (jobsets, _) = store.list(&jobsets_rt, None, &|_| true, None, None);
-    for js in &jobsets {
-        jobset_children(store, js);
-    }
+    let children = jobset_children(store, &jobsets_rt);
+    apply(store, children);
     schedule(store);
-    kubelet(store, &jobsets);
-    for js in &jobsets {
-        jobset_status(store, &jobsets_rt, js);
-    }
+    kubelet(store, &jobsets_rt);
+    let statuses = jobset_statuses(store, &jobsets_rt);
+    apply(store, statuses);
 }
 
 fn finished(js: &Value) -> bool {
@@ -222,38 +242,42 @@ fn finished(js: &Value) -> bool {
         .any(|c| (c["type"] == "Completed" || c["type"] == "Failed") && c["status"] == "True")
 }
 
-fn pods_of_job<'a>(pods: &'a [Value], job: &str) -> impl Iterator<Item = &'a Value> {
-    pods.iter().filter(move |p| p["metadata"]["labels"]["job-name"] == job)
+fn pods_of_job<'a>(pods: &'a [&'a Value], job: &str) -> impl Iterator<Item = &'a Value> {
+    pods.iter().copied().filter(move |p| p["metadata"]["labels"]["job-name"] == job)
 }
 
+fn jobset_label(o: &Value) -> &str {
+    o["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"].as_str().unwrap_or("")
+}
+
+/// The Jobs and Pods of each live JobSet, by (namespace, name), in one scan of each kind.
+type Children<'s> = BTreeMap<(String, String), (Vec<&'s Value>, Vec<&'s Value>)>;
+
 /// JobSet controller: Jobs per replicated job and replica (respecting `dependsOn`), and the
-/// Job controller's pods per completion index.
-fn jobset_children(store: &mut Store, js: &Value) {
-    if finished(js) || js["spec"]["suspend"] == true {
-        return;
-    }
-    let ns = ns_of(js);
-    let jname = name_of(js);
+/// Job controller's pods per completion index (a Job made in this pass gets its pods in the
+/// next).
+fn jobset_children(store: &Store, jobsets_rt: &ResourceType) -> Vec<Write> {
     let jobs_rt = builtin(store, "batch", "v1", "jobs");
     let pods_rt = builtin(store, "", "v1", "pods");
-    let restarts = js["status"]["restarts"].as_i64().unwrap_or(0);
-    for rjob in js["spec"]["replicatedJobs"].as_array().into_iter().flatten() {
-        let rname = rjob["name"].as_str().unwrap_or("");
-        let ready = rjob["dependsOn"].as_array().into_iter().flatten().all(|d| {
-            let dep = d["name"].as_str().unwrap_or("");
-            let want = d["status"].as_str().unwrap_or("Ready");
-            replicated_job_reached(js, dep, want)
-        });
-        if !ready {
-            continue;
-        }
-        let replicas = rjob["replicas"].as_i64().unwrap_or(1);
-        for i in 0..replicas {
-            let job_name = format!("{jname}-{rname}-{i}");
-            let tmpl = &rjob["template"];
-            let job = match store.get(&jobs_rt, Some(&ns), &job_name) {
-                Ok(j) => j,
-                Err(_) => {
+    let mut out = Vec::new();
+    for js in store.objects(jobsets_rt).filter(|js| !finished(js) && js["spec"]["suspend"] != true) {
+        let ns = ns_of(js);
+        let jname = name_of(js);
+        let restarts = js["status"]["restarts"].as_i64().unwrap_or(0);
+        for rjob in js["spec"]["replicatedJobs"].as_array().into_iter().flatten() {
+            let rname = rjob["name"].as_str().unwrap_or("");
+            let ready = rjob["dependsOn"].as_array().into_iter().flatten().all(|d| {
+                let dep = d["name"].as_str().unwrap_or("");
+                let want = d["status"].as_str().unwrap_or("Ready");
+                replicated_job_reached(js, dep, want)
+            });
+            if !ready {
+                continue;
+            }
+            for i in 0..rjob["replicas"].as_i64().unwrap_or(1) {
+                let job_name = format!("{jname}-{rname}-{i}");
+                let Some(job) = store.peek(&jobs_rt, Some(&ns), &job_name) else {
+                    let tmpl = &rjob["template"];
                     let mut labels = tmpl["metadata"]["labels"].as_object().cloned().unwrap_or_default();
                     labels.insert("jobset.sigs.k8s.io/jobset-name".into(), jname.clone().into());
                     labels.insert("jobset.sigs.k8s.io/replicatedjob-name".into(), rname.into());
@@ -262,35 +286,33 @@ fn jobset_children(store: &mut Store, js: &Value) {
                     let job = json!({"apiVersion": "batch/v1", "kind": "Job",
                         "metadata": {"name": job_name, "namespace": ns, "labels": labels, "ownerReferences": owner(js)},
                         "spec": tmpl["spec"]});
-                    match store.create(&jobs_rt, Some(&ns), job, &writes()) {
-                        Ok(j) => j,
-                        Err(_) => continue,
-                    }
-                }
-            };
-            let count = job["spec"]["parallelism"].as_i64().unwrap_or(1);
-            for idx in 0..count {
-                let pod_name = format!("{job_name}-{idx}");
-                if store.get(&pods_rt, Some(&ns), &pod_name).is_ok() {
+                    out.push(Write::Create(jobs_rt.clone(), ns.clone(), job));
                     continue;
+                };
+                for idx in 0..job["spec"]["parallelism"].as_i64().unwrap_or(1) {
+                    let pod_name = format!("{job_name}-{idx}");
+                    if store.peek(&pods_rt, Some(&ns), &pod_name).is_some() {
+                        continue;
+                    }
+                    let ptmpl = &job["spec"]["template"];
+                    let mut labels = ptmpl["metadata"]["labels"].as_object().cloned().unwrap_or_default();
+                    for (k, v) in job["metadata"]["labels"].as_object().into_iter().flatten() {
+                        labels.insert(k.clone(), v.clone());
+                    }
+                    labels.insert("job-name".into(), job_name.clone().into());
+                    labels.insert("batch.kubernetes.io/job-completion-index".into(), idx.to_string().into());
+                    let mut annotations = ptmpl["metadata"]["annotations"].as_object().cloned().unwrap_or_default();
+                    annotations.insert("batch.kubernetes.io/job-completion-index".into(), idx.to_string().into());
+                    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": pod_name, "namespace": ns, "labels": labels, "annotations": annotations,
+                                     "ownerReferences": owner(job)},
+                        "spec": ptmpl["spec"], "status": {"phase": "Pending"}});
+                    out.push(Write::Create(pods_rt.clone(), ns.clone(), pod));
                 }
-                let ptmpl = &job["spec"]["template"];
-                let mut labels = ptmpl["metadata"]["labels"].as_object().cloned().unwrap_or_default();
-                for (k, v) in job["metadata"]["labels"].as_object().into_iter().flatten() {
-                    labels.insert(k.clone(), v.clone());
-                }
-                labels.insert("job-name".into(), job_name.clone().into());
-                labels.insert("batch.kubernetes.io/job-completion-index".into(), idx.to_string().into());
-                let mut annotations = ptmpl["metadata"]["annotations"].as_object().cloned().unwrap_or_default();
-                annotations.insert("batch.kubernetes.io/job-completion-index".into(), idx.to_string().into());
-                let pod = json!({"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": pod_name, "namespace": ns, "labels": labels, "annotations": annotations,
-                                 "ownerReferences": owner(&job)},
-                    "spec": ptmpl["spec"], "status": {"phase": "Pending"}});
-                let _ = store.create(&pods_rt, Some(&ns), pod, &writes());
             }
         }
     }
+    out
 }
 
 fn replicated_job_reached(js: &Value, rjob: &str, want: &str) -> bool {
@@ -373,8 +395,15 @@ fn node_matches(pod: &Value, node: &Value) -> bool {
 fn schedule(store: &mut Store) {
     let pods_rt = builtin(store, "", "v1", "pods");
     let nodes_rt = builtin(store, "", "v1", "nodes");
-    let (pods, _) = store.list(&pods_rt, None, &|_| true, None, None);
-    let (nodes, _) = store.list(&nodes_rt, None, &|_| true, None, None);
+    let pods: Vec<Value> = store
+        .objects(&pods_rt)
+        .filter(|p| !p["spec"]["nodeName"].is_string() && p["status"]["phase"] == "Pending")
+        .cloned()
+        .collect();
+    if pods.is_empty() {
+        return;
+    }
+    let nodes: Vec<Value> = store.objects(&nodes_rt).cloned().collect();
     let mut free: BTreeMap<String, BTreeMap<String, f64>> = nodes
         .iter()
         .map(|n| {
@@ -387,7 +416,7 @@ fn schedule(store: &mut Store) {
             (name_of(n), alloc)
         })
         .collect();
-    for p in pods.iter().filter(|p| {
+    for p in store.objects(&pods_rt).filter(|p| {
         p["spec"]["nodeName"].is_string() && matches!(p["status"]["phase"].as_str(), Some("Pending" | "Running"))
     }) {
         if let Some(f) = free.get_mut(p["spec"]["nodeName"].as_str().unwrap_or("")) {
@@ -397,7 +426,7 @@ fn schedule(store: &mut Store) {
         }
     }
     let mut gangs: BTreeMap<(String, String), Vec<&Value>> = BTreeMap::new();
-    for p in pods.iter().filter(|p| !p["spec"]["nodeName"].is_string() && p["status"]["phase"] == "Pending") {
+    for p in &pods {
         gangs.entry((ns_of(p), gang_of(p).0)).or_default().push(p);
     }
     for ((ns, gang), members) in gangs {
@@ -434,12 +463,12 @@ fn schedule(store: &mut Store) {
             for (pod, node) in binding {
                 if let Ok(mut obj) = store.get(&pods_rt, Some(&ns), &pod) {
                     obj["spec"]["nodeName"] = node.into();
-                    if store.update(&pods_rt, Some(&ns), &pod, obj, Part::Main, &writes()).is_ok()
+                    if store.update(&pods_rt, Some(&ns), &pod, obj, Part::Main, &write_options()).is_ok()
                         && let Ok(mut obj) = store.get(&pods_rt, Some(&ns), &pod)
                     {
                         obj["status"] = json!({"phase": "Running", "startTime": crate::apiserver::store::now_rfc3339(),
                             "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]});
-                        let _ = store.update(&pods_rt, Some(&ns), &pod, obj, Part::Status, &writes());
+                        let _ = store.update(&pods_rt, Some(&ns), &pod, obj, Part::Status, &write_options());
                     }
                 }
             }
@@ -462,76 +491,91 @@ fn schedule(store: &mut Store) {
                 let mut obj = (*p).clone();
                 obj["status"]["conditions"] =
                     json!([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]);
-                let _ = store.update(&pods_rt, Some(&ns), &name_of(p), obj, Part::Status, &writes());
+                let _ = store.update(&pods_rt, Some(&ns), &name_of(p), obj, Part::Status, &write_options());
             }
         }
     }
 }
 
 /// The kubelet: running pods succeed once their JobSet's simulated duration has passed.
-fn kubelet(store: &mut Store, jobsets: &[Value]) {
+fn kubelet(store: &mut Store, jobsets_rt: &ResourceType) {
     let pods_rt = builtin(store, "", "v1", "pods");
-    let (pods, _) = store.list(&pods_rt, None, &|p| p["status"]["phase"] == "Running", None, None);
-    for p in pods {
-        let js = p["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"].as_str().unwrap_or("");
-        let duration = jobsets
-            .iter()
-            .find(|j| name_of(j) == js && ns_of(j) == ns_of(&p))
-            .and_then(|j| {
-                j["metadata"]["annotations"][DURATION_ANNOTATION].as_str().and_then(|d| d.parse::<u64>().ok())
-            })
-            .map(Duration::from_secs)
-            .unwrap_or(DEFAULT_DURATION);
-        let started = p["status"]["startTime"].as_str().and_then(parse_rfc3339).unwrap_or(now_secs());
-        if now_secs().saturating_sub(started) >= duration.as_secs() {
-            let mut obj = p.clone();
+    let durations: BTreeMap<(String, String), u64> = store
+        .objects(jobsets_rt)
+        .filter_map(|j| {
+            let d = j["metadata"]["annotations"][DURATION_ANNOTATION].as_str()?.parse::<u64>().ok()?;
+            Some(((ns_of(j), name_of(j)), d))
+        })
+        .collect();
+    let now = now_secs();
+    let done: Vec<(String, String)> = store
+        .objects(&pods_rt)
+        .filter(|p| p["status"]["phase"] == "Running")
+        .filter(|p| {
+            let duration =
+                durations.get(&(ns_of(p), jobset_label(p).to_string())).copied().unwrap_or(DEFAULT_DURATION.as_secs());
+            let started = p["status"]["startTime"].as_str().and_then(parse_rfc3339).unwrap_or(now);
+            now.saturating_sub(started) >= duration
+        })
+        .map(|p| (ns_of(p), name_of(p)))
+        .collect();
+    for (ns, name) in done {
+        if let Ok(mut obj) = store.get(&pods_rt, Some(&ns), &name) {
             obj["status"]["phase"] = "Succeeded".into();
-            let _ = store.update(&pods_rt, Some(&ns_of(&p)), &name_of(&p), obj, Part::Status, &writes());
+            let _ = store.update(&pods_rt, Some(&ns), &name, obj, Part::Status, &write_options());
         }
     }
 }
 
 /// Job and JobSet status as their controllers write them; a failed Job fails the JobSet, or
 /// restarts it while `failurePolicy.maxRestarts` allows.
-fn jobset_status(store: &mut Store, jobsets_rt: &ResourceType, js: &Value) {
-    if finished(js) {
-        return;
-    }
-    let ns = ns_of(js);
-    let jname = name_of(js);
+fn jobset_statuses(store: &Store, jobsets_rt: &ResourceType) -> Vec<Write> {
     let jobs_rt = builtin(store, "batch", "v1", "jobs");
     let pods_rt = builtin(store, "", "v1", "pods");
-    let (jobs, _) = store.list(
-        &jobs_rt,
-        Some(&ns),
-        &|j| j["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] == jname.as_str(),
-        None,
-        None,
-    );
-    let (pods, _) = store.list(
-        &pods_rt,
-        Some(&ns),
-        &|p| p["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] == jname.as_str(),
-        None,
-        None,
-    );
+    let live: Vec<&Value> = store.objects(jobsets_rt).filter(|js| !finished(js)).collect();
+    let mut children: Children<'_> = live.iter().map(|js| ((ns_of(js), name_of(js)), Default::default())).collect();
+    for (rt, is_job) in [(&jobs_rt, true), (&pods_rt, false)] {
+        for o in store.objects(rt) {
+            if let Some((jobs, pods)) = children.get_mut(&(ns_of(o), jobset_label(o).to_string())) {
+                if is_job { jobs } else { pods }.push(o);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for js in live {
+        let (jobs, pods) = children.get(&(ns_of(js), name_of(js))).map_or((&[][..], &[][..]), |(j, p)| (j, p));
+        jobset_status(&mut out, (jobsets_rt, &jobs_rt), js, jobs, pods);
+    }
+    out
+}
+
+fn jobset_status(
+    out: &mut Vec<Write>,
+    (jobsets_rt, jobs_rt): (&ResourceType, &ResourceType),
+    js: &Value,
+    jobs: &[&Value],
+    pods: &[&Value],
+) {
+    let ns = ns_of(js);
+    let jname = name_of(js);
     let mut per_rjob: BTreeMap<String, [i64; 5]> = BTreeMap::new(); // ready, succeeded, failed, active, suspended
     let mut any_failed = false;
-    for job in &jobs {
+    for job in jobs {
         let jn = name_of(job);
         let count = job["spec"]["parallelism"].as_i64().unwrap_or(1);
-        let phase = |ph: &str| pods_of_job(&pods, &jn).filter(|p| p["status"]["phase"] == ph).count() as i64;
+        let phase = |ph: &str| pods_of_job(pods, &jn).filter(|p| p["status"]["phase"] == ph).count() as i64;
         let (running, succeeded, failed) = (phase("Running"), phase("Succeeded"), phase("Failed"));
-        let mut j = job.clone();
-        j["status"] =
+        let mut status =
             json!({"active": running + phase("Pending"), "ready": running, "succeeded": succeeded, "failed": failed});
         if failed > 0 {
-            j["status"]["conditions"] = json!([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]);
+            status["conditions"] = json!([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]);
         } else if succeeded >= count {
-            j["status"]["conditions"] = json!([{"type": "Complete", "status": "True"}]);
+            status["conditions"] = json!([{"type": "Complete", "status": "True"}]);
         }
-        if j["status"] != job["status"] {
-            let _ = store.update(&jobs_rt, Some(&ns), &jn, j, Part::Status, &writes());
+        if status != job["status"] {
+            let mut j = (*job).clone();
+            j["status"] = status;
+            out.push(Write::Status(jobs_rt.clone(), ns.clone(), jn.clone(), j));
         }
         let rjob =
             job["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"].as_str().unwrap_or("").to_string();
@@ -578,8 +622,8 @@ fn jobset_status(store: &mut Store, jobsets_rt: &ResourceType, js: &Value) {
         let max = js["spec"]["failurePolicy"]["maxRestarts"].as_i64().unwrap_or(0);
         if restarts < max {
             // Restart the whole gang: delete its Jobs (their pods go with them) and count it.
-            for job in &jobs {
-                let _ = store.delete(&jobs_rt, Some(&ns), &name_of(job), false);
+            for job in jobs {
+                out.push(Write::Delete(jobs_rt.clone(), ns.clone(), name_of(job)));
             }
             status["restarts"] = (restarts + 1).into();
             status["replicatedJobsStatus"] = json!([]);
@@ -596,6 +640,6 @@ fn jobset_status(store: &mut Store, jobsets_rt: &ResourceType, js: &Value) {
     if status != js["status"] {
         let mut obj = js.clone();
         obj["status"] = status;
-        let _ = store.update(jobsets_rt, Some(&ns), &jname, obj, Part::Status, &writes());
+        out.push(Write::Status(jobsets_rt.clone(), ns, jname, obj));
     }
 }

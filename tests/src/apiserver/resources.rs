@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -16,7 +18,8 @@ pub struct ResourceType {
     pub status_subresource: bool,
     pub short_names: Vec<String>,
     /// openAPIV3Schema for CRD kinds; built-ins are typed by their clients and not validated.
-    pub schema: Option<Value>,
+    /// Shared: a resource type is cloned on every request, its schema must not be.
+    pub schema: Option<Arc<Value>>,
 }
 
 impl ResourceType {
@@ -119,7 +122,7 @@ pub fn from_crd(crd: &Value) -> Result<Vec<ResourceType>, CrdError> {
         .flatten()
         .filter_map(|v| v.as_str().map(str::to_string))
         .collect();
-    Ok(versions
+    let types: Vec<ResourceType> = versions
         .iter()
         .filter(|v| v.get("served").and_then(Value::as_bool).unwrap_or(true))
         .map(|v| ResourceType {
@@ -131,9 +134,15 @@ pub fn from_crd(crd: &Value) -> Result<Vec<ResourceType>, CrdError> {
             namespaced,
             status_subresource: v.pointer("/subresources/status").is_some(),
             short_names: short_names.clone(),
-            schema: v.pointer("/schema/openAPIV3Schema").cloned(),
+            schema: v.pointer("/schema/openAPIV3Schema").cloned().map(Arc::new),
         })
-        .collect())
+        .collect();
+    // Compile the validators now: done lazily, the first write of a kind (a JobSet's schema
+    // takes about a second) stalled every request behind the store's lock.
+    for schema in types.iter().filter_map(|t| t.schema.as_ref()) {
+        super::schema::warm(schema);
+    }
+    Ok(types)
 }
 
 /// `/api` and `/apis` and the per-group-version resource lists.
@@ -212,7 +221,8 @@ impl Discovery<'_> {
                 format!("{}.{version}.{}", if group.is_empty() { "io.k8s.api.core" } else { group }, r.kind);
             let mut schema = r
                 .schema
-                .clone()
+                .as_deref()
+                .cloned()
                 .unwrap_or_else(|| json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}));
             schema["x-kubernetes-group-version-kind"] = json!([gvk]);
             schemas.insert(schema_name, schema);

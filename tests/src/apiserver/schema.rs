@@ -2,6 +2,8 @@
 //! apply defaults, drop (or, with `fieldValidation=Strict`, reject) fields the schema does not
 //! declare, and reject values that break the schema with the field named.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 /// `/spec/podSets/0/name` → `spec.podSets[0].name`.
@@ -125,20 +127,31 @@ fn immutable_in(schema: &Value, new: &Value, old: &Value, path: &str, out: &mut 
 
 /// The schema's validator, compiled once per distinct schema: compiling a CRD's schema costs
 /// far more than validating an object against it.
-fn compiled(schema: &Value) -> Option<std::sync::Arc<jsonschema::Validator>> {
-    type Cache = std::sync::Mutex<Vec<(Value, std::sync::Arc<jsonschema::Validator>)>>;
+fn compiled(schema: &Arc<Value>) -> Option<Arc<jsonschema::Validator>> {
+    type Cache = std::sync::Mutex<Vec<(Arc<Value>, Arc<jsonschema::Validator>)>>;
     static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
-    if let Some((_, v)) = cache.lock().ok()?.iter().find(|(s, _)| s == schema) {
+    // The same shared schema first: comparing whole schemas on every write showed in profiles.
+    let mut entries = cache.lock().ok()?;
+    if let Some((_, v)) = entries.iter().find(|(s, _)| Arc::ptr_eq(s, schema)) {
         return Some(v.clone());
     }
-    let v = std::sync::Arc::new(jsonschema::validator_for(schema).ok()?);
-    cache.lock().ok()?.push((schema.clone(), v.clone()));
+    // An equal schema read again (a CRD re-applied) shares the validator.
+    let v = match entries.iter().find(|(s, _)| s == schema) {
+        Some((_, v)) => v.clone(),
+        None => Arc::new(jsonschema::validator_for(schema).ok()?),
+    };
+    entries.push((schema.clone(), v.clone()));
     Some(v)
 }
 
+/// Compiles the schema's validator ahead of the first object that needs it.
+pub fn warm(schema: &Arc<Value>) {
+    let _ = compiled(schema);
+}
+
 /// Schema violations as (field, message), the field as Kubernetes names it.
-pub fn validate(schema: &Value, value: &Value) -> Vec<(String, String)> {
+pub fn validate(schema: &Arc<Value>, value: &Value) -> Vec<(String, String)> {
     let Some(validator) = compiled(schema) else {
         return vec![(String::new(), "the CRD's schema does not compile".into())];
     };
@@ -171,7 +184,7 @@ mod tests {
         assert_eq!(v["spec"]["mode"], "fast");
         assert_eq!(prune(&schema(), &mut v), vec!["spec.items[0].extra".to_string(), "spec.typo".to_string()]);
         assert_eq!(v["spec"]["free"]["any"], 1);
-        let causes = validate(&schema(), &v);
+        let causes = validate(&Arc::new(schema()), &v);
         assert_eq!(causes.len(), 1);
         assert_eq!(causes[0].0, "spec.size");
     }

@@ -210,6 +210,17 @@ impl Store {
         o
     }
 
+    /// The stored objects of one kind, borrowed, in (namespace, name) order: in-process
+    /// controllers scan with this instead of copying every object each pass.
+    pub fn objects(&self, rt: &ResourceType) -> impl Iterator<Item = &Value> {
+        self.bucket(rt).into_iter().flat_map(|b| b.values())
+    }
+
+    /// One stored object, borrowed, as stored (in its storage version).
+    pub fn peek(&self, rt: &ResourceType, ns: Option<&str>, name: &str) -> Option<&Value> {
+        self.bucket(rt)?.get(&(ns.unwrap_or("").to_string(), name.to_string()))
+    }
+
     pub fn get(&self, rt: &ResourceType, ns: Option<&str>, name: &str) -> Result<Value, ApiError> {
         self.bucket(rt)
             .and_then(|b| b.get(&(ns.unwrap_or("").to_string(), name.to_string())))
