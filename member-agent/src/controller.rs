@@ -25,7 +25,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -80,6 +80,8 @@ pub enum Error {
     Key(#[from] crate::sshkey::KeyError),
     #[error("sync took longer than {0:?}")]
     Timeout(Duration),
+    #[error("the agent is stopping")]
+    Stopped,
 }
 
 fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
@@ -112,33 +114,43 @@ fn resource_of(o: &Object) -> ApiResource {
     })
 }
 
-async fn runtime(hub: &Client, tj: &TrainJob) -> Result<Runtime, Error> {
+/// The TrainJob's runtime, from the cache, or from the hub when the cache has not seen it yet.
+async fn runtime(hub: &Client, caches: &Caches, tj: &TrainJob) -> Result<Runtime, Error> {
     let r = &tj.spec.runtime_ref;
+    let ns = tj.namespace().unwrap_or_default();
     Ok(match r.kind_or_default() {
-        "TrainingRuntime" => Runtime::Namespaced(
-            Api::<TrainingRuntime>::namespaced(hub.clone(), &tj.namespace().unwrap_or_default())
+        "TrainingRuntime" => Runtime::Namespaced(match caches.runtimes.get(&ObjectRef::new(&r.name).within(&ns)) {
+            Some(rt) => TrainingRuntime::clone(&rt),
+            None => Api::<TrainingRuntime>::namespaced(hub.clone(), &ns)
                 .get(&r.name)
                 .await
                 .map_err(kube_err(format!("reading TrainingRuntime {}", r.name)))?,
-        ),
-        _ => Runtime::Cluster(
-            Api::<ClusterTrainingRuntime>::all(hub.clone())
+        }),
+        _ => Runtime::Cluster(match caches.cluster_runtimes.get(&ObjectRef::new(&r.name)) {
+            Some(rt) => ClusterTrainingRuntime::clone(&rt),
+            None => Api::<ClusterTrainingRuntime>::all(hub.clone())
                 .get(&r.name)
                 .await
                 .map_err(kube_err(format!("reading ClusterTrainingRuntime {}", r.name)))?,
-        ),
+        }),
     })
 }
 
 /// Applies one placement's objects to the member.
-async fn realise(hub: &Client, member: &Client, cfg: &AgentConfig, p: &Placement) -> Result<(), Error> {
+async fn realise(
+    hub: &Client,
+    member: &Client,
+    cfg: &AgentConfig,
+    caches: &Caches,
+    p: &Placement,
+) -> Result<(), Error> {
     let ns = p.namespace().unwrap_or_default();
     let name = p.name_any();
     let tj = Api::<TrainJob>::namespaced(hub.clone(), &ns)
         .get(&name)
         .await
         .map_err(kube_err(format!("reading TrainJob {ns}/{name}")))?;
-    let rt = runtime(hub, &tj).await?;
+    let rt = runtime(hub, caches, &tj).await?;
     let is_mpi = rt.spec().ml_policy.as_ref().is_some_and(|m| m.mpi.is_some());
     let secret_name = format!("{name}-mpi-ssh-auth");
     let secret_exists = is_mpi
@@ -251,10 +263,12 @@ async fn pending_reason(member: &Client, ns: &str, jobset: &str) -> Result<Optio
     }))
 }
 
-/// The agent's caches: its Placements on the hub, its JobSets on the member.
-#[derive(Debug)]
+/// The agent's caches: its Placements and the runtimes on the hub, its JobSets on the member.
+#[derive(Debug, Clone)]
 pub struct Caches {
     placements: Store<Placement>,
+    runtimes: Store<TrainingRuntime>,
+    cluster_runtimes: Store<ClusterTrainingRuntime>,
     jobsets: Store<JobSet>,
 }
 
@@ -263,12 +277,19 @@ impl Caches {
         Caches {
             placements: watches
                 .watch(Api::all(hub.clone()), watcher::Config::default().labels(&format!("{CLUSTER_LABEL}={cluster}"))),
+            runtimes: watches.watch(Api::all(hub.clone()), watcher::Config::default()),
+            cluster_runtimes: watches.watch(Api::all(hub.clone()), watcher::Config::default()),
             jobsets: watches.watch(Api::all(member.clone()), watcher::Config::default().labels(TRAINJOB_UID_LABEL)),
         }
     }
 
     pub async fn ready(&self) {
-        let _ = tokio::join!(self.placements.wait_until_ready(), self.jobsets.wait_until_ready());
+        let _ = tokio::join!(
+            self.placements.wait_until_ready(),
+            self.runtimes.wait_until_ready(),
+            self.cluster_runtimes.wait_until_ready(),
+            self.jobsets.wait_until_ready()
+        );
     }
 }
 
@@ -277,6 +298,8 @@ impl Caches {
 pub struct State {
     /// (TrainJob uid, epoch) applied by this process and maybe not yet in the JobSet cache.
     applied: BTreeSet<(String, i64)>,
+    /// (TrainJob uid, epoch) queued or being realised.
+    in_flight: BTreeSet<(String, i64)>,
     /// (TrainJob uid, epoch) → namespace of JobSets it deleted while the hub was unreachable.
     fenced: BTreeMap<(String, i64), String>,
     /// Member namespaces known to exist: a burst into one namespace checks it once, not once
@@ -290,6 +313,7 @@ impl Default for State {
     fn default() -> Self {
         State {
             applied: BTreeSet::new(),
+            in_flight: BTreeSet::new(),
             fenced: BTreeMap::new(),
             namespaces: BTreeSet::new(),
             last_report: None,
@@ -342,7 +366,9 @@ async fn delete_companions(member: &Client, ns: &str, key: &(String, i64)) -> Re
     Ok(())
 }
 
-/// One sync: realise this cluster's placements, fence stale objects, report status.
+/// One sync: fence stale objects, report status, and return the placements to realise. Each is
+/// then realised on its own (see `Work`), so a burst's first placements need not wait for its
+/// last.
 #[tracing::instrument(skip_all, fields(cluster = %cfg.cluster))]
 pub async fn sync_once(
     hub: &Client,
@@ -350,7 +376,7 @@ pub async fn sync_once(
     cfg: &AgentConfig,
     caches: &Caches,
     state: &mut State,
-) -> Result<(), Error> {
+) -> Result<Vec<Placement>, Error> {
     // Heartbeat first: the hub-lost clock must not depend on how long the rest takes.
     let heartbeat = state.last_report.is_none_or(|t| t.elapsed() >= cfg.timing.heartbeat);
     if heartbeat {
@@ -401,7 +427,7 @@ pub async fn sync_once(
                 };
                 status_of(js, p.spec.epoch, reason, unstarted && age >= cfg.timing.start_timeout)
             }
-            None if state.applied.contains(&key) => continue,
+            None if state.applied.contains(&key) || state.in_flight.contains(&key) => continue,
             None if matches!(phase, Some(PlacementPhase::Applied | PlacementPhase::Running))
                 && !state.fenced.contains_key(&key) =>
             {
@@ -426,35 +452,7 @@ pub async fn sync_once(
         ensure_namespace(member, ns).await?;
         state.namespaces.insert(ns.clone());
     }
-    // A burst of placements is applied several at a time, not one round trip after another.
-    // Owned items: borrowed ones trip the compiler's higher-ranked lifetime check once the
-    // agent's future is spawned.
-    let realised: Vec<(Placement, Result<(), Error>)> = futures::stream::iter(to_realise.into_iter().cloned())
-        .map(|p| {
-            let (hub, member, cfg) = (hub.clone(), member.clone(), cfg.clone());
-            async move {
-                let r = realise(&hub, &member, &cfg, &p).await;
-                (p, r)
-            }
-        })
-        .buffer_unordered(CONCURRENT_APPLIES)
-        .collect()
-        .await;
-    let mut failed = None;
-    for (p, result) in realised {
-        if let Err(e) = result {
-            failed = failed.or(Some(e));
-            state.namespaces.clear();
-            continue;
-        }
-        cfg.metrics.realised.inc();
-        let key = (p.spec.train_job_uid.clone(), p.spec.epoch);
-        state.fenced.remove(&key);
-        state.applied.insert(key);
-        let status =
-            PlacementStatus { phase: PlacementPhase::Applied, observed_epoch: p.spec.epoch, ..Default::default() };
-        statuses.push((p.namespace().unwrap_or_default(), p.name_any(), status));
-    }
+    let to_realise: Vec<Placement> = to_realise.into_iter().cloned().collect();
     // Fencing: what this agent made for an epoch or TrainJob no longer placed here.
     for (key, js) in &jobsets {
         if !current.contains(key) {
@@ -480,18 +478,87 @@ pub async fn sync_once(
     let written: Vec<Result<(), Error>> = futures::stream::iter(statuses)
         .map(|(ns, name, status)| {
             let hub = hub.clone();
-            async move {
-                Api::<Placement>::namespaced(hub, &ns)
-                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": status})))
-                    .await
-                    .map(|_| ())
-                    .map_err(kube_err(format!("writing Placement {ns}/{name} status")))
-            }
+            async move { write_status(&hub, &ns, &name, &status).await }
         })
         .buffer_unordered(CONCURRENT_APPLIES)
         .collect()
         .await;
-    written.into_iter().find_map(Result::err).or(failed).map_or(Ok(()), Err)
+    written.into_iter().find_map(Result::err).map_or(Ok(to_realise), Err)
+}
+
+async fn write_status(hub: &Client, ns: &str, name: &str, status: &PlacementStatus) -> Result<(), Error> {
+    Api::<Placement>::namespaced(hub.clone(), ns)
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&json!({"status": status})))
+        .await
+        .map(|_| ())
+        .map_err(kube_err(format!("writing Placement {ns}/{name} status")))
+}
+
+/// Placements being realised, at most `CONCURRENT_APPLIES` at once: each is rendered, applied
+/// and reported Applied on its own, so a burst's first placements need not wait for its last,
+/// nor for the next sync.
+#[derive(Debug)]
+struct Work {
+    running: tokio::task::JoinSet<(Placement, Result<(), Error>)>,
+    permits: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+impl Default for Work {
+    fn default() -> Self {
+        Work {
+            running: tokio::task::JoinSet::new(),
+            permits: std::sync::Arc::new(tokio::sync::Semaphore::new(CONCURRENT_APPLIES)),
+        }
+    }
+}
+
+impl Work {
+    fn add(&mut self, state: &mut State, placements: Vec<Placement>, ctx: (&Client, &Client, &AgentConfig, &Caches)) {
+        for p in placements {
+            state.in_flight.insert((p.spec.train_job_uid.clone(), p.spec.epoch));
+            let (hub, member, cfg, caches) = (ctx.0.clone(), ctx.1.clone(), ctx.2.clone(), ctx.3.clone());
+            let permits = self.permits.clone();
+            self.running.spawn(async move {
+                let Ok(_permit) = permits.acquire_owned().await else {
+                    return (p, Err(Error::Stopped));
+                };
+                let mut result = realise(&hub, &member, &cfg, &caches, &p).await;
+                if result.is_ok() {
+                    let status = PlacementStatus {
+                        phase: PlacementPhase::Applied,
+                        observed_epoch: p.spec.epoch,
+                        ..Default::default()
+                    };
+                    result = write_status(&hub, &p.namespace().unwrap_or_default(), &p.name_any(), &status).await;
+                }
+                (p, result)
+            });
+        }
+    }
+
+    /// Records a finished realisation.
+    fn finished(state: &mut State, cfg: &AgentConfig, (p, result): (Placement, Result<(), Error>)) {
+        let key = (p.spec.train_job_uid.clone(), p.spec.epoch);
+        state.in_flight.remove(&key);
+        match result {
+            Ok(()) => {
+                cfg.metrics.realised.inc();
+                state.fenced.remove(&key);
+                state.applied.insert(key);
+            }
+            Err(error) => {
+                // The next sync finds it neither applied nor in flight and queues it again.
+                state.namespaces.clear();
+                tracing::warn!(%error, placement = %p.name_any(), "realising failed");
+            }
+        }
+    }
+
+    /// Drops everything queued and running: the hub is lost and nothing new may start.
+    fn abandon(&mut self, state: &mut State) {
+        self.running.abort_all();
+        state.in_flight.clear();
+    }
 }
 
 /// The hub has been out of reach too long: delete every live JobSet this agent made, so the
@@ -576,6 +643,7 @@ pub async fn run(hub: Client, member: Client, cfg: AgentConfig) {
     let caches = Caches::start(&hub, &member, &cfg.cluster, &mut watches);
     caches.ready().await;
     let mut state = State::default();
+    let mut work = Work::default();
     let mut backoff = Duration::ZERO;
     loop {
         let started = std::time::Instant::now();
@@ -586,7 +654,10 @@ pub async fn run(hub: Client, member: Client, cfg: AgentConfig) {
         cfg.metrics.syncs.inc();
         cfg.metrics.sync_seconds.observe(started.elapsed().as_secs_f64());
         match result {
-            Ok(()) => backoff = Duration::ZERO,
+            Ok(placements) => {
+                backoff = Duration::ZERO;
+                work.add(&mut state, placements, (&hub, &member, &cfg, &caches));
+            }
             Err(error) => {
                 cfg.metrics.sync_errors.inc();
                 backoff = (backoff * 2).clamp(Duration::from_millis(100), Duration::from_secs(10));
@@ -601,15 +672,28 @@ pub async fn run(hub: Client, member: Client, cfg: AgentConfig) {
         {
             state.last_hub_contact = Instant::now();
         }
-        if state.last_hub_contact.elapsed() >= cfg.timing.hub_lost
-            && let Err(error) = fence_all(&member, &cfg, &caches, &mut state).await
-        {
-            tracing::warn!(%error, "fencing failed");
+        if state.last_hub_contact.elapsed() >= cfg.timing.hub_lost {
+            work.abandon(&mut state);
+            if let Err(error) = fence_all(&member, &cfg, &caches, &mut state).await {
+                tracing::warn!(%error, "fencing failed");
+            }
         }
         let wait = if backoff.is_zero() { cfg.timing.heartbeat } else { backoff };
-        tokio::select! {
-            _ = watches.changed(), if backoff.is_zero() => {}
-            _ = tokio::time::sleep(wait) => {}
+        let next_sync = Instant::now() + wait;
+        // Until a change or the timer: realisations that finish meanwhile make room for queued ones.
+        loop {
+            tokio::select! {
+                Some(done) = work.running.join_next(), if !work.running.is_empty() => {
+                    match done {
+                        Ok(done) => Work::finished(&mut state, &cfg, done),
+                        Err(error) => tracing::error!(%error, "a realisation task ended abnormally"),
+                    }
+                    continue;
+                }
+                _ = watches.changed(), if backoff.is_zero() => {}
+                _ = tokio::time::sleep_until(next_sync) => {}
+            }
+            break;
         }
     }
 }

@@ -58,6 +58,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         });
     }
+    // And the hub's Placements, to split the latency between the dispatcher and the agents.
+    let (ptx, mut prx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
+    {
+        let api: Api<api::stowage::Placement> = Api::all(hub.clone());
+        tokio::spawn(async move {
+            let mut events = std::pin::pin!(kube::runtime::watcher(api, Default::default()));
+            while let Some(e) = events.next().await {
+                if let Ok(kube::runtime::watcher::Event::Apply(p) | kube::runtime::watcher::Event::InitApply(p)) = e {
+                    let _ = ptx.send((p.spec.train_job_uid.clone(), Instant::now()));
+                }
+            }
+        });
+    }
     let started = Instant::now();
     let created: Vec<(String, Instant)> = futures::stream::iter(0..n)
         .map(|i| {
@@ -83,6 +96,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             _ => break,
         }
     }
+    let mut placed_at: BTreeMap<String, Instant> = BTreeMap::new();
+    while let Ok((uid, at)) = prx.try_recv() {
+        placed_at.entry(uid).or_insert(at);
+    }
+    let mut to_placement: Vec<Duration> =
+        created.iter().filter_map(|(uid, at)| placed_at.get(uid).map(|p| p.saturating_duration_since(*at))).collect();
+    to_placement.sort();
     let mut latencies: Vec<Duration> =
         created.iter().filter_map(|(uid, at)| seen.get(uid).map(|s| s.saturating_duration_since(*at))).collect();
     latencies.sort();
@@ -127,6 +147,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("  creation → JobSet p50   {:>8.1} ms", percentile(&latencies, 0.5).as_secs_f64() * 1e3);
         println!("  creation → JobSet p99   {:>8.1} ms", percentile(&latencies, 0.99).as_secs_f64() * 1e3);
         println!("  creation → JobSet max   {:>8.1} ms", latencies[latencies.len() - 1].as_secs_f64() * 1e3);
+        if !to_placement.is_empty() {
+            println!("  creation → Placement p50 {:>7.1} ms", percentile(&to_placement, 0.5).as_secs_f64() * 1e3);
+            println!("  creation → Placement p99 {:>7.1} ms", percentile(&to_placement, 0.99).as_secs_f64() * 1e3);
+        }
         println!("  placements per second   {:>8.0}", latencies.len() as f64 / last.as_secs_f64());
     }
     println!(
