@@ -70,6 +70,10 @@ struct DispatcherArgs {
     /// First back-off (seconds) from a member a TrainJob could not run on; doubles per repeat.
     #[arg(long, default_value_t = 60)]
     backoff_seconds: u64,
+    /// Locality patience: how long a multi-node TrainJob holds out for its preferred topology
+    /// level, then until when for the next wider one (EXACT,WIDER: 7d,14d), or none.
+    #[arg(long, value_parser = parse_patience, default_value = "7d,14d")]
+    locality_patience: Patience,
 }
 
 #[derive(Debug, Args)]
@@ -198,6 +202,10 @@ struct SimulateArgs {
     /// Write utilisation and queueing-delay SVG plots into this directory.
     #[arg(long)]
     svg: Option<PathBuf>,
+    /// Locality patience of the stowage policy: how long a multi-pod gang holds out for its
+    /// preferred level, then until when for the next wider one (EXACT,WIDER: 7d,14d), or none.
+    #[arg(long, value_parser = parse_patience, default_value = "7d,14d")]
+    locality_patience: Patience,
     /// Benchmark mode: replay the trace repeated N times and report jobs replayed per second.
     #[arg(long, value_name = "N")]
     bench: Option<u32>,
@@ -225,6 +233,23 @@ enum CliError {
     Runtime(std::io::Error),
     #[error("{what}: {message}")]
     Setup { what: String, message: String },
+}
+
+/// `EXACT,WIDER` durations (`7d,14d`), or `none`.
+#[derive(Debug, Clone, Copy)]
+struct Patience(Option<scheduler_core::Patience>);
+
+fn parse_patience(s: &str) -> Result<Patience, String> {
+    if s.trim().eq_ignore_ascii_case("none") {
+        return Ok(Patience(None));
+    }
+    let (exact, wider) =
+        s.split_once(',').ok_or_else(|| format!("{s:?}: expected EXACT,WIDER (e.g. 7d,14d) or none"))?;
+    let (exact_s, wider_s) = (parse_duration_s(exact)?, parse_duration_s(wider)?);
+    if wider_s < exact_s {
+        return Err(format!("{s:?}: the wider hold ({wider}) ends before the exact one ({exact})"));
+    }
+    Ok(Patience(Some(scheduler_core::Patience { exact_ms: exact_s * 1000, wider_ms: wider_s * 1000 })))
 }
 
 fn parse_duration_s(s: &str) -> Result<u64, String> {
@@ -291,6 +316,7 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
         load_scale: args.load_scale,
         node_failure_rate: args.node_failure_rate,
         tenants: args.tenants,
+        patience: args.locality_patience.0,
         ..SimOptions::default()
     };
     let inputs = Inputs { fleet: &fleet, fleet_name: &fleet_name, trace: &trace, trace_name: &trace_name };
@@ -380,6 +406,7 @@ fn dispatcher_command(args: DispatcherArgs) -> Result<(), CliError> {
             },
             leader,
             metrics,
+            config: scheduler_core::Config { patience: args.locality_patience.0, ..scheduler_core::Config::default() },
             ..Default::default()
         };
         tokio::spawn(health::serve(args.health_addr, std::sync::Arc::new(registry)));

@@ -277,6 +277,8 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
         .flat_map(|(name, s)| s.counted.iter().map(move |k| (name, k.as_str())))
         .collect();
     let mut assumed: Vec<Gang> = Vec::new();
+    // Placed, counted by its member, still running: charged to its queue's quota.
+    let mut running: Vec<(Gang, Vec<Option<String>>)> = Vec::new();
     let mut waiting: Vec<Waiting<'_>> = Vec::new();
     for tj in o.trainjobs.iter().filter(|t| !finished(t)) {
         let (ns, name) = key(&tj.metadata);
@@ -354,7 +356,18 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
                 plan.statuses.extend(status_write(tj, conditions, jobs));
                 let key = format!("{}/{}", p.spec.train_job_uid, p.spec.epoch);
                 let finished = matches!(phase, Some(PlacementPhase::Succeeded | PlacementPhase::Failed));
-                if !finished && !counted.contains(&(cluster.as_str(), key.as_str())) {
+                if finished {
+                    continue;
+                }
+                if counted.contains(&(cluster.as_str(), key.as_str())) {
+                    // Its GPUs are in the member's report; its quota is only here.
+                    let flavors = gang
+                        .pod_sets
+                        .iter()
+                        .map(|ps| p.spec.pod_sets.iter().find(|pp| pp.name == ps.name).and_then(|pp| pp.flavor.clone()))
+                        .collect();
+                    running.push((gang, flavors));
+                } else {
                     // Placed, but the member's report does not count its pods yet: count its
                     // capacity as taken (assumed) until it does, and never twice.
                     gang.clusters = ClusterFilter { only: Some(vec![cluster.clone()]), ..ClusterFilter::default() };
@@ -371,7 +384,17 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
     let out = fleet.as_ref().ok().map(|(fleet, capacity)| {
         let queues = queues(o);
         let gangs: Vec<Gang> = assumed.iter().cloned().chain(waiting.iter().map(|w| w.gang.clone())).collect();
-        let snapshot = Snapshot { fleet, queues: &queues, capacity: capacity.clone(), usage: QuotaUsage::default() };
+        let mut usage = QuotaUsage::default();
+        for (gang, flavors) in &running {
+            usage.charge_running(&queues, gang, flavors);
+        }
+        let snapshot = Snapshot {
+            fleet,
+            queues: &queues,
+            capacity: capacity.clone(),
+            usage,
+            now_ms: t.as_millisecond().max(0) as u64,
+        };
         cycle(snapshot, &gangs, config).decisions.split_off(assumed.len())
     });
     for (i, w) in waiting.into_iter().enumerate() {

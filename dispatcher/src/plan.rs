@@ -92,6 +92,7 @@ mod tests {
             queues: &queues,
             capacity: Capacity::empty(&fleet),
             usage: QuotaUsage::default(),
+            now_ms: 0,
         };
         let out = cycle(snap, std::slice::from_ref(&g), &Config::default());
         let Decision::Admit(a) = &out.decisions[0] else { panic!("admitted") };

@@ -202,3 +202,34 @@ fn one_cycle_places_every_trainjob_that_fits() {
     // Two members of 4 nodes hold four 2-node gangs; the other two wait.
     assert_eq!((plan.placements.len(), plan.pending), (4, 2), "{plan:#?}");
 }
+
+#[test]
+fn a_running_trainjob_counts_against_its_queues_quota_after_its_member_counts_it() {
+    let mut o = observed(vec![member("a", 1), member("b", 1)]);
+    let q: api::stowage::Queue = serde_json::from_value(json!({"apiVersion": "stowage.dev/v1alpha1", "kind": "Queue",
+        "metadata": {"name": "default"},
+        "spec": {"quotas": [{"flavor": "h100", "resource": "nvidia.com/gpu", "nominalQuota": "16"}]}}))
+    .expect("queue");
+    o.queues = vec![q];
+    let plan = decide(&o, &Config::default(), &settings(), Time(now()));
+    let cluster = plan.placements[0].spec.cluster.clone().expect("placed");
+    let mut o = written(o, &plan);
+    report(&mut o, PlacementPhase::Running, 1);
+    // The member now counts the gang's bound pods in its capacity: the placement is no longer
+    // assumed, but its 16 GPUs still use the queue's whole quota.
+    let m = o.members.iter_mut().find(|m| m.metadata.name.as_deref() == Some(cluster.as_str())).expect("member");
+    let status = m.status.as_mut().expect("status");
+    status.counted = vec!["u1/1".into()];
+    status.domains[0].free_gpus = 16;
+    status.domains[0].free_histogram = vec![2, 0, 0, 0, 0, 0, 0, 0, 2];
+    let mut second = o.trainjobs[0].clone();
+    second.metadata.name = Some("t2".into());
+    second.metadata.uid = Some("u2".into());
+    second.status = None;
+    o.trainjobs.push(second);
+    let plan = decide(&o, &Config::default(), &settings(), at(10));
+    assert!(plan.placements.is_empty(), "over quota: {plan:#?}");
+    let st = plan.statuses.iter().find(|s| s.name == "t2").expect("t2 status");
+    let pending = st.conditions.iter().find(|c| c.type_ == "Pending").expect("pending condition");
+    assert!(pending.message.contains("quota"), "{}", pending.message);
+}

@@ -65,6 +65,7 @@ fn bench(c: &mut Criterion) {
                 choice: ClusterChoice::MostFree,
                 fill: Fill::FirstFit,
                 strategy: Some(QueueingStrategy::BestEffortFifo),
+                patience: None,
             },
         ),
     ];
@@ -77,6 +78,7 @@ fn bench(c: &mut Criterion) {
             queues: &queues,
             capacity: Capacity::empty(&fleet),
             usage: QuotaUsage::default(),
+            now_ms: 0,
         };
         let out = cycle(snapshot, &pending, &config);
         let pods: u64 = pending
@@ -94,6 +96,7 @@ fn bench(c: &mut Criterion) {
                     queues: &queues,
                     capacity: Capacity::empty(&fleet),
                     usage: QuotaUsage::default(),
+                    now_ms: 0,
                 },
                 |snapshot| cycle(snapshot, &pending, &config),
                 BatchSize::LargeInput,

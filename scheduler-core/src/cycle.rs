@@ -3,6 +3,7 @@
 //! rolled back. Same snapshot and config, same decisions: only ordered containers, explicit
 //! tie-breaks, no clock.
 
+use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
@@ -33,6 +34,40 @@ pub struct Config {
     pub fill: Fill,
     /// Overrides every queue's own strategy (the baselines use this).
     pub strategy: Option<QueueingStrategy>,
+    /// How long a multi-pod set with a topology preference holds out for it; `None`: never
+    /// (a preference is met when it can be, at once).
+    pub patience: Option<Patience>,
+}
+
+/// Locality patience, as Slurm's `--switches=N@max-time`: a pod set of several pods that
+/// prefers a level is held to it (as if it were required) for `exact_ms` after its gang was
+/// submitted, then to the next wider level until `wider_ms`, then placed wherever it fits. A
+/// pod set that could not fit the held level even on an empty fleet is never held. Spreading a
+/// gang costs it for its whole run (docs/simulator.md, topology cost); waiting costs once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Patience {
+    pub exact_ms: u64,
+    pub wider_ms: u64,
+}
+
+impl Patience {
+    /// Stowage's default: a week at the preferred level, then a second week at the next wider.
+    /// Chosen on the shared Philly subset (docs/policy.md has the sweep): shorter holds barely
+    /// move locality there, because under that load a rack frees up only after days.
+    pub const DEFAULT: Patience = Patience { exact_ms: 7 * 86_400_000, wider_ms: 14 * 86_400_000 };
+
+    /// The constraint a pod set is held to after waiting `waited_ms`, when it differs from its own.
+    pub fn hold(&self, constraint: TopologyConstraint, pods: u32, waited_ms: u64) -> Option<TopologyConstraint> {
+        let TopologyConstraint::Preferred(level) = constraint else { return None };
+        if pods < 2 {
+            return None;
+        }
+        if waited_ms < self.exact_ms {
+            return Some(TopologyConstraint::Required(level));
+        }
+        let wider = Level::ALL.iter().rev().copied().find(|l| *l < level)?;
+        (waited_ms < self.wider_ms).then_some(TopologyConstraint::Required(wider))
+    }
 }
 
 /// Where an admitted gang goes.
@@ -71,6 +106,9 @@ pub struct Snapshot<'a> {
     pub queues: &'a Queues,
     pub capacity: Capacity,
     pub usage: QuotaUsage,
+    /// The cycle's time, on the clock of the gangs' `submitted_ms` (an input: the core reads
+    /// no clock).
+    pub now_ms: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -104,7 +142,10 @@ pub fn queue_order(pending: &[Gang]) -> Vec<usize> {
 
 /// Runs one cycle. See the module docs.
 pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config) -> Cycle {
-    let Snapshot { fleet, queues, capacity, usage } = snapshot;
+    let Snapshot { fleet, queues, capacity, usage, now_ms } = snapshot;
+    // Each gang as it is held this cycle: preferences its patience still holds it to become
+    // requirements (see `Patience`).
+    let held: Vec<Cow<'_, Gang>> = pending.iter().map(|g| held(config, g, now_ms)).collect();
     let mut run =
         Run { fleet, queues, config, cap: capacity, usage, memo: BTreeMap::new(), stats: CycleStats::default() };
     let mut decisions: Vec<Option<Decision>> = vec![None; pending.len()];
@@ -119,7 +160,7 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
                 queue: queues.spec(q).name.clone(),
                 gang: (*head).to_string(),
             }),
-            _ => match run.gang(gang) {
+            _ => match run.patient_gang(gang, &held[i]) {
                 Ok(admission) => Decision::Admit(admission),
                 Err(reason) => {
                     if let (Some(q), true) = (queue, strict && !reason.is_permanent()) {
@@ -137,6 +178,21 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
     }
     let decisions = decisions.into_iter().flatten().collect();
     Cycle { decisions, capacity: run.cap, usage: run.usage, stats: run.stats }
+}
+
+fn held<'g>(config: &Config, gang: &'g Gang, now_ms: u64) -> Cow<'g, Gang> {
+    let Some(patience) = config.patience else { return Cow::Borrowed(gang) };
+    let waited = now_ms.saturating_sub(gang.submitted_ms);
+    if gang.pod_sets.iter().all(|ps| patience.hold(ps.topology, ps.pods, waited).is_none()) {
+        return Cow::Borrowed(gang);
+    }
+    let mut g = gang.clone();
+    for ps in &mut g.pod_sets {
+        if let Some(c) = patience.hold(ps.topology, ps.pods, waited) {
+            ps.topology = c;
+        }
+    }
+    Cow::Owned(g)
 }
 
 /// A pod set resolved against the fleet and its queue: the flavors it may take, in order.
@@ -185,6 +241,27 @@ struct Run<'a> {
 type Score = (u32, Reverse<u8>, u64, u32, Reverse<u64>, ClusterId);
 
 impl<'a> Run<'a> {
+    /// The gang as its patience holds it (`held`), or as written when the held form could
+    /// never fit; a held gang that does not fit now waits for its locality, and says so.
+    fn patient_gang(&mut self, gang: &'a Gang, held: &'a Gang) -> Result<Admission, Reason> {
+        if std::ptr::eq(gang, held) {
+            return self.gang(gang);
+        }
+        match self.gang(held) {
+            Err(Reason::NeverFits(_)) => self.gang(gang),
+            Err(Reason::NoDomain(shortfall)) => {
+                let written = gang.pod_sets.iter().find(|p| p.name == shortfall.pod_set).map(|p| p.topology);
+                match (written, shortfall.level) {
+                    (Some(TopologyConstraint::Preferred(preferred)), Some(held)) => {
+                        Err(Reason::HoldingForLocality { preferred, held, shortfall })
+                    }
+                    _ => Err(Reason::NoDomain(shortfall)),
+                }
+            }
+            other => other,
+        }
+    }
+
     fn gang(&mut self, gang: &'a Gang) -> Result<Admission, Reason> {
         gang.validate().map_err(Reason::Invalid)?;
         let queue = self.queues.id(&gang.queue).ok_or_else(|| Reason::UnknownQueue { queue: gang.queue.clone() })?;

@@ -252,6 +252,20 @@ impl QuotaUsage {
     pub fn iter(&self) -> impl Iterator<Item = (&(QueueId, QuotaKey), &u64)> {
         self.used.iter()
     }
+
+    /// Charges a gang admitted before this snapshot (running on a member) to its queue:
+    /// `flavors` are the GPU flavors its pod sets were given, in the gang's order.
+    pub fn charge_running(&mut self, queues: &Queues, gang: &crate::gang::Gang, flavors: &[Option<String>]) {
+        let Some(q) = queues.id(&gang.queue) else { return };
+        for (ps, flavor) in gang.pod_sets.iter().zip(flavors) {
+            let Some(flavor) = flavor else { continue };
+            for (key, amount) in charges(flavor, ps.pods, &ps.shape) {
+                if queues.has_quota(q, &key) {
+                    self.add(q, key, amount);
+                }
+            }
+        }
+    }
 }
 
 /// What a pod set on `flavor` charges: GPUs, CPU and memory, all under the GPU flavor.

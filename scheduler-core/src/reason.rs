@@ -47,6 +47,13 @@ pub enum Reason {
     NoDomain(Shortfall),
     /// Even on an empty fleet no cluster could hold it.
     NeverFits(Shortfall),
+    /// The pod set prefers `preferred` and is still within its locality patience: it holds out
+    /// for one domain at `held` (see `cycle::Patience`), which has no room now.
+    HoldingForLocality {
+        preferred: Level,
+        held: Level,
+        shortfall: Shortfall,
+    },
 }
 
 /// A pod set that does not fit, with the best the fleet offers.
@@ -73,6 +80,7 @@ impl Reason {
             Reason::NoClusterMatches { .. } => "no-cluster-matches",
             Reason::NoDomain(_) => "no-domain",
             Reason::NeverFits(_) => "never-fits",
+            Reason::HoldingForLocality { .. } => "holding-for-locality",
         }
     }
 
@@ -137,6 +145,10 @@ impl fmt::Display for Reason {
             ),
             Reason::NoDomain(s) => write!(f, "{s}"),
             Reason::NeverFits(s) => write!(f, "{s}, even with the fleet empty: it can never be admitted"),
+            Reason::HoldingForLocality { preferred, held, shortfall } => write!(
+                f,
+                "holding out for one {held} (the pod set prefers one {preferred}; locality patience): {shortfall}"
+            ),
         }
     }
 }

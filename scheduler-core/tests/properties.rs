@@ -92,7 +92,7 @@ fn arb_config() -> impl Strategy<Value = Config> {
         prop::sample::select(vec![ClusterChoice::Scored, ClusterChoice::MostFree, ClusterChoice::InOrder]),
         prop::sample::select(vec![Fill::Locality, Fill::FirstFit, Fill::BinPack]),
     )
-        .prop_map(|(choice, fill)| Config { choice, fill, strategy: None })
+        .prop_map(|(choice, fill)| Config { choice, fill, strategy: None, patience: None })
 }
 
 proptest! {
@@ -106,7 +106,7 @@ proptest! {
         let mut running: Vec<(Gang, Admission)> = Vec::new();
         let mut pending = gangs;
         for round in 0..4 {
-            let snapshot = Snapshot { fleet: &fleet, queues: &queues, capacity: capacity.clone(), usage: usage.clone() };
+            let snapshot = Snapshot { fleet: &fleet, queues: &queues, capacity: capacity.clone(), usage: usage.clone(), now_ms: 0 };
             let again = cycle(snapshot.clone(), &pending, &config);
             let out = cycle(snapshot, &pending, &config);
             prop_assert_eq!(&out.decisions, &again.decisions, "same snapshot, same decisions");

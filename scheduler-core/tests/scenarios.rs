@@ -3,8 +3,8 @@
 use scheduler_core::fixture::{GangExt, gang, uniform_cluster};
 use scheduler_core::invariants;
 use scheduler_core::{
-    Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang, Level, QueueSpec, QueueingStrategy,
-    Queues, Quota, QuotaUsage, Reason, Resource, Snapshot, cycle,
+    Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang, Level, Patience, PodShape, QueueSpec,
+    QueueingStrategy, Queues, Quota, QuotaUsage, Reason, Resource, Snapshot, cycle,
 };
 
 use Level::{Block, Host, Rack};
@@ -60,7 +60,8 @@ impl Outcome {
 }
 
 fn run_with(fleet: Fleet, queues: &Queues, gangs: Vec<Gang>, config: Config) -> Outcome {
-    let snapshot = Snapshot { fleet: &fleet, queues, capacity: Capacity::empty(&fleet), usage: QuotaUsage::default() };
+    let snapshot =
+        Snapshot { fleet: &fleet, queues, capacity: Capacity::empty(&fleet), usage: QuotaUsage::default(), now_ms: 0 };
     let result = cycle(snapshot, &gangs, &config);
     let running: Vec<_> = gangs
         .iter()
@@ -160,7 +161,7 @@ fn clusters_are_scored_by_locality_before_order() {
 #[test]
 fn multikueue_emulation_takes_the_first_cluster_that_admits() {
     let f = fleet(&[("c-flat", "h100", 8, &[(Host, 8)]), ("c-racks", "h100", 8, &[(Rack, 2), (Host, 4)])]);
-    let config = Config { choice: ClusterChoice::InOrder, fill: Fill::Locality, strategy: None };
+    let config = Config { choice: ClusterChoice::InOrder, fill: Fill::Locality, strategy: None, patience: None };
     let out = run_with(f, &default_queues(), vec![gang("a").pods(2).gpus(8).preferred(Rack)], config);
     assert_eq!(out.admitted("a").map(|a| a.0), Some("c-flat".into()));
 }
@@ -246,7 +247,7 @@ fn releasing_a_gang_returns_exactly_what_it_held() {
     let q = default_queues();
     let g = vec![gang("a").pods(4).gpus(8).required(Rack)];
     let out = cycle(
-        Snapshot { fleet: &f, queues: &q, capacity: Capacity::empty(&f), usage: QuotaUsage::default() },
+        Snapshot { fleet: &f, queues: &q, capacity: Capacity::empty(&f), usage: QuotaUsage::default(), now_ms: 0 },
         &g,
         &Config::default(),
     );
@@ -255,4 +256,59 @@ fn releasing_a_gang_returns_exactly_what_it_held() {
     scheduler_core::release(&f, &q, &mut cap, &mut usage, &g[0], a);
     cap.commit();
     assert_eq!(cap, Capacity::empty(&f));
+}
+
+/// One host in each of the cluster's 8 racks is taken, so no rack has 4 free hosts; blocks do.
+fn fragmented_racks(g: Gang, now_ms: u64) -> (Fleet, Decision) {
+    let f = one_cluster();
+    let q = default_queues();
+    let mut capacity = Capacity::empty(&f);
+    let hosts = f.clusters()[0].hosts().to_vec();
+    for rack in 0..8 {
+        capacity.take(&f, hosts[rack * 4], 1, PodShape { gpus: 8, cpu_milli: 0, memory_mib: 0 });
+    }
+    capacity.commit();
+    let config = Config { patience: Some(Patience { exact_ms: 1_000, wider_ms: 5_000 }), ..Config::default() };
+    let snapshot = Snapshot { fleet: &f, queues: &q, capacity, usage: QuotaUsage::default(), now_ms };
+    let decision = cycle(snapshot, std::slice::from_ref(&g), &config).decisions.remove(0);
+    (f, decision)
+}
+
+/// The level of the narrowest domain holding the admitted gang (`None`: the whole cluster).
+fn span_level(f: &Fleet, d: &Decision) -> Option<Option<Level>> {
+    match d {
+        Decision::Admit(a) => Some(f.level_of(a.span(f).expect("placed"))),
+        Decision::Pending(_) => None,
+    }
+}
+
+#[test]
+fn a_gang_within_its_patience_holds_out_for_its_preferred_rack_and_says_so() {
+    let (_, d) = fragmented_racks(gang("wide").pods(4).gpus(8).preferred(Rack), 500);
+    let Decision::Pending(reason) = d else { panic!("admitted: {d:?}") };
+    assert!(
+        matches!(&reason, Reason::HoldingForLocality { preferred: Rack, held: Rack, shortfall } if shortfall.pods == 4),
+        "{reason:?}"
+    );
+    assert!(reason.to_string().starts_with("holding out for one rack"), "{reason}");
+}
+
+#[test]
+fn past_the_exact_hold_a_gang_takes_one_block_and_past_the_wider_hold_anything() {
+    let (f, d) = fragmented_racks(gang("wide").pods(4).gpus(8).preferred(Rack), 2_000);
+    assert_eq!(span_level(&f, &d), Some(Some(Block)), "{d:?}");
+    // Each block has 12 free hosts left: 13 pods fit no block, so the wider hold keeps them
+    // waiting, and past it they spread over the cluster.
+    let (_, d) = fragmented_racks(gang("huge").pods(13).gpus(8).preferred(Rack), 2_000);
+    assert!(matches!(d, Decision::Pending(Reason::HoldingForLocality { held: Block, .. })), "{d:?}");
+    let (f, d) = fragmented_racks(gang("huge").pods(13).gpus(8).preferred(Rack), 6_000);
+    assert_eq!(span_level(&f, &d), Some(None), "{d:?}");
+}
+
+#[test]
+fn a_gang_that_could_never_fit_its_preferred_level_is_not_held() {
+    // Five 8-GPU pods never fit a rack of four hosts: no point waiting for one. They go to one
+    // block at once.
+    let (f, d) = fragmented_racks(gang("five").pods(5).gpus(8).preferred(Rack), 0);
+    assert_eq!(span_level(&f, &d), Some(Some(Block)), "{d:?}");
 }

@@ -29,6 +29,8 @@ pub struct SimOptions {
     pub cost: TopologyCost,
     /// Jobs whose trace names no queue are spread over this many synthetic tenants by id.
     pub tenants: u32,
+    /// Locality patience of the policies that have one (`None`: off).
+    pub patience: Option<scheduler_core::Patience>,
 }
 
 impl Default for SimOptions {
@@ -41,6 +43,7 @@ impl Default for SimOptions {
             repair_s: 3600,
             cost: TopologyCost::default(),
             tenants: 4,
+            patience: Some(scheduler_core::Patience::DEFAULT),
         }
     }
 }
@@ -403,9 +406,12 @@ impl Sim<'_> {
                 queues: self.queues,
                 capacity: self.fleet.allocatable().clone(),
                 usage: QuotaUsage::default(),
+                now_ms: gang.submitted_ms,
             };
             let fits = matches!(
-                cycle(empty, std::slice::from_ref(&probe), &self.policy.config()).decisions.first(),
+                cycle(empty, std::slice::from_ref(&probe), &self.policy.config_with(self.opts.patience))
+                    .decisions
+                    .first(),
                 Some(Decision::Admit(_))
             );
             if fits {
@@ -438,8 +444,9 @@ impl Sim<'_> {
             queues: self.queues,
             capacity: std::mem::take(&mut self.capacity),
             usage: std::mem::take(&mut self.usage),
+            now_ms: t.saturating_mul(1000),
         };
-        let out = cycle(snapshot, &self.pending_gangs, &self.policy.config());
+        let out = cycle(snapshot, &self.pending_gangs, &self.policy.config_with(self.opts.patience));
         self.run.cycles += 1;
         self.capacity = out.capacity;
         self.usage = out.usage;

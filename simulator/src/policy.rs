@@ -5,7 +5,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use scheduler_core::{ClusterChoice, Config, Fill, QueueingStrategy};
+use scheduler_core::{ClusterChoice, Config, Fill, Patience, QueueingStrategy};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Policy {
@@ -36,23 +36,41 @@ impl Policy {
 
     pub fn config(self) -> Config {
         match self {
-            Policy::Stowage => Config { choice: ClusterChoice::Scored, fill: Fill::Locality, strategy: None },
+            Policy::Stowage => Config {
+                choice: ClusterChoice::Scored,
+                fill: Fill::Locality,
+                strategy: None,
+                patience: Some(Patience::DEFAULT),
+            },
             Policy::FifoFirstFit => Config {
                 choice: ClusterChoice::MostFree,
                 fill: Fill::FirstFit,
                 strategy: Some(QueueingStrategy::StrictFifo),
+                patience: None,
             },
             Policy::KueueMultiKueue => Config {
                 choice: ClusterChoice::InOrder,
                 fill: Fill::Locality,
                 strategy: Some(QueueingStrategy::BestEffortFifo),
+                patience: None,
             },
             Policy::VolcanoBinpack => Config {
                 choice: ClusterChoice::InOrder,
                 fill: Fill::BinPack,
                 strategy: Some(QueueingStrategy::BestEffortFifo),
+                patience: None,
             },
         }
+    }
+
+    /// The core configuration with the run's locality patience (only policies that have one,
+    /// ours, take it: no peer holds a gang for locality).
+    pub fn config_with(self, patience: Option<Patience>) -> Config {
+        let mut c = self.config();
+        if c.patience.is_some() {
+            c.patience = patience;
+        }
+        c
     }
 
     /// Whether a job is bound to one cluster when it arrives.

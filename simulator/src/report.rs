@@ -42,6 +42,9 @@ pub struct OptionsSummary {
     pub node_failure_rate: f64,
     pub tenants: u32,
     pub topology_cost: crate::cost::TopologyCost,
+    /// Locality patience (seconds at the preferred level, then until this at the next wider);
+    /// `None`: off.
+    pub locality_patience_s: Option<(u64, u64)>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]

@@ -66,6 +66,7 @@ pub fn run_policies(
             node_failure_rate: opts.node_failure_rate,
             tenants: opts.tenants,
             topology_cost: opts.cost,
+            locality_patience_s: opts.patience.map(|p| (p.exact_ms / 1000, p.wider_ms / 1000)),
         },
         policies: runs.iter().map(|r| policy_report(inputs.fleet, r)).collect(),
     };
@@ -109,6 +110,27 @@ mod tests {
         }
         assert!(csv == DEFAULT_TRACE_CSV, "data/philly-2017-sep-oct.csv is stale: regenerate it");
         assert_eq!(builtin_trace().expect("parses").jobs, source.jobs);
+    }
+
+    /// The policy issue's targets on the shared Philly subset, in one run: mean queueing delay
+    /// at least 40% below fifo-firstfit and 20% below kueue-multikueue at equal or better
+    /// locality; 95% of multi-node gangs inside one block and 80% inside one rack (every gang
+    /// of this trace fits one rack).
+    #[test]
+    fn stowage_meets_the_delay_and_locality_targets_on_the_philly_subset() {
+        let fleet = FleetSpec::builtin().build("built-in").expect("fleet");
+        let trace = builtin_trace().expect("trace");
+        let inputs = Inputs { fleet: &fleet, fleet_name: "built-in", trace: &trace, trace_name: "philly" };
+        let policies = [Policy::Stowage, Policy::FifoFirstFit, Policy::KueueMultiKueue];
+        let (report, _) = run_policies(&inputs, &policies, &SimOptions::default(), &mut |_, _, _| {}).expect("runs");
+        let [ours, fifo, kueue] = [0, 1, 2].map(|i| &report.policies[i]);
+        let delay = |p: &crate::report::PolicyReport| p.queueing_delay_s.mean;
+        assert!(delay(ours) <= 0.6 * delay(fifo), "{} vs fifo {}", delay(ours), delay(fifo));
+        assert!(delay(ours) <= 0.8 * delay(kueue), "{} vs kueue {}", delay(ours), delay(kueue));
+        let (l, k) = (&ours.locality, &kueue.locality);
+        assert!(l.within_block >= 0.95 && l.within_rack >= 0.80, "{l:?}");
+        assert!(l.within_block >= k.within_block && l.within_rack >= k.within_rack, "{l:?} vs kueue {k:?}");
+        assert!(l.multi_node_gangs > 50, "the trace has multi-node gangs: {l:?}");
     }
 
     #[test]
