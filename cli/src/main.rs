@@ -178,7 +178,8 @@ struct SimulateArgs {
     /// Drop rows that do not parse (and report how many) instead of failing.
     #[arg(long)]
     skip_bad_rows: bool,
-    /// Policies to compare, comma-separated. Default: all four.
+    /// Policies to compare, comma-separated (also: stowage-fair, ours with fair sharing).
+    /// Default: ours and the three baselines.
     #[arg(long, value_delimiter = ',', default_value = "stowage,fifo-firstfit,kueue-multikueue,volcano-binpack")]
     policy: Vec<Policy>,
     /// Seed for everything random (node failures).
@@ -406,7 +407,7 @@ fn dispatcher_command(args: DispatcherArgs) -> Result<(), CliError> {
             },
             leader,
             metrics,
-            config: scheduler_core::Config { patience: args.locality_patience.0, ..scheduler_core::Config::default() },
+            config: scheduler_core::Config { patience: args.locality_patience.0, ..scheduler_core::Config::stowage() },
             ..Default::default()
         };
         tokio::spawn(health::serve(args.health_addr, std::sync::Arc::new(registry)));

@@ -42,7 +42,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            config: scheduler_core::Config::default(),
+            config: scheduler_core::Config::stowage(),
             settings: Settings::default(),
             leader: None,
             resync: Duration::from_secs(1),

@@ -66,6 +66,7 @@ fn bench(c: &mut Criterion) {
                 fill: Fill::FirstFit,
                 strategy: Some(QueueingStrategy::BestEffortFifo),
                 patience: None,
+                fair_sharing: false,
             },
         ),
     ];

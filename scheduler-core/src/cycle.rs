@@ -8,10 +8,11 @@ use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 use crate::capacity::{Capacity, PodShape};
+use crate::fair::FairOrder;
 use crate::fleet::{ClusterId, DomainId, FlavorId, Fleet};
 use crate::gang::{ClusterFilter, Gang};
 use crate::place::{Ask, Fill, Placer, PodSetPlacement, View};
-use crate::queue::{QueueId, QueueingStrategy, Queues, QuotaKey, QuotaUsage, charges};
+use crate::queue::{QueueId, QueueingStrategy, Queues, QuotaKey, QuotaUsage, charges, held_by};
 use crate::reason::{Reason, Shortfall};
 use crate::topology::{Level, TopologyConstraint};
 
@@ -37,6 +38,22 @@ pub struct Config {
     /// How long a multi-pod set with a topology preference holds out for it; `None`: never
     /// (a preference is met when it can be, at once).
     pub patience: Option<Patience>,
+    /// Admit across queues by weighted dominant-resource share (see `fair`); otherwise in one
+    /// global order of priority and submit time.
+    pub fair_sharing: bool,
+}
+
+impl Config {
+    /// Stowage's own policy, as the dispatcher runs it and the simulator measures it.
+    pub fn stowage() -> Self {
+        Config {
+            choice: ClusterChoice::Scored,
+            fill: Fill::Locality,
+            strategy: None,
+            patience: Some(Patience::DEFAULT),
+            fair_sharing: false,
+        }
+    }
 }
 
 /// Locality patience, as Slurm's `--switches=N@max-time`: a pod set of several pods that
@@ -150,7 +167,8 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
         Run { fleet, queues, config, cap: capacity, usage, memo: BTreeMap::new(), stats: CycleStats::default() };
     let mut decisions: Vec<Option<Decision>> = vec![None; pending.len()];
     let mut blocked: BTreeMap<QueueId, &str> = BTreeMap::new();
-    for i in queue_order(pending) {
+    let mut order = FairOrder::new(pending, queues, fleet, config.fair_sharing);
+    while let Some(i) = order.next(pending, queues, &run.usage) {
         let gang = &pending[i];
         let queue = queues.id(&gang.queue);
         let strict =
@@ -335,6 +353,7 @@ impl<'a> Run<'a> {
         for (key, amount) in gang_charges(self.fleet, self.queues, gang, admission) {
             self.usage.add(queue, key, amount);
         }
+        self.usage.hold(queue, held_by(gang));
         self.cap.commit();
     }
 
@@ -619,5 +638,6 @@ pub fn release(
         for (key, amount) in gang_charges(fleet, queues, gang, admission) {
             usage.remove(q, key, amount);
         }
+        usage.unhold(q, held_by(gang));
     }
 }

@@ -61,6 +61,7 @@ pub fn check(
             for (key, amount) in gang_charges(fleet, queues, gang, admission) {
                 recomputed_usage.add(q, key, amount);
             }
+            recomputed_usage.hold(q, crate::queue::held_by(gang));
         }
     }
     recomputed.commit();

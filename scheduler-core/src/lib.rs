@@ -5,6 +5,7 @@
 
 pub mod capacity;
 pub mod cycle;
+pub mod fair;
 pub mod fixture;
 pub mod fleet;
 pub mod gang;

@@ -225,10 +225,26 @@ fn lendable(q: &Quota) -> u64 {
     q.lending_limit.unwrap_or(q.nominal).min(q.nominal)
 }
 
-/// What admitted gangs use, per queue and quota key.
+/// What admitted gangs use, per queue and quota key, and what each queue holds in all
+/// (quota or not), which fair sharing reads.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct QuotaUsage {
     used: BTreeMap<(QueueId, QuotaKey), u64>,
+    held: BTreeMap<QueueId, Held>,
+}
+
+/// GPUs, CPU (milli) and memory (MiB) held, in `Resource::ALL` order.
+pub type Held = [u64; 3];
+
+/// What a gang holds once admitted.
+pub fn held_by(gang: &crate::gang::Gang) -> Held {
+    let mut total = [0u64; 3];
+    for ps in &gang.pod_sets {
+        for (t, r) in total.iter_mut().zip(Resource::ALL) {
+            *t += u64::from(ps.pods) * r.of(&ps.shape);
+        }
+    }
+    total
 }
 
 impl QuotaUsage {
@@ -253,10 +269,33 @@ impl QuotaUsage {
         self.used.iter()
     }
 
+    pub fn held(&self, q: QueueId) -> Held {
+        self.held.get(&q).copied().unwrap_or_default()
+    }
+
+    pub fn hold(&mut self, q: QueueId, amount: Held) {
+        let h = self.held.entry(q).or_default();
+        for (h, a) in h.iter_mut().zip(amount) {
+            *h += a;
+        }
+    }
+
+    pub fn unhold(&mut self, q: QueueId, amount: Held) {
+        if let Some(h) = self.held.get_mut(&q) {
+            for (h, a) in h.iter_mut().zip(amount) {
+                *h = h.saturating_sub(a);
+            }
+            if *h == [0; 3] {
+                self.held.remove(&q);
+            }
+        }
+    }
+
     /// Charges a gang admitted before this snapshot (running on a member) to its queue:
     /// `flavors` are the GPU flavors its pod sets were given, in the gang's order.
     pub fn charge_running(&mut self, queues: &Queues, gang: &crate::gang::Gang, flavors: &[Option<String>]) {
         let Some(q) = queues.id(&gang.queue) else { return };
+        self.hold(q, held_by(gang));
         for (ps, flavor) in gang.pod_sets.iter().zip(flavors) {
             let Some(flavor) = flavor else { continue };
             for (key, amount) in charges(flavor, ps.pods, &ps.shape) {

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use scheduler_core::fixture::{GangExt, gang, uniform_cluster};
 use scheduler_core::invariants;
 use scheduler_core::{
-    Admission, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang, Level, QueueSpec,
+    Admission, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang, Level, Patience, QueueSpec,
     QueueingStrategy, Queues, Quota, QuotaUsage, Resource, Snapshot, cycle, release,
 };
 
@@ -91,8 +91,16 @@ fn arb_config() -> impl Strategy<Value = Config> {
     (
         prop::sample::select(vec![ClusterChoice::Scored, ClusterChoice::MostFree, ClusterChoice::InOrder]),
         prop::sample::select(vec![Fill::Locality, Fill::FirstFit, Fill::BinPack]),
+        any::<bool>(),
+        prop::option::of((0u64..5_000, 0u64..5_000)),
     )
-        .prop_map(|(choice, fill)| Config { choice, fill, strategy: None, patience: None })
+        .prop_map(|(choice, fill, fair_sharing, patience)| Config {
+            choice,
+            fill,
+            strategy: None,
+            patience: patience.map(|(a, b)| Patience { exact_ms: a, wider_ms: a + b }),
+            fair_sharing,
+        })
 }
 
 proptest! {

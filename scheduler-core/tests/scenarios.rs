@@ -161,7 +161,13 @@ fn clusters_are_scored_by_locality_before_order() {
 #[test]
 fn multikueue_emulation_takes_the_first_cluster_that_admits() {
     let f = fleet(&[("c-flat", "h100", 8, &[(Host, 8)]), ("c-racks", "h100", 8, &[(Rack, 2), (Host, 4)])]);
-    let config = Config { choice: ClusterChoice::InOrder, fill: Fill::Locality, strategy: None, patience: None };
+    let config = Config {
+        choice: ClusterChoice::InOrder,
+        fill: Fill::Locality,
+        strategy: None,
+        patience: None,
+        fair_sharing: false,
+    };
     let out = run_with(f, &default_queues(), vec![gang("a").pods(2).gpus(8).preferred(Rack)], config);
     assert_eq!(out.admitted("a").map(|a| a.0), Some("c-flat".into()));
 }
@@ -311,4 +317,45 @@ fn a_gang_that_could_never_fit_its_preferred_level_is_not_held() {
     // block at once.
     let (f, d) = fragmented_racks(gang("five").pods(5).gpus(8).preferred(Rack), 0);
     assert_eq!(span_level(&f, &d), Some(Some(Block)), "{d:?}");
+}
+
+/// Queue `a` submitted 16 whole-node gangs before queue `b` submitted 16, on 16 nodes.
+fn two_tenants(fair_sharing: bool) -> Outcome {
+    let small = fleet(&[("c1", "h100", 8, &[(Rack, 2), (Host, 8)])]);
+    let queues = Queues::new(vec![QueueSpec::unlimited("a"), QueueSpec::unlimited("b")]).expect("queues");
+    let gangs: Vec<Gang> = (0..16)
+        .map(|i| gang(&format!("a-{i:02}")).gpus(8).queue("a").submitted(i))
+        .chain((0..16).map(|i| gang(&format!("b-{i:02}")).gpus(8).queue("b").submitted(100 + i)))
+        .collect();
+    run_with(small, &queues, gangs, Config { fair_sharing, ..Config::default() })
+}
+
+fn admitted_of(out: &Outcome, queue: &str) -> usize {
+    out.gangs
+        .iter()
+        .zip(&out.result.decisions)
+        .filter(|(g, d)| g.queue == queue && matches!(d, Decision::Admit(_)))
+        .count()
+}
+
+#[test]
+fn two_equal_weight_queues_get_equal_shares_under_fair_sharing() {
+    // 16 nodes, 32 one-node gangs: in submit order the first queue takes every node.
+    let fifo = two_tenants(false);
+    assert_eq!((admitted_of(&fifo, "a"), admitted_of(&fifo, "b")), (16, 0));
+    let fair = two_tenants(true);
+    assert_eq!((admitted_of(&fair, "a"), admitted_of(&fair, "b")), (8, 8));
+}
+
+#[test]
+fn a_queue_with_twice_the_weight_gets_twice_the_share() {
+    let small = fleet(&[("c1", "h100", 8, &[(Rack, 2), (Host, 6)])]);
+    let heavy = QueueSpec { weight: 2, ..QueueSpec::unlimited("a") };
+    let queues = Queues::new(vec![heavy, QueueSpec::unlimited("b")]).expect("queues");
+    let gangs: Vec<Gang> = (0..12)
+        .map(|i| gang(&format!("a-{i:02}")).gpus(8).queue("a").submitted(100 + i))
+        .chain((0..12).map(|i| gang(&format!("b-{i:02}")).gpus(8).queue("b").submitted(i)))
+        .collect();
+    let out = run_with(small, &queues, gangs, Config { fair_sharing: true, ..Config::default() });
+    assert_eq!((admitted_of(&out, "a"), admitted_of(&out, "b")), (8, 4));
 }

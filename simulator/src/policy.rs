@@ -9,8 +9,11 @@ use scheduler_core::{ClusterChoice, Config, Fill, Patience, QueueingStrategy};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Policy {
-    /// Ours: every cluster scored by locality, best fit and balance; narrowest domain first.
+    /// Ours: every cluster scored by locality, best fit and balance; narrowest domain first;
+    /// locality patience.
     Stowage,
+    /// Ours with fair sharing: queues admit by weighted dominant-resource share.
+    StowageFair,
     /// Strict FIFO, the cluster with the most free GPUs, hosts in order, no topology.
     FifoFirstFit,
     /// MultiKueue's all-at-once dispatch (the first worker that can admit wins) with Kueue
@@ -22,12 +25,16 @@ pub enum Policy {
 }
 
 impl Policy {
-    pub const ALL: [Policy; 4] =
+    /// What a run compares unless told otherwise.
+    pub const DEFAULT: [Policy; 4] =
         [Policy::Stowage, Policy::FifoFirstFit, Policy::KueueMultiKueue, Policy::VolcanoBinpack];
+    pub const ALL: [Policy; 5] =
+        [Policy::Stowage, Policy::StowageFair, Policy::FifoFirstFit, Policy::KueueMultiKueue, Policy::VolcanoBinpack];
 
     pub fn name(self) -> &'static str {
         match self {
             Policy::Stowage => "stowage",
+            Policy::StowageFair => "stowage-fair",
             Policy::FifoFirstFit => "fifo-firstfit",
             Policy::KueueMultiKueue => "kueue-multikueue",
             Policy::VolcanoBinpack => "volcano-binpack",
@@ -36,29 +43,28 @@ impl Policy {
 
     pub fn config(self) -> Config {
         match self {
-            Policy::Stowage => Config {
-                choice: ClusterChoice::Scored,
-                fill: Fill::Locality,
-                strategy: None,
-                patience: Some(Patience::DEFAULT),
-            },
+            Policy::Stowage => Config::stowage(),
+            Policy::StowageFair => Config { fair_sharing: true, ..Config::stowage() },
             Policy::FifoFirstFit => Config {
                 choice: ClusterChoice::MostFree,
                 fill: Fill::FirstFit,
                 strategy: Some(QueueingStrategy::StrictFifo),
                 patience: None,
+                fair_sharing: false,
             },
             Policy::KueueMultiKueue => Config {
                 choice: ClusterChoice::InOrder,
                 fill: Fill::Locality,
                 strategy: Some(QueueingStrategy::BestEffortFifo),
                 patience: None,
+                fair_sharing: false,
             },
             Policy::VolcanoBinpack => Config {
                 choice: ClusterChoice::InOrder,
                 fill: Fill::BinPack,
                 strategy: Some(QueueingStrategy::BestEffortFifo),
                 patience: None,
+                fair_sharing: false,
             },
         }
     }
@@ -86,7 +92,7 @@ impl fmt::Display for Policy {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown policy {0:?} (expected stowage, fifo-firstfit, kueue-multikueue or volcano-binpack)")]
+#[error("unknown policy {0:?} (expected stowage, stowage-fair, fifo-firstfit, kueue-multikueue or volcano-binpack)")]
 pub struct UnknownPolicy(pub String);
 
 impl FromStr for Policy {

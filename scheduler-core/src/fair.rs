@@ -1,0 +1,92 @@
+//! Fair sharing: which queue admits next. Dominant resource fairness (Ghodsi et al., NSDI'11)
+//! over the fleet's GPUs, CPU and memory, weighted per queue as Kueue weights ClusterQueues in
+//! a cohort: each queue's share is the largest fraction of the fleet it holds of any resource,
+//! divided by its weight, and the queue with the smallest share admits its next gang. Priority
+//! still comes first (a higher-priority head goes before any share), then share, then submit
+//! time, then the queue. Shares are integers (parts per billion), so the order is exact and the
+//! same on every machine.
+
+use std::cmp::Reverse;
+
+use crate::fleet::Fleet;
+use crate::gang::Gang;
+use crate::queue::{Held, QueueId, Queues, QuotaUsage};
+
+/// Parts per billion: a share of the whole fleet as an integer.
+const SCALE: u128 = 1_000_000_000;
+
+/// One queue's pending gangs in queue order, and how far the cycle has taken them.
+#[derive(Debug)]
+struct Lane {
+    /// `None`: gangs naming a queue that does not exist (they fail on their own, in order).
+    queue: Option<QueueId>,
+    gangs: Vec<usize>,
+    next: usize,
+}
+
+/// The cycle's admission order: the next gang to consider, given what is admitted so far.
+#[derive(Debug)]
+pub struct FairOrder {
+    lanes: Vec<Lane>,
+    totals: Held,
+}
+
+impl FairOrder {
+    /// Without fair sharing, one lane: the global order of priority, submit time and id.
+    pub fn new(pending: &[Gang], queues: &Queues, fleet: &Fleet, fair: bool) -> Self {
+        let mut lanes: Vec<Lane> = Vec::new();
+        for i in crate::cycle::queue_order(pending) {
+            let queue = if fair { queues.id(&pending[i].queue) } else { None };
+            match lanes.iter_mut().find(|l| l.queue == queue) {
+                Some(l) => l.gangs.push(i),
+                None => lanes.push(Lane { queue, gangs: vec![i], next: 0 }),
+            }
+        }
+        let mut totals = [0u64; 3];
+        for (_, n) in fleet.hosts() {
+            totals[0] += u64::from(n.gpus);
+            totals[1] += n.cpu_milli;
+            totals[2] += n.memory_mib;
+        }
+        FairOrder { lanes, totals }
+    }
+
+    /// The next gang, or `None` when every lane is done.
+    pub fn next(&mut self, pending: &[Gang], queues: &Queues, usage: &QuotaUsage) -> Option<usize> {
+        let totals = self.totals;
+        let lane = self.lanes.iter_mut().filter(|l| l.next < l.gangs.len()).min_by_key(|l| {
+            let head = &pending[l.gangs[l.next]];
+            let share = l.queue.map_or(0, |q| dominant_share(usage.held(q), totals, queues.spec(q).weight));
+            (Reverse(head.priority), share, head.submitted_ms, l.queue)
+        })?;
+        lane.next += 1;
+        Some(lane.gangs[lane.next - 1])
+    }
+}
+
+/// The largest fraction of the fleet `held` is of any resource, divided by `weight`, in parts
+/// per billion. A weight of 0 counts as the smallest possible weight.
+pub fn dominant_share(held: Held, totals: Held, weight: u32) -> u128 {
+    let dominant = held
+        .iter()
+        .zip(totals)
+        .filter(|(_, t)| *t > 0)
+        .map(|(h, t)| u128::from(*h) * SCALE / u128::from(t))
+        .max()
+        .unwrap_or(0);
+    dominant / u128::from(weight.max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_dominant_resource_decides_and_weight_divides() {
+        let totals = [100, 1_000, 1_000];
+        assert_eq!(dominant_share([10, 50, 0], totals, 1), 100_000_000);
+        assert_eq!(dominant_share([1, 500, 0], totals, 1), 500_000_000);
+        assert_eq!(dominant_share([10, 0, 0], totals, 2), 50_000_000);
+        assert_eq!(dominant_share([10, 0, 0], [0, 0, 0], 1), 0, "a fleet without a resource shares none of it");
+    }
+}
