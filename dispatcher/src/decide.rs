@@ -394,6 +394,7 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
             capacity: capacity.clone(),
             usage,
             now_ms: t.as_millisecond().max(0) as u64,
+            releases: Vec::new(),
         };
         cycle(snapshot, &gangs, config).decisions.split_off(assumed.len())
     });

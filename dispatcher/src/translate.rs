@@ -106,6 +106,7 @@ pub fn gang(trainjob: &TrainJob, runtime: &Runtime) -> Result<Gang, GangError> {
         id: format!("{ns}/{}", meta.name.clone().unwrap_or_default()),
         queue: meta.labels.as_ref().and_then(|l| l.get(QUEUE_LABEL)).cloned().unwrap_or_else(|| DEFAULT_QUEUE.into()),
         priority,
+        runtime_ms: None,
         submitted_ms: meta.creation_timestamp.as_ref().map(|t| t.0.as_millisecond().max(0) as u64).unwrap_or(0),
         pod_sets,
         clusters: ClusterFilter::default(),

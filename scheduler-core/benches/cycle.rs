@@ -67,6 +67,7 @@ fn bench(c: &mut Criterion) {
                 strategy: Some(QueueingStrategy::BestEffortFifo),
                 patience: None,
                 fair_sharing: false,
+                reservations: false,
             },
         ),
     ];
@@ -80,6 +81,7 @@ fn bench(c: &mut Criterion) {
             capacity: Capacity::empty(&fleet),
             usage: QuotaUsage::default(),
             now_ms: 0,
+            releases: Vec::new(),
         };
         let out = cycle(snapshot, &pending, &config);
         let pods: u64 = pending
@@ -98,6 +100,7 @@ fn bench(c: &mut Criterion) {
                     capacity: Capacity::empty(&fleet),
                     usage: QuotaUsage::default(),
                     now_ms: 0,
+                    releases: Vec::new(),
                 },
                 |snapshot| cycle(snapshot, &pending, &config),
                 BatchSize::LargeInput,

@@ -41,6 +41,9 @@ pub struct Config {
     /// Admit across queues by weighted dominant-resource share (see `fair`); otherwise in one
     /// global order of priority and submit time.
     pub fair_sharing: bool,
+    /// Reserve capacity for the first gang that cannot start, where it will start soonest (from
+    /// the snapshot's `releases`); later gangs use that capacity only if they end before.
+    pub reservations: bool,
 }
 
 impl Config {
@@ -52,6 +55,7 @@ impl Config {
             strategy: None,
             patience: Some(Patience::DEFAULT),
             fair_sharing: false,
+            reservations: true,
         }
     }
 }
@@ -126,6 +130,40 @@ pub struct Snapshot<'a> {
     /// The cycle's time, on the clock of the gangs' `submitted_ms` (an input: the core reads
     /// no clock).
     pub now_ms: u64,
+    /// What running gangs will give back and when they are expected to: reservations are
+    /// planned on it. Empty: no reservations.
+    pub releases: Vec<Release>,
+}
+
+/// Capacity a running gang gives back when it ends, at its expected end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Release {
+    pub end_ms: u64,
+    /// (host, pods, shape of each pod).
+    pub hosts: Vec<(DomainId, u32, PodShape)>,
+}
+
+impl Release {
+    pub fn of(gang: &Gang, admission: &Admission, end_ms: u64) -> Self {
+        let hosts = gang
+            .pod_sets
+            .iter()
+            .zip(&admission.pod_sets)
+            .flat_map(|(ps, p)| p.hosts.iter().map(move |&(h, n)| (h, n, ps.shape)))
+            .collect();
+        Release { end_ms, hosts }
+    }
+}
+
+/// Capacity set aside this cycle for one gang expected to start at `start_ms`.
+#[derive(Debug)]
+struct Reservation {
+    gang: String,
+    cluster: ClusterId,
+    start_ms: u64,
+    /// What it will need on each host, and how much of that is free now and held.
+    want: Vec<(DomainId, u32, PodShape)>,
+    held: Vec<(DomainId, u32, PodShape)>,
 }
 
 #[derive(Debug, Clone)]
@@ -159,7 +197,7 @@ pub fn queue_order(pending: &[Gang]) -> Vec<usize> {
 
 /// Runs one cycle. See the module docs.
 pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config) -> Cycle {
-    let Snapshot { fleet, queues, capacity, usage, now_ms } = snapshot;
+    let Snapshot { fleet, queues, capacity, usage, now_ms, releases } = snapshot;
     // Each gang as it is held this cycle: preferences its patience still holds it to become
     // requirements (see `Patience`).
     let held: Vec<Cow<'_, Gang>> = pending.iter().map(|g| held(config, g, now_ms)).collect();
@@ -168,6 +206,7 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
     let mut decisions: Vec<Option<Decision>> = vec![None; pending.len()];
     let mut blocked: BTreeMap<QueueId, &str> = BTreeMap::new();
     let mut order = FairOrder::new(pending, queues, fleet, config.fair_sharing);
+    let mut reservation: Option<Reservation> = None;
     while let Some(i) = order.next(pending, queues, &run.usage) {
         let gang = &pending[i];
         let queue = queues.id(&gang.queue);
@@ -180,12 +219,30 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
             }),
             _ => match run.patient_gang(gang, &held[i]) {
                 Ok(admission) => Decision::Admit(admission),
-                Err(reason) => {
-                    if let (Some(q), true) = (queue, strict && !reason.is_permanent()) {
-                        blocked.insert(q, &gang.id);
+                Err(reason) => match run.backfill(gang, &held[i], now_ms, reservation.as_mut()) {
+                    Some(admission) => Decision::Admit(admission),
+                    None => {
+                        if let (Some(q), true) = (queue, strict && !reason.is_permanent()) {
+                            blocked.insert(q, &gang.id);
+                        }
+                        let capacity_bound = matches!(reason, Reason::NoDomain(_) | Reason::HoldingForLocality { .. });
+                        let reserved = (config.reservations && reservation.is_none() && capacity_bound)
+                            .then(|| run.reserve(&held[i], &releases))
+                            .flatten();
+                        match reserved {
+                            Some(r) => {
+                                let reason = Reason::Reserved {
+                                    cluster: fleet.cluster(r.cluster).name.clone(),
+                                    in_s: r.start_ms.saturating_sub(now_ms) / 1000,
+                                    now: Box::new(reason),
+                                };
+                                reservation = Some(r);
+                                Decision::Pending(reason)
+                            }
+                            None => Decision::Pending(reason),
+                        }
                     }
-                    Decision::Pending(reason)
-                }
+                },
             },
         };
         match &decision {
@@ -193,6 +250,10 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
             Decision::Pending(_) => run.stats.pending += 1,
         }
         decisions[i] = Some(decision);
+    }
+    if let Some(r) = &reservation {
+        // The held capacity is not used by anything admitted: the cycle returns it.
+        run.unhold(r);
     }
     let decisions = decisions.into_iter().flatten().collect();
     Cycle { decisions, capacity: run.cap, usage: run.usage, stats: run.stats }
@@ -278,6 +339,94 @@ impl<'a> Run<'a> {
             }
             other => other,
         }
+    }
+
+    /// Where and when `gang` would start, from what running gangs release in order of their
+    /// expected ends: the first release after which it fits. Holds what of that placement is
+    /// free now, so later gangs cannot take it unless they end before (`backfill`).
+    fn reserve(&mut self, gang: &'a Gang, releases: &[Release]) -> Option<Reservation> {
+        if releases.is_empty() {
+            return None;
+        }
+        let mut order: Vec<&Release> = releases.iter().collect();
+        order.sort_by_key(|r| r.end_ms);
+        // The memo holds what fits nowhere *now*; more fits on future capacity.
+        let (saved_usage, saved_memo, stats) = (self.usage.clone(), std::mem::take(&mut self.memo), self.stats);
+        // Where the gang goes once the first `k` releases happened. Fitting only gets easier as
+        // k grows, so the first k that fits is found by bisection: a few placements per cycle,
+        // not one per running gang.
+        let fits_after = |this: &mut Self, k: usize| -> Option<Admission> {
+            let mut future = this.cap.clone();
+            for r in &order[..k] {
+                for &(h, n, shape) in &r.hosts {
+                    future.give_back(this.fleet, h, n, shape);
+                }
+            }
+            future.commit();
+            std::mem::swap(&mut this.cap, &mut future);
+            this.memo.clear();
+            let placed = this.gang(gang).ok();
+            std::mem::swap(&mut this.cap, &mut future);
+            (this.usage, this.stats) = (saved_usage.clone(), stats);
+            placed
+        };
+        let n = order.len();
+        let found = fits_after(self, n).and_then(|_| {
+            let (mut lo, mut hi) = (1, n);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if fits_after(self, mid).is_some() { hi = mid } else { lo = mid + 1 }
+            }
+            Some((fits_after(self, lo)?, order[lo - 1].end_ms))
+        });
+        self.memo = saved_memo;
+        let (admission, start_ms) = found?;
+        let want: Vec<(DomainId, u32, PodShape)> = Release::of(gang, &admission, start_ms).hosts;
+        let mut r = Reservation { gang: gang.id.clone(), cluster: admission.cluster, start_ms, want, held: Vec::new() };
+        self.hold(&mut r);
+        Some(r)
+    }
+
+    /// Takes what the reservation wants and is free now.
+    fn hold(&mut self, r: &mut Reservation) {
+        r.held.clear();
+        for &(h, n, shape) in &r.want {
+            let free = self.cap.node_free(h).pods(&shape).min(n);
+            if free > 0 {
+                self.cap.take(self.fleet, h, free, shape);
+                r.held.push((h, free, shape));
+            }
+        }
+        self.cap.commit();
+    }
+
+    fn unhold(&mut self, r: &Reservation) {
+        for &(h, n, shape) in &r.held {
+            self.cap.give_back(self.fleet, h, n, shape);
+        }
+        self.cap.commit();
+    }
+
+    /// A gang that did not fit beside the reservation may use its capacity if it states a run
+    /// time that ends before the reservation starts; the reservation then holds what is left.
+    fn backfill(
+        &mut self,
+        gang: &'a Gang,
+        held: &'a Gang,
+        now_ms: u64,
+        reservation: Option<&mut Reservation>,
+    ) -> Option<Admission> {
+        let r = reservation?;
+        let ends = now_ms.saturating_add(gang.runtime_ms?);
+        if ends > r.start_ms || r.gang == gang.id {
+            return None;
+        }
+        self.unhold(r);
+        // The memo's "fits nowhere" was learnt with the hold in place; without it more fits.
+        self.memo.clear();
+        let admitted = self.patient_gang(gang, held).ok();
+        self.hold(r);
+        admitted
     }
 
     fn gang(&mut self, gang: &'a Gang) -> Result<Admission, Reason> {

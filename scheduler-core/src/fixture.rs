@@ -56,6 +56,7 @@ pub fn gang(id: &str) -> Gang {
         queue: "default".into(),
         priority: 0,
         submitted_ms: 0,
+        runtime_ms: None,
         pod_sets: vec![PodSet {
             name: "node".into(),
             pods: 1,
@@ -78,6 +79,7 @@ pub trait GangExt: Sized {
     fn queue(self, q: &str) -> Self;
     fn priority(self, p: i32) -> Self;
     fn submitted(self, ms: u64) -> Self;
+    fn runtime(self, ms: u64) -> Self;
 }
 
 impl GangExt for Gang {
@@ -111,6 +113,10 @@ impl GangExt for Gang {
     }
     fn submitted(mut self, ms: u64) -> Self {
         self.submitted_ms = ms;
+        self
+    }
+    fn runtime(mut self, ms: u64) -> Self {
+        self.runtime_ms = Some(ms);
         self
     }
 }

@@ -52,6 +52,10 @@ pub struct Gang {
     pub submitted_ms: u64,
     pub pod_sets: Vec<PodSet>,
     pub clusters: ClusterFilter,
+    /// How long it is expected to run once started (the trace's duration in simulation; a
+    /// TrainJob annotation or `activeDeadlineSeconds` in production). Only a gang that states
+    /// one may backfill in front of a reservation.
+    pub runtime_ms: Option<u64>,
 }
 
 impl Gang {

@@ -16,7 +16,7 @@ pub mod reason;
 pub mod topology;
 
 pub use capacity::{Capacity, PodShape};
-pub use cycle::{Admission, ClusterChoice, Config, Cycle, Decision, Patience, Snapshot, cycle, release};
+pub use cycle::{Admission, ClusterChoice, Config, Cycle, Decision, Patience, Release, Snapshot, cycle, release};
 pub use fleet::{ClusterId, DomainId, FlavorId, Fleet, FleetBuilder, FleetError, LevelInfo, NodeInput};
 pub use gang::{ClusterFilter, Gang, GangError, PodSet, Slice};
 pub use place::{Fill, PodSetPlacement};

@@ -54,6 +54,14 @@ pub enum Reason {
         held: Level,
         shortfall: Shortfall,
     },
+    /// Capacity is reserved for it on `cluster`, expected free in `in_s` seconds as running
+    /// gangs end; smaller gangs use that capacity meanwhile only if they end before. `now` is
+    /// why it cannot start now.
+    Reserved {
+        cluster: String,
+        in_s: u64,
+        now: Box<Reason>,
+    },
 }
 
 /// A pod set that does not fit, with the best the fleet offers.
@@ -81,6 +89,7 @@ impl Reason {
             Reason::NoDomain(_) => "no-domain",
             Reason::NeverFits(_) => "never-fits",
             Reason::HoldingForLocality { .. } => "holding-for-locality",
+            Reason::Reserved { .. } => "reserved",
         }
     }
 
@@ -145,6 +154,10 @@ impl fmt::Display for Reason {
             ),
             Reason::NoDomain(s) => write!(f, "{s}"),
             Reason::NeverFits(s) => write!(f, "{s}, even with the fleet empty: it can never be admitted"),
+            Reason::Reserved { cluster, in_s, now } => write!(
+                f,
+                "capacity reserved on cluster {cluster}, expected free in about {in_s} s as running gangs end (gangs that end sooner may use it meanwhile); now: {now}"
+            ),
             Reason::HoldingForLocality { preferred, held, shortfall } => write!(
                 f,
                 "holding out for one {held} (the pod set prefers one {preferred}; locality patience): {shortfall}"

@@ -7,7 +7,7 @@ use scheduler_core::fixture::{GangExt, gang, uniform_cluster};
 use scheduler_core::invariants;
 use scheduler_core::{
     Admission, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang, Level, Patience, QueueSpec,
-    QueueingStrategy, Queues, Quota, QuotaUsage, Resource, Snapshot, cycle, release,
+    QueueingStrategy, Queues, Quota, QuotaUsage, Release, Resource, Snapshot, cycle, release,
 };
 
 fn arb_fleet() -> impl Strategy<Value = Fleet> {
@@ -93,13 +93,15 @@ fn arb_config() -> impl Strategy<Value = Config> {
         prop::sample::select(vec![Fill::Locality, Fill::FirstFit, Fill::BinPack]),
         any::<bool>(),
         prop::option::of((0u64..5_000, 0u64..5_000)),
+        any::<bool>(),
     )
-        .prop_map(|(choice, fill, fair_sharing, patience)| Config {
+        .prop_map(|(choice, fill, fair_sharing, patience, reservations)| Config {
             choice,
             fill,
             strategy: None,
             patience: patience.map(|(a, b)| Patience { exact_ms: a, wider_ms: a + b }),
             fair_sharing,
+            reservations,
         })
 }
 
@@ -114,7 +116,13 @@ proptest! {
         let mut running: Vec<(Gang, Admission)> = Vec::new();
         let mut pending = gangs;
         for round in 0..4 {
-            let snapshot = Snapshot { fleet: &fleet, queues: &queues, capacity: capacity.clone(), usage: usage.clone(), now_ms: 0 };
+            // Running gangs end in the order they started, one second apart; gangs run 1–3 s.
+            let releases = running.iter().enumerate().map(|(i, (g, a))| Release::of(g, a, 1_000 * (i as u64 + 1))).collect();
+            let now_ms = 1_000 * round;
+            for (i, g) in pending.iter_mut().enumerate() {
+                g.runtime_ms = Some(1_000 * (i as u64 % 3 + 1));
+            }
+            let snapshot = Snapshot { fleet: &fleet, queues: &queues, capacity: capacity.clone(), usage: usage.clone(), now_ms, releases };
             let again = cycle(snapshot.clone(), &pending, &config);
             let out = cycle(snapshot, &pending, &config);
             prop_assert_eq!(&out.decisions, &again.decisions, "same snapshot, same decisions");

@@ -4,7 +4,7 @@ use scheduler_core::fixture::{GangExt, gang, uniform_cluster};
 use scheduler_core::invariants;
 use scheduler_core::{
     Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang, Level, Patience, PodShape, QueueSpec,
-    QueueingStrategy, Queues, Quota, QuotaUsage, Reason, Resource, Snapshot, cycle,
+    QueueingStrategy, Queues, Quota, QuotaUsage, Reason, Release, Resource, Snapshot, cycle,
 };
 
 use Level::{Block, Host, Rack};
@@ -60,8 +60,14 @@ impl Outcome {
 }
 
 fn run_with(fleet: Fleet, queues: &Queues, gangs: Vec<Gang>, config: Config) -> Outcome {
-    let snapshot =
-        Snapshot { fleet: &fleet, queues, capacity: Capacity::empty(&fleet), usage: QuotaUsage::default(), now_ms: 0 };
+    let snapshot = Snapshot {
+        fleet: &fleet,
+        queues,
+        capacity: Capacity::empty(&fleet),
+        usage: QuotaUsage::default(),
+        now_ms: 0,
+        releases: Vec::new(),
+    };
     let result = cycle(snapshot, &gangs, &config);
     let running: Vec<_> = gangs
         .iter()
@@ -167,6 +173,7 @@ fn multikueue_emulation_takes_the_first_cluster_that_admits() {
         strategy: None,
         patience: None,
         fair_sharing: false,
+        reservations: false,
     };
     let out = run_with(f, &default_queues(), vec![gang("a").pods(2).gpus(8).preferred(Rack)], config);
     assert_eq!(out.admitted("a").map(|a| a.0), Some("c-flat".into()));
@@ -253,7 +260,14 @@ fn releasing_a_gang_returns_exactly_what_it_held() {
     let q = default_queues();
     let g = vec![gang("a").pods(4).gpus(8).required(Rack)];
     let out = cycle(
-        Snapshot { fleet: &f, queues: &q, capacity: Capacity::empty(&f), usage: QuotaUsage::default(), now_ms: 0 },
+        Snapshot {
+            fleet: &f,
+            queues: &q,
+            capacity: Capacity::empty(&f),
+            usage: QuotaUsage::default(),
+            now_ms: 0,
+            releases: Vec::new(),
+        },
         &g,
         &Config::default(),
     );
@@ -275,7 +289,8 @@ fn fragmented_racks(g: Gang, now_ms: u64) -> (Fleet, Decision) {
     }
     capacity.commit();
     let config = Config { patience: Some(Patience { exact_ms: 1_000, wider_ms: 5_000 }), ..Config::default() };
-    let snapshot = Snapshot { fleet: &f, queues: &q, capacity, usage: QuotaUsage::default(), now_ms };
+    let snapshot =
+        Snapshot { fleet: &f, queues: &q, capacity, usage: QuotaUsage::default(), now_ms, releases: Vec::new() };
     let decision = cycle(snapshot, std::slice::from_ref(&g), &config).decisions.remove(0);
     (f, decision)
 }
@@ -358,4 +373,48 @@ fn a_queue_with_twice_the_weight_gets_twice_the_share() {
         .collect();
     let out = run_with(small, &queues, gangs, Config { fair_sharing: true, ..Config::default() });
     assert_eq!((admitted_of(&out, "a"), admitted_of(&out, "b")), (8, 4));
+}
+
+/// One rack of four 8-GPU hosts; three run gangs, ending at 1 s (host 0) and 5 s (hosts 1, 2).
+/// A whole-rack gang waits; two one-host gangs come after it, one short and one long.
+fn behind_a_reservation(reservations: bool) -> (Vec<Gang>, Vec<Decision>) {
+    let f = fleet(&[("c1", "h100", 8, &[(Rack, 1), (Host, 4)])]);
+    let q = default_queues();
+    let hosts = f.clusters()[0].hosts().to_vec();
+    let shape = PodShape { gpus: 8, cpu_milli: 0, memory_mib: 0 };
+    let mut capacity = Capacity::empty(&f);
+    for &h in &hosts[..3] {
+        capacity.take(&f, h, 1, shape);
+    }
+    capacity.commit();
+    let releases = vec![
+        Release { end_ms: 1_000, hosts: vec![(hosts[0], 1, shape)] },
+        Release { end_ms: 5_000, hosts: vec![(hosts[1], 1, shape), (hosts[2], 1, shape)] },
+    ];
+    let gangs = vec![
+        gang("whole-rack").pods(4).gpus(8).required(Rack).priority(10),
+        gang("long").gpus(8).submitted(1).runtime(10_000),
+        gang("short").gpus(8).submitted(2).runtime(2_000),
+    ];
+    let config = Config { reservations, ..Config::default() };
+    let snapshot = Snapshot { fleet: &f, queues: &q, capacity, usage: QuotaUsage::default(), now_ms: 0, releases };
+    let out = cycle(snapshot, &gangs, &config);
+    // The hold is given back at the end of the cycle: host 3 is free unless a gang took it.
+    let admitted = out.decisions.iter().filter(|d| matches!(d, Decision::Admit(_))).count() as u32;
+    assert_eq!(out.capacity.node_free(hosts[3]).gpus, 8 - 8 * admitted);
+    (gangs, out.decisions)
+}
+
+#[test]
+fn the_blocked_head_gets_a_reservation_and_only_gangs_that_end_before_it_backfill() {
+    let (_, d) = behind_a_reservation(true);
+    match &d[0] {
+        Decision::Pending(Reason::Reserved { cluster, in_s, .. }) => assert_eq!((cluster.as_str(), *in_s), ("c1", 5)),
+        other => panic!("expected a reservation, got {other:?}"),
+    }
+    assert!(matches!(d[1], Decision::Pending(_)), "the long gang would delay the reservation: {:?}", d[1]);
+    assert!(matches!(d[2], Decision::Admit(_)), "the short gang ends before it: {:?}", d[2]);
+    // Without reservations the long gang, first in line, takes the free host.
+    let (_, d) = behind_a_reservation(false);
+    assert!(matches!(d[1], Decision::Admit(_)) && matches!(d[2], Decision::Pending(_)), "{d:?}");
 }

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use scheduler_core::invariants::{self, Violation};
 use scheduler_core::{
     Admission, Capacity, ClusterFilter, Decision, DomainId, Fleet, Gang, Level, PodSet, PodShape, QueueSpec, Queues,
-    QuotaUsage, Reason, Snapshot, cycle, release,
+    QuotaUsage, Reason, Release, Snapshot, cycle, release,
 };
 
 use crate::cost::TopologyCost;
@@ -124,6 +124,8 @@ enum Event {
 struct Running {
     gang: Gang,
     admission: Admission,
+    /// When it will finish (this simulation knows; production estimates).
+    end_s: u64,
 }
 
 /// The queues a trace needs: one per named queue or synthetic tenant, unlimited, best-effort.
@@ -149,6 +151,7 @@ pub fn gang_of(job: &TraceJob, submit_s: u64, tenants: u32) -> Gang {
         queue: queue_of(job, tenants),
         priority: job.priority,
         submitted_ms: submit_s.saturating_mul(1000),
+        runtime_ms: Some(job.duration_s.saturating_mul(1000)),
         pod_sets: job
             .pod_sets
             .iter()
@@ -407,6 +410,7 @@ impl Sim<'_> {
                 capacity: self.fleet.allocatable().clone(),
                 usage: QuotaUsage::default(),
                 now_ms: gang.submitted_ms,
+                releases: Vec::new(),
             };
             let fits = matches!(
                 cycle(empty, std::slice::from_ref(&probe), &self.policy.config_with(self.opts.patience))
@@ -445,6 +449,7 @@ impl Sim<'_> {
             capacity: std::mem::take(&mut self.capacity),
             usage: std::mem::take(&mut self.usage),
             now_ms: t.saturating_mul(1000),
+            releases: self.releases(),
         };
         let out = cycle(snapshot, &self.pending_gangs, &self.policy.config_with(self.opts.patience));
         self.run.cycles += 1;
@@ -470,6 +475,11 @@ impl Sim<'_> {
         Ok(())
     }
 
+    /// What the running gangs give back, at their expected ends.
+    fn releases(&self) -> Vec<Release> {
+        self.running.values().map(|r| Release::of(&r.gang, &r.admission, r.end_s.saturating_mul(1000))).collect()
+    }
+
     fn start(&mut self, t: u64, j: usize, gang: Gang, admission: Admission) {
         let span = admission.span(self.fleet);
         let slowdown = span.map_or(1.0, |s| self.opts.cost.factor(self.fleet, s));
@@ -488,8 +498,9 @@ impl Sim<'_> {
         let run_s = (rec.duration_s as f64 * slowdown).ceil() as u64;
         self.busy_gpus += gang.total_gpus();
         let attempt = self.attempts[j];
-        self.push(t + run_s.max(1), Event::Finish { job: j, attempt });
-        self.running.insert(j, Running { gang, admission });
+        let end_s = t + run_s.max(1);
+        self.push(end_s, Event::Finish { job: j, attempt });
+        self.running.insert(j, Running { gang, admission, end_s });
     }
 
     fn check(&self, t: u64) -> Result<(), SimError> {

@@ -51,6 +51,7 @@ impl Policy {
                 strategy: Some(QueueingStrategy::StrictFifo),
                 patience: None,
                 fair_sharing: false,
+                reservations: false,
             },
             Policy::KueueMultiKueue => Config {
                 choice: ClusterChoice::InOrder,
@@ -58,6 +59,7 @@ impl Policy {
                 strategy: Some(QueueingStrategy::BestEffortFifo),
                 patience: None,
                 fair_sharing: false,
+                reservations: false,
             },
             Policy::VolcanoBinpack => Config {
                 choice: ClusterChoice::InOrder,
@@ -65,6 +67,7 @@ impl Policy {
                 strategy: Some(QueueingStrategy::BestEffortFifo),
                 patience: None,
                 fair_sharing: false,
+                reservations: false,
             },
         }
     }

@@ -59,6 +59,7 @@ pub struct PolicyReport {
     pub fragmentation: f64,
     pub fairness_jain: f64,
     pub queues: Vec<QueueFigures>,
+    pub max_wait_by_size: Vec<SizeClassWait>,
     /// Pending gangs at the end of the run, by reason kind.
     pub pending_reasons: BTreeMap<String, u64>,
     /// Gang-cycles spent pending, by reason kind: what blocked work over the whole run.
@@ -102,6 +103,36 @@ pub struct Locality {
     pub within_block: f64,
     /// Mean run-time factor from the topology cost model over multi-node gangs.
     pub mean_slowdown: f64,
+}
+
+/// The longest wait of the jobs of one size, started or not: the starvation check.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SizeClassWait {
+    /// GPUs per job: `1`, `2-8`, `9-32`, `33+`.
+    pub gpus: &'static str,
+    pub jobs: usize,
+    /// First start − submit; for a job never started, end of run − submit.
+    pub max_wait_s: u64,
+    /// Jobs of this size never started by the end of the run.
+    pub never_started: usize,
+}
+
+const SIZE_CLASSES: [(&str, u64, u64); 4] = [("1", 1, 1), ("2-8", 2, 8), ("9-32", 9, 32), ("33+", 33, u64::MAX)];
+
+fn size_class_waits(jobs: &[crate::engine::JobRecord], end_s: u64) -> Vec<SizeClassWait> {
+    SIZE_CLASSES
+        .iter()
+        .map(|&(gpus, lo, hi)| {
+            let of_size: Vec<_> = jobs.iter().filter(|j| (lo..=hi).contains(&j.gpus)).collect();
+            let wait = |j: &&crate::engine::JobRecord| j.first_start_s.unwrap_or(end_s).saturating_sub(j.submit_s);
+            SizeClassWait {
+                gpus,
+                jobs: of_size.len(),
+                max_wait_s: of_size.iter().map(wait).max().unwrap_or(0),
+                never_started: of_size.iter().filter(|j| j.first_start_s.is_none()).count(),
+            }
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -231,6 +262,7 @@ pub fn policy_report(fleet: &Fleet, run: &PolicyRun) -> PolicyReport {
         },
         fragmentation: if span > 0.0 { r4(run.fragmentation_integral / span) } else { 0.0 },
         fairness_jain: r4(jain(&fairness)),
+        max_wait_by_size: size_class_waits(jobs, run.end_s),
         queues: per_queue
             .into_iter()
             .map(|(name, q)| QueueFigures {
@@ -271,6 +303,16 @@ pub fn table(report: &Report) -> String {
     row("  mean topology slowdown", &|r| format!("{:.3}x", r.locality.mean_slowdown));
     row("fragmentation", &|r| pct(r.fragmentation));
     row("Jain fairness (queues)", &|r| format!("{:.3}", r.fairness_jain));
+    for (i, (gpus, _, _)) in SIZE_CLASSES.iter().enumerate() {
+        row(&format!("max wait, {gpus} GPU jobs"), &|r| {
+            let w = &r.max_wait_by_size[i];
+            match (w.jobs, w.never_started) {
+                (0, _) => "-".into(),
+                (_, 0) => hours(w.max_wait_s as f64),
+                (_, n) => format!("{} ({n} never)", hours(w.max_wait_s as f64)),
+            }
+        });
+    }
     row("submitted", &|r| r.jobs.submitted.to_string());
     row("completed", &|r| r.jobs.completed.to_string());
     row("running at end", &|r| r.jobs.running.to_string());
