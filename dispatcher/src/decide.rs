@@ -386,7 +386,7 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
         let gangs: Vec<Gang> = assumed.iter().cloned().chain(waiting.iter().map(|w| w.gang.clone())).collect();
         let mut usage = QuotaUsage::default();
         for (gang, flavors) in &running {
-            usage.charge_running(&queues, gang, flavors);
+            usage.charge(&queues, gang, flavors.iter().map(Option::as_deref));
         }
         let snapshot = Snapshot {
             fleet,

@@ -80,8 +80,6 @@ pub enum Error {
     Key(#[from] crate::sshkey::KeyError),
     #[error("sync took longer than {0:?}")]
     Timeout(Duration),
-    #[error("the agent is stopping")]
-    Stopped,
 }
 
 fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
@@ -519,9 +517,8 @@ impl Work {
             let (hub, member, cfg, caches) = (ctx.0.clone(), ctx.1.clone(), ctx.2.clone(), ctx.3.clone());
             let permits = self.permits.clone();
             self.running.spawn(async move {
-                let Ok(_permit) = permits.acquire_owned().await else {
-                    return (p, Err(Error::Stopped));
-                };
+                // The semaphore is never closed, so this always waits for a permit.
+                let _permit = permits.acquire_owned().await.ok();
                 let mut result = realise(&hub, &member, &cfg, &caches, &p).await;
                 if result.is_ok() {
                     let status = PlacementStatus {

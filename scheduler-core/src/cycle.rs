@@ -12,7 +12,7 @@ use crate::fair::FairOrder;
 use crate::fleet::{ClusterId, DomainId, FlavorId, Fleet};
 use crate::gang::{ClusterFilter, Gang};
 use crate::place::{Ask, Fill, Placer, PodSetPlacement, View};
-use crate::queue::{QueueId, QueueingStrategy, Queues, QuotaKey, QuotaUsage, charges, held_by};
+use crate::queue::{QueueId, QueueingStrategy, Queues, QuotaKey, QuotaUsage, charges, quota_charges};
 use crate::reason::{Reason, Shortfall};
 use crate::topology::{Level, TopologyConstraint};
 
@@ -454,7 +454,7 @@ impl<'a> Run<'a> {
             match self.try_cluster(c, gang, &resolved) {
                 Ok(admission) => match self.check_quota(queue, gang, &admission) {
                     Ok(()) => {
-                        self.commit(queue, gang, &admission);
+                        self.commit(gang, &admission);
                         return Ok(admission);
                     }
                     Err(reason) => {
@@ -498,11 +498,8 @@ impl<'a> Run<'a> {
         Err(reason)
     }
 
-    fn commit(&mut self, queue: QueueId, gang: &Gang, admission: &Admission) {
-        for (key, amount) in gang_charges(self.fleet, self.queues, gang, admission) {
-            self.usage.add(queue, key, amount);
-        }
-        self.usage.hold(queue, held_by(gang));
+    fn commit(&mut self, gang: &Gang, admission: &Admission) {
+        self.usage.charge(self.queues, gang, admission.flavors(self.fleet));
         self.cap.commit();
     }
 
@@ -753,20 +750,16 @@ fn ask(fleet: &Fleet, cluster: ClusterId, ps: &crate::gang::PodSet, flavor: Opti
     }
 }
 
-/// What an admitted gang charges its queue, summed per quota key. Only keys the queue has a
-/// quota for are tracked (as Kueue does): an unlimited queue charges nothing.
-pub fn gang_charges(fleet: &Fleet, queues: &Queues, gang: &Gang, admission: &Admission) -> BTreeMap<QuotaKey, u64> {
-    let mut total: BTreeMap<QuotaKey, u64> = BTreeMap::new();
-    let Some(q) = queues.id(&gang.queue).filter(|&q| !queues.is_unlimited(q)) else { return total };
-    for (ps, p) in gang.pod_sets.iter().zip(&admission.pod_sets) {
-        let Some(f) = p.flavor else { continue };
-        for (key, amount) in charges(fleet.flavor_name(f), ps.pods, &ps.shape) {
-            if queues.has_quota(q, &key) {
-                *total.entry(key).or_default() += amount;
-            }
-        }
+impl Admission {
+    /// The GPU flavor name each pod set was given, in the gang's order.
+    pub fn flavors<'f>(&'f self, fleet: &'f Fleet) -> impl Iterator<Item = Option<&'f str>> {
+        self.pod_sets.iter().map(|p| p.flavor.map(|f| fleet.flavor_name(f)))
     }
-    total
+}
+
+/// What an admitted gang charges its queue's quota, per quota key (`queue::quota_charges`).
+pub fn gang_charges(fleet: &Fleet, queues: &Queues, gang: &Gang, admission: &Admission) -> BTreeMap<QuotaKey, u64> {
+    quota_charges(queues, gang, admission.flavors(fleet))
 }
 
 /// Returns what a finished or evicted gang held: capacity and quota.
@@ -783,10 +776,5 @@ pub fn release(
             cap.give_back(fleet, host, pods, ps.shape);
         }
     }
-    if let Some(q) = queues.id(&gang.queue) {
-        for (key, amount) in gang_charges(fleet, queues, gang, admission) {
-            usage.remove(q, key, amount);
-        }
-        usage.unhold(q, held_by(gang));
-    }
+    usage.discharge(queues, gang, admission.flavors(fleet));
 }

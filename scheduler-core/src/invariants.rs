@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::capacity::{Capacity, PodShape};
-use crate::cycle::{Admission, gang_charges};
+use crate::cycle::Admission;
 use crate::fleet::{DomainId, Fleet};
 use crate::gang::Gang;
 use crate::queue::{QueueId, Queues, QuotaUsage, Resource};
@@ -57,12 +57,7 @@ pub fn check(
                 recomputed.take(fleet, host, pods, ps.shape);
             }
         }
-        if let Some(q) = queues.id(&gang.queue) {
-            for (key, amount) in gang_charges(fleet, queues, gang, admission) {
-                recomputed_usage.add(q, key, amount);
-            }
-            recomputed_usage.hold(q, crate::queue::held_by(gang));
-        }
+        recomputed_usage.charge(queues, gang, admission.flavors(fleet));
     }
     recomputed.commit();
     let mut tracked = capacity.clone();

@@ -291,20 +291,55 @@ impl QuotaUsage {
         }
     }
 
-    /// Charges a gang admitted before this snapshot (running on a member) to its queue:
-    /// `flavors` are the GPU flavors its pod sets were given, in the gang's order.
-    pub fn charge_running(&mut self, queues: &Queues, gang: &crate::gang::Gang, flavors: &[Option<String>]) {
+    /// Charges an admitted gang to its queue, both its quota and what it holds: `flavors` are
+    /// the GPU flavors its pod sets were given, in the gang's order. Every admission (in a
+    /// cycle, or running before the snapshot) goes through here, and every end through
+    /// `discharge`, so the two never drift apart.
+    pub fn charge<'f>(
+        &mut self,
+        queues: &Queues,
+        gang: &crate::gang::Gang,
+        flavors: impl IntoIterator<Item = Option<&'f str>>,
+    ) {
         let Some(q) = queues.id(&gang.queue) else { return };
+        for (key, amount) in quota_charges(queues, gang, flavors) {
+            self.add(q, key, amount);
+        }
         self.hold(q, held_by(gang));
-        for (ps, flavor) in gang.pod_sets.iter().zip(flavors) {
-            let Some(flavor) = flavor else { continue };
-            for (key, amount) in charges(flavor, ps.pods, &ps.shape) {
-                if queues.has_quota(q, &key) {
-                    self.add(q, key, amount);
-                }
+    }
+
+    pub fn discharge<'f>(
+        &mut self,
+        queues: &Queues,
+        gang: &crate::gang::Gang,
+        flavors: impl IntoIterator<Item = Option<&'f str>>,
+    ) {
+        let Some(q) = queues.id(&gang.queue) else { return };
+        for (key, amount) in quota_charges(queues, gang, flavors) {
+            self.remove(q, key, amount);
+        }
+        self.unhold(q, held_by(gang));
+    }
+}
+
+/// What an admitted gang charges its queue's quota, summed per quota key. Only keys the queue
+/// has a quota for are tracked (as Kueue does): an unlimited queue charges nothing.
+pub fn quota_charges<'f>(
+    queues: &Queues,
+    gang: &crate::gang::Gang,
+    flavors: impl IntoIterator<Item = Option<&'f str>>,
+) -> BTreeMap<QuotaKey, u64> {
+    let mut total: BTreeMap<QuotaKey, u64> = BTreeMap::new();
+    let Some(q) = queues.id(&gang.queue).filter(|&q| !queues.is_unlimited(q)) else { return total };
+    for (ps, flavor) in gang.pod_sets.iter().zip(flavors) {
+        let Some(flavor) = flavor else { continue };
+        for (key, amount) in charges(flavor, ps.pods, &ps.shape) {
+            if queues.has_quota(q, &key) {
+                *total.entry(key).or_default() += amount;
             }
         }
     }
+    total
 }
 
 /// What a pod set on `flavor` charges: GPUs, CPU and memory, all under the GPU flavor.

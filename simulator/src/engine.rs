@@ -443,15 +443,18 @@ impl Sim<'_> {
         }
         let _span =
             tracing::debug_span!("cycle", policy = %self.policy, t, pending = self.pending_gangs.len()).entered();
+        let config = self.policy.config_with(self.opts.patience);
+        // Only a policy that plans reservations reads the releases: the others skip building them.
+        let releases = if config.reservations { self.releases() } else { Vec::new() };
         let snapshot = Snapshot {
             fleet: self.fleet,
             queues: self.queues,
             capacity: std::mem::take(&mut self.capacity),
             usage: std::mem::take(&mut self.usage),
             now_ms: t.saturating_mul(1000),
-            releases: self.releases(),
+            releases,
         };
-        let out = cycle(snapshot, &self.pending_gangs, &self.policy.config_with(self.opts.patience));
+        let out = cycle(snapshot, &self.pending_gangs, &config);
         self.run.cycles += 1;
         self.capacity = out.capacity;
         self.usage = out.usage;
