@@ -207,6 +207,10 @@ struct SimulateArgs {
     /// preferred level, then until when for the next wider one (EXACT,WIDER: 7d,14d), or none.
     #[arg(long, value_parser = parse_patience, default_value = "7d,14d")]
     locality_patience: Patience,
+    /// Submit this percent of jobs (chosen by id and seed) at high priority: stowage preempts
+    /// lower-priority gangs for them, the baselines do not.
+    #[arg(long, value_name = "PERCENT", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
+    urgent: u32,
     /// Benchmark mode: replay the trace repeated N times and report jobs replayed per second.
     #[arg(long, value_name = "N")]
     bench: Option<u32>,
@@ -318,6 +322,7 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
         node_failure_rate: args.node_failure_rate,
         tenants: args.tenants,
         patience: args.locality_patience.0,
+        urgent_percent: args.urgent,
         ..SimOptions::default()
     };
     let inputs = Inputs { fleet: &fleet, fleet_name: &fleet_name, trace: &trace, trace_name: &trace_name };

@@ -147,6 +147,8 @@ fn queues(o: &Observed) -> Queues {
                 api::stowage::QueueingStrategy::BestEffortFIFO => scheduler_core::QueueingStrategy::BestEffortFifo,
             },
             weight: q.spec.weight,
+            // The dispatcher does not evict yet (docs/policy.md): no queue preempts.
+            preemption: scheduler_core::QueuePreemption::default(),
             quotas: q
                 .spec
                 .quotas
@@ -395,6 +397,7 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
             usage,
             now_ms: t.as_millisecond().max(0) as u64,
             releases: Vec::new(),
+            running: Vec::new(),
         };
         cycle(snapshot, &gangs, config).decisions.split_off(assumed.len())
     });
@@ -412,6 +415,13 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
             (Some(Decision::Pending(reason)), _) => {
                 let previous = conditions.iter().find(|c| c.type_ == plan::PENDING_CONDITION).cloned();
                 upsert(&mut conditions, plan::pending_condition(reason, previous.as_ref(), now.clone()));
+                None
+            }
+            (Some(Decision::Preempt { .. }), _) => {
+                // Not reached: the dispatcher passes no running gangs, so nothing is evicted;
+                // never admit on capacity that is still in use.
+                let message = "waiting for preemption, which the dispatcher does not perform yet".to_string();
+                upsert(&mut conditions, condition(plan::PENDING_CONDITION, "True", "Preempting", message, &now));
                 None
             }
             _ => {

@@ -94,6 +94,7 @@ mod tests {
             usage: QuotaUsage::default(),
             now_ms: 0,
             releases: Vec::new(),
+            running: Vec::new(),
         };
         let out = cycle(snap, std::slice::from_ref(&g), &Config::default());
         let Decision::Admit(a) = &out.decisions[0] else { panic!("admitted") };

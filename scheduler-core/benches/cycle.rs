@@ -68,6 +68,7 @@ fn bench(c: &mut Criterion) {
                 patience: None,
                 fair_sharing: false,
                 reservations: false,
+                preemption: None,
             },
         ),
     ];
@@ -82,6 +83,7 @@ fn bench(c: &mut Criterion) {
             usage: QuotaUsage::default(),
             now_ms: 0,
             releases: Vec::new(),
+            running: Vec::new(),
         };
         let out = cycle(snapshot, &pending, &config);
         let pods: u64 = pending
@@ -101,6 +103,7 @@ fn bench(c: &mut Criterion) {
                     usage: QuotaUsage::default(),
                     now_ms: 0,
                     releases: Vec::new(),
+                    running: Vec::new(),
                 },
                 |snapshot| cycle(snapshot, &pending, &config),
                 BatchSize::LargeInput,

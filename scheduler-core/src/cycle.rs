@@ -12,6 +12,7 @@ use crate::fair::FairOrder;
 use crate::fleet::{ClusterId, DomainId, FlavorId, Fleet};
 use crate::gang::{ClusterFilter, Gang};
 use crate::place::{Ask, Fill, Placer, PodSetPlacement, View};
+use crate::preempt::{Preemption, Running};
 use crate::queue::{QueueId, QueueingStrategy, Queues, QuotaKey, QuotaUsage, charges, quota_charges};
 use crate::reason::{Reason, Shortfall};
 use crate::topology::{Level, TopologyConstraint};
@@ -44,6 +45,9 @@ pub struct Config {
     /// Reserve capacity for the first gang that cannot start, where it will start soonest (from
     /// the snapshot's `releases`); later gangs use that capacity only if they end before.
     pub reservations: bool,
+    /// Evict running gangs for pending ones as their queues' policies allow (see `preempt`);
+    /// `None`: never.
+    pub preemption: Option<Preemption>,
 }
 
 impl Config {
@@ -56,6 +60,7 @@ impl Config {
             patience: Some(Patience::DEFAULT),
             fair_sharing: false,
             reservations: true,
+            preemption: Some(Preemption::DEFAULT),
         }
     }
 }
@@ -116,7 +121,23 @@ impl Admission {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     Admit(Admission),
+    /// Admitted in place of `victims` (gang ids, from the snapshot's `running`), which must be
+    /// evicted first; the cycle's capacity and usage already count them gone.
+    Preempt {
+        admission: Admission,
+        victims: Vec<String>,
+    },
     Pending(Reason),
+}
+
+impl Decision {
+    /// Where the gang goes, when it goes anywhere now.
+    pub fn admission(&self) -> Option<&Admission> {
+        match self {
+            Decision::Admit(a) | Decision::Preempt { admission: a, .. } => Some(a),
+            Decision::Pending(_) => None,
+        }
+    }
 }
 
 /// What a cycle sees: the fleet and queues, and the capacity and quota usage left by what is
@@ -133,6 +154,8 @@ pub struct Snapshot<'a> {
     /// What running gangs will give back and when they are expected to: reservations are
     /// planned on it. Empty: no reservations.
     pub releases: Vec<Release>,
+    /// The running gangs preemption may choose victims among. Empty: no preemption.
+    pub running: Vec<Running<'a>>,
 }
 
 /// Capacity a running gang gives back when it ends, at its expected end.
@@ -183,6 +206,8 @@ pub struct CycleStats {
     pub attempts: u64,
     /// Gangs answered from the cycle's memo of shapes that fit nowhere.
     pub memo_hits: u64,
+    /// Running gangs evicted for pending ones.
+    pub evicted: u32,
 }
 
 /// The order gangs are considered in: priority, then submit time, then id.
@@ -197,7 +222,7 @@ pub fn queue_order(pending: &[Gang]) -> Vec<usize> {
 
 /// Runs one cycle. See the module docs.
 pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config) -> Cycle {
-    let Snapshot { fleet, queues, capacity, usage, now_ms, releases } = snapshot;
+    let Snapshot { fleet, queues, capacity, usage, now_ms, releases, running } = snapshot;
     // Each gang as it is held this cycle: preferences its patience still holds it to become
     // requirements (see `Patience`).
     let held: Vec<Cow<'_, Gang>> = pending.iter().map(|g| held(config, g, now_ms)).collect();
@@ -207,6 +232,7 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
     let mut blocked: BTreeMap<QueueId, &str> = BTreeMap::new();
     let mut order = FairOrder::new(pending, queues, fleet, config.fair_sharing);
     let mut reservation: Option<Reservation> = None;
+    let mut evicted = vec![false; running.len()];
     while let Some(i) = order.next(pending, queues, &run.usage) {
         let gang = &pending[i];
         let queue = queues.id(&gang.queue);
@@ -219,35 +245,28 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
             }),
             _ => match run.patient_gang(gang, &held[i]) {
                 Ok(admission) => Decision::Admit(admission),
-                Err(reason) => match run.backfill(gang, &held[i], now_ms, reservation.as_mut()) {
-                    Some(admission) => Decision::Admit(admission),
-                    None => {
-                        if let (Some(q), true) = (queue, strict && !reason.is_permanent()) {
-                            blocked.insert(q, &gang.id);
+                Err(reason) if reason.may_preempt() && run.config.preemption.is_some() && !running.is_empty() => {
+                    match run.preempt(gang, &running, &mut evicted, now_ms) {
+                        Some((admission, victims)) => {
+                            run.stats.evicted += victims.len() as u32;
+                            let victims = victims.iter().map(|&v| running[v].gang.id.clone()).collect();
+                            Decision::Preempt { admission, victims }
                         }
-                        let capacity_bound = matches!(reason, Reason::NoDomain(_) | Reason::HoldingForLocality { .. });
-                        let reserved = (config.reservations && reservation.is_none() && capacity_bound)
-                            .then(|| run.reserve(&held[i], &releases))
-                            .flatten();
-                        match reserved {
-                            Some(r) => {
-                                let reason = Reason::Reserved {
-                                    cluster: fleet.cluster(r.cluster).name.clone(),
-                                    in_s: r.start_ms.saturating_sub(now_ms) / 1000,
-                                    now: Box::new(reason),
-                                };
-                                reservation = Some(r);
-                                Decision::Pending(reason)
-                            }
-                            None => Decision::Pending(reason),
-                        }
+                        None => run.no_room(gang, &held[i], reason, now_ms, &releases, &mut reservation),
                     }
-                },
+                }
+                Err(reason) => run.no_room(gang, &held[i], reason, now_ms, &releases, &mut reservation),
             },
         };
         match &decision {
-            Decision::Admit(_) => run.stats.admitted += 1,
-            Decision::Pending(_) => run.stats.pending += 1,
+            Decision::Admit(_) | Decision::Preempt { .. } => run.stats.admitted += 1,
+            Decision::Pending(reason) => {
+                run.stats.pending += 1;
+                if let (Some(q), true) = (queue, strict && !reason.is_permanent()) {
+                    // The first gang a strict queue could not admit blocks the rest.
+                    blocked.entry(q).or_insert(&gang.id);
+                }
+            }
         }
         decisions[i] = Some(decision);
     }
@@ -305,13 +324,13 @@ impl MemoEntry {
     }
 }
 
-struct Run<'a> {
+pub(crate) struct Run<'a> {
     // 'a: the fleet, queues and pending gangs of this cycle.
-    fleet: &'a Fleet,
-    queues: &'a Queues,
-    config: &'a Config,
-    cap: Capacity,
-    usage: QuotaUsage,
+    pub(crate) fleet: &'a Fleet,
+    pub(crate) queues: &'a Queues,
+    pub(crate) config: &'a Config,
+    pub(crate) cap: Capacity,
+    pub(crate) usage: QuotaUsage,
     memo: BTreeMap<MemoKey<'a>, Vec<MemoEntry>>,
     stats: CycleStats,
 }
@@ -338,6 +357,54 @@ impl<'a> Run<'a> {
                 }
             }
             other => other,
+        }
+    }
+
+    /// A gang that does not fit now: it backfills in front of the reservation if it may, or
+    /// stays pending, with a reservation of its own when it is the first that cannot start.
+    fn no_room(
+        &mut self,
+        gang: &'a Gang,
+        held: &'a Gang,
+        reason: Reason,
+        now_ms: u64,
+        releases: &[Release],
+        reservation: &mut Option<Reservation>,
+    ) -> Decision {
+        if let Some(admission) = self.backfill(gang, held, now_ms, reservation.as_mut()) {
+            return Decision::Admit(admission);
+        }
+        let capacity_bound = matches!(reason, Reason::NoDomain(_) | Reason::HoldingForLocality { .. });
+        if !(self.config.reservations && reservation.is_none() && capacity_bound) {
+            return Decision::Pending(reason);
+        }
+        match self.reserve(held, releases) {
+            Some(r) => {
+                let reason = Reason::Reserved {
+                    cluster: self.fleet.cluster(r.cluster).name.clone(),
+                    in_s: r.start_ms.saturating_sub(now_ms) / 1000,
+                    now: Box::new(reason),
+                };
+                *reservation = Some(r);
+                Decision::Pending(reason)
+            }
+            None => Decision::Pending(reason),
+        }
+    }
+
+    /// The gang placed on `cluster` as things stand, its quota checked; what it takes stays
+    /// taken (uncommitted) on success and is rolled back on failure.
+    pub(crate) fn fit(&mut self, cluster: ClusterId, gang: &Gang) -> Option<Admission> {
+        let queue = self.queues.id(&gang.queue)?;
+        let resolved: Vec<Resolved> =
+            gang.pod_sets.iter().map(|ps| self.resolve(queue, ps)).collect::<Result<_, _>>().ok()?;
+        let cp = self.cap.checkpoint();
+        match self.try_cluster(cluster, gang, &resolved) {
+            Ok(admission) if self.check_quota(queue, gang, &admission).is_ok() => Some(admission),
+            _ => {
+                self.cap.rollback(self.fleet, cp);
+                None
+            }
         }
     }
 
@@ -498,7 +565,7 @@ impl<'a> Run<'a> {
         Err(reason)
     }
 
-    fn commit(&mut self, gang: &Gang, admission: &Admission) {
+    pub(crate) fn commit(&mut self, gang: &Gang, admission: &Admission) {
         self.usage.charge(self.queues, gang, admission.flavors(self.fleet));
         self.cap.commit();
     }

@@ -209,6 +209,17 @@ impl Fleet {
         Some(lca)
     }
 
+    /// The domain at `depth` holding `d` (`d` itself when it is not deeper).
+    pub fn ancestor_at(&self, mut d: DomainId, depth: u8) -> DomainId {
+        while self.domains[d.idx()].depth > depth {
+            match self.domains[d.idx()].parent {
+                Some(p) => d = p,
+                None => break,
+            }
+        }
+        d
+    }
+
     pub fn total_gpus(&self) -> u64 {
         self.domains.iter().filter_map(|d| d.node).map(|n| u64::from(n.gpus)).sum()
     }

@@ -11,6 +11,7 @@ pub mod fleet;
 pub mod gang;
 pub mod invariants;
 pub mod place;
+pub mod preempt;
 pub mod queue;
 pub mod reason;
 pub mod topology;
@@ -20,6 +21,7 @@ pub use cycle::{Admission, ClusterChoice, Config, Cycle, Decision, Patience, Rel
 pub use fleet::{ClusterId, DomainId, FlavorId, Fleet, FleetBuilder, FleetError, LevelInfo, NodeInput};
 pub use gang::{ClusterFilter, Gang, GangError, PodSet, Slice};
 pub use place::{Fill, PodSetPlacement};
+pub use preempt::{BorrowWithinCohort, Preemption, QueuePreemption, ReclaimWithinCohort, Running, WithinQueue};
 pub use queue::{QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage, Resource};
 pub use reason::{Reason, Shortfall};
 pub use topology::{Level, TopologyConstraint};

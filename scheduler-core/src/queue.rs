@@ -71,6 +71,8 @@ pub struct QueueSpec {
     /// Fair-share weight (the policy issue uses it; kept here so queues carry it from the start).
     pub weight: u32,
     pub quotas: Vec<Quota>,
+    /// Whom its gangs may evict (Kueue's ClusterQueue `preemption`).
+    pub preemption: crate::preempt::QueuePreemption,
 }
 
 impl QueueSpec {
@@ -82,6 +84,7 @@ impl QueueSpec {
             strategy: QueueingStrategy::BestEffortFifo,
             weight: 1,
             quotas: Vec::new(),
+            preemption: crate::preempt::QueuePreemption::default(),
         }
     }
 }
@@ -190,6 +193,15 @@ impl Queues {
     /// The GPU flavors the queue has quota for, in the order it lists them.
     pub fn quota_flavors(&self, id: QueueId) -> impl Iterator<Item = &str> + '_ {
         self.specs[id.idx()].quotas.iter().filter(|q| q.resource == Resource::Gpu).map(|q| q.flavor.as_str())
+    }
+
+    pub fn nominal(&self, id: QueueId, key: &QuotaKey) -> Option<u64> {
+        self.quota[id.idx()].get(key).map(|q| q.nominal)
+    }
+
+    /// Whether the queue uses more than its nominal quota of anything (it is borrowing).
+    pub fn borrowing(&self, usage: &QuotaUsage, id: QueueId) -> bool {
+        self.quota[id.idx()].iter().any(|(key, q)| usage.get(id, key) > q.nominal)
     }
 
     /// How much more of `key` the queue may take now, borrowing included; `None` if unlimited.
@@ -366,6 +378,7 @@ mod tests {
             strategy: QueueingStrategy::BestEffortFifo,
             weight: 1,
             quotas,
+            preemption: crate::preempt::QueuePreemption::default(),
         }
     }
 

@@ -93,6 +93,12 @@ impl Reason {
         }
     }
 
+    /// True when evicting running gangs could let it start now: it is short of room or quota
+    /// (not merely holding out for locality, which it chose).
+    pub fn may_preempt(&self) -> bool {
+        matches!(self, Reason::NoDomain(_) | Reason::QuotaExceeded { .. })
+    }
+
     /// True when only a change of fleet or queue configuration (not of load) could unblock it.
     pub fn is_permanent(&self) -> bool {
         matches!(

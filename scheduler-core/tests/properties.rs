@@ -6,8 +6,9 @@ use proptest::prelude::*;
 use scheduler_core::fixture::{GangExt, gang, uniform_cluster};
 use scheduler_core::invariants;
 use scheduler_core::{
-    Admission, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang, Level, Patience, QueueSpec,
-    QueueingStrategy, Queues, Quota, QuotaUsage, Release, Resource, Snapshot, cycle, release,
+    Admission, BorrowWithinCohort, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang, Level,
+    Patience, Preemption, QueuePreemption, QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage, ReclaimWithinCohort,
+    Release, Resource, Running, Snapshot, WithinQueue, cycle, release,
 };
 
 fn arb_fleet() -> impl Strategy<Value = Fleet> {
@@ -74,6 +75,11 @@ fn queues() -> Queues {
             strategy: QueueingStrategy::BestEffortFifo,
             weight: 1,
             quotas: vec![quota("h100", 16, Some(8), None), quota("a100", 8, None, Some(4))],
+            preemption: QueuePreemption {
+                within_queue: WithinQueue::LowerPriority,
+                reclaim_within_cohort: ReclaimWithinCohort::Any,
+                borrow_within_cohort: BorrowWithinCohort::LowerPriority { max_priority_threshold: Some(1) },
+            },
         },
         QueueSpec {
             name: "b".into(),
@@ -81,8 +87,16 @@ fn queues() -> Queues {
             strategy: QueueingStrategy::StrictFifo,
             weight: 1,
             quotas: vec![quota("h100", 8, None, Some(0)), quota("a100", 16, Some(4), None)],
+            preemption: QueuePreemption {
+                within_queue: WithinQueue::LowerOrNewerEqualPriority,
+                reclaim_within_cohort: ReclaimWithinCohort::LowerPriority,
+                borrow_within_cohort: BorrowWithinCohort::Never,
+            },
         },
-        QueueSpec::unlimited("c"),
+        QueueSpec {
+            preemption: QueuePreemption { within_queue: WithinQueue::LowerPriority, ..QueuePreemption::default() },
+            ..QueueSpec::unlimited("c")
+        },
     ])
     .expect("valid")
 }
@@ -94,14 +108,17 @@ fn arb_config() -> impl Strategy<Value = Config> {
         any::<bool>(),
         prop::option::of((0u64..5_000, 0u64..5_000)),
         any::<bool>(),
+        prop::option::of((0u64..2_000, any::<bool>())),
     )
-        .prop_map(|(choice, fill, fair_sharing, patience, reservations)| Config {
+        .prop_map(|(choice, fill, fair_sharing, patience, reservations, preemption)| Config {
             choice,
             fill,
             strategy: None,
             patience: patience.map(|(a, b)| Patience { exact_ms: a, wider_ms: a + b }),
             fair_sharing,
             reservations,
+            preemption: preemption
+                .map(|(min_runtime_ms, prefer_checkpointed)| Preemption { min_runtime_ms, prefer_checkpointed }),
         })
 }
 
@@ -113,16 +130,22 @@ proptest! {
         let queues = queues();
         let mut capacity = Capacity::empty(&fleet);
         let mut usage = QuotaUsage::default();
-        let mut running: Vec<(Gang, Admission)> = Vec::new();
+        // (gang, admission, started at)
+        let mut running: Vec<(Gang, Admission, u64)> = Vec::new();
         let mut pending = gangs;
         for round in 0..4 {
             // Running gangs end in the order they started, one second apart; gangs run 1–3 s.
-            let releases = running.iter().enumerate().map(|(i, (g, a))| Release::of(g, a, 1_000 * (i as u64 + 1))).collect();
+            let releases = running.iter().enumerate().map(|(i, (g, a, _))| Release::of(g, a, 1_000 * (i as u64 + 1))).collect();
             let now_ms = 1_000 * round;
             for (i, g) in pending.iter_mut().enumerate() {
                 g.runtime_ms = Some(1_000 * (i as u64 % 3 + 1));
             }
-            let snapshot = Snapshot { fleet: &fleet, queues: &queues, capacity: capacity.clone(), usage: usage.clone(), now_ms, releases };
+            let victims: Vec<Running<'_>> = running
+                .iter()
+                .enumerate()
+                .map(|(i, (gang, admission, started_ms))| Running { gang, admission, started_ms: *started_ms, checkpoint_ms: (i % 2 == 0).then_some(now_ms) })
+                .collect();
+            let snapshot = Snapshot { fleet: &fleet, queues: &queues, capacity: capacity.clone(), usage: usage.clone(), now_ms, releases, running: victims };
             let again = cycle(snapshot.clone(), &pending, &config);
             let out = cycle(snapshot, &pending, &config);
             prop_assert_eq!(&out.decisions, &again.decisions, "same snapshot, same decisions");
@@ -130,23 +153,40 @@ proptest! {
             capacity = out.capacity;
             usage = out.usage;
             let mut still = Vec::new();
+            let mut evicted = Vec::new();
             for (g, d) in pending.into_iter().zip(out.decisions) {
                 match d {
-                    Decision::Admit(a) => running.push((g, a)),
+                    Decision::Admit(a) => running.push((g, a, now_ms)),
+                    Decision::Preempt { admission, victims } => {
+                        prop_assert!(config.preemption.is_some());
+                        prop_assert!(!victims.is_empty());
+                        for v in &victims {
+                            let Some(at) = running.iter().position(|(r, _, _)| &r.id == v) else {
+                                return Err(TestCaseError::fail(format!("victim {v} is not running")));
+                            };
+                            let (victim, va, _) = running.remove(at);
+                            prop_assert_eq!(va.cluster, admission.cluster, "victims on the preemptor's cluster only");
+                            prop_assert!(victim.priority < g.priority || (victim.queue != g.queue) || (victim.priority == g.priority && victim.submitted_ms > g.submitted_ms),
+                                "{} (priority {}) evicted by {} (priority {})", victim.id, victim.priority, g.id, g.priority);
+                            evicted.push(victim);
+                        }
+                        running.push((g, admission, now_ms));
+                    }
                     Decision::Pending(reason) => {
                         prop_assert!(!reason.to_string().is_empty());
                         still.push(g);
                     }
                 }
             }
+            still.extend(evicted);
             pending = still;
-            let refs: Vec<_> = running.iter().map(|(g, a)| (g, a)).collect();
+            let refs: Vec<_> = running.iter().map(|(g, a, _)| (g, a)).collect();
             if let Err(v) = invariants::check(&fleet, &queues, &refs, &[], &capacity, &usage) {
                 prop_assert!(false, "round {round}: {v}");
             }
             // Finish some running gangs before the next round.
             let mut i = 0;
-            running.retain(|(g, a)| {
+            running.retain(|(g, a, _)| {
                 i += 1;
                 if i % finish_every == 0 {
                     release(&fleet, &queues, &mut capacity, &mut usage, g, a);

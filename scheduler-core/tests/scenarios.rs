@@ -3,8 +3,9 @@
 use scheduler_core::fixture::{GangExt, gang, uniform_cluster};
 use scheduler_core::invariants;
 use scheduler_core::{
-    Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang, Level, Patience, PodShape, QueueSpec,
-    QueueingStrategy, Queues, Quota, QuotaUsage, Reason, Release, Resource, Snapshot, cycle,
+    Admission, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang, Level, Patience, PodShape,
+    Preemption, QueuePreemption, QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage, Reason, ReclaimWithinCohort,
+    Release, Resource, Running, Snapshot, WithinQueue, cycle,
 };
 
 use Level::{Block, Host, Rack};
@@ -42,19 +43,15 @@ impl Outcome {
 
     /// (cluster, path of the span) of an admitted gang.
     fn admitted(&self, id: &str) -> Option<(String, String)> {
-        match self.decision(id) {
-            Decision::Admit(a) => {
-                let span = a.span(&self.fleet).expect("non-empty");
-                Some((self.fleet.cluster(a.cluster).name.clone(), self.fleet.path(span)))
-            }
-            Decision::Pending(_) => None,
-        }
+        let a = self.decision(id).admission()?;
+        let span = a.span(&self.fleet).expect("non-empty");
+        Some((self.fleet.cluster(a.cluster).name.clone(), self.fleet.path(span)))
     }
 
     fn reason(&self, id: &str) -> &Reason {
         match self.decision(id) {
             Decision::Pending(r) => r,
-            Decision::Admit(_) => panic!("{id} was admitted"),
+            other => panic!("{id} was admitted: {other:?}"),
         }
     }
 }
@@ -67,16 +64,11 @@ fn run_with(fleet: Fleet, queues: &Queues, gangs: Vec<Gang>, config: Config) -> 
         usage: QuotaUsage::default(),
         now_ms: 0,
         releases: Vec::new(),
+        running: Vec::new(),
     };
     let result = cycle(snapshot, &gangs, &config);
-    let running: Vec<_> = gangs
-        .iter()
-        .zip(&result.decisions)
-        .filter_map(|(g, d)| match d {
-            Decision::Admit(a) => Some((g, a)),
-            Decision::Pending(_) => None,
-        })
-        .collect();
+    let running: Vec<_> =
+        gangs.iter().zip(&result.decisions).filter_map(|(g, d)| d.admission().map(|a| (g, a))).collect();
     invariants::check(&fleet, queues, &running, &[], &result.capacity, &result.usage).expect("invariants hold");
     Outcome { fleet, gangs, result }
 }
@@ -174,6 +166,7 @@ fn multikueue_emulation_takes_the_first_cluster_that_admits() {
         patience: None,
         fair_sharing: false,
         reservations: false,
+        preemption: None,
     };
     let out = run_with(f, &default_queues(), vec![gang("a").pods(2).gpus(8).preferred(Rack)], config);
     assert_eq!(out.admitted("a").map(|a| a.0), Some("c-flat".into()));
@@ -198,6 +191,7 @@ fn quota_queues(strategy: QueueingStrategy) -> Queues {
             borrowing_limit: None,
             lending_limit: None,
         }],
+        preemption: QueuePreemption::default(),
     }])
     .expect("valid")
 }
@@ -267,6 +261,7 @@ fn releasing_a_gang_returns_exactly_what_it_held() {
             usage: QuotaUsage::default(),
             now_ms: 0,
             releases: Vec::new(),
+            running: Vec::new(),
         },
         &g,
         &Config::default(),
@@ -289,18 +284,22 @@ fn fragmented_racks(g: Gang, now_ms: u64) -> (Fleet, Decision) {
     }
     capacity.commit();
     let config = Config { patience: Some(Patience { exact_ms: 1_000, wider_ms: 5_000 }), ..Config::default() };
-    let snapshot =
-        Snapshot { fleet: &f, queues: &q, capacity, usage: QuotaUsage::default(), now_ms, releases: Vec::new() };
+    let snapshot = Snapshot {
+        fleet: &f,
+        queues: &q,
+        capacity,
+        usage: QuotaUsage::default(),
+        now_ms,
+        releases: Vec::new(),
+        running: Vec::new(),
+    };
     let decision = cycle(snapshot, std::slice::from_ref(&g), &config).decisions.remove(0);
     (f, decision)
 }
 
 /// The level of the narrowest domain holding the admitted gang (`None`: the whole cluster).
 fn span_level(f: &Fleet, d: &Decision) -> Option<Option<Level>> {
-    match d {
-        Decision::Admit(a) => Some(f.level_of(a.span(f).expect("placed"))),
-        Decision::Pending(_) => None,
-    }
+    d.admission().map(|a| f.level_of(a.span(f).expect("placed")))
 }
 
 #[test]
@@ -397,7 +396,15 @@ fn behind_a_reservation(reservations: bool) -> (Vec<Gang>, Vec<Decision>) {
         gang("short").gpus(8).submitted(2).runtime(2_000),
     ];
     let config = Config { reservations, ..Config::default() };
-    let snapshot = Snapshot { fleet: &f, queues: &q, capacity, usage: QuotaUsage::default(), now_ms: 0, releases };
+    let snapshot = Snapshot {
+        fleet: &f,
+        queues: &q,
+        capacity,
+        usage: QuotaUsage::default(),
+        now_ms: 0,
+        releases,
+        running: Vec::new(),
+    };
     let out = cycle(snapshot, &gangs, &config);
     // The hold is given back at the end of the cycle: host 3 is free unless a gang took it.
     let admitted = out.decisions.iter().filter(|d| matches!(d, Decision::Admit(_))).count() as u32;
@@ -417,4 +424,233 @@ fn the_blocked_head_gets_a_reservation_and_only_gangs_that_end_before_it_backfil
     // Without reservations the long gang, first in line, takes the free host.
     let (_, d) = behind_a_reservation(false);
     assert!(matches!(d[1], Decision::Admit(_)) && matches!(d[2], Decision::Pending(_)), "{d:?}");
+}
+
+/// Running gangs as a cycle admitted them on an empty fleet, with what they left.
+struct World {
+    fleet: Fleet,
+    queues: Queues,
+    capacity: Capacity,
+    usage: QuotaUsage,
+    running: Vec<(Gang, Admission)>,
+}
+
+fn world(fleet: Fleet, queues: Queues, gangs: Vec<Gang>) -> World {
+    let snapshot = Snapshot {
+        fleet: &fleet,
+        queues: &queues,
+        capacity: Capacity::empty(&fleet),
+        usage: QuotaUsage::default(),
+        now_ms: 0,
+        releases: Vec::new(),
+        running: Vec::new(),
+    };
+    let out = cycle(snapshot, &gangs, &Config::default());
+    let running = gangs
+        .into_iter()
+        .zip(out.decisions)
+        .map(|(g, d)| match d {
+            Decision::Admit(a) => (g, a),
+            other => panic!("{} should run: {other:?}", g.id),
+        })
+        .collect();
+    World { fleet, queues, capacity: out.capacity, usage: out.usage, running }
+}
+
+impl World {
+    /// The path of the host each running gang's first pod is on.
+    fn host_of(&self, id: &str) -> String {
+        let (_, a) = self.running.iter().find(|(g, _)| g.id == id).expect("running");
+        self.fleet.path(a.pod_sets[0].hosts[0].0)
+    }
+
+    /// One cycle at `now_ms` for `pending`; `started(id)` and `checkpoint(id)` say when each
+    /// running gang started and last checkpointed.
+    fn preempting(
+        &self,
+        pending: &[Gang],
+        now_ms: u64,
+        knobs: Preemption,
+        started: impl Fn(&str) -> u64,
+        checkpoint: impl Fn(&str) -> Option<u64>,
+    ) -> Vec<Decision> {
+        let running = self
+            .running
+            .iter()
+            .map(|(gang, admission)| Running {
+                gang,
+                admission,
+                started_ms: started(&gang.id),
+                checkpoint_ms: checkpoint(&gang.id),
+            })
+            .collect();
+        let snapshot = Snapshot {
+            fleet: &self.fleet,
+            queues: &self.queues,
+            capacity: self.capacity.clone(),
+            usage: self.usage.clone(),
+            now_ms,
+            releases: Vec::new(),
+            running,
+        };
+        let config = Config { preemption: Some(knobs), ..Config::stowage() };
+        let out = cycle(snapshot, pending, &config);
+        // What the cycle returns must equal what runs once the victims are gone.
+        let victims: Vec<&String> = out
+            .decisions
+            .iter()
+            .flat_map(|d| match d {
+                Decision::Preempt { victims, .. } => victims.iter().collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let mut after: Vec<(&Gang, &Admission)> =
+            self.running.iter().filter(|(g, _)| !victims.contains(&&g.id)).map(|(g, a)| (g, a)).collect();
+        after.extend(pending.iter().zip(&out.decisions).filter_map(|(g, d)| d.admission().map(|a| (g, a))));
+        invariants::check(&self.fleet, &self.queues, &after, &[], &out.capacity, &out.usage).expect("invariants hold");
+        out.decisions
+    }
+}
+
+fn within_queue(policy: WithinQueue) -> Queues {
+    Queues::new(vec![QueueSpec {
+        preemption: QueuePreemption { within_queue: policy, ..QueuePreemption::default() },
+        ..QueueSpec::unlimited("default")
+    }])
+    .expect("valid")
+}
+
+const KNOBS: Preemption = Preemption { min_runtime_ms: 0, prefer_checkpointed: true };
+const HOUR: u64 = 3_600_000;
+
+/// Two clusters of two racks of two 8-GPU hosts, every host running a one-host gang `lo-N`.
+fn full_fleet(policy: WithinQueue) -> World {
+    let f = fleet(&[("c1", "h100", 8, &[(Rack, 2), (Host, 2)]), ("c2", "h100", 8, &[(Rack, 2), (Host, 2)])]);
+    let lows = (0..8).map(|i| gang(&format!("lo-{i}")).gpus(8)).collect();
+    world(f, within_queue(policy), lows)
+}
+
+fn victims(d: &Decision) -> (Option<&Admission>, Vec<String>) {
+    match d {
+        Decision::Preempt { admission, victims } => (Some(admission), victims.clone()),
+        other => (other.admission(), Vec::new()),
+    }
+}
+
+#[test]
+fn a_priority_gang_preempts_one_rack_on_one_cluster_where_least_work_is_lost() {
+    let w = full_fleet(WithinQueue::LowerPriority);
+    // Every gang started 10 h ago except the two on c2's second rack, 1 h ago.
+    let young = |id: &str| w.host_of(id).starts_with("c2/r1");
+    let started = |id: &str| if young(id) { 9 * HOUR } else { 0 };
+    let urgent = gang("urgent").pods(2).gpus(8).required(Rack).priority(10);
+    let d = w.preempting(std::slice::from_ref(&urgent), 10 * HOUR, KNOBS, started, |_| None);
+    let (admission, mut evicted) = victims(&d[0]);
+    evicted.sort();
+    let expected: Vec<String> = w.running.iter().map(|(g, _)| g.id.clone()).filter(|id| young(id)).collect();
+    assert_eq!(evicted, expected, "exactly the two young gangs of one rack");
+    let a = admission.expect("admitted in their place");
+    assert_eq!(w.fleet.cluster(a.cluster).name, "c2");
+    assert_eq!(w.fleet.level_of(a.span(&w.fleet).expect("placed")), Some(Rack));
+}
+
+#[test]
+fn a_gang_evicts_no_more_than_it_needs_and_never_a_gang_it_could_do_without() {
+    let w = full_fleet(WithinQueue::LowerPriority);
+    // One host is enough: the single youngest gang goes, however cheap the others are.
+    let started = |id: &str| if id == "lo-5" { 5 * HOUR } else { HOUR };
+    let d = w.preempting(&[gang("urgent").gpus(8).priority(1)], 6 * HOUR, KNOBS, started, |_| None);
+    assert_eq!(victims(&d[0]).1, ["lo-5"]);
+    // Half a host is enough too: still exactly one victim.
+    let d = w.preempting(&[gang("urgent").gpus(4).priority(1)], 6 * HOUR, KNOBS, started, |_| None);
+    assert_eq!(victims(&d[0]).1, ["lo-5"]);
+}
+
+#[test]
+fn minimum_runtime_protects_young_gangs_and_checkpoints_make_a_victim_cheaper() {
+    let w = full_fleet(WithinQueue::LowerPriority);
+    let started = |id: &str| if id == "lo-5" { 5 * HOUR } else { HOUR };
+    let urgent = [gang("urgent").gpus(8).priority(1)];
+    let protect = Preemption { min_runtime_ms: 2 * HOUR, ..KNOBS };
+    let d = w.preempting(&urgent, 6 * HOUR, protect, started, |_| None);
+    let (_, evicted) = victims(&d[0]);
+    assert_eq!(evicted.len(), 1);
+    assert_ne!(evicted[0], "lo-5", "lo-5 ran for 1 h only, under the 2 h protection");
+    // lo-2 checkpointed a minute ago: evicting it loses the least, although it is among the oldest.
+    let d = w.preempting(&urgent, 6 * HOUR, protect, started, |id| (id == "lo-2").then_some(6 * HOUR - 60_000));
+    assert_eq!(victims(&d[0]).1, ["lo-2"]);
+    // Without the preference, checkpoints are not read.
+    let ignore = Preemption { prefer_checkpointed: false, ..protect };
+    let d = w.preempting(&urgent, 6 * HOUR, ignore, started, |id| (id == "lo-2").then_some(6 * HOUR - 60_000));
+    assert_ne!(victims(&d[0]).1, ["lo-2"]);
+}
+
+#[test]
+fn nothing_is_preempted_when_the_gang_fits_or_the_policy_forbids_it() {
+    let w = full_fleet(WithinQueue::LowerPriority);
+    // Equal priority under LowerPriority: it waits.
+    let d = w.preempting(&[gang("peer").gpus(8)], HOUR, KNOBS, |_| 0, |_| None);
+    assert!(matches!(&d[0], Decision::Pending(Reason::NoDomain(_))), "{d:?}");
+    // A later submission of equal priority may go under LowerOrNewerEqualPriority... only
+    // against gangs submitted after it, and these were submitted first.
+    let w = full_fleet(WithinQueue::LowerOrNewerEqualPriority);
+    let d = w.preempting(&[gang("peer").gpus(8).submitted(5)], HOUR, KNOBS, |_| 0, |_| None);
+    assert!(matches!(&d[0], Decision::Pending(_)), "{d:?}");
+    let d = w.preempting(&[gang("early").gpus(8)], HOUR, KNOBS, |_| 0, |_| None);
+    assert!(matches!(&d[0], Decision::Pending(_)), "submitted at the same time: not newer: {d:?}");
+    // Never: even a higher priority waits.
+    let w = full_fleet(WithinQueue::Never);
+    let d = w.preempting(&[gang("urgent").gpus(8).priority(9)], HOUR, KNOBS, |_| 0, |_| None);
+    assert!(matches!(&d[0], Decision::Pending(_)), "{d:?}");
+    // Room somewhere: admitted without evicting anyone.
+    let f = fleet(&[("c1", "h100", 8, &[(Host, 2)])]);
+    let w = world(f, within_queue(WithinQueue::LowerPriority), vec![gang("lo").gpus(8)]);
+    let d = w.preempting(&[gang("urgent").gpus(8).priority(9)], HOUR, KNOBS, |_| 0, |_| None);
+    assert!(matches!(&d[0], Decision::Admit(_)), "{d:?}");
+}
+
+#[test]
+fn a_queue_reclaims_its_nominal_quota_from_a_borrowing_queue_of_its_cohort() {
+    let f = fleet(&[("c1", "h100", 8, &[(Host, 4)])]);
+    let quota = |nominal| Quota {
+        flavor: "h100".into(),
+        resource: Resource::Gpu,
+        nominal,
+        borrowing_limit: None,
+        lending_limit: None,
+    };
+    let queue = |name: &str, reclaim| QueueSpec {
+        name: name.into(),
+        cohort: Some("research".into()),
+        strategy: QueueingStrategy::BestEffortFifo,
+        weight: 1,
+        quotas: vec![quota(16)],
+        preemption: QueuePreemption { reclaim_within_cohort: reclaim, ..QueuePreemption::default() },
+    };
+    let queues =
+        Queues::new(vec![queue("a", ReclaimWithinCohort::Never), queue("b", ReclaimWithinCohort::Any)]).expect("valid");
+    // Queue a runs four hosts' worth: 16 of its own and 16 borrowed from b.
+    let lows = (0..4).map(|i| gang(&format!("a-{i}")).gpus(8).queue("a").priority(5)).collect();
+    let w = world(f, queues, lows);
+    let started = |id: &str| if id == "a-3" { 2 * HOUR } else { 0 };
+    // b wants its nominal back: under Any, priority does not matter; one borrowed host goes.
+    let d = w.preempting(&[gang("b-0").gpus(8).queue("b")], 3 * HOUR, KNOBS, started, |_| None);
+    assert_eq!(victims(&d[0]).1, ["a-3"]);
+    // a itself cannot reclaim from b (b borrows nothing) and has no within-queue policy.
+    let d = w.preempting(&[gang("a-4").gpus(8).queue("a").priority(9)], 3 * HOUR, KNOBS, started, |_| None);
+    assert!(matches!(&d[0], Decision::Pending(_)), "{d:?}");
+}
+
+#[test]
+fn preemption_decisions_are_deterministic() {
+    let w = full_fleet(WithinQueue::LowerPriority);
+    let urgent = [gang("u1").pods(2).gpus(8).required(Rack).priority(3), gang("u2").gpus(8).priority(2)];
+    let a = w.preempting(&urgent, HOUR, KNOBS, |_| 0, |_| None);
+    let b = w.preempting(&urgent, HOUR, KNOBS, |_| 0, |_| None);
+    assert_eq!(a, b);
+    // Two preemptors in one cycle never pick the same victim.
+    let (_, v1) = victims(&a[0]);
+    let (_, v2) = victims(&a[1]);
+    assert_eq!((v1.len(), v2.len()), (2, 1), "{a:?}");
+    assert!(v2.iter().all(|v| !v1.contains(v)));
 }

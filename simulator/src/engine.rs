@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use scheduler_core::invariants::{self, Violation};
 use scheduler_core::{
-    Admission, Capacity, ClusterFilter, Decision, DomainId, Fleet, Gang, Level, PodSet, PodShape, QueueSpec, Queues,
-    QuotaUsage, Reason, Release, Snapshot, cycle, release,
+    Admission, Capacity, ClusterFilter, Decision, DomainId, Fleet, Gang, Level, PodSet, PodShape, QueuePreemption,
+    QueueSpec, Queues, QuotaUsage, Reason, Release, Running as Victim, Snapshot, WithinQueue, cycle, release,
 };
 
 use crate::cost::TopologyCost;
@@ -31,7 +31,13 @@ pub struct SimOptions {
     pub tenants: u32,
     /// Locality patience of the policies that have one (`None`: off).
     pub patience: Option<scheduler_core::Patience>,
+    /// Percent of jobs (chosen by id and seed) submitted at priority `URGENT`, on top of the
+    /// trace's own: the load that makes preemption matter on traces without priorities.
+    pub urgent_percent: u32,
 }
+
+/// The priority `urgent_percent` gives its jobs.
+pub const URGENT: i32 = 100;
 
 impl Default for SimOptions {
     fn default() -> Self {
@@ -44,6 +50,7 @@ impl Default for SimOptions {
             cost: TopologyCost::default(),
             tenants: 4,
             patience: Some(scheduler_core::Patience::DEFAULT),
+            urgent_percent: 0,
         }
     }
 }
@@ -75,9 +82,14 @@ pub struct JobRecord {
     pub submit_s: u64,
     /// The trace's run time, before any topology slowdown.
     pub duration_s: u64,
+    pub priority: i32,
     pub first_start_s: Option<u64>,
     pub end_s: Option<u64>,
     pub restarts: u32,
+    /// Times it was evicted for a higher-priority gang (counted in `restarts` too).
+    pub preemptions: u32,
+    /// GPU-seconds of work those evictions threw away.
+    pub lost_gpu_s: u64,
     /// Set once admitted: where the latest attempt ran.
     pub placement: Option<PlacementFacts>,
     pub outcome: Outcome,
@@ -124,15 +136,19 @@ enum Event {
 struct Running {
     gang: Gang,
     admission: Admission,
+    start_s: u64,
     /// When it will finish (this simulation knows; production estimates).
     end_s: u64,
 }
 
-/// The queues a trace needs: one per named queue or synthetic tenant, unlimited, best-effort.
+/// The queues a trace needs: one per named queue or synthetic tenant, unlimited, best-effort,
+/// where a gang may preempt gangs of lower priority (for the policies that preempt at all).
 pub fn queues_for(trace: &Trace, tenants: u32) -> Queues {
     let names: BTreeSet<String> = trace.jobs.iter().map(|j| queue_of(j, tenants)).collect();
+    let preemption = QueuePreemption { within_queue: WithinQueue::LowerPriority, ..QueuePreemption::default() };
+    let spec = |n: &String| QueueSpec { preemption, ..QueueSpec::unlimited(n) };
     // Names are unique by construction, so this cannot fail.
-    Queues::new(names.iter().map(|n| QueueSpec::unlimited(n)).collect()).unwrap_or_else(|_| {
+    Queues::new(names.iter().map(spec).collect()).unwrap_or_else(|_| {
         Queues::new(vec![QueueSpec::unlimited("default")]).unwrap_or_else(|_| unreachable!("one queue is valid"))
     })
 }
@@ -144,12 +160,22 @@ fn queue_of(job: &TraceJob, tenants: u32) -> String {
     }
 }
 
-/// The gang a trace job asks for, submitted at `submit_s`.
-pub fn gang_of(job: &TraceJob, submit_s: u64, tenants: u32) -> Gang {
+/// The job's priority: the trace's, or `URGENT` for the `urgent_percent` chosen by id and seed.
+fn priority_of(job: &TraceJob, opts: &SimOptions) -> i32 {
+    let draw = fnv1a(&job.id) ^ opts.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    if SplitMix64::new(draw).below(100) < opts.urgent_percent as usize {
+        URGENT.max(job.priority)
+    } else {
+        job.priority
+    }
+}
+
+/// The gang a trace job asks for, submitted at `submit_s` with `priority`.
+pub fn gang_of(job: &TraceJob, submit_s: u64, priority: i32, tenants: u32) -> Gang {
     Gang {
         id: job.id.clone(),
         queue: queue_of(job, tenants),
-        priority: job.priority,
+        priority,
         submitted_ms: submit_s.saturating_mul(1000),
         runtime_ms: Some(job.duration_s.saturating_mul(1000)),
         pod_sets: job
@@ -232,9 +258,12 @@ pub fn simulate(
                     gpus: j.pod_sets.iter().map(|p| u64::from(p.pods) * u64::from(p.gpus_per_pod)).sum(),
                     submit_s,
                     duration_s: j.duration_s,
+                    priority: priority_of(j, opts),
                     first_start_s: None,
                     end_s: None,
                     restarts: 0,
+                    preemptions: 0,
+                    lost_gpu_s: 0,
                     placement: None,
                     outcome: Outcome::Pending(Reason::WaitingBehind { queue: String::new(), gang: String::new() }),
                 }
@@ -330,7 +359,8 @@ impl Sim<'_> {
     fn handle(&mut self, t: u64, ev: Event, trace: &Trace) {
         match ev {
             Event::Arrival(i) => {
-                let mut gang = gang_of(&trace.jobs[i], self.records[i].submit_s, self.opts.tenants);
+                let r = &self.records[i];
+                let mut gang = gang_of(&trace.jobs[i], r.submit_s, r.priority, self.opts.tenants);
                 if self.policy.binds_at_submit()
                     && let Some(c) = self.least_loaded_feasible(&gang)
                 {
@@ -411,6 +441,7 @@ impl Sim<'_> {
                 usage: QuotaUsage::default(),
                 now_ms: gang.submitted_ms,
                 releases: Vec::new(),
+                running: Vec::new(),
             };
             let fits = matches!(
                 cycle(empty, std::slice::from_ref(&probe), &self.policy.config_with(self.opts.patience))
@@ -446,6 +477,23 @@ impl Sim<'_> {
         let config = self.policy.config_with(self.opts.patience);
         // Only a policy that plans reservations reads the releases: the others skip building them.
         let releases = if config.reservations { self.releases() } else { Vec::new() };
+        // Only a policy that preempts reads the running gangs as possible victims.
+        let (victims, victim_jobs): (Vec<Victim<'_>>, Vec<usize>) = if config.preemption.is_some() {
+            self.running
+                .iter()
+                .map(|(&j, r)| {
+                    let v = Victim {
+                        gang: &r.gang,
+                        admission: &r.admission,
+                        started_ms: r.start_s.saturating_mul(1000),
+                        checkpoint_ms: None,
+                    };
+                    (v, j)
+                })
+                .unzip()
+        } else {
+            (Vec::new(), Vec::new())
+        };
         let snapshot = Snapshot {
             fleet: self.fleet,
             queues: self.queues,
@@ -453,6 +501,7 @@ impl Sim<'_> {
             usage: std::mem::take(&mut self.usage),
             now_ms: t.saturating_mul(1000),
             releases,
+            running: victims,
         };
         let out = cycle(snapshot, &self.pending_gangs, &config);
         self.run.cycles += 1;
@@ -463,6 +512,15 @@ impl Sim<'_> {
         for ((gang, j), decision) in gangs.into_iter().zip(jobs).zip(out.decisions) {
             match decision {
                 Decision::Admit(admission) => self.start(t, j, gang, admission),
+                Decision::Preempt { admission, victims } => {
+                    for v in victims {
+                        let victim = victim_jobs.iter().copied().find(|&vj| self.records[vj].id == v);
+                        if let Some(vj) = victim {
+                            self.evicted(t, vj);
+                        }
+                    }
+                    self.start(t, j, gang, admission);
+                }
                 Decision::Pending(reason) if reason.is_permanent() => {
                     self.records[j].outcome = Outcome::Rejected(reason);
                 }
@@ -476,6 +534,23 @@ impl Sim<'_> {
         }
         self.run.busy.push((t, self.busy_gpus));
         Ok(())
+    }
+
+    /// A gang evicted for a preemptor: back to the queue, its work lost. The cycle's capacity
+    /// and usage already count it gone.
+    fn evicted(&mut self, t: u64, j: usize) {
+        if let Some(r) = self.running.remove(&j) {
+            let gpus = r.gang.total_gpus();
+            self.busy_gpus -= gpus;
+            self.attempts[j] += 1;
+            let rec = &mut self.records[j];
+            rec.restarts += 1;
+            rec.preemptions += 1;
+            rec.lost_gpu_s += gpus * t.saturating_sub(r.start_s);
+            rec.outcome = Outcome::Pending(Reason::WaitingBehind { queue: String::new(), gang: String::new() });
+            self.pending_gangs.push(r.gang);
+            self.pending_jobs.push(j);
+        }
     }
 
     /// What the running gangs give back, at their expected ends.
@@ -503,7 +578,7 @@ impl Sim<'_> {
         let attempt = self.attempts[j];
         let end_s = t + run_s.max(1);
         self.push(end_s, Event::Finish { job: j, attempt });
-        self.running.insert(j, Running { gang, admission, end_s });
+        self.running.insert(j, Running { gang, admission, start_s: t, end_s });
     }
 
     fn check(&self, t: u64) -> Result<(), SimError> {

@@ -52,6 +52,7 @@ impl Policy {
                 patience: None,
                 fair_sharing: false,
                 reservations: false,
+                preemption: None,
             },
             Policy::KueueMultiKueue => Config {
                 choice: ClusterChoice::InOrder,
@@ -60,6 +61,7 @@ impl Policy {
                 patience: None,
                 fair_sharing: false,
                 reservations: false,
+                preemption: None,
             },
             Policy::VolcanoBinpack => Config {
                 choice: ClusterChoice::InOrder,
@@ -68,6 +70,7 @@ impl Policy {
                 patience: None,
                 fair_sharing: false,
                 reservations: false,
+                preemption: None,
             },
         }
     }

@@ -45,6 +45,8 @@ pub struct OptionsSummary {
     /// Locality patience (seconds at the preferred level, then until this at the next wider);
     /// `None`: off.
     pub locality_patience_s: Option<(u64, u64)>,
+    /// Percent of jobs submitted at high priority (`--urgent`).
+    pub urgent_percent: u32,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -60,6 +62,7 @@ pub struct PolicyReport {
     pub fairness_jain: f64,
     pub queues: Vec<QueueFigures>,
     pub max_wait_by_size: Vec<SizeClassWait>,
+    pub preemption: PreemptionFigures,
     /// Pending gangs at the end of the run, by reason kind.
     pub pending_reasons: BTreeMap<String, u64>,
     /// Gang-cycles spent pending, by reason kind: what blocked work over the whole run.
@@ -133,6 +136,33 @@ fn size_class_waits(jobs: &[crate::engine::JobRecord], end_s: u64) -> Vec<SizeCl
             }
         })
         .collect()
+}
+
+/// What priorities and preemption did: the high-priority jobs' wait against everyone else's,
+/// and what evictions cost.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PreemptionFigures {
+    /// Jobs above the trace's lowest priority.
+    pub high_priority_jobs: usize,
+    pub high_priority_mean_delay_s: f64,
+    pub other_mean_delay_s: f64,
+    /// Evictions of running gangs for higher-priority ones.
+    pub preemptions: u64,
+    /// GPU-hours of work those evictions threw away.
+    pub gpu_hours_lost: f64,
+}
+
+fn preemption_figures(jobs: &[crate::engine::JobRecord]) -> PreemptionFigures {
+    let lowest = jobs.iter().map(|j| j.priority).min().unwrap_or(0);
+    let delay = |j: &&crate::engine::JobRecord| j.first_start_s.map(|s| s.saturating_sub(j.submit_s) as f64);
+    let (high, other): (Vec<_>, Vec<_>) = jobs.iter().partition(|j| j.priority > lowest);
+    PreemptionFigures {
+        high_priority_jobs: high.len(),
+        high_priority_mean_delay_s: r4(mean(&high.iter().filter_map(delay).collect::<Vec<_>>())),
+        other_mean_delay_s: r4(mean(&other.iter().filter_map(delay).collect::<Vec<_>>())),
+        preemptions: jobs.iter().map(|j| u64::from(j.preemptions)).sum(),
+        gpu_hours_lost: r4(jobs.iter().map(|j| j.lost_gpu_s as f64).sum::<f64>() / 3600.0),
+    }
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -263,6 +293,7 @@ pub fn policy_report(fleet: &Fleet, run: &PolicyRun) -> PolicyReport {
         fragmentation: if span > 0.0 { r4(run.fragmentation_integral / span) } else { 0.0 },
         fairness_jain: r4(jain(&fairness)),
         max_wait_by_size: size_class_waits(jobs, run.end_s),
+        preemption: preemption_figures(jobs),
         queues: per_queue
             .into_iter()
             .map(|(name, q)| QueueFigures {
@@ -312,6 +343,13 @@ pub fn table(report: &Report) -> String {
                 (_, n) => format!("{} ({n} never)", hours(w.max_wait_s as f64)),
             }
         });
+    }
+    if p.iter().any(|r| r.preemption.high_priority_jobs > 0) {
+        row("high-priority jobs", &|r| r.preemption.high_priority_jobs.to_string());
+        row("  their queueing delay mean", &|r| hours(r.preemption.high_priority_mean_delay_s));
+        row("  others' queueing delay mean", &|r| hours(r.preemption.other_mean_delay_s));
+        row("preemptions", &|r| r.preemption.preemptions.to_string());
+        row("  GPU-hours of work lost", &|r| format!("{:.1}", r.preemption.gpu_hours_lost));
     }
     row("submitted", &|r| r.jobs.submitted.to_string());
     row("completed", &|r| r.jobs.completed.to_string());
