@@ -214,6 +214,14 @@ struct SimulateArgs {
     /// Benchmark mode: replay the trace repeated N times and report jobs replayed per second.
     #[arg(long, value_name = "N")]
     bench: Option<u32>,
+    /// Instead of replaying a trace: the FGD paper's GPU-sharing experiment on an openb folder
+    /// (openb_node_list_gpu_node.csv, openb_pod_list_default.csv, fgd-results/), comparing
+    /// random, bestfit, fgd and stowage with the authors' published results.
+    #[arg(long, value_name = "OPENB_DIR")]
+    gpu_sharing: Option<PathBuf>,
+    /// Seeds per policy for --gpu-sharing (the authors used 10).
+    #[arg(long, default_value_t = 10, requires = "gpu_sharing")]
+    seeds: u32,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -224,6 +232,8 @@ enum CliError {
     Trace(#[from] TraceError),
     #[error(transparent)]
     Sim(#[from] simulator::SimError),
+    #[error(transparent)]
+    Sharing(#[from] simulator::sharing::SharingError),
     #[error("{path}: {source}")]
     Write { path: PathBuf, source: std::io::Error },
     #[error(transparent)]
@@ -297,6 +307,9 @@ fn main() -> ExitCode {
 }
 
 fn simulate(args: SimulateArgs) -> Result<(), CliError> {
+    if let Some(dir) = &args.gpu_sharing {
+        return gpu_sharing(dir, &args);
+    }
     let (spec, fleet_name) = match (&args.fleet, &args.machines) {
         (Some(path), _) => (FleetSpec::load(path)?, path.display().to_string()),
         (None, Some(path)) => (
@@ -351,6 +364,23 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
         for p in simulator::svg::write(dir, &runs, fleet.total_gpus())? {
             eprintln!("wrote {}", p.display());
         }
+    }
+    Ok(())
+}
+
+fn gpu_sharing(dir: &std::path::Path, args: &SimulateArgs) -> Result<(), CliError> {
+    use simulator::sharing;
+    let pods = args.trace.clone().unwrap_or_else(|| dir.join("openb_pod_list_default.csv"));
+    let inputs = sharing::load(&dir.join("openb_node_list_gpu_node.csv"), &pods)?;
+    let mut report = sharing::experiment(&inputs, &scheduler_core::share::SharePolicy::ALL, args.seeds, args.seed);
+    let results = dir.join("fgd-results/analysis_allo_discrete.csv");
+    if results.exists() {
+        report.published = sharing::published(&results, &inputs.workload)?;
+    }
+    print!("{}", sharing::table(&report));
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report).unwrap_or_default() + "\n";
+        std::fs::write(path, text).map_err(|source| CliError::Write { path: path.clone(), source })?;
     }
     Ok(())
 }

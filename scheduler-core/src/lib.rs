@@ -14,6 +14,7 @@ pub mod place;
 pub mod preempt;
 pub mod queue;
 pub mod reason;
+pub mod share;
 pub mod topology;
 
 pub use capacity::{Capacity, PodShape};

@@ -10,6 +10,7 @@ pub mod policy;
 pub mod report;
 pub mod rng;
 pub mod run;
+pub mod sharing;
 pub mod svg;
 pub mod trace;
 
