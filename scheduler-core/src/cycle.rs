@@ -5,7 +5,7 @@
 
 use std::borrow::Cow;
 use std::cmp::Reverse;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::capacity::{Capacity, PodShape};
 use crate::fair::FairOrder;
@@ -161,6 +161,8 @@ pub struct Snapshot<'a> {
 /// Capacity a running gang gives back when it ends, at its expected end.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Release {
+    /// The running gang's id.
+    pub gang: String,
     pub end_ms: u64,
     /// (host, pods, shape of each pod).
     pub hosts: Vec<(DomainId, u32, PodShape)>,
@@ -174,7 +176,7 @@ impl Release {
             .zip(&admission.pod_sets)
             .flat_map(|(ps, p)| p.hosts.iter().map(move |&(h, n)| (h, n, ps.shape)))
             .collect();
-        Release { end_ms, hosts }
+        Release { gang: gang.id.clone(), end_ms, hosts }
     }
 }
 
@@ -226,13 +228,22 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
     // Each gang as it is held this cycle: preferences its patience still holds it to become
     // requirements (see `Patience`).
     let held: Vec<Cow<'_, Gang>> = pending.iter().map(|g| held(config, g, now_ms)).collect();
-    let mut run =
-        Run { fleet, queues, config, cap: capacity, usage, memo: BTreeMap::new(), stats: CycleStats::default() };
+    let mut run = Run {
+        fleet,
+        queues,
+        config,
+        cap: capacity,
+        usage,
+        evicted: BTreeSet::new(),
+        memo: BTreeMap::new(),
+        stats: CycleStats::default(),
+    };
     let mut decisions: Vec<Option<Decision>> = vec![None; pending.len()];
     let mut blocked: BTreeMap<QueueId, &str> = BTreeMap::new();
     let mut order = FairOrder::new(pending, queues, fleet, config.fair_sharing);
     let mut reservation: Option<Reservation> = None;
     let mut evicted = vec![false; running.len()];
+    let lowest_running = running.iter().map(|r| r.gang.priority).min().unwrap_or(i32::MAX);
     while let Some(i) = order.next(pending, queues, &run.usage) {
         let gang = &pending[i];
         let queue = queues.id(&gang.queue);
@@ -246,7 +257,7 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
             _ => match run.patient_gang(gang, &held[i]) {
                 Ok(admission) => Decision::Admit(admission),
                 Err(reason) if reason.may_preempt() && run.config.preemption.is_some() && !running.is_empty() => {
-                    match run.preempt(gang, &running, &mut evicted, now_ms) {
+                    match run.preempt(gang, &running, lowest_running, &mut evicted, now_ms) {
                         Some((admission, victims)) => {
                             run.stats.evicted += victims.len() as u32;
                             let victims = victims.iter().map(|&v| running[v].gang.id.clone()).collect();
@@ -331,6 +342,8 @@ pub(crate) struct Run<'a> {
     pub(crate) config: &'a Config,
     pub(crate) cap: Capacity,
     pub(crate) usage: QuotaUsage,
+    /// Ids of running gangs evicted this cycle.
+    pub(crate) evicted: BTreeSet<&'a str>,
     memo: BTreeMap<MemoKey<'a>, Vec<MemoEntry>>,
     stats: CycleStats,
 }
@@ -415,7 +428,8 @@ impl<'a> Run<'a> {
         if releases.is_empty() {
             return None;
         }
-        let mut order: Vec<&Release> = releases.iter().collect();
+        // A gang evicted this cycle has given its capacity back already.
+        let mut order: Vec<&Release> = releases.iter().filter(|r| !self.evicted.contains(r.gang.as_str())).collect();
         order.sort_by_key(|r| r.end_ms);
         // The memo holds what fits nowhere *now*; more fits on future capacity.
         let (saved_usage, saved_memo, stats) = (self.usage.clone(), std::mem::take(&mut self.memo), self.stats);

@@ -107,16 +107,26 @@ type Choice = (u64, usize, ClusterId, DomainId, Vec<usize>);
 
 impl<'a> Run<'a> {
     /// Evicts the victims that let `gang` start, if some cluster has them, and admits it in
-    /// their place. `evicted` marks running gangs already chosen as victims this cycle.
+    /// their place. `evicted` marks running gangs already chosen as victims this cycle;
+    /// `lowest_running` is the lowest priority among `running`.
     pub(crate) fn preempt(
         &mut self,
         gang: &'a Gang,
         running: &[Running<'a>],
+        lowest_running: i32,
         evicted: &mut [bool],
         now_ms: u64,
     ) -> Option<(Admission, Vec<usize>)> {
         let knobs = self.config.preemption?;
         let queue = self.queues.id(&gang.queue)?;
+        // The common case, settled without looking at each running gang: a policy that only
+        // evicts lower priorities, and nothing running is of lower priority.
+        let policy = self.queues.spec(queue).preemption;
+        let lower_only = !matches!(policy.within_queue, WithinQueue::LowerOrNewerEqualPriority)
+            && policy.reclaim_within_cohort != ReclaimWithinCohort::Any;
+        if lower_only && lowest_running >= gang.priority {
+            return None;
+        }
         let mut victims: Vec<(u64, i32, Reverse<u64>, usize, Via)> = running
             .iter()
             .enumerate()
@@ -177,6 +187,7 @@ impl<'a> Run<'a> {
         for &i in &set {
             self.evict(&running[i]);
             evicted[i] = true;
+            self.evicted.insert(running[i].gang.id.as_str());
         }
         let admission = self.fit(cluster, gang);
         debug_assert!(admission.is_some(), "the victim set was found to free room");
@@ -190,6 +201,7 @@ impl<'a> Run<'a> {
                 for &i in &set {
                     self.restore(&running[i]);
                     evicted[i] = false;
+                    self.evicted.remove(running[i].gang.id.as_str());
                 }
                 None
             }

@@ -387,8 +387,8 @@ fn behind_a_reservation(reservations: bool) -> (Vec<Gang>, Vec<Decision>) {
     }
     capacity.commit();
     let releases = vec![
-        Release { end_ms: 1_000, hosts: vec![(hosts[0], 1, shape)] },
-        Release { end_ms: 5_000, hosts: vec![(hosts[1], 1, shape), (hosts[2], 1, shape)] },
+        Release { gang: "r0".into(), end_ms: 1_000, hosts: vec![(hosts[0], 1, shape)] },
+        Release { gang: "r1".into(), end_ms: 5_000, hosts: vec![(hosts[1], 1, shape), (hosts[2], 1, shape)] },
     ];
     let gangs = vec![
         gang("whole-rack").pods(4).gpus(8).required(Rack).priority(10),
