@@ -21,7 +21,7 @@ use kube::{Client, Resource};
 use member_agent::watch::{self, Watches};
 use serde_json::json;
 
-use crate::decide::{Observed, PlacementWrite, Plan, Settings, StatusWrite, decide};
+use crate::decide::{Observed, PlacementWrite, Plan, QueueStatusWrite, Settings, StatusWrite, decide};
 use crate::leader::{self, LeaderConfig, Leadership};
 use crate::metrics::Metrics;
 use futures::StreamExt;
@@ -196,6 +196,15 @@ async fn write_status(hub: &Client, s: &StatusWrite) -> Result<(), Error> {
         })
 }
 
+async fn write_queue_status(hub: &Client, q: &QueueStatusWrite) -> Result<(), Error> {
+    let body = json!({"status": q.status});
+    Api::<api::stowage::Queue>::all(hub.clone())
+        .patch_status(&q.name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::Write { what: "Queue status", namespace: String::new(), name: q.name.clone(), source })
+}
+
 /// Writes the plan. A conflict means someone else (another leader, an agent's status write)
 /// changed the Placement since it was observed: skip it, the next cycle sees the change.
 async fn apply(hub: &Client, plan: &Plan, written: &mut Written, metrics: &Metrics) -> Result<(), Error> {
@@ -244,6 +253,12 @@ async fn apply(hub: &Client, plan: &Plan, written: &mut Written, metrics: &Metri
                 written.statuses.insert((s.namespace, s.name), (s.conditions, s.jobs));
             }
             Err(e) => first_error = first_error.or(Some(e)),
+        }
+    }
+    // A few Queues at most: written one after another.
+    for q in &plan.queues {
+        if let Err(e) = write_queue_status(hub, q).await {
+            first_error = first_error.or(Some(e));
         }
     }
     first_error.map_or(Ok(()), Err)

@@ -13,11 +13,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use api::stowage::{ClusterBackoff, MemberCluster, Placement, PlacementPhase, PlacementSpec, PlacementStatus, Queue};
+use api::stowage::{
+    ClusterBackoff, MemberCluster, Placement, PlacementPhase, PlacementSpec, PlacementStatus, Queue, QueueStatus,
+};
 use api::trainer::{ClusterTrainingRuntime, JobStatus, Runtime, TrainJob, TrainingRuntime};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use scheduler_core::{ClusterFilter, Config, Decision, Gang, QueueSpec, Queues, QuotaUsage, Snapshot, cycle};
+use scheduler_core::{ClusterFilter, Config, Decision, Gang, QueueSpec, Queues, QuotaUsage, Reason, Snapshot, cycle};
 
 use crate::{plan, translate};
 
@@ -75,11 +77,19 @@ pub struct StatusWrite {
     pub jobs: Vec<JobStatus>,
 }
 
+/// One Queue status to write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueStatusWrite {
+    pub name: String,
+    pub status: QueueStatus,
+}
+
 /// What a cycle writes: only what differs from what it observed.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Plan {
     pub placements: Vec<PlacementWrite>,
     pub statuses: Vec<StatusWrite>,
+    pub queues: Vec<QueueStatusWrite>,
     /// TrainJobs still waiting for a placement after this cycle.
     pub pending: usize,
 }
@@ -135,52 +145,112 @@ fn upsert(conditions: &mut Vec<Condition>, mut c: Condition) {
     }
 }
 
-fn queues(o: &Observed) -> Queues {
-    let mut specs: Vec<QueueSpec> = o
-        .queues
-        .iter()
-        .map(|q| QueueSpec {
-            name: q.metadata.name.clone().unwrap_or_default(),
-            cohort: q.spec.cohort.clone(),
-            strategy: match q.spec.queueing_strategy {
-                api::stowage::QueueingStrategy::StrictFIFO => scheduler_core::QueueingStrategy::StrictFifo,
-                api::stowage::QueueingStrategy::BestEffortFIFO => scheduler_core::QueueingStrategy::BestEffortFifo,
-            },
-            weight: q.spec.weight,
-            // The dispatcher does not evict yet (docs/policy.md): no queue preempts.
-            preemption: scheduler_core::QueuePreemption::default(),
-            quotas: q
-                .spec
-                .quotas
-                .iter()
-                .filter_map(|quota| {
-                    let amount = |s: &str| {
-                        member_agent::render::quantity::Milli::parse(s).ok().map(|m| m.ceil_units().max(0) as u64)
-                    };
-                    let resource = match quota.resource.as_str() {
-                        "nvidia.com/gpu" => scheduler_core::Resource::Gpu,
-                        "cpu" => scheduler_core::Resource::CpuMilli,
-                        "memory" => scheduler_core::Resource::MemoryMib,
-                        _ => return None,
-                    };
-                    Some(scheduler_core::Quota {
-                        flavor: quota.flavor.clone(),
-                        resource,
-                        nominal: amount(&quota.nominal_quota)?,
-                        borrowing_limit: quota.borrowing_limit.as_deref().and_then(amount),
-                        lending_limit: quota.lending_limit.as_deref().and_then(amount),
-                    })
-                })
-                .collect(),
-        })
-        .collect();
-    if !specs.iter().any(|q| q.name == translate::DEFAULT_QUEUE) {
+/// The queues a cycle schedules with, and the Queue objects it cannot use, each with what is
+/// wrong naming the field. An invalid Queue admits nothing (as Kueue's inactive ClusterQueue):
+/// dropping the entry it cannot read would silently widen the queue's quota.
+struct QueueSet {
+    queues: Queues,
+    inactive: BTreeMap<String, String>,
+}
+
+fn queues(o: &Observed) -> QueueSet {
+    let mut specs: Vec<QueueSpec> = Vec::new();
+    let mut inactive = BTreeMap::new();
+    for q in &o.queues {
+        let name = q.metadata.name.clone().unwrap_or_default();
+        // Problems only a queue's own spec has (a quota defined twice, lending above nominal)
+        // are checked on it alone, so one bad Queue does not take the others down.
+        match queue_spec(q).and_then(|spec| Queues::new(vec![spec.clone()]).map(|_| spec).map_err(|e| e.to_string())) {
+            Ok(spec) => specs.push(spec),
+            Err(problem) => {
+                inactive.insert(name, problem);
+            }
+        }
+    }
+    if !specs.iter().any(|q| q.name == translate::DEFAULT_QUEUE) && !inactive.contains_key(translate::DEFAULT_QUEUE) {
         specs.push(QueueSpec::unlimited(translate::DEFAULT_QUEUE));
     }
-    Queues::new(specs).unwrap_or_else(|_| {
+    // Each spec is valid alone and names are unique (object names), so this cannot fail.
+    let queues = Queues::new(specs).unwrap_or_else(|_| {
         Queues::new(vec![QueueSpec::unlimited(translate::DEFAULT_QUEUE)])
             .unwrap_or_else(|_| unreachable!("one queue is valid"))
+    });
+    QueueSet { queues, inactive }
+}
+
+fn queue_spec(q: &Queue) -> Result<QueueSpec, String> {
+    let quotas = q
+        .spec
+        .quotas
+        .iter()
+        .enumerate()
+        .map(|(i, quota)| {
+            let amount = |field: &str, s: &str| {
+                member_agent::render::quantity::Milli::parse(s)
+                    .ok()
+                    .map(|m| m.ceil_units())
+                    .filter(|&v| v >= 0)
+                    .map(|v| v as u64)
+                    .ok_or_else(|| format!("spec.quotas[{i}].{field}: {s:?} is not a non-negative quantity"))
+            };
+            let resource = match quota.resource.as_str() {
+                "nvidia.com/gpu" => scheduler_core::Resource::Gpu,
+                "cpu" => scheduler_core::Resource::CpuMilli,
+                "memory" => scheduler_core::Resource::MemoryMib,
+                other => {
+                    return Err(format!(
+                        "spec.quotas[{i}].resource: {other:?} is not one of nvidia.com/gpu, cpu, memory"
+                    ));
+                }
+            };
+            let optional = |field: &str, v: &Option<String>| v.as_deref().map(|s| amount(field, s)).transpose();
+            Ok(scheduler_core::Quota {
+                flavor: quota.flavor.clone(),
+                resource,
+                nominal: amount("nominalQuota", &quota.nominal_quota)?,
+                borrowing_limit: optional("borrowingLimit", &quota.borrowing_limit)?,
+                lending_limit: optional("lendingLimit", &quota.lending_limit)?,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(QueueSpec {
+        name: q.metadata.name.clone().unwrap_or_default(),
+        cohort: q.spec.cohort.clone(),
+        strategy: match q.spec.queueing_strategy {
+            api::stowage::QueueingStrategy::StrictFIFO => scheduler_core::QueueingStrategy::StrictFifo,
+            api::stowage::QueueingStrategy::BestEffortFIFO => scheduler_core::QueueingStrategy::BestEffortFifo,
+        },
+        weight: q.spec.weight,
+        // The dispatcher does not evict yet (docs/policy.md): no queue preempts.
+        preemption: scheduler_core::QueuePreemption::default(),
+        quotas,
     })
+}
+
+/// A Queue's status as this cycle sees it: whether it can admit, and its TrainJobs waiting and
+/// placed. Written only when it differs from what was observed.
+fn queue_statuses(
+    o: &Observed,
+    set: &QueueSet,
+    counts: &BTreeMap<String, (u32, u32)>,
+    now: &Time,
+) -> Vec<QueueStatusWrite> {
+    o.queues
+        .iter()
+        .filter_map(|q| {
+            let name = q.metadata.name.clone()?;
+            let observed = q.status.clone().unwrap_or_default();
+            let (pending, admitted) = counts.get(&name).copied().unwrap_or_default();
+            let active = match set.inactive.get(&name) {
+                Some(problem) => condition("Active", "False", "InvalidSpec", problem.clone(), now),
+                None => condition("Active", "True", "Ready", "can admit TrainJobs".into(), now),
+            };
+            let mut conditions = observed.conditions.clone();
+            upsert(&mut conditions, active);
+            let status = QueueStatus { pending, admitted, conditions };
+            (status != observed).then_some(QueueStatusWrite { name, status })
+        })
+        .collect()
 }
 
 /// When a member last reported, if it ever did.
@@ -278,6 +348,9 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
         .filter_map(|m| Some((m.metadata.name.as_deref()?, m.status.as_ref()?)))
         .flat_map(|(name, s)| s.counted.iter().map(move |k| (name, k.as_str())))
         .collect();
+    let set = queues(o);
+    // Per queue: (TrainJobs waiting, TrainJobs placed and unfinished), for the Queue's status.
+    let mut counts: BTreeMap<String, (u32, u32)> = BTreeMap::new();
     let mut assumed: Vec<Gang> = Vec::new();
     // Placed, counted by its member, still running: charged to its queue's quota.
     let mut running: Vec<(Gang, Vec<Option<String>>)> = Vec::new();
@@ -368,31 +441,34 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
                         .iter()
                         .map(|ps| p.spec.pod_sets.iter().find(|pp| pp.name == ps.name).and_then(|pp| pp.flavor.clone()))
                         .collect();
+                    counts.entry(gang.queue.clone()).or_default().1 += 1;
                     running.push((gang, flavors));
                 } else {
                     // Placed, but the member's report does not count its pods yet: count its
                     // capacity as taken (assumed) until it does, and never twice.
                     gang.clusters = ClusterFilter { only: Some(vec![cluster.clone()]), ..ClusterFilter::default() };
                     gang.priority = i32::MAX;
+                    counts.entry(gang.queue.clone()).or_default().1 += 1;
                     assumed.push(gang);
                 }
             }
         }
     }
     if waiting.is_empty() {
+        plan.queues = queue_statuses(o, &set, &counts, &now);
         return plan;
     }
     let fleet = translate::fleet(&live_members);
     let out = fleet.as_ref().ok().map(|(fleet, capacity)| {
-        let queues = queues(o);
+        let queues = &set.queues;
         let gangs: Vec<Gang> = assumed.iter().cloned().chain(waiting.iter().map(|w| w.gang.clone())).collect();
         let mut usage = QuotaUsage::default();
         for (gang, flavors) in &running {
-            usage.charge(&queues, gang, flavors.iter().map(Option::as_deref));
+            usage.charge(queues, gang, flavors.iter().map(Option::as_deref));
         }
         let snapshot = Snapshot {
             fleet,
-            queues: &queues,
+            queues,
             capacity: capacity.clone(),
             usage,
             now_ms: t.as_millisecond().max(0) as u64,
@@ -411,6 +487,11 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
                 let mut spec = plan::placement(fleet, &gang, a, &uid, epoch);
                 spec.backoff = backoff.clone();
                 Some(spec)
+            }
+            (Some(Decision::Pending(Reason::UnknownQueue { queue })), _) if set.inactive.contains_key(queue) => {
+                let message = format!("queue {queue} is inactive: {}", set.inactive[queue]);
+                upsert(&mut conditions, condition(plan::PENDING_CONDITION, "True", "QueueInactive", message, &now));
+                None
             }
             (Some(Decision::Pending(reason)), _) => {
                 let previous = conditions.iter().find(|c| c.type_ == plan::PENDING_CONDITION).cloned();
@@ -432,6 +513,12 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
             }
         };
         let pending = spec.is_none();
+        let count = counts.entry(gang.queue.clone()).or_default();
+        if pending {
+            count.0 += 1
+        } else {
+            count.1 += 1
+        }
         let spec = spec.or_else(|| {
             leaving.then(|| PlacementSpec {
                 train_job_uid: uid.clone(),
@@ -449,5 +536,46 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
             plan.statuses.extend(status_write(tj, conditions, Vec::new()));
         }
     }
+    plan.queues = queue_statuses(o, &set, &counts, &now);
     plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue(yaml: &str) -> Queue {
+        serde_yaml::from_str(&format!("apiVersion: stowage.dev/v1alpha1\nkind: Queue\n{yaml}")).expect("queue")
+    }
+
+    #[test]
+    fn a_queue_that_cannot_be_read_is_inactive_with_the_field_named_and_the_others_stay() {
+        let o = Observed {
+            queues: vec![
+                queue(
+                    "metadata: {name: ok}\nspec:\n  quotas:\n  - {flavor: h100, resource: nvidia.com/gpu, nominalQuota: '16'}\n",
+                ),
+                queue(
+                    "metadata: {name: typo}\nspec:\n  quotas:\n  - {flavor: h100, resource: nvidia.com/gpu, nominalQuota: 'lots'}\n",
+                ),
+                queue(
+                    "metadata: {name: lends-too-much}\nspec:\n  cohort: c\n  quotas:\n  - {flavor: h100, resource: nvidia.com/gpu, nominalQuota: '8', lendingLimit: '9'}\n",
+                ),
+            ],
+            ..Observed::default()
+        };
+        let set = queues(&o);
+        assert!(set.queues.id("ok").is_some() && set.queues.id("default").is_some());
+        assert_eq!(set.inactive["typo"], "spec.quotas[0].nominalQuota: \"lots\" is not a non-negative quantity");
+        assert!(set.inactive["lends-too-much"].contains("lendingLimit 9 exceeds nominalQuota 8"), "{:?}", set.inactive);
+        let now = Time(Timestamp::UNIX_EPOCH);
+        let writes = queue_statuses(&o, &set, &BTreeMap::from([("ok".to_string(), (2, 3))]), &now);
+        let ok = writes.iter().find(|w| w.name == "ok").expect("written");
+        assert_eq!((ok.status.pending, ok.status.admitted, ok.status.conditions[0].status.as_str()), (2, 3, "True"));
+        // What was observed already is not written again.
+        let mut seen = o.clone();
+        seen.queues[0].status = Some(ok.status.clone());
+        let again = queue_statuses(&seen, &set, &BTreeMap::from([("ok".to_string(), (2, 3))]), &now);
+        assert!(again.iter().all(|w| w.name != "ok"));
+    }
 }

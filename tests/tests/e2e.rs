@@ -193,6 +193,52 @@ async fn an_exhausted_quota_keeps_the_trainjob_pending_naming_queue_and_flavor()
         "{}",
         pending.message
     );
+    // The Queue says it is active and counts the TrainJob waiting in it.
+    let status = queue_status(&hub, "team-a", |s| s.pending == 1).await;
+    let active = status.conditions.iter().find(|c| c.type_ == "Active").expect("Active condition");
+    assert_eq!((active.status.as_str(), status.admitted), ("True", 0));
+}
+
+/// Waits until the Queue's status satisfies `pred`; returns it.
+async fn queue_status(
+    hub: &Client,
+    name: &str,
+    pred: impl Fn(&api::stowage::QueueStatus) -> bool,
+) -> api::stowage::QueueStatus {
+    let api: Api<api::stowage::Queue> = Api::all(hub.clone());
+    eventually(&format!("queue {name} status"), || {
+        let api = api.clone();
+        let pred = &pred;
+        async move { api.get(name).await.ok()?.status.filter(|s| pred(s)) }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_queue_with_a_quota_it_cannot_read_admits_nothing_and_says_which_field_while_others_run() {
+    let p = playground(fast()).await;
+    let hub = p.hub();
+    // A misspelt resource must not be dropped: the queue would lose that limit.
+    let queue: api::stowage::Queue = serde_yaml::from_str(
+        "apiVersion: stowage.dev/v1alpha1\nkind: Queue\nmetadata: {name: team-b}\nspec:\n  quotas:\n  - {flavor: nvidia-h100-80gb, resource: nvidia.com/gpus, nominalQuota: '64'}\n",
+    )
+    .expect("queue");
+    Api::<api::stowage::Queue>::all(hub.clone()).create(&PostParams::default(), &queue).await.expect("queue");
+    let mut held = trainjob("held", 1, 1, json!({}));
+    held.metadata.labels = Some([("stowage.dev/queue".to_string(), "team-b".to_string())].into());
+    submit(&hub, &held).await;
+    submit(&hub, &trainjob("other", 1, 1, json!({}))).await;
+    let status = queue_status(&hub, "team-b", |s| s.conditions.iter().any(|c| c.type_ == "Active")).await;
+    let active = status.conditions.iter().find(|c| c.type_ == "Active").expect("Active condition");
+    assert_eq!((active.status.as_str(), active.reason.as_str()), ("False", "InvalidSpec"));
+    assert_eq!(
+        active.message,
+        "spec.quotas[0].resource: \"nvidia.com/gpus\" is not one of nvidia.com/gpu, cpu, memory"
+    );
+    let pending = condition(&hub, "held", "Pending", "True").await;
+    assert_eq!(pending.reason, "QueueInactive");
+    assert!(pending.message.starts_with("queue team-b is inactive: spec.quotas[0].resource"), "{}", pending.message);
+    condition(&hub, "other", "Complete", "True").await;
 }
 
 #[tokio::test]
