@@ -84,8 +84,44 @@ pub struct MemberClusterStatus {
     /// `domains`; the dispatcher counts every other unfinished placement here as assumed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub counted: Vec<String>,
+    /// Where the pods of each counted placement are bound, node by node: what evicting it would
+    /// free, exactly (the dispatcher's preemption reads it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bound: Vec<BoundPlacement>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// The nodes one placement's pods are bound to.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BoundPlacement {
+    /// `<TrainJob UID>/<epoch>`, as in `counted`.
+    pub placement: String,
+    pub nodes: Vec<BoundNode>,
+}
+
+/// One node holding pods of a placement, described as `domains` summarises it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BoundNode {
+    /// The node's name: pods of several placements on one node are matched by it.
+    pub node: String,
+    /// Label values of its domains above hosts, widest first (a `domains[].path`).
+    pub path: Vec<String>,
+    pub flavor: String,
+    pub gpus_per_node: u32,
+    /// GPUs free on it now (as counted in its domain's histogram).
+    pub free_gpus: u32,
+    /// Pods of each pod set (replicated job) of the placement on it.
+    pub pods: Vec<PodSetCount>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSetCount {
+    pub pod_set: String,
+    pub pods: u32,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
@@ -135,6 +171,54 @@ pub struct QueueSpec {
     /// Namespaces whose TrainJobs may use this queue; all when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
+    /// Whom its TrainJobs may evict, as Kueue's ClusterQueue `preemption`; absent: nobody.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption: Option<QueuePreemption>,
+}
+
+/// Kueue's ClusterQueue `preemption`, field for field.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuePreemption {
+    #[serde(default)]
+    pub within_cluster_queue: WithinClusterQueue,
+    #[serde(default)]
+    pub reclaim_within_cohort: ReclaimWithinCohort,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrow_within_cohort: Option<BorrowWithinCohort>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum WithinClusterQueue {
+    #[default]
+    Never,
+    LowerPriority,
+    LowerOrNewerEqualPriority,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum ReclaimWithinCohort {
+    #[default]
+    Never,
+    LowerPriority,
+    Any,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BorrowWithinCohort {
+    /// `Never` or `LowerPriority`.
+    #[serde(default)]
+    pub policy: BorrowPolicy,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_priority_threshold: Option<i32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum BorrowPolicy {
+    #[default]
+    Never,
+    LowerPriority,
 }
 
 fn one() -> u32 {

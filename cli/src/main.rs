@@ -74,6 +74,10 @@ struct DispatcherArgs {
     /// level, then until when for the next wider one (EXACT,WIDER: 7d,14d), or none.
     #[arg(long, value_parser = parse_patience, default_value = "7d,14d")]
     locality_patience: Patience,
+    /// A running TrainJob younger than this is never evicted for a higher-priority one (whom a
+    /// TrainJob may evict is its Queue's `spec.preemption`): seconds or 90s, 10m, 2h.
+    #[arg(long, value_parser = parse_duration_s, default_value = "10m")]
+    preemption_min_runtime: u64,
 }
 
 #[derive(Debug, Args)]
@@ -442,7 +446,14 @@ fn dispatcher_command(args: DispatcherArgs) -> Result<(), CliError> {
             },
             leader,
             metrics,
-            config: scheduler_core::Config { patience: args.locality_patience.0, ..scheduler_core::Config::stowage() },
+            config: scheduler_core::Config {
+                patience: args.locality_patience.0,
+                preemption: Some(scheduler_core::Preemption {
+                    min_runtime_ms: args.preemption_min_runtime.saturating_mul(1000),
+                    ..scheduler_core::Preemption::DEFAULT
+                }),
+                ..scheduler_core::Config::stowage()
+            },
             ..Default::default()
         };
         tokio::spawn(health::serve(args.health_addr, std::sync::Arc::new(registry)));

@@ -19,7 +19,9 @@ use api::stowage::{
 use api::trainer::{ClusterTrainingRuntime, JobStatus, Runtime, TrainJob, TrainingRuntime};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use scheduler_core::{ClusterFilter, Config, Decision, Gang, QueueSpec, Queues, QuotaUsage, Reason, Snapshot, cycle};
+use scheduler_core::{
+    ClusterFilter, Config, Decision, Gang, QueueSpec, Queues, QuotaUsage, Reason, Running, Snapshot, cycle,
+};
 
 use crate::{plan, translate};
 
@@ -221,10 +223,32 @@ fn queue_spec(q: &Queue) -> Result<QueueSpec, String> {
             api::stowage::QueueingStrategy::BestEffortFIFO => scheduler_core::QueueingStrategy::BestEffortFifo,
         },
         weight: q.spec.weight,
-        // The dispatcher does not evict yet (docs/policy.md): no queue preempts.
-        preemption: scheduler_core::QueuePreemption::default(),
+        preemption: q.spec.preemption.as_ref().map(queue_preemption).unwrap_or_default(),
         quotas,
     })
+}
+
+fn queue_preemption(p: &api::stowage::QueuePreemption) -> scheduler_core::QueuePreemption {
+    use api::stowage::{BorrowPolicy, ReclaimWithinCohort as R, WithinClusterQueue as W};
+    use scheduler_core::{BorrowWithinCohort, ReclaimWithinCohort, WithinQueue};
+    scheduler_core::QueuePreemption {
+        within_queue: match p.within_cluster_queue {
+            W::Never => WithinQueue::Never,
+            W::LowerPriority => WithinQueue::LowerPriority,
+            W::LowerOrNewerEqualPriority => WithinQueue::LowerOrNewerEqualPriority,
+        },
+        reclaim_within_cohort: match p.reclaim_within_cohort {
+            R::Never => ReclaimWithinCohort::Never,
+            R::LowerPriority => ReclaimWithinCohort::LowerPriority,
+            R::Any => ReclaimWithinCohort::Any,
+        },
+        borrow_within_cohort: match &p.borrow_within_cohort {
+            Some(b) if b.policy == BorrowPolicy::LowerPriority => {
+                BorrowWithinCohort::LowerPriority { max_priority_threshold: b.max_priority_threshold }
+            }
+            _ => BorrowWithinCohort::Never,
+        },
+    }
 }
 
 /// A Queue's status as this cycle sees it: whether it can admit, and its TrainJobs waiting and
@@ -311,6 +335,33 @@ fn backed_off(list: &[ClusterBackoff], now: Timestamp) -> Vec<String> {
         .collect()
 }
 
+/// Condition on a TrainJob evicted for a higher-priority one: True until it is placed again.
+pub const PREEMPTED_CONDITION: &str = "Preempted";
+
+/// Annotation on a TrainJob: when it last wrote a checkpoint (RFC 3339), set by the training
+/// code or its checkpoint hook. Preemption counts its lost work from there.
+pub const CHECKPOINT_ANNOTATION: &str = "stowage.dev/last-checkpoint";
+
+/// A TrainJob whose pods are bound on a member: what preemption may evict.
+struct Active<'a> {
+    tj: &'a TrainJob,
+    placement: &'a Placement,
+    gang: Gang,
+    /// GPU flavor of each pod set, as placed (for its quota).
+    flavors: Vec<Option<String>>,
+    cluster: String,
+    /// `<uid>/<epoch>` of the pods bound there.
+    key: String,
+    started_ms: u64,
+    checkpoint_ms: Option<u64>,
+    /// Withdrawn already (evicted for a preemptor), its pods not yet gone.
+    evicting: bool,
+}
+
+fn millis(t: Option<&str>) -> Option<u64> {
+    t?.parse::<Timestamp>().ok().map(|t| t.as_millisecond().max(0) as u64)
+}
+
 /// A TrainJob waiting for a placement this cycle.
 struct Waiting<'a> {
     tj: &'a TrainJob,
@@ -352,8 +403,16 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
     // Per queue: (TrainJobs waiting, TrainJobs placed and unfinished), for the Queue's status.
     let mut counts: BTreeMap<String, (u32, u32)> = BTreeMap::new();
     let mut assumed: Vec<Gang> = Vec::new();
-    // Placed, counted by its member, still running: charged to its queue's quota.
-    let mut running: Vec<(Gang, Vec<Option<String>>)> = Vec::new();
+    // Placed, counted by its member, still running (charged to its queue's quota), and
+    // withdrawn with pods still bound (being evicted).
+    let mut running: Vec<Active<'_>> = Vec::new();
+    // Per TrainJob UID: the live member and `<uid>/<epoch>` of pods it reports bound.
+    let bound_by_uid: BTreeMap<&str, (&str, &str)> = live_members
+        .iter()
+        .filter_map(|m| Some((m.metadata.name.as_deref()?, m.status.as_ref()?)))
+        .flat_map(|(member, s)| s.bound.iter().map(move |b| (member, b.placement.as_str())))
+        .filter_map(|(member, key)| Some((key.split_once('/')?.0, (member, key))))
+        .collect();
     let mut waiting: Vec<Waiting<'_>> = Vec::new();
     for tj in o.trainjobs.iter().filter(|t| !finished(t)) {
         let (ns, name) = key(&tj.metadata);
@@ -381,6 +440,10 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
                     &mut conditions,
                     condition(plan::PENDING_CONDITION, "False", "Placed", format!("placed on cluster {cluster}"), &now),
                 );
+                if conditions.iter().any(|c| c.type_ == PREEMPTED_CONDITION && c.status == "True") {
+                    let message = format!("placed again on cluster {cluster}");
+                    upsert(&mut conditions, condition(PREEMPTED_CONDITION, "False", "Placed", message, &now));
+                }
             }
         }
         let Some(runtime) = runtime_for(o, tj) else {
@@ -422,7 +485,20 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
                 waiting.push(Waiting { tj, gang, epoch, backoff, replaces, leaving: true, conditions });
             }
             (_, None) => {
-                // Withdrawn earlier and not yet placed again.
+                // Withdrawn earlier and not yet placed again; its old pods may still be going.
+                if let Some(&(member, old)) = bound_by_uid.get(p.spec.train_job_uid.as_str()) {
+                    running.push(Active {
+                        tj,
+                        placement: p,
+                        gang: gang.clone(),
+                        flavors: Vec::new(),
+                        cluster: member.to_string(),
+                        key: old.to_string(),
+                        started_ms: 0,
+                        checkpoint_ms: None,
+                        evicting: true,
+                    });
+                }
                 gang.clusters.avoid.extend(backed_off(&p.spec.backoff, t));
                 let (epoch, backoff) = (p.spec.epoch + 1, p.spec.backoff.clone());
                 waiting.push(Waiting { tj, gang, epoch, backoff, replaces, leaving: false, conditions });
@@ -442,7 +518,20 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
                         .map(|ps| p.spec.pod_sets.iter().find(|pp| pp.name == ps.name).and_then(|pp| pp.flavor.clone()))
                         .collect();
                     counts.entry(gang.queue.clone()).or_default().1 += 1;
-                    running.push((gang, flavors));
+                    let annotations = tj.metadata.annotations.as_ref();
+                    running.push(Active {
+                        tj,
+                        placement: p,
+                        gang,
+                        flavors,
+                        cluster: cluster.clone(),
+                        key,
+                        started_ms: millis(status.and_then(|s| s.start_time.as_deref())).unwrap_or(0),
+                        checkpoint_ms: millis(
+                            annotations.and_then(|a| a.get(CHECKPOINT_ANNOTATION)).map(String::as_str),
+                        ),
+                        evicting: false,
+                    });
                 } else {
                     // Placed, but the member's report does not count its pods yet: count its
                     // capacity as taken (assumed) until it does, and never twice.
@@ -459,31 +548,75 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
         return plan;
     }
     let fleet = translate::fleet(&live_members);
-    let out = fleet.as_ref().ok().map(|(fleet, capacity)| {
+    let out = fleet.as_ref().ok().map(|(fleet, capacity, hosts)| {
         let queues = &set.queues;
-        let gangs: Vec<Gang> = assumed.iter().cloned().chain(waiting.iter().map(|w| w.gang.clone())).collect();
+        let now_ms = t.as_millisecond().max(0) as u64;
         let mut usage = QuotaUsage::default();
-        for (gang, flavors) in &running {
-            usage.charge(queues, gang, flavors.iter().map(Option::as_deref));
+        for a in running.iter().filter(|a| !a.evicting) {
+            usage.charge(queues, &a.gang, a.flavors.iter().map(Option::as_deref));
         }
+        // Placed gangs whose pods the member does not count yet take their room first, as they
+        // are: never held for locality, never preempting.
+        let as_placed = Config { patience: None, reservations: false, preemption: None, ..*config };
         let snapshot = Snapshot {
             fleet,
             queues,
             capacity: capacity.clone(),
             usage,
-            now_ms: t.as_millisecond().max(0) as u64,
+            now_ms,
             releases: Vec::new(),
             running: Vec::new(),
         };
-        cycle(snapshot, &gangs, config).decisions.split_off(assumed.len())
+        let taken = cycle(snapshot, &assumed, &as_placed);
+        let gangs: Vec<Gang> = waiting.iter().map(|w| w.gang.clone()).collect();
+        // Possible victims, where their member reports their pods exactly (only read when
+        // preempting).
+        let admissions: Vec<(usize, scheduler_core::Admission)> = if config.preemption.is_some() {
+            let bound = translate::bound(hosts, &live_members);
+            running
+                .iter()
+                .enumerate()
+                .filter_map(|(i, a)| {
+                    let placed = bound.get(&(a.cluster.clone(), a.key.clone()))?;
+                    Some((i, translate::admission(fleet, &a.cluster, &a.gang, placed)?))
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let victims = admissions
+            .iter()
+            .map(|(i, admission)| {
+                let a = &running[*i];
+                Running {
+                    gang: &a.gang,
+                    admission,
+                    started_ms: a.started_ms,
+                    checkpoint_ms: a.checkpoint_ms,
+                    evicting: a.evicting,
+                }
+            })
+            .collect();
+        let snapshot = Snapshot {
+            fleet,
+            queues,
+            capacity: taken.capacity,
+            usage: taken.usage,
+            now_ms,
+            releases: Vec::new(),
+            running: victims,
+        };
+        cycle(snapshot, &gangs, config).decisions
     });
+    // Victims chosen this cycle: gang id → (cluster, preemptor id, its priority).
+    let mut evictions: BTreeMap<String, (String, String, i32)> = BTreeMap::new();
     for (i, w) in waiting.into_iter().enumerate() {
         let Waiting { tj, gang, epoch, backoff, replaces, leaving, mut conditions } = w;
         let (ns, name) = key(&tj.metadata);
         let uid = tj.metadata.uid.clone().unwrap_or_default();
         let decision = out.as_ref().map(|d| &d[i]);
         let spec = match (decision, &fleet) {
-            (Some(Decision::Admit(a)), Ok((fleet, _))) => {
+            (Some(Decision::Admit(a)), Ok((fleet, _, _))) => {
                 let mut spec = plan::placement(fleet, &gang, a, &uid, epoch);
                 spec.backoff = backoff.clone();
                 Some(spec)
@@ -498,11 +631,16 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
                 upsert(&mut conditions, plan::pending_condition(reason, previous.as_ref(), now.clone()));
                 None
             }
-            (Some(Decision::Preempt { .. }), _) => {
-                // Not reached: the dispatcher passes no running gangs, so nothing is evicted;
-                // never admit on capacity that is still in use.
-                let message = "waiting for preemption, which the dispatcher does not perform yet".to_string();
+            (Some(Decision::Preempt { admission, victims }), Ok((fleet, _, _))) => {
+                // Placed once its victims are gone (as Kueue admits a preemptor): until then
+                // their pods still hold the room, and each cycle picks the same victims again.
+                let cluster = fleet.cluster(admission.cluster).name.clone();
+                let message =
+                    format!("preempting {} on cluster {cluster}; placed once they are gone", victims.join(", "));
                 upsert(&mut conditions, condition(plan::PENDING_CONDITION, "True", "Preempting", message, &now));
+                for v in victims {
+                    evictions.insert(v.clone(), (cluster.clone(), gang.id.clone(), gang.priority));
+                }
                 None
             }
             _ => {
@@ -536,8 +674,45 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
             plan.statuses.extend(status_write(tj, conditions, Vec::new()));
         }
     }
+    evict(&mut plan, &running, &evictions, &now);
     plan.queues = queue_statuses(o, &set, &counts, &now);
     plan
+}
+
+/// Withdraws each victim's Placement (its epoch rises, so its agent deletes the JobSet) and says
+/// on its TrainJob why. Victims already being evicted need nothing more.
+fn evict(plan: &mut Plan, running: &[Active<'_>], evictions: &BTreeMap<String, (String, String, i32)>, now: &Time) {
+    for a in running.iter().filter(|a| !a.evicting) {
+        let Some((cluster, by, priority)) = evictions.get(&a.gang.id) else { continue };
+        tracing::info!(trainjob = %a.gang.id, %cluster, preemptor = %by, "evicting");
+        let (namespace, name) = key(&a.tj.metadata);
+        plan.placements.push(PlacementWrite {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            owner_uid: a.placement.spec.train_job_uid.clone(),
+            spec: PlacementSpec {
+                train_job_uid: a.placement.spec.train_job_uid.clone(),
+                cluster: None,
+                epoch: a.placement.spec.epoch + 1,
+                pod_sets: Vec::new(),
+                backoff: a.placement.spec.backoff.clone(),
+            },
+            replaces: a.placement.metadata.resource_version.clone(),
+        });
+        // A condition of its own: the Pending reason moves on with every cycle while it waits.
+        let message = format!("evicted from cluster {cluster} for {by} (priority {priority})");
+        let preempted = condition(PREEMPTED_CONDITION, "True", "Preempted", message, now);
+        // The cycle may already write this TrainJob's status (mirrored from its member).
+        match plan.statuses.iter_mut().find(|s| s.namespace == namespace && s.name == name) {
+            Some(w) => upsert(&mut w.conditions, preempted),
+            None => {
+                let mut conditions = a.tj.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
+                upsert(&mut conditions, preempted);
+                let jobs = a.tj.status.as_ref().map(|s| s.jobs_status.clone()).unwrap_or_default();
+                plan.statuses.extend(status_write(a.tj, conditions, jobs));
+            }
+        }
+    }
 }
 
 #[cfg(test)]

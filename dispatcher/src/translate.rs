@@ -2,7 +2,7 @@
 //! (its pod sets are what the renderer would make, so the hub schedules exactly the pods the
 //! member will run), and MemberCluster statuses become a `Fleet` with its current `Capacity`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use api::stowage::{MemberCluster, QUEUE_LABEL};
 use api::trainer::{Runtime, TrainJob};
@@ -10,8 +10,8 @@ use k8s_openapi::api::core::v1::PodSpec;
 use member_agent::render::quantity::Milli;
 use member_agent::render::{self, Capabilities, GangScheduler, Input, Object, RenderError};
 use scheduler_core::{
-    Capacity, ClusterFilter, Fleet, FleetBuilder, FleetError, Gang, Level, LevelInfo, NodeInput, PodSet, PodShape,
-    TopologyConstraint,
+    Admission, Capacity, ClusterFilter, DomainId, Fleet, FleetBuilder, FleetError, Gang, Level, LevelInfo, NodeInput,
+    PodSet, PodSetPlacement, PodShape, TopologyConstraint,
 };
 
 /// Annotation on a TrainJob: where its trainer pod set must or would like to sit
@@ -150,12 +150,24 @@ pub enum FleetTranslateError {
     Fleet { member: String, source: FleetError },
 }
 
-/// The fleet as the members report it, and its free capacity. Each reported domain holds
-/// `nodes` identical nodes whose free GPUs follow its histogram; they become hosts
-/// `<domain>/node-<i>` below it. Members that report nothing yet are left out.
-pub fn fleet(members: &[MemberCluster]) -> Result<(Fleet, Capacity), FleetTranslateError> {
+/// The hub's hosts standing for each reported group of nodes — (member, domain path, flavor,
+/// GPUs per node) — with the free GPUs each stands for, in order.
+pub type Hosts = BTreeMap<NodeGroup, Vec<(DomainId, u32)>>;
+
+/// A reported group of identical nodes: (member, domain path, flavor, GPUs per node).
+pub type NodeGroup = (String, Vec<String>, String, u32);
+
+/// Where a placement's bound pods are: (pod set, host, pods), keyed by (member, `<uid>/<epoch>`).
+pub type Bound = BTreeMap<(String, String), Vec<(String, DomainId, u32)>>;
+
+/// The fleet as the members report it, its free capacity, and which hosts stand for which
+/// reported nodes. Each reported domain holds `nodes` identical nodes whose free GPUs follow its
+/// histogram; they become hosts `<domain>/node-<i>` below it. Members that report nothing yet
+/// are left out.
+pub fn fleet(members: &[MemberCluster]) -> Result<(Fleet, Capacity, Hosts), FleetTranslateError> {
     let mut b = FleetBuilder::new();
     let mut frees: Vec<(String, Vec<String>, u32, u32)> = Vec::new();
+    let mut groups: Vec<(NodeGroup, Vec<String>)> = Vec::new();
     let mut reported = 0;
     for m in members {
         let name = m.metadata.name.clone().unwrap_or_default();
@@ -205,9 +217,11 @@ pub fn fleet(members: &[MemberCluster]) -> Result<(Fleet, Capacity), FleetTransl
                 let per = d.free_gpus / u64::from(d.nodes.max(1));
                 node_free = vec![per as u32; d.nodes as usize];
             }
+            let mut names = Vec::new();
             for (n, free) in node_free.into_iter().enumerate() {
                 let mut path = d.path.clone();
                 path.push(format!("{}/node-{n}", d.path.join("/")));
+                names.push(path[path.len() - 1].clone());
                 b.node(
                     id,
                     NodeInput {
@@ -222,6 +236,7 @@ pub fn fleet(members: &[MemberCluster]) -> Result<(Fleet, Capacity), FleetTransl
                 .map_err(|source| FleetTranslateError::Fleet { member: name.clone(), source })?;
                 frees.push((name.clone(), path, d.gpus_per_node, free));
             }
+            groups.push(((name.clone(), d.path.clone(), d.flavor.clone(), d.gpus_per_node), names));
         }
         reported += 1;
     }
@@ -239,9 +254,11 @@ pub fn fleet(members: &[MemberCluster]) -> Result<(Fleet, Capacity), FleetTransl
         .hosts()
         .map(|(h, _)| ((fleet.cluster(fleet.domain(h).cluster).name.clone(), fleet.domain(h).name.clone()), h))
         .collect();
+    let mut free_of: BTreeMap<DomainId, u32> = BTreeMap::new();
     for (member, path, gpus, free) in frees {
         let host_name = path.last().cloned().unwrap_or_default();
         if let Some(&h) = by_path.get(&(member, host_name)) {
+            free_of.insert(h, free);
             let used = gpus.saturating_sub(free);
             if used > 0 {
                 capacity.take(&fleet, h, used, PodShape { gpus: 1, cpu_milli: 0, memory_mib: 0 });
@@ -249,5 +266,75 @@ pub fn fleet(members: &[MemberCluster]) -> Result<(Fleet, Capacity), FleetTransl
         }
     }
     capacity.commit();
-    Ok((fleet, capacity))
+    let hosts: Hosts = groups
+        .into_iter()
+        .map(|(group, names)| {
+            let member = group.0.clone();
+            let ids = names
+                .into_iter()
+                .filter_map(|n| by_path.get(&(member.clone(), n)).map(|&h| (h, free_of.get(&h).copied().unwrap_or(0))))
+                .collect();
+            (group, ids)
+        })
+        .collect();
+    Ok((fleet, capacity, hosts))
+}
+
+/// Where the bound pods of each placement (`<uid>/<epoch>`) are on the hub's hosts, per member:
+/// (pod set, host, pods). Each reported node is matched to a host of its group with the same
+/// free GPUs (hosts of a group with equal free GPUs are interchangeable); a node that matches
+/// none (a report caught mid-change) leaves its placements out, so nothing is evicted on a guess.
+pub fn bound(hosts: &Hosts, members: &[MemberCluster]) -> Bound {
+    let mut out = BTreeMap::new();
+    for m in members {
+        let (Some(member), Some(status)) = (m.metadata.name.as_deref(), m.status.as_ref()) else { continue };
+        let mut nodes: BTreeMap<&str, &api::stowage::BoundNode> = BTreeMap::new();
+        for n in status.bound.iter().flat_map(|b| &b.nodes) {
+            nodes.entry(n.node.as_str()).or_insert(n);
+        }
+        let mut taken: BTreeSet<DomainId> = BTreeSet::new();
+        let mut host_of: BTreeMap<&str, DomainId> = BTreeMap::new();
+        for (name, n) in nodes {
+            let group = (member.to_string(), n.path.clone(), n.flavor.clone(), n.gpus_per_node);
+            let free_match = hosts
+                .get(&group)
+                .and_then(|hs| hs.iter().find(|(h, free)| *free == n.free_gpus && !taken.contains(h)))
+                .map(|&(h, _)| h);
+            if let Some(h) = free_match {
+                taken.insert(h);
+                host_of.insert(name, h);
+            }
+        }
+        for b in &status.bound {
+            let placed: Option<Vec<(String, DomainId, u32)>> = b
+                .nodes
+                .iter()
+                .flat_map(|n| n.pods.iter().map(move |c| (n, c)))
+                .map(|(n, c)| host_of.get(n.node.as_str()).map(|&h| (c.pod_set.clone(), h, c.pods)))
+                .collect();
+            if let Some(placed) = placed {
+                out.insert((member.to_string(), b.placement.clone()), placed);
+            }
+        }
+    }
+    out
+}
+
+/// A running gang's admission from where its pods are bound: its pod sets in order, each on
+/// its hosts (a pod set with no GPU pods bound has none, and gives nothing back if evicted).
+pub fn admission(fleet: &Fleet, cluster: &str, gang: &Gang, placed: &[(String, DomainId, u32)]) -> Option<Admission> {
+    let cluster = fleet.cluster_by_name(cluster)?;
+    let root = fleet.cluster(cluster).root;
+    let pod_sets = gang
+        .pod_sets
+        .iter()
+        .map(|ps| {
+            let hosts: Vec<(DomainId, u32)> =
+                placed.iter().filter(|(name, _, _)| *name == ps.name).map(|&(_, h, pods)| (h, pods)).collect();
+            let flavor = hosts.first().and_then(|(h, _)| fleet.domain(*h).node).and_then(|n| n.gpu_flavor);
+            let span = fleet.common_ancestor(hosts.iter().map(|h| h.0)).unwrap_or(root);
+            PodSetPlacement { flavor, span, hosts }
+        })
+        .collect();
+    Some(Admission { cluster, pod_sets })
 }

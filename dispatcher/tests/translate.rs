@@ -95,7 +95,7 @@ fn a_fleet_rebuilt_from_agent_reports_fits_like_the_real_one() {
     let m = member("east-h100", &nodes, &[busy], &levels);
     let status = m.status.as_ref().expect("status");
     assert_eq!(status.domains.len(), 8, "one entry per rack, not per node");
-    let (f, cap) = fleet(&[m]).expect("fleet");
+    let (f, cap, _) = fleet(&[m]).expect("fleet");
     let c = &f.clusters()[0];
     let h100 = f.flavor("nvidia-h100-80gb").expect("flavor");
     assert_eq!(f.total_gpus(), 256);

@@ -5,12 +5,16 @@
 
 use std::collections::BTreeMap;
 
-use api::stowage::{DomainCapacity, TopologyLevel};
+use api::stowage::{
+    BoundNode, BoundPlacement, DomainCapacity, EPOCH_LABEL, PodSetCount, TRAINJOB_UID_LABEL, TopologyLevel,
+};
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::render::quantity::Milli;
 
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
+/// JobSet's label naming a pod's replicated job: the pod set it belongs to.
+pub const REPLICATED_JOB_LABEL: &str = "jobset.sigs.k8s.io/replicatedjob-name";
 pub use api::stowage::GPU_PRODUCT_LABEL;
 
 fn gpus(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> u32 {
@@ -40,9 +44,20 @@ fn pod_gpus(p: &Pod) -> u32 {
     .unwrap_or(0)
 }
 
-/// Summarises GPU nodes by the values of `levels` (widest first, host excluded), flavor and
-/// GPUs per node. Nodes without GPUs or without every level label are left out.
-pub fn summarize(levels: &[TopologyLevel], nodes: &[Node], pods: &[Pod]) -> Vec<DomainCapacity> {
+/// A GPU node as the summary sees it.
+struct GpuNode<'a> {
+    name: &'a str,
+    /// Label values of `levels` above hosts, widest first.
+    path: Vec<String>,
+    flavor: String,
+    allocatable: u32,
+    free: u32,
+    cpu_milli: u64,
+    memory_mib: u64,
+}
+
+/// The GPU nodes labelled with every level above hosts, with what bound pods leave free.
+fn gpu_nodes<'a>(levels: &[TopologyLevel], nodes: &'a [Node], pods: &[Pod]) -> Vec<GpuNode<'a>> {
     let mut used: BTreeMap<&str, u32> = BTreeMap::new();
     for p in pods {
         if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
@@ -50,33 +65,45 @@ pub fn summarize(levels: &[TopologyLevel], nodes: &[Node], pods: &[Pod]) -> Vec<
         }
     }
     let above_hosts: Vec<&TopologyLevel> = levels.iter().filter(|l| l.level != "host").collect();
+    nodes
+        .iter()
+        .filter_map(|n| {
+            let labels = n.metadata.labels.as_ref()?;
+            let flavor = labels.get(GPU_PRODUCT_LABEL)?.clone();
+            let alloc = n.status.as_ref().and_then(|s| s.allocatable.as_ref());
+            let allocatable = gpus(alloc.and_then(|a| a.get(GPU_RESOURCE)));
+            if allocatable == 0 {
+                return None;
+            }
+            let path = above_hosts.iter().map(|l| labels.get(&l.node_label).cloned()).collect::<Option<Vec<_>>>()?;
+            let name = n.metadata.name.as_deref().unwrap_or("");
+            let amount = |k: &str| {
+                alloc.and_then(|a| a.get(k)).and_then(|q| Milli::parse(&q.0).ok()).map_or(0, |m| m.0.max(0) as u64)
+            };
+            Some(GpuNode {
+                name,
+                path,
+                flavor,
+                allocatable,
+                free: allocatable.saturating_sub(used.get(name).copied().unwrap_or(0)),
+                cpu_milli: amount("cpu"),
+                memory_mib: amount("memory") / 1000 / (1024 * 1024),
+            })
+        })
+        .collect()
+}
+
+/// Summarises GPU nodes by the values of `levels` (widest first, host excluded), flavor and
+/// GPUs per node. Nodes without GPUs or without every level label are left out.
+pub fn summarize(levels: &[TopologyLevel], nodes: &[Node], pods: &[Pod]) -> Vec<DomainCapacity> {
     /// Free GPUs of each node, and the smallest node's CPU and memory.
     type Group = (Vec<u32>, u64, u64);
     let mut groups: BTreeMap<(Vec<String>, String, u32), Group> = BTreeMap::new();
-    for n in nodes {
-        let labels = n.metadata.labels.clone().unwrap_or_default();
-        let Some(flavor) = labels.get(GPU_PRODUCT_LABEL).cloned() else { continue };
-        let allocatable =
-            gpus(n.status.as_ref().and_then(|s| s.allocatable.as_ref()).and_then(|a| a.get(GPU_RESOURCE)));
-        if allocatable == 0 {
-            continue;
-        }
-        let Some(path) =
-            above_hosts.iter().map(|l| labels.get(&l.node_label).cloned()).collect::<Option<Vec<String>>>()
-        else {
-            continue;
-        };
-        let name = n.metadata.name.as_deref().unwrap_or("");
-        let free = allocatable.saturating_sub(used.get(name).copied().unwrap_or(0));
-        let alloc = n.status.as_ref().and_then(|s| s.allocatable.as_ref());
-        let amount = |k: &str| {
-            alloc.and_then(|a| a.get(k)).and_then(|q| Milli::parse(&q.0).ok()).map_or(0, |m| m.0.max(0) as u64)
-        };
-        let (cpu_milli, memory_mib) = (amount("cpu"), amount("memory") / 1000 / (1024 * 1024));
-        let e = groups.entry((path, flavor, allocatable)).or_insert((Vec::new(), u64::MAX, u64::MAX));
-        e.0.push(free);
-        e.1 = e.1.min(cpu_milli);
-        e.2 = e.2.min(memory_mib);
+    for n in gpu_nodes(levels, nodes, pods) {
+        let e = groups.entry((n.path, n.flavor, n.allocatable)).or_insert((Vec::new(), u64::MAX, u64::MAX));
+        e.0.push(n.free);
+        e.1 = e.1.min(n.cpu_milli);
+        e.2 = e.2.min(n.memory_mib);
     }
     groups
         .into_iter()
@@ -98,4 +125,104 @@ pub fn summarize(levels: &[TopologyLevel], nodes: &[Node], pods: &[Pod]) -> Vec<
             }
         })
         .collect()
+}
+
+/// For each placement with pods bound (labelled with its TrainJob UID and epoch), the GPU nodes
+/// they are on, each with its free GPUs and the pods of each pod set there.
+pub fn bound(levels: &[TopologyLevel], nodes: &[Node], pods: &[Pod]) -> Vec<BoundPlacement> {
+    let gpu_nodes = gpu_nodes(levels, nodes, pods);
+    let by_name: BTreeMap<&str, &GpuNode<'_>> = gpu_nodes.iter().map(|n| (n.name, n)).collect();
+    // placement → node → pod set → pods
+    let mut placed: BTreeMap<String, BTreeMap<&str, BTreeMap<String, u32>>> = BTreeMap::new();
+    for p in pods.iter().filter(|p| pod_gpus(p) > 0) {
+        let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) else { continue };
+        let Some(labels) = p.metadata.labels.as_ref() else { continue };
+        let (Some(uid), Some(epoch), Some(pod_set)) =
+            (labels.get(TRAINJOB_UID_LABEL), labels.get(EPOCH_LABEL), labels.get(REPLICATED_JOB_LABEL))
+        else {
+            continue;
+        };
+        *placed
+            .entry(format!("{uid}/{epoch}"))
+            .or_default()
+            .entry(node)
+            .or_default()
+            .entry(pod_set.clone())
+            .or_default() += 1;
+    }
+    placed
+        .into_iter()
+        .map(|(placement, on)| BoundPlacement {
+            placement,
+            nodes: on
+                .into_iter()
+                .filter_map(|(node, sets)| {
+                    let n = by_name.get(node)?;
+                    Some(BoundNode {
+                        node: node.to_string(),
+                        path: n.path.clone(),
+                        flavor: n.flavor.clone(),
+                        gpus_per_node: n.allocatable,
+                        free_gpus: n.free,
+                        pods: sets.into_iter().map(|(pod_set, pods)| PodSetCount { pod_set, pods }).collect(),
+                    })
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, rack: &str, gpus: u32) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"rack": rack, GPU_PRODUCT_LABEL: "h100"}},
+            "status": {"allocatable": {"nvidia.com/gpu": gpus.to_string(), "cpu": "96", "memory": "512Gi"}},
+        }))
+        .expect("node")
+    }
+
+    fn pod(node: &str, uid: &str, pod_set: &str, gpus: u32) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("{uid}-{pod_set}-{node}"), "labels": {
+                TRAINJOB_UID_LABEL: uid, EPOCH_LABEL: "2", REPLICATED_JOB_LABEL: pod_set}},
+            "spec": {"nodeName": node, "containers": [{"name": "node", "resources": {"requests": {"nvidia.com/gpu": gpus.to_string()}}}]},
+            "status": {"phase": "Running"},
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn each_placement_reports_the_nodes_its_pods_hold_with_what_is_free_there() {
+        let levels = [
+            TopologyLevel { level: "rack".into(), node_label: "rack".into() },
+            TopologyLevel { level: "host".into(), node_label: "kubernetes.io/hostname".into() },
+        ];
+        let nodes = [node("n0", "r0", 8), node("n1", "r0", 8), node("n2", "r1", 8)];
+        let pods = [
+            pod("n0", "a", "node", 4),
+            pod("n0", "a", "node", 4),
+            pod("n1", "b", "node", 4),
+            pod("n2", "b", "launcher", 1),
+        ];
+        let bound = bound(&levels, &nodes, &pods);
+        let a = &bound[0];
+        assert_eq!((a.placement.as_str(), a.nodes.len()), ("a/2", 1));
+        assert_eq!(
+            (a.nodes[0].free_gpus, a.nodes[0].pods[0].pods, a.nodes[0].path.clone()),
+            (0, 2, vec!["r0".to_string()])
+        );
+        let b = &bound[1];
+        let on: Vec<(&str, u32, &str, u32)> = b
+            .nodes
+            .iter()
+            .flat_map(|n| n.pods.iter().map(move |c| (n.node.as_str(), n.free_gpus, c.pod_set.as_str(), c.pods)))
+            .collect();
+        assert_eq!(on, [("n1", 4, "node", 1), ("n2", 7, "launcher", 1)]);
+        // The summary agrees on what is free.
+        let free: u64 = summarize(&levels, &nodes, &pods).iter().map(|d| d.free_gpus).sum();
+        assert_eq!(free, 4 + 7);
+    }
 }

@@ -625,6 +625,7 @@ async fn report(hub: &Client, member: &Client, cfg: &AgentConfig) -> Result<(), 
         "topologyLevels": cfg.levels,
         "domains": crate::capacity::summarize(&cfg.levels, &nodes, &pods),
         "counted": counted(&pods),
+        "bound": crate::capacity::bound(&cfg.levels, &nodes, &pods),
     }});
     Api::<MemberCluster>::all(hub.clone())
         .patch_status(&cfg.cluster, &PatchParams::default(), &Patch::Merge(&status))

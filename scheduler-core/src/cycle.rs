@@ -243,7 +243,9 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
     let mut order = FairOrder::new(pending, queues, fleet, config.fair_sharing);
     let mut reservation: Option<Reservation> = None;
     let mut evicted = vec![false; running.len()];
-    let lowest_running = running.iter().map(|r| r.gang.priority).min().unwrap_or(i32::MAX);
+    // A gang being evicted is fair game for anyone, as if of the lowest priority.
+    let lowest_running =
+        running.iter().map(|r| if r.evicting { i32::MIN } else { r.gang.priority }).min().unwrap_or(i32::MAX);
     while let Some(i) = order.next(pending, queues, &run.usage) {
         let gang = &pending[i];
         let queue = queues.id(&gang.queue);
@@ -256,8 +258,20 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
             }),
             _ => match run.patient_gang(gang, &held[i]) {
                 Ok(admission) => Decision::Admit(admission),
-                Err(reason) if reason.may_preempt() && run.config.preemption.is_some() && !running.is_empty() => {
-                    match run.preempt(gang, &running, lowest_running, &mut evicted, now_ms) {
+                Err(reason) => {
+                    // Preempt only for a gang that fits nowhere as written: one merely holding
+                    // out for locality while it could run spread out waits instead. It preempts
+                    // for its held form, so its victims free the domain it holds out for.
+                    let may = run.config.preemption.is_some()
+                        && !running.is_empty()
+                        && match &reason {
+                            r if r.may_preempt() => true,
+                            Reason::HoldingForLocality { .. } => !run.fits_anywhere(gang),
+                            _ => false,
+                        };
+                    let preempted =
+                        if may { run.preempt(&held[i], &running, lowest_running, &mut evicted, now_ms) } else { None };
+                    match preempted {
                         Some((admission, victims)) => {
                             run.stats.evicted += victims.len() as u32;
                             let victims = victims.iter().map(|&v| running[v].gang.id.clone()).collect();
@@ -266,7 +280,6 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
                         None => run.no_room(gang, &held[i], reason, now_ms, &releases, &mut reservation),
                     }
                 }
-                Err(reason) => run.no_room(gang, &held[i], reason, now_ms, &releases, &mut reservation),
             },
         };
         match &decision {
@@ -419,6 +432,22 @@ impl<'a> Run<'a> {
                 None
             }
         }
+    }
+
+    /// Whether the gang, as written, fits some cluster it may use as things stand.
+    fn fits_anywhere(&mut self, gang: &Gang) -> bool {
+        for c in self.fleet.cluster_ids() {
+            let cl = self.fleet.cluster(c);
+            if cl.cordoned || !gang.clusters.allows(&cl.name, &cl.labels) {
+                continue;
+            }
+            let cp = self.cap.checkpoint();
+            if self.fit(c, gang).is_some() {
+                self.cap.rollback(self.fleet, cp);
+                return true;
+            }
+        }
+        false
     }
 
     /// Where and when `gang` would start, from what running gangs release in order of their

@@ -78,11 +78,17 @@ pub struct Running<'a> {
     pub started_ms: u64,
     /// When it last reported a checkpoint, on the same clock.
     pub checkpoint_ms: Option<u64>,
+    /// Already being evicted (for an earlier preemptor): choosing it costs nothing and needs no
+    /// permission, so a preemptor waiting for its victims to go picks the same ones again.
+    pub evicting: bool,
 }
 
 impl Running<'_> {
     /// GPU-milliseconds of work an eviction at `now_ms` throws away.
     pub fn loss(&self, now_ms: u64, prefer_checkpointed: bool) -> u64 {
+        if self.evicting {
+            return 0;
+        }
         let since = match self.checkpoint_ms {
             Some(c) if prefer_checkpointed => c.max(self.started_ms),
             _ => self.started_ms,
@@ -130,9 +136,11 @@ impl<'a> Run<'a> {
         let mut victims: Vec<(u64, i32, Reverse<u64>, usize, Via)> = running
             .iter()
             .enumerate()
-            .filter(|&(i, r)| !evicted[i] && now_ms.saturating_sub(r.started_ms) >= knobs.min_runtime_ms)
+            .filter(|&(i, r)| {
+                !evicted[i] && (r.evicting || now_ms.saturating_sub(r.started_ms) >= knobs.min_runtime_ms)
+            })
             .filter_map(|(i, r)| {
-                let via = self.may_evict(queue, gang, r)?;
+                let via = if r.evicting { Via::SameQueue } else { self.may_evict(queue, gang, r)? };
                 Some((r.loss(now_ms, knobs.prefer_checkpointed), r.gang.priority, Reverse(r.started_ms), i, via))
             })
             .collect();

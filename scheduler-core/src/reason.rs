@@ -93,8 +93,8 @@ impl Reason {
         }
     }
 
-    /// True when evicting running gangs could let it start now: it is short of room or quota
-    /// (not merely holding out for locality, which it chose).
+    /// True when evicting running gangs could let it start now: it is short of room or quota.
+    /// (A gang holding out for locality may preempt only if it fits nowhere as written.)
     pub fn may_preempt(&self) -> bool {
         matches!(self, Reason::NoDomain(_) | Reason::QuotaExceeded { .. })
     }

@@ -143,7 +143,7 @@ proptest! {
             let victims: Vec<Running<'_>> = running
                 .iter()
                 .enumerate()
-                .map(|(i, (gang, admission, started_ms))| Running { gang, admission, started_ms: *started_ms, checkpoint_ms: (i % 2 == 0).then_some(now_ms) })
+                .map(|(i, (gang, admission, started_ms))| Running { gang, admission, started_ms: *started_ms, checkpoint_ms: (i % 2 == 0).then_some(now_ms), evicting: false })
                 .collect();
             let snapshot = Snapshot { fleet: &fleet, queues: &queues, capacity: capacity.clone(), usage: usage.clone(), now_ms, releases, running: victims };
             let again = cycle(snapshot.clone(), &pending, &config);

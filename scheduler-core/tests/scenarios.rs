@@ -482,6 +482,7 @@ impl World {
                 admission,
                 started_ms: started(&gang.id),
                 checkpoint_ms: checkpoint(&gang.id),
+                evicting: false,
             })
             .collect();
         let snapshot = Snapshot {
@@ -653,4 +654,33 @@ fn preemption_decisions_are_deterministic() {
     let (_, v2) = victims(&a[1]);
     assert_eq!((v1.len(), v2.len()), (2, 1), "{a:?}");
     assert!(v2.iter().all(|v| !v1.contains(v)));
+}
+
+#[test]
+fn a_gang_already_being_evicted_is_picked_again_at_no_cost_so_nothing_more_is_evicted() {
+    let w = full_fleet(WithinQueue::Never);
+    let running: Vec<Running<'_>> = w
+        .running
+        .iter()
+        .map(|(gang, admission)| Running {
+            gang,
+            admission,
+            started_ms: 0,
+            checkpoint_ms: None,
+            evicting: gang.id == "lo-6",
+        })
+        .collect();
+    let snapshot = Snapshot {
+        fleet: &w.fleet,
+        queues: &w.queues,
+        capacity: w.capacity.clone(),
+        usage: w.usage.clone(),
+        now_ms: HOUR,
+        releases: Vec::new(),
+        running,
+    };
+    // Even under `Never` and at equal priority: lo-6 is going anyway.
+    let config = Config { preemption: Some(KNOBS), ..Config::stowage() };
+    let out = cycle(snapshot, &[gang("waiting").gpus(8)], &config);
+    assert_eq!(victims(&out.decisions[0]).1, ["lo-6"]);
 }

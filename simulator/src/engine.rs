@@ -487,6 +487,7 @@ impl Sim<'_> {
                         admission: &r.admission,
                         started_ms: r.start_s.saturating_mul(1000),
                         checkpoint_ms: None,
+                        evicting: false,
                     };
                     (v, j)
                 })

@@ -57,6 +57,8 @@ pub struct PlaygroundOptions {
     pub resync: Duration,
     pub timing: Timing,
     pub gang_scheduler: GangScheduler,
+    /// The dispatcher's scheduling policy.
+    pub config: scheduler_core::Config,
 }
 
 impl Default for PlaygroundOptions {
@@ -70,6 +72,7 @@ impl Default for PlaygroundOptions {
             // The runtime's own podGroupPolicy decides, as in Trainer; without one the
             // simulated scheduler still binds each JobSet's pods all or nothing.
             gang_scheduler: GangScheduler::FromRuntime,
+            config: scheduler_core::Config::stowage(),
         }
     }
 }
@@ -256,8 +259,13 @@ impl Playground {
             identity: Self::dispatcher_token(i),
             ttl: self.options.lease_ttl,
         });
-        let opts =
-            Options { settings: self.options.settings, leader, resync: self.options.resync, ..Options::default() };
+        let opts = Options {
+            settings: self.options.settings,
+            leader,
+            resync: self.options.resync,
+            config: self.options.config,
+            ..Options::default()
+        };
         let slot = self.dispatchers.get_mut(i).ok_or_else(|| setup("dispatcher")(format!("no replica {i}")))?;
         if let Some(t) = slot.take() {
             t.abort();

@@ -40,6 +40,11 @@ fn fast() -> PlaygroundOptions {
             start_timeout: Duration::from_secs(600),
         },
         gang_scheduler: GangScheduler::Coscheduling,
+        // No minimum runtime: a test's victims have only just started.
+        config: scheduler_core::Config {
+            preemption: Some(scheduler_core::Preemption { min_runtime_ms: 0, prefer_checkpointed: true }),
+            ..scheduler_core::Config::stowage()
+        },
     }
 }
 
@@ -239,6 +244,68 @@ async fn a_queue_with_a_quota_it_cannot_read_admits_nothing_and_says_which_field
     assert_eq!(pending.reason, "QueueInactive");
     assert!(pending.message.starts_with("queue team-b is inactive: spec.quotas[0].resource"), "{}", pending.message);
     condition(&hub, "other", "Complete", "True").await;
+}
+
+#[tokio::test]
+async fn a_high_priority_trainjob_evicts_one_gang_on_one_cluster_and_the_victim_runs_again_later() {
+    let p = playground(fast()).await;
+    let hub = p.hub();
+    let monitor = p.watch_for_duplicates();
+    let queue: api::stowage::Queue = serde_yaml::from_str(
+        "apiVersion: stowage.dev/v1alpha1\nkind: Queue\nmetadata: {name: team}\nspec:\n  preemption: {withinClusterQueue: LowerPriority}\n",
+    )
+    .expect("queue");
+    Api::<api::stowage::Queue>::all(hub.clone()).create(&PostParams::default(), &queue).await.expect("queue");
+    let in_team = |mut tj: TrainJob| {
+        tj.metadata.labels = Some([("stowage.dev/queue".to_string(), "team".to_string())].into());
+        tj
+    };
+    // Four 4-node gangs fill west-a100's four racks of four 8-GPU nodes.
+    let a100 = json!({"stowage.dev/gpu-flavor": "nvidia-a100-80gb"});
+    let lows: Vec<String> = (0..4).map(|i| format!("low-{i}")).collect();
+    for name in &lows {
+        submit(&hub, &in_team(trainjob(name, 4, 120, a100.clone()))).await;
+    }
+    for name in &lows {
+        placement(&hub, name, running).await;
+    }
+    let mut urgent = json!({"stowage.dev/priority": "10"});
+    urgent["stowage.dev/gpu-flavor"] = "nvidia-a100-80gb".into();
+    submit(&hub, &in_team(trainjob("urgent", 4, 1, urgent))).await;
+    // One victim says why it stopped; the urgent gang runs and completes.
+    let preempted = eventually("a Preempted condition", || {
+        let hub = hub.clone();
+        let lows = lows.clone();
+        async move {
+            let api: Api<TrainJob> = Api::default_namespaced(hub);
+            for name in &lows {
+                let tj = api.get(name).await.ok()?;
+                let c = tj.status.and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Preempted"));
+                if let Some(c) = c {
+                    return Some((name.clone(), c));
+                }
+            }
+            None
+        }
+    })
+    .await;
+    assert!(
+        preempted.1.message.starts_with("evicted from cluster west-a100 for default/urgent (priority 10)"),
+        "{:?}",
+        preempted.1
+    );
+    let ran = placement(&hub, "urgent", |p| p.spec.cluster.as_deref() == Some("west-a100")).await;
+    assert_eq!(ran.spec.epoch, 1, "placed once, where its victim was");
+    condition(&hub, "urgent", "Complete", "True").await;
+    // Exactly one victim: the others kept running at their first epoch.
+    let api: Api<Placement> = Api::default_namespaced(hub.clone());
+    for name in lows.iter().filter(|n| **n != preempted.0) {
+        let p = api.get(name).await.expect("placement");
+        assert_eq!(p.spec.epoch, 1, "{name} was not evicted");
+    }
+    // The victim is placed again once there is room, and never ran twice at once.
+    placement(&hub, &preempted.0, |p| p.spec.epoch >= 2 && p.spec.cluster.is_some()).await;
+    assert_eq!(monitor.duplicates(), Vec::new(), "no TrainJob live on two members at once");
 }
 
 #[tokio::test]
