@@ -569,9 +569,10 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
         };
         let taken = cycle(snapshot, &assumed, &as_placed);
         let gangs: Vec<Gang> = waiting.iter().map(|w| w.gang.clone()).collect();
-        // Possible victims, where their member reports their pods exactly (only read when
-        // preempting).
-        let admissions: Vec<(usize, scheduler_core::Admission)> = if config.preemption.is_some() {
+        // Where running gangs' pods are, as their members report them exactly: possible victims
+        // for preemption, and releases for reservations.
+        let admissions: Vec<(usize, scheduler_core::Admission)> = if config.preemption.is_some() || config.reservations
+        {
             let bound = translate::bound(hosts, &live_members);
             running
                 .iter()
@@ -584,26 +585,45 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
         } else {
             Vec::new()
         };
-        let victims = admissions
-            .iter()
-            .map(|(i, admission)| {
-                let a = &running[*i];
-                Running {
-                    gang: &a.gang,
-                    admission,
-                    started_ms: a.started_ms,
-                    checkpoint_ms: a.checkpoint_ms,
-                    evicting: a.evicting,
-                }
-            })
-            .collect();
+        // Each running gang gives its room back at its expected end (one being evicted, now);
+        // gangs with no estimate are not counted on.
+        let releases = if config.reservations {
+            admissions
+                .iter()
+                .filter_map(|(i, admission)| {
+                    let a = &running[*i];
+                    let end =
+                        if a.evicting { now_ms } else { a.started_ms.saturating_add(a.gang.runtime_ms?).max(now_ms) };
+                    Some(scheduler_core::Release::of(&a.gang, admission, end))
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let victims = if config.preemption.is_none() {
+            Vec::new()
+        } else {
+            admissions
+                .iter()
+                .map(|(i, admission)| {
+                    let a = &running[*i];
+                    Running {
+                        gang: &a.gang,
+                        admission,
+                        started_ms: a.started_ms,
+                        checkpoint_ms: a.checkpoint_ms,
+                        evicting: a.evicting,
+                    }
+                })
+                .collect()
+        };
         let snapshot = Snapshot {
             fleet,
             queues,
             capacity: taken.capacity,
             usage: taken.usage,
             now_ms,
-            releases: Vec::new(),
+            releases,
             running: victims,
         };
         cycle(snapshot, &gangs, config).decisions

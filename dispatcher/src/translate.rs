@@ -19,6 +19,9 @@ use scheduler_core::{
 pub const TOPOLOGY_ANNOTATION: &str = "stowage.dev/topology";
 /// Annotation on a TrainJob: its priority (an integer; higher first).
 pub const PRIORITY_ANNOTATION: &str = "stowage.dev/priority";
+/// Annotation on a TrainJob: how long it is expected to run, in seconds (else
+/// `spec.activeDeadlineSeconds`): reservations are planned on it.
+pub const RUNTIME_ANNOTATION: &str = "stowage.dev/expected-runtime-seconds";
 /// Annotation on a TrainJob: allowed GPU flavors, `|`-separated, for every pod set with GPUs.
 pub const FLAVOR_ANNOTATION: &str = "stowage.dev/gpu-flavor";
 /// The queue of TrainJobs that name none.
@@ -67,6 +70,22 @@ pub fn gang(trainjob: &TrainJob, runtime: &Runtime) -> Result<Gang, GangError> {
         })?,
         None => 0,
     };
+    // How long it runs once started: the user's estimate, else its deadline (it ends by then
+    // at the latest). Only a gang that states one may backfill in front of a reservation.
+    let runtime_ms = match annotations.get(RUNTIME_ANNOTATION) {
+        Some(r) => Some(
+            r.trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|&s| s > 0)
+                .ok_or_else(|| GangError::Annotation {
+                    annotation: RUNTIME_ANNOTATION,
+                    problem: format!("{r:?} is not a positive number of seconds"),
+                })?
+                .saturating_mul(1000),
+        ),
+        None => trainjob.spec.active_deadline_seconds.filter(|&d| d > 0).map(|d| (d as u64).saturating_mul(1000)),
+    };
     let flavors: Vec<String> = annotations
         .get(FLAVOR_ANNOTATION)
         .map(|f| f.split('|').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect())
@@ -106,7 +125,7 @@ pub fn gang(trainjob: &TrainJob, runtime: &Runtime) -> Result<Gang, GangError> {
         id: format!("{ns}/{}", meta.name.clone().unwrap_or_default()),
         queue: meta.labels.as_ref().and_then(|l| l.get(QUEUE_LABEL)).cloned().unwrap_or_else(|| DEFAULT_QUEUE.into()),
         priority,
-        runtime_ms: None,
+        runtime_ms,
         submitted_ms: meta.creation_timestamp.as_ref().map(|t| t.0.as_millisecond().max(0) as u64).unwrap_or(0),
         pod_sets,
         clusters: ClusterFilter::default(),

@@ -233,3 +233,98 @@ fn a_running_trainjob_counts_against_its_queues_quota_after_its_member_counts_it
     let pending = st.conditions.iter().find(|c| c.type_ == "Pending").expect("pending condition");
     assert!(pending.message.contains("quota"), "{}", pending.message);
 }
+
+fn trainjob(
+    name: &str,
+    uid: &str,
+    nodes: u32,
+    created_s: i64,
+    annotations: serde_json::Value,
+    extra: serde_json::Value,
+) -> TrainJob {
+    let mut spec = json!({"runtimeRef": {"name": "torch-distributed"},
+        "trainer": {"numNodes": nodes, "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8"}}}});
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        s.extend(e.clone());
+    }
+    serde_json::from_value(json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": "ml", "uid": uid, "annotations": annotations,
+                     "creationTimestamp": at(created_s).0.to_string()},
+        "spec": spec}))
+    .expect("trainjob")
+}
+
+/// One rack of four nodes on member `m`, three of them held by TrainJob `running` (started
+/// 100 s ago, `activeDeadlineSeconds: 600`), whose member reports where its pods are.
+fn three_of_four_nodes_busy() -> Observed {
+    let mut m = member("m", 1);
+    let status = m.status.as_mut().expect("status");
+    status.domains[0].free_gpus = 8;
+    status.domains[0].free_histogram = vec![3, 0, 0, 0, 0, 0, 0, 0, 1];
+    status.counted = vec!["ur/1".into()];
+    status.bound = vec![api::stowage::BoundPlacement {
+        placement: "ur/1".into(),
+        nodes: (0..3)
+            .map(|n| api::stowage::BoundNode {
+                node: format!("n{n}"),
+                path: vec!["m-r0".into()],
+                flavor: "h100".into(),
+                gpus_per_node: 8,
+                free_gpus: 0,
+                pods: vec![api::stowage::PodSetCount { pod_set: "node".into(), pods: 1 }],
+            })
+            .collect(),
+    }];
+    let mut o = observed(vec![m]);
+    o.trainjobs = vec![trainjob("running", "ur", 3, -200, json!({}), json!({"activeDeadlineSeconds": 600}))];
+    let spec = api::stowage::PlacementSpec {
+        train_job_uid: "ur".into(),
+        cluster: Some("m".into()),
+        epoch: 1,
+        ..api::stowage::PlacementSpec::default()
+    };
+    let mut p = Placement::new("running", spec);
+    p.metadata.namespace = Some("ml".into());
+    p.metadata.resource_version = Some("rv-1".into());
+    o.placements = vec![p];
+    o.placements[0].status = Some(PlacementStatus {
+        phase: PlacementPhase::Running,
+        observed_epoch: 1,
+        start_time: Some(at(-100).0.to_string()),
+        ..PlacementStatus::default()
+    });
+    o
+}
+
+#[test]
+fn a_blocked_trainjob_gets_a_reservation_from_running_deadlines_and_only_a_short_one_backfills() {
+    let mut o = three_of_four_nodes_busy();
+    o.trainjobs.push(trainjob(
+        "whole-rack",
+        "ub",
+        4,
+        -50,
+        json!({"stowage.dev/priority": "10", "stowage.dev/topology": "required:rack"}),
+        json!({}),
+    ));
+    o.trainjobs.push(trainjob("short", "us", 1, -40, json!({"stowage.dev/expected-runtime-seconds": "60"}), json!({})));
+    o.trainjobs.push(trainjob("unknown", "uu", 1, -30, json!({}), json!({})));
+    let plan = decide(&o, &Config::stowage(), &settings(), Time(now()));
+    let pending = |name: &str| {
+        plan.statuses
+            .iter()
+            .find(|s| s.name == name)
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Pending"))
+            .cloned()
+    };
+    let reserved = pending("whole-rack").expect("pending");
+    assert_eq!(reserved.reason, "Reserved");
+    assert!(
+        reserved.message.starts_with("capacity reserved on cluster m, expected free in about 500 s"),
+        "{}",
+        reserved.message
+    );
+    let placed: Vec<&str> = plan.placements.iter().map(|w| w.name.as_str()).collect();
+    assert_eq!(placed, ["short"], "ends in 60 s, before the reservation starts in 500 s");
+    assert!(pending("unknown").is_some(), "states no run time: it may not use the held node");
+}

@@ -61,6 +61,21 @@ fn bad_annotations_and_bad_trainjobs_name_the_field() {
     )
     .expect_err("bad level");
     assert!(e.to_string().starts_with("metadata.annotations[stowage.dev/topology]"), "{e}");
+    let e = gang(
+        &trainjob("torch-distributed", 2, json!({"stowage.dev/expected-runtime-seconds": "soon"})),
+        &runtime("torch_distributed.yaml"),
+    )
+    .expect_err("bad run time");
+    assert_eq!(
+        e.to_string(),
+        "metadata.annotations[stowage.dev/expected-runtime-seconds]: \"soon\" is not a positive number of seconds"
+    );
+    let ok = gang(
+        &trainjob("torch-distributed", 2, json!({"stowage.dev/expected-runtime-seconds": "90"})),
+        &runtime("torch_distributed.yaml"),
+    )
+    .expect("valid");
+    assert_eq!(ok.runtime_ms, Some(90_000));
     let e =
         gang(&trainjob("torch-distributed", 0, json!({})), &runtime("torch_distributed.yaml")).expect_err("zero nodes");
     assert_eq!(e.to_string(), "spec.trainer.numNodes: must be at least 1");
