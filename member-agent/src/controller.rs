@@ -378,7 +378,7 @@ pub async fn sync_once(
     // Heartbeat first: the hub-lost clock must not depend on how long the rest takes.
     let heartbeat = state.last_report.is_none_or(|t| t.elapsed() >= cfg.timing.heartbeat);
     if heartbeat {
-        report(hub, member, cfg).await?;
+        report(hub, member, cfg, Bound::Include).await?;
         state.last_report = Some(Instant::now());
         state.last_hub_contact = Instant::now();
     }
@@ -469,7 +469,7 @@ pub async fn sync_once(
     }
     // Capacity first, so the hub never sees a gang running without its GPUs counted as taken.
     if !statuses.is_empty() {
-        report(hub, member, cfg).await?;
+        report(hub, member, cfg, Bound::Keep).await?;
         state.last_report = Some(Instant::now());
         state.last_hub_contact = Instant::now();
     }
@@ -612,12 +612,22 @@ fn counted(pods: &[Pod]) -> Vec<String> {
     keys.into_iter().collect()
 }
 
-async fn report(hub: &Client, member: &Client, cfg: &AgentConfig) -> Result<(), Error> {
+/// Whether a report rewrites `bound` (where each placement's pods are), which grows with the
+/// pods running: on heartbeats, or kept as last written (a merge patch leaves it) when a report
+/// is made between them only to count new pods. The hub ignores a node whose free GPUs no longer
+/// match, so a bound list a heartbeat old is never read wrongly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bound {
+    Include,
+    Keep,
+}
+
+async fn report(hub: &Client, member: &Client, cfg: &AgentConfig, bound: Bound) -> Result<(), Error> {
     let nodes =
         Api::<Node>::all(member.clone()).list(&ListParams::default()).await.map_err(kube_err("listing nodes"))?.items;
     let pods =
         Api::<Pod>::all(member.clone()).list(&ListParams::default()).await.map_err(kube_err("listing pods"))?.items;
-    let status = json!({"status": {
+    let mut status = json!({"status": {
         "heartbeatTime": k8s_openapi::jiff::Timestamp::now().to_string(),
         "agentVersion": env!("CARGO_PKG_VERSION"),
         "gangScheduler": detect_gang_scheduler(member).await?,
@@ -625,8 +635,10 @@ async fn report(hub: &Client, member: &Client, cfg: &AgentConfig) -> Result<(), 
         "topologyLevels": cfg.levels,
         "domains": crate::capacity::summarize(&cfg.levels, &nodes, &pods),
         "counted": counted(&pods),
-        "bound": crate::capacity::bound(&cfg.levels, &nodes, &pods),
     }});
+    if bound == Bound::Include {
+        status["status"]["bound"] = json!(crate::capacity::bound(&cfg.levels, &nodes, &pods));
+    }
     Api::<MemberCluster>::all(hub.clone())
         .patch_status(&cfg.cluster, &PatchParams::default(), &Patch::Merge(&status))
         .await
