@@ -75,9 +75,7 @@ fn camel(kind: &str) -> String {
 mod tests {
     use super::*;
     use scheduler_core::fixture::{GangExt, gang, uniform_cluster};
-    use scheduler_core::{
-        Capacity, Config, Decision, FleetBuilder, Level, QueueSpec, Queues, QuotaUsage, Shortfall, Snapshot, cycle,
-    };
+    use scheduler_core::{Config, Decision, FleetBuilder, Level, QueueSpec, Queues, Shortfall, Snapshot, cycle};
 
     #[test]
     fn an_admission_becomes_a_placement_naming_the_members_label() {
@@ -87,15 +85,7 @@ mod tests {
         let fleet = b.build().expect("fleet");
         let queues = Queues::new(vec![QueueSpec::unlimited("default")]).expect("queues");
         let g = gang("ml/t").pods(4).gpus(8).required(Level::Rack);
-        let snap = Snapshot {
-            fleet: &fleet,
-            queues: &queues,
-            capacity: Capacity::empty(&fleet),
-            usage: QuotaUsage::default(),
-            now_ms: 0,
-            releases: Vec::new(),
-            running: Vec::new(),
-        };
+        let snap = Snapshot::idle(&fleet, &queues);
         let out = cycle(snap, std::slice::from_ref(&g), &Config::default());
         let Decision::Admit(a) = &out.decisions[0] else { panic!("admitted") };
         let p = placement(&fleet, &g, a, "uid-1", 3);

@@ -6,8 +6,8 @@
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use scheduler_core::fixture::{GangExt, gang, uniform_cluster};
 use scheduler_core::{
-    Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang, Level, QueueSpec, QueueingStrategy,
-    Queues, QuotaUsage, Snapshot, cycle,
+    ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang, Level, QueueSpec, QueueingStrategy, Queues,
+    Snapshot, cycle,
 };
 
 const CLUSTERS: usize = 64;
@@ -76,15 +76,7 @@ fn bench(c: &mut Criterion) {
     group.sample_size(10);
     for (name, config) in configs {
         // Report pods placed per second: the admitted pods of one cycle are the throughput.
-        let snapshot = Snapshot {
-            fleet: &fleet,
-            queues: &queues,
-            capacity: Capacity::empty(&fleet),
-            usage: QuotaUsage::default(),
-            now_ms: 0,
-            releases: Vec::new(),
-            running: Vec::new(),
-        };
+        let snapshot = Snapshot::idle(&fleet, &queues);
         let out = cycle(snapshot, &pending, &config);
         let pods: u64 = pending
             .iter()
@@ -96,15 +88,7 @@ fn bench(c: &mut Criterion) {
         group.throughput(Throughput::Elements(pods));
         group.bench_function(name, |b| {
             b.iter_batched(
-                || Snapshot {
-                    fleet: &fleet,
-                    queues: &queues,
-                    capacity: Capacity::empty(&fleet),
-                    usage: QuotaUsage::default(),
-                    now_ms: 0,
-                    releases: Vec::new(),
-                    running: Vec::new(),
-                },
+                || Snapshot::idle(&fleet, &queues),
                 |snapshot| cycle(snapshot, &pending, &config),
                 BatchSize::LargeInput,
             )

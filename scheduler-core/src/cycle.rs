@@ -158,6 +158,21 @@ pub struct Snapshot<'a> {
     pub running: Vec<Running<'a>>,
 }
 
+impl<'a> Snapshot<'a> {
+    /// The fleet with nothing running, at time 0.
+    pub fn idle(fleet: &'a Fleet, queues: &'a Queues) -> Self {
+        Snapshot {
+            fleet,
+            queues,
+            capacity: Capacity::empty(fleet),
+            usage: QuotaUsage::default(),
+            now_ms: 0,
+            releases: Vec::new(),
+            running: Vec::new(),
+        }
+    }
+}
+
 /// Capacity a running gang gives back when it ends, at its expected end.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Release {
@@ -242,7 +257,6 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
     let mut blocked: BTreeMap<QueueId, &str> = BTreeMap::new();
     let mut order = FairOrder::new(pending, queues, fleet, config.fair_sharing);
     let mut reservation: Option<Reservation> = None;
-    let mut evicted = vec![false; running.len()];
     // A gang being evicted is fair game for anyone, as if of the lowest priority.
     let lowest_running =
         running.iter().map(|r| if r.evicting { i32::MIN } else { r.gang.priority }).min().unwrap_or(i32::MAX);
@@ -269,8 +283,7 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
                             Reason::HoldingForLocality { .. } => !run.fits_anywhere(gang),
                             _ => false,
                         };
-                    let preempted =
-                        if may { run.preempt(&held[i], &running, lowest_running, &mut evicted, now_ms) } else { None };
+                    let preempted = if may { run.preempt(&held[i], &running, lowest_running, now_ms) } else { None };
                     match preempted {
                         Some((admission, victims)) => {
                             run.stats.evicted += victims.len() as u32;

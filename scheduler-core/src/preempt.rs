@@ -113,14 +113,13 @@ type Choice = (u64, usize, ClusterId, DomainId, Vec<usize>);
 
 impl<'a> Run<'a> {
     /// Evicts the victims that let `gang` start, if some cluster has them, and admits it in
-    /// their place. `evicted` marks running gangs already chosen as victims this cycle;
-    /// `lowest_running` is the lowest priority among `running`.
+    /// their place; `lowest_running` is the lowest priority among `running`. Gangs already
+    /// chosen as victims this cycle (`self.evicted`) are not chosen again.
     pub(crate) fn preempt(
         &mut self,
         gang: &'a Gang,
         running: &[Running<'a>],
         lowest_running: i32,
-        evicted: &mut [bool],
         now_ms: u64,
     ) -> Option<(Admission, Vec<usize>)> {
         let knobs = self.config.preemption?;
@@ -136,8 +135,9 @@ impl<'a> Run<'a> {
         let mut victims: Vec<(u64, i32, Reverse<u64>, usize, Via)> = running
             .iter()
             .enumerate()
-            .filter(|&(i, r)| {
-                !evicted[i] && (r.evicting || now_ms.saturating_sub(r.started_ms) >= knobs.min_runtime_ms)
+            .filter(|(_, r)| {
+                !self.evicted.contains(r.gang.id.as_str())
+                    && (r.evicting || now_ms.saturating_sub(r.started_ms) >= knobs.min_runtime_ms)
             })
             .filter_map(|(i, r)| {
                 let via = if r.evicting { Via::SameQueue } else { self.may_evict(queue, gang, r)? };
@@ -194,7 +194,6 @@ impl<'a> Run<'a> {
         let (_, _, cluster, _, set) = best?;
         for &i in &set {
             self.evict(&running[i]);
-            evicted[i] = true;
             self.evicted.insert(running[i].gang.id.as_str());
         }
         let admission = self.fit(cluster, gang);
@@ -208,7 +207,6 @@ impl<'a> Run<'a> {
                 // Cannot happen (the same trial passed); undo rather than evict for nothing.
                 for &i in &set {
                     self.restore(&running[i]);
-                    evicted[i] = false;
                     self.evicted.remove(running[i].gang.id.as_str());
                 }
                 None

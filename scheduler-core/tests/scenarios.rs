@@ -57,15 +57,7 @@ impl Outcome {
 }
 
 fn run_with(fleet: Fleet, queues: &Queues, gangs: Vec<Gang>, config: Config) -> Outcome {
-    let snapshot = Snapshot {
-        fleet: &fleet,
-        queues,
-        capacity: Capacity::empty(&fleet),
-        usage: QuotaUsage::default(),
-        now_ms: 0,
-        releases: Vec::new(),
-        running: Vec::new(),
-    };
+    let snapshot = Snapshot::idle(&fleet, queues);
     let result = cycle(snapshot, &gangs, &config);
     let running: Vec<_> =
         gangs.iter().zip(&result.decisions).filter_map(|(g, d)| d.admission().map(|a| (g, a))).collect();
@@ -253,19 +245,7 @@ fn releasing_a_gang_returns_exactly_what_it_held() {
     let f = one_cluster();
     let q = default_queues();
     let g = vec![gang("a").pods(4).gpus(8).required(Rack)];
-    let out = cycle(
-        Snapshot {
-            fleet: &f,
-            queues: &q,
-            capacity: Capacity::empty(&f),
-            usage: QuotaUsage::default(),
-            now_ms: 0,
-            releases: Vec::new(),
-            running: Vec::new(),
-        },
-        &g,
-        &Config::default(),
-    );
+    let out = cycle(Snapshot::idle(&f, &q), &g, &Config::default());
     let Decision::Admit(a) = &out.decisions[0] else { panic!("admitted") };
     let (mut cap, mut usage) = (out.capacity, out.usage);
     scheduler_core::release(&f, &q, &mut cap, &mut usage, &g[0], a);
@@ -436,15 +416,7 @@ struct World {
 }
 
 fn world(fleet: Fleet, queues: Queues, gangs: Vec<Gang>) -> World {
-    let snapshot = Snapshot {
-        fleet: &fleet,
-        queues: &queues,
-        capacity: Capacity::empty(&fleet),
-        usage: QuotaUsage::default(),
-        now_ms: 0,
-        releases: Vec::new(),
-        running: Vec::new(),
-    };
+    let snapshot = Snapshot::idle(&fleet, &queues);
     let out = cycle(snapshot, &gangs, &Config::default());
     let running = gangs
         .into_iter()

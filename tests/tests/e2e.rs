@@ -181,11 +181,7 @@ async fn a_malformed_trainjob_gets_a_condition_naming_the_field_and_the_others_r
 async fn an_exhausted_quota_keeps_the_trainjob_pending_naming_queue_and_flavor() {
     let p = playground(fast()).await;
     let hub = p.hub();
-    let queue: api::stowage::Queue = serde_yaml::from_str(
-        "apiVersion: stowage.dev/v1alpha1\nkind: Queue\nmetadata: {name: team-a}\nspec:\n  quotas:\n  - {flavor: nvidia-h100-80gb, resource: nvidia.com/gpu, nominalQuota: '16'}\n",
-    )
-    .expect("queue");
-    Api::<api::stowage::Queue>::all(hub.clone()).create(&PostParams::default(), &queue).await.expect("queue");
+    create_queue(&hub, "metadata: {name: team-a}\nspec:\n  quotas:\n  - {flavor: nvidia-h100-80gb, resource: nvidia.com/gpu, nominalQuota: '16'}\n").await;
     let mut greedy = trainjob("greedy", 3, 1, json!({"stowage.dev/gpu-flavor": "nvidia-h100-80gb"}));
     greedy.metadata.labels = Some([("stowage.dev/queue".to_string(), "team-a".to_string())].into());
     submit(&hub, &greedy).await;
@@ -202,6 +198,13 @@ async fn an_exhausted_quota_keeps_the_trainjob_pending_naming_queue_and_flavor()
     let status = queue_status(&hub, "team-a", |s| s.pending == 1).await;
     let active = status.conditions.iter().find(|c| c.type_ == "Active").expect("Active condition");
     assert_eq!((active.status.as_str(), status.admitted), ("True", 0));
+}
+
+/// Creates a Queue from the YAML of its `metadata` and `spec`.
+async fn create_queue(hub: &Client, yaml: &str) {
+    let queue: api::stowage::Queue =
+        serde_yaml::from_str(&format!("apiVersion: stowage.dev/v1alpha1\nkind: Queue\n{yaml}")).expect("queue");
+    Api::<api::stowage::Queue>::all(hub.clone()).create(&PostParams::default(), &queue).await.expect("queue");
 }
 
 /// Waits until the Queue's status satisfies `pred`; returns it.
@@ -224,11 +227,7 @@ async fn a_queue_with_a_quota_it_cannot_read_admits_nothing_and_says_which_field
     let p = playground(fast()).await;
     let hub = p.hub();
     // A misspelt resource must not be dropped: the queue would lose that limit.
-    let queue: api::stowage::Queue = serde_yaml::from_str(
-        "apiVersion: stowage.dev/v1alpha1\nkind: Queue\nmetadata: {name: team-b}\nspec:\n  quotas:\n  - {flavor: nvidia-h100-80gb, resource: nvidia.com/gpus, nominalQuota: '64'}\n",
-    )
-    .expect("queue");
-    Api::<api::stowage::Queue>::all(hub.clone()).create(&PostParams::default(), &queue).await.expect("queue");
+    create_queue(&hub, "metadata: {name: team-b}\nspec:\n  quotas:\n  - {flavor: nvidia-h100-80gb, resource: nvidia.com/gpus, nominalQuota: '64'}\n").await;
     let mut held = trainjob("held", 1, 1, json!({}));
     held.metadata.labels = Some([("stowage.dev/queue".to_string(), "team-b".to_string())].into());
     submit(&hub, &held).await;
@@ -251,11 +250,7 @@ async fn a_high_priority_trainjob_evicts_one_gang_on_one_cluster_and_the_victim_
     let p = playground(fast()).await;
     let hub = p.hub();
     let monitor = p.watch_for_duplicates();
-    let queue: api::stowage::Queue = serde_yaml::from_str(
-        "apiVersion: stowage.dev/v1alpha1\nkind: Queue\nmetadata: {name: team}\nspec:\n  preemption: {withinClusterQueue: LowerPriority}\n",
-    )
-    .expect("queue");
-    Api::<api::stowage::Queue>::all(hub.clone()).create(&PostParams::default(), &queue).await.expect("queue");
+    create_queue(&hub, "metadata: {name: team}\nspec:\n  preemption: {withinClusterQueue: LowerPriority}\n").await;
     let in_team = |mut tj: TrainJob| {
         tj.metadata.labels = Some([("stowage.dev/queue".to_string(), "team".to_string())].into());
         tj
