@@ -215,6 +215,10 @@ struct SimulateArgs {
     /// lower-priority gangs for them, the baselines do not.
     #[arg(long, value_name = "PERCENT", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
     urgent: u32,
+    /// Jobs checkpoint this often (seconds or 30m, 2h): an evicted or failed job resumes from
+    /// its last checkpoint, and preemption prefers recently checkpointed victims. Default: never.
+    #[arg(long, value_parser = parse_duration_s)]
+    checkpoint_interval: Option<u64>,
     /// Benchmark mode: replay the trace repeated N times and report jobs replayed per second.
     #[arg(long, value_name = "N")]
     bench: Option<u32>,
@@ -340,6 +344,7 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
         tenants: args.tenants,
         patience: args.locality_patience.0,
         urgent_percent: args.urgent,
+        checkpoint_interval_s: args.checkpoint_interval,
         ..SimOptions::default()
     };
     let inputs = Inputs { fleet: &fleet, fleet_name: &fleet_name, trace: &trace, trace_name: &trace_name };

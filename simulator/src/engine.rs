@@ -34,6 +34,10 @@ pub struct SimOptions {
     /// Percent of jobs (chosen by id and seed) submitted at priority `URGENT`, on top of the
     /// trace's own: the load that makes preemption matter on traces without priorities.
     pub urgent_percent: u32,
+    /// Jobs checkpoint this often (seconds of their run); an evicted or failed job resumes from
+    /// its last checkpoint, and preemption prefers victims that checkpointed recently. `None`:
+    /// no checkpoints, every restart starts over.
+    pub checkpoint_interval_s: Option<u64>,
 }
 
 /// The priority `urgent_percent` gives its jobs.
@@ -51,6 +55,7 @@ impl Default for SimOptions {
             tenants: 4,
             patience: Some(scheduler_core::Patience::DEFAULT),
             urgent_percent: 0,
+            checkpoint_interval_s: None,
         }
     }
 }
@@ -137,6 +142,8 @@ struct Running {
     gang: Gang,
     admission: Admission,
     start_s: u64,
+    /// Run-time factor of its placement (the topology cost).
+    slowdown: f64,
     /// When it will finish (this simulation knows; production estimates).
     end_s: u64,
 }
@@ -208,6 +215,8 @@ struct Sim<'a> {
     pending_jobs: Vec<usize>,
     running: BTreeMap<usize, Running>,
     attempts: Vec<u32>,
+    /// Per job: seconds of its trace run time already done and checkpointed.
+    progress_s: Vec<f64>,
     down: BTreeSet<DomainId>,
     hosts: Vec<DomainId>,
     records: Vec<JobRecord>,
@@ -245,6 +254,7 @@ pub fn simulate(
         pending_jobs: Vec::new(),
         running: BTreeMap::new(),
         attempts: vec![0; trace.jobs.len()],
+        progress_s: vec![0.0; trace.jobs.len()],
         down: BTreeSet::new(),
         hosts: fleet.hosts().map(|(h, _)| h).collect(),
         records: trace
@@ -382,7 +392,7 @@ impl Sim<'_> {
                 let up: Vec<DomainId> = self.hosts.iter().copied().filter(|h| !self.down.contains(h)).collect();
                 if !up.is_empty() {
                     let host = up[self.rng.below(up.len())];
-                    self.fail(host);
+                    self.fail(t, host);
                     self.push(t + self.opts.repair_s, Event::NodeRepair(host));
                 }
                 self.schedule_failure(t);
@@ -398,7 +408,7 @@ impl Sim<'_> {
     }
 
     /// Evicts every gang with a pod on `host` back to the queue, then takes the host away.
-    fn fail(&mut self, host: DomainId) {
+    fn fail(&mut self, t: u64, host: DomainId) {
         self.run.node_failures += 1;
         let hit: Vec<usize> = self
             .running
@@ -409,9 +419,9 @@ impl Sim<'_> {
         for j in hit {
             if let Some(r) = self.running.remove(&j) {
                 self.stop(&r);
-                self.attempts[j] += 1;
+                let gang = self.interrupt(t, j, r).0;
                 self.records[j].restarts += 1;
-                self.pending_gangs.push(r.gang);
+                self.pending_gangs.push(gang);
                 self.pending_jobs.push(j);
             }
         }
@@ -486,7 +496,7 @@ impl Sim<'_> {
                         gang: &r.gang,
                         admission: &r.admission,
                         started_ms: r.start_s.saturating_mul(1000),
-                        checkpoint_ms: None,
+                        checkpoint_ms: self.last_checkpoint_ms(r, t),
                         evicting: false,
                     };
                     (v, j)
@@ -543,15 +553,39 @@ impl Sim<'_> {
         if let Some(r) = self.running.remove(&j) {
             let gpus = r.gang.total_gpus();
             self.busy_gpus -= gpus;
-            self.attempts[j] += 1;
+            let (gang, lost_s) = self.interrupt(t, j, r);
             let rec = &mut self.records[j];
             rec.restarts += 1;
             rec.preemptions += 1;
-            rec.lost_gpu_s += gpus * t.saturating_sub(r.start_s);
+            rec.lost_gpu_s += gpus * lost_s;
             rec.outcome = Outcome::Pending(Reason::WaitingBehind { queue: String::new(), gang: String::new() });
-            self.pending_gangs.push(r.gang);
+            self.pending_gangs.push(gang);
             self.pending_jobs.push(j);
         }
+    }
+
+    /// A run cut short at `t`: what it had checkpointed counts as done, the rest since is lost
+    /// (returned, in seconds), and the gang goes back asking only for what remains.
+    fn interrupt(&mut self, t: u64, j: usize, r: Running) -> (Gang, u64) {
+        self.attempts[j] += 1;
+        let ran = t.saturating_sub(r.start_s);
+        let saved = self.opts.checkpoint_interval_s.filter(|&i| i > 0).map_or(0, |i| ran / i * i);
+        self.progress_s[j] += saved as f64 / r.slowdown;
+        let mut gang = r.gang;
+        gang.runtime_ms = Some((self.remaining_s(j) * 1000.0).ceil() as u64);
+        (gang, ran - saved)
+    }
+
+    /// Seconds of trace run time job `j` still has to do.
+    fn remaining_s(&self, j: usize) -> f64 {
+        (self.records[j].duration_s as f64 - self.progress_s[j]).max(1.0)
+    }
+
+    /// When a running gang last checkpointed, if it has.
+    fn last_checkpoint_ms(&self, r: &Running, now_s: u64) -> Option<u64> {
+        let interval = self.opts.checkpoint_interval_s.filter(|&i| i > 0)?;
+        let saved = now_s.saturating_sub(r.start_s) / interval * interval;
+        (saved > 0).then(|| (r.start_s + saved).saturating_mul(1000))
     }
 
     /// What the running gangs give back, at their expected ends.
@@ -562,6 +596,7 @@ impl Sim<'_> {
     fn start(&mut self, t: u64, j: usize, gang: Gang, admission: Admission) {
         let span = admission.span(self.fleet);
         let slowdown = span.map_or(1.0, |s| self.opts.cost.factor(self.fleet, s));
+        let run_s = (self.remaining_s(j) * slowdown).ceil() as u64;
         let rec = &mut self.records[j];
         rec.first_start_s.get_or_insert(t);
         rec.placement = Some(PlacementFacts {
@@ -574,12 +609,11 @@ impl Sim<'_> {
             slowdown,
         });
         rec.outcome = Outcome::Running;
-        let run_s = (rec.duration_s as f64 * slowdown).ceil() as u64;
         self.busy_gpus += gang.total_gpus();
         let attempt = self.attempts[j];
         let end_s = t + run_s.max(1);
         self.push(end_s, Event::Finish { job: j, attempt });
-        self.running.insert(j, Running { gang, admission, start_s: t, end_s });
+        self.running.insert(j, Running { gang, admission, start_s: t, slowdown, end_s });
     }
 
     fn check(&self, t: u64) -> Result<(), SimError> {

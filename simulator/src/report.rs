@@ -47,6 +47,8 @@ pub struct OptionsSummary {
     pub locality_patience_s: Option<(u64, u64)>,
     /// Percent of jobs submitted at high priority (`--urgent`).
     pub urgent_percent: u32,
+    /// How often jobs checkpoint (`--checkpoint-interval`); `None`: never.
+    pub checkpoint_interval_s: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]

@@ -68,6 +68,7 @@ pub fn run_policies(
             topology_cost: opts.cost,
             locality_patience_s: opts.patience.map(|p| (p.exact_ms / 1000, p.wider_ms / 1000)),
             urgent_percent: opts.urgent_percent,
+            checkpoint_interval_s: opts.checkpoint_interval_s,
         },
         policies: runs.iter().map(|r| policy_report(inputs.fleet, r)).collect(),
     };
@@ -155,6 +156,13 @@ mod tests {
             assert!(j.priority < crate::engine::URGENT, "{} evicted at priority {}", j.id, j.priority);
             assert_eq!(j.outcome, crate::engine::Outcome::Completed, "{}", j.id);
         }
+        // Hourly checkpoints: victims resume from their last one, and preemption picks those
+        // that checkpointed recently, so little work is thrown away.
+        let hourly = SimOptions { checkpoint_interval_s: Some(3600), ..opts };
+        let (report, _) = run_policies(&inputs, &[Policy::Stowage], &hourly, &mut |_, _, _| {}).expect("runs");
+        let checkpointed = &report.policies[0].preemption;
+        assert!(checkpointed.preemptions > 0, "{checkpointed:?}");
+        assert!(checkpointed.gpu_hours_lost <= 0.1 * ours.gpu_hours_lost, "{checkpointed:?} vs {ours:?}");
     }
 
     #[test]
