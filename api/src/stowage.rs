@@ -155,7 +155,16 @@ pub struct DomainCapacity {
 
 /// A queue with Kueue ClusterQueue semantics. Cluster-scoped.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
-#[kube(group = "stowage.dev", version = "v1alpha1", kind = "Queue", status = "QueueStatus")]
+#[kube(
+    group = "stowage.dev",
+    version = "v1alpha1",
+    kind = "Queue",
+    status = "QueueStatus",
+    printcolumn = r#"{"name":"Cohort","type":"string","jsonPath":".spec.cohort"}"#,
+    printcolumn = r#"{"name":"Active","type":"string","jsonPath":".status.conditions[?(@.type==\"Active\")].status"}"#,
+    printcolumn = r#"{"name":"Pending","type":"integer","jsonPath":".status.pending"}"#,
+    printcolumn = r#"{"name":"Admitted","type":"integer","jsonPath":".status.admitted"}"#
+)]
 #[serde(rename_all = "camelCase")]
 pub struct QueueSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
