@@ -185,8 +185,8 @@ pub type Bound = BTreeMap<(String, String), Vec<(String, DomainId, u32)>>;
 /// are left out.
 pub fn fleet(members: &[MemberCluster]) -> Result<(Fleet, Capacity, Hosts), FleetTranslateError> {
     let mut b = FleetBuilder::new();
-    let mut frees: Vec<(String, Vec<String>, u32, u32)> = Vec::new();
-    let mut groups: Vec<(NodeGroup, Vec<String>)> = Vec::new();
+    // Each host made: its group, its name, and the free GPUs it stands for.
+    let mut frees: Vec<(NodeGroup, String, u32)> = Vec::new();
     let mut reported = 0;
     for m in members {
         let name = m.metadata.name.clone().unwrap_or_default();
@@ -236,11 +236,11 @@ pub fn fleet(members: &[MemberCluster]) -> Result<(Fleet, Capacity, Hosts), Flee
                 let per = d.free_gpus / u64::from(d.nodes.max(1));
                 node_free = vec![per as u32; d.nodes as usize];
             }
-            let mut names = Vec::new();
+            let group: NodeGroup = (name.clone(), d.path.clone(), d.flavor.clone(), d.gpus_per_node);
             for (n, free) in node_free.into_iter().enumerate() {
+                let host = format!("{}/node-{n}", d.path.join("/"));
                 let mut path = d.path.clone();
-                path.push(format!("{}/node-{n}", d.path.join("/")));
-                names.push(path[path.len() - 1].clone());
+                path.push(host.clone());
                 b.node(
                     id,
                     NodeInput {
@@ -253,9 +253,8 @@ pub fn fleet(members: &[MemberCluster]) -> Result<(Fleet, Capacity, Hosts), Flee
                     },
                 )
                 .map_err(|source| FleetTranslateError::Fleet { member: name.clone(), source })?;
-                frees.push((name.clone(), path, d.gpus_per_node, free));
+                frees.push((group.clone(), host, free));
             }
-            groups.push(((name.clone(), d.path.clone(), d.flavor.clone(), d.gpus_per_node), names));
         }
         reported += 1;
     }
@@ -273,29 +272,17 @@ pub fn fleet(members: &[MemberCluster]) -> Result<(Fleet, Capacity, Hosts), Flee
         .hosts()
         .map(|(h, _)| ((fleet.cluster(fleet.domain(h).cluster).name.clone(), fleet.domain(h).name.clone()), h))
         .collect();
-    let mut free_of: BTreeMap<DomainId, u32> = BTreeMap::new();
-    for (member, path, gpus, free) in frees {
-        let host_name = path.last().cloned().unwrap_or_default();
-        if let Some(&h) = by_path.get(&(member, host_name)) {
-            free_of.insert(h, free);
-            let used = gpus.saturating_sub(free);
+    let mut hosts = Hosts::new();
+    for (group, host, free) in frees {
+        if let Some(&h) = by_path.get(&(group.0.clone(), host)) {
+            let used = group.3.saturating_sub(free);
             if used > 0 {
                 capacity.take(&fleet, h, used, PodShape { gpus: 1, cpu_milli: 0, memory_mib: 0 });
             }
+            hosts.entry(group).or_default().push((h, free));
         }
     }
     capacity.commit();
-    let hosts: Hosts = groups
-        .into_iter()
-        .map(|(group, names)| {
-            let member = group.0.clone();
-            let ids = names
-                .into_iter()
-                .filter_map(|n| by_path.get(&(member.clone(), n)).map(|&h| (h, free_of.get(&h).copied().unwrap_or(0))))
-                .collect();
-            (group, ids)
-        })
-        .collect();
     Ok((fleet, capacity, hosts))
 }
 

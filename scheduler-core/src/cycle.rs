@@ -223,8 +223,6 @@ pub struct CycleStats {
     pub attempts: u64,
     /// Gangs answered from the cycle's memo of shapes that fit nowhere.
     pub memo_hits: u64,
-    /// Running gangs evicted for pending ones.
-    pub evicted: u32,
 }
 
 /// The order gangs are considered in: priority, then submit time, then id.
@@ -286,7 +284,6 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
                     let preempted = if may { run.preempt(&held[i], &running, lowest_running, now_ms) } else { None };
                     match preempted {
                         Some((admission, victims)) => {
-                            run.stats.evicted += victims.len() as u32;
                             let victims = victims.iter().map(|&v| running[v].gang.id.clone()).collect();
                             Decision::Preempt { admission, victims }
                         }
