@@ -69,6 +69,7 @@ fn bench(c: &mut Criterion) {
                 fair_sharing: false,
                 reservations: false,
                 preemption: None,
+                batch: None,
             },
         ),
     ];

@@ -7,6 +7,7 @@ use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::batch::{self, Batch, BatchReport, Plan};
 use crate::capacity::{Capacity, PodShape};
 use crate::fair::FairOrder;
 use crate::fleet::{ClusterId, DomainId, FlavorId, Fleet};
@@ -48,6 +49,9 @@ pub struct Config {
     /// Evict running gangs for pending ones as their queues' policies allow (see `preempt`);
     /// `None`: never.
     pub preemption: Option<Preemption>,
+    /// Assign the gangs at the head of the queue jointly with an ILP, and keep its answer when
+    /// it beats the greedy one (see `batch`); `None`: greedy only.
+    pub batch: Option<Batch>,
 }
 
 impl Config {
@@ -61,6 +65,7 @@ impl Config {
             fair_sharing: false,
             reservations: true,
             preemption: Some(Preemption::DEFAULT),
+            batch: None,
         }
     }
 }
@@ -213,6 +218,8 @@ pub struct Cycle {
     pub capacity: Capacity,
     pub usage: QuotaUsage,
     pub stats: CycleStats,
+    /// What the batch optimiser did this cycle, when it ran.
+    pub batch: Option<BatchReport>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -237,21 +244,37 @@ pub fn queue_order(pending: &[Gang]) -> Vec<usize> {
 
 /// Runs one cycle. See the module docs.
 pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config) -> Cycle {
+    let Some(settings) = config.batch else {
+        return greedy(snapshot, pending, config, None);
+    };
+    let held: Vec<Cow<'_, Gang>> = pending.iter().map(|g| held(config, g, snapshot.now_ms)).collect();
+    let first = greedy(snapshot.clone(), pending, config, None);
+    let s = &snapshot;
+    let run = Run::new(s.fleet, s.queues, config, s.capacity.clone(), s.usage.clone());
+    let Some(plan) = batch::plan(&run, pending, &held, &first.decisions, &settings) else { return first };
+    let (plan, mut report) = match plan {
+        Ok(planned) => planned,
+        Err(report) => return Cycle { batch: Some(report), ..first },
+    };
+    let second = greedy(snapshot, pending, config, Some(&plan));
+    let values = [&first, &second].map(|c| batch::value(run.fleet, pending, &held, &c.decisions));
+    // Ties keep the greedy answer: it is the one users can predict.
+    report.kept_ilp = values[1] > values[0] + batch::EPSILON;
+    (report.greedy_value, report.realised_value) = (values[0], values[1]);
+    let kept = if report.kept_ilp { second } else { first };
+    Cycle { batch: Some(report), ..kept }
+}
+
+fn greedy<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config, plan: Option<&Plan>) -> Cycle {
     let Snapshot { fleet, queues, capacity, usage, now_ms, releases, running } = snapshot;
     // Each gang as it is held this cycle: preferences its patience still holds it to become
     // requirements (see `Patience`).
     let held: Vec<Cow<'_, Gang>> = pending.iter().map(|g| held(config, g, now_ms)).collect();
-    let mut run = Run {
-        fleet,
-        queues,
-        config,
-        cap: capacity,
-        usage,
-        evicted: BTreeSet::new(),
-        memo: BTreeMap::new(),
-        stats: CycleStats::default(),
-    };
+    let mut run = Run::new(fleet, queues, config, capacity, usage);
     let mut decisions: Vec<Option<Decision>> = vec![None; pending.len()];
+    // The optimiser's assignments take their room when the cycle reaches its window: gangs
+    // ahead of the window (higher priority) are served first, exactly as without it.
+    let mut plan = plan;
     let mut blocked: BTreeMap<QueueId, &str> = BTreeMap::new();
     let mut order = FairOrder::new(pending, queues, fleet, config.fair_sharing);
     let mut reservation: Option<Reservation> = None;
@@ -259,6 +282,18 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
     let lowest_running =
         running.iter().map(|r| if r.evicting { i32::MIN } else { r.gang.priority }).min().unwrap_or(i32::MAX);
     while let Some(i) = order.next(pending, queues, &run.usage) {
+        if let Some(p) = plan.filter(|p| p.window.contains(&i)) {
+            plan = None;
+            for &(j, cluster, domain) in &p.pins {
+                if let Some(admission) = run.pinned(&held[j], cluster, domain) {
+                    run.stats.admitted += 1;
+                    decisions[j] = Some(Decision::Admit(admission));
+                }
+            }
+        }
+        if decisions[i].is_some() {
+            continue;
+        }
         let gang = &pending[i];
         let queue = queues.id(&gang.queue);
         let strict =
@@ -309,10 +344,10 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
         run.unhold(r);
     }
     let decisions = decisions.into_iter().flatten().collect();
-    Cycle { decisions, capacity: run.cap, usage: run.usage, stats: run.stats }
+    Cycle { decisions, capacity: run.cap, usage: run.usage, stats: run.stats, batch: None }
 }
 
-fn held<'g>(config: &Config, gang: &'g Gang, now_ms: u64) -> Cow<'g, Gang> {
+pub(crate) fn held<'g>(config: &Config, gang: &'g Gang, now_ms: u64) -> Cow<'g, Gang> {
     let Some(patience) = config.patience else { return Cow::Borrowed(gang) };
     let waited = now_ms.saturating_sub(gang.submitted_ms);
     if gang.pod_sets.iter().all(|ps| patience.hold(ps.topology, ps.pods, waited).is_none()) {
@@ -329,8 +364,8 @@ fn held<'g>(config: &Config, gang: &'g Gang, now_ms: u64) -> Cow<'g, Gang> {
 
 /// A pod set resolved against the fleet and its queue: the flavors it may take, in order.
 #[derive(Debug, Clone)]
-struct Resolved {
-    flavors: Vec<Option<FlavorId>>,
+pub(crate) struct Resolved {
+    pub(crate) flavors: Vec<Option<FlavorId>>,
 }
 
 /// Memo key: a pod set shape that fit in no candidate cluster this cycle. Capacity only
@@ -375,6 +410,25 @@ pub(crate) struct Run<'a> {
 type Score = (u32, Reverse<u8>, u64, u32, Reverse<u64>, ClusterId);
 
 impl<'a> Run<'a> {
+    pub(crate) fn new(
+        fleet: &'a Fleet,
+        queues: &'a Queues,
+        config: &'a Config,
+        cap: Capacity,
+        usage: QuotaUsage,
+    ) -> Self {
+        Run {
+            fleet,
+            queues,
+            config,
+            cap,
+            usage,
+            evicted: BTreeSet::new(),
+            memo: BTreeMap::new(),
+            stats: CycleStats::default(),
+        }
+    }
+
     /// The gang as its patience holds it (`held`), or as written when the held form could
     /// never fit; a held gang that does not fit now waits for its locality, and says so.
     fn patient_gang(&mut self, gang: &'a Gang, held: &'a Gang) -> Result<Admission, Reason> {
@@ -431,11 +485,22 @@ impl<'a> Run<'a> {
     /// The gang placed on `cluster` as things stand, its quota checked; what it takes stays
     /// taken (uncommitted) on success and is rolled back on failure.
     pub(crate) fn fit(&mut self, cluster: ClusterId, gang: &Gang) -> Option<Admission> {
+        self.fit_within(cluster, gang, None)
+    }
+
+    /// The gang admitted inside `domain` of `cluster`, where the batch optimiser put it.
+    fn pinned(&mut self, gang: &Gang, cluster: ClusterId, domain: DomainId) -> Option<Admission> {
+        let admission = self.fit_within(cluster, gang, Some(domain))?;
+        self.commit(gang, &admission);
+        Some(admission)
+    }
+
+    fn fit_within(&mut self, cluster: ClusterId, gang: &Gang, within: Option<DomainId>) -> Option<Admission> {
         let queue = self.queues.id(&gang.queue)?;
         let resolved: Vec<Resolved> =
             gang.pod_sets.iter().map(|ps| self.resolve(queue, ps)).collect::<Result<_, _>>().ok()?;
         let cp = self.cap.checkpoint();
-        match self.try_cluster(cluster, gang, &resolved) {
+        match self.try_cluster(cluster, gang, &resolved, within) {
             Ok(admission) if self.check_quota(queue, gang, &admission).is_ok() => Some(admission),
             _ => {
                 self.cap.rollback(self.fleet, cp);
@@ -571,7 +636,7 @@ impl<'a> Run<'a> {
         for c in order {
             self.stats.attempts += 1;
             let cp = self.cap.checkpoint();
-            match self.try_cluster(c, gang, &resolved) {
+            match self.try_cluster(c, gang, &resolved, None) {
                 Ok(admission) => match self.check_quota(queue, gang, &admission) {
                     Ok(()) => {
                         self.commit(gang, &admission);
@@ -625,7 +690,7 @@ impl<'a> Run<'a> {
 
     /// The flavors a pod set may use: those it accepts, the queue has quota for and the fleet
     /// has, with room in the queue's quota right now.
-    fn resolve(&self, queue: QueueId, ps: &crate::gang::PodSet) -> Result<Resolved, Reason> {
+    pub(crate) fn resolve(&self, queue: QueueId, ps: &crate::gang::PodSet) -> Result<Resolved, Reason> {
         if ps.shape.gpus == 0 {
             return Ok(Resolved { flavors: vec![None] });
         }
@@ -767,13 +832,19 @@ impl<'a> Run<'a> {
     }
 
     /// Places every pod set in `cluster`; on failure, the index of the pod set that failed.
-    fn try_cluster(&mut self, cluster: ClusterId, gang: &Gang, resolved: &[Resolved]) -> Result<Admission, usize> {
+    fn try_cluster(
+        &mut self,
+        cluster: ClusterId,
+        gang: &Gang,
+        resolved: &[Resolved],
+        within: Option<DomainId>,
+    ) -> Result<Admission, usize> {
         let mut placements = Vec::with_capacity(gang.pod_sets.len());
         for (i, (ps, r)) in gang.pod_sets.iter().zip(resolved).enumerate() {
             let placed =
                 r.flavors.iter().filter(|f| f.is_none_or(|f| self.fleet.cluster(cluster).has_flavor(f))).find_map(
                     |&flavor| {
-                        let ask = ask(self.fleet, cluster, ps, flavor);
+                        let ask = Ask { within, ..ask(self.fleet, cluster, ps, flavor) };
                         Placer { fleet: self.fleet, cap: &mut self.cap, fill: self.config.fill }.place(cluster, &ask)
                     },
                 );
@@ -855,7 +926,7 @@ fn memo_key<'g>(gang: &'g Gang, ps: &crate::gang::PodSet) -> MemoKey<'g> {
     (&gang.clusters, ps.shape, ps.topology, ps.slice.map(|s| (s.size, s.level)))
 }
 
-fn ask(fleet: &Fleet, cluster: ClusterId, ps: &crate::gang::PodSet, flavor: Option<FlavorId>) -> Ask {
+pub(crate) fn ask(fleet: &Fleet, cluster: ClusterId, ps: &crate::gang::PodSet, flavor: Option<FlavorId>) -> Ask {
     let c = fleet.cluster(cluster);
     let widest_depth = match ps.topology {
         TopologyConstraint::Required(level) => c.depth_for(level),
@@ -867,6 +938,7 @@ fn ask(fleet: &Fleet, cluster: ClusterId, ps: &crate::gang::PodSet, flavor: Opti
         pods: ps.pods,
         widest_depth,
         slice: ps.slice.map(|s| (s.size, c.depth_for(s.level))),
+        within: None,
     }
 }
 

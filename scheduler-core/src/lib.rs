@@ -3,6 +3,7 @@
 //! Kubernetes types, no clock, no hash-order dependence. The dispatcher and the simulator both
 //! translate into these types and call [`cycle`]; what is decided here is what runs.
 
+pub mod batch;
 pub mod capacity;
 pub mod cycle;
 pub mod fair;
@@ -17,6 +18,7 @@ pub mod reason;
 pub mod share;
 pub mod topology;
 
+pub use batch::{Batch, BatchReport, Solver};
 pub use capacity::{Capacity, PodShape};
 pub use cycle::{Admission, ClusterChoice, Config, Cycle, Decision, Patience, Release, Snapshot, cycle, release};
 pub use fleet::{ClusterId, DomainId, FlavorId, Fleet, FleetBuilder, FleetError, LevelInfo, NodeInput};

@@ -28,6 +28,15 @@ pub(crate) struct Ask {
     pub widest_depth: u8,
     /// Groups of `.0` pods that must share a domain at depth `.1`.
     pub slice: Option<(u32, u8)>,
+    /// Only inside this domain of the cluster (the batch optimiser's choice); `None`: anywhere.
+    pub within: Option<DomainId>,
+}
+
+impl Ask {
+    /// The domain the pod set's span must lie in.
+    fn root(&self, fleet: &Fleet, cluster: ClusterId) -> DomainId {
+        self.within.unwrap_or(fleet.cluster(cluster).root)
+    }
 }
 
 /// Where a pod set went.
@@ -59,7 +68,7 @@ impl View<'_> {
         self.cap.slots(self.fleet, d, ask.flavor, &ask.shape)
     }
 
-    fn fits(&self, d: DomainId, ask: &Ask) -> bool {
+    pub(crate) fn fits(&self, d: DomainId, ask: &Ask) -> bool {
         match ask.slice {
             Some((size, depth)) if self.fleet.domain(d).depth < depth => {
                 self.slice_count(d, ask, size, depth) >= ask.pods / size
@@ -86,7 +95,12 @@ impl View<'_> {
     /// Domains at `depth` (or hosts, when `depth` is deeper than the tree) under `from`, in id
     /// order, for which `keep` holds, descending only into subtrees where `keep` holds:
     /// capacity only shrinks going down.
-    fn domains_at(&self, from: DomainId, depth: u8, keep: &dyn Fn(&Self, DomainId) -> bool) -> Vec<DomainId> {
+    pub(crate) fn domains_at(
+        &self,
+        from: DomainId,
+        depth: u8,
+        keep: &dyn Fn(&Self, DomainId) -> bool,
+    ) -> Vec<DomainId> {
         let mut out = Vec::new();
         let mut stack = vec![from];
         while let Some(d) = stack.pop() {
@@ -107,15 +121,17 @@ impl View<'_> {
     /// those of that depth, ties in tree order.
     pub fn narrowest_span(&self, cluster: ClusterId, ask: &Ask) -> Option<DomainId> {
         let c = self.fleet.cluster(cluster);
-        if let Some(host) = self.best_fit_host(c.root, ask) {
+        let root = ask.root(self.fleet, cluster);
+        if let Some(host) = self.best_fit_host(root, ask) {
             return Some(host);
         }
         let need = u64::from(ask.shape.gpus) * u64::from(ask.pods);
-        for depth in (ask.widest_depth..c.host_depth()).rev() {
+        let widest = ask.widest_depth.max(self.fleet.domain(root).depth);
+        for depth in (widest..c.host_depth()).rev() {
             if !c.depth_could_hold(depth, need) {
                 continue;
             }
-            let fitting = self.domains_at(c.root, depth, &|p, d| p.fits(d, ask));
+            let fitting = self.domains_at(root, depth, &|p, d| p.fits(d, ask));
             if let Some(best) = fitting.into_iter().min_by_key(|&d| (self.leftover(d, ask), d)) {
                 return Some(best);
             }
@@ -194,7 +210,7 @@ impl Placer<'_> {
     /// Places the pod set in `cluster`, or leaves capacity untouched and returns `None`.
     pub fn place(&mut self, cluster: ClusterId, ask: &Ask) -> Option<PodSetPlacement> {
         let view = self.view();
-        let root = self.fleet.cluster(cluster).root;
+        let root = ask.root(self.fleet, cluster);
         if !view.fits(root, ask) {
             return None;
         }

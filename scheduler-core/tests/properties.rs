@@ -6,9 +6,9 @@ use proptest::prelude::*;
 use scheduler_core::fixture::{GangExt, gang, uniform_cluster};
 use scheduler_core::invariants;
 use scheduler_core::{
-    Admission, BorrowWithinCohort, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang, Level,
-    Patience, Preemption, QueuePreemption, QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage, ReclaimWithinCohort,
-    Release, Resource, Running, Snapshot, WithinQueue, cycle, release,
+    Admission, Batch, BorrowWithinCohort, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang,
+    Level, Patience, Preemption, QueuePreemption, QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage,
+    ReclaimWithinCohort, Release, Resource, Running, Snapshot, Solver, WithinQueue, cycle, release,
 };
 
 fn arb_fleet() -> impl Strategy<Value = Fleet> {
@@ -109,8 +109,11 @@ fn arb_config() -> impl Strategy<Value = Config> {
         prop::option::of((0u64..5_000, 0u64..5_000)),
         any::<bool>(),
         prop::option::of((0u64..2_000, any::<bool>())),
+        // The batch optimiser with small windows and node limits, so answers cut short are
+        // exercised too.
+        prop::option::of((2usize..12, 1usize..6, 0u32..50)),
     )
-        .prop_map(|(choice, fill, fair_sharing, patience, reservations, preemption)| Config {
+        .prop_map(|(choice, fill, fair_sharing, patience, reservations, preemption, batch)| Config {
             choice,
             fill,
             strategy: None,
@@ -119,6 +122,12 @@ fn arb_config() -> impl Strategy<Value = Config> {
             reservations,
             preemption: preemption
                 .map(|(min_runtime_ms, prefer_checkpointed)| Preemption { min_runtime_ms, prefer_checkpointed }),
+            batch: batch.map(|(window, candidates, max_nodes)| Batch {
+                window,
+                candidates,
+                max_nodes,
+                solver: Solver::Highs,
+            }),
         })
 }
 

@@ -3,9 +3,9 @@
 use scheduler_core::fixture::{GangExt, gang, uniform_cluster};
 use scheduler_core::invariants;
 use scheduler_core::{
-    Admission, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang, Level, Patience, PodShape,
-    Preemption, QueuePreemption, QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage, Reason, ReclaimWithinCohort,
-    Release, Resource, Running, Snapshot, WithinQueue, cycle,
+    Admission, Batch, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang, Level, Patience,
+    PodShape, Preemption, QueuePreemption, QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage, Reason,
+    ReclaimWithinCohort, Release, Resource, Running, Snapshot, WithinQueue, cycle,
 };
 
 use Level::{Block, Host, Rack};
@@ -159,6 +159,7 @@ fn multikueue_emulation_takes_the_first_cluster_that_admits() {
         fair_sharing: false,
         reservations: false,
         preemption: None,
+        batch: None,
     };
     let out = run_with(f, &default_queues(), vec![gang("a").pods(2).gpus(8).preferred(Rack)], config);
     assert_eq!(out.admitted("a").map(|a| a.0), Some("c-flat".into()));
@@ -655,4 +656,67 @@ fn a_gang_already_being_evicted_is_picked_again_at_no_cost_so_nothing_more_is_ev
     let config = Config { preemption: Some(KNOBS), ..Config::stowage() };
     let out = cycle(snapshot, &[gang("waiting").gpus(8)], &config);
     assert_eq!(victims(&out.decisions[0]).1, ["lo-6"]);
+}
+
+/// Two identical clusters; the head gang may go to either, the next only to `c-a`. Greedy
+/// serves the head first and, all else equal, gives it `c-a`.
+fn joint_assignment_case() -> (Fleet, Vec<Gang>) {
+    let f = fleet(&[("c-a", "h100", 8, &[(Rack, 2), (Host, 2)]), ("c-b", "h100", 8, &[(Rack, 2), (Host, 2)])]);
+    let mut pinned = gang("pinned").pods(4).gpus(8).submitted(1);
+    pinned.clusters.only = Some(vec!["c-a".into()]);
+    let gangs = vec![gang("head").pods(4).gpus(8).preferred(Rack).submitted(0), pinned];
+    (f, gangs)
+}
+
+#[test]
+fn the_batch_optimiser_moves_the_head_gang_so_the_next_one_fits_too() {
+    let (f, gangs) = joint_assignment_case();
+    let greedy = run_with(f.clone(), &default_queues(), gangs.clone(), Config::stowage());
+    assert_eq!(greedy.admitted("head").map(|a| a.0), Some("c-a".into()));
+    assert!(
+        matches!(greedy.reason("pinned"), Reason::NoDomain(_) | Reason::Reserved { .. }),
+        "{:?}",
+        greedy.reason("pinned")
+    );
+    assert!(greedy.result.batch.is_none());
+
+    let config = Config { batch: Some(Batch::DEFAULT), ..Config::stowage() };
+    let out = run_with(f, &default_queues(), gangs, config);
+    assert_eq!(out.admitted("head").map(|a| a.0), Some("c-b".into()));
+    assert_eq!(out.admitted("pinned").map(|a| a.0), Some("c-a".into()));
+    let report = out.result.batch.as_ref().expect("the optimiser ran");
+    assert!(report.kept_ilp, "{report:?}");
+    assert!(report.realised_value > report.greedy_value);
+    assert_eq!(report.gap(), Some(0.0), "a model this small is solved to optimality: {report:?}");
+    assert_eq!(report.window, 2);
+}
+
+#[test]
+fn the_batch_optimiser_keeps_the_greedy_answer_when_it_cannot_beat_it() {
+    // Room for one of the two whole-cluster gangs only: either answer admits one, so the
+    // greedy one (the head) stands.
+    let f = fleet(&[("c1", "h100", 8, &[(Host, 2)])]);
+    let gangs = vec![gang("head").pods(2).gpus(8).submitted(0), gang("next").pods(2).gpus(8).submitted(1)];
+    let config = Config { batch: Some(Batch::DEFAULT), ..Config::stowage() };
+    let out = run_with(f, &default_queues(), gangs, config);
+    assert!(out.admitted("head").is_some());
+    assert!(matches!(out.decision("next"), Decision::Pending(_)));
+    let report = out.result.batch.as_ref().expect("the optimiser ran");
+    assert!(!report.kept_ilp, "{report:?}");
+}
+
+#[test]
+fn the_batch_optimiser_decides_the_same_on_the_same_snapshot() {
+    let (f, gangs) = joint_assignment_case();
+    let mut more = gangs;
+    more.extend(
+        (0..30).map(|i| gang(&format!("g{i:02}")).pods(1 + i % 3).gpus(4 + 4 * (i % 2)).submitted(2 + u64::from(i))),
+    );
+    let config = Config { batch: Some(Batch { window: 16, ..Batch::DEFAULT }), ..Config::stowage() };
+    let first = cycle(Snapshot::idle(&f, &default_queues()), &more, &config);
+    for _ in 0..3 {
+        let again = cycle(Snapshot::idle(&f, &default_queues()), &more, &config);
+        assert_eq!(again.decisions, first.decisions);
+        assert_eq!(again.batch, first.batch);
+    }
 }

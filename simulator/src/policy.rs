@@ -53,6 +53,7 @@ impl Policy {
                 fair_sharing: false,
                 reservations: false,
                 preemption: None,
+                batch: None,
             },
             Policy::KueueMultiKueue => Config {
                 choice: ClusterChoice::InOrder,
@@ -62,6 +63,7 @@ impl Policy {
                 fair_sharing: false,
                 reservations: false,
                 preemption: None,
+                batch: None,
             },
             Policy::VolcanoBinpack => Config {
                 choice: ClusterChoice::InOrder,
@@ -71,6 +73,7 @@ impl Policy {
                 fair_sharing: false,
                 reservations: false,
                 preemption: None,
+                batch: None,
             },
         }
     }

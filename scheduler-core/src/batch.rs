@@ -1,0 +1,508 @@
+//! The batch optimiser: the gangs at the head of the queue assigned to domains jointly, by an
+//! integer program, where the greedy cycle takes them one at a time and can strand room that
+//! a different arrangement would have used.
+//!
+//! The model has one binary per (gang, candidate domain): the gang's pods all go inside that
+//! domain, with GPUs of one flavor. Candidates are the domains at the gang's narrowest
+//! topology level (preferred or required), one level wider, and the required level (the whole
+//! cluster when none), where every pod set fits on its own as things stand; the best-fitting
+//! few per gang are kept. Constraints: a gang takes at most one candidate; the GPUs of the
+//! gangs inside a domain stay within its free GPUs, for every candidate domain and each of
+//! its ancestors; each queue stays within its quota headroom. The objective is admitted GPUs,
+//! weighted by the gang's place in the queue (the head counts double the tail, so a gang is
+//! passed over only when that admits clearly more) with a bonus for meeting its locality.
+//!
+//! That is a relaxation (a domain's GPUs may be split across hosts in ways no pod fits), so an
+//! answer is only a plan: the cycle realises it with the same placer as always, each chosen
+//! gang held inside its domain, then serves every other gang greedily; `cycle` keeps whichever
+//! of that and the plain greedy cycle scores higher (`value`). The solver is warm-started with
+//! the greedy answer and limited by branch-and-bound nodes, not seconds, so the same snapshot
+//! gives the same decisions on any machine. Every answer is checked (integral, one domain per
+//! gang, within every row) before use.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
+
+use good_lp::{Expression, ProblemVariables, Solution, SolverModel, Variable, variable};
+
+use crate::cycle::{Decision, Run, ask, queue_order};
+use crate::fleet::{ClusterId, DomainId, FlavorId, Fleet};
+use crate::gang::Gang;
+use crate::place::View;
+use crate::queue::{QueueingStrategy, quota_charges};
+use crate::reason::Reason;
+use crate::topology::{Level, TopologyConstraint};
+
+/// Values closer than this are equal (they are sums of GPU counts times weights).
+pub const EPSILON: f64 = 1e-6;
+/// The objective's bonus, as a share of a gang's weighted GPUs, for meeting its locality.
+const LOCALITY_BONUS: f64 = 0.1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Batch {
+    /// How many gangs at the head of the queue are assigned jointly.
+    pub window: usize,
+    /// Candidate domains kept per gang (the best-fitting ones at each level).
+    pub candidates: usize,
+    /// Branch-and-bound nodes the solver may explore. A deterministic limit: a time limit
+    /// would make decisions depend on the machine's load.
+    pub max_nodes: u32,
+    pub solver: Solver,
+}
+
+impl Batch {
+    /// Chosen on `cargo bench -p scheduler-core --bench batch` (docs/performance.md): a
+    /// 200-gang window within 1% of the proven optimum in well under a second on 2 cores.
+    pub const DEFAULT: Batch = Batch { window: 200, candidates: 24, max_nodes: 500, solver: Solver::Highs };
+}
+
+/// The MILP solver behind good_lp. HiGHS is the one the cycle uses (docs/policy.md says why);
+/// the others are there to be measured against it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Solver {
+    Highs,
+    /// Pure Rust, no limit on its search: for small windows and comparisons only.
+    Microlp,
+    /// COIN-OR CBC (the `cbc` feature; needs the system's libCbc).
+    #[cfg(feature = "cbc")]
+    Cbc,
+}
+
+/// What the optimiser did in one cycle.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchReport {
+    /// Gangs in the window, and the model's size.
+    pub window: usize,
+    pub binaries: usize,
+    pub rows: usize,
+    /// The model's objective for the greedy answer (the warm start) and for the solver's.
+    pub greedy_objective: f64,
+    pub objective: f64,
+    /// The bound the solver proved on the model's optimum; `None` when it reports none.
+    pub bound: Option<f64>,
+    /// `value` of the greedy cycle's decisions and of the cycle that realised the answer.
+    pub greedy_value: f64,
+    pub realised_value: f64,
+    /// Whether the cycle returned the optimiser's decisions (else the greedy ones).
+    pub kept_ilp: bool,
+    /// Why the solver's answer was not used, when it failed or did not check out.
+    pub rejected: Option<String>,
+}
+
+impl BatchReport {
+    /// How far the answer may be from the model's optimum, as a share of the bound.
+    pub fn gap(&self) -> Option<f64> {
+        self.bound.map(|b| if b > EPSILON { ((b - self.objective) / b).max(0.0) } else { 0.0 })
+    }
+}
+
+/// Where the optimiser put gangs: `pins` are (pending index, cluster, domain), in the order
+/// the cycle realises them; `window` holds every gang the model weighed, so the cycle knows
+/// when it has reached them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Plan {
+    pub window: BTreeSet<usize>,
+    pub pins: Vec<(usize, ClusterId, DomainId)>,
+}
+
+/// One way to admit a window gang.
+#[derive(Debug, Clone)]
+struct Candidate {
+    /// Index into the window.
+    gang: usize,
+    cluster: ClusterId,
+    domain: DomainId,
+    value: f64,
+}
+
+/// `sum(coefficient * x[candidate]) <= limit`.
+#[derive(Debug, Clone, Default)]
+struct Row {
+    limit: u64,
+    terms: Vec<(usize, u64)>,
+}
+
+#[derive(Debug)]
+struct Model {
+    /// Pending indices of the window's gangs.
+    window: Vec<usize>,
+    candidates: Vec<Candidate>,
+    rows: Vec<Row>,
+}
+
+/// The solver's answer: the candidates it chose, and its objective and bound.
+#[derive(Debug)]
+struct Answer {
+    chosen: Vec<usize>,
+    objective: f64,
+    bound: Option<f64>,
+}
+
+/// The optimiser's plan for this cycle, given the greedy cycle's `decisions`; `None` when it
+/// has nothing to improve (every gang that waits, waits for something other than room), and
+/// `Err` with the report when the solver failed or its answer did not check out.
+pub(crate) fn plan(
+    run: &Run<'_>,
+    pending: &[Gang],
+    held: &[Cow<'_, Gang>],
+    decisions: &[Decision],
+    settings: &Batch,
+) -> Option<Result<(Plan, BatchReport), BatchReport>> {
+    let window = window(run, pending, decisions, settings.window)?;
+    let model = Model::build(run, pending, held, window, settings.candidates);
+    if model.candidates.is_empty() {
+        return None;
+    }
+    let warm = model.warm_start(run.fleet, decisions);
+    let mut report = BatchReport {
+        window: model.window.len(),
+        binaries: model.candidates.len(),
+        rows: model.rows.len(),
+        greedy_objective: warm.iter().map(|&k| model.candidates[k].value).sum(),
+        objective: 0.0,
+        bound: None,
+        greedy_value: 0.0,
+        realised_value: 0.0,
+        kept_ilp: false,
+        rejected: None,
+    };
+    let answer = model.solve(settings, &warm).and_then(|a| model.check(&a).map(|()| a));
+    match answer {
+        Ok(answer) => {
+            (report.objective, report.bound) = (answer.objective, answer.bound);
+            Some(Ok((model.plan(pending, &answer), report)))
+        }
+        Err(why) => {
+            report.rejected = Some(why);
+            Some(Err(report))
+        }
+    }
+}
+
+/// The gangs the model weighs: from the priority class of the first gang the greedy cycle
+/// left waiting for room, the first `size` in queue order (those it admitted too, so they can
+/// be rearranged). Gangs of strict-FIFO queues keep their order and stay out, as do gangs the
+/// greedy cycle admitted by preemption and gangs that ask for no GPUs.
+fn window(run: &Run<'_>, pending: &[Gang], decisions: &[Decision], size: usize) -> Option<Vec<usize>> {
+    let order = queue_order(pending);
+    let waits_for_room =
+        |r: &Reason| matches!(r, Reason::NoDomain(_) | Reason::HoldingForLocality { .. } | Reason::Reserved { .. });
+    let first = order.iter().find(|&&i| matches!(&decisions[i], Decision::Pending(r) if waits_for_room(r)))?;
+    let priority = pending[*first].priority;
+    let strict = |g: &Gang| {
+        run.queues
+            .id(&g.queue)
+            .is_some_and(|q| run.config.strategy.unwrap_or(run.queues.spec(q).strategy) == QueueingStrategy::StrictFifo)
+    };
+    let window: Vec<usize> = order
+        .into_iter()
+        .filter(|&i| {
+            let g = &pending[i];
+            g.priority == priority
+                && g.total_gpus() > 0
+                && !strict(g)
+                && !matches!(decisions[i], Decision::Preempt { .. })
+        })
+        .take(size)
+        .collect();
+    (window.len() >= 2).then_some(window)
+}
+
+/// How much a cycle's decisions are worth: every admitted gang's GPUs, weighted by its place in
+/// the queue and with the locality bonus for the span it got. The same measure the model
+/// maximises, on real placements.
+pub(crate) fn value(fleet: &Fleet, pending: &[Gang], held: &[Cow<'_, Gang>], decisions: &[Decision]) -> f64 {
+    let order = queue_order(pending);
+    order
+        .iter()
+        .enumerate()
+        .filter_map(|(pos, &i)| {
+            let admission = decisions[i].admission()?;
+            let level = admission.span(fleet).and_then(|d| fleet.level_of(d));
+            Some(worth(&held[i], pos, pending.len(), level))
+        })
+        .sum()
+}
+
+/// A gang's weighted GPUs: `pos` is its place in queue order of `n`; `level` is that of the
+/// domain holding all its pods (`None`: the whole cluster).
+fn worth(gang: &Gang, pos: usize, n: usize, level: Option<Level>) -> f64 {
+    let weight = 1.0 + (n - pos) as f64 / n as f64;
+    gang.total_gpus() as f64 * weight * (1.0 + locality_bonus(gang, level))
+}
+
+/// The full bonus when the gang's pods share a domain at its narrowest preferred or required
+/// level (or it states none), half one level wider, none beyond.
+fn locality_bonus(gang: &Gang, level: Option<Level>) -> f64 {
+    let Some(target) = narrowest(gang) else { return LOCALITY_BONUS };
+    let wider = Level::ALL.iter().rev().copied().find(|l| *l < target);
+    match level {
+        Some(l) if l >= target => LOCALITY_BONUS,
+        Some(l) if Some(l) == wider => LOCALITY_BONUS / 2.0,
+        _ => 0.0,
+    }
+}
+
+/// The narrowest level any multi-pod set of the gang prefers or requires.
+fn narrowest(gang: &Gang) -> Option<Level> {
+    gang.pod_sets
+        .iter()
+        .filter(|ps| ps.pods > 1)
+        .filter_map(|ps| match ps.topology {
+            TopologyConstraint::Required(l) | TopologyConstraint::Preferred(l) => Some(l),
+            _ => None,
+        })
+        .max()
+}
+
+/// The narrowest level any pod set requires.
+fn required(gang: &Gang) -> Option<Level> {
+    gang.pod_sets
+        .iter()
+        .filter_map(|ps| match ps.topology {
+            TopologyConstraint::Required(l) => Some(l),
+            _ => None,
+        })
+        .max()
+}
+
+impl Model {
+    fn build(run: &Run<'_>, pending: &[Gang], held: &[Cow<'_, Gang>], window: Vec<usize>, keep: usize) -> Model {
+        let fleet = run.fleet;
+        let n = pending.len();
+        let positions: BTreeMap<usize, usize> =
+            queue_order(pending).into_iter().enumerate().map(|(pos, i)| (i, pos)).collect();
+        let mut candidates = Vec::new();
+        // (domain, flavor) -> capacity row; (queue, quota key) -> quota row.
+        let mut capacity: BTreeMap<(DomainId, FlavorId), Row> = BTreeMap::new();
+        let mut quota: BTreeMap<(crate::queue::QueueId, crate::queue::QuotaKey), Row> = BTreeMap::new();
+        for (w, &i) in window.iter().enumerate() {
+            let gang: &Gang = &held[i];
+            let Some(queue) = run.queues.id(&gang.queue) else { continue };
+            let Ok(resolved) = gang.pod_sets.iter().map(|ps| run.resolve(queue, ps)).collect::<Result<Vec<_>, _>>()
+            else {
+                continue;
+            };
+            // Flavors every GPU pod set may take.
+            let flavors: Vec<FlavorId> = (0..fleet.flavor_names().len() as u16)
+                .map(FlavorId)
+                .filter(|f| {
+                    gang.pod_sets
+                        .iter()
+                        .zip(&resolved)
+                        .all(|(ps, r)| ps.shape.gpus == 0 || r.flavors.contains(&Some(*f)))
+                })
+                .collect();
+            let mut mine: Vec<(f64, u64, Candidate, FlavorId)> = Vec::new();
+            for c in fleet.cluster_ids() {
+                let cl = fleet.cluster(c);
+                if cl.cordoned || !gang.clusters.allows(&cl.name, &cl.labels) {
+                    continue;
+                }
+                let req = required(gang).map_or(0, |l| cl.depth_for(l));
+                let narrow = narrowest(gang).map_or(req, |l| cl.depth_for(l)).max(req);
+                let mut depths = vec![narrow, narrow.saturating_sub(1).max(req), req];
+                depths.dedup();
+                for &f in flavors.iter().filter(|&&f| cl.has_flavor(f)) {
+                    let asks: Vec<_> =
+                        gang.pod_sets.iter().map(|ps| ask(fleet, c, ps, (ps.shape.gpus > 0).then_some(f))).collect();
+                    let view = View { fleet, cap: &run.cap, fill: run.config.fill };
+                    for &depth in &depths {
+                        for d in view.domains_at(cl.root, depth, &|v, d| asks.iter().all(|a| v.fits(d, a))) {
+                            let value = worth(gang, positions[&i], n, fleet.level_of(d));
+                            let leftover = run.cap.free_gpus(fleet, d, f).saturating_sub(gang.total_gpus());
+                            mine.push((value, leftover, Candidate { gang: w, cluster: c, domain: d, value }, f));
+                        }
+                    }
+                }
+            }
+            // The most valuable, best-fitting few, ties in fleet order.
+            mine.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.domain.cmp(&b.2.domain)));
+            mine.truncate(keep);
+            for (_, _, cand, f) in mine {
+                let k = candidates.len();
+                let mut d = Some(cand.domain);
+                while let Some(e) = d {
+                    let row = capacity
+                        .entry((e, f))
+                        .or_insert_with(|| Row { limit: run.cap.free_gpus(fleet, e, f), terms: Vec::new() });
+                    row.terms.push((k, gang.total_gpus()));
+                    d = fleet.domain(e).parent;
+                }
+                let flavor = fleet.flavor_name(f);
+                let per_set = gang.pod_sets.iter().map(|ps| (ps.shape.gpus > 0).then_some(flavor));
+                for (key, amount) in quota_charges(run.queues, gang, per_set) {
+                    if let Some(limit) = run.queues.headroom(&run.usage, queue, &key) {
+                        quota
+                            .entry((queue, key))
+                            .or_insert_with(|| Row { limit, terms: Vec::new() })
+                            .terms
+                            .push((k, amount));
+                    }
+                }
+                candidates.push(cand);
+            }
+        }
+        // A row that holds even if every term in it is chosen constrains nothing.
+        let rows = capacity
+            .into_values()
+            .chain(quota.into_values())
+            .filter(|r| r.terms.iter().map(|t| t.1).sum::<u64>() > r.limit)
+            .collect();
+        Model { window, candidates, rows }
+    }
+
+    /// The greedy cycle's answer in the model's terms: for each window gang it admitted, the
+    /// narrowest of its candidates that holds the greedy placement's span.
+    fn warm_start(&self, fleet: &Fleet, decisions: &[Decision]) -> Vec<usize> {
+        let mut chosen: BTreeMap<usize, usize> = BTreeMap::new();
+        for (k, c) in self.candidates.iter().enumerate() {
+            let Some(a) = decisions[self.window[c.gang]].admission() else { continue };
+            let Some(span) = a.span(fleet) else { continue };
+            let depth = fleet.domain(c.domain).depth;
+            if a.cluster != c.cluster || fleet.domain(span).depth < depth || fleet.ancestor_at(span, depth) != c.domain
+            {
+                continue;
+            }
+            let better = chosen.get(&c.gang).is_none_or(|&j| fleet.domain(self.candidates[j].domain).depth < depth);
+            if better {
+                chosen.insert(c.gang, k);
+            }
+        }
+        chosen.into_values().collect()
+    }
+
+    fn solve(&self, settings: &Batch, warm: &[usize]) -> Result<Answer, String> {
+        let mut vars = ProblemVariables::new();
+        let x: Vec<Variable> = self.candidates.iter().map(|_| vars.add(variable().binary())).collect();
+        let objective: Expression = self.candidates.iter().zip(&x).map(|(c, &v)| c.value * v).sum();
+        let problem = vars.maximise(objective);
+        match settings.solver {
+            Solver::Highs => self.solve_highs(problem.using(good_lp::solvers::highs::highs), &x, settings, warm),
+            Solver::Microlp => self.solve_generic(problem.using(good_lp::solvers::microlp::microlp), &x),
+            #[cfg(feature = "cbc")]
+            Solver::Cbc => {
+                let mut m = self.constrain(problem.using(good_lp::solvers::coin_cbc::coin_cbc), &x);
+                m.set_parameter("maxNodes", &settings.max_nodes.to_string());
+                m.set_parameter("threads", "1");
+                m.set_parameter("log", "0");
+                let warm = good_lp::WithInitialSolution::with_initial_solution(
+                    m,
+                    warm.iter().map(|&k| (x[k], 1.0)).collect::<Vec<_>>(),
+                );
+                self.solve_generic(warm, &x)
+            }
+        }
+    }
+
+    /// The model's constraints added to a solver's problem.
+    fn constrain<M: SolverModel>(&self, mut m: M, x: &[Variable]) -> M {
+        let mut per_gang: BTreeMap<usize, Expression> = BTreeMap::new();
+        for (c, &v) in self.candidates.iter().zip(x) {
+            *per_gang.entry(c.gang).or_default() += v;
+        }
+        for e in per_gang.into_values() {
+            m.add_constraint(e.leq(1));
+        }
+        for r in &self.rows {
+            let e: Expression = r.terms.iter().map(|&(k, coef)| coef as f64 * x[k]).sum();
+            m.add_constraint(e.leq(r.limit as f64));
+        }
+        m
+    }
+
+    fn solve_generic<M: SolverModel>(&self, m: M, x: &[Variable]) -> Result<Answer, String> {
+        let m = self.constrain(m, x);
+        let solution = m.solve().map_err(|e| format!("solver: {e}"))?;
+        let values: Vec<f64> = x.iter().map(|&v| solution.value(v)).collect();
+        let chosen = integral(&values)?;
+        let objective = chosen.iter().map(|&k| self.candidates[k].value).sum();
+        Ok(Answer { chosen, objective, bound: None })
+    }
+
+    fn solve_highs(
+        &self,
+        problem: good_lp::solvers::highs::HighsProblem,
+        x: &[Variable],
+        settings: &Batch,
+        warm: &[usize],
+    ) -> Result<Answer, String> {
+        use highs::HighsModelStatus as S;
+        let mut model = self.constrain(problem, x).try_into_inner().map_err(|e| format!("HiGHS: {e}"))?;
+        model.make_quiet();
+        let node_limit = i32::try_from(settings.max_nodes).unwrap_or(i32::MAX);
+        for (option, value) in [("mip_max_nodes", node_limit), ("threads", 1)] {
+            model.try_set_option(option, value).map_err(|e| format!("HiGHS option {option}: {e:?}"))?;
+        }
+        // Stop at a proven 0.01%: closing the last sliver costs most of the search.
+        model.try_set_option("mip_rel_gap", 1e-4).map_err(|e| format!("HiGHS option mip_rel_gap: {e:?}"))?;
+        // good_lp numbers columns in variable order.
+        let mut start = vec![0.0; x.len()];
+        for &k in warm {
+            start[k] = 1.0;
+        }
+        model.try_set_solution(Some(&start), None, None, None).map_err(|e| format!("HiGHS warm start: {e:?}"))?;
+        let solved = model.try_solve().map_err(|e| format!("HiGHS: {e:?}"))?;
+        match solved.status() {
+            S::Optimal
+            | S::ReachedIterationLimit
+            | S::ObjectiveBound
+            | S::ObjectiveTarget
+            | S::ReachedSolutionLimit => {}
+            other => return Err(format!("HiGHS ended with status {other:?}")),
+        }
+        let values = solved.get_solution().columns().to_vec();
+        let chosen = integral(&values)?;
+        let objective = chosen.iter().map(|&k| self.candidates[k].value).sum();
+        let bound = solved.double_info_value(c"mip_dual_bound").ok().filter(|b| b.is_finite());
+        Ok(Answer { chosen, objective, bound })
+    }
+
+    /// Whether an answer keeps every constraint, recomputed here rather than trusted.
+    fn check(&self, answer: &Answer) -> Result<(), String> {
+        let mut gangs = BTreeSet::new();
+        for &k in &answer.chosen {
+            if !gangs.insert(self.candidates[k].gang) {
+                return Err(format!("answer puts window gang {} in two domains", self.candidates[k].gang));
+            }
+        }
+        let chosen: BTreeSet<usize> = answer.chosen.iter().copied().collect();
+        for (r, row) in self.rows.iter().enumerate() {
+            let used: u64 = row.terms.iter().filter(|t| chosen.contains(&t.0)).map(|t| t.1).sum();
+            if used > row.limit {
+                return Err(format!("answer breaks row {r}: {used} > {}", row.limit));
+            }
+        }
+        Ok(())
+    }
+
+    /// The pins, largest gangs first (they are the hardest to fit into what is left), then in
+    /// queue order.
+    fn plan(&self, pending: &[Gang], answer: &Answer) -> Plan {
+        let mut pins: Vec<(usize, ClusterId, DomainId)> = answer
+            .chosen
+            .iter()
+            .map(|&k| {
+                let c = &self.candidates[k];
+                (self.window[c.gang], c.cluster, c.domain)
+            })
+            .collect();
+        let rank: BTreeMap<usize, usize> = self.window.iter().enumerate().map(|(w, &i)| (i, w)).collect();
+        pins.sort_by_key(|&(i, _, _)| (std::cmp::Reverse(pending[i].total_gpus()), rank[&i]));
+        Plan { window: self.window.iter().copied().collect(), pins }
+    }
+}
+
+/// The chosen candidates of a 0/1 solution, or why it is not one.
+fn integral(values: &[f64]) -> Result<Vec<usize>, String> {
+    let mut chosen = Vec::new();
+    for (k, &v) in values.iter().enumerate() {
+        if (v - v.round()).abs() > 1e-6 || !(-1e-6..=1.0 + 1e-6).contains(&v) {
+            return Err(format!("answer is not integral: x[{k}] = {v}"));
+        }
+        if v > 0.5 {
+            chosen.push(k);
+        }
+    }
+    Ok(chosen)
+}
