@@ -6,6 +6,8 @@
 
 FROM rust:1-bookworm AS build
 WORKDIR /src
+# HiGHS (the batch optimiser's solver) builds from source: cmake, and libclang for bindgen.
+RUN apt-get update && apt-get install -y --no-install-recommends cmake libclang-dev && rm -rf /var/lib/apt/lists/*
 COPY . .
 # Cache mounts keep the crate registry and the build directory between builds (BuildKit).
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

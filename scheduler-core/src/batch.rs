@@ -6,9 +6,11 @@
 //! domain, with GPUs of one flavor. Candidates are the domains at the gang's narrowest
 //! topology level (preferred or required), one level wider, and the required level (the whole
 //! cluster when none), where every pod set fits on its own as things stand; the best-fitting
-//! few per gang are kept. Constraints: a gang takes at most one candidate; the GPUs of the
-//! gangs inside a domain stay within its free GPUs, for every candidate domain and each of
-//! its ancestors; each queue stays within its quota headroom. The objective is admitted GPUs,
+//! few per gang are kept. Constraints: a gang takes at most one candidate; inside every
+//! candidate domain and each of its ancestors, for each pod size `s` in the window, the pods
+//! of `s` GPUs or more stay within the hosts' room for `s`-GPU pods, and their GPUs within the
+//! free GPUs of hosts with `s` or more free (a pod needs one host: GPUs scattered in pieces
+//! smaller than it are no use to it); each queue stays within its quota headroom. The objective is admitted GPUs,
 //! weighted by the gang's place in the queue (the head counts double the tail, so a gang is
 //! passed over only when that admits clearly more) with a bonus for meeting its locality.
 //!
@@ -53,7 +55,7 @@ pub struct Batch {
 impl Batch {
     /// Chosen on `cargo bench -p scheduler-core --bench batch` (docs/performance.md): a
     /// 200-gang window within 1% of the proven optimum in well under a second on 2 cores.
-    pub const DEFAULT: Batch = Batch { window: 200, candidates: 24, max_nodes: 500, solver: Solver::Highs };
+    pub const DEFAULT: Batch = Batch { window: 200, candidates: 24, max_nodes: 100, solver: Solver::Highs };
 }
 
 /// The MILP solver behind good_lp. HiGHS is the one the cycle uses (docs/policy.md says why);
@@ -170,7 +172,7 @@ pub(crate) fn plan(
     match answer {
         Ok(answer) => {
             (report.objective, report.bound) = (answer.objective, answer.bound);
-            Some(Ok((model.plan(pending, &answer), report)))
+            Some(Ok((model.plan(run.fleet, pending, &answer), report)))
         }
         Err(why) => {
             report.rejected = Some(why);
@@ -273,8 +275,14 @@ impl Model {
         let positions: BTreeMap<usize, usize> =
             queue_order(pending).into_iter().enumerate().map(|(pos, i)| (i, pos)).collect();
         let mut candidates = Vec::new();
-        // (domain, flavor) -> capacity row; (queue, quota key) -> quota row.
-        let mut capacity: BTreeMap<(DomainId, FlavorId), Row> = BTreeMap::new();
+        // Every GPU pod size in the window: the thresholds of the capacity rows.
+        let sizes: BTreeSet<u32> = window
+            .iter()
+            .flat_map(|&i| held[i].pod_sets.iter().map(|ps| ps.shape.gpus))
+            .filter(|&g| g > 0)
+            .collect();
+        // (domain, flavor, size, counts pods) -> capacity row; (queue, quota key) -> quota row.
+        let mut capacity: BTreeMap<(DomainId, FlavorId, u32, bool), Row> = BTreeMap::new();
         let mut quota: BTreeMap<(crate::queue::QueueId, crate::queue::QuotaKey), Row> = BTreeMap::new();
         for (w, &i) in window.iter().enumerate() {
             let gang: &Gang = &held[i];
@@ -323,10 +331,23 @@ impl Model {
                 let k = candidates.len();
                 let mut d = Some(cand.domain);
                 while let Some(e) = d {
-                    let row = capacity
-                        .entry((e, f))
-                        .or_insert_with(|| Row { limit: run.cap.free_gpus(fleet, e, f), terms: Vec::new() });
-                    row.terms.push((k, gang.total_gpus()));
+                    let hist = run.cap.histogram(fleet, e, f);
+                    for &size in &sizes {
+                        let big = gang.pod_sets.iter().filter(|ps| ps.shape.gpus >= size);
+                        let (pods, gpus) = big.fold((0u64, 0u64), |(p, g), ps| {
+                            (p + u64::from(ps.pods), g + u64::from(ps.pods) * u64::from(ps.shape.gpus))
+                        });
+                        if pods == 0 {
+                            continue;
+                        }
+                        for (counts_pods, need) in [(true, pods), (false, gpus)] {
+                            let row = capacity.entry((e, f, size, counts_pods)).or_insert_with(|| Row {
+                                limit: room(hist, size, counts_pods),
+                                terms: Vec::new(),
+                            });
+                            row.terms.push((k, need));
+                        }
+                    }
                     d = fleet.domain(e).parent;
                 }
                 let flavor = fleet.flavor_name(f);
@@ -383,14 +404,17 @@ impl Model {
             #[cfg(feature = "cbc")]
             Solver::Cbc => {
                 let mut m = self.constrain(problem.using(good_lp::solvers::coin_cbc::coin_cbc), &x);
-                m.set_parameter("maxNodes", &settings.max_nodes.to_string());
+                let node_limit = settings.max_nodes.min(i32::MAX as u32);
+                m.set_parameter("maxNodes", &node_limit.to_string());
                 m.set_parameter("threads", "1");
                 m.set_parameter("log", "0");
-                let warm = good_lp::WithInitialSolution::with_initial_solution(
+                let m = good_lp::WithInitialSolution::with_initial_solution(
                     m,
                     warm.iter().map(|&k| (x[k], 1.0)).collect::<Vec<_>>(),
                 );
-                self.solve_generic(warm, &x)
+                let solution = m.solve().map_err(|e| format!("CBC: {e}"))?;
+                let bound = Some(solution.model().best_possible_value()).filter(|b| b.is_finite());
+                self.answer(x.iter().map(|&v| solution.value(v)).collect(), bound)
             }
         }
     }
@@ -412,12 +436,15 @@ impl Model {
     }
 
     fn solve_generic<M: SolverModel>(&self, m: M, x: &[Variable]) -> Result<Answer, String> {
-        let m = self.constrain(m, x);
-        let solution = m.solve().map_err(|e| format!("solver: {e}"))?;
-        let values: Vec<f64> = x.iter().map(|&v| solution.value(v)).collect();
+        let solution = self.constrain(m, x).solve().map_err(|e| format!("solver: {e}"))?;
+        self.answer(x.iter().map(|&v| solution.value(v)).collect(), None)
+    }
+
+    /// A solver's column values as an answer, its objective recomputed from the model.
+    fn answer(&self, values: Vec<f64>, bound: Option<f64>) -> Result<Answer, String> {
         let chosen = integral(&values)?;
         let objective = chosen.iter().map(|&k| self.candidates[k].value).sum();
-        Ok(Answer { chosen, objective, bound: None })
+        Ok(Answer { chosen, objective, bound })
     }
 
     fn solve_highs(
@@ -451,11 +478,8 @@ impl Model {
             | S::ReachedSolutionLimit => {}
             other => return Err(format!("HiGHS ended with status {other:?}")),
         }
-        let values = solved.get_solution().columns().to_vec();
-        let chosen = integral(&values)?;
-        let objective = chosen.iter().map(|&k| self.candidates[k].value).sum();
         let bound = solved.double_info_value(c"mip_dual_bound").ok().filter(|b| b.is_finite());
-        Ok(Answer { chosen, objective, bound })
+        self.answer(solved.get_solution().columns().to_vec(), bound)
     }
 
     /// Whether an answer keeps every constraint, recomputed here rather than trusted.
@@ -476,9 +500,10 @@ impl Model {
         Ok(())
     }
 
-    /// The pins, largest gangs first (they are the hardest to fit into what is left), then in
-    /// queue order.
-    fn plan(&self, pending: &[Gang], answer: &Answer) -> Plan {
+    /// The pins, narrowest domains first: the model lets a gang in a wide domain use any of its
+    /// room, so it goes after those held to a part of it. Among equals, largest gangs first
+    /// (they are the hardest to fit into what is left), then queue order.
+    fn plan(&self, fleet: &Fleet, pending: &[Gang], answer: &Answer) -> Plan {
         let mut pins: Vec<(usize, ClusterId, DomainId)> = answer
             .chosen
             .iter()
@@ -488,9 +513,24 @@ impl Model {
             })
             .collect();
         let rank: BTreeMap<usize, usize> = self.window.iter().enumerate().map(|(w, &i)| (i, w)).collect();
-        pins.sort_by_key(|&(i, _, _)| (std::cmp::Reverse(pending[i].total_gpus()), rank[&i]));
+        pins.sort_by_key(|&(i, _, d)| {
+            (std::cmp::Reverse(fleet.domain(d).depth), std::cmp::Reverse(pending[i].total_gpus()), rank[&i])
+        });
         Plan { window: self.window.iter().copied().collect(), pins }
     }
+}
+
+/// From a domain's histogram of hosts by free GPUs: how many pods of `size` GPUs fit on its
+/// hosts (`counts_pods`), or how many GPUs its hosts with `size` or more free hold.
+fn room(hist: &[u32], size: u32, counts_pods: bool) -> u64 {
+    hist.iter()
+        .enumerate()
+        .map(|(free, &hosts)| {
+            let free = free as u64;
+            let per_host = if counts_pods { free / u64::from(size) } else if free >= u64::from(size) { free } else { 0 };
+            u64::from(hosts) * per_host
+        })
+        .sum()
 }
 
 /// The chosen candidates of a 0/1 solution, or why it is not one.

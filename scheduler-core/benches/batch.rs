@@ -1,0 +1,165 @@
+//! The batch optimiser on windows of 80 and 200 gangs, against the greedy cycle and against
+//! the model's proven optimum, measured in the same run: what each answer is worth, how far
+//! from the optimum, how long it took. Solvers: HiGHS at the cycle's node limit, HiGHS run to
+//! a proven optimum, microlp, and CBC when built with `--features cbc`.
+//! `cargo bench -p scheduler-core --bench batch` (docs/performance.md has the figures).
+//!
+//! Not criterion: the figures that matter are answer quality and one solve's time, per
+//! instance, and a run to optimality takes seconds.
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use scheduler_core::fixture::{GangExt, gang, uniform_cluster};
+use scheduler_core::{
+    Batch, BatchReport, Capacity, Config, Fleet, FleetBuilder, Gang, Level, PodShape, QueueSpec, Queues, Snapshot,
+    Solver, cycle,
+};
+
+const CLUSTERS: usize = 4;
+/// microlp has no node limit: a run past this is reported as not finished.
+const MICROLP_DEADLINE: Duration = Duration::from_secs(20);
+
+fn fleet() -> Fleet {
+    let mut b = FleetBuilder::new();
+    for c in 0..CLUSTERS {
+        let fanout = [(Level::Block, 2), (Level::Rack, 4), (Level::Host, 8)];
+        uniform_cluster(&mut b, &format!("c{c}"), "h100", 8, &fanout).expect("valid");
+    }
+    b.build().expect("valid")
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Hosts a third fully used, a third partly, a third free: the fragmented middle of a busy day.
+fn busy(fleet: &Fleet, rng: &mut Rng) -> Capacity {
+    let mut cap = Capacity::empty(fleet);
+    let one = PodShape { gpus: 1, cpu_milli: 0, memory_mib: 0 };
+    for (host, _) in fleet.hosts() {
+        let used = match rng.next() % 3 {
+            0 => 8,
+            1 => 1 + (rng.next() % 7) as u32,
+            _ => 0,
+        };
+        if used > 0 {
+            cap.take(fleet, host, used, one);
+        }
+    }
+    cap.commit();
+    cap
+}
+
+/// Philly-like shapes: mostly single pods, a third multi-node gangs that want a rack or block.
+fn gangs(n: usize, rng: &mut Rng) -> Vec<Gang> {
+    (0..n)
+        .map(|i| {
+            let r = rng.next();
+            let g = gang(&format!("g{i:03}")).submitted(i as u64);
+            match r % 10 {
+                0..=5 => g.gpus([1, 2, 4, 8][(r >> 8) as usize % 4]),
+                6..=8 => g.pods(2 + (r >> 8) as u32 % 3).gpus(8).preferred(Level::Rack),
+                _ => g.pods(4 + (r >> 8) as u32 % 5).gpus(8).required(Level::Block),
+            }
+        })
+        .collect()
+}
+
+struct Outcome {
+    report: Option<BatchReport>,
+    took: Duration,
+}
+
+fn solve(fleet: &Fleet, queues: &Queues, cap: &Capacity, pending: &[Gang], batch: Option<Batch>) -> Outcome {
+    let config = Config { batch, ..Config::stowage() };
+    let snapshot = Snapshot { capacity: cap.clone(), ..Snapshot::idle(fleet, queues) };
+    let start = Instant::now();
+    let out = cycle(snapshot, pending, &config);
+    Outcome { report: out.batch, took: start.elapsed() }
+}
+
+fn main() {
+    let fleet = fleet();
+    let queues = Queues::new(vec![QueueSpec::unlimited("default")]).expect("valid");
+    // The reference: every candidate domain kept, searched to a proven optimum.
+    let exact = Batch { max_nodes: u32::MAX, candidates: usize::MAX, ..Batch::DEFAULT };
+    let limits = [0, 20, Batch::DEFAULT.max_nodes, 1000];
+    let mut instances = Vec::new();
+    println!("objective as a share of the proven optimum, and time; realised: the cycle's value against greedy's");
+    print!("window seed binaries | greedy (time)       ");
+    for n in limits {
+        print!("| highs@{n:<5} realised   time ");
+    }
+    println!("| optimum time");
+    for window in [80usize, 200] {
+        for seed in 1..=5u64 {
+            let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ seed);
+            let cap = busy(&fleet, &mut rng);
+            let pending = gangs(window, &mut rng);
+            let greedy = solve(&fleet, &queues, &cap, &pending, None);
+            let optimum = solve(&fleet, &queues, &cap, &pending, Some(Batch { window, ..exact }));
+            let Some(o) = &optimum.report else {
+                println!("{window:>6} {seed:>4} — nothing waits for room: the optimiser has nothing to do");
+                continue;
+            };
+            let opt = o.objective;
+            print!("{window:>6} {seed:>4} {:>8} | {:.4} ({:>8.1?}) ", o.binaries, o.greedy_objective / opt, greedy.took);
+            for max_nodes in limits {
+                let out = solve(&fleet, &queues, &cap, &pending, Some(Batch { window, max_nodes, ..Batch::DEFAULT }));
+                match &out.report {
+                    Some(r) if r.rejected.is_none() => print!(
+                        "| {:>11.4} {:>8.4} {:>6.0?} ",
+                        r.objective / opt,
+                        r.realised_value / r.greedy_value,
+                        out.took
+                    ),
+                    other => print!("| rejected: {:?} ", other.as_ref().and_then(|r| r.rejected.clone())),
+                }
+            }
+            println!("| {:.1?}", optimum.took);
+            #[cfg(feature = "cbc")]
+            for max_nodes in [Batch::DEFAULT.max_nodes, u32::MAX] {
+                let cbc = Batch { window, max_nodes, solver: Solver::Cbc, ..Batch::DEFAULT };
+                let out = solve(&fleet, &queues, &cap, &pending, Some(cbc));
+                let shown = match &out.report {
+                    Some(r) if r.rejected.is_none() => format!("{:.4} of optimum", r.objective / opt),
+                    other => format!("rejected: {:?}", other.as_ref().and_then(|r| r.rejected.clone())),
+                };
+                println!("{:>20} cbc@{max_nodes}: {shown} in {:.1?}", "", out.took);
+            }
+            instances.push((window, seed, cap, pending, opt));
+        }
+    }
+    // Last, so that a search it abandons cannot slow the timings above.
+    println!("microlp (no node limit; abandoned after {MICROLP_DEADLINE:?}):");
+    for (window, seed, cap, pending, opt) in instances.iter().filter(|i| i.0 <= 80) {
+        println!("{window:>6} {seed:>4}: {}", microlp(&fleet, &queues, cap, pending, *window, *opt));
+    }
+}
+
+/// microlp on the same instance, abandoned (its thread left to finish alone) after the deadline.
+fn microlp(fleet: &Fleet, queues: &Queues, cap: &Capacity, pending: &[Gang], window: usize, opt: f64) -> String {
+    let (tx, rx) = mpsc::channel();
+    let (fleet, queues, cap, pending) = (fleet.clone(), queues.clone(), cap.clone(), pending.to_vec());
+    std::thread::spawn(move || {
+        let batch = Batch { window, solver: Solver::Microlp, ..Batch::DEFAULT };
+        let out = solve(&fleet, &queues, &cap, &pending, Some(batch));
+        // The receiver may have given up; nothing to do then.
+        let _ = tx.send(out);
+    });
+    match rx.recv_timeout(MICROLP_DEADLINE) {
+        Ok(Outcome { report: Some(r), took }) if r.rejected.is_none() => {
+            format!("{:.4} of optimum in {took:.1?}", r.objective / opt)
+        }
+        Ok(Outcome { report, took }) => format!("failed ({:?}) in {took:.1?}", report.and_then(|r| r.rejected)),
+        Err(_) => format!("unfinished after {MICROLP_DEADLINE:?}"),
+    }
+}
