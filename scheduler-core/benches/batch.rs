@@ -111,7 +111,12 @@ fn main() {
                 continue;
             };
             let opt = o.objective;
-            print!("{window:>6} {seed:>4} {:>8} | {:.4} ({:>8.1?}) ", o.binaries, o.greedy_objective / opt, greedy.took);
+            print!(
+                "{window:>6} {seed:>4} {:>8} | {:.4} ({:>8.1?}) ",
+                o.binaries,
+                o.greedy_objective / opt,
+                greedy.took
+            );
             for max_nodes in limits {
                 let out = solve(&fleet, &queues, &cap, &pending, Some(Batch { window, max_nodes, ..Batch::DEFAULT }));
                 match &out.report {

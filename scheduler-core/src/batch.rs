@@ -10,7 +10,10 @@
 //! candidate domain and each of its ancestors, for each pod size `s` in the window, the pods
 //! of `s` GPUs or more stay within the hosts' room for `s`-GPU pods, and their GPUs within the
 //! free GPUs of hosts with `s` or more free (a pod needs one host: GPUs scattered in pieces
-//! smaller than it are no use to it); each queue stays within its quota headroom. The objective is admitted GPUs,
+//! smaller than it are no use to it); each queue stays within its quota headroom; and when the
+//! greedy cycle reserved room for a blocked gang, no gang behind it is admitted without it
+//! unless it would also have been let backfill (it ends before the reservation starts), so the
+//! optimiser may rearrange the queue to fit the blocked gang but never starves it. The objective is admitted GPUs,
 //! weighted by the gang's place in the queue (the head counts double the tail, so a gang is
 //! passed over only when that admits clearly more) with a bonus for meeting its locality.
 //!
@@ -105,6 +108,17 @@ impl BatchReport {
 pub(crate) struct Plan {
     pub window: BTreeSet<usize>,
     pub pins: Vec<(usize, ClusterId, DomainId)>,
+    /// The gang holding a reservation and the gangs behind it that may not start without it.
+    pub leader: Option<(usize, Vec<usize>)>,
+}
+
+impl Plan {
+    /// Whether a cycle that realised the plan kept the reservation's promise: no follower
+    /// admitted while the leader waits (a pin can fail where the model saw room).
+    pub fn honoured(&self, decisions: &[Decision]) -> bool {
+        let Some((leader, followers)) = &self.leader else { return true };
+        decisions[*leader].admission().is_some() || followers.iter().all(|&f| decisions[f].admission().is_none())
+    }
 }
 
 /// One way to admit a window gang.
@@ -130,6 +144,8 @@ struct Model {
     window: Vec<usize>,
     candidates: Vec<Candidate>,
     rows: Vec<Row>,
+    /// (follower, leader), as window indices: the follower is admitted only with the leader.
+    follows: Vec<(usize, usize)>,
 }
 
 /// The solver's answer: the candidates it chose, and its objective and bound.
@@ -149,9 +165,11 @@ pub(crate) fn plan(
     held: &[Cow<'_, Gang>],
     decisions: &[Decision],
     settings: &Batch,
+    now_ms: u64,
 ) -> Option<Result<(Plan, BatchReport), BatchReport>> {
     let window = window(run, pending, decisions, settings.window)?;
-    let model = Model::build(run, pending, held, window, settings.candidates);
+    let follows = follows(pending, decisions, &window, now_ms);
+    let model = Model::build(run, pending, held, window, settings.candidates, follows);
     if model.candidates.is_empty() {
         return None;
     }
@@ -208,6 +226,18 @@ fn window(run: &Run<'_>, pending: &[Gang], decisions: &[Decision], size: usize) 
         .take(size)
         .collect();
     (window.len() >= 2).then_some(window)
+}
+
+/// The window gangs that may start only with the first one holding a reservation: those behind
+/// it that would not end before the reservation starts. (window index, leader's window index).
+fn follows(pending: &[Gang], decisions: &[Decision], window: &[usize], now_ms: u64) -> Vec<(usize, usize)> {
+    let reserved = window.iter().enumerate().find_map(|(w, &i)| match &decisions[i] {
+        Decision::Pending(Reason::Reserved { in_s, .. }) => Some((w, now_ms.saturating_add(in_s.saturating_mul(1000)))),
+        _ => None,
+    });
+    let Some((leader, start_ms)) = reserved else { return Vec::new() };
+    let backfills = |g: &Gang| g.runtime_ms.is_some_and(|r| now_ms.saturating_add(r) <= start_ms);
+    (leader + 1..window.len()).filter(|&w| !backfills(&pending[window[w]])).map(|w| (w, leader)).collect()
 }
 
 /// How much a cycle's decisions are worth: every admitted gang's GPUs, weighted by its place in
@@ -269,18 +299,22 @@ fn required(gang: &Gang) -> Option<Level> {
 }
 
 impl Model {
-    fn build(run: &Run<'_>, pending: &[Gang], held: &[Cow<'_, Gang>], window: Vec<usize>, keep: usize) -> Model {
+    fn build(
+        run: &Run<'_>,
+        pending: &[Gang],
+        held: &[Cow<'_, Gang>],
+        window: Vec<usize>,
+        keep: usize,
+        follows: Vec<(usize, usize)>,
+    ) -> Model {
         let fleet = run.fleet;
         let n = pending.len();
         let positions: BTreeMap<usize, usize> =
             queue_order(pending).into_iter().enumerate().map(|(pos, i)| (i, pos)).collect();
         let mut candidates = Vec::new();
         // Every GPU pod size in the window: the thresholds of the capacity rows.
-        let sizes: BTreeSet<u32> = window
-            .iter()
-            .flat_map(|&i| held[i].pod_sets.iter().map(|ps| ps.shape.gpus))
-            .filter(|&g| g > 0)
-            .collect();
+        let sizes: BTreeSet<u32> =
+            window.iter().flat_map(|&i| held[i].pod_sets.iter().map(|ps| ps.shape.gpus)).filter(|&g| g > 0).collect();
         // (domain, flavor, size, counts pods) -> capacity row; (queue, quota key) -> quota row.
         let mut capacity: BTreeMap<(DomainId, FlavorId, u32, bool), Row> = BTreeMap::new();
         let mut quota: BTreeMap<(crate::queue::QueueId, crate::queue::QuotaKey), Row> = BTreeMap::new();
@@ -341,10 +375,9 @@ impl Model {
                             continue;
                         }
                         for (counts_pods, need) in [(true, pods), (false, gpus)] {
-                            let row = capacity.entry((e, f, size, counts_pods)).or_insert_with(|| Row {
-                                limit: room(hist, size, counts_pods),
-                                terms: Vec::new(),
-                            });
+                            let row = capacity
+                                .entry((e, f, size, counts_pods))
+                                .or_insert_with(|| Row { limit: room(hist, size, counts_pods), terms: Vec::new() });
                             row.terms.push((k, need));
                         }
                     }
@@ -370,7 +403,7 @@ impl Model {
             .chain(quota.into_values())
             .filter(|r| r.terms.iter().map(|t| t.1).sum::<u64>() > r.limit)
             .collect();
-        Model { window, candidates, rows }
+        Model { window, candidates, rows, follows }
     }
 
     /// The greedy cycle's answer in the model's terms: for each window gang it admitted, the
@@ -424,6 +457,15 @@ impl Model {
         let mut per_gang: BTreeMap<usize, Expression> = BTreeMap::new();
         for (c, &v) in self.candidates.iter().zip(x) {
             *per_gang.entry(c.gang).or_default() += v;
+        }
+        for &(follower, leader) in &self.follows {
+            let (f, l) = (per_gang.get(&follower), per_gang.get(&leader));
+            match (f, l) {
+                (Some(f), Some(l)) => m.add_constraint(f.clone().leq(l.clone())),
+                // A leader with no candidate: the follower may not start at all.
+                (Some(f), None) => m.add_constraint(f.clone().leq(0)),
+                (None, _) => continue,
+            };
         }
         for e in per_gang.into_values() {
             m.add_constraint(e.leq(1));
@@ -490,6 +532,11 @@ impl Model {
                 return Err(format!("answer puts window gang {} in two domains", self.candidates[k].gang));
             }
         }
+        for &(follower, leader) in &self.follows {
+            if gangs.contains(&follower) && !gangs.contains(&leader) {
+                return Err(format!("answer admits window gang {follower} ahead of the reserved gang {leader}"));
+            }
+        }
         let chosen: BTreeSet<usize> = answer.chosen.iter().copied().collect();
         for (r, row) in self.rows.iter().enumerate() {
             let used: u64 = row.terms.iter().filter(|t| chosen.contains(&t.0)).map(|t| t.1).sum();
@@ -516,7 +563,11 @@ impl Model {
         pins.sort_by_key(|&(i, _, d)| {
             (std::cmp::Reverse(fleet.domain(d).depth), std::cmp::Reverse(pending[i].total_gpus()), rank[&i])
         });
-        Plan { window: self.window.iter().copied().collect(), pins }
+        let leader = self
+            .follows
+            .first()
+            .map(|&(_, l)| (self.window[l], self.follows.iter().map(|&(f, _)| self.window[f]).collect()));
+        Plan { window: self.window.iter().copied().collect(), pins, leader }
     }
 }
 
@@ -527,7 +578,13 @@ fn room(hist: &[u32], size: u32, counts_pods: bool) -> u64 {
         .enumerate()
         .map(|(free, &hosts)| {
             let free = free as u64;
-            let per_host = if counts_pods { free / u64::from(size) } else if free >= u64::from(size) { free } else { 0 };
+            let per_host = if counts_pods {
+                free / u64::from(size)
+            } else if free >= u64::from(size) {
+                free
+            } else {
+                0
+            };
             u64::from(hosts) * per_host
         })
         .sum()

@@ -251,12 +251,18 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
     let first = greedy(snapshot.clone(), pending, config, None);
     let s = &snapshot;
     let run = Run::new(s.fleet, s.queues, config, s.capacity.clone(), s.usage.clone());
-    let Some(plan) = batch::plan(&run, pending, &held, &first.decisions, &settings) else { return first };
+    let Some(plan) = batch::plan(&run, pending, &held, &first.decisions, &settings, snapshot.now_ms) else {
+        return first;
+    };
     let (plan, mut report) = match plan {
         Ok(planned) => planned,
         Err(report) => return Cycle { batch: Some(report), ..first },
     };
     let second = greedy(snapshot, pending, config, Some(&plan));
+    if !plan.honoured(&second.decisions) {
+        report.rejected = Some("realised, the plan let gangs start ahead of the reserved gang".into());
+        return Cycle { batch: Some(report), ..first };
+    }
     let values = [&first, &second].map(|c| batch::value(run.fleet, pending, &held, &c.decisions));
     // Ties keep the greedy answer: it is the one users can predict.
     report.kept_ilp = values[1] > values[0] + batch::EPSILON;

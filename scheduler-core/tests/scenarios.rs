@@ -357,7 +357,7 @@ fn a_queue_with_twice_the_weight_gets_twice_the_share() {
 
 /// One rack of four 8-GPU hosts; three run gangs, ending at 1 s (host 0) and 5 s (hosts 1, 2).
 /// A whole-rack gang waits; two one-host gangs come after it, one short and one long.
-fn behind_a_reservation(reservations: bool) -> (Vec<Gang>, Vec<Decision>) {
+fn behind_a_reservation(config: Config, head_priority: i32) -> (Vec<Gang>, Vec<Decision>) {
     let f = fleet(&[("c1", "h100", 8, &[(Rack, 1), (Host, 4)])]);
     let q = default_queues();
     let hosts = f.clusters()[0].hosts().to_vec();
@@ -372,11 +372,10 @@ fn behind_a_reservation(reservations: bool) -> (Vec<Gang>, Vec<Decision>) {
         Release { gang: "r1".into(), end_ms: 5_000, hosts: vec![(hosts[1], 1, shape), (hosts[2], 1, shape)] },
     ];
     let gangs = vec![
-        gang("whole-rack").pods(4).gpus(8).required(Rack).priority(10),
+        gang("whole-rack").pods(4).gpus(8).required(Rack).priority(head_priority),
         gang("long").gpus(8).submitted(1).runtime(10_000),
         gang("short").gpus(8).submitted(2).runtime(2_000),
     ];
-    let config = Config { reservations, ..Config::default() };
     let snapshot = Snapshot {
         fleet: &f,
         queues: &q,
@@ -395,7 +394,7 @@ fn behind_a_reservation(reservations: bool) -> (Vec<Gang>, Vec<Decision>) {
 
 #[test]
 fn the_blocked_head_gets_a_reservation_and_only_gangs_that_end_before_it_backfill() {
-    let (_, d) = behind_a_reservation(true);
+    let (_, d) = behind_a_reservation(Config { reservations: true, ..Config::default() }, 10);
     match &d[0] {
         Decision::Pending(Reason::Reserved { cluster, in_s, .. }) => assert_eq!((cluster.as_str(), *in_s), ("c1", 5)),
         other => panic!("expected a reservation, got {other:?}"),
@@ -403,8 +402,19 @@ fn the_blocked_head_gets_a_reservation_and_only_gangs_that_end_before_it_backfil
     assert!(matches!(d[1], Decision::Pending(_)), "the long gang would delay the reservation: {:?}", d[1]);
     assert!(matches!(d[2], Decision::Admit(_)), "the short gang ends before it: {:?}", d[2]);
     // Without reservations the long gang, first in line, takes the free host.
-    let (_, d) = behind_a_reservation(false);
+    let (_, d) = behind_a_reservation(Config { reservations: false, ..Config::default() }, 10);
     assert!(matches!(d[1], Decision::Admit(_)) && matches!(d[2], Decision::Pending(_)), "{d:?}");
+}
+
+#[test]
+fn the_batch_optimiser_never_lets_a_gang_start_ahead_of_the_reserved_one() {
+    // All of one priority, so the three share the optimiser's window. Left free, it would
+    // start `long` (earlier, so worth more) on the free host and delay the reservation.
+    let config = Config { reservations: true, batch: Some(Batch::DEFAULT), ..Config::default() };
+    let (_, d) = behind_a_reservation(config, 0);
+    assert!(matches!(d[0], Decision::Pending(Reason::Reserved { .. })), "{:?}", d[0]);
+    assert!(matches!(d[1], Decision::Pending(_)), "the long gang would delay the reservation: {:?}", d[1]);
+    assert!(matches!(d[2], Decision::Admit(_)), "the short gang ends before it: {:?}", d[2]);
 }
 
 /// Running gangs as a cycle admitted them on an empty fleet, with what they left.

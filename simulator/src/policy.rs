@@ -5,7 +5,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use scheduler_core::{ClusterChoice, Config, Fill, Patience, QueueingStrategy};
+use scheduler_core::{Batch, ClusterChoice, Config, Fill, Patience, QueueingStrategy};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Policy {
@@ -14,6 +14,8 @@ pub enum Policy {
     Stowage,
     /// Ours with fair sharing: queues admit by weighted dominant-resource share.
     StowageFair,
+    /// Ours with the batch optimiser: the head of the queue assigned jointly by an ILP.
+    StowageBatch,
     /// Strict FIFO, the cluster with the most free GPUs, hosts in order, no topology.
     FifoFirstFit,
     /// MultiKueue's all-at-once dispatch (the first worker that can admit wins) with Kueue
@@ -28,13 +30,20 @@ impl Policy {
     /// What a run compares unless told otherwise.
     pub const DEFAULT: [Policy; 4] =
         [Policy::Stowage, Policy::FifoFirstFit, Policy::KueueMultiKueue, Policy::VolcanoBinpack];
-    pub const ALL: [Policy; 5] =
-        [Policy::Stowage, Policy::StowageFair, Policy::FifoFirstFit, Policy::KueueMultiKueue, Policy::VolcanoBinpack];
+    pub const ALL: [Policy; 6] = [
+        Policy::Stowage,
+        Policy::StowageFair,
+        Policy::StowageBatch,
+        Policy::FifoFirstFit,
+        Policy::KueueMultiKueue,
+        Policy::VolcanoBinpack,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Policy::Stowage => "stowage",
             Policy::StowageFair => "stowage-fair",
+            Policy::StowageBatch => "stowage-batch",
             Policy::FifoFirstFit => "fifo-firstfit",
             Policy::KueueMultiKueue => "kueue-multikueue",
             Policy::VolcanoBinpack => "volcano-binpack",
@@ -45,6 +54,7 @@ impl Policy {
         match self {
             Policy::Stowage => Config::stowage(),
             Policy::StowageFair => Config { fair_sharing: true, ..Config::stowage() },
+            Policy::StowageBatch => Config { batch: Some(Batch::DEFAULT), ..Config::stowage() },
             Policy::FifoFirstFit => Config {
                 choice: ClusterChoice::MostFree,
                 fill: Fill::FirstFit,
@@ -101,7 +111,9 @@ impl fmt::Display for Policy {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown policy {0:?} (expected stowage, stowage-fair, fifo-firstfit, kueue-multikueue or volcano-binpack)")]
+#[error(
+    "unknown policy {0:?} (expected stowage, stowage-fair, stowage-batch, fifo-firstfit, kueue-multikueue or volcano-binpack)"
+)]
 pub struct UnknownPolicy(pub String);
 
 impl FromStr for Policy {
