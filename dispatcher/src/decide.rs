@@ -557,7 +557,7 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
         }
         // Placed gangs whose pods the member does not count yet take their room first, as they
         // are: never held for locality, never preempting.
-        let as_placed = Config { patience: None, reservations: false, preemption: None, ..*config };
+        let as_placed = Config { patience: None, reservations: false, preemption: None, batch: None, ..*config };
         let snapshot = Snapshot {
             fleet,
             queues,
@@ -626,7 +626,20 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
             releases,
             running: victims,
         };
-        cycle(snapshot, &gangs, config).decisions
+        let out = cycle(snapshot, &gangs, config);
+        if let Some(b) = &out.batch {
+            tracing::debug!(
+                window = b.window,
+                binaries = b.binaries,
+                kept = b.kept_ilp,
+                gap = ?b.gap(),
+                greedy = b.greedy_value,
+                realised = b.realised_value,
+                rejected = ?b.rejected,
+                "batch optimiser"
+            );
+        }
+        out.decisions
     });
     // Victims chosen this cycle: gang id → (cluster, preemptor id, its priority).
     let mut evictions: BTreeMap<String, (String, String, i32)> = BTreeMap::new();
