@@ -17,6 +17,11 @@
 //! weighted by the gang's place in the queue (the head counts double the tail, so a gang is
 //! passed over only when that admits clearly more) with a bonus for meeting its locality.
 //!
+//! The optimiser only ever adds to what the greedy cycle admits: every window gang greedy
+//! admitted stays admitted, at a span no wider than greedy gave it (it may move, so that
+//! others fit beside it). What it can win is the gangs greedy could not fit; what it cannot do
+//! is trade a gang away, so it neither reorders the queue nor costs anyone locality.
+//!
 //! That is a relaxation (a domain's GPUs may be split across hosts in ways no pod fits), so an
 //! answer is only a plan: the cycle realises it with the same placer as always, each chosen
 //! gang held inside its domain, then serves every other gang greedily; `cycle` keeps whichever
@@ -107,17 +112,25 @@ impl BatchReport {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Plan {
     pub window: BTreeSet<usize>,
-    pub pins: Vec<(usize, ClusterId, DomainId)>,
+    /// (pending index, cluster, domain, placed as written rather than held).
+    pub pins: Vec<(usize, ClusterId, DomainId, bool)>,
     /// The gang holding a reservation and the gangs behind it that may not start without it.
     pub leader: Option<(usize, Vec<usize>)>,
+    /// The gangs greedy admitted, which the plan must admit too.
+    pub keeps: Vec<usize>,
 }
 
 impl Plan {
-    /// Whether a cycle that realised the plan kept the reservation's promise: no follower
-    /// admitted while the leader waits (a pin can fail where the model saw room).
+    /// Whether a cycle that realised the plan kept its promises (a pin can fail where the
+    /// model saw room): every gang greedy admitted is admitted, and no follower of a reserved
+    /// gang is admitted while it waits.
     pub fn honoured(&self, decisions: &[Decision]) -> bool {
-        let Some((leader, followers)) = &self.leader else { return true };
-        decisions[*leader].admission().is_some() || followers.iter().all(|&f| decisions[f].admission().is_none())
+        let admitted = |i: usize| decisions[i].admission().is_some();
+        let reservation_kept = self
+            .leader
+            .as_ref()
+            .is_none_or(|(leader, followers)| admitted(*leader) || !followers.iter().any(|&f| admitted(f)));
+        reservation_kept && self.keeps.iter().all(|&i| admitted(i))
     }
 }
 
@@ -129,6 +142,8 @@ struct Candidate {
     cluster: ClusterId,
     domain: DomainId,
     value: f64,
+    /// Placed as written, not in its held form (which could never fit).
+    written: bool,
 }
 
 /// `sum(coefficient * x[candidate]) <= limit`.
@@ -146,6 +161,8 @@ struct Model {
     rows: Vec<Row>,
     /// (follower, leader), as window indices: the follower is admitted only with the leader.
     follows: Vec<(usize, usize)>,
+    /// Window indices of the gangs greedy admitted: each must take one of its candidates.
+    keeps: Vec<usize>,
 }
 
 /// The solver's answer: the candidates it chose, and its objective and bound.
@@ -169,8 +186,11 @@ pub(crate) fn plan(
 ) -> Option<Result<(Plan, BatchReport), BatchReport>> {
     let window = window(run, pending, decisions, settings.window)?;
     let follows = follows(pending, decisions, &window, now_ms);
-    let model = Model::build(run, pending, held, window, settings.candidates, follows);
-    if model.candidates.is_empty() {
+    let model = Model::build(run, pending, held, decisions, window, settings.candidates, follows);
+    let has_candidates = |w: &usize| model.candidates.iter().any(|c| c.gang == *w);
+    if model.candidates.is_empty() || !model.keeps.iter().all(has_candidates) {
+        // A gang greedy admitted that the model cannot hold (its placement was pruned): the
+        // greedy answer stands.
         return None;
     }
     let warm = model.warm_start(run.fleet, decisions);
@@ -303,6 +323,7 @@ impl Model {
         run: &Run<'_>,
         pending: &[Gang],
         held: &[Cow<'_, Gang>],
+        decisions: &[Decision],
         window: Vec<usize>,
         keep: usize,
         follows: Vec<(usize, usize)>,
@@ -318,50 +339,35 @@ impl Model {
         // (domain, flavor, size, counts pods) -> capacity row; (queue, quota key) -> quota row.
         let mut capacity: BTreeMap<(DomainId, FlavorId, u32, bool), Row> = BTreeMap::new();
         let mut quota: BTreeMap<(crate::queue::QueueId, crate::queue::QuotaKey), Row> = BTreeMap::new();
+        let mut keeps = Vec::new();
         for (w, &i) in window.iter().enumerate() {
-            let gang: &Gang = &held[i];
-            let Some(queue) = run.queues.id(&gang.queue) else { continue };
-            let Ok(resolved) = gang.pod_sets.iter().map(|ps| run.resolve(queue, ps)).collect::<Result<Vec<_>, _>>()
-            else {
-                continue;
-            };
-            // Flavors every GPU pod set may take.
-            let flavors: Vec<FlavorId> = (0..fleet.flavor_names().len() as u16)
-                .map(FlavorId)
-                .filter(|f| {
-                    gang.pod_sets
-                        .iter()
-                        .zip(&resolved)
-                        .all(|(ps, r)| ps.shape.gpus == 0 || r.flavors.contains(&Some(*f)))
-                })
-                .collect();
-            let mut mine: Vec<(f64, u64, Candidate, FlavorId)> = Vec::new();
-            for c in fleet.cluster_ids() {
-                let cl = fleet.cluster(c);
-                if cl.cordoned || !gang.clusters.allows(&cl.name, &cl.labels) {
-                    continue;
-                }
-                let req = required(gang).map_or(0, |l| cl.depth_for(l));
-                let narrow = narrowest(gang).map_or(req, |l| cl.depth_for(l)).max(req);
-                let mut depths = vec![narrow, narrow.saturating_sub(1).max(req), req];
-                depths.dedup();
-                for &f in flavors.iter().filter(|&&f| cl.has_flavor(f)) {
-                    let asks: Vec<_> =
-                        gang.pod_sets.iter().map(|ps| ask(fleet, c, ps, (ps.shape.gpus > 0).then_some(f))).collect();
-                    let view = View { fleet, cap: &run.cap, fill: run.config.fill };
-                    for &depth in &depths {
-                        for d in view.domains_at(cl.root, depth, &|v, d| asks.iter().all(|a| v.fits(d, a))) {
-                            let value = worth(gang, positions[&i], n, fleet.level_of(d));
-                            let leftover = run.cap.free_gpus(fleet, d, f).saturating_sub(gang.total_gpus());
-                            mine.push((value, leftover, Candidate { gang: w, cluster: c, domain: d, value }, f));
-                        }
-                    }
-                }
+            // Where greedy put it, when it did: (cluster, span).
+            let greedy = decisions[i].admission().and_then(|a| Some((a.cluster, a.span(fleet)?)));
+            if greedy.is_some() {
+                keeps.push(w);
             }
-            // The most valuable, best-fitting few, ties in fleet order.
-            mine.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.domain.cmp(&b.2.domain)));
-            mine.truncate(keep);
-            for (_, _, cand, f) in mine {
+            let Some(queue) = run.queues.id(&held[i].queue) else { continue };
+            // As the greedy cycle does: a gang whose held form could never fit goes as written.
+            let mut gang: &Gang = &held[i];
+            let mut mine = options(run, gang, &run.cap, w, positions[&i], n, greedy);
+            let mut written = false;
+            if mine.is_empty()
+                && !std::ptr::eq(gang, &pending[i])
+                && options(run, gang, fleet.allocatable(), w, positions[&i], n, None).is_empty()
+            {
+                (gang, written) = (&pending[i], true);
+                mine = options(run, gang, &run.cap, w, positions[&i], n, greedy);
+            }
+            for m in &mut mine {
+                m.3.written = written;
+            }
+            // Those holding greedy's placement (so it stays feasible), then the most valuable,
+            // best-fitting few, ties in fleet order.
+            mine.sort_by(|a, b| {
+                (b.0.cmp(&a.0)).then(b.1.total_cmp(&a.1)).then(a.2.cmp(&b.2)).then(a.3.domain.cmp(&b.3.domain))
+            });
+            mine.truncate(keep.max(1));
+            for (_, _, _, cand, f) in mine {
                 let k = candidates.len();
                 let mut d = Some(cand.domain);
                 while let Some(e) = d {
@@ -403,7 +409,7 @@ impl Model {
             .chain(quota.into_values())
             .filter(|r| r.terms.iter().map(|t| t.1).sum::<u64>() > r.limit)
             .collect();
-        Model { window, candidates, rows, follows }
+        Model { window, candidates, rows, follows, keeps }
     }
 
     /// The greedy cycle's answer in the model's terms: for each window gang it admitted, the
@@ -466,6 +472,11 @@ impl Model {
                 (Some(f), None) => m.add_constraint(f.clone().leq(0)),
                 (None, _) => continue,
             };
+        }
+        for &w in &self.keeps {
+            if let Some(e) = per_gang.get(&w) {
+                m.add_constraint(e.clone().geq(1));
+            }
         }
         for e in per_gang.into_values() {
             m.add_constraint(e.leq(1));
@@ -532,6 +543,9 @@ impl Model {
                 return Err(format!("answer puts window gang {} in two domains", self.candidates[k].gang));
             }
         }
+        if let Some(w) = self.keeps.iter().find(|w| !gangs.contains(w)) {
+            return Err(format!("answer drops window gang {w}, which greedy admitted"));
+        }
         for &(follower, leader) in &self.follows {
             if gangs.contains(&follower) && !gangs.contains(&leader) {
                 return Err(format!("answer admits window gang {follower} ahead of the reserved gang {leader}"));
@@ -551,24 +565,82 @@ impl Model {
     /// room, so it goes after those held to a part of it. Among equals, largest gangs first
     /// (they are the hardest to fit into what is left), then queue order.
     fn plan(&self, fleet: &Fleet, pending: &[Gang], answer: &Answer) -> Plan {
-        let mut pins: Vec<(usize, ClusterId, DomainId)> = answer
+        let mut pins: Vec<(usize, ClusterId, DomainId, bool)> = answer
             .chosen
             .iter()
             .map(|&k| {
                 let c = &self.candidates[k];
-                (self.window[c.gang], c.cluster, c.domain)
+                (self.window[c.gang], c.cluster, c.domain, c.written)
             })
             .collect();
         let rank: BTreeMap<usize, usize> = self.window.iter().enumerate().map(|(w, &i)| (i, w)).collect();
-        pins.sort_by_key(|&(i, _, d)| {
+        pins.sort_by_key(|&(i, _, d, _)| {
             (std::cmp::Reverse(fleet.domain(d).depth), std::cmp::Reverse(pending[i].total_gpus()), rank[&i])
         });
         let leader = self
             .follows
             .first()
             .map(|&(_, l)| (self.window[l], self.follows.iter().map(|&(f, _)| self.window[f]).collect()));
-        Plan { window: self.window.iter().copied().collect(), pins, leader }
+        let keeps = self.keeps.iter().map(|&w| self.window[w]).collect();
+        Plan { window: self.window.iter().copied().collect(), pins, leader, keeps }
     }
+}
+
+/// One gang's candidates on `cap`: (holds greedy's placement, value, GPUs left over, the
+/// candidate, its flavor). `greedy` is where the greedy cycle put it: (cluster, span).
+fn options(
+    run: &Run<'_>,
+    gang: &Gang,
+    cap: &crate::capacity::Capacity,
+    w: usize,
+    pos: usize,
+    n: usize,
+    greedy: Option<(ClusterId, DomainId)>,
+) -> Vec<(bool, f64, u64, Candidate, FlavorId)> {
+    let fleet = run.fleet;
+    let mut mine = Vec::new();
+    let Some(queue) = run.queues.id(&gang.queue) else { return mine };
+    let Ok(resolved) = gang.pod_sets.iter().map(|ps| run.resolve(queue, ps)).collect::<Result<Vec<_>, _>>() else {
+        return mine;
+    };
+    // Flavors every GPU pod set may take.
+    let flavors: Vec<FlavorId> = (0..fleet.flavor_names().len() as u16)
+        .map(FlavorId)
+        .filter(|f| {
+            gang.pod_sets.iter().zip(&resolved).all(|(ps, r)| ps.shape.gpus == 0 || r.flavors.contains(&Some(*f)))
+        })
+        .collect();
+    for c in fleet.cluster_ids() {
+        let cl = fleet.cluster(c);
+        if cl.cordoned || !gang.clusters.allows(&cl.name, &cl.labels) {
+            continue;
+        }
+        let req = required(gang).map_or(0, |l| cl.depth_for(l));
+        let narrow = narrowest(gang).map_or(req, |l| cl.depth_for(l)).max(req);
+        let mut depths = vec![narrow, narrow.saturating_sub(1).max(req), req];
+        depths.dedup();
+        for &f in flavors.iter().filter(|&&f| cl.has_flavor(f)) {
+            let asks: Vec<_> =
+                gang.pod_sets.iter().map(|ps| ask(fleet, c, ps, (ps.shape.gpus > 0).then_some(f))).collect();
+            let view = View { fleet, cap, fill: run.config.fill };
+            for &depth in &depths {
+                // No wider than the span greedy gave it.
+                if greedy.is_some_and(|(_, span)| depth < fleet.domain(span).depth.min(narrow)) {
+                    continue;
+                }
+                for d in view.domains_at(cl.root, depth, &|v, d| asks.iter().all(|a| v.fits(d, a))) {
+                    let value = worth(gang, pos, n, fleet.level_of(d));
+                    let leftover = cap.free_gpus(fleet, d, f).saturating_sub(gang.total_gpus());
+                    let holds_greedy = greedy.is_some_and(|(gc, span)| {
+                        gc == c && fleet.domain(span).depth >= depth && fleet.ancestor_at(span, depth) == d
+                    });
+                    let cand = Candidate { gang: w, cluster: c, domain: d, value, written: false };
+                    mine.push((holds_greedy, value, leftover, cand, f));
+                }
+            }
+        }
+    }
+    mine
 }
 
 /// From a domain's histogram of hosts by free GPUs: how many pods of `size` GPUs fit on its

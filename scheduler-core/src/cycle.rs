@@ -260,7 +260,7 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
     };
     let second = greedy(snapshot, pending, config, Some(&plan));
     if !plan.honoured(&second.decisions) {
-        report.rejected = Some("realised, the plan let gangs start ahead of the reserved gang".into());
+        report.rejected = Some("realised, the plan dropped a gang greedy admitted or overtook the reserved one".into());
         return Cycle { batch: Some(report), ..first };
     }
     let values = [&first, &second].map(|c| batch::value(run.fleet, pending, &held, &c.decisions));
@@ -290,8 +290,9 @@ fn greedy<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config, p
     while let Some(i) = order.next(pending, queues, &run.usage) {
         if let Some(p) = plan.filter(|p| p.window.contains(&i)) {
             plan = None;
-            for &(j, cluster, domain) in &p.pins {
-                if let Some(admission) = run.pinned(&held[j], cluster, domain) {
+            for &(j, cluster, domain, written) in &p.pins {
+                let gang = if written { &pending[j] } else { &*held[j] };
+                if let Some(admission) = run.pinned(gang, cluster, domain) {
                     run.stats.admitted += 1;
                     decisions[j] = Some(Decision::Admit(admission));
                 }

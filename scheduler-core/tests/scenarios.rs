@@ -692,7 +692,7 @@ fn the_batch_optimiser_moves_the_head_gang_so_the_next_one_fits_too() {
 
     let config = Config { batch: Some(Batch::DEFAULT), ..Config::stowage() };
     let out = run_with(f, &default_queues(), gangs, config);
-    assert_eq!(out.admitted("head").map(|a| a.0), Some("c-b".into()));
+    assert_eq!(out.admitted("head").map(|a| a.0), Some("c-b".into()), "{:?}", out.result.batch);
     assert_eq!(out.admitted("pinned").map(|a| a.0), Some("c-a".into()));
     let report = out.result.batch.as_ref().expect("the optimiser ran");
     assert!(report.kept_ilp, "{report:?}");
