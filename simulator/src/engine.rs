@@ -128,6 +128,9 @@ pub struct PolicyRun {
     pub cycles: u64,
     pub pending_reason_cycles: BTreeMap<&'static str, u64>,
     pub node_failures: u64,
+    /// Cycles the batch optimiser solved a model in, and those whose answer the cycle kept.
+    pub batch_cycles: u64,
+    pub batch_kept: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -288,6 +291,8 @@ pub fn simulate(
             end_s: 0,
             cycles: 0,
             pending_reason_cycles: BTreeMap::new(),
+            batch_cycles: 0,
+            batch_kept: 0,
             node_failures: 0,
         },
     };
@@ -516,6 +521,10 @@ impl Sim<'_> {
         };
         let out = cycle(snapshot, &self.pending_gangs, &config);
         self.run.cycles += 1;
+        if let Some(b) = &out.batch {
+            self.run.batch_cycles += 1;
+            self.run.batch_kept += u64::from(b.kept_ilp);
+        }
         self.capacity = out.capacity;
         self.usage = out.usage;
         let gangs = std::mem::take(&mut self.pending_gangs);

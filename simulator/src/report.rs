@@ -73,6 +73,10 @@ pub struct PolicyReport {
     pub restarts: u64,
     pub node_failures: u64,
     pub cycles: u64,
+    /// Cycles the batch optimiser solved a model in, and those whose answer was kept (both 0
+    /// for policies without it).
+    pub batch_cycles: u64,
+    pub batch_kept: u64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -311,6 +315,8 @@ pub fn policy_report(fleet: &Fleet, run: &PolicyRun) -> PolicyReport {
         restarts: jobs.iter().map(|j| u64::from(j.restarts)).sum(),
         node_failures: run.node_failures,
         cycles: run.cycles,
+        batch_cycles: run.batch_cycles,
+        batch_kept: run.batch_kept,
     }
 }
 
@@ -359,6 +365,9 @@ pub fn table(report: &Report) -> String {
     row("pending at end", &|r| r.jobs.pending.to_string());
     row("rejected", &|r| r.jobs.rejected.to_string());
     row("restarts (node failures)", &|r| format!("{} ({})", r.restarts, r.node_failures));
+    if p.iter().any(|r| r.batch_cycles > 0) {
+        row("batch optimiser: cycles (kept)", &|r| format!("{} ({})", r.batch_cycles, r.batch_kept));
+    }
     let kinds: std::collections::BTreeSet<&String> = p.iter().flat_map(|r| r.pending_reason_cycles.keys()).collect();
     let kind_rows: Vec<(String, Vec<String>)> = kinds
         .into_iter()
