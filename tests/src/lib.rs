@@ -5,5 +5,6 @@
 //! real clusters; docs/testing.md says what this server implements and what it does not.
 
 pub mod apiserver;
+pub mod e2e;
 pub mod member;
 pub mod playground;

@@ -7,119 +7,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use api::stowage::{Placement, PlacementPhase};
+use api::stowage::Placement;
 use api::trainer::TrainJob;
-use dispatcher::decide::Settings;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::Client;
-use kube::api::{Api, ListParams, PostParams};
-use member_agent::controller::Timing;
-use member_agent::render::GangScheduler;
+use kube::api::{Api, ListParams};
 use serde_json::json;
+use stowage_tests::e2e::*;
 use stowage_tests::playground::{Playground, PlaygroundOptions, SYSTEM_NAMESPACE};
-
-const UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/upstream");
-const PATIENCE: Duration = Duration::from_secs(90);
-
-/// Timers short enough for a test: a member is silent after 5 s, an agent cut off from the hub
-/// fences after 2.5 s.
-fn fast() -> PlaygroundOptions {
-    PlaygroundOptions {
-        dispatchers: 1,
-        settings: Settings {
-            member_grace: Duration::from_secs(5),
-            backoff: Duration::from_secs(120),
-            max_backoff: Duration::from_secs(120),
-        },
-        lease_ttl: Duration::from_secs(2),
-        resync: Duration::from_millis(200),
-        timing: Timing {
-            heartbeat: Duration::from_millis(250),
-            hub_lost: Duration::from_millis(2500),
-            start_timeout: Duration::from_secs(600),
-        },
-        gang_scheduler: GangScheduler::Coscheduling,
-        // No minimum runtime: a test's victims have only just started.
-        config: scheduler_core::Config {
-            preemption: Some(scheduler_core::Preemption { min_runtime_ms: 0, prefer_checkpointed: true }),
-            ..scheduler_core::Config::stowage()
-        },
-    }
-}
-
-async fn playground(options: PlaygroundOptions) -> Playground {
-    // RUST_LOG=member_agent=debug,dispatcher=debug shows what the controllers do.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-    let fleet = Playground::dev_fleet().expect("dev fleet");
-    Playground::start(&fleet, std::path::Path::new(UPSTREAM), options).await.expect("playground")
-}
-
-fn trainjob(name: &str, nodes: i64, seconds: u32, annotations: serde_json::Value) -> TrainJob {
-    let mut annotations = annotations;
-    annotations["stowage.dev/simulated-duration-seconds"] = seconds.to_string().into();
-    serde_json::from_value(json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-        "metadata": {"name": name, "namespace": "default", "annotations": annotations},
-        "spec": {"runtimeRef": {"name": "torch-distributed"},
-                 "trainer": {"numNodes": nodes, "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8"}}}}}))
-    .expect("trainjob")
-}
-
-async fn submit(hub: &Client, tj: &TrainJob) {
-    Api::<TrainJob>::default_namespaced(hub.clone()).create(&PostParams::default(), tj).await.expect("submitted");
-}
-
-/// Polls until `probe` returns something, failing with `what` after [`PATIENCE`].
-async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        if let Some(t) = probe().await {
-            return t;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Waits until the TrainJob has a condition of `type_` with `status`; returns it.
-async fn condition(hub: &Client, name: &str, type_: &str, status: &str) -> Condition {
-    let tjs: Api<TrainJob> = Api::default_namespaced(hub.clone());
-    eventually(&format!("{name}: {type_}={status}"), || {
-        let tjs = tjs.clone();
-        async move {
-            let t = tjs.get(name).await.ok()?;
-            t.status?.conditions.into_iter().find(|c| c.type_ == type_ && c.status == status)
-        }
-    })
-    .await
-}
-
-async fn placement(hub: &Client, name: &str, pred: impl Fn(&Placement) -> bool) -> Placement {
-    let api: Api<Placement> = Api::default_namespaced(hub.clone());
-    eventually(&format!("placement {name}"), || {
-        let api = api.clone();
-        let pred = &pred;
-        async move { api.get_opt(name).await.ok().flatten().filter(|p| pred(p)) }
-    })
-    .await
-}
-
-fn running(p: &Placement) -> bool {
-    p.status.as_ref().is_some_and(|s| s.phase == PlacementPhase::Running && s.observed_epoch == p.spec.epoch)
-}
-
-async fn all_complete(hub: &Client, names: &[String]) {
-    for n in names {
-        condition(hub, n, "Complete", "True").await;
-    }
-}
 
 #[tokio::test]
 async fn trainjobs_spread_over_members_and_a_rack_gang_runs_inside_one_rack() {
@@ -198,28 +92,6 @@ async fn an_exhausted_quota_keeps_the_trainjob_pending_naming_queue_and_flavor()
     let status = queue_status(&hub, "team-a", |s| s.pending == 1).await;
     let active = status.conditions.iter().find(|c| c.type_ == "Active").expect("Active condition");
     assert_eq!((active.status.as_str(), status.admitted), ("True", 0));
-}
-
-/// Creates a Queue from the YAML of its `metadata` and `spec`.
-async fn create_queue(hub: &Client, yaml: &str) {
-    let queue: api::stowage::Queue =
-        serde_yaml::from_str(&format!("apiVersion: stowage.dev/v1alpha1\nkind: Queue\n{yaml}")).expect("queue");
-    Api::<api::stowage::Queue>::all(hub.clone()).create(&PostParams::default(), &queue).await.expect("queue");
-}
-
-/// Waits until the Queue's status satisfies `pred`; returns it.
-async fn queue_status(
-    hub: &Client,
-    name: &str,
-    pred: impl Fn(&api::stowage::QueueStatus) -> bool,
-) -> api::stowage::QueueStatus {
-    let api: Api<api::stowage::Queue> = Api::all(hub.clone());
-    eventually(&format!("queue {name} status"), || {
-        let api = api.clone();
-        let pred = &pred;
-        async move { api.get(name).await.ok()?.status.filter(|s| pred(s)) }
-    })
-    .await
 }
 
 #[tokio::test]

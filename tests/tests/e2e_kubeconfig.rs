@@ -1,0 +1,84 @@
+//! The end-to-end checks that need nothing but kubeconfigs, so the same suite runs on real
+//! clusters. By default it runs on the in-process playground, reached only through the
+//! kubeconfig files it writes (as `stowage dev` does); docs/testing.md says how to point it at
+//! real clusters:
+//!
+//! ```sh
+//! STOWAGE_E2E_HUB_KUBECONFIG=hub.kubeconfig STOWAGE_E2E_MEMBERS=east=east.kubeconfig,west=west.kubeconfig \
+//!   cargo test -p stowage-tests --test e2e_kubeconfig
+//! ```
+//!
+//! Names carry a per-run suffix, so a shared hub can run the suite again; every TrainJob it made
+//! is deleted when its test passes.
+
+use api::stowage::Placement;
+use api::trainer::TrainJob;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams};
+use serde_json::json;
+use stowage_tests::e2e::{Target, condition, placement, submit, trainjob};
+
+/// A name unique to this run.
+fn unique(name: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    format!("{name}-{:x}", (std::process::id() ^ nanos) & 0xfffff)
+}
+
+async fn delete(hub: &Client, names: &[&str]) {
+    let api: Api<TrainJob> = Api::default_namespaced(hub.clone());
+    for n in names {
+        let _ = api.delete(n, &DeleteParams::default()).await;
+    }
+}
+
+#[tokio::test]
+async fn a_trainjob_that_requires_a_rack_runs_on_one_rack_of_one_member_and_completes() {
+    let t = Target::from_env().await;
+    let name = unique("rack");
+    submit(&t.hub, &trainjob(&name, 4, 2, json!({"stowage.dev/topology": "required:rack"}))).await;
+    let done = condition(&t.hub, &name, "Complete", "True").await;
+    assert_eq!(done.reason, "AllJobsCompleted");
+
+    // The Placement pinned it to a rack of one member ...
+    let p: Placement = placement(&t.hub, &name, |p| p.spec.cluster.is_some()).await;
+    let cluster = p.spec.cluster.clone().expect("placed");
+    let domain = p.spec.pod_sets[0].domain.clone().expect("pinned to a domain");
+    assert_eq!(domain.level, "rack");
+    // ... and the member's own API shows every pod on a node of that rack.
+    let member = t.members.get(&cluster).unwrap_or_else(|| panic!("no kubeconfig for member {cluster}"));
+    let selector = format!("jobset.sigs.k8s.io/jobset-name={name}");
+    let pods = Api::<Pod>::default_namespaced(member.clone()).list(&ListParams::default().labels(&selector)).await;
+    let pods = pods.expect("member pods").items;
+    assert_eq!(pods.len(), 4, "one pod per node");
+    let nodes: Api<Node> = Api::all(member.clone());
+    for pod in pods {
+        let node_name = pod.spec.and_then(|s| s.node_name).expect("bound");
+        let node = nodes.get(&node_name).await.expect("node");
+        let label = node.metadata.labels.unwrap_or_default().get(&domain.node_label).cloned();
+        assert_eq!(label.as_deref(), Some(domain.value.as_str()), "pod on {node_name}, outside the rack");
+    }
+    delete(&t.hub, &[&name]).await;
+}
+
+#[tokio::test]
+async fn a_malformed_trainjob_is_told_which_field_and_does_not_hold_up_the_next() {
+    let t = Target::from_env().await;
+    let (broken, fine) = (unique("broken"), unique("fine"));
+    submit(&t.hub, &trainjob(&broken, 0, 1, json!({}))).await;
+    submit(&t.hub, &trainjob(&fine, 1, 1, json!({}))).await;
+    let bad = condition(&t.hub, &broken, "Pending", "True").await;
+    assert_eq!((bad.reason.as_str(), bad.message.as_str()), ("Invalid", "spec.trainer.numNodes: must be at least 1"));
+    condition(&t.hub, &fine, "Complete", "True").await;
+    delete(&t.hub, &[&broken, &fine]).await;
+}
+
+#[tokio::test]
+async fn a_trainjob_too_big_for_any_member_stays_pending_and_says_so() {
+    let t = Target::from_env().await;
+    let name = unique("huge");
+    submit(&t.hub, &trainjob(&name, 10_000, 1, json!({}))).await;
+    let pending = condition(&t.hub, &name, "Pending", "True").await;
+    assert_eq!(pending.reason, "NeverFits", "{}", pending.message);
+    delete(&t.hub, &[&name]).await;
+}
