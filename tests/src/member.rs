@@ -436,7 +436,14 @@ fn schedule(store: &mut Store) {
             .and_then(|rt| store.get(&rt, Some(&ns), &gang).ok());
         let min_member = pg.as_ref().and_then(|pg| pg["spec"]["minMember"].as_i64()).unwrap_or(members.len() as i64);
         let timeout = pg.as_ref().and_then(|pg| pg["spec"]["scheduleTimeoutSeconds"].as_u64()).unwrap_or(60);
-        if (members.len() as i64) < min_member {
+        // As coscheduling's PreFilter: the group's pods that exist and are not finished, bound
+        // or not, against minMember (a launcher made after its workers run joins a full group).
+        let live = store
+            .objects(&pods_rt)
+            .filter(|p| ns_of(p) == ns && gang_of(p).0 == gang)
+            .filter(|p| matches!(p["status"]["phase"].as_str(), Some("Pending" | "Running")))
+            .count();
+        if (live as i64) < min_member {
             continue;
         }
         let mut trial = free.clone();

@@ -60,6 +60,26 @@ async fn trainjobs_spread_over_members_and_a_rack_gang_runs_inside_one_rack() {
 }
 
 #[tokio::test]
+async fn a_deepspeed_trainjob_under_coscheduling_starts_its_launcher_after_its_workers_and_completes() {
+    // The launcher waits for the workers (`dependsOn: node Ready`): a PodGroup counting it, as
+    // Trainer's does, would hold the workers forever.
+    let p = playground(fast()).await;
+    let hub = p.hub();
+    let mut tj = trainjob("deepspeed", 3, 2, json!({}));
+    tj.spec.runtime_ref.name = "deepspeed-distributed".into();
+    submit(&hub, &tj).await;
+    let done = condition(&hub, "deepspeed", "Complete", "True").await;
+    assert_eq!(done.reason, "AllJobsCompleted");
+    let placed = placement(&hub, "deepspeed", |p| p.spec.cluster.is_some()).await;
+    let member = p.member(placed.spec.cluster.as_deref().expect("placed")).expect("member");
+    let store = member.sim.server.store().lock().expect("store");
+    let rt = store.lookup("scheduling.x-k8s.io", "v1alpha1", "podgroups").expect("coscheduling CRD").clone();
+    let pg = store.get(&rt, Some("default"), "deepspeed").expect("the PodGroup");
+    // The node job's 2 pods (the launcher is the third node, `runLauncherAsNode`), not 3.
+    assert_eq!(pg["spec"]["minMember"], 2, "the workers, not the launcher that waits for them");
+}
+
+#[tokio::test]
 async fn a_malformed_trainjob_gets_a_condition_naming_the_field_and_the_others_run() {
     let p = playground(fast()).await;
     let hub = p.hub();

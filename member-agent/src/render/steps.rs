@@ -556,7 +556,11 @@ fn min_resources(draft: &Draft) -> Option<BTreeMap<String, Quantity>> {
 }
 
 /// The PodGroup for the gang scheduler in effect, and the pod label or annotation tying pods
-/// to it. minMember counts every pod set (initializers and launcher included), as Trainer.
+/// to it. minMember counts the pods of every replicated job that waits on none (`dependsOn`):
+/// Trainer counts every pod set, but a job that waits on another is created only once that one
+/// is Ready or Complete, so a group counting it could never assemble (MPI's launcher waits for
+/// the workers, torchtune's nodes for the initializers; kubeflow/mpi-operator#608 is the same
+/// trap). Without `dependsOn` this is Trainer's sum. minResources stays Trainer's: all of it.
 pub(crate) fn pod_group(input: &Input<'_>, draft: &mut Draft) -> Result<(), RenderError> {
     let rt_policy = input.runtime.spec().pod_group_policy.as_ref();
     draft.scheduler = match input.capabilities.gang_scheduler {
@@ -568,8 +572,14 @@ pub(crate) fn pod_group(input: &Input<'_>, draft: &mut Draft) -> Result<(), Rend
         other => other,
     };
     let name = draft.name.clone();
-    let min_member: i32 =
-        draft.spec.replicated_jobs.iter().zip(&draft.pod_sets).map(|(j, ps)| j.replicas.unwrap_or(1) * ps.count).sum();
+    let min_member: i32 = draft
+        .spec
+        .replicated_jobs
+        .iter()
+        .zip(&draft.pod_sets)
+        .filter(|(j, _)| j.depends_on.is_empty())
+        .map(|(j, ps)| j.replicas.unwrap_or(1) * ps.count)
+        .sum();
     let meta = object_meta(draft, name.clone());
     match draft.scheduler {
         GangScheduler::Coscheduling => {
