@@ -80,7 +80,7 @@ struct DispatcherArgs {
     preemption_min_runtime: u64,
     /// The batch optimiser: assign up to this many TrainJobs at the head of the queue jointly
     /// with an ILP (HiGHS) when one waits for room, keeping its answer only when it admits more
-    /// than greedy (docs/policy.md); 0: off. A 200-job window solves in about 0.6 s on 2 cores.
+    /// than greedy (docs/policy.md); 0: off. Costs up to about 0.15 s per cycle on 2 cores.
     #[arg(long, value_name = "JOBS", default_value_t = 0)]
     batch_window: usize,
 }
