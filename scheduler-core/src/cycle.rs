@@ -1,7 +1,8 @@
 //! One scheduling cycle: take a snapshot and the pending gangs, return one decision per gang.
 //! Greedy, in queue order; every gang is tried on scratch capacity and committed whole or
-//! rolled back. Same snapshot and config, same decisions: only ordered containers, explicit
-//! tie-breaks, no clock.
+//! rolled back. With the batch optimiser on, a second pass realises its plan for the head of
+//! the queue and the better of the two passes is returned (`batch`). Same snapshot and config,
+//! same decisions: only ordered containers, explicit tie-breaks, no clock.
 
 use std::borrow::Cow;
 use std::cmp::Reverse;
@@ -271,7 +272,8 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
     Cycle { batch: Some(report), ..kept }
 }
 
-fn greedy<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config, plan: Option<&Plan>) -> Cycle {
+/// One greedy pass; with a `plan`, its pins are admitted when the pass reaches the plan's window.
+fn greedy<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config, mut plan: Option<&Plan>) -> Cycle {
     let Snapshot { fleet, queues, capacity, usage, now_ms, releases, running } = snapshot;
     // Each gang as it is held this cycle: preferences its patience still holds it to become
     // requirements (see `Patience`).
@@ -280,7 +282,6 @@ fn greedy<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config, p
     let mut decisions: Vec<Option<Decision>> = vec![None; pending.len()];
     // The optimiser's assignments take their room when the cycle reaches its window: gangs
     // ahead of the window (higher priority) are served first, exactly as without it.
-    let mut plan = plan;
     let mut blocked: BTreeMap<QueueId, &str> = BTreeMap::new();
     let mut order = FairOrder::new(pending, queues, fleet, config.fair_sharing);
     let mut reservation: Option<Reservation> = None;
