@@ -273,6 +273,12 @@ async fn cycle(hub: &Client, observed: &Observed, opts: &Options, written: &mut 
     opts.metrics.cycles.inc();
     opts.metrics.cycle_seconds.observe(started.elapsed().as_secs_f64());
     opts.metrics.pending.set(plan.pending as i64);
+    if let Some(b) = &plan.batch {
+        opts.metrics.batch_solves.inc();
+        if b.kept_ilp {
+            opts.metrics.batch_kept.inc();
+        }
+    }
     tracing::debug!(
         placements = plan.placements.len(),
         statuses = plan.statuses.len(),

@@ -94,6 +94,8 @@ pub struct Plan {
     pub queues: Vec<QueueStatusWrite>,
     /// TrainJobs still waiting for a placement after this cycle.
     pub pending: usize,
+    /// What the batch optimiser did, when it ran (`--batch-window`).
+    pub batch: Option<scheduler_core::BatchReport>,
 }
 
 fn key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (String, String) {
@@ -548,6 +550,7 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
         return plan;
     }
     let fleet = translate::fleet(&live_members);
+    let mut batch = None;
     let out = fleet.as_ref().ok().map(|(fleet, capacity, hosts)| {
         let queues = &set.queues;
         let now_ms = t.as_millisecond().max(0) as u64;
@@ -627,6 +630,7 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
             running: victims,
         };
         let out = cycle(snapshot, &gangs, config);
+        batch = out.batch.clone();
         if let Some(b) = &out.batch {
             tracing::debug!(
                 window = b.window,
@@ -709,6 +713,7 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
     }
     evict(&mut plan, &running, &evictions, &now);
     plan.queues = queue_statuses(o, &set, &counts, &now);
+    plan.batch = batch;
     plan
 }
 

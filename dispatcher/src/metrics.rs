@@ -14,6 +14,8 @@ pub struct Metrics {
     pub withdrawals: Counter,
     pub pending: Gauge,
     pub leader: Gauge,
+    pub batch_solves: Counter,
+    pub batch_kept: Counter,
 }
 
 impl Default for Metrics {
@@ -26,6 +28,8 @@ impl Default for Metrics {
             withdrawals: Counter::default(),
             pending: Gauge::default(),
             leader: Gauge::default(),
+            batch_solves: Counter::default(),
+            batch_kept: Counter::default(),
         }
     }
 }
@@ -46,6 +50,12 @@ impl Metrics {
         );
         r.register("pending_trainjobs", "TrainJobs waiting for a placement after the last cycle", m.pending.clone());
         r.register("leader", "1 while this replica leads", m.leader.clone());
+        r.register("batch_solves", "Cycles in which the batch optimiser solved a model", m.batch_solves.clone());
+        r.register(
+            "batch_kept",
+            "Cycles whose decisions came from the batch optimiser (it admitted more than greedy)",
+            m.batch_kept.clone(),
+        );
         m
     }
 }

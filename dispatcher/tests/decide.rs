@@ -328,3 +328,29 @@ fn a_blocked_trainjob_gets_a_reservation_from_running_deadlines_and_only_a_short
     assert_eq!(placed, ["short"], "ends in 60 s, before the reservation starts in 500 s");
     assert!(pending("unknown").is_some(), "states no run time: it may not use the held node");
 }
+
+#[test]
+fn with_the_batch_optimiser_a_trainjob_moves_over_so_one_that_needs_its_gpus_fits_too() {
+    // Two 4-node members, `a` of H100s and `b` of A100s. The first TrainJob takes either; the
+    // second only H100s. Greedy gives the first `a` (all else equal), and the second waits.
+    let mut b = member("b", 1);
+    b.status.as_mut().expect("status").domains[0].flavor = "a100".into();
+    let mut o = observed(vec![member("a", 1), b]);
+    o.trainjobs = vec![
+        trainjob("any", "u1", 4, -20, json!({}), json!({})),
+        trainjob("h100-only", "u2", 4, -10, json!({"stowage.dev/gpu-flavor": "h100"}), json!({})),
+    ];
+    let cluster_of =
+        |plan: &Plan, name: &str| plan.placements.iter().find(|p| p.name == name).and_then(|p| p.spec.cluster.clone());
+    let greedy = decide(&o, &Config::stowage(), &settings(), Time(now()));
+    assert_eq!((cluster_of(&greedy, "any").as_deref(), greedy.pending), (Some("a"), 1), "{greedy:#?}");
+    assert!(greedy.batch.is_none());
+
+    let config = Config { batch: Some(scheduler_core::Batch::DEFAULT), ..Config::stowage() };
+    let plan = decide(&o, &config, &settings(), Time(now()));
+    assert_eq!(cluster_of(&plan, "any").as_deref(), Some("b"), "{plan:#?}");
+    assert_eq!(cluster_of(&plan, "h100-only").as_deref(), Some("a"));
+    assert_eq!(plan.pending, 0);
+    let report = plan.batch.expect("the optimiser ran");
+    assert!(report.kept_ilp && report.gap() == Some(0.0), "{report:?}");
+}
