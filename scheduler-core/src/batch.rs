@@ -13,9 +13,10 @@
 //! smaller than it are no use to it); each queue stays within its quota headroom; and when the
 //! greedy cycle reserved room for a blocked gang, no gang behind it is admitted without it
 //! unless it would also have been let backfill (it ends before the reservation starts), so the
-//! optimiser may rearrange the queue to fit the blocked gang but never starves it. The objective is admitted GPUs,
-//! weighted by the gang's place in the queue (the head counts double the tail, so a gang is
-//! passed over only when that admits clearly more) with a bonus for meeting its locality.
+//! optimiser may rearrange the queue to fit the blocked gang but never starves it. The
+//! objective is admitted GPUs, weighted by the gang's place in the queue (the head counts
+//! double the tail, so of two waiting gangs the later is chosen only when that admits clearly
+//! more) with a bonus for meeting its locality.
 //!
 //! The optimiser only ever adds to what the greedy cycle admits: every window gang greedy
 //! admitted stays admitted, at a span no wider than greedy gave it (it may move, so that
