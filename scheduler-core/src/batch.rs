@@ -36,11 +36,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use good_lp::{Expression, ProblemVariables, Solution, SolverModel, Variable, variable};
 
-use crate::cycle::{Decision, Run, ask, queue_order};
+use crate::cycle::{Config, Decision, Run, ask, queue_order};
 use crate::fleet::{ClusterId, DomainId, FlavorId, Fleet};
 use crate::gang::Gang;
 use crate::place::View;
-use crate::queue::{QueueingStrategy, quota_charges};
+use crate::queue::{QueueingStrategy, Queues, quota_charges};
 use crate::reason::Reason;
 use crate::topology::{Level, TopologyConstraint};
 
@@ -53,7 +53,8 @@ const LOCALITY_BONUS: f64 = 0.1;
 pub struct Batch {
     /// How many gangs at the head of the queue are assigned jointly.
     pub window: usize,
-    /// Candidate domains kept per gang (the best-fitting ones at each level).
+    /// Candidate domains kept per gang: the one holding greedy's placement, then the most
+    /// valuable (narrowest), best-fitting ones.
     pub candidates: usize,
     /// Branch-and-bound nodes the solver may explore. A deterministic limit: a time limit
     /// would make decisions depend on the machine's load.
@@ -179,13 +180,13 @@ struct Answer {
 /// `Err` with the report when the solver failed or its answer did not check out.
 pub(crate) fn plan(
     run: &Run<'_>,
+    window: Vec<usize>,
     pending: &[Gang],
     held: &[Cow<'_, Gang>],
     decisions: &[Decision],
     settings: &Batch,
     now_ms: u64,
 ) -> Option<Result<(Plan, BatchReport), BatchReport>> {
-    let window = window(run, pending, decisions, settings.window)?;
     let follows = follows(pending, decisions, &window, now_ms);
     let model = Model::build(run, pending, held, decisions, window, settings.candidates, follows);
     let has_candidates = |w: &usize| model.candidates.iter().any(|c| c.gang == *w);
@@ -224,16 +225,22 @@ pub(crate) fn plan(
 /// left waiting for room, the first `size` in queue order (those it admitted too, so they can
 /// be rearranged). Gangs of strict-FIFO queues keep their order and stay out, as do gangs the
 /// greedy cycle admitted by preemption and gangs that ask for no GPUs.
-fn window(run: &Run<'_>, pending: &[Gang], decisions: &[Decision], size: usize) -> Option<Vec<usize>> {
+pub(crate) fn window(
+    queues: &Queues,
+    config: &Config,
+    pending: &[Gang],
+    decisions: &[Decision],
+    size: usize,
+) -> Option<Vec<usize>> {
     let order = queue_order(pending);
     let waits_for_room =
         |r: &Reason| matches!(r, Reason::NoDomain(_) | Reason::HoldingForLocality { .. } | Reason::Reserved { .. });
     let first = order.iter().find(|&&i| matches!(&decisions[i], Decision::Pending(r) if waits_for_room(r)))?;
     let priority = pending[*first].priority;
     let strict = |g: &Gang| {
-        run.queues
+        queues
             .id(&g.queue)
-            .is_some_and(|q| run.config.strategy.unwrap_or(run.queues.spec(q).strategy) == QueueingStrategy::StrictFifo)
+            .is_some_and(|q| config.strategy.unwrap_or(queues.spec(q).strategy) == QueueingStrategy::StrictFifo)
     };
     let window: Vec<usize> = order
         .into_iter()

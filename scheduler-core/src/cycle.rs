@@ -250,9 +250,13 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
     };
     let held: Vec<Cow<'_, Gang>> = pending.iter().map(|g| held(config, g, snapshot.now_ms)).collect();
     let first = greedy(snapshot.clone(), pending, config, None);
+    // Most cycles have nothing waiting for room: they stop here, before any copy is made.
+    let Some(window) = batch::window(snapshot.queues, config, pending, &first.decisions, settings.window) else {
+        return first;
+    };
     let s = &snapshot;
     let run = Run::new(s.fleet, s.queues, config, s.capacity.clone(), s.usage.clone());
-    let Some(plan) = batch::plan(&run, pending, &held, &first.decisions, &settings, snapshot.now_ms) else {
+    let Some(plan) = batch::plan(&run, window, pending, &held, &first.decisions, &settings, snapshot.now_ms) else {
         return first;
     };
     let (plan, mut report) = match plan {

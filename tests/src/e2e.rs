@@ -156,6 +156,17 @@ pub struct Target {
     pub members: BTreeMap<String, Client>,
     /// Set when the suite runs on the in-process playground, which lives as long as this.
     pub playground: Option<Playground>,
+    /// The directory of kubeconfigs written for the playground, removed with the target.
+    dir: Option<PathBuf>,
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.dir {
+            // Best effort: a leftover temporary directory harms nothing.
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
 }
 
 impl std::fmt::Debug for Target {
@@ -181,7 +192,7 @@ impl Target {
                 .map(|m| m.split_once('=').expect("STOWAGE_E2E_MEMBERS: NAME=KUBECONFIG,..."))
                 .map(|(name, path)| (name.to_string(), PathBuf::from(path)))
                 .collect();
-            return Target::connect(Path::new(&hub), members, None).await;
+            return Target::connect(Path::new(&hub), members, None, None).await;
         }
         let p = playground(fast()).await;
         // One directory per playground: a test binary runs several at once.
@@ -197,15 +208,20 @@ impl Target {
             std::fs::write(&path, m.sim.server.kubeconfig(&m.name)).expect("member kubeconfig");
             members.insert(m.name.clone(), path);
         }
-        Target::connect(&hub, members, Some(p)).await
+        Target::connect(&hub, members, Some(p), Some(dir)).await
     }
 
-    async fn connect(hub: &Path, members: BTreeMap<String, PathBuf>, playground: Option<Playground>) -> Target {
+    async fn connect(
+        hub: &Path,
+        members: BTreeMap<String, PathBuf>,
+        playground: Option<Playground>,
+        dir: Option<PathBuf>,
+    ) -> Target {
         let mut clients = BTreeMap::new();
         for (name, path) in members {
             clients.insert(name, client(&path).await);
         }
-        Target { hub: client(hub).await, members: clients, playground }
+        Target { hub: client(hub).await, members: clients, playground, dir }
     }
 }
 
