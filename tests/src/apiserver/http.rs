@@ -17,7 +17,7 @@ use super::patch;
 use super::resources::{Discovery, ResourceType};
 use super::selectors::Selector;
 use super::status::ApiError;
-use super::store::{Event, EventType, Part, Signal, WriteOptions};
+use super::store::{EventType, Part, Signal, WriteOptions};
 use super::{Access, Shared};
 
 /// The largest request body accepted, as the real server's default (3 MiB).
@@ -406,8 +406,16 @@ fn list(shared: &Shared, t: &Target, q: &BTreeMap<String, String>) -> Result<Res
     ))
 }
 
+/// `{"type":…,"object":…}` and a newline, written straight from the borrowed object.
 fn watch_line(kind: &str, object: &Value) -> Bytes {
-    Bytes::from(format!("{}\n", json!({"type": kind, "object": object})))
+    let mut line = Vec::with_capacity(256);
+    line.extend_from_slice(b"{\"type\":\"");
+    line.extend_from_slice(kind.as_bytes());
+    line.extend_from_slice(b"\",\"object\":");
+    // Writing a Value into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut line, object);
+    line.extend_from_slice(b"}\n");
+    Bytes::from(line)
 }
 
 fn watch(
@@ -428,7 +436,7 @@ fn watch(
     let (backlog, mut rx, start_rv) = {
         let store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
         let backlog: Vec<(EventType, Value, Option<Value>)> = match from {
-            Some(rv) => store.since(&t.rt, rv)?.into_iter().map(|e| (e.kind, e.object, e.previous)).collect(),
+            Some(rv) => store.since(&t.rt, rv)?.into_iter().map(|e| (e.kind, e.object.clone(), e.previous.clone())).collect(),
             // "Most recent": the current state as ADDED events, then changes.
             None => store
                 .list(&t.rt, t.namespace.as_deref(), &|_| true, None, None)
@@ -492,11 +500,10 @@ fn watch(
                 }
                 msg = rx.recv() => match msg {
                     Ok(Signal::Event(e)) => {
-                        let Event { rv, store, kind: k, object, previous } = *e;
-                        if store != store_key || rv <= last_rv { continue; }
-                        last_rv = rv;
-                        if let Some(k) = translate(k, &object, previous.as_ref())
-                            && tx.send(watch_line(k.as_str(), &present(object))).await.is_err()
+                        if e.store != store_key || e.rv <= last_rv { continue; }
+                        last_rv = e.rv;
+                        if let Some(k) = translate(e.kind, &e.object, e.previous.as_ref())
+                            && tx.send(watch_line(k.as_str(), &present(e.object.clone()))).await.is_err()
                         {
                             return;
                         }

@@ -2,6 +2,7 @@
 //! monotonically increasing resourceVersion, as etcd gives the real server.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
@@ -45,7 +46,8 @@ pub struct Event {
 /// Signals to watches: an event, or "the history was compacted, end now".
 #[derive(Debug, Clone)]
 pub enum Signal {
-    Event(Box<Event>),
+    /// Shared: every watch on the server receives every event and most skip it.
+    Event(Arc<Event>),
     Expire,
 }
 
@@ -54,7 +56,7 @@ pub struct Store {
     pub types: BTreeMap<ResourceKey, ResourceType>,
     objects: BTreeMap<(String, String), BTreeMap<(String, String), Value>>,
     rv: u64,
-    history: VecDeque<Event>,
+    history: VecDeque<Arc<Event>>,
     /// Watches from a resourceVersion below this get 410 Gone.
     pub oldest_rv: u64,
     uid_seed: u64,
@@ -170,14 +172,14 @@ impl Store {
     }
 
     fn emit(&mut self, rt: &ResourceType, kind: EventType, object: Value, previous: Option<Value>) {
-        let event = Event { rv: self.rv, store: store_key(rt), kind, object, previous };
+        let event = Arc::new(Event { rv: self.rv, store: store_key(rt), kind, object, previous });
         self.history.push_back(event.clone());
         while self.history.len() > HISTORY {
             if let Some(e) = self.history.pop_front() {
                 self.oldest_rv = e.rv + 1;
             }
         }
-        let _ = self.tx.send(Signal::Event(Box::new(event)));
+        let _ = self.tx.send(Signal::Event(event));
     }
 
     /// Forgets all history: every watch resuming from an older resourceVersion gets 410 Gone,
@@ -190,7 +192,7 @@ impl Store {
     }
 
     /// Events of one store after `rv`, or 410 when they are no longer kept.
-    pub fn since(&self, rt: &ResourceType, rv: u64) -> Result<Vec<Event>, ApiError> {
+    pub fn since(&self, rt: &ResourceType, rv: u64) -> Result<Vec<Arc<Event>>, ApiError> {
         if rv + 1 < self.oldest_rv {
             return Err(ApiError::gone(format!("too old resource version: {rv} ({})", self.oldest_rv)));
         }
