@@ -3,6 +3,7 @@
 //! free GPUs per node — enough for the hub's fit tests to be exact without listing every node,
 //! so the MemberCluster status stays well under the API's object size limit.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 use api::stowage::{
@@ -57,9 +58,13 @@ struct GpuNode<'a> {
 }
 
 /// The GPU nodes labelled with every level above hosts, with what bound pods leave free.
-fn gpu_nodes<'a>(levels: &[TopologyLevel], nodes: &'a [Node], pods: &[Pod]) -> Vec<GpuNode<'a>> {
+fn gpu_nodes<'a, N: Borrow<Node>>(
+    levels: &[TopologyLevel],
+    nodes: &'a [N],
+    pods: &[impl Borrow<Pod>],
+) -> Vec<GpuNode<'a>> {
     let mut used: BTreeMap<&str, u32> = BTreeMap::new();
-    for p in pods {
+    for p in pods.iter().map(Borrow::borrow) {
         if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
             *used.entry(n).or_default() += pod_gpus(p);
         }
@@ -67,7 +72,8 @@ fn gpu_nodes<'a>(levels: &[TopologyLevel], nodes: &'a [Node], pods: &[Pod]) -> V
     let above_hosts: Vec<&TopologyLevel> = levels.iter().filter(|l| l.level != "host").collect();
     nodes
         .iter()
-        .filter_map(|n| {
+        .map(Borrow::borrow)
+        .filter_map(|n: &Node| {
             let labels = n.metadata.labels.as_ref()?;
             let flavor = labels.get(GPU_PRODUCT_LABEL)?.clone();
             let alloc = n.status.as_ref().and_then(|s| s.allocatable.as_ref());
@@ -95,7 +101,7 @@ fn gpu_nodes<'a>(levels: &[TopologyLevel], nodes: &'a [Node], pods: &[Pod]) -> V
 
 /// Summarises GPU nodes by the values of `levels` (widest first, host excluded), flavor and
 /// GPUs per node. Nodes without GPUs or without every level label are left out.
-pub fn summarize(levels: &[TopologyLevel], nodes: &[Node], pods: &[Pod]) -> Vec<DomainCapacity> {
+pub fn summarize(levels: &[TopologyLevel], nodes: &[impl Borrow<Node>], pods: &[impl Borrow<Pod>]) -> Vec<DomainCapacity> {
     /// Free GPUs of each node, and the smallest node's CPU and memory.
     type Group = (Vec<u32>, u64, u64);
     let mut groups: BTreeMap<(Vec<String>, String, u32), Group> = BTreeMap::new();
@@ -129,12 +135,12 @@ pub fn summarize(levels: &[TopologyLevel], nodes: &[Node], pods: &[Pod]) -> Vec<
 
 /// For each placement with pods bound (labelled with its TrainJob UID and epoch), the GPU nodes
 /// they are on, each with its free GPUs and the pods of each pod set there.
-pub fn bound(levels: &[TopologyLevel], nodes: &[Node], pods: &[Pod]) -> Vec<BoundPlacement> {
+pub fn bound(levels: &[TopologyLevel], nodes: &[impl Borrow<Node>], pods: &[impl Borrow<Pod>]) -> Vec<BoundPlacement> {
     let gpu_nodes = gpu_nodes(levels, nodes, pods);
     let by_name: BTreeMap<&str, &GpuNode<'_>> = gpu_nodes.iter().map(|n| (n.name, n)).collect();
     // placement → node → pod set → pods
     let mut placed: BTreeMap<String, BTreeMap<&str, BTreeMap<String, u32>>> = BTreeMap::new();
-    for p in pods.iter().filter(|p| pod_gpus(p) > 0) {
+    for p in pods.iter().map(Borrow::borrow).filter(|p| pod_gpus(p) > 0) {
         let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) else { continue };
         let Some(labels) = p.metadata.labels.as_ref() else { continue };
         let (Some(uid), Some(epoch), Some(pod_set)) =
@@ -170,6 +176,45 @@ pub fn bound(levels: &[TopologyLevel], nodes: &[Node], pods: &[Pod]) -> Vec<Boun
                 .collect(),
         })
         .collect()
+}
+
+/// What the agent's Node cache keeps: the labels (topology, GPU product) and allocatable, all
+/// the summary reads. Nodes carry images, conditions and managed fields that dwarf these.
+pub fn strip_node(n: &mut Node) {
+    let meta = &mut n.metadata;
+    (meta.annotations, meta.managed_fields, meta.owner_references) = (None, None, None);
+    n.spec = None;
+    if let Some(s) = n.status.as_mut() {
+        *s = k8s_openapi::api::core::v1::NodeStatus { allocatable: s.allocatable.take(), ..Default::default() };
+    }
+}
+
+/// What the agent's Pod cache keeps: labels, node, phase, each container's resources (what it
+/// holds) and the PodScheduled condition (why a gang waits). A member's pods are many; the rest
+/// of each (env, volumes, container statuses, managed fields) is never read.
+pub fn strip_pod(p: &mut Pod) {
+    let meta = &mut p.metadata;
+    (meta.annotations, meta.managed_fields, meta.owner_references) = (None, None, None);
+    if let Some(spec) = p.spec.as_mut() {
+        let containers = std::mem::take(&mut spec.containers)
+            .into_iter()
+            .map(|c| k8s_openapi::api::core::v1::Container { name: c.name, resources: c.resources, ..Default::default() })
+            .collect();
+        *spec = k8s_openapi::api::core::v1::PodSpec {
+            containers,
+            node_name: spec.node_name.take(),
+            ..Default::default()
+        };
+    }
+    if let Some(s) = p.status.as_mut() {
+        let scheduled =
+            s.conditions.take().map(|cs| cs.into_iter().filter(|c| c.type_ == "PodScheduled").collect::<Vec<_>>());
+        *s = k8s_openapi::api::core::v1::PodStatus {
+            phase: s.phase.take(),
+            conditions: scheduled.filter(|cs| !cs.is_empty()),
+            ..Default::default()
+        };
+    }
 }
 
 #[cfg(test)]
@@ -224,5 +269,37 @@ mod tests {
         // The summary agrees on what is free.
         let free: u64 = summarize(&levels, &nodes, &pods).iter().map(|d| d.free_gpus).sum();
         assert_eq!(free, 4 + 7);
+    }
+
+    #[test]
+    fn the_caches_keep_all_the_summary_and_the_pending_reason_read() {
+        let levels = [TopologyLevel { level: "rack".into(), node_label: "rack".into() }];
+        let mut nodes = vec![node("n0", "r0", 8), node("n1", "r1", 8)];
+        let mut pods = vec![pod("n0", "a", "node", 4), pod("n1", "b", "node", 2)];
+        for n in &mut nodes {
+            n.metadata.annotations = Some([("a".to_string(), "b".to_string())].into());
+            n.status.get_or_insert_default().conditions = Some(vec![Default::default()]);
+        }
+        for p in &mut pods {
+            let spec = p.spec.get_or_insert_default();
+            spec.containers[0].env = Some(vec![Default::default()]);
+            spec.containers.push(k8s_openapi::api::core::v1::Container { name: "sidecar".into(), ..Default::default() });
+            let status = p.status.get_or_insert_default();
+            status.conditions = Some(vec![
+                serde_json::from_value(serde_json::json!({"type": "Ready", "status": "True"})).expect("condition"),
+                serde_json::from_value(serde_json::json!({"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}))
+                    .expect("condition"),
+            ]);
+            status.container_statuses = Some(vec![Default::default()]);
+        }
+        let (full_summary, full_bound) = (summarize(&levels, &nodes, &pods), bound(&levels, &nodes, &pods));
+        nodes.iter_mut().for_each(strip_node);
+        pods.iter_mut().for_each(strip_pod);
+        assert_eq!(summarize(&levels, &nodes, &pods), full_summary);
+        assert_eq!(bound(&levels, &nodes, &pods), full_bound);
+        let status = pods[0].status.as_ref().expect("status kept");
+        let kept: Vec<&str> = status.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
+        assert_eq!((kept, status.phase.as_deref(), status.container_statuses.is_none()), (vec!["PodScheduled"], Some("Running"), true));
+        assert!(nodes[0].metadata.annotations.is_none() && nodes[0].status.as_ref().is_some_and(|s| s.conditions.is_none()));
     }
 }

@@ -10,6 +10,7 @@
 //! after its JobSet was made is reported Unschedulable, with the gang scheduler's reason.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use api::jobset::JobSet;
@@ -31,6 +32,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio::time::Instant;
 
+use crate::capacity;
 use crate::metrics::Metrics;
 use crate::render::{self, Capabilities, Input, Object};
 use crate::watch::{self, Watches};
@@ -135,6 +137,7 @@ async fn runtime(hub: &Client, caches: &Caches, tj: &TrainJob) -> Result<Runtime
 }
 
 /// Applies one placement's objects to the member.
+#[tracing::instrument(skip_all, fields(cluster = %cfg.cluster, placement = %p.name_any()))]
 async fn realise(
     hub: &Client,
     member: &Client,
@@ -206,7 +209,8 @@ async fn ensure_namespace(member: &Client, ns: &str) -> Result<(), Error> {
 /// Placement status from the member's JobSet for `epoch`; `pending_reason` is the gang
 /// scheduler's word on pods not yet running.
 fn status_of(js: &JobSet, epoch: i64, pending_reason: Option<String>, timed_out: bool) -> PlacementStatus {
-    let st = js.status.clone().unwrap_or_default();
+    let none = Default::default();
+    let st = js.status.as_ref().unwrap_or(&none);
     let condition = |t: &str| st.conditions.iter().find(|c| c.type_ == t && c.status == "True");
     let jobs: Vec<JobStatus> = st
         .replicated_jobs_status
@@ -247,27 +251,32 @@ fn status_of(js: &JobSet, epoch: i64, pending_reason: Option<String>, timed_out:
     }
 }
 
-/// The first reason a pod of this JobSet gives for not being scheduled.
-async fn pending_reason(member: &Client, ns: &str, jobset: &str) -> Result<Option<String>, Error> {
-    let pods = Api::<Pod>::namespaced(member.clone(), ns)
-        .list(&ListParams::default().labels(&format!("jobset.sigs.k8s.io/jobset-name={jobset}")))
-        .await
-        .map_err(kube_err("listing a gang's pods"))?;
-    Ok(pods.items.iter().find_map(|p| {
-        p.status.as_ref()?.conditions.as_ref()?.iter().find_map(|c| {
-            (c.type_ == "PodScheduled" && c.status == "False")
-                .then(|| format!("{}: {}", c.reason.clone().unwrap_or_default(), c.message.clone().unwrap_or_default()))
+/// The first reason (by pod name) a pod of this JobSet gives for not being scheduled.
+fn pending_reason(pods: &[Arc<Pod>], ns: &str, jobset: &str) -> Option<String> {
+    pods.iter()
+        .filter(|p| {
+            p.metadata.namespace.as_deref() == Some(ns)
+                && p.labels().get("jobset.sigs.k8s.io/jobset-name").map(String::as_str) == Some(jobset)
         })
-    }))
+        .filter_map(|p| {
+            let c = p.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+            let reason = format!("{}: {}", c.reason.as_deref().unwrap_or_default(), c.message.as_deref().unwrap_or_default());
+            Some((p.metadata.name.as_deref(), reason))
+        })
+        .min()
+        .map(|(_, reason)| reason)
 }
 
-/// The agent's caches: its Placements and the runtimes on the hub, its JobSets on the member.
+/// The agent's caches: its Placements and the runtimes on the hub; its JobSets, and the Nodes
+/// and unfinished Pods its capacity report summarises, on the member.
 #[derive(Debug, Clone)]
 pub struct Caches {
     placements: Store<Placement>,
     runtimes: Store<TrainingRuntime>,
     cluster_runtimes: Store<ClusterTrainingRuntime>,
     jobsets: Store<JobSet>,
+    nodes: Store<Node>,
+    pods: Store<Pod>,
 }
 
 impl Caches {
@@ -278,6 +287,13 @@ impl Caches {
             runtimes: watches.watch(Api::all(hub.clone()), watcher::Config::default()),
             cluster_runtimes: watches.watch(Api::all(hub.clone()), watcher::Config::default()),
             jobsets: watches.watch(Api::all(member.clone()), watcher::Config::default().labels(TRAINJOB_UID_LABEL)),
+            // Read by each round, not acted on: they do not wake the agent.
+            nodes: watches.cache(Api::all(member.clone()), watcher::Config::default(), capacity::strip_node),
+            pods: watches.cache(
+                Api::all(member.clone()),
+                watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed"),
+                capacity::strip_pod,
+            ),
         }
     }
 
@@ -286,12 +302,14 @@ impl Caches {
             self.placements.wait_until_ready(),
             self.runtimes.wait_until_ready(),
             self.cluster_runtimes.wait_until_ready(),
-            self.jobsets.wait_until_ready()
+            self.jobsets.wait_until_ready(),
+            self.nodes.wait_until_ready(),
+            self.pods.wait_until_ready()
         );
     }
 }
 
-/// What an agent remembers between syncs.
+/// What an agent remembers between wakes.
 #[derive(Debug)]
 pub struct State {
     /// (TrainJob uid, epoch) applied by this process and maybe not yet in the JobSet cache.
@@ -300,9 +318,6 @@ pub struct State {
     in_flight: BTreeSet<(String, i64)>,
     /// (TrainJob uid, epoch) → namespace of JobSets it deleted while the hub was unreachable.
     fenced: BTreeMap<(String, i64), String>,
-    /// Member namespaces known to exist: a burst into one namespace checks it once, not once
-    /// per placement. Forgotten when an apply fails.
-    namespaces: BTreeSet<String>,
     last_report: Option<Instant>,
     last_hub_contact: Instant,
 }
@@ -313,7 +328,6 @@ impl Default for State {
             applied: BTreeSet::new(),
             in_flight: BTreeSet::new(),
             fenced: BTreeMap::new(),
-            namespaces: BTreeSet::new(),
             last_report: None,
             last_hub_contact: Instant::now(),
         }
@@ -364,35 +378,56 @@ async fn delete_companions(member: &Client, ns: &str, key: &(String, i64)) -> Re
     Ok(())
 }
 
-/// One sync: fence stale objects, report status, and return the placements to realise. Each is
-/// then realised on its own (see `Work`), so a burst's first placements need not wait for its
-/// last.
-#[tracing::instrument(skip_all, fields(cluster = %cfg.cluster))]
-pub async fn sync_once(
-    hub: &Client,
-    member: &Client,
-    cfg: &AgentConfig,
-    caches: &Caches,
-    state: &mut State,
-) -> Result<Vec<Placement>, Error> {
-    // Heartbeat first: the hub-lost clock must not depend on how long the rest takes.
-    let heartbeat = state.last_report.is_none_or(|t| t.elapsed() >= cfg.timing.heartbeat);
-    if heartbeat {
-        report(hub, member, cfg, Bound::Include).await?;
-        state.last_report = Some(Instant::now());
-        state.last_hub_contact = Instant::now();
+/// What one look at the caches asks of the agent. No I/O, so every wake can take one.
+#[derive(Debug, Default)]
+struct Survey {
+    /// Placed here, with no JobSet yet and not being realised: started at once.
+    realise: Vec<Arc<Placement>>,
+    round: Round,
+}
+
+/// One round of reporting to the hub and cleaning up the member. It runs apart from the wake
+/// loop, so a slow round (hundreds of statuses in a burst) never holds back what was just
+/// placed.
+#[derive(Debug, Default)]
+struct Round {
+    /// A heartbeat is due: the whole MemberCluster status, not only capacity.
+    heartbeat: bool,
+    /// Placement statuses that differ from what the hub has.
+    statuses: Vec<(String, String, PlacementStatus)>,
+    /// JobSets this agent made for an epoch or TrainJob no longer placed here (fencing).
+    stale: Vec<((String, i64), Arc<JobSet>)>,
+    /// Fenced while the hub was out of reach and no longer placed here: their companions go.
+    gone: Vec<((String, i64), String)>,
+}
+
+impl Round {
+    fn is_empty(&self) -> bool {
+        !self.heartbeat && self.statuses.is_empty() && self.stale.is_empty() && self.gone.is_empty()
     }
-    let placements: Vec<Placement> = watch::snapshot(&caches.placements)
+}
+
+/// Compares the placements for this cluster with the member's JobSets: what to realise and,
+/// with `round` (`Some(heartbeat)`), what a round should do. Forgets applied keys the JobSet
+/// cache has caught up with.
+fn survey(cfg: &AgentConfig, caches: &Caches, state: &mut State, round: Option<bool>) -> Survey {
+    let mut placements: Vec<Arc<Placement>> = caches
+        .placements
+        .state()
         .into_iter()
         .filter(|p| p.spec.cluster.as_deref() == Some(cfg.cluster.as_str()))
         .collect();
-    let jobsets: BTreeMap<(String, i64), JobSet> =
-        watch::snapshot(&caches.jobsets).into_iter().filter_map(|js| Some((owner_key(&js)?, js))).collect();
+    // Queue order, never the order events arrived in.
+    placements.sort_by(|a, b| (a.metadata.namespace.as_deref(), a.metadata.name.as_deref()).cmp(&(b.metadata.namespace.as_deref(), b.metadata.name.as_deref())));
+    let jobsets: BTreeMap<(String, i64), Arc<JobSet>> =
+        caches.jobsets.state().into_iter().filter_map(|js| Some((owner_key(&js)?, js))).collect();
     state.applied.retain(|k| !jobsets.contains_key(k));
-    let mut statuses: Vec<(String, String, PlacementStatus)> = Vec::new();
+    let heartbeat = round == Some(true);
+    // Asking the pods why a gang waits is for heartbeats; the last answer is kept between.
+    let pods = if heartbeat { caches.pods.state() } else { Vec::new() };
+    let mut survey = Survey { round: Round { heartbeat, ..Round::default() }, ..Survey::default() };
     let mut current = BTreeSet::new();
-    let mut to_realise: Vec<&Placement> = Vec::new();
-    for p in &placements {
+    for p in placements {
         let key = (p.spec.train_job_uid.clone(), p.spec.epoch);
         current.insert(key.clone());
         let (ns, name) = (p.namespace().unwrap_or_default(), p.name_any());
@@ -410,18 +445,19 @@ pub async fn sync_once(
             continue;
         }
         let status = match jobsets.get(&key) {
+            // Statuses are a round's business, and one is running.
+            Some(_) if round.is_none() => continue,
             Some(js) => {
                 let age =
                     js.metadata.creation_timestamp.as_ref().map_or(Duration::ZERO, |t| {
                         k8s_openapi::jiff::Timestamp::now().duration_since(t.0).unsigned_abs()
                     });
                 let unstarted = status_of(js, p.spec.epoch, None, false).phase == PlacementPhase::Applied;
-                // Asking the pods why is a list per gang: do it at heartbeats, keep the last answer between.
                 // Gangs younger than two heartbeats are most likely just starting: no need to ask.
                 let reason = match reported {
                     _ if !unstarted => None,
                     Some(r) if !heartbeat || age < cfg.timing.heartbeat * 2 => r.message.clone(),
-                    _ => pending_reason(member, &ns, &js.name_any()).await?,
+                    _ => pending_reason(&pods, &ns, &js.name_any()),
                 };
                 status_of(js, p.spec.epoch, reason, unstarted && age >= cfg.timing.start_timeout)
             }
@@ -429,6 +465,9 @@ pub async fn sync_once(
             None if matches!(phase, Some(PlacementPhase::Applied | PlacementPhase::Running))
                 && !state.fenced.contains_key(&key) =>
             {
+                if round.is_none() {
+                    continue;
+                }
                 PlacementStatus {
                     phase: PlacementPhase::Lost,
                     observed_epoch: p.spec.epoch,
@@ -437,43 +476,59 @@ pub async fn sync_once(
                 }
             }
             None => {
-                to_realise.push(p);
+                survey.realise.push(p);
                 continue;
             }
         };
         if reported != Some(&status) {
-            statuses.push((ns, name, status));
+            survey.round.statuses.push((ns, name, status));
         }
     }
-    let needed: BTreeSet<String> = to_realise.iter().map(|p| p.namespace().unwrap_or_default()).collect();
-    for ns in needed.difference(&state.namespaces.clone()) {
-        ensure_namespace(member, ns).await?;
-        state.namespaces.insert(ns.clone());
+    if round.is_none() {
+        return survey;
     }
-    let to_realise: Vec<Placement> = to_realise.into_iter().cloned().collect();
-    // Fencing: what this agent made for an epoch or TrainJob no longer placed here.
-    for (key, js) in &jobsets {
-        if !current.contains(key) {
-            let ns = js.namespace().unwrap_or_default();
-            tracing::info!(jobset = %format!("{ns}/{}", js.name_any()), epoch = key.1, "fencing");
-            delete_jobset(member, js).await?;
-            delete_companions(member, &ns, key).await?;
-            cfg.metrics.fenced.inc();
-        }
-    }
-    let gone: Vec<((String, i64), String)> =
+    survey.round.stale = jobsets.into_iter().filter(|(k, _)| !current.contains(k)).collect();
+    survey.round.gone =
         state.fenced.iter().filter(|(k, _)| !current.contains(*k)).map(|(k, ns)| (k.clone(), ns.clone())).collect();
-    for (key, ns) in gone {
-        delete_companions(member, &ns, &key).await?;
-        state.fenced.remove(&key);
+    survey
+}
+
+/// What a round did, for the wake loop to remember.
+#[derive(Debug)]
+struct Delivered {
+    /// The MemberCluster status was written.
+    reported: bool,
+    /// Keys whose companions it deleted: no longer fenced.
+    cleaned: Vec<(String, i64)>,
+}
+
+/// Runs one round: the heartbeat report first (the hub-lost clock must not depend on how long
+/// the rest takes), fencing, then capacity before statuses, so the hub never sees a gang
+/// running without its GPUs counted as taken.
+#[tracing::instrument(skip_all, fields(cluster = %cfg.cluster, statuses = round.statuses.len()))]
+async fn deliver(hub: Client, member: Client, cfg: AgentConfig, caches: Caches, round: Round) -> Result<Delivered, Error> {
+    let mut reported = false;
+    if round.heartbeat {
+        report(&hub, &member, &cfg, &caches, Scope::Heartbeat).await?;
+        reported = true;
     }
-    // Capacity first, so the hub never sees a gang running without its GPUs counted as taken.
-    if !statuses.is_empty() {
-        report(hub, member, cfg, Bound::Keep).await?;
-        state.last_report = Some(Instant::now());
-        state.last_hub_contact = Instant::now();
+    for (key, js) in &round.stale {
+        let ns = js.namespace().unwrap_or_default();
+        tracing::info!(jobset = %format!("{ns}/{}", js.name_any()), epoch = key.1, "fencing");
+        delete_jobset(&member, js).await?;
+        delete_companions(&member, &ns, key).await?;
+        cfg.metrics.fenced.inc();
     }
-    let written: Vec<Result<(), Error>> = futures::stream::iter(statuses)
+    let mut cleaned = Vec::new();
+    for (key, ns) in round.gone {
+        delete_companions(&member, &ns, &key).await?;
+        cleaned.push(key);
+    }
+    if !round.statuses.is_empty() && !reported {
+        report(&hub, &member, &cfg, &caches, Scope::Capacity).await?;
+        reported = true;
+    }
+    let written: Vec<Result<(), Error>> = futures::stream::iter(round.statuses)
         .map(|(ns, name, status)| {
             let hub = hub.clone();
             async move { write_status(&hub, &ns, &name, &status).await }
@@ -481,7 +536,7 @@ pub async fn sync_once(
         .buffer_unordered(CONCURRENT_APPLIES)
         .collect()
         .await;
-    written.into_iter().find_map(Result::err).map_or(Ok(to_realise), Err)
+    written.into_iter().find_map(Result::err).map_or(Ok(Delivered { reported, cleaned }), Err)
 }
 
 async fn write_status(hub: &Client, ns: &str, name: &str, status: &PlacementStatus) -> Result<(), Error> {
@@ -493,40 +548,57 @@ async fn write_status(hub: &Client, ns: &str, name: &str, status: &PlacementStat
 }
 
 /// Placements being realised, at most `CONCURRENT_APPLIES` at once: each is rendered, applied
-/// and reported Applied on its own, so a burst's first placements need not wait for its last,
-/// nor for the next sync.
+/// and reported Applied on its own, as soon as the agent sees it, so a burst's first placements
+/// need not wait for its last, nor for a round.
 #[derive(Debug)]
 struct Work {
-    running: tokio::task::JoinSet<(Placement, Result<(), Error>)>,
-    permits: std::sync::Arc<tokio::sync::Semaphore>,
+    running: tokio::task::JoinSet<(Arc<Placement>, Result<(), Error>)>,
+    permits: Arc<tokio::sync::Semaphore>,
+    /// Member namespaces known to exist: a burst into one namespace checks it once, not once
+    /// per placement. Forgotten when an apply fails.
+    namespaces: Arc<tokio::sync::Mutex<BTreeSet<String>>>,
 }
 
 impl Default for Work {
     fn default() -> Self {
         Work {
             running: tokio::task::JoinSet::new(),
-            permits: std::sync::Arc::new(tokio::sync::Semaphore::new(CONCURRENT_APPLIES)),
+            permits: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_APPLIES)),
+            namespaces: Arc::default(),
         }
     }
 }
 
 impl Work {
-    fn add(&mut self, state: &mut State, placements: Vec<Placement>, ctx: (&Client, &Client, &AgentConfig, &Caches)) {
+    fn add(&mut self, state: &mut State, placements: Vec<Arc<Placement>>, ctx: (&Client, &Client, &AgentConfig, &Caches)) {
         for p in placements {
             state.in_flight.insert((p.spec.train_job_uid.clone(), p.spec.epoch));
             let (hub, member, cfg, caches) = (ctx.0.clone(), ctx.1.clone(), ctx.2.clone(), ctx.3.clone());
-            let permits = self.permits.clone();
+            let (permits, namespaces) = (self.permits.clone(), self.namespaces.clone());
             self.running.spawn(async move {
                 // The semaphore is never closed, so this always waits for a permit.
                 let _permit = permits.acquire_owned().await.ok();
-                let mut result = realise(&hub, &member, &cfg, &caches, &p).await;
-                if result.is_ok() {
+                let ns = p.namespace().unwrap_or_default();
+                let result = async {
+                    {
+                        // Held while the namespace is made, so a burst into a new one makes it once.
+                        let mut known = namespaces.lock().await;
+                        if !known.contains(&ns) {
+                            ensure_namespace(&member, &ns).await?;
+                            known.insert(ns.clone());
+                        }
+                    }
+                    realise(&hub, &member, &cfg, &caches, &p).await?;
                     let status = PlacementStatus {
                         phase: PlacementPhase::Applied,
                         observed_epoch: p.spec.epoch,
                         ..Default::default()
                     };
-                    result = write_status(&hub, &p.namespace().unwrap_or_default(), &p.name_any(), &status).await;
+                    write_status(&hub, &ns, &p.name_any(), &status).await
+                }
+                .await;
+                if result.is_err() {
+                    namespaces.lock().await.clear();
                 }
                 (p, result)
             });
@@ -534,7 +606,7 @@ impl Work {
     }
 
     /// Records a finished realisation.
-    fn finished(state: &mut State, cfg: &AgentConfig, (p, result): (Placement, Result<(), Error>)) {
+    fn finished(state: &mut State, cfg: &AgentConfig, (p, result): (Arc<Placement>, Result<(), Error>)) {
         let key = (p.spec.train_job_uid.clone(), p.spec.epoch);
         state.in_flight.remove(&key);
         match result {
@@ -543,11 +615,8 @@ impl Work {
                 state.fenced.remove(&key);
                 state.applied.insert(key);
             }
-            Err(error) => {
-                // The next sync finds it neither applied nor in flight and queues it again.
-                state.namespaces.clear();
-                tracing::warn!(%error, placement = %p.name_any(), "realising failed");
-            }
+            // The next wake finds it neither applied nor in flight and starts it again.
+            Err(error) => tracing::warn!(%error, placement = %p.name_any(), "realising failed"),
         }
     }
 
@@ -600,7 +669,7 @@ async fn heartbeat(hub: &Client, cfg: &AgentConfig) -> Result<(), Error> {
 
 /// `<uid>/<epoch>` of the placements with a pod bound to a node: the capacity summary counts
 /// them, so the hub need not assume their GPUs taken any more.
-fn counted(pods: &[Pod]) -> Vec<String> {
+fn counted(pods: &[Arc<Pod>]) -> Vec<String> {
     let keys: BTreeSet<String> = pods
         .iter()
         .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
@@ -612,41 +681,44 @@ fn counted(pods: &[Pod]) -> Vec<String> {
     keys.into_iter().collect()
 }
 
-/// Whether a report rewrites `bound` (where each placement's pods are), which grows with the
-/// pods running: on heartbeats, or kept as last written (a merge patch leaves it) when a report
-/// is made between them only to count new pods. The hub ignores a node whose free GPUs no longer
-/// match, so a bound list a heartbeat old is never read wrongly.
+/// How much of the MemberCluster status a report writes. A merge patch leaves the rest as last
+/// written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Bound {
-    Include,
-    Keep,
+enum Scope {
+    /// Everything, with the gang scheduler detected afresh and `bound` (where each placement's
+    /// pods are, which grows with the pods running).
+    Heartbeat,
+    /// Between heartbeats, only to count new pods: capacity and `counted`. The hub ignores a node
+    /// whose free GPUs no longer match, so a `bound` list a heartbeat old is never read wrongly.
+    Capacity,
 }
 
-async fn report(hub: &Client, member: &Client, cfg: &AgentConfig, bound: Bound) -> Result<(), Error> {
-    let nodes =
-        Api::<Node>::all(member.clone()).list(&ListParams::default()).await.map_err(kube_err("listing nodes"))?.items;
-    let pods =
-        Api::<Pod>::all(member.clone()).list(&ListParams::default()).await.map_err(kube_err("listing pods"))?.items;
-    let mut status = json!({"status": {
+/// Writes the MemberCluster status, capacity summarised from the Node and Pod caches.
+#[tracing::instrument(skip_all, fields(cluster = %cfg.cluster, ?scope))]
+async fn report(hub: &Client, member: &Client, cfg: &AgentConfig, caches: &Caches, scope: Scope) -> Result<(), Error> {
+    let (nodes, pods) = (caches.nodes.state(), caches.pods.state());
+    let mut status = json!({
         "heartbeatTime": k8s_openapi::jiff::Timestamp::now().to_string(),
-        "agentVersion": env!("CARGO_PKG_VERSION"),
-        "gangScheduler": detect_gang_scheduler(member).await?,
-        "kueue": matches!(cfg.capabilities.topology_mode, render::TopologyMode::Kueue),
-        "topologyLevels": cfg.levels,
         "domains": crate::capacity::summarize(&cfg.levels, &nodes, &pods),
         "counted": counted(&pods),
-    }});
-    if bound == Bound::Include {
-        status["status"]["bound"] = json!(crate::capacity::bound(&cfg.levels, &nodes, &pods));
+    });
+    if scope == Scope::Heartbeat {
+        status["agentVersion"] = env!("CARGO_PKG_VERSION").into();
+        status["gangScheduler"] = json!(detect_gang_scheduler(member).await?);
+        status["kueue"] = matches!(cfg.capabilities.topology_mode, render::TopologyMode::Kueue).into();
+        status["topologyLevels"] = json!(cfg.levels);
+        status["bound"] = json!(crate::capacity::bound(&cfg.levels, &nodes, &pods));
     }
     Api::<MemberCluster>::all(hub.clone())
-        .patch_status(&cfg.cluster, &PatchParams::default(), &Patch::Merge(&status))
+        .patch_status(&cfg.cluster, &PatchParams::default(), &Patch::Merge(&json!({"status": status})))
         .await
         .map_err(kube_err(format!("writing MemberCluster {} status", cfg.cluster)))?;
     Ok(())
 }
 
-/// Syncs on every change and heartbeat until dropped; errors are logged and retried with
+/// Wakes on every change, finished round, heartbeat and retry, until dropped. Every wake starts
+/// what was just placed and, unless a round is running, a round for whatever else differs (a
+/// round's end is a wake, so nothing seen meanwhile is missed). A failed round is retried with
 /// exponential back-off.
 pub async fn run(hub: Client, member: Client, cfg: AgentConfig) {
     let mut watches = Watches::new();
@@ -654,27 +726,26 @@ pub async fn run(hub: Client, member: Client, cfg: AgentConfig) {
     caches.ready().await;
     let mut state = State::default();
     let mut work = Work::default();
-    let mut backoff = Duration::ZERO;
+    let mut rounds: tokio::task::JoinSet<(Result<Delivered, Error>, Instant)> = tokio::task::JoinSet::new();
+    let (mut backoff, mut retry_at) = (Duration::ZERO, Instant::now());
     loop {
-        let started = std::time::Instant::now();
-        // A request stuck in the client's own retries must not starve the hub-lost check.
-        let result = tokio::time::timeout(cfg.timing.hub_lost, sync_once(&hub, &member, &cfg, &caches, &mut state))
-            .await
-            .unwrap_or(Err(Error::Timeout(cfg.timing.hub_lost)));
-        cfg.metrics.syncs.inc();
-        cfg.metrics.sync_seconds.observe(started.elapsed().as_secs_f64());
-        match result {
-            Ok(placements) => {
-                backoff = Duration::ZERO;
-                work.add(&mut state, placements, (&hub, &member, &cfg, &caches));
-            }
-            Err(error) => {
-                cfg.metrics.sync_errors.inc();
-                backoff = (backoff * 2).clamp(Duration::from_millis(100), Duration::from_secs(10));
-                tracing::warn!(%error, cluster = %cfg.cluster, retry_in = ?backoff, "agent sync failed");
-            }
+        let heartbeat_due = state.last_report.is_none_or(|t| t.elapsed() >= cfg.timing.heartbeat);
+        let may_start = rounds.is_empty() && Instant::now() >= retry_at;
+        let survey = survey(&cfg, &caches, &mut state, may_start.then_some(heartbeat_due));
+        work.add(&mut state, survey.realise, (&hub, &member, &cfg, &caches));
+        if may_start && !survey.round.is_empty() {
+            let (hub, member, cfg, caches) = (hub.clone(), member.clone(), cfg.clone(), caches.clone());
+            rounds.spawn(async move {
+                let started = Instant::now();
+                // A request stuck in the client's own retries must not starve the hub-lost check.
+                let limit = cfg.timing.hub_lost;
+                let result = tokio::time::timeout(limit, deliver(hub, member, cfg, caches, survey.round))
+                    .await
+                    .unwrap_or(Err(Error::Timeout(limit)));
+                (result, started)
+            });
         }
-        // Probe the hub apart from the sync: a sync that is merely slow (hundreds of placements)
+        // Probe the hub apart from the rounds: one that is merely slow (hundreds of statuses)
         // must not look like a lost hub.
         if state.last_hub_contact.elapsed() >= cfg.timing.heartbeat
             && let Ok(Ok(())) =
@@ -684,15 +755,20 @@ pub async fn run(hub: Client, member: Client, cfg: AgentConfig) {
         }
         if state.last_hub_contact.elapsed() >= cfg.timing.hub_lost {
             work.abandon(&mut state);
+            rounds.abort_all();
             if let Err(error) = fence_all(&member, &cfg, &caches, &mut state).await {
                 tracing::warn!(%error, "fencing failed");
             }
         }
-        let wait = if backoff.is_zero() { cfg.timing.heartbeat } else { backoff };
-        let next_sync = Instant::now() + wait;
-        // Until a change or the timer: realisations that finish meanwhile make room for queued ones.
+        // A running round wakes the loop when it ends; otherwise the next heartbeat or retry.
+        let next = match (rounds.is_empty(), backoff.is_zero()) {
+            (false, _) => None,
+            (true, true) => Some(state.last_report.map_or(Instant::now(), |t| t + cfg.timing.heartbeat)),
+            (true, false) => Some(retry_at),
+        };
         loop {
             tokio::select! {
+                // Realisations that finish make room for queued ones; nothing to survey.
                 Some(done) = work.running.join_next(), if !work.running.is_empty() => {
                     match done {
                         Ok(done) => Work::finished(&mut state, &cfg, done),
@@ -700,8 +776,34 @@ pub async fn run(hub: Client, member: Client, cfg: AgentConfig) {
                     }
                     continue;
                 }
-                _ = watches.changed(), if backoff.is_zero() => {}
-                _ = tokio::time::sleep_until(next_sync) => {}
+                Some(done) = rounds.join_next(), if !rounds.is_empty() => {
+                    let Ok((result, started)) = done else { continue };
+                    cfg.metrics.syncs.inc();
+                    cfg.metrics.sync_seconds.observe(started.elapsed().as_secs_f64());
+                    match result {
+                        Ok(d) => {
+                            backoff = Duration::ZERO;
+                            if d.reported {
+                                state.last_report = Some(Instant::now());
+                                state.last_hub_contact = Instant::now();
+                            }
+                            for key in d.cleaned {
+                                state.fenced.remove(&key);
+                            }
+                        }
+                        Err(error) => {
+                            cfg.metrics.sync_errors.inc();
+                            backoff = (backoff * 2).clamp(Duration::from_millis(100), Duration::from_secs(10));
+                            retry_at = Instant::now() + backoff;
+                            tracing::warn!(%error, cluster = %cfg.cluster, retry_in = ?backoff, "agent round failed");
+                        }
+                    }
+                }
+                _ = watches.changed() => {
+                    // Let a burst of changes land: one survey for them, not one each.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                _ = tokio::time::sleep_until(next.unwrap_or_else(Instant::now)), if next.is_some() => {}
             }
             break;
         }

@@ -26,21 +26,44 @@ impl Watches {
         Self::default()
     }
 
-    /// Starts watching `api` (relisting with back-off when a watch breaks) into a cache.
+    /// Starts watching `api` (relisting with back-off when a watch breaks) into a cache; every
+    /// change wakes the controller.
     pub fn watch<K>(&mut self, api: Api<K>, config: watcher::Config) -> Store<K>
     where
         K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
         K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
     {
+        self.start(api, config, |_| {}, Some(self.wake.clone()))
+    }
+
+    /// A cache that does not wake the controller and keeps of each object only what `strip`
+    /// leaves: for kinds read at the controller's own pace that change far more often than it
+    /// acts on them (a member's Pods, for the capacity report).
+    pub fn cache<K>(&mut self, api: Api<K>, config: watcher::Config, strip: fn(&mut K)) -> Store<K>
+    where
+        K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    {
+        self.start(api, config, strip, None)
+    }
+
+    fn start<K>(&mut self, api: Api<K>, config: watcher::Config, strip: fn(&mut K), wake: Option<Arc<Notify>>) -> Store<K>
+    where
+        K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    {
         let (reader, writer) = reflector::store();
-        let wake = self.wake.clone();
         let kind = K::kind(&K::DynamicType::default()).into_owned();
         self.tasks.spawn(async move {
-            let events = reflector::reflector(writer, watcher(api, config)).default_backoff();
+            let events = reflector::reflector(writer, watcher(api, config).modify(strip)).default_backoff();
             events
                 .for_each(|e| {
                     match e {
-                        Ok(_) => wake.notify_one(),
+                        Ok(_) => {
+                            if let Some(wake) = &wake {
+                                wake.notify_one();
+                            }
+                        }
                         Err(error) => tracing::debug!(%kind, %error, "watch interrupted; retrying"),
                     }
                     futures::future::ready(())

@@ -28,6 +28,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .init();
     let upstream = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/upstream");
     let p = Playground::start(&Playground::dev_fleet()?, &upstream, PlaygroundOptions::default()).await?;

@@ -71,14 +71,20 @@ impl SimulatedMember {
             }
         }
         let shared = server.shared();
-        let controller = tokio::spawn(async move {
+        let controller = server.spawn(async move {
             let mut tick = tokio::time::interval(TICK);
             // A slow pass is followed by a full tick, not by passes back to back.
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                if let Ok(mut store) = shared.store.lock() {
-                    reconcile(&mut store);
+                // One controller at a time, the lock released between them: requests waiting on
+                // this thread are served in between, as a real member serves them while its
+                // controllers work.
+                for controller in CONTROLLERS {
+                    if let Ok(mut store) = shared.store.lock() {
+                        controller(&mut store);
+                    }
+                    tokio::task::yield_now().await;
                 }
             }
         });
@@ -220,18 +226,34 @@ fn apply(store: &mut Store, writes: Vec<Write>) {
     }
 }
 
-/// One pass of every controller. The JobSet and Job controllers read the store borrowed and
-/// copy only what they change: a pass that copied every object kept the member's lock (and the
-/// runtime thread waiting on it) busy all the time once a few hundred JobSets existed.
-fn reconcile(store: &mut Store) {
-    let jobsets_rt = store.lookup("jobset.x-k8s.io", "v1alpha2", "jobsets").cloned();
-    let Some(jobsets_rt) = jobsets_rt else { return };
-    let children = jobset_children(store, &jobsets_rt);
-    apply(store, children);
-    schedule(store);
-    kubelet(store, &jobsets_rt);
-    let statuses = jobset_statuses(store, &jobsets_rt);
-    apply(store, statuses);
+/// The member's controllers, each a pass over the store: the JobSet and Job controllers
+/// (children, then status), the gang scheduler and the kubelet. They read the store borrowed
+/// and copy only what they change: a pass that copied every object kept the member's lock busy
+/// all the time once a few hundred JobSets existed.
+const CONTROLLERS: [fn(&mut Store); 4] = [
+    |store| {
+        if let Some(rt) = jobsets_type(store) {
+            let children = jobset_children(store, &rt);
+            apply(store, children);
+        }
+    },
+    schedule,
+    |store| {
+        if let Some(rt) = jobsets_type(store) {
+            kubelet(store, &rt);
+        }
+    },
+    |store| {
+        if let Some(rt) = jobsets_type(store) {
+            let statuses = jobset_statuses(store, &rt);
+            apply(store, statuses);
+        }
+    },
+];
+
+/// JobSets are served once their CRD is installed.
+fn jobsets_type(store: &Store) -> Option<ResourceType> {
+    store.lookup("jobset.x-k8s.io", "v1alpha2", "jobsets").cloned()
 }
 
 fn finished(js: &Value) -> bool {
@@ -429,6 +451,12 @@ fn schedule(store: &mut Store) {
     for p in &pods {
         gangs.entry((ns_of(p), gang_of(p).0)).or_default().push(p);
     }
+    // As coscheduling's PreFilter: each group's pods that exist and are not finished, bound or
+    // not, against minMember (a launcher made after its workers run joins a full group).
+    let mut live: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for p in store.objects(&pods_rt).filter(|p| matches!(p["status"]["phase"].as_str(), Some("Pending" | "Running"))) {
+        *live.entry((ns_of(p), gang_of(p).0)).or_default() += 1;
+    }
     for ((ns, gang), members) in gangs {
         let pg_kind = gang_of(members[0]).1;
         let pg = pg_kind
@@ -436,38 +464,26 @@ fn schedule(store: &mut Store) {
             .and_then(|rt| store.get(&rt, Some(&ns), &gang).ok());
         let min_member = pg.as_ref().and_then(|pg| pg["spec"]["minMember"].as_i64()).unwrap_or(members.len() as i64);
         let timeout = pg.as_ref().and_then(|pg| pg["spec"]["scheduleTimeoutSeconds"].as_u64()).unwrap_or(60);
-        // As coscheduling's PreFilter: the group's pods that exist and are not finished, bound
-        // or not, against minMember (a launcher made after its workers run joins a full group).
-        let live = store
-            .objects(&pods_rt)
-            .filter(|p| ns_of(p) == ns && gang_of(p).0 == gang)
-            .filter(|p| matches!(p["status"]["phase"].as_str(), Some("Pending" | "Running")))
-            .count();
-        if (live as i64) < min_member {
+        if (live.get(&(ns.clone(), gang.clone())).copied().unwrap_or(0) as i64) < min_member {
             continue;
         }
-        let mut trial = free.clone();
-        let mut binding = Vec::new();
+        // Bound on trial, taken back unless the whole gang fits.
+        let mut binding: Vec<(String, String, BTreeMap<String, f64>)> = Vec::new();
         for p in &members {
             let need = requests(p);
             let node = nodes.iter().filter(|n| node_matches(p, n)).map(name_of).find(|n| {
-                trial.get(n).is_some_and(|f| need.iter().all(|(k, v)| f.get(k).copied().unwrap_or(0.0) >= *v))
+                free.get(n).is_some_and(|f| need.iter().all(|(k, v)| f.get(k).copied().unwrap_or(0.0) >= *v))
             });
-            match node {
-                Some(n) => {
-                    if let Some(f) = trial.get_mut(&n) {
-                        for (k, v) in &need {
-                            *f.entry(k.clone()).or_insert(0.0) -= v;
-                        }
-                    }
-                    binding.push((name_of(p), n));
+            let Some(n) = node else { break };
+            if let Some(f) = free.get_mut(&n) {
+                for (k, v) in &need {
+                    *f.entry(k.clone()).or_insert(0.0) -= v;
                 }
-                None => break,
             }
+            binding.push((name_of(p), n, need));
         }
         if binding.len() == members.len() {
-            free = trial;
-            for (pod, node) in binding {
+            for (pod, node, _) in binding {
                 if let Ok(mut obj) = store.get(&pods_rt, Some(&ns), &pod) {
                     obj["spec"]["nodeName"] = node.into();
                     if store.update(&pods_rt, Some(&ns), &pod, obj, Part::Main, &write_options()).is_ok()
@@ -479,7 +495,16 @@ fn schedule(store: &mut Store) {
                     }
                 }
             }
-        } else if members.iter().any(|p| age_secs(p) >= timeout) {
+            continue;
+        }
+        for (_, n, need) in &binding {
+            if let Some(f) = free.get_mut(n) {
+                for (k, v) in need {
+                    *f.entry(k.clone()).or_insert(0.0) += v;
+                }
+            }
+        }
+        if members.iter().any(|p| age_secs(p) >= timeout) {
             let message = format!(
                 "0/{} nodes are available: gang {gang} needs {} pods bound together; only {} fit the free resources, node selectors and affinity",
                 nodes.len(),

@@ -138,7 +138,36 @@ pub struct Shared {
 pub struct ApiServer {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    tasks: JoinSet<()>,
+    thread: ServerThread,
+}
+
+/// The server's own thread and runtime, as if it were its own process: a request or a
+/// simulated controller holding the store's lock blocks this thread only, never the runtime of
+/// the controllers under test (whose two workers a blocked lock would otherwise stall).
+struct ServerThread {
+    runtime: tokio::runtime::Handle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ServerThread {
+    /// Stops the runtime (every connection and watch ends with it) and waits for the thread.
+    async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+    }
+}
+
+impl Drop for ServerThread {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
 }
 
 impl std::fmt::Debug for ApiServer {
@@ -171,37 +200,65 @@ impl ApiServer {
     }
 
     async fn serve(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<ApiServer> {
-        let listener = TcpListener::bind(addr).await?;
+        let listener = std::net::TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
-        let mut tasks = JoinSet::new();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let s = shared.clone();
-        tasks.spawn(async move {
-            let mut conns = JoinSet::new();
-            while let Ok((stream, _)) = listener.accept().await {
-                if s.faults.is_partitioned() {
-                    drop(stream);
-                    continue;
-                }
-                let s = s.clone();
-                let s2 = s.clone();
-                conns.spawn(async move {
-                    let svc = service_fn(move |req| {
+        let thread = std::thread::Builder::new().name(format!("apiserver-{}", addr.port())).spawn(move || {
+            runtime.block_on(async move {
+                let Ok(listener) = TcpListener::from_std(listener) else { return };
+                let mut conns = JoinSet::new();
+                let accept = async {
+                    while let Ok((stream, _)) = listener.accept().await {
+                        if s.faults.is_partitioned() {
+                            drop(stream);
+                            continue;
+                        }
                         let s = s.clone();
-                        // A cut-off client's connection drops without an answer, as over a broken
-                        // network (an error status would be retried by the client instead).
-                        async move { http::handle(s, req).await.ok_or(http::Partitioned) }
-                    });
-                    let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
-                    let cut = s2.faults.cut.notified();
-                    tokio::select! {
-                        _ = conn => {}
-                        _ = cut => {}
+                        let s2 = s.clone();
+                        conns.spawn(async move {
+                            let svc = service_fn(move |req| {
+                                let s = s.clone();
+                                // A cut-off client's connection drops without an answer, as over
+                                // a broken network (an error status would be retried instead).
+                                async move { http::handle(s, req).await.ok_or(http::Partitioned) }
+                            });
+                            let conn =
+                                hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
+                            let cut = s2.faults.cut.notified();
+                            tokio::select! {
+                                _ = conn => {}
+                                _ = cut => {}
+                            }
+                        });
+                        while conns.try_join_next().is_some() {}
                     }
-                });
-                while conns.try_join_next().is_some() {}
-            }
-        });
-        Ok(ApiServer { addr, shared, tasks })
+                };
+                tokio::select! {
+                    _ = accept => {}
+                    _ = stopped => {}
+                }
+            });
+            // The runtime drops here with every connection, watch and spawned task on it.
+        })?;
+        Ok(ApiServer {
+            addr,
+            shared,
+            thread: ServerThread { runtime: handle, stop: Some(stop), thread: Some(thread) },
+        })
+    }
+
+    /// Runs `task` on the server's own thread: for simulated controllers that work on the store
+    /// under its lock, as the real ones would inside the cluster.
+    pub fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.thread.runtime.spawn(task)
     }
 
     pub fn url(&self) -> String {
@@ -243,9 +300,10 @@ impl ApiServer {
     }
 
     /// Stops serving: the port is released and every connection, watches included, is cut.
-    pub async fn stop(mut self) -> Stopped {
-        self.tasks.shutdown().await;
-        Stopped { addr: self.addr, shared: self.shared.clone() }
+    pub async fn stop(self) -> Stopped {
+        let ApiServer { addr, shared, thread } = self;
+        thread.shutdown().await;
+        Stopped { addr, shared }
     }
 }
 
