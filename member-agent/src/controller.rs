@@ -577,7 +577,7 @@ impl Work {
             let (permits, namespaces) = (self.permits.clone(), self.namespaces.clone());
             self.running.spawn(async move {
                 // The semaphore is never closed, so this always waits for a permit.
-                let _permit = permits.acquire_owned().await.ok();
+                let permit = permits.acquire_owned().await.ok();
                 let ns = p.namespace().unwrap_or_default();
                 let result = async {
                     {
@@ -589,6 +589,8 @@ impl Work {
                         }
                     }
                     realise(&hub, &member, &cfg, &caches, &p).await?;
+                    // The member's part is done: the next placement may start while the hub hears.
+                    drop(permit);
                     let status = PlacementStatus {
                         phase: PlacementPhase::Applied,
                         observed_epoch: p.spec.epoch,

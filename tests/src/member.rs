@@ -210,6 +210,7 @@ fn parse_rfc3339(s: &str) -> Option<u64> {
 /// A change one pass decided, made after the pass has finished reading.
 enum Write {
     Create(ResourceType, String, Value),
+    /// The new status alone: the store copies the object once to put it in.
     Status(ResourceType, String, String, Value),
     Delete(ResourceType, String, String),
 }
@@ -218,9 +219,9 @@ fn apply(store: &mut Store, writes: Vec<Write>) {
     for w in writes {
         let _ = match w {
             Write::Create(rt, ns, obj) => store.create(&rt, Some(&ns), obj, &write_options()).map(|_| ()),
-            Write::Status(rt, ns, name, obj) => {
-                store.update(&rt, Some(&ns), &name, obj, Part::Status, &write_options()).map(|_| ())
-            }
+            Write::Status(rt, ns, name, status) => store
+                .update(&rt, Some(&ns), &name, json!({"status": status}), Part::Status, &write_options())
+                .map(|_| ()),
             Write::Delete(rt, ns, name) => store.delete(&rt, Some(&ns), &name, false).map(|_| ()),
         };
     }
@@ -487,11 +488,10 @@ fn schedule(store: &mut Store) {
                 if let Ok(mut obj) = store.get(&pods_rt, Some(&ns), &pod) {
                     obj["spec"]["nodeName"] = node.into();
                     if store.update(&pods_rt, Some(&ns), &pod, obj, Part::Main, &write_options()).is_ok()
-                        && let Ok(mut obj) = store.get(&pods_rt, Some(&ns), &pod)
                     {
-                        obj["status"] = json!({"phase": "Running", "startTime": crate::apiserver::store::now_rfc3339(),
-                            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]});
-                        let _ = store.update(&pods_rt, Some(&ns), &pod, obj, Part::Status, &write_options());
+                        let status = json!({"status": {"phase": "Running", "startTime": crate::apiserver::store::now_rfc3339(),
+                            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]}});
+                        let _ = store.update(&pods_rt, Some(&ns), &pod, status, Part::Status, &write_options());
                     }
                 }
             }
@@ -605,9 +605,7 @@ fn jobset_status(
             status["conditions"] = json!([{"type": "Complete", "status": "True"}]);
         }
         if status != job["status"] {
-            let mut j = (*job).clone();
-            j["status"] = status;
-            out.push(Write::Status(jobs_rt.clone(), ns.clone(), jn.clone(), j));
+            out.push(Write::Status(jobs_rt.clone(), ns.clone(), jn.clone(), status));
         }
         let rjob =
             job["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"].as_str().unwrap_or("").to_string();
@@ -670,8 +668,6 @@ fn jobset_status(
         status["terminalState"] = "Completed".into();
     }
     if status != js["status"] {
-        let mut obj = js.clone();
-        obj["status"] = status;
-        out.push(Write::Status(jobsets_rt.clone(), ns, jname, obj));
+        out.push(Write::Status(jobsets_rt.clone(), ns, jname, status));
     }
 }

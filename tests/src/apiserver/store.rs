@@ -417,7 +417,7 @@ impl Store {
                     }
                 },
                 Part::Status => {
-                    let status = obj.get("status").cloned();
+                    let status = obj.as_object_mut().and_then(|o| o.remove("status"));
                     obj = old.clone();
                     match status {
                         Some(s) => obj["status"] = s,
