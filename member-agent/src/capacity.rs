@@ -101,7 +101,11 @@ fn gpu_nodes<'a, N: Borrow<Node>>(
 
 /// Summarises GPU nodes by the values of `levels` (widest first, host excluded), flavor and
 /// GPUs per node. Nodes without GPUs or without every level label are left out.
-pub fn summarize(levels: &[TopologyLevel], nodes: &[impl Borrow<Node>], pods: &[impl Borrow<Pod>]) -> Vec<DomainCapacity> {
+pub fn summarize(
+    levels: &[TopologyLevel],
+    nodes: &[impl Borrow<Node>],
+    pods: &[impl Borrow<Pod>],
+) -> Vec<DomainCapacity> {
     /// Free GPUs of each node, and the smallest node's CPU and memory.
     type Group = (Vec<u32>, u64, u64);
     let mut groups: BTreeMap<(Vec<String>, String, u32), Group> = BTreeMap::new();
@@ -198,13 +202,14 @@ pub fn strip_pod(p: &mut Pod) {
     if let Some(spec) = p.spec.as_mut() {
         let containers = std::mem::take(&mut spec.containers)
             .into_iter()
-            .map(|c| k8s_openapi::api::core::v1::Container { name: c.name, resources: c.resources, ..Default::default() })
+            .map(|c| k8s_openapi::api::core::v1::Container {
+                name: c.name,
+                resources: c.resources,
+                ..Default::default()
+            })
             .collect();
-        *spec = k8s_openapi::api::core::v1::PodSpec {
-            containers,
-            node_name: spec.node_name.take(),
-            ..Default::default()
-        };
+        *spec =
+            k8s_openapi::api::core::v1::PodSpec { containers, node_name: spec.node_name.take(), ..Default::default() };
     }
     if let Some(s) = p.status.as_mut() {
         let scheduled =
@@ -283,12 +288,15 @@ mod tests {
         for p in &mut pods {
             let spec = p.spec.get_or_insert_default();
             spec.containers[0].env = Some(vec![Default::default()]);
-            spec.containers.push(k8s_openapi::api::core::v1::Container { name: "sidecar".into(), ..Default::default() });
+            spec.containers
+                .push(k8s_openapi::api::core::v1::Container { name: "sidecar".into(), ..Default::default() });
             let status = p.status.get_or_insert_default();
             status.conditions = Some(vec![
                 serde_json::from_value(serde_json::json!({"type": "Ready", "status": "True"})).expect("condition"),
-                serde_json::from_value(serde_json::json!({"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}))
-                    .expect("condition"),
+                serde_json::from_value(
+                    serde_json::json!({"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}),
+                )
+                .expect("condition"),
             ]);
             status.container_statuses = Some(vec![Default::default()]);
         }
@@ -299,7 +307,12 @@ mod tests {
         assert_eq!(bound(&levels, &nodes, &pods), full_bound);
         let status = pods[0].status.as_ref().expect("status kept");
         let kept: Vec<&str> = status.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
-        assert_eq!((kept, status.phase.as_deref(), status.container_statuses.is_none()), (vec!["PodScheduled"], Some("Running"), true));
-        assert!(nodes[0].metadata.annotations.is_none() && nodes[0].status.as_ref().is_some_and(|s| s.conditions.is_none()));
+        assert_eq!(
+            (kept, status.phase.as_deref(), status.container_statuses.is_none()),
+            (vec!["PodScheduled"], Some("Running"), true)
+        );
+        assert!(
+            nodes[0].metadata.annotations.is_none() && nodes[0].status.as_ref().is_some_and(|s| s.conditions.is_none())
+        );
     }
 }

@@ -1,8 +1,11 @@
 //! The member agent's shell, pull mode. It watches the hub's Placements for its cluster (by
-//! label) and its member's JobSets; on any change it renders what is placed but not yet there
-//! (pure [`render`]) and applies it with server-side apply, deletes what older epochs or
-//! withdrawn TrainJobs left (fencing), and reports each Placement's status from its JobSet and
-//! the MemberCluster's status (heartbeat, gang scheduler, topology, capacity).
+//! label) and its member's JobSets, and caches the member's Nodes and Pods. It works at two
+//! paces. Every wake starts what is placed but not yet there: rendered (pure [`render`]),
+//! applied with server-side apply and reported Applied, each on its own. Beside that, one
+//! *round* at a time deletes what older epochs or withdrawn TrainJobs left (fencing) and
+//! reports each Placement's status from its JobSet and the MemberCluster's status (heartbeat,
+//! gang scheduler, topology, capacity): a round writing hundreds of statuses never holds back
+//! what was just placed.
 //!
 //! Two timers guard the fleet's promise that a TrainJob never runs twice and never waits
 //! forever: an agent that cannot reach the hub for `hub_lost` deletes the JobSets it made (the
@@ -259,8 +262,15 @@ fn pending_reason(pods: &[Arc<Pod>], ns: &str, jobset: &str) -> Option<String> {
                 && p.labels().get("jobset.sigs.k8s.io/jobset-name").map(String::as_str) == Some(jobset)
         })
         .filter_map(|p| {
-            let c = p.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
-            let reason = format!("{}: {}", c.reason.as_deref().unwrap_or_default(), c.message.as_deref().unwrap_or_default());
+            let c = p
+                .status
+                .as_ref()?
+                .conditions
+                .as_ref()?
+                .iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+            let reason =
+                format!("{}: {}", c.reason.as_deref().unwrap_or_default(), c.message.as_deref().unwrap_or_default());
             Some((p.metadata.name.as_deref(), reason))
         })
         .min()
@@ -418,7 +428,10 @@ fn survey(cfg: &AgentConfig, caches: &Caches, state: &mut State, round: Option<b
         .filter(|p| p.spec.cluster.as_deref() == Some(cfg.cluster.as_str()))
         .collect();
     // Queue order, never the order events arrived in.
-    placements.sort_by(|a, b| (a.metadata.namespace.as_deref(), a.metadata.name.as_deref()).cmp(&(b.metadata.namespace.as_deref(), b.metadata.name.as_deref())));
+    placements.sort_by(|a, b| {
+        (a.metadata.namespace.as_deref(), a.metadata.name.as_deref())
+            .cmp(&(b.metadata.namespace.as_deref(), b.metadata.name.as_deref()))
+    });
     let jobsets: BTreeMap<(String, i64), Arc<JobSet>> =
         caches.jobsets.state().into_iter().filter_map(|js| Some((owner_key(&js)?, js))).collect();
     state.applied.retain(|k| !jobsets.contains_key(k));
@@ -506,7 +519,13 @@ struct Delivered {
 /// the rest takes), fencing, then capacity before statuses, so the hub never sees a gang
 /// running without its GPUs counted as taken.
 #[tracing::instrument(skip_all, fields(cluster = %cfg.cluster, statuses = round.statuses.len()))]
-async fn deliver(hub: Client, member: Client, cfg: AgentConfig, caches: Caches, round: Round) -> Result<Delivered, Error> {
+async fn deliver(
+    hub: Client,
+    member: Client,
+    cfg: AgentConfig,
+    caches: Caches,
+    round: Round,
+) -> Result<Delivered, Error> {
     let mut reported = false;
     if round.heartbeat {
         report(&hub, &member, &cfg, &caches, Scope::Heartbeat).await?;
@@ -570,7 +589,12 @@ impl Default for Work {
 }
 
 impl Work {
-    fn add(&mut self, state: &mut State, placements: Vec<Arc<Placement>>, ctx: (&Client, &Client, &AgentConfig, &Caches)) {
+    fn add(
+        &mut self,
+        state: &mut State,
+        placements: Vec<Arc<Placement>>,
+        ctx: (&Client, &Client, &AgentConfig, &Caches),
+    ) {
         for p in placements {
             state.in_flight.insert((p.spec.train_job_uid.clone(), p.spec.epoch));
             let (hub, member, cfg, caches) = (ctx.0.clone(), ctx.1.clone(), ctx.2.clone(), ctx.3.clone());
@@ -779,7 +803,8 @@ pub async fn run(hub: Client, member: Client, cfg: AgentConfig) {
                     continue;
                 }
                 Some(done) = rounds.join_next(), if !rounds.is_empty() => {
-                    let Ok((result, started)) = done else { continue };
+                    // Aborted (hub lost) or panicked: the loop looks again.
+                    let Ok((result, started)) = done else { break };
                     cfg.metrics.syncs.inc();
                     cfg.metrics.sync_seconds.observe(started.elapsed().as_secs_f64());
                     match result {

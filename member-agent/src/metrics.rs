@@ -6,6 +6,7 @@ use prometheus_client::registry::Registry;
 
 #[derive(Debug, Clone)]
 pub struct Metrics {
+    /// Rounds run: statuses, fencing and the MemberCluster report (see `controller`).
     pub syncs: Counter,
     pub sync_errors: Counter,
     pub sync_seconds: Histogram,
@@ -32,9 +33,9 @@ impl Metrics {
     pub fn register(registry: &mut Registry) -> Self {
         let m = Metrics::default();
         let r = registry.sub_registry_with_prefix("stowage_agent");
-        r.register("syncs", "Syncs run", m.syncs.clone());
-        r.register("sync_errors", "Syncs that failed", m.sync_errors.clone());
-        r.register("sync_seconds", "Time of one sync", m.sync_seconds.clone());
+        r.register("syncs", "Rounds run: statuses, fencing and the capacity report", m.syncs.clone());
+        r.register("sync_errors", "Rounds that failed", m.sync_errors.clone());
+        r.register("sync_seconds", "Time of one round", m.sync_seconds.clone());
         r.register("placements_realised", "Placements rendered and applied to the member", m.realised.clone());
         r.register("jobsets_fenced", "JobSets deleted: placement moved on, or hub out of reach", m.fenced.clone());
         m

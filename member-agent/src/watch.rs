@@ -47,7 +47,13 @@ impl Watches {
         self.start(api, config, strip, None)
     }
 
-    fn start<K>(&mut self, api: Api<K>, config: watcher::Config, strip: fn(&mut K), wake: Option<Arc<Notify>>) -> Store<K>
+    fn start<K>(
+        &mut self,
+        api: Api<K>,
+        config: watcher::Config,
+        strip: fn(&mut K),
+        wake: Option<Arc<Notify>>,
+    ) -> Store<K>
     where
         K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
         K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,

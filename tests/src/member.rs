@@ -487,8 +487,7 @@ fn schedule(store: &mut Store) {
             for (pod, node, _) in binding {
                 if let Ok(mut obj) = store.get(&pods_rt, Some(&ns), &pod) {
                     obj["spec"]["nodeName"] = node.into();
-                    if store.update(&pods_rt, Some(&ns), &pod, obj, Part::Main, &write_options()).is_ok()
-                    {
+                    if store.update(&pods_rt, Some(&ns), &pod, obj, Part::Main, &write_options()).is_ok() {
                         let status = json!({"status": {"phase": "Running", "startTime": crate::apiserver::store::now_rfc3339(),
                             "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]}});
                         let _ = store.update(&pods_rt, Some(&ns), &pod, status, Part::Status, &write_options());

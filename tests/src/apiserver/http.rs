@@ -436,7 +436,9 @@ fn watch(
     let (backlog, mut rx, start_rv) = {
         let store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
         let backlog: Vec<(EventType, Value, Option<Value>)> = match from {
-            Some(rv) => store.since(&t.rt, rv)?.into_iter().map(|e| (e.kind, e.object.clone(), e.previous.clone())).collect(),
+            Some(rv) => {
+                store.since(&t.rt, rv)?.into_iter().map(|e| (e.kind, e.object.clone(), e.previous.clone())).collect()
+            }
             // "Most recent": the current state as ADDED events, then changes.
             None => store
                 .list(&t.rt, t.namespace.as_deref(), &|_| true, None, None)

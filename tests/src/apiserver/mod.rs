@@ -244,11 +244,7 @@ impl ApiServer {
             });
             // The runtime drops here with every connection, watch and spawned task on it.
         })?;
-        Ok(ApiServer {
-            addr,
-            shared,
-            thread: ServerThread { runtime: handle, stop: Some(stop), thread: Some(thread) },
-        })
+        Ok(ApiServer { addr, shared, thread: ServerThread { runtime: handle, stop: Some(stop), thread: Some(thread) } })
     }
 
     /// Runs `task` on the server's own thread: for simulated controllers that work on the store
