@@ -395,7 +395,7 @@ impl Store {
             return Err(ApiError::bad_request("the body must be a JSON object"));
         }
         if let Some(rv) = meta_str(&obj, "resourceVersion").filter(|rv| !rv.is_empty())
-            && Some(rv) != meta_str(&old, "resourceVersion")
+            && Some(rv) != meta_str(old, "resourceVersion")
         {
             return Err(ApiError::conflict(&display, name));
         }
