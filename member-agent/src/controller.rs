@@ -836,3 +836,126 @@ pub async fn run(hub: Client, member: Client, cfg: AgentConfig) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::reflector;
+    use serde_json::Value;
+
+    use super::*;
+
+    fn store<K>(objects: Vec<K>) -> Store<K>
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + 'static,
+    {
+        let (reader, mut writer) = reflector::store();
+        for o in objects {
+            writer.apply_watcher_event(&watcher::Event::Apply(o));
+        }
+        reader
+    }
+
+    fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
+        serde_json::from_value(v).expect("a valid object")
+    }
+
+    /// A Placement of TrainJob `uid` on `cluster` at epoch 1, with the status the hub has.
+    fn placement(uid: &str, cluster: &str, phase: Option<&str>) -> Placement {
+        let mut p = json!({"metadata": {"name": uid, "namespace": "team"},
+            "spec": {"trainJobUid": uid, "cluster": cluster, "epoch": 1}});
+        if let Some(phase) = phase {
+            p["status"] = json!({"phase": phase, "observedEpoch": 1});
+        }
+        from(p)
+    }
+
+    /// A JobSet made now, for `uid`'s placement at `epoch`, with `ready` Jobs.
+    fn jobset(uid: &str, epoch: i64, ready: i32) -> JobSet {
+        let made = k8s_openapi::jiff::Timestamp::now().to_string();
+        from(json!({"metadata": {"name": uid, "namespace": "team", "creationTimestamp": made,
+                "labels": {TRAINJOB_UID_LABEL: uid, EPOCH_LABEL: epoch.to_string()}},
+            "spec": {"replicatedJobs": []},
+            "status": {"replicatedJobsStatus": [{"name": "node", "ready": ready, "succeeded": 0, "failed": 0, "active": 1, "suspended": 0}]}}))
+    }
+
+    fn caches(placements: Vec<Placement>, jobsets: Vec<JobSet>) -> Caches {
+        Caches {
+            placements: store(placements),
+            runtimes: store(Vec::new()),
+            cluster_runtimes: store(Vec::new()),
+            jobsets: store(jobsets),
+            nodes: store(Vec::new()),
+            pods: store(Vec::new()),
+        }
+    }
+
+    fn config() -> AgentConfig {
+        AgentConfig {
+            cluster: "east".into(),
+            levels: Vec::new(),
+            capabilities: Capabilities::default(),
+            timing: Timing::default(),
+            metrics: Metrics::default(),
+        }
+    }
+
+    fn names(ps: &[Arc<Placement>]) -> Vec<String> {
+        ps.iter().map(|p| p.name_any()).collect()
+    }
+
+    #[test]
+    fn a_wake_during_a_round_starts_new_placements_and_nothing_else() {
+        let c = caches(
+            vec![
+                placement("new-b", "east", None),
+                placement("new-a", "east", None),
+                placement("elsewhere", "west", None),
+                placement("running", "east", Some("Applied")),
+                // Applied, its JobSet gone: Lost, never made again behind the hub's back.
+                placement("vanished", "east", Some("Running")),
+            ],
+            vec![jobset("running", 1, 1), jobset("old-epoch", 0, 1)],
+        );
+        let mut state = State::default();
+        let during = survey(&config(), &c, &mut state, None);
+        assert_eq!(names(&during.realise), ["new-a", "new-b"], "queue order, this cluster only");
+        assert!(during.round.is_empty(), "statuses and fencing wait for the round: {:?}", during.round);
+
+        // No round running: the same look also finds what to tell the hub and what to fence.
+        let between = survey(&config(), &c, &mut state, Some(false));
+        assert_eq!(names(&between.realise), ["new-a", "new-b"]);
+        let phases: Vec<(&str, PlacementPhase)> =
+            between.round.statuses.iter().map(|(_, name, s)| (name.as_str(), s.phase)).collect();
+        assert_eq!(phases, [("running", PlacementPhase::Running), ("vanished", PlacementPhase::Lost)]);
+        let stale: Vec<&str> = between.round.stale.iter().map(|(k, _)| k.0.as_str()).collect();
+        assert_eq!(stale, ["old-epoch"]);
+        assert!(!between.round.heartbeat);
+    }
+
+    #[test]
+    fn what_is_being_realised_or_just_applied_is_neither_started_again_nor_lost() {
+        let c = caches(vec![placement("a", "east", Some("Applied")), placement("b", "east", None)], Vec::new());
+        let mut state = State::default();
+        state.in_flight.insert(("b".into(), 1));
+        // Applied by this process, not yet in the JobSet cache.
+        state.applied.insert(("a".into(), 1));
+        let s = survey(&config(), &c, &mut state, Some(true));
+        assert!(s.realise.is_empty());
+        assert!(s.round.statuses.is_empty(), "{:?}", s.round.statuses);
+        assert!(s.round.heartbeat);
+        // Once the JobSet cache has it, `applied` forgets it.
+        let c = caches(vec![placement("a", "east", Some("Applied"))], vec![jobset("a", 1, 0)]);
+        let s = survey(&config(), &c, &mut state, Some(false));
+        assert!(!state.applied.contains(&("a".to_string(), 1)));
+        let phases: Vec<PlacementPhase> = s.round.statuses.iter().map(|(_, _, s)| s.phase).collect();
+        assert_eq!(phases, [PlacementPhase::Applied], "still Applied, now with the JobSet's counts");
+        // Not running start_timeout after its JobSet was made: Unschedulable.
+        let mut late = jobset("a", 1, 0);
+        late.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(from(json!("2026-01-01T00:00:00Z"))));
+        let c = caches(vec![placement("a", "east", Some("Applied"))], vec![late]);
+        let s = survey(&config(), &c, &mut state, Some(false));
+        let phases: Vec<PlacementPhase> = s.round.statuses.iter().map(|(_, _, s)| s.phase).collect();
+        assert_eq!(phases, [PlacementPhase::Unschedulable]);
+    }
+}
