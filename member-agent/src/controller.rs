@@ -282,6 +282,7 @@ fn pending_reason(pods: &[Arc<Pod>], ns: &str, jobset: &str) -> Option<String> {
 #[derive(Debug, Clone)]
 pub struct Caches {
     placements: Store<Placement>,
+    placements_listed: watch::Listed,
     runtimes: Store<TrainingRuntime>,
     cluster_runtimes: Store<ClusterTrainingRuntime>,
     jobsets: Store<JobSet>,
@@ -291,9 +292,13 @@ pub struct Caches {
 
 impl Caches {
     pub fn start(hub: &Client, member: &Client, cluster: &str, watches: &mut Watches) -> Self {
+        let (placements, placements_listed) = watches.watch_listed(
+            Api::all(hub.clone()),
+            watcher::Config::default().labels(&format!("{CLUSTER_LABEL}={cluster}")),
+        );
         Caches {
-            placements: watches
-                .watch(Api::all(hub.clone()), watcher::Config::default().labels(&format!("{CLUSTER_LABEL}={cluster}"))),
+            placements,
+            placements_listed,
             runtimes: watches.watch(Api::all(hub.clone()), watcher::Config::default()),
             cluster_runtimes: watches.watch(Api::all(hub.clone()), watcher::Config::default()),
             jobsets: watches.watch(Api::all(member.clone()), watcher::Config::default().labels(TRAINJOB_UID_LABEL)),
@@ -328,6 +333,9 @@ pub struct State {
     in_flight: BTreeSet<(String, i64)>,
     /// (TrainJob uid, epoch) → namespace of JobSets it deleted while the hub was unreachable.
     fenced: BTreeMap<(String, i64), String>,
+    /// When it last fenced for a lost hub: what it deleted then is made again only from a list of
+    /// Placements taken after, never from a cache the hub-lost time left behind.
+    fenced_at: Option<Instant>,
     last_report: Option<Instant>,
     last_hub_contact: Instant,
 }
@@ -338,6 +346,7 @@ impl Default for State {
             applied: BTreeSet::new(),
             in_flight: BTreeSet::new(),
             fenced: BTreeMap::new(),
+            fenced_at: None,
             last_report: None,
             last_hub_contact: Instant::now(),
         }
@@ -487,6 +496,13 @@ fn survey(cfg: &AgentConfig, caches: &Caches, state: &mut State, round: Option<b
                     message: Some(format!("JobSet {ns}/{name} disappeared from the member before it finished")),
                     ..PlacementStatus::default()
                 }
+            }
+            // Fenced for a lost hub, and the Placements not listed since: the placement may have
+            // moved on, unseen.
+            None if state.fenced.contains_key(&key)
+                && state.fenced_at.is_some_and(|t| !caches.placements_listed.since(t)) =>
+            {
+                continue;
             }
             None => {
                 survey.realise.push(p);
@@ -662,6 +678,7 @@ async fn fence_all(member: &Client, cfg: &AgentConfig, caches: &Caches, state: &
             delete_jobset(member, js).await?;
             cfg.metrics.fenced.inc();
             state.fenced.insert(key, js.namespace().unwrap_or_default());
+            state.fenced_at = Some(Instant::now());
         }
     }
     Ok(())
@@ -743,9 +760,9 @@ async fn report(hub: &Client, member: &Client, cfg: &AgentConfig, caches: &Cache
 }
 
 /// Wakes on every change, finished round, heartbeat and retry, until dropped. Every wake starts
-/// what was just placed and, unless a round is running, a round for whatever else differs (a
-/// round's end is a wake, so nothing seen meanwhile is missed). A failed round is retried with
-/// exponential back-off.
+/// what was just placed and, unless a round is running, a round for whatever else differs if
+/// something changed since the last one started (a round's end is a wake, so nothing seen
+/// meanwhile is missed). A failed round is retried with exponential back-off.
 pub async fn run(hub: Client, member: Client, cfg: AgentConfig) {
     let mut watches = Watches::new();
     let caches = Caches::start(&hub, &member, &cfg.cluster, &mut watches);
@@ -754,12 +771,17 @@ pub async fn run(hub: Client, member: Client, cfg: AgentConfig) {
     let mut work = Work::default();
     let mut rounds: tokio::task::JoinSet<(Result<Delivered, Error>, Instant)> = tokio::task::JoinSet::new();
     let (mut backoff, mut retry_at) = (Duration::ZERO, Instant::now());
+    // A change since the last round started: only then (or for a heartbeat) does another run.
+    // A round's own writes reach the caches a moment after it ends, so a look taken then would
+    // find them still to do and run it again.
+    let mut changed = true;
     loop {
         let heartbeat_due = state.last_report.is_none_or(|t| t.elapsed() >= cfg.timing.heartbeat);
         let may_start = rounds.is_empty() && Instant::now() >= retry_at;
         let survey = survey(&cfg, &caches, &mut state, may_start.then_some(heartbeat_due));
         work.add(&mut state, survey.realise, (&hub, &member, &cfg, &caches));
-        if may_start && !survey.round.is_empty() {
+        if may_start && (changed || heartbeat_due) && !survey.round.is_empty() {
+            changed = false;
             let (hub, member, cfg, caches) = (hub.clone(), member.clone(), cfg.clone(), caches.clone());
             rounds.spawn(async move {
                 let started = Instant::now();
@@ -822,11 +844,13 @@ pub async fn run(hub: Client, member: Client, cfg: AgentConfig) {
                             cfg.metrics.sync_errors.inc();
                             backoff = (backoff * 2).clamp(Duration::from_millis(100), Duration::from_secs(10));
                             retry_at = Instant::now() + backoff;
+                            changed = true;
                             tracing::warn!(%error, cluster = %cfg.cluster, retry_in = ?backoff, "agent round failed");
                         }
                     }
                 }
                 _ = watches.changed() => {
+                    changed = true;
                     // Let a burst of changes land: one survey for them, not one each.
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
@@ -881,6 +905,7 @@ mod tests {
     fn caches(placements: Vec<Placement>, jobsets: Vec<JobSet>) -> Caches {
         Caches {
             placements: store(placements),
+            placements_listed: watch::Listed::default(),
             runtimes: store(Vec::new()),
             cluster_runtimes: store(Vec::new()),
             jobsets: store(jobsets),
@@ -957,5 +982,20 @@ mod tests {
         let s = survey(&config(), &c, &mut state, Some(false));
         let phases: Vec<PlacementPhase> = s.round.statuses.iter().map(|(_, _, s)| s.phase).collect();
         assert_eq!(phases, [PlacementPhase::Unschedulable]);
+    }
+
+    #[test]
+    fn what_was_fenced_for_a_lost_hub_is_made_again_only_from_a_fresh_list() {
+        let c = caches(vec![placement("a", "east", Some("Running"))], Vec::new());
+        let mut state = State::default();
+        state.fenced.insert(("a".into(), 1), "team".into());
+        state.fenced_at = Some(Instant::now());
+        // The cache is what the hub-lost time left: the placement may have moved on, unseen.
+        let s = survey(&config(), &c, &mut state, Some(false));
+        assert!(s.realise.is_empty() && s.round.statuses.is_empty(), "{:?}", s.round.statuses);
+        // Listed again since: still placed here, so it is made again.
+        c.placements_listed.set(Instant::now() + Duration::from_millis(1));
+        let s = survey(&config(), &c, &mut state, Some(false));
+        assert_eq!(names(&s.realise), ["a"]);
     }
 }
