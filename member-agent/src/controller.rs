@@ -430,17 +430,10 @@ impl Round {
 /// with `round` (`Some(heartbeat)`), what a round should do. Forgets applied keys the JobSet
 /// cache has caught up with.
 fn survey(cfg: &AgentConfig, caches: &Caches, state: &mut State, round: Option<bool>) -> Survey {
-    let mut placements: Vec<Arc<Placement>> = caches
-        .placements
-        .state()
+    let placements: Vec<Arc<Placement>> = watch::sorted(&caches.placements)
         .into_iter()
         .filter(|p| p.spec.cluster.as_deref() == Some(cfg.cluster.as_str()))
         .collect();
-    // Queue order, never the order events arrived in.
-    placements.sort_by(|a, b| {
-        (a.metadata.namespace.as_deref(), a.metadata.name.as_deref())
-            .cmp(&(b.metadata.namespace.as_deref(), b.metadata.name.as_deref()))
-    });
     let jobsets: BTreeMap<(String, i64), Arc<JobSet>> =
         caches.jobsets.state().into_iter().filter_map(|js| Some((owner_key(&js)?, js))).collect();
     state.applied.retain(|k| !jobsets.contains_key(k));
@@ -820,7 +813,9 @@ pub async fn run(hub: Client, member: Client, cfg: AgentConfig) {
                 Some(done) = work.running.join_next(), if !work.running.is_empty() => {
                     match done {
                         Ok(done) => Work::finished(&mut state, &cfg, done),
-                        Err(error) => tracing::error!(%error, "a realisation task ended abnormally"),
+                        // Cancelled is how `abandon` stops them; only a panic is news.
+                        Err(error) if error.is_panic() => tracing::error!(%error, "a realisation task panicked"),
+                        Err(_) => {}
                     }
                     continue;
                 }

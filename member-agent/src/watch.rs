@@ -133,17 +133,26 @@ where
     }
 }
 
-/// The cached objects, owned, in a stable order (namespace, name) so decisions never depend on
+/// The cached objects, shared, in a stable order (namespace, name) so decisions never depend on
 /// the order events arrived in.
-pub fn snapshot<K>(store: &Store<K>) -> Vec<K>
+pub fn sorted<K>(store: &Store<K>) -> Vec<Arc<K>>
 where
     K: kube::Resource + Clone + 'static,
     K::DynamicType: Eq + Hash + Clone,
 {
-    let mut v: Vec<K> = store.state().iter().map(|o| K::clone(o)).collect();
+    let mut v = store.state();
     v.sort_by(|a, b| {
         (a.meta().namespace.as_deref(), a.meta().name.as_deref())
             .cmp(&(b.meta().namespace.as_deref(), b.meta().name.as_deref()))
     });
     v
+}
+
+/// [`sorted`], owned.
+pub fn snapshot<K>(store: &Store<K>) -> Vec<K>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    sorted(store).iter().map(|o| K::clone(o)).collect()
 }
