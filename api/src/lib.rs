@@ -1,8 +1,9 @@
 //! Rust types for every object Stowage reads or writes: Kubeflow Trainer's TrainJob,
 //! TrainingRuntime and ClusterTrainingRuntime (v2.3.0), JobSet (v1alpha2, jobset v0.12.0), the
 //! PodGroups of scheduler-plugins, Volcano and KAI, the Kueue Workload fields we use, and our own
-//! CRDs (MemberCluster, Queue, Placement) with CRD generation. Types only: no client, no logic
-//! beyond (de)serialisation and defaults.
+//! CRDs (MemberCluster, Queue, Placement) with CRD generation; and the vocabulary every crate
+//! shares: resource quantities ([`quantity`]) and strategic merge ([`patch`]). Types only: no
+//! client, no logic beyond (de)serialisation, defaults and those two.
 //!
 //! Upstream objects keep fields this crate does not model in `extra` maps (flattened), so a
 //! read-modify-write through these types loses nothing outside pod templates; pod templates are
@@ -10,7 +11,9 @@
 
 pub mod jobset;
 pub mod kueue;
+pub mod patch;
 pub mod podgroup;
+pub mod quantity;
 pub mod stowage;
 pub mod trainer;
 

@@ -22,8 +22,6 @@ pub const TRAINJOB_UID_LABEL: &str = "stowage.dev/trainjob-uid";
 pub const EPOCH_LABEL: &str = "stowage.dev/placement-epoch";
 /// On a Placement: the member it is for, so each agent watches only its own.
 pub const CLUSTER_LABEL: &str = "stowage.dev/cluster";
-/// On a TrainJob (copied by the agent to its JobSet): how long a simulated member runs it.
-pub const SIMULATED_DURATION_ANNOTATION: &str = "stowage.dev/simulated-duration-seconds";
 /// The node label naming a node's GPU product (set by NVIDIA's GPU feature discovery).
 pub const GPU_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
 

@@ -1,12 +1,13 @@
 //! `stowage dev`: the whole product on one machine, no cluster needed — a hub API server, one
 //! simulated member cluster per fleet entry, the dispatcher and one agent per member, in one
-//! process (the test suite's [`Playground`]). Users drive it with kubectl and the Kubeflow SDK
+//! process (the `playground` crate's [`Playground`], with the upstream CRDs compiled in: it runs from
+//! any directory). Users drive it with kubectl and the Kubeflow SDK
 //! through the kubeconfigs it writes.
 
 use std::path::Path;
 
+use playground::{DEV_FLEET_YAML, Playground, PlaygroundError, PlaygroundOptions};
 use simulator::fleet_file::{FleetFileError, FleetSpec};
-use stowage_tests::playground::{DEV_FLEET_YAML, Playground, PlaygroundError, PlaygroundOptions};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DevError {
@@ -16,28 +17,20 @@ pub enum DevError {
     Playground(#[from] PlaygroundError),
     #[error("{path}: {source}")]
     Io { path: String, source: std::io::Error },
-    #[error("--upstream: {0}")]
-    Upstream(String),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DevError + '_ {
     move |source| DevError::Io { path: path.display().to_string(), source }
 }
 
-pub async fn run(fleet_file: Option<&Path>, dir: &Path, upstream: &Path) -> Result<(), DevError> {
+pub async fn run(fleet_file: Option<&Path>, dir: &Path) -> Result<(), DevError> {
     let spec = match fleet_file {
         Some(p) => FleetSpec::load(p)?,
         None => FleetSpec::parse(DEV_FLEET_YAML, "built-in dev fleet")?,
     };
     spec.build(&fleet_file.map(|p| p.display().to_string()).unwrap_or_else(|| "built-in dev fleet".into()))?;
-    if !upstream.join("trainer").is_dir() {
-        return Err(DevError::Upstream(format!(
-            "{} does not hold the upstream CRDs (trainer/, jobset/, …)",
-            upstream.display()
-        )));
-    }
     std::fs::create_dir_all(dir).map_err(io(dir))?;
-    let playground = Playground::start(&spec, upstream, PlaygroundOptions::default()).await?;
+    let playground = Playground::start(&spec, PlaygroundOptions::default()).await?;
     let hub_config = dir.join("hub.kubeconfig");
     std::fs::write(&hub_config, playground.hub_server.kubeconfig("stowage-hub")).map_err(io(&hub_config))?;
     let mut paths = Vec::new();
@@ -54,7 +47,8 @@ pub async fn run(fleet_file: Option<&Path>, dir: &Path, upstream: &Path) -> Resu
     }
     println!("\nSubmit a TrainJob to the hub and watch it run:");
     println!("  kubectl --kubeconfig {} apply -f examples/torch-rack.yaml", hub_config.display());
-    println!("  kubectl --kubeconfig {} get trainjobs,placements -w", hub_config.display());
+    println!("  kubectl --kubeconfig {} get trainjobs -w", hub_config.display());
+    println!("  kubectl --kubeconfig {} get placements", hub_config.display());
     if let Some(first) = paths.first() {
         println!("A member's JobSets and pods:  kubectl --kubeconfig {} get jobsets,pods -o wide", first.display());
     }

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand};
 
 mod dev;
-mod health;
 use simulator::engine::SimOptions;
 use simulator::fleet_file::{FleetFileError, FleetSpec};
 use simulator::machines::{MachineListFormat, fleet_from_machine_list};
@@ -129,9 +128,6 @@ struct DevArgs {
     /// Where to write hub.kubeconfig and <member>.kubeconfig.
     #[arg(long, default_value = "stowage-dev")]
     dir: PathBuf,
-    /// The upstream CRDs and example runtimes to install (the repository's ../shared/upstream).
-    #[arg(long, default_value = "../shared/upstream")]
-    upstream: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -252,9 +248,9 @@ enum CliError {
     #[error(transparent)]
     Svg(#[from] simulator::svg::SvgError),
     #[error(transparent)]
-    Manifest(#[from] member_agent::manifest::ManifestError),
+    Manifest(#[from] trainer_render::manifest::ManifestError),
     #[error(transparent)]
-    Key(#[from] member_agent::sshkey::KeyError),
+    Key(#[from] trainer_render::sshkey::KeyError),
     #[error(transparent)]
     Dev(#[from] dev::DevError),
     #[error("starting the async runtime: {0}")]
@@ -413,8 +409,8 @@ async fn kube_client(path: Option<&std::path::Path>, what: &str) -> Result<kube:
     kube::Client::try_from(config).map_err(|e| setup(e.to_string()))
 }
 
-fn gang_scheduler(arg: Option<GangSchedulerArg>) -> member_agent::render::GangScheduler {
-    use member_agent::render::GangScheduler;
+fn gang_scheduler(arg: Option<GangSchedulerArg>) -> trainer_render::GangScheduler {
+    use trainer_render::GangScheduler;
     match arg {
         None => GangScheduler::FromRuntime,
         Some(GangSchedulerArg::Coscheduling) => GangScheduler::Coscheduling,
@@ -424,10 +420,10 @@ fn gang_scheduler(arg: Option<GangSchedulerArg>) -> member_agent::render::GangSc
     }
 }
 
-fn topology_mode(arg: TopologyModeArg) -> member_agent::render::TopologyMode {
+fn topology_mode(arg: TopologyModeArg) -> trainer_render::TopologyMode {
     match arg {
-        TopologyModeArg::Affinity => member_agent::render::TopologyMode::Affinity,
-        TopologyModeArg::Kueue => member_agent::render::TopologyMode::Kueue,
+        TopologyModeArg::Affinity => trainer_render::TopologyMode::Affinity,
+        TopologyModeArg::Kueue => trainer_render::TopologyMode::Kueue,
     }
 }
 
@@ -468,7 +464,7 @@ fn dispatcher_command(args: DispatcherArgs) -> Result<(), CliError> {
             },
             ..Default::default()
         };
-        tokio::spawn(health::serve(args.health_addr, std::sync::Arc::new(registry)));
+        tokio::spawn(kube_shell::health::serve(args.health_addr, std::sync::Arc::new(registry)));
         tokio::select! {
             _ = dispatcher::controller::run(hub, opts) => {}
             _ = tokio::signal::ctrl_c() => {}
@@ -500,7 +496,7 @@ fn agent_command(args: AgentArgs) -> Result<(), CliError> {
         let cfg = member_agent::controller::AgentConfig {
             cluster: args.cluster,
             levels,
-            capabilities: member_agent::render::Capabilities {
+            capabilities: trainer_render::Capabilities {
                 gang_scheduler: gang_scheduler(args.gang_scheduler),
                 topology_mode: topology_mode(args.topology_mode),
                 ..Default::default()
@@ -512,7 +508,7 @@ fn agent_command(args: AgentArgs) -> Result<(), CliError> {
             },
             metrics: member_agent::metrics::Metrics::register(&mut registry),
         };
-        tokio::spawn(health::serve(args.health_addr, std::sync::Arc::new(registry)));
+        tokio::spawn(kube_shell::health::serve(args.health_addr, std::sync::Arc::new(registry)));
         tokio::select! {
             _ = member_agent::controller::run(hub, member, cfg) => {}
             _ = tokio::signal::ctrl_c() => {}
@@ -523,13 +519,13 @@ fn agent_command(args: AgentArgs) -> Result<(), CliError> {
 
 fn dev_command(args: DevArgs) -> Result<(), CliError> {
     let rt = tokio::runtime::Runtime::new().map_err(CliError::Runtime)?;
-    rt.block_on(dev::run(args.fleet.as_deref(), &args.dir, &args.upstream))?;
+    rt.block_on(dev::run(args.fleet.as_deref(), &args.dir))?;
     Ok(())
 }
 
 fn render(args: RenderArgs) -> Result<(), CliError> {
-    use member_agent::manifest::{self, ManifestError};
-    use member_agent::render::{self, Capabilities, GangScheduler};
+    use trainer_render::manifest::{self, ManifestError};
+    use trainer_render::{self as render, Capabilities, GangScheduler};
     let (trainjob, tj_file) = manifest::trainjob(&args.trainjob)?;
     let (runtime, rt_file) = manifest::runtime(&args.runtime)?;
     let placement = args.placement.as_deref().map(manifest::placement).transpose()?;
@@ -537,7 +533,7 @@ fn render(args: RenderArgs) -> Result<(), CliError> {
     let topology_mode = topology_mode(args.topology_mode);
     let caps = Capabilities { gang_scheduler, topology_mode, ..Capabilities::default() };
     let is_mpi = runtime.spec().ml_policy.as_ref().is_some_and(|p| p.mpi.is_some());
-    let key = if is_mpi { Some(member_agent::sshkey::generate()?) } else { None };
+    let key = if is_mpi { Some(trainer_render::sshkey::generate()?) } else { None };
     let input = render::Input {
         trainjob: &trainjob,
         runtime: &runtime,

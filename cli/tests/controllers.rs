@@ -20,10 +20,9 @@ fn sample(text: &str, name: &str) -> Option<f64> {
 
 #[tokio::test]
 async fn the_dispatcher_leads_and_serves_health_and_metrics_against_a_hub() {
-    use stowage_tests::playground::{Playground, PlaygroundOptions, SYSTEM_NAMESPACE};
-    let upstream = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/upstream");
+    use playground::{Playground, PlaygroundOptions, SYSTEM_NAMESPACE};
     let fleet = Playground::dev_fleet().expect("fleet");
-    let p = Playground::start(&fleet, &upstream, PlaygroundOptions { dispatchers: 0, ..Default::default() })
+    let p = Playground::start(&fleet, PlaygroundOptions { dispatchers: 0, ..Default::default() })
         .await
         .expect("playground");
     let dir = std::env::temp_dir().join(format!("stowage-ctl-{}", std::process::id()));

@@ -396,7 +396,7 @@ fn rules(docs: &[Value], kind: &str, name_: &str) -> Vec<Value> {
 }
 
 /// Whether one RBAC rule allows the request, as the API server's authorizer decides.
-fn allows(rule: &Value, a: &stowage_tests::apiserver::Access) -> bool {
+fn allows(rule: &Value, a: &kube_mem::Access) -> bool {
     let has = |key: &str, v: &str| strings(rule, &[key]).iter().any(|x| x == v);
     let resource = match &a.subresource {
         Some(sub) => format!("{}/{sub}", a.resource),
@@ -416,16 +416,15 @@ fn allows(rule: &Value, a: &stowage_tests::apiserver::Access) -> bool {
 async fn the_controllers_need_no_permission_the_manifests_do_not_grant() {
     use api::trainer::TrainJob;
     use kube::api::{Api, PostParams};
-    use stowage_tests::playground::{Playground, PlaygroundOptions, SYSTEM_NAMESPACE};
+    use playground::{Playground, PlaygroundOptions, SYSTEM_NAMESPACE};
 
     let mut hub_docs = kustomize("hub");
     hub_docs.extend(kustomize("overlays/example/hub"));
     let member_docs = kustomize("overlays/example/member");
-    let upstream = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/upstream");
     let fleet = Playground::dev_fleet().expect("fleet");
     let options =
         PlaygroundOptions { dispatchers: 2, lease_ttl: std::time::Duration::from_secs(2), ..Default::default() };
-    let p = Playground::start(&fleet, &upstream, options).await.expect("playground");
+    let p = Playground::start(&fleet, options).await.expect("playground");
     p.hub_server.faults().record_accesses();
     for m in &p.members {
         m.sim.server.faults().record_accesses();

@@ -18,7 +18,8 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Client, Resource};
-use member_agent::watch::{self, Watches};
+use kube_shell::backoff::Backoff;
+use kube_shell::watch::{self, Watches};
 use serde_json::json;
 
 use crate::decide::{Observed, PlacementWrite, Plan, QueueStatusWrite, Settings, StatusWrite, decide};
@@ -27,6 +28,9 @@ use crate::metrics::Metrics;
 use futures::StreamExt;
 
 pub const FIELD_MANAGER: &str = "stowage-dispatcher";
+/// How long a burst of watch events may land before a cycle decides on them: a cycle costs a
+/// snapshot of the whole fleet, so it waits longer than the agent does.
+const DEBOUNCE: Duration = Duration::from_millis(20);
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -303,14 +307,13 @@ pub async fn run(hub: Client, opts: Options) {
     }
     caches.ready().await;
     let mut written = Written::default();
-    let mut backoff = Duration::ZERO;
+    let mut backoff = Backoff::default();
     loop {
         tokio::select! {
             _ = watches.changed() => {}
             _ = tokio::time::sleep(opts.resync) => {}
         }
-        // Let a burst of changes land before deciding on them.
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(DEBOUNCE).await;
         opts.metrics.leader.set(i64::from(leadership.is_leading()));
         if !leadership.is_leading() {
             written = Written::default();
@@ -319,12 +322,12 @@ pub async fn run(hub: Client, opts: Options) {
         let mut observed = caches.observe();
         written.overlay(&mut observed);
         match cycle(&hub, &observed, &opts, &mut written).await {
-            Ok(_) => backoff = Duration::ZERO,
+            Ok(_) => backoff.succeed(),
             Err(error) => {
                 opts.metrics.cycle_errors.inc();
-                backoff = (backoff * 2).clamp(Duration::from_millis(100), Duration::from_secs(10));
-                tracing::warn!(%error, retry_in = ?backoff, "dispatcher cycle failed");
-                tokio::time::sleep(backoff).await;
+                let retry_in = backoff.fail();
+                tracing::warn!(%error, ?retry_in, "dispatcher cycle failed");
+                tokio::time::sleep(retry_in).await;
                 watches.poke();
             }
         }

@@ -190,7 +190,7 @@ fn queue_spec(q: &Queue) -> Result<QueueSpec, String> {
         .enumerate()
         .map(|(i, quota)| {
             let amount = |field: &str, s: &str| {
-                member_agent::render::quantity::Milli::parse(s)
+                api::quantity::Milli::parse(s)
                     .ok()
                     .map(|m| m.ceil_units())
                     .filter(|&v| v >= 0)

@@ -4,15 +4,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use api::quantity::Milli;
 use api::stowage::{MemberCluster, QUEUE_LABEL};
 use api::trainer::{Runtime, TrainJob};
 use k8s_openapi::api::core::v1::PodSpec;
-use member_agent::render::quantity::Milli;
-use member_agent::render::{self, Capabilities, GangScheduler, Input, Object, RenderError};
 use scheduler_core::{
     Admission, Capacity, ClusterFilter, DomainId, Fleet, FleetBuilder, FleetError, Gang, Level, LevelInfo, NodeInput,
     PodSet, PodSetPlacement, PodShape, TopologyConstraint,
 };
+use trainer_render::{self as render, Capabilities, GangScheduler, Input, RenderError};
 
 /// Annotation on a TrainJob: where its trainer pod set must or would like to sit
 /// (`required:rack`, `preferred:block`, `none`).
@@ -42,18 +42,8 @@ pub enum GangError {
 /// each `replicas × parallelism` pods with the rendered pod's requests.
 pub fn gang(trainjob: &TrainJob, runtime: &Runtime) -> Result<Gang, GangError> {
     let caps = Capabilities { gang_scheduler: GangScheduler::None, ..Capabilities::default() };
-    // The SSH key does not change the pods' shape; a fixed one keeps this pure.
-    let key = render::SshKeyPair { private_pem: String::new(), public_openssh: String::new() };
-    let input =
-        Input { trainjob, runtime, placement: None, capabilities: &caps, ssh_key: Some(&key), jobset_uid: None };
-    let objects = render::render(&input)?;
-    let Some(Object::JobSet(jobset)) = objects.into_iter().next() else {
-        return Err(GangError::Render(RenderError {
-            object: render::Source::Runtime,
-            path: "spec.template".into(),
-            problem: "renders no JobSet".into(),
-        }));
-    };
+    let input = Input { trainjob, runtime, placement: None, capabilities: &caps, ssh_key: None, jobset_uid: None };
+    let shapes = render::pod_sets(&input)?;
     let meta = &trainjob.metadata;
     let annotations = meta.annotations.clone().unwrap_or_default();
     let topology: TopologyConstraint = match annotations.get(TOPOLOGY_ANNOTATION) {
@@ -90,32 +80,19 @@ pub fn gang(trainjob: &TrainJob, runtime: &Runtime) -> Result<Gang, GangError> {
         .get(FLAVOR_ANNOTATION)
         .map(|f| f.split('|').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect())
         .unwrap_or_default();
-    let pod_sets = jobset
-        .spec
-        .replicated_jobs
-        .iter()
+    let pod_sets = shapes
+        .into_iter()
         .map(|rj| {
-            let spec = rj.template.spec.as_ref();
-            let pods =
-                rj.replicas.unwrap_or(1).max(0) as u32 * spec.and_then(|s| s.parallelism).unwrap_or(1).max(0) as u32;
-            let pod = spec.and_then(|s| s.template.spec.as_ref());
-            let shape = pod.map(shape_of).unwrap_or_default();
-            let selector_flavor =
-                pod.and_then(|p| p.node_selector.as_ref()).and_then(|s| s.get(GPU_PRODUCT_LABEL)).cloned();
-            let is_trainer = rj
-                .template
-                .metadata
-                .as_ref()
-                .and_then(|m| m.labels.as_ref())
-                .and_then(|l| l.get(api::trainer::ANCESTOR_LABEL))
-                .is_some_and(|a| a == api::trainer::ANCESTOR_TRAINER);
+            let shape = shape_of(&rj.pod);
+            let selector_flavor = rj.pod.node_selector.as_ref().and_then(|s| s.get(GPU_PRODUCT_LABEL)).cloned();
+            let is_trainer = rj.ancestor.as_deref() == Some(api::trainer::ANCESTOR_TRAINER);
             PodSet {
-                name: rj.name.clone(),
-                pods,
+                pods: rj.pods,
                 shape,
                 flavors: if flavors.is_empty() { selector_flavor.into_iter().collect() } else { flavors.clone() },
                 topology: if is_trainer || rj.name == "node" { topology } else { TopologyConstraint::Unconstrained },
                 slice: None,
+                name: rj.name,
             }
         })
         .filter(|ps| ps.pods > 0)

@@ -97,7 +97,7 @@ fn member(name: &str, nodes: &[Node], pods: &[Pod], levels: &[(&str, &str)]) -> 
 fn a_fleet_rebuilt_from_agent_reports_fits_like_the_real_one() {
     let spec = FleetSpec::builtin();
     let cluster = spec.clusters.iter().find(|c| c.name == "east-h100").expect("cluster");
-    let nodes: Vec<Node> = stowage_tests::member::nodes(cluster)
+    let nodes: Vec<Node> = playground::member::nodes(cluster)
         .expect("nodes")
         .into_iter()
         .map(|v| serde_json::from_value(v).expect("node"))

@@ -11,7 +11,7 @@ use api::stowage::{
 };
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use crate::render::quantity::Milli;
+use api::quantity::Milli;
 
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 /// JobSet's label naming a pod's replicated job: the pod set it belongs to.

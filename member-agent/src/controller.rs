@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use api::jobset::JobSet;
-use api::stowage::SIMULATED_DURATION_ANNOTATION as SIMULATED_DURATION;
 use api::stowage::{
     CLUSTER_LABEL, EPOCH_LABEL, GangScheduler as ReportedScheduler, MemberCluster, Placement, PlacementPhase,
     PlacementStatus, TRAINJOB_UID_LABEL, TopologyLevel,
@@ -37,10 +36,14 @@ use tokio::time::Instant;
 
 use crate::capacity;
 use crate::metrics::Metrics;
-use crate::render::{self, Capabilities, Input, Object};
-use crate::watch::{self, Watches};
+use kube_shell::backoff::Backoff;
+use kube_shell::watch::{self, Watches};
+use trainer_render::{self as render, Capabilities, Input, Object};
 
 pub const FIELD_MANAGER: &str = "stowage-agent";
+/// How long a burst of watch events may land before one survey looks at them all: shorter than
+/// the dispatcher's, since a survey is cheap and a start is waiting on it.
+const DEBOUNCE: Duration = Duration::from_millis(10);
 /// Placements rendered and applied, or statuses written, at once.
 const CONCURRENT_APPLIES: usize = 16;
 
@@ -82,7 +85,7 @@ pub enum Error {
     #[error("rendering {namespace}/{name}: {source}")]
     Render { namespace: String, name: String, source: render::RenderError },
     #[error(transparent)]
-    Key(#[from] crate::sshkey::KeyError),
+    Key(#[from] trainer_render::sshkey::KeyError),
     #[error("sync took longer than {0:?}")]
     Timeout(Duration),
 }
@@ -163,7 +166,7 @@ async fn realise(
             .await
             .map_err(kube_err("reading secret"))?
             .is_some();
-    let key = if is_mpi { Some(crate::sshkey::generate()?) } else { None };
+    let key = if is_mpi { Some(trainer_render::sshkey::generate()?) } else { None };
     let input = Input {
         trainjob: &tj,
         runtime: &rt,
@@ -180,12 +183,7 @@ async fn realise(
         if matches!(o, Object::Secret(_)) && secret_exists {
             continue;
         }
-        let mut v = o.to_value();
-        if matches!(o, Object::JobSet(_))
-            && let Some(d) = tj.annotations().get(SIMULATED_DURATION)
-        {
-            v["metadata"]["annotations"][SIMULATED_DURATION] = d.clone().into();
-        }
+        let v = o.to_value();
         let obj_name = v["metadata"]["name"].as_str().unwrap_or("").to_string();
         Api::<DynamicObject>::namespaced_with(member.clone(), &ns, &resource_of(o))
             .patch(&obj_name, &pp, &Patch::Apply(&v))
@@ -763,7 +761,7 @@ pub async fn run(hub: Client, member: Client, cfg: AgentConfig) {
     let mut state = State::default();
     let mut work = Work::default();
     let mut rounds: tokio::task::JoinSet<(Result<Delivered, Error>, Instant)> = tokio::task::JoinSet::new();
-    let (mut backoff, mut retry_at) = (Duration::ZERO, Instant::now());
+    let (mut backoff, mut retry_at) = (Backoff::default(), Instant::now());
     // A change since the last round started: only then (or for a heartbeat) does another run.
     // A round's own writes reach the caches a moment after it ends, so a look taken then would
     // find them still to do and run it again.
@@ -802,7 +800,7 @@ pub async fn run(hub: Client, member: Client, cfg: AgentConfig) {
             }
         }
         // A running round wakes the loop when it ends; otherwise the next heartbeat or retry.
-        let next = match (rounds.is_empty(), backoff.is_zero()) {
+        let next = match (rounds.is_empty(), !backoff.is_waiting()) {
             (false, _) => None,
             (true, true) => Some(state.last_report.map_or(Instant::now(), |t| t + cfg.timing.heartbeat)),
             (true, false) => Some(retry_at),
@@ -826,7 +824,7 @@ pub async fn run(hub: Client, member: Client, cfg: AgentConfig) {
                     cfg.metrics.sync_seconds.observe(started.elapsed().as_secs_f64());
                     match result {
                         Ok(d) => {
-                            backoff = Duration::ZERO;
+                            backoff.succeed();
                             if d.reported {
                                 state.last_report = Some(Instant::now());
                                 state.last_hub_contact = Instant::now();
@@ -837,17 +835,16 @@ pub async fn run(hub: Client, member: Client, cfg: AgentConfig) {
                         }
                         Err(error) => {
                             cfg.metrics.sync_errors.inc();
-                            backoff = (backoff * 2).clamp(Duration::from_millis(100), Duration::from_secs(10));
-                            retry_at = Instant::now() + backoff;
+                            let retry_in = backoff.fail();
+                            retry_at = Instant::now() + retry_in;
                             changed = true;
-                            tracing::warn!(%error, cluster = %cfg.cluster, retry_in = ?backoff, "agent round failed");
+                            tracing::warn!(%error, cluster = %cfg.cluster, ?retry_in, "agent round failed");
                         }
                     }
                 }
                 _ = watches.changed() => {
                     changed = true;
-                    // Let a burst of changes land: one survey for them, not one each.
-                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    tokio::time::sleep(DEBOUNCE).await;
                 }
                 _ = tokio::time::sleep_until(next.unwrap_or_else(Instant::now)), if next.is_some() => {}
             }

@@ -1,11 +1,7 @@
-//! The member agent: pulls what the hub placed on its cluster, renders it, applies it, and
-//! reports back. `render` is its pure half — TrainJob + runtime + Placement + member
-//! capabilities in, Kubernetes objects out — with no client and no clock.
+//! The member agent: pulls what the hub placed on its cluster, renders it (with
+//! `trainer-render`, the pure half), applies it, and reports back. It must not depend on the
+//! dispatcher: hub and agent are peers that meet only in hub objects (`api`).
 
 pub mod capacity;
 pub mod controller;
-pub mod manifest;
 pub mod metrics;
-pub mod render;
-pub mod sshkey;
-pub mod watch;

@@ -13,13 +13,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use member_agent::controller::Timing;
-use member_agent::render::GangScheduler;
 use serde_json::json;
+use trainer_render::GangScheduler;
 
-use crate::playground::{Playground, PlaygroundOptions};
+use playground::{Playground, PlaygroundOptions};
 
-/// The upstream CRDs and runtimes, in `../shared` beside the repository.
-pub const UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/upstream");
 /// How long a check waits for what it expects.
 pub const PATIENCE: Duration = Duration::from_secs(90);
 
@@ -56,7 +54,7 @@ pub async fn playground(options: PlaygroundOptions) -> Playground {
         .with_test_writer()
         .try_init();
     let fleet = Playground::dev_fleet().expect("dev fleet");
-    Playground::start(&fleet, std::path::Path::new(UPSTREAM), options).await.expect("playground")
+    Playground::start(&fleet, options).await.expect("playground")
 }
 
 /// A torch TrainJob of `nodes` 8-GPU nodes that runs for `seconds`: simulated members read the

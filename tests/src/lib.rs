@@ -1,10 +1,6 @@
-//! Test support for Stowage: an in-memory Kubernetes API server served over HTTP on loopback
-//! ([`apiserver`]), simulated member clusters ([`member`]) and the whole product wired together
-//! on them ([`playground`]), which the end-to-end tests and `stowage dev` run the real
-//! controllers in, driven through kube-rs, kubectl and the Kubeflow SDK. Production runs against
-//! real clusters; docs/testing.md says what this server implements and what it does not.
+//! The end-to-end suite's shared helpers ([`e2e`]): Stowage's hub and members driven through
+//! kube-rs, kubectl and the Kubeflow SDK, on the in-process playground or on real clusters.
+//! Nothing links this crate but its own tests: the in-memory API server is `kube-mem`, the
+//! simulated members and `stowage dev` are `playground`.
 
-pub mod apiserver;
 pub mod e2e;
-pub mod member;
-pub mod playground;

@@ -11,9 +11,9 @@ use api::stowage::Placement;
 use api::trainer::TrainJob;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams};
+use playground::{Playground, PlaygroundOptions, SYSTEM_NAMESPACE};
 use serde_json::json;
 use stowage_tests::e2e::*;
-use stowage_tests::playground::{Playground, PlaygroundOptions, SYSTEM_NAMESPACE};
 
 #[tokio::test]
 async fn trainjobs_spread_over_members_and_a_rack_gang_runs_inside_one_rack() {

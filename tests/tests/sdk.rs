@@ -5,9 +5,8 @@
 
 use std::time::Duration;
 
-use stowage_tests::playground::{Playground, PlaygroundOptions};
+use playground::{Playground, PlaygroundOptions};
 
-const UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/upstream");
 const FLOW: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/sdk/sdk_flow.py");
 
 #[tokio::test]
@@ -18,9 +17,7 @@ async fn the_kubeflow_sdk_trains_on_the_hub_and_sees_the_trainjob_complete() {
         return;
     };
     let fleet = Playground::dev_fleet().expect("fleet");
-    let p = Playground::start(&fleet, std::path::Path::new(UPSTREAM), PlaygroundOptions::default())
-        .await
-        .expect("playground");
+    let p = Playground::start(&fleet, PlaygroundOptions::default()).await.expect("playground");
     let dir = std::env::temp_dir().join(format!("stowage-sdk-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let kubeconfig = dir.join("hub.kubeconfig");

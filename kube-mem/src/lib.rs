@@ -1,0 +1,327 @@
+//! An in-memory Kubernetes API server over HTTP on loopback, for tests and the playground.
+//! It follows the API conventions the controllers rely on: discovery, CRDs registered from
+//! their YAML, get/list/watch with resourceVersions, bookmarks and 410 Gone, create, update
+//! with optimistic concurrency, merge / JSON / strategic-merge patches and a simplified
+//! server-side apply, the status subresource, finalizers and deletionTimestamp, ownerReference
+//! garbage collection, and CRD schema validation with the field named. Fault hooks let tests
+//! stop and restart it, partition it, slow it and make it fail. docs/testing.md has the list
+//! of what it does not do.
+
+mod http;
+pub mod patch;
+pub mod resources;
+pub mod schema;
+pub mod selectors;
+pub mod status;
+pub mod store;
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+pub use status::ApiError;
+pub use store::Store;
+
+/// Faults a test can inject; each applies to requests from then on.
+#[derive(Debug, Default)]
+pub struct Faults {
+    partitioned: AtomicBool,
+    latency_ms: AtomicU64,
+    fail_next: AtomicU32,
+    fail_code: AtomicU32,
+    /// Wakes open connections so a partition cuts them too, not only new ones.
+    cut: tokio::sync::Notify,
+    /// Clients (by bearer token) cut off from this server while others still reach it.
+    cut_clients: Mutex<BTreeSet<String>>,
+    /// Every request, when recording is on: what RBAC would be asked.
+    audit: Mutex<Option<Vec<Access>>>,
+}
+
+/// One request as an RBAC authorizer sees it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Access {
+    /// The bearer token the client sent; empty when none.
+    pub user: String,
+    /// get, list, watch, create, update, patch, delete or deletecollection.
+    pub verb: String,
+    pub group: String,
+    pub resource: String,
+    pub subresource: Option<String>,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+}
+
+impl Faults {
+    /// Refuse connections (close them on accept) and end open watches.
+    pub fn partition(&self, on: bool) {
+        self.partitioned.store(on, Ordering::SeqCst);
+        if on {
+            self.cut.notify_waiters();
+        }
+    }
+
+    pub fn is_partitioned(&self) -> bool {
+        self.partitioned.load(Ordering::SeqCst)
+    }
+
+    /// Cut one client (by the bearer token its kubeconfig carries) off: its requests fail as
+    /// unreachable and its open watches end, while other clients carry on — a network partition
+    /// between one agent and the hub.
+    pub fn partition_client(&self, token: &str, on: bool) {
+        let mut cut = self.cut_clients.lock().unwrap_or_else(|e| e.into_inner());
+        if on {
+            cut.insert(token.to_string());
+        } else {
+            cut.remove(token);
+        }
+    }
+
+    pub(crate) fn is_client_cut(&self, token: &str) -> bool {
+        self.cut_clients.lock().unwrap_or_else(|e| e.into_inner()).contains(token)
+    }
+
+    /// Starts recording every request (see [`Faults::accesses`]).
+    pub fn record_accesses(&self) {
+        *self.audit.lock().unwrap_or_else(|e| e.into_inner()) = Some(Vec::new());
+    }
+
+    /// The requests recorded since [`Faults::record_accesses`], deduplicated and sorted.
+    pub fn accesses(&self) -> Vec<Access> {
+        let mut all = self.audit.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default();
+        all.sort();
+        all.dedup();
+        all
+    }
+
+    pub(crate) fn record(&self, access: impl FnOnce() -> Access) {
+        if let Some(log) = self.audit.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            log.push(access());
+        }
+    }
+
+    pub fn set_latency(&self, d: Duration) {
+        self.latency_ms.store(d.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    pub(crate) fn latency(&self) -> Option<Duration> {
+        Some(self.latency_ms.load(Ordering::SeqCst)).filter(|&ms| ms > 0).map(Duration::from_millis)
+    }
+
+    /// The next `n` requests fail with `code` (500 or 429).
+    pub fn fail_next(&self, n: u32, code: u16) {
+        self.fail_code.store(u32::from(code), Ordering::SeqCst);
+        self.fail_next.store(n, Ordering::SeqCst);
+    }
+
+    pub(crate) fn take_failure(&self) -> Option<u16> {
+        self.fail_next
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .ok()
+            .map(|_| self.fail_code.load(Ordering::SeqCst) as u16)
+    }
+}
+
+#[derive(Debug)]
+pub struct Shared {
+    pub store: Mutex<Store>,
+    pub faults: Faults,
+}
+
+/// A running server. Dropping it stops it.
+pub struct ApiServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    thread: ServerThread,
+}
+
+/// The server's own thread and runtime, as if it were its own process: a request or a
+/// simulated controller holding the store's lock blocks this thread only, never the runtime of
+/// the controllers under test (whose two workers a blocked lock would otherwise stall).
+struct ServerThread {
+    runtime: tokio::runtime::Handle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ServerThread {
+    /// Stops the runtime (every connection and watch ends with it) and waits for the thread.
+    async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+    }
+}
+
+impl Drop for ServerThread {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+impl std::fmt::Debug for ApiServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiServer").field("addr", &self.addr).finish()
+    }
+}
+
+/// A stopped server: its port and, unless dropped, its state.
+#[derive(Clone)]
+pub struct Stopped {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stopped").field("addr", &self.addr).finish()
+    }
+}
+
+impl ApiServer {
+    /// Starts a server on a free loopback port.
+    pub async fn start() -> std::io::Result<ApiServer> {
+        Self::serve(
+            "127.0.0.1:0".parse().map_err(std::io::Error::other)?,
+            Arc::new(Shared { store: Mutex::new(Store::new()), faults: Faults::default() }),
+        )
+        .await
+    }
+
+    async fn serve(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<ApiServer> {
+        let listener = std::net::TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let s = shared.clone();
+        let thread = std::thread::Builder::new().name(format!("apiserver-{}", addr.port())).spawn(move || {
+            runtime.block_on(async move {
+                let Ok(listener) = TcpListener::from_std(listener) else { return };
+                let mut conns = JoinSet::new();
+                let accept = async {
+                    while let Ok((stream, _)) = listener.accept().await {
+                        if s.faults.is_partitioned() {
+                            drop(stream);
+                            continue;
+                        }
+                        let s = s.clone();
+                        let s2 = s.clone();
+                        conns.spawn(async move {
+                            let svc = service_fn(move |req| {
+                                let s = s.clone();
+                                // A cut-off client's connection drops without an answer, as over
+                                // a broken network (an error status would be retried instead).
+                                async move { http::handle(s, req).await.ok_or(http::Partitioned) }
+                            });
+                            let conn =
+                                hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
+                            let cut = s2.faults.cut.notified();
+                            tokio::select! {
+                                _ = conn => {}
+                                _ = cut => {}
+                            }
+                        });
+                        while conns.try_join_next().is_some() {}
+                    }
+                };
+                tokio::select! {
+                    _ = accept => {}
+                    _ = stopped => {}
+                }
+            });
+            // The runtime drops here with every connection, watch and spawned task on it.
+        })?;
+        Ok(ApiServer { addr, shared, thread: ServerThread { runtime: handle, stop: Some(stop), thread: Some(thread) } })
+    }
+
+    /// Runs `task` on the server's own thread: for simulated controllers that work on the store
+    /// under its lock, as the real ones would inside the cluster.
+    pub fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.thread.runtime.spawn(task)
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn faults(&self) -> &Faults {
+        &self.shared.faults
+    }
+
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
+    /// Direct access to the objects, for assertions and for fixtures that skip HTTP.
+    pub fn store(&self) -> &Mutex<Store> {
+        &self.shared.store
+    }
+
+    /// A kubeconfig pointing at this server. The server trusts loopback and authenticates no
+    /// one; the token `name` only identifies the client to fault hooks and the access log.
+    pub fn kubeconfig(&self, name: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: {}\ncontexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: {name}\n    namespace: default\ncurrent-context: {name}\nusers:\n- name: {name}\n  user: {{token: {name}}}\n",
+            self.url()
+        )
+    }
+
+    /// A kube client of this server that identifies itself as `token` (see [`Faults::partition_client`]).
+    pub fn client_as(&self, token: &str) -> Result<kube::Client, kube::Error> {
+        let uri = self.url().parse().map_err(|e| kube::Error::Service(Box::new(e)))?;
+        let mut config = kube::Config::new(uri);
+        config.auth_info.token = Some(token.to_string().into());
+        kube::Client::try_from(config)
+    }
+
+    /// Stops serving: the port is released and every connection, watches included, is cut.
+    pub async fn stop(self) -> Stopped {
+        let ApiServer { addr, shared, thread } = self;
+        thread.shutdown().await;
+        Stopped { addr, shared }
+    }
+}
+
+impl Stopped {
+    /// Serves again on the same port, with the state it had or, if `keep_state` is false, empty.
+    pub async fn restart(self, keep_state: bool) -> std::io::Result<ApiServer> {
+        let shared = if keep_state {
+            self.shared
+        } else {
+            Arc::new(Shared { store: Mutex::new(Store::new()), faults: Faults::default() })
+        };
+        // The old listener's port may take a moment to free.
+        let mut last = None;
+        for _ in 0..50 {
+            match ApiServer::serve(self.addr, shared.clone()).await {
+                Ok(s) => return Ok(s),
+                Err(e) => {
+                    last = Some(e);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| std::io::Error::other("could not rebind")))
+    }
+}

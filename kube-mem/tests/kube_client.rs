@@ -1,0 +1,325 @@
+//! The in-memory API server behaves like Kubernetes on every point the controllers rely on,
+//! as seen through kube-rs: discovery of CRDs registered over the API, optimistic concurrency,
+//! the status subresource, finalizers, garbage collection, schema rejection naming the field,
+//! selectors and paging, watches with bookmarks and relist after 410, and the fault hooks.
+
+use std::time::Duration;
+
+use api::trainer::TrainJob;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Client, Config, ResourceExt};
+use kube_mem::ApiServer;
+use serde_json::json;
+
+const TRAINJOB_CRD: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/upstream/trainer/trainer.kubeflow.org_trainjobs.yaml");
+
+async fn client(server: &ApiServer) -> Client {
+    let config = Config::new(server.url().parse().expect("url"));
+    Client::try_from(config).expect("client")
+}
+
+async fn with_trainjob_crd(server: &ApiServer) -> Client {
+    let c = client(server).await;
+    let crd: CustomResourceDefinition =
+        serde_yaml::from_str(&std::fs::read_to_string(TRAINJOB_CRD).expect("crd")).expect("yaml");
+    Api::<CustomResourceDefinition>::all(c.clone()).create(&PostParams::default(), &crd).await.expect("crd created");
+    c
+}
+
+fn trainjob(name: &str, nodes: i64) -> TrainJob {
+    serde_json::from_value(json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": name},
+        "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"numNodes": nodes}}
+    }))
+    .expect("trainjob")
+}
+
+fn cm(name: &str, labels: serde_json::Value) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}, "data": {"k": "v"}})).expect("cm")
+}
+
+#[tokio::test]
+async fn crds_registered_over_the_api_are_discovered_and_served() {
+    let server = ApiServer::start().await.expect("server");
+    let c = with_trainjob_crd(&server).await;
+    let discovery = kube::discovery::Discovery::new(c.clone()).run().await.expect("discovery");
+    assert!(discovery.groups().any(|g| g.name() == "trainer.kubeflow.org"));
+    let tjs: Api<TrainJob> = Api::namespaced(c, "default");
+    let created = tjs.create(&PostParams::default(), &trainjob("a", 2)).await.expect("create");
+    assert!(created.uid().is_some() && created.metadata.creation_timestamp.is_some());
+    assert_eq!(created.metadata.generation, Some(1));
+    // The CRD's defaults are applied, as the real server does.
+    assert_eq!(created.spec.runtime_ref.kind.as_deref(), Some("ClusterTrainingRuntime"));
+    assert_eq!(tjs.get("a").await.expect("get").spec.trainer.and_then(|t| t.num_nodes), Some(2));
+}
+
+#[tokio::test]
+async fn a_stale_resource_version_is_a_409_conflict() {
+    let server = ApiServer::start().await.expect("server");
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&server).await);
+    let first = cms.create(&PostParams::default(), &cm("c", json!({}))).await.expect("create");
+    let mut a = first.clone();
+    a.data = Some([("k".to_string(), "a".to_string())].into());
+    cms.replace("c", &PostParams::default(), &a).await.expect("first writer wins");
+    let mut b = first;
+    b.data = Some([("k".to_string(), "b".to_string())].into());
+    let err = cms.replace("c", &PostParams::default(), &b).await.expect_err("stale");
+    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 409 && s.reason == "Conflict"), "{err:?}");
+    let dup = cms.create(&PostParams::default(), &cm("c", json!({}))).await.expect_err("exists");
+    assert!(matches!(dup, kube::Error::Api(ref s) if s.code == 409 && s.reason == "AlreadyExists"));
+}
+
+#[tokio::test]
+async fn spec_and_status_are_written_separately() {
+    let server = ApiServer::start().await.expect("server");
+    let tjs: Api<TrainJob> = Api::default_namespaced(with_trainjob_crd(&server).await);
+    tjs.create(&PostParams::default(), &trainjob("s", 1)).await.expect("create");
+    let status = json!({"status": {"conditions": [{"type": "Complete", "status": "True", "reason": "Done", "message": "ok",
+                                                   "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
+                        "spec": {"trainer": {"numNodes": 9}}});
+    let after = tjs.patch_status("s", &PatchParams::default(), &Patch::Merge(&status)).await.expect("status patch");
+    assert_eq!(after.spec.trainer.as_ref().and_then(|t| t.num_nodes), Some(1), "spec untouched by /status");
+    assert_eq!(after.status.as_ref().map(|s| s.conditions.len()), Some(1));
+    assert_eq!(after.metadata.generation, Some(1), "a status write does not bump generation");
+    let spec = json!({"spec": {"suspend": true}, "status": {"conditions": []}});
+    let after = tjs.patch("s", &PatchParams::default(), &Patch::Merge(&spec)).await.expect("spec patch");
+    assert_eq!(after.status.map(|s| s.conditions.len()), Some(1), "status untouched by the main resource");
+    assert_eq!(after.metadata.generation, Some(2));
+}
+
+#[tokio::test]
+async fn finalizers_hold_deletion_and_owners_take_their_dependents_along() {
+    let server = ApiServer::start().await.expect("server");
+    let c = with_trainjob_crd(&server).await;
+    let tjs: Api<TrainJob> = Api::default_namespaced(c.clone());
+    let cms: Api<ConfigMap> = Api::default_namespaced(c);
+    let mut tj = trainjob("f", 1);
+    tj.metadata.finalizers = Some(vec!["stowage.dev/cleanup".into()]);
+    let tj = tjs.create(&PostParams::default(), &tj).await.expect("create");
+    let mut owned = cm("owned", json!({}));
+    owned.metadata.owner_references = Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        api_version: "trainer.kubeflow.org/v1alpha1".into(),
+        kind: "TrainJob".into(),
+        name: "f".into(),
+        uid: tj.uid().expect("uid"),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }]);
+    cms.create(&PostParams::default(), &owned).await.expect("dependent");
+    tjs.delete("f", &DeleteParams::default()).await.expect("delete accepted");
+    let held = tjs.get("f").await.expect("still there");
+    assert!(held.metadata.deletion_timestamp.is_some());
+    assert!(cms.get("owned").await.is_ok(), "dependents stay while the owner is finalizing");
+    tjs.patch("f", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}})))
+        .await
+        .expect("unfinalize");
+    assert!(tjs.get_opt("f").await.expect("get").is_none(), "gone once finalizers are empty");
+    assert!(cms.get_opt("owned").await.expect("get").is_none(), "garbage-collected");
+}
+
+#[tokio::test]
+async fn schema_violations_are_422_naming_the_field() {
+    let server = ApiServer::start().await.expect("server");
+    let c = with_trainjob_crd(&server).await;
+    let raw: Api<kube::api::DynamicObject> = Api::default_namespaced_with(
+        c,
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", "TrainJob"),
+            "trainjobs",
+        ),
+    );
+    let bad: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "bad"},
+        "spec": {"runtimeRef": {"name": "x"}, "trainer": {"numNodes": "two"}}
+    }))
+    .expect("object");
+    let err = raw.create(&PostParams::default(), &bad).await.expect_err("rejected");
+    match err {
+        kube::Error::Api(s) => {
+            assert_eq!(s.code, 422);
+            assert!(s.message.contains("spec.trainer.numNodes"), "{}", s.message);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn selectors_and_paging() {
+    let server = ApiServer::start().await.expect("server");
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&server).await);
+    for i in 0..5 {
+        let tier = if i % 2 == 0 { "gpu" } else { "cpu" };
+        cms.create(&PostParams::default(), &cm(&format!("c{i}"), json!({"tier": tier}))).await.expect("create");
+    }
+    let gpu = cms.list(&ListParams::default().labels("tier=gpu")).await.expect("list");
+    assert_eq!(gpu.items.len(), 3);
+    let named = cms.list(&ListParams::default().fields("metadata.name=c1")).await.expect("list");
+    assert_eq!(named.items.len(), 1);
+    let mut names = Vec::new();
+    let mut params = ListParams::default().limit(2);
+    loop {
+        let page = cms.list(&params).await.expect("page");
+        names.extend(page.items.iter().map(|c| c.name_any()));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => break,
+        }
+    }
+    assert_eq!(names, ["c0", "c1", "c2", "c3", "c4"]);
+}
+
+#[tokio::test]
+async fn a_reflector_relists_after_410_and_sees_everything() {
+    let server = ApiServer::start().await.expect("server");
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&server).await);
+    cms.create(&PostParams::default(), &cm("before", json!({}))).await.expect("create");
+    let (reader, writer) = reflector::store();
+    let stream =
+        reflector(writer, watcher(cms.clone(), watcher::Config { bookmarks: true, ..watcher::Config::default() }))
+            .applied_objects();
+    let task = tokio::spawn(async move {
+        let mut s = std::pin::pin!(stream);
+        // The 410 comes out of the stream as an error; polling on is what makes it relist.
+        while s.next().await.is_some() {}
+    });
+    reader.wait_until_ready().await.expect("ready");
+    let sees = |want: &'static [&'static str]| {
+        let reader = reader.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let mut names: Vec<String> = reader.state().iter().map(|c| c.name_any()).collect();
+                names.sort();
+                if names == want {
+                    break;
+                }
+                assert!(tokio::time::Instant::now() < deadline, "reflector has {names:?}, not {want:?}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    // An object seen through the watch: it is open, so the expiry below reaches it as a 410.
+    cms.create(&PostParams::default(), &cm("during", json!({}))).await.expect("create");
+    sees(&["before", "during"]).await;
+    // Expire every watch: history is gone, so the open watch gets 410 and must relist.
+    server.store().lock().expect("lock").expire_watches();
+    cms.create(&PostParams::default(), &cm("after", json!({}))).await.expect("create");
+    sees(&["after", "before", "during"]).await;
+    task.abort();
+}
+
+#[tokio::test]
+async fn watches_deliver_bookmarks_and_events_in_order() {
+    let server = ApiServer::start().await.expect("server");
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&server).await);
+    let list = cms.list(&ListParams::default()).await.expect("list");
+    let rv = list.metadata.resource_version.expect("rv");
+    let wp = kube::api::WatchParams { bookmarks: true, ..kube::api::WatchParams::default() }.timeout(5);
+    let mut stream = cms.watch(&wp, &rv).await.expect("watch").boxed();
+    cms.create(&PostParams::default(), &cm("w", json!({}))).await.expect("create");
+    cms.delete("w", &DeleteParams::default()).await.expect("delete");
+    let mut seen = Vec::new();
+    while let Some(ev) = stream.try_next().await.expect("event") {
+        match ev {
+            kube::api::WatchEvent::Added(o) => seen.push(format!("added {}", o.name_any())),
+            kube::api::WatchEvent::Deleted(o) => seen.push(format!("deleted {}", o.name_any())),
+            kube::api::WatchEvent::Bookmark(_) => seen.push("bookmark".into()),
+            _ => {}
+        }
+        if seen.iter().any(|s| s == "bookmark") && seen.iter().any(|s| s.starts_with("deleted")) {
+            break;
+        }
+    }
+    let events: Vec<&String> = seen.iter().filter(|s| *s != "bookmark").collect();
+    assert_eq!(events, ["added w", "deleted w"]);
+}
+
+#[tokio::test]
+async fn fault_hooks_fail_partition_and_restart() {
+    let server = ApiServer::start().await.expect("server");
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&server).await);
+    cms.create(&PostParams::default(), &cm("kept", json!({}))).await.expect("create");
+    server.faults().fail_next(2, 500);
+    for _ in 0..2 {
+        let e = cms.get("kept").await.expect_err("injected");
+        assert!(matches!(e, kube::Error::Api(ref s) if s.code == 500), "{e:?}");
+    }
+    assert!(cms.get("kept").await.is_ok(), "then it answers again");
+    server.faults().fail_next(1, 429);
+    let raw = tokio::process::Command::new("curl")
+        .args(["-s", "-i", &format!("{}/api/v1/namespaces/default/configmaps/kept", server.url())])
+        .output()
+        .await
+        .expect("curl");
+    let raw = String::from_utf8_lossy(&raw.stdout).to_ascii_lowercase();
+    assert!(raw.starts_with("http/1.1 429") && raw.contains("retry-after: 1"), "{raw}");
+    server.faults().fail_next(1, 429);
+    assert!(cms.get("kept").await.is_ok(), "kube-rs waits out a 429 and retries");
+    server.faults().partition(true);
+    assert!(cms.get("kept").await.is_err(), "partitioned");
+    server.faults().partition(false);
+    assert!(cms.get("kept").await.is_ok());
+    let stopped = server.stop().await;
+    assert!(cms.get("kept").await.is_err(), "stopped");
+    let server = stopped.clone().restart(true).await.expect("restart");
+    assert!(cms.get("kept").await.is_ok(), "state kept across a restart");
+    let stopped = server.stop().await;
+    let _server = stopped.restart(false).await.expect("restart empty");
+    assert!(cms.get_opt("kept").await.expect("get").is_none(), "state lost when asked to");
+}
+
+#[tokio::test]
+async fn bad_bodies_get_status_errors_and_leave_the_store_intact() {
+    let server = ApiServer::start().await.expect("server");
+    let url = format!("{}/api/v1/namespaces/default/configmaps", server.url());
+    let post = |body: Vec<u8>, ct: &'static str| {
+        let url = url.clone();
+        async move {
+            let out = tokio::process::Command::new("curl")
+                .args(["-s", "-X", "POST", "-H", &format!("Content-Type: {ct}"), "--data-binary", "@-", &url])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn();
+            let mut child = out.expect("curl runs");
+            use tokio::io::AsyncWriteExt;
+            let mut stdin = child.stdin.take().expect("stdin");
+            stdin.write_all(&body).await.expect("write");
+            drop(stdin);
+            let out = child.wait_with_output().await.expect("output");
+            serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("a Status")
+        }
+    };
+    let s = post(b"{not json".to_vec(), "application/json").await;
+    assert_eq!((s["kind"].as_str(), s["code"].as_u64()), (Some("Status"), Some(400)));
+    let s = post(b"{}".to_vec(), "application/xml").await;
+    assert_eq!(s["code"].as_u64(), Some(415));
+    let big = format!("{{\"metadata\":{{\"name\":\"big\"}},\"data\":{{\"k\":\"{}\"}}}}", "x".repeat(4 * 1024 * 1024));
+    let s = post(big.into_bytes(), "application/json").await;
+    assert_eq!(s["code"].as_u64(), Some(413));
+    let s = post(b"{\"metadata\":{\"name\":\"Bad_Name\"}}".to_vec(), "application/json").await;
+    assert_eq!(s["code"].as_u64(), Some(422));
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&server).await);
+    assert!(cms.list(&ListParams::default()).await.expect("list").items.is_empty(), "nothing stored");
+}
+
+#[tokio::test]
+async fn immutable_fields_cannot_change() {
+    let server = ApiServer::start().await.expect("server");
+    let tjs: Api<TrainJob> = Api::default_namespaced(with_trainjob_crd(&server).await);
+    tjs.create(&PostParams::default(), &trainjob("i", 1)).await.expect("create");
+    let err = tjs
+        .patch("i", &PatchParams::default(), &Patch::Merge(json!({"spec": {"runtimeRef": {"name": "other"}}})))
+        .await
+        .expect_err("runtimeRef is immutable");
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 422 && s.message.contains("spec.runtimeRef")),
+        "{err:?}"
+    );
+    // Mutable fields still change.
+    tjs.patch("i", &PatchParams::default(), &Patch::Merge(json!({"spec": {"suspend": true}}))).await.expect("suspend");
+}

@@ -1,0 +1,161 @@
+//! The playground's latency benchmark: N TrainJobs submitted to the hub at once; for each, the
+//! time from its creation returning to its JobSet existing on a member. Prints p50/p99,
+//! placements per second, and the dispatcher's own decision time for the same N on the same
+//! fleet (the pure `decide`, timed apart from the API round trips).
+//!
+//! `cargo run --release -p stowage-tests --example burst -- [N]` (default 500), from the
+//! repository root with ../shared beside it.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use api::trainer::TrainJob;
+use dispatcher::decide::{Observed, Settings, decide};
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, ListParams, PostParams};
+use playground::{Playground, PlaygroundOptions};
+use serde_json::json;
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let n: usize = std::env::args().nth(1).map(|a| a.parse()).transpose()?.unwrap_or(500);
+    // RUST_LOG=dispatcher=debug,member_agent=debug shows what the controllers do meanwhile.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .init();
+    let p = Playground::start(&Playground::dev_fleet()?, PlaygroundOptions::default()).await?;
+    let hub = p.hub();
+    // Let the agents report capacity first.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let tjs: Api<TrainJob> = Api::default_namespaced(hub.clone());
+    let trainjob = |i: usize| -> TrainJob {
+        serde_json::from_value(json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": format!("burst-{i:04}"), "annotations": {"stowage.dev/simulated-duration-seconds": "3600"}},
+            "spec": {"runtimeRef": {"name": "torch-distributed"},
+                     "trainer": {"numNodes": 1, "resourcesPerNode": {"requests": {"nvidia.com/gpu": "1"}}}}}))
+        .unwrap_or_else(|e| unreachable!("a valid TrainJob: {e}"))
+    };
+    // Watch the members' JobSets, as any client would, and note when each TrainJob's appears.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
+    for m in &p.members {
+        let api: Api<api::jobset::JobSet> = Api::all(m.sim.server.client_as("observer")?);
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let mut events = std::pin::pin!(kube::runtime::watcher(api, Default::default()));
+            while let Some(e) = events.next().await {
+                if let Ok(kube::runtime::watcher::Event::Apply(js) | kube::runtime::watcher::Event::InitApply(js)) = e
+                    && let Some(uid) = js.metadata.labels.as_ref().and_then(|l| l.get(api::stowage::TRAINJOB_UID_LABEL))
+                {
+                    let _ = tx.send((uid.clone(), Instant::now()));
+                }
+            }
+        });
+    }
+    // And the hub's Placements, to split the latency between the dispatcher and the agents.
+    let (ptx, mut prx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
+    {
+        let api: Api<api::stowage::Placement> = Api::all(hub.clone());
+        tokio::spawn(async move {
+            let mut events = std::pin::pin!(kube::runtime::watcher(api, Default::default()));
+            while let Some(e) = events.next().await {
+                if let Ok(kube::runtime::watcher::Event::Apply(p) | kube::runtime::watcher::Event::InitApply(p)) = e {
+                    let _ = ptx.send((p.spec.train_job_uid.clone(), Instant::now()));
+                }
+            }
+        });
+    }
+    let started = Instant::now();
+    let created: Vec<(String, Instant)> = futures::stream::iter(0..n)
+        .map(|i| {
+            let tjs = tjs.clone();
+            let tj = trainjob(i);
+            async move {
+                let made = tjs.create(&PostParams::default(), &tj).await;
+                (made.map(|t| t.metadata.uid.unwrap_or_default()), Instant::now())
+            }
+        })
+        .buffer_unordered(32)
+        .filter_map(|(uid, at)| async move { uid.ok().map(|u| (u, at)) })
+        .collect()
+        .await;
+    let submitted = started.elapsed();
+    let mut seen: BTreeMap<String, Instant> = BTreeMap::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while seen.len() < created.len() {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some((uid, at))) => {
+                seen.entry(uid).or_insert(at);
+            }
+            _ => break,
+        }
+    }
+    let mut placed_at: BTreeMap<String, Instant> = BTreeMap::new();
+    while let Ok((uid, at)) = prx.try_recv() {
+        placed_at.entry(uid).or_insert(at);
+    }
+    let mut to_placement: Vec<Duration> =
+        created.iter().filter_map(|(uid, at)| placed_at.get(uid).map(|p| p.saturating_duration_since(*at))).collect();
+    to_placement.sort();
+    let mut latencies: Vec<Duration> =
+        created.iter().filter_map(|(uid, at)| seen.get(uid).map(|s| s.saturating_duration_since(*at))).collect();
+    latencies.sort();
+    let last = seen.values().max().map_or(Duration::ZERO, |t| t.duration_since(started));
+
+    // The decision alone: every TrainJob pending, the fleet as the agents report it.
+    let observed = Observed {
+        trainjobs: tjs
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .map(|mut t| {
+                t.status = None;
+                t
+            })
+            .collect(),
+        cluster_runtimes: Api::all(hub.clone()).list(&ListParams::default()).await?.items,
+        members: Api::all(hub.clone()).list(&ListParams::default()).await?.items,
+        queues: Api::all(hub.clone()).list(&ListParams::default()).await?.items,
+        ..Observed::default()
+    };
+    let mut decide_times = Vec::new();
+    let mut placed = 0;
+    for _ in 0..5 {
+        let t = Instant::now();
+        let plan = decide(
+            &observed,
+            &scheduler_core::Config::default(),
+            &Settings::default(),
+            Time(k8s_openapi::jiff::Timestamp::now()),
+        );
+        decide_times.push(t.elapsed());
+        placed = plan.placements.len();
+    }
+    decide_times.sort();
+
+    println!("burst of {n} TrainJobs (1 × 1 GPU each) on the dev fleet ({} members)", p.members.len());
+    println!("  submitted in            {:>8.1} ms", submitted.as_secs_f64() * 1e3);
+    println!("  JobSets seen            {:>8} of {}", latencies.len(), created.len());
+    if !latencies.is_empty() {
+        println!("  creation → JobSet p50   {:>8.1} ms", percentile(&latencies, 0.5).as_secs_f64() * 1e3);
+        println!("  creation → JobSet p99   {:>8.1} ms", percentile(&latencies, 0.99).as_secs_f64() * 1e3);
+        println!("  creation → JobSet max   {:>8.1} ms", latencies[latencies.len() - 1].as_secs_f64() * 1e3);
+        if !to_placement.is_empty() {
+            println!("  creation → Placement p50 {:>7.1} ms", percentile(&to_placement, 0.5).as_secs_f64() * 1e3);
+            println!("  creation → Placement p99 {:>7.1} ms", percentile(&to_placement, 0.99).as_secs_f64() * 1e3);
+        }
+        println!("  placements per second   {:>8.0}", latencies.len() as f64 / last.as_secs_f64());
+    }
+    println!(
+        "  decide() for all {n}     {:>8.2} ms (median of 5; {placed} placed)",
+        decide_times[2].as_secs_f64() * 1e3
+    );
+    Ok(())
+}

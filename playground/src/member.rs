@@ -1,0 +1,681 @@
+//! A simulated member cluster on top of the in-memory API server: Nodes built from a fleet
+//! file's cluster, and one controller that plays the JobSet controller, the gang scheduler and
+//! the kubelet. JobSet → Jobs → Pods; a gang's pods are bound all or nothing, honouring node
+//! selectors, required node affinity and the PodGroup (coscheduling, Volcano or KAI); pods run,
+//! then succeed after the JobSet's simulated duration (annotation
+//! `stowage.dev/simulated-duration-seconds`, 10 s when absent) or fail when a test says so;
+//! JobSet status and conditions are written as the JobSet controller writes them. A gang that
+//! cannot be bound within its PodGroup timeout stays Pending with the scheduler's reason.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use simulator::fleet_file::{ClusterSpec, FleetSpec};
+
+use api::stowage::TRAINJOB_UID_LABEL;
+use kube_mem::resources::ResourceType;
+use kube_mem::store::{Part, WriteOptions};
+use kube_mem::{ApiServer, Store};
+
+use crate::upstream;
+
+/// Annotation on a JobSet or a TrainJob (read through [`DurationOf`]): how many seconds its pods
+/// run before they succeed. The playground's only hook: production code never reads it.
+pub const DURATION_ANNOTATION: &str = "stowage.dev/simulated-duration-seconds";
+
+/// How long the pods of a TrainJob run, by its UID (the JobSet's `TRAINJOB_UID_LABEL`); the
+/// playground answers it from the hub's TrainJobs.
+pub type DurationOf = std::sync::Arc<dyn Fn(&str) -> Option<u64> + Send + Sync>;
+
+/// A [`DurationOf`] that knows no TrainJob: pods run [`DEFAULT_DURATION`] unless their JobSet
+/// says otherwise.
+pub fn default_durations() -> DurationOf {
+    std::sync::Arc::new(|_| None)
+}
+pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
+pub use api::stowage::GPU_PRODUCT_LABEL;
+const TICK: Duration = Duration::from_millis(50);
+
+#[derive(Debug, thiserror::Error)]
+pub enum MemberError {
+    #[error("fleet: {0}")]
+    Fleet(#[from] simulator::fleet_file::FleetFileError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("CRD {file}: {message}")]
+    Crd { file: String, message: String },
+}
+
+/// A running simulated member: its API server and its controller.
+pub struct SimulatedMember {
+    pub name: String,
+    pub server: ApiServer,
+    controller: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for SimulatedMember {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimulatedMember").field("name", &self.name).field("server", &self.server).finish()
+    }
+}
+
+impl Drop for SimulatedMember {
+    fn drop(&mut self) {
+        self.controller.abort();
+    }
+}
+
+impl SimulatedMember {
+    /// Starts a member with the Nodes of `cluster` and the upstream JobSet and PodGroup CRDs;
+    /// its pods run as long as `duration_of` says.
+    pub async fn start(cluster: &ClusterSpec, duration_of: DurationOf) -> Result<Self, MemberError> {
+        let server = ApiServer::start().await?;
+        {
+            let mut store = server.store().lock().map_err(|_| std::io::Error::other("store poisoned"))?;
+            install_crds(&mut store)?;
+            for node in nodes(cluster)? {
+                let rt = builtin(&store, "", "v1", "nodes");
+                store.create(&rt, None, node, &write_options()).map_err(|e| std::io::Error::other(e.to_string()))?;
+            }
+        }
+        let shared = server.shared();
+        let controller = server.spawn(async move {
+            let mut tick = tokio::time::interval(TICK);
+            // A slow pass is followed by a full tick, not by passes back to back.
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                // One controller at a time, the lock released between them: requests waiting on
+                // this thread are served in between, as a real member serves them while its
+                // controllers work.
+                for controller in CONTROLLERS {
+                    if let Ok(mut store) = shared.store.lock() {
+                        controller(&mut store, &duration_of);
+                    }
+                    tokio::task::yield_now().await;
+                }
+            }
+        });
+        Ok(SimulatedMember { name: cluster.name.clone(), server, controller })
+    }
+
+    /// Makes a running pod fail (exit code 1), as a crashed process would.
+    pub fn fail_pod(&self, namespace: &str, name: &str) -> bool {
+        let Ok(mut store) = self.server.store().lock() else { return false };
+        let rt = builtin(&store, "", "v1", "pods");
+        let Ok(mut pod) = store.get(&rt, Some(namespace), name) else { return false };
+        pod["status"]["phase"] = "Failed".into();
+        pod["status"]["containerStatuses"] = json!([{"name": "node", "ready": false, "restartCount": 0, "image": "", "imageID": "",
+            "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]);
+        store.update(&rt, Some(namespace), name, pod, Part::Status, &write_options()).is_ok()
+    }
+}
+
+fn write_options() -> WriteOptions {
+    WriteOptions { strict: false, dry_run: false }
+}
+
+fn builtin(store: &Store, group: &str, version: &str, plural: &str) -> ResourceType {
+    store.lookup(group, version, plural).cloned().unwrap_or_else(|| unreachable_type(plural))
+}
+
+fn unreachable_type(plural: &str) -> ResourceType {
+    // Built-in kinds are registered at start; a missing one is a bug in this file.
+    ResourceType {
+        group: String::new(),
+        version: "v1".into(),
+        kind: plural.into(),
+        plural: plural.into(),
+        singular: plural.into(),
+        namespaced: true,
+        status_subresource: true,
+        short_names: Vec::new(),
+        schema: None,
+    }
+}
+
+fn install_crds(store: &mut Store) -> Result<(), MemberError> {
+    let rt = builtin(store, "apiextensions.k8s.io", "v1", "customresourcedefinitions");
+    for file in upstream::MEMBER_CRDS {
+        let crd = |message: String| MemberError::Crd { file: file.path.into(), message };
+        let crd_value: Value = serde_yaml::from_str(file.text).map_err(|e| crd(e.to_string()))?;
+        store.create(&rt, None, crd_value, &write_options()).map_err(|e| crd(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Node objects for a fleet-file cluster: one label per topology level, the GPU product label,
+/// allocatable and capacity.
+pub fn nodes(cluster: &ClusterSpec) -> Result<Vec<Value>, MemberError> {
+    let fleet = FleetSpec { clusters: vec![cluster.clone()] }.build(&cluster.name)?;
+    let c = &fleet.clusters()[0];
+    let mut out = Vec::new();
+    for (host, spec) in fleet.hosts() {
+        let mut labels = BTreeMap::new();
+        let mut cur = Some(host);
+        while let Some(d) = cur {
+            let dom = fleet.domain(d);
+            if dom.depth > 0 {
+                labels.insert(c.levels[dom.depth as usize - 1].label.clone(), dom.name.clone());
+            }
+            cur = dom.parent;
+        }
+        if let Some(f) = spec.gpu_flavor {
+            labels.insert(GPU_PRODUCT_LABEL.to_string(), fleet.flavor_name(f).to_string());
+        }
+        let name = fleet.domain(host).name.clone();
+        labels.insert("kubernetes.io/hostname".into(), name.clone());
+        let resources = json!({"cpu": format!("{}m", spec.cpu_milli), "memory": format!("{}Mi", spec.memory_mib),
+                               "nvidia.com/gpu": spec.gpus.to_string(), "pods": "110"});
+        out.push(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
+                        "status": {"allocatable": resources, "capacity": resources,
+                                   "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}}));
+    }
+    Ok(out)
+}
+
+fn name_of(o: &Value) -> String {
+    o["metadata"]["name"].as_str().unwrap_or("").to_string()
+}
+
+fn ns_of(o: &Value) -> String {
+    o["metadata"]["namespace"].as_str().unwrap_or("default").to_string()
+}
+
+fn owner(o: &Value) -> Value {
+    json!([{"apiVersion": o["apiVersion"], "kind": o["kind"], "name": o["metadata"]["name"], "uid": o["metadata"]["uid"],
+            "controller": true, "blockOwnerDeletion": true}])
+}
+
+fn age_secs(o: &Value) -> u64 {
+    let ts = o["metadata"]["creationTimestamp"].as_str().unwrap_or("");
+    parse_rfc3339(ts).map(|t| now_secs().saturating_sub(t)).unwrap_or(0)
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// Seconds since the epoch of `YYYY-MM-DDTHH:MM:SSZ`.
+fn parse_rfc3339(s: &str) -> Option<u64> {
+    let num = |a: usize, b: usize| s.get(a..b)?.parse::<i64>().ok();
+    let (y, m, d) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
+    let (hh, mm, ss) = (num(11, 13)?, num(14, 16)?, num(17, 19)?);
+    let y2 = if m <= 2 { y - 1 } else { y };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + hh * 3600 + mm * 60 + ss).ok()
+}
+
+/// A change one pass decided, made after the pass has finished reading.
+enum Write {
+    Create(ResourceType, String, Value),
+    /// The new status alone: the store copies the object once to put it in.
+    Status(ResourceType, String, String, Value),
+    Delete(ResourceType, String, String),
+}
+
+fn apply(store: &mut Store, writes: Vec<Write>) {
+    for w in writes {
+        let _ = match w {
+            Write::Create(rt, ns, obj) => store.create(&rt, Some(&ns), obj, &write_options()).map(|_| ()),
+            Write::Status(rt, ns, name, status) => store
+                .update(&rt, Some(&ns), &name, json!({"status": status}), Part::Status, &write_options())
+                .map(|_| ()),
+            Write::Delete(rt, ns, name) => store.delete(&rt, Some(&ns), &name, false).map(|_| ()),
+        };
+    }
+}
+
+/// The member's controllers, each a pass over the store: the JobSet and Job controllers
+/// (children, then status), the gang scheduler and the kubelet. They read the store borrowed
+/// and copy only what they change: a pass that copied every object kept the member's lock busy
+/// all the time once a few hundred JobSets existed.
+const CONTROLLERS: [fn(&mut Store, &DurationOf); 4] = [
+    |store, _| {
+        if let Some(rt) = jobsets_type(store) {
+            let children = jobset_children(store, &rt);
+            apply(store, children);
+        }
+    },
+    |store, _| schedule(store),
+    |store, duration_of| {
+        if let Some(rt) = jobsets_type(store) {
+            kubelet(store, &rt, duration_of);
+        }
+    },
+    |store, _| {
+        if let Some(rt) = jobsets_type(store) {
+            let statuses = jobset_statuses(store, &rt);
+            apply(store, statuses);
+        }
+    },
+];
+
+/// JobSets are served once their CRD is installed.
+fn jobsets_type(store: &Store) -> Option<ResourceType> {
+    store.lookup("jobset.x-k8s.io", "v1alpha2", "jobsets").cloned()
+}
+
+fn finished(js: &Value) -> bool {
+    js["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| (c["type"] == "Completed" || c["type"] == "Failed") && c["status"] == "True")
+}
+
+fn pods_of_job<'a>(pods: &'a [&'a Value], job: &str) -> impl Iterator<Item = &'a Value> {
+    pods.iter().copied().filter(move |p| p["metadata"]["labels"]["job-name"] == job)
+}
+
+fn jobset_label(o: &Value) -> &str {
+    o["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"].as_str().unwrap_or("")
+}
+
+/// The Jobs and Pods of each live JobSet, by (namespace, name), in one scan of each kind.
+type Children<'s> = BTreeMap<(String, String), (Vec<&'s Value>, Vec<&'s Value>)>;
+
+/// JobSet controller: Jobs per replicated job and replica (respecting `dependsOn`), and the
+/// Job controller's pods per completion index (a Job made in this pass gets its pods in the
+/// next).
+fn jobset_children(store: &Store, jobsets_rt: &ResourceType) -> Vec<Write> {
+    let jobs_rt = builtin(store, "batch", "v1", "jobs");
+    let pods_rt = builtin(store, "", "v1", "pods");
+    let mut out = Vec::new();
+    for js in store.objects(jobsets_rt).filter(|js| !finished(js) && js["spec"]["suspend"] != true) {
+        let ns = ns_of(js);
+        let jname = name_of(js);
+        let restarts = js["status"]["restarts"].as_i64().unwrap_or(0);
+        for rjob in js["spec"]["replicatedJobs"].as_array().into_iter().flatten() {
+            let rname = rjob["name"].as_str().unwrap_or("");
+            let ready = rjob["dependsOn"].as_array().into_iter().flatten().all(|d| {
+                let dep = d["name"].as_str().unwrap_or("");
+                let want = d["status"].as_str().unwrap_or("Ready");
+                replicated_job_reached(js, dep, want)
+            });
+            if !ready {
+                continue;
+            }
+            for i in 0..rjob["replicas"].as_i64().unwrap_or(1) {
+                let job_name = format!("{jname}-{rname}-{i}");
+                let Some(job) = store.peek(&jobs_rt, Some(&ns), &job_name) else {
+                    let tmpl = &rjob["template"];
+                    let mut labels = tmpl["metadata"]["labels"].as_object().cloned().unwrap_or_default();
+                    labels.insert("jobset.sigs.k8s.io/jobset-name".into(), jname.clone().into());
+                    labels.insert("jobset.sigs.k8s.io/replicatedjob-name".into(), rname.into());
+                    labels.insert("jobset.sigs.k8s.io/job-index".into(), i.to_string().into());
+                    labels.insert("jobset.sigs.k8s.io/restart-attempt".into(), restarts.to_string().into());
+                    let job = json!({"apiVersion": "batch/v1", "kind": "Job",
+                        "metadata": {"name": job_name, "namespace": ns, "labels": labels, "ownerReferences": owner(js)},
+                        "spec": tmpl["spec"]});
+                    out.push(Write::Create(jobs_rt.clone(), ns.clone(), job));
+                    continue;
+                };
+                for idx in 0..job["spec"]["parallelism"].as_i64().unwrap_or(1) {
+                    let pod_name = format!("{job_name}-{idx}");
+                    if store.peek(&pods_rt, Some(&ns), &pod_name).is_some() {
+                        continue;
+                    }
+                    let ptmpl = &job["spec"]["template"];
+                    let mut labels = ptmpl["metadata"]["labels"].as_object().cloned().unwrap_or_default();
+                    for (k, v) in job["metadata"]["labels"].as_object().into_iter().flatten() {
+                        labels.insert(k.clone(), v.clone());
+                    }
+                    labels.insert("job-name".into(), job_name.clone().into());
+                    labels.insert("batch.kubernetes.io/job-completion-index".into(), idx.to_string().into());
+                    let mut annotations = ptmpl["metadata"]["annotations"].as_object().cloned().unwrap_or_default();
+                    annotations.insert("batch.kubernetes.io/job-completion-index".into(), idx.to_string().into());
+                    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": pod_name, "namespace": ns, "labels": labels, "annotations": annotations,
+                                     "ownerReferences": owner(job)},
+                        "spec": ptmpl["spec"], "status": {"phase": "Pending"}});
+                    out.push(Write::Create(pods_rt.clone(), ns.clone(), pod));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn replicated_job_reached(js: &Value, rjob: &str, want: &str) -> bool {
+    js["status"]["replicatedJobsStatus"].as_array().into_iter().flatten().any(|s| {
+        s["name"] == rjob && {
+            let n = |k: &str| s[k].as_i64().unwrap_or(0);
+            let total = js["spec"]["replicatedJobs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|r| r["name"] == rjob)
+                .and_then(|r| r["replicas"].as_i64())
+                .unwrap_or(1);
+            if want == "Complete" { n("succeeded") >= total } else { n("ready") + n("succeeded") >= total }
+        }
+    })
+}
+
+/// The gang a pod belongs to: its PodGroup (coscheduling label, Volcano or KAI annotation), or
+/// its JobSet when it names none.
+fn gang_of(pod: &Value) -> (String, Option<(&'static str, &'static str, &'static str)>) {
+    let l = &pod["metadata"]["labels"];
+    let a = &pod["metadata"]["annotations"];
+    if let Some(g) = l["scheduling.x-k8s.io/pod-group"].as_str() {
+        return (g.into(), Some(("scheduling.x-k8s.io", "v1alpha1", "podgroups")));
+    }
+    if let Some(g) = a["scheduling.k8s.io/group-name"].as_str() {
+        return (g.into(), Some(("scheduling.volcano.sh", "v1beta1", "podgroups")));
+    }
+    if let Some(g) = a["pod-group-name"].as_str() {
+        return (g.into(), Some(("scheduling.run.ai", "v2alpha2", "podgroups")));
+    }
+    (l["jobset.sigs.k8s.io/jobset-name"].as_str().unwrap_or("").into(), None)
+}
+
+fn requests(pod: &Value) -> BTreeMap<String, f64> {
+    let mut total = BTreeMap::new();
+    for c in pod["spec"]["containers"].as_array().into_iter().flatten() {
+        for (k, v) in c["resources"]["requests"].as_object().into_iter().flatten() {
+            let q = v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
+            *total.entry(k.clone()).or_insert(0.0) += quantity(&q);
+        }
+    }
+    total
+}
+
+/// A quantity as a float in base units: enough for fit tests in a simulation.
+fn quantity(q: &str) -> f64 {
+    api::quantity::Milli::parse(q).map(|m| m.0 as f64 / 1000.0).unwrap_or(f64::MAX)
+}
+
+fn node_matches(pod: &Value, node: &Value) -> bool {
+    let labels = &node["metadata"]["labels"];
+    let selector_ok = pod["spec"]["nodeSelector"].as_object().into_iter().flatten().all(|(k, v)| &labels[k] == v);
+    let terms =
+        pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            .as_array();
+    let affinity_ok = terms.is_none_or(|terms| {
+        terms.is_empty()
+            || terms.iter().any(|t| {
+                t["matchExpressions"].as_array().into_iter().flatten().all(|e| {
+                    let key = e["key"].as_str().unwrap_or("");
+                    let values: Vec<&str> =
+                        e["values"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+                    let have = labels[key].as_str();
+                    match e["operator"].as_str() {
+                        Some("In") => have.is_some_and(|h| values.contains(&h)),
+                        Some("NotIn") => have.is_none_or(|h| !values.contains(&h)),
+                        Some("Exists") => have.is_some(),
+                        Some("DoesNotExist") => have.is_none(),
+                        _ => false,
+                    }
+                })
+            })
+    });
+    selector_ok && affinity_ok
+}
+
+/// The gang scheduler: binds a gang's pods all or nothing once minMember of them exist.
+fn schedule(store: &mut Store) {
+    let pods_rt = builtin(store, "", "v1", "pods");
+    let nodes_rt = builtin(store, "", "v1", "nodes");
+    let pods: Vec<Value> = store
+        .objects(&pods_rt)
+        .filter(|p| !p["spec"]["nodeName"].is_string() && p["status"]["phase"] == "Pending")
+        .cloned()
+        .collect();
+    if pods.is_empty() {
+        return;
+    }
+    let nodes: Vec<Value> = store.objects(&nodes_rt).cloned().collect();
+    let mut free: BTreeMap<String, BTreeMap<String, f64>> = nodes
+        .iter()
+        .map(|n| {
+            let alloc = n["status"]["allocatable"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), quantity(v.as_str().unwrap_or("0"))))
+                .collect();
+            (name_of(n), alloc)
+        })
+        .collect();
+    for p in store.objects(&pods_rt).filter(|p| {
+        p["spec"]["nodeName"].is_string() && matches!(p["status"]["phase"].as_str(), Some("Pending" | "Running"))
+    }) {
+        if let Some(f) = free.get_mut(p["spec"]["nodeName"].as_str().unwrap_or("")) {
+            for (k, v) in requests(p) {
+                *f.entry(k).or_insert(0.0) -= v;
+            }
+        }
+    }
+    let mut gangs: BTreeMap<(String, String), Vec<&Value>> = BTreeMap::new();
+    for p in &pods {
+        gangs.entry((ns_of(p), gang_of(p).0)).or_default().push(p);
+    }
+    // As coscheduling's PreFilter: each group's pods that exist and are not finished, bound or
+    // not, against minMember (a launcher made after its workers run joins a full group).
+    let mut live: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for p in store.objects(&pods_rt).filter(|p| matches!(p["status"]["phase"].as_str(), Some("Pending" | "Running"))) {
+        *live.entry((ns_of(p), gang_of(p).0)).or_default() += 1;
+    }
+    for ((ns, gang), members) in gangs {
+        let pg_kind = gang_of(members[0]).1;
+        let pg = pg_kind
+            .and_then(|(g, v, plural)| store.lookup(g, v, plural).cloned())
+            .and_then(|rt| store.get(&rt, Some(&ns), &gang).ok());
+        let min_member = pg.as_ref().and_then(|pg| pg["spec"]["minMember"].as_i64()).unwrap_or(members.len() as i64);
+        let timeout = pg.as_ref().and_then(|pg| pg["spec"]["scheduleTimeoutSeconds"].as_u64()).unwrap_or(60);
+        if (live.get(&(ns.clone(), gang.clone())).copied().unwrap_or(0) as i64) < min_member {
+            continue;
+        }
+        // Bound on trial, taken back unless the whole gang fits.
+        let mut binding: Vec<(String, String, BTreeMap<String, f64>)> = Vec::new();
+        for p in &members {
+            let need = requests(p);
+            let node = nodes.iter().filter(|n| node_matches(p, n)).map(name_of).find(|n| {
+                free.get(n).is_some_and(|f| need.iter().all(|(k, v)| f.get(k).copied().unwrap_or(0.0) >= *v))
+            });
+            let Some(n) = node else { break };
+            if let Some(f) = free.get_mut(&n) {
+                for (k, v) in &need {
+                    *f.entry(k.clone()).or_insert(0.0) -= v;
+                }
+            }
+            binding.push((name_of(p), n, need));
+        }
+        if binding.len() == members.len() {
+            for (pod, node, _) in binding {
+                if let Ok(mut obj) = store.get(&pods_rt, Some(&ns), &pod) {
+                    obj["spec"]["nodeName"] = node.into();
+                    if store.update(&pods_rt, Some(&ns), &pod, obj, Part::Main, &write_options()).is_ok() {
+                        let status = json!({"status": {"phase": "Running", "startTime": kube_mem::store::now_rfc3339(),
+                            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]}});
+                        let _ = store.update(&pods_rt, Some(&ns), &pod, status, Part::Status, &write_options());
+                    }
+                }
+            }
+            continue;
+        }
+        for (_, n, need) in &binding {
+            if let Some(f) = free.get_mut(n) {
+                for (k, v) in need {
+                    *f.entry(k.clone()).or_insert(0.0) += v;
+                }
+            }
+        }
+        if members.iter().any(|p| age_secs(p) >= timeout) {
+            let message = format!(
+                "0/{} nodes are available: gang {gang} needs {} pods bound together; only {} fit the free resources, node selectors and affinity",
+                nodes.len(),
+                members.len(),
+                binding.len()
+            );
+            for p in &members {
+                let already = p["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["message"] == message.as_str());
+                if already {
+                    continue;
+                }
+                let mut obj = (*p).clone();
+                obj["status"]["conditions"] =
+                    json!([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]);
+                let _ = store.update(&pods_rt, Some(&ns), &name_of(p), obj, Part::Status, &write_options());
+            }
+        }
+    }
+}
+
+/// The kubelet: running pods succeed once their JobSet's simulated duration has passed: the
+/// JobSet's own [`DURATION_ANNOTATION`], else what `duration_of` says for its TrainJob's UID.
+fn kubelet(store: &mut Store, jobsets_rt: &ResourceType, duration_of: &DurationOf) {
+    let pods_rt = builtin(store, "", "v1", "pods");
+    let durations: BTreeMap<(String, String), u64> = store
+        .objects(jobsets_rt)
+        .filter_map(|j| {
+            let d = match j["metadata"]["annotations"][DURATION_ANNOTATION].as_str() {
+                Some(d) => d.parse::<u64>().ok()?,
+                None => duration_of(j["metadata"]["labels"][TRAINJOB_UID_LABEL].as_str()?)?,
+            };
+            Some(((ns_of(j), name_of(j)), d))
+        })
+        .collect();
+    let now = now_secs();
+    let done: Vec<(String, String)> = store
+        .objects(&pods_rt)
+        .filter(|p| p["status"]["phase"] == "Running")
+        .filter(|p| {
+            let duration =
+                durations.get(&(ns_of(p), jobset_label(p).to_string())).copied().unwrap_or(DEFAULT_DURATION.as_secs());
+            let started = p["status"]["startTime"].as_str().and_then(parse_rfc3339).unwrap_or(now);
+            now.saturating_sub(started) >= duration
+        })
+        .map(|p| (ns_of(p), name_of(p)))
+        .collect();
+    for (ns, name) in done {
+        if let Ok(mut obj) = store.get(&pods_rt, Some(&ns), &name) {
+            obj["status"]["phase"] = "Succeeded".into();
+            let _ = store.update(&pods_rt, Some(&ns), &name, obj, Part::Status, &write_options());
+        }
+    }
+}
+
+/// Job and JobSet status as their controllers write them; a failed Job fails the JobSet, or
+/// restarts it while `failurePolicy.maxRestarts` allows.
+fn jobset_statuses(store: &Store, jobsets_rt: &ResourceType) -> Vec<Write> {
+    let jobs_rt = builtin(store, "batch", "v1", "jobs");
+    let pods_rt = builtin(store, "", "v1", "pods");
+    let live: Vec<&Value> = store.objects(jobsets_rt).filter(|js| !finished(js)).collect();
+    let mut children: Children<'_> = live.iter().map(|js| ((ns_of(js), name_of(js)), Default::default())).collect();
+    for (rt, is_job) in [(&jobs_rt, true), (&pods_rt, false)] {
+        for o in store.objects(rt) {
+            if let Some((jobs, pods)) = children.get_mut(&(ns_of(o), jobset_label(o).to_string())) {
+                if is_job { jobs } else { pods }.push(o);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for js in live {
+        let (jobs, pods) = children.get(&(ns_of(js), name_of(js))).map_or((&[][..], &[][..]), |(j, p)| (j, p));
+        jobset_status(&mut out, (jobsets_rt, &jobs_rt), js, jobs, pods);
+    }
+    out
+}
+
+fn jobset_status(
+    out: &mut Vec<Write>,
+    (jobsets_rt, jobs_rt): (&ResourceType, &ResourceType),
+    js: &Value,
+    jobs: &[&Value],
+    pods: &[&Value],
+) {
+    let ns = ns_of(js);
+    let jname = name_of(js);
+    let mut per_rjob: BTreeMap<String, [i64; 5]> = BTreeMap::new(); // ready, succeeded, failed, active, suspended
+    let mut any_failed = false;
+    for job in jobs {
+        let jn = name_of(job);
+        let count = job["spec"]["parallelism"].as_i64().unwrap_or(1);
+        let phase = |ph: &str| pods_of_job(pods, &jn).filter(|p| p["status"]["phase"] == ph).count() as i64;
+        let (running, succeeded, failed) = (phase("Running"), phase("Succeeded"), phase("Failed"));
+        let mut status =
+            json!({"active": running + phase("Pending"), "ready": running, "succeeded": succeeded, "failed": failed});
+        if failed > 0 {
+            status["conditions"] = json!([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]);
+        } else if succeeded >= count {
+            status["conditions"] = json!([{"type": "Complete", "status": "True"}]);
+        }
+        if status != job["status"] {
+            out.push(Write::Status(jobs_rt.clone(), ns.clone(), jn.clone(), status));
+        }
+        let rjob =
+            job["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"].as_str().unwrap_or("").to_string();
+        let e = per_rjob.entry(rjob).or_default();
+        if failed > 0 {
+            e[2] += 1;
+            any_failed = true;
+        } else if succeeded >= count {
+            e[1] += 1;
+        } else if running >= count {
+            e[0] += 1;
+            e[3] += 1;
+        } else {
+            e[3] += 1;
+        }
+    }
+    let mut status = js["status"].clone();
+    if !status.is_object() {
+        status = json!({});
+    }
+    status["replicatedJobsStatus"] = per_rjob
+        .iter()
+        .map(|(n, c)| json!({"name": n, "ready": c[0], "succeeded": c[1], "failed": c[2], "active": c[3], "suspended": c[4]}))
+        .collect();
+    let rjobs: Vec<(String, i64)> = js["spec"]["replicatedJobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| (r["name"].as_str().unwrap_or("").to_string(), r["replicas"].as_i64().unwrap_or(1)))
+        .collect();
+    let targets: Vec<String> = js["spec"]["successPolicy"]["targetReplicatedJobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    let succeeded = rjobs
+        .iter()
+        .filter(|(n, _)| targets.is_empty() || targets.contains(n))
+        .all(|(n, replicas)| per_rjob.get(n).is_some_and(|c| c[1] >= *replicas));
+    let now = kube_mem::store::now_rfc3339();
+    if any_failed {
+        let restarts = status["restarts"].as_i64().unwrap_or(0);
+        let max = js["spec"]["failurePolicy"]["maxRestarts"].as_i64().unwrap_or(0);
+        if restarts < max {
+            // Restart the whole gang: delete its Jobs (their pods go with them) and count it.
+            for job in jobs {
+                out.push(Write::Delete(jobs_rt.clone(), ns.clone(), name_of(job)));
+            }
+            status["restarts"] = (restarts + 1).into();
+            status["replicatedJobsStatus"] = json!([]);
+        } else {
+            status["conditions"] = json!([{"type": "Failed", "status": "True", "reason": "FailedJobs",
+                "message": "jobset failed due to one or more job failures", "lastTransitionTime": now}]);
+            status["terminalState"] = "Failed".into();
+        }
+    } else if succeeded && !rjobs.is_empty() {
+        status["conditions"] = json!([{"type": "Completed", "status": "True", "reason": "AllJobsCompleted",
+            "message": "jobset completed successfully", "lastTransitionTime": now}]);
+        status["terminalState"] = "Completed".into();
+    }
+    if status != js["status"] {
+        out.push(Write::Status(jobsets_rt.clone(), ns, jname, status));
+    }
+}

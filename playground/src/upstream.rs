@@ -1,0 +1,46 @@
+//! The upstream CRDs and Trainer's example runtimes that the playground installs, compiled in
+//! (copies of `shared/upstream/`, checked for drift by `tests/upstream.rs`): the binary needs no
+//! files beside it.
+
+/// A file of `playground/upstream/`, by its path there (the same as in `shared/upstream/`).
+#[derive(Debug, Clone, Copy)]
+pub struct File {
+    pub path: &'static str,
+    pub text: &'static str,
+}
+
+macro_rules! files {
+    ($($path:literal),* $(,)?) => {
+        [$(File { path: $path, text: include_str!(concat!("../upstream/", $path)) }),*]
+    };
+}
+
+/// Trainer's CRDs, installed on the hub.
+pub const TRAINER_CRDS: [File; 3] = files![
+    "trainer/trainer.kubeflow.org_trainjobs.yaml",
+    "trainer/trainer.kubeflow.org_trainingruntimes.yaml",
+    "trainer/trainer.kubeflow.org_clustertrainingruntimes.yaml",
+];
+
+/// Trainer's example ClusterTrainingRuntimes, installed on the hub.
+pub const RUNTIMES: [File; 6] = files![
+    "trainer/runtimes/torch_distributed.yaml",
+    "trainer/runtimes/deepspeed_distributed.yaml",
+    "trainer/runtimes/mlx_distributed.yaml",
+    "trainer/runtimes/jax_distributed.yaml",
+    "trainer/runtimes/xgboost_distributed.yaml",
+    "trainer/runtimes/mpi_distributed.yaml",
+];
+
+/// The JobSet CRD and the PodGroup CRDs of the three gang schedulers, installed on members.
+pub const MEMBER_CRDS: [File; 4] = files![
+    "jobset/jobset.x-k8s.io_jobsets.yaml",
+    "scheduler-plugins/scheduling.x-k8s.io_podgroups.yaml",
+    "volcano/scheduling.volcano.sh_podgroups.yaml",
+    "kai/scheduling.run.ai_podgroups.yaml",
+];
+
+/// Every bundled file.
+pub fn all() -> impl Iterator<Item = File> {
+    TRAINER_CRDS.into_iter().chain(RUNTIMES).chain(MEMBER_CRDS)
+}

@@ -1,0 +1,142 @@
+//! The crate graph keeps the shape docs/architecture.md draws: every crate depends only on
+//! crates of a lower layer (so the dispatcher and the agent, peers, never on each other), the
+//! pure crates on no Kubernetes client or runtime, and nothing on the test crate. Read from
+//! `cargo metadata` and `cargo tree`, so a new dependency that breaks the picture fails here, not in review.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Each workspace crate's layer, lowest first. A normal dependency must point to a lower layer.
+const LAYERS: [(&str, u8); 11] = [
+    ("scheduler-core", 0),
+    ("api", 0),
+    ("kube-shell", 0),
+    ("kube-mem", 0),
+    ("trainer-render", 1),
+    ("simulator", 1),
+    ("dispatcher", 2),
+    ("member-agent", 2),
+    ("playground", 3),
+    ("stowage", 4),
+    ("stowage-tests", 5),
+];
+
+/// Outside crates a crate must not depend on, even indirectly through a normal dependency of
+/// its own: the pure core and the renderer know nothing of Kubernetes clients or async.
+/// (`api` and so `trainer-render` use kube's `CustomResource` derive, not its client.)
+const FORBIDDEN: [(&str, &[&str]); 3] = [
+    ("scheduler-core", &["kube", "kube-core", "kube-client", "k8s-openapi", "tokio", "hyper", "futures"]),
+    ("trainer-render", &["kube-client", "kube-runtime", "tokio", "hyper", "futures"]),
+    ("api", &["kube-client", "kube-runtime", "tokio", "hyper", "futures"]),
+];
+
+#[derive(Debug)]
+struct Dep {
+    name: String,
+    /// `None` for a normal dependency, `Some("dev")` or `Some("build")` otherwise.
+    kind: Option<String>,
+}
+
+fn metadata() -> Value {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["metadata", "--format-version", "1", "--offline", "--locked"])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    cmd.arg("--no-deps");
+    let out = cmd.output().expect("cargo metadata runs");
+    assert!(out.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON")
+}
+
+fn workspace_deps() -> BTreeMap<String, Vec<Dep>> {
+    let meta = metadata();
+    let packages = meta["packages"].as_array().expect("packages");
+    packages
+        .iter()
+        .map(|p| {
+            let deps = p["dependencies"]
+                .as_array()
+                .expect("dependencies")
+                .iter()
+                .map(|d| Dep {
+                    name: d["name"].as_str().unwrap_or_default().to_string(),
+                    kind: d["kind"].as_str().map(str::to_string),
+                })
+                .collect();
+            (p["name"].as_str().unwrap_or_default().to_string(), deps)
+        })
+        .collect()
+}
+
+fn layer(name: &str) -> Option<u8> {
+    LAYERS.iter().find(|(n, _)| *n == name).map(|&(_, l)| l)
+}
+
+#[test]
+fn every_workspace_crate_has_a_layer() {
+    let deps = workspace_deps();
+    let unlayered: Vec<_> = deps.keys().filter(|n| layer(n).is_none()).collect();
+    assert!(unlayered.is_empty(), "crates missing from LAYERS (and from docs/architecture.md?): {unlayered:?}");
+}
+
+#[test]
+fn normal_dependencies_point_down_only() {
+    let mut wrong = Vec::new();
+    for (name, deps) in workspace_deps() {
+        let Some(from) = layer(&name) else { continue };
+        for d in deps.iter().filter(|d| d.kind.is_none()) {
+            if let Some(to) = layer(&d.name)
+                && to >= from
+            {
+                wrong.push(format!("{name} (layer {from}) -> {} (layer {to})", d.name));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "dependencies that do not point down:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn nothing_depends_on_the_test_crate() {
+    let users: Vec<_> = workspace_deps()
+        .into_iter()
+        .filter(|(_, deps)| deps.iter().any(|d| d.name == "stowage-tests"))
+        .map(|(n, _)| n)
+        .collect();
+    assert!(users.is_empty(), "stowage-tests is linked by {users:?}");
+}
+
+#[test]
+fn the_pure_crates_reach_no_client_and_no_runtime() {
+    for (krate, banned) in FORBIDDEN {
+        let reached: Vec<_> = normal_closure(krate).into_iter().filter(|n| banned.contains(&n.as_str())).collect();
+        assert!(reached.is_empty(), "{krate} depends (through normal dependencies) on {reached:?}");
+    }
+}
+
+/// Every crate `krate` builds with, by name, through normal dependencies, with the features
+/// `krate` alone enables (`cargo tree -p`: the workspace's other crates do not widen them).
+fn normal_closure(krate: &str) -> BTreeSet<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["tree", "-p", krate, "-e", "normal", "--offline", "--locked", "--prefix", "none", "--format", "{p}"])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .output()
+        .expect("cargo tree runs");
+    assert!(out.status.success(), "cargo tree: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_layers_are_the_architecture_docs_layers() {
+    // docs/architecture.md names every crate; a crate added here without a word there fails.
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/architecture.md"))
+        .expect("docs/architecture.md");
+    let missing: Vec<_> = LAYERS.iter().map(|(n, _)| *n).filter(|n| !doc.contains(&format!("`{n}`"))).collect();
+    assert!(missing.is_empty(), "docs/architecture.md does not name {missing:?}");
+}

@@ -1,0 +1,332 @@
+//! Rendering every upstream runtime, with and without a placement, for every gang scheduler and
+//! pinning mode: each object validates against its upstream CRD schema (and carries no field
+//! the schema does not know, which a real API server would silently prune); golden files pin
+//! representative outputs; bad input is rejected naming the field.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use api::stowage::{DomainRef, Placement, PlacementSpec, PodSetPlacement};
+use api::trainer::{ClusterTrainingRuntime, Runtime, TrainJob};
+use trainer_render::{Capabilities, GangScheduler, Input, Object, SshKeyPair, TopologyMode, pod_sets, render};
+
+const UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/upstream");
+
+fn runtimes() -> Vec<(PathBuf, ClusterTrainingRuntime)> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).expect("dir") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "yaml") {
+                out.push(p);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&Path::new(UPSTREAM).join("trainer/runtimes"), &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .map(|f| {
+            let rt = serde_yaml::from_str(&std::fs::read_to_string(&f).expect("read")).expect("runtime parses");
+            (f, rt)
+        })
+        .collect()
+}
+
+fn schema(file: &str, version: &str) -> serde_json::Value {
+    let crd: serde_json::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(Path::new(UPSTREAM).join(file)).expect("crd")).expect("yaml");
+    let versions = crd["spec"]["versions"].as_array().expect("versions");
+    versions.iter().find(|v| v["name"] == version).expect("version")["schema"]["openAPIV3Schema"].clone()
+}
+
+struct Schemas(BTreeMap<&'static str, serde_json::Value>);
+
+impl Schemas {
+    fn load() -> Self {
+        Schemas(BTreeMap::from([
+            ("jobset.x-k8s.io/v1alpha2", schema("jobset/jobset.x-k8s.io_jobsets.yaml", "v1alpha2")),
+            (
+                "scheduling.x-k8s.io/v1alpha1",
+                schema("scheduler-plugins/scheduling.x-k8s.io_podgroups.yaml", "v1alpha1"),
+            ),
+            ("scheduling.volcano.sh/v1beta1", schema("volcano/scheduling.volcano.sh_podgroups.yaml", "v1beta1")),
+            ("scheduling.run.ai/v2alpha2", schema("kai/scheduling.run.ai_podgroups.yaml", "v2alpha2")),
+        ]))
+    }
+
+    /// Errors of one object against its CRD schema; core kinds (ConfigMap, Secret) are typed
+    /// by k8s-openapi and have no CRD.
+    fn check(&self, obj: &Object) -> Vec<String> {
+        let Some(schema) = self.0.get(obj.api_version()) else { return Vec::new() };
+        let value = obj.to_value();
+        let validator = jsonschema::validator_for(schema).expect("CRD schema compiles");
+        let mut errors: Vec<String> =
+            validator.iter_errors(&value).map(|e| format!("{}: {e}", e.instance_path)).collect();
+        unknown_fields(schema, &value, String::new(), &mut errors);
+        errors
+    }
+}
+
+/// Fields the schema does not declare: an API server would drop them without a word.
+fn unknown_fields(schema: &serde_json::Value, value: &serde_json::Value, path: String, errors: &mut Vec<String>) {
+    if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&serde_json::Value::Bool(true)) {
+        return;
+    }
+    match value {
+        serde_json::Value::Object(map) => {
+            let props = schema.get("properties").and_then(|p| p.as_object());
+            let additional = schema.get("additionalProperties");
+            for (k, v) in map {
+                let at = format!("{path}/{k}");
+                // metadata is ObjectMeta, validated by the API server itself.
+                if path.is_empty() && matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
+                    continue;
+                }
+                match (props.and_then(|p| p.get(k)), additional) {
+                    (Some(s), _) => unknown_fields(s, v, at, errors),
+                    (None, Some(a)) if a.is_object() => unknown_fields(a, v, at, errors),
+                    (None, Some(serde_json::Value::Bool(true))) => {}
+                    _ => errors.push(format!("{at}: not in the schema (would be pruned)")),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => {
+            if let Some(s) = schema.get("items") {
+                for (i, v) in items.iter().enumerate() {
+                    unknown_fields(s, v, format!("{path}/{i}"), errors);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn trainjob_for(rt: &ClusterTrainingRuntime) -> TrainJob {
+    let name = rt.metadata.name.clone().expect("named");
+    let mut yaml = format!(
+        "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata: {{name: job-1, namespace: team-a, uid: 3f2c0d6e-1111-2222-3333-444455556666}}\nspec:\n  runtimeRef: {{name: {name}}}\n  trainer:\n    numNodes: 3\n    resourcesPerNode: {{requests: {{cpu: '8', memory: 64Gi, nvidia.com/gpu: '8'}}, limits: {{nvidia.com/gpu: '8'}}}}\n    env: [{{name: LR, value: '0.001'}}]\n"
+    );
+    // Initializer sections only where the runtime can take them (Trainer rejects them otherwise).
+    let mounts_initializer = |job: &str| {
+        rt.spec.inner.template.spec.replicated_jobs.iter().any(|j| {
+            j.name == job
+                && j.template
+                    .spec
+                    .iter()
+                    .flat_map(|s| s.template.spec.iter())
+                    .flat_map(|p| &p.containers)
+                    .any(|c| c.name == job && c.volume_mounts.iter().flatten().any(|m| m.name == "initializer"))
+        })
+    };
+    if mounts_initializer("dataset-initializer") && mounts_initializer("model-initializer") {
+        yaml.push_str("  initializer:\n    dataset: {storageUri: 'hf://tatsu-lab/alpaca'}\n    model: {storageUri: 'hf://meta-llama/Llama-3.2-1B-Instruct', secretRef: {name: hf-token}}\n");
+    }
+    serde_yaml::from_str(&yaml).expect("trainjob")
+}
+
+fn placement_for(rt: &ClusterTrainingRuntime, required: bool) -> Placement {
+    let pod_sets = rt
+        .spec
+        .inner
+        .template
+        .spec
+        .replicated_jobs
+        .iter()
+        .map(|j| PodSetPlacement {
+            name: j.name.clone(),
+            count: 1,
+            flavor: Some("nvidia-h100-80gb".into()),
+            domain: Some(DomainRef {
+                level: "rack".into(),
+                node_label: "cloud.google.com/gce-topology-subblock".into(),
+                value: "b0-r1".into(),
+            }),
+            required,
+            hosts: Vec::new(),
+        })
+        .collect();
+    let spec = PlacementSpec {
+        train_job_uid: "3f2c0d6e-1111-2222-3333-444455556666".into(),
+        cluster: Some("east".into()),
+        backoff: Vec::new(),
+        epoch: 4,
+        pod_sets,
+    };
+    Placement::new("job-1", spec)
+}
+
+fn key() -> SshKeyPair {
+    SshKeyPair {
+        private_pem: "-----BEGIN EC PRIVATE KEY-----\nfixture\n-----END EC PRIVATE KEY-----\n".into(),
+        public_openssh: "ecdsa-sha2-nistp521 AAAAfixture".into(),
+    }
+}
+
+#[test]
+fn every_runtime_renders_schema_valid_objects_for_every_scheduler_and_mode() {
+    let schemas = Schemas::load();
+    let mut checked = 0;
+    for (file, rt) in runtimes() {
+        let tj = trainjob_for(&rt);
+        let runtime = Runtime::Cluster(rt.clone());
+        for required in [true, false] {
+            let placement = placement_for(&rt, required);
+            for scheduler in [
+                GangScheduler::FromRuntime,
+                GangScheduler::Coscheduling,
+                GangScheduler::Volcano,
+                GangScheduler::Kai,
+                GangScheduler::None,
+            ] {
+                for mode in [TopologyMode::Affinity, TopologyMode::Kueue] {
+                    for placed in [None, Some(&placement)] {
+                        let caps =
+                            Capabilities { gang_scheduler: scheduler, topology_mode: mode, ..Capabilities::default() };
+                        let input = Input {
+                            trainjob: &tj,
+                            runtime: &runtime,
+                            placement: placed,
+                            capabilities: &caps,
+                            ssh_key: Some(&key()),
+                            jobset_uid: Some("9d9c7a54-aaaa-bbbb-cccc-ddddeeeeffff"),
+                        };
+                        let objects = render(&input).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+                        for o in &objects {
+                            let errors = schemas.check(o);
+                            assert!(
+                                errors.is_empty(),
+                                "{} {:?} {:?} placed={} {}: {errors:#?}",
+                                file.display(),
+                                scheduler,
+                                mode,
+                                placed.is_some(),
+                                o.kind()
+                            );
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 300, "{checked} objects checked");
+}
+
+/// What the hub schedules (`pod_sets`, no SSH key, no PodGroup) is what the member runs: the
+/// same replicated jobs, pod counts and containers' requests as the rendered JobSet.
+#[test]
+fn pod_sets_agree_with_the_rendered_jobset_without_an_ssh_key() {
+    for (file, rt) in runtimes() {
+        let tj = trainjob_for(&rt);
+        let runtime = Runtime::Cluster(rt);
+        let caps = Capabilities::default();
+        let sizing = Input {
+            trainjob: &tj,
+            runtime: &runtime,
+            placement: None,
+            capabilities: &caps,
+            ssh_key: None,
+            jobset_uid: None,
+        };
+        let shapes = pod_sets(&sizing).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let objects = render(&Input { ssh_key: Some(&key()), ..sizing.clone() }).expect("renders");
+        let Some(Object::JobSet(jobset)) = objects.first() else { panic!("{}: no JobSet first", file.display()) };
+        let rendered: Vec<_> = jobset
+            .spec
+            .replicated_jobs
+            .iter()
+            .map(|rj| {
+                let job = rj.template.spec.as_ref().expect("job spec");
+                let pods = rj.replicas.unwrap_or(1) as u32 * job.parallelism.unwrap_or(1) as u32;
+                let requests: Vec<_> = job
+                    .template
+                    .spec
+                    .iter()
+                    .flat_map(|p| &p.containers)
+                    .map(|c| c.resources.as_ref().and_then(|r| r.requests.clone()))
+                    .collect();
+                (rj.name.clone(), pods, requests)
+            })
+            .collect();
+        let sized: Vec<_> = shapes
+            .iter()
+            .map(|s| {
+                let requests: Vec<_> =
+                    s.pod.containers.iter().map(|c| c.resources.as_ref().and_then(|r| r.requests.clone())).collect();
+                (s.name.clone(), s.pods, requests)
+            })
+            .collect();
+        assert_eq!(sized, rendered, "{}", file.display());
+        // numNodes 3: three trainer pods (an MPI launcher that runs as a node is one of them).
+        assert!(shapes.iter().map(|s| s.pods).sum::<u32>() >= 3, "{}: numNodes 3 reaches the pods", file.display());
+    }
+}
+
+fn yaml_stream(objects: &[Object]) -> String {
+    objects.iter().map(|o| format!("---\n{}", serde_yaml::to_string(&o.to_value()).expect("yaml"))).collect()
+}
+
+fn golden(name: &str, runtime_file: &str, scheduler: GangScheduler, mode: TopologyMode, placed: bool) {
+    let (_, rt) = runtimes().into_iter().find(|(f, _)| f.ends_with(runtime_file)).expect("runtime");
+    let tj = trainjob_for(&rt);
+    let placement = placement_for(&rt, true);
+    let caps = Capabilities { gang_scheduler: scheduler, topology_mode: mode, ..Capabilities::default() };
+    let runtime = Runtime::Cluster(rt);
+    let input = Input {
+        trainjob: &tj,
+        runtime: &runtime,
+        placement: placed.then_some(&placement),
+        capabilities: &caps,
+        ssh_key: Some(&key()),
+        jobset_uid: Some("9d9c7a54-aaaa-bbbb-cccc-ddddeeeeffff"),
+    };
+    let text = yaml_stream(&render(&input).expect("renders"));
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
+    if std::env::var_os("STOWAGE_REGENERATE").is_some() {
+        std::fs::write(&path, &text).expect("write golden");
+        return;
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(text == want, "{name} differs; regenerate with STOWAGE_REGENERATE=1 and review the diff:\n{text}");
+}
+
+#[test]
+fn golden_torch_as_trainer_renders_it() {
+    golden(
+        "torch-distributed.yaml",
+        "torch_distributed.yaml",
+        GangScheduler::FromRuntime,
+        TopologyMode::Affinity,
+        false,
+    );
+}
+
+#[test]
+fn golden_deepspeed_mpi_placed_for_volcano() {
+    golden(
+        "deepspeed-volcano-placed.yaml",
+        "deepspeed_distributed.yaml",
+        GangScheduler::Volcano,
+        TopologyMode::Affinity,
+        true,
+    );
+}
+
+#[test]
+fn golden_torchtune_initializers_placed_for_coscheduling_under_kueue() {
+    golden(
+        "torchtune-coscheduling-kueue.yaml",
+        "llama3_2_1B.yaml",
+        GangScheduler::Coscheduling,
+        TopologyMode::Kueue,
+        true,
+    );
+}
+
+#[test]
+fn golden_mpi_placed_for_kai() {
+    golden("mpi-kai-placed.yaml", "mpi_distributed.yaml", GangScheduler::Kai, TopologyMode::Affinity, true);
+}
