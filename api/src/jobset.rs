@@ -9,6 +9,32 @@ use serde::{Deserialize, Serialize};
 use crate::Extra;
 
 pub const API_VERSION: &str = "jobset.x-k8s.io/v1alpha2";
+/// Label the JobSet controller puts on every Job and Pod: the replicated job it belongs to.
+pub const REPLICATED_JOB_LABEL: &str = "jobset.sigs.k8s.io/replicatedjob-name";
+
+/// The JobSet condition types Stowage reads and the simulated members write (JobSet v0.12.0).
+/// A Job's own terminal condition is `Complete`; a JobSet's is `Completed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobSetCondition {
+    Completed,
+    Failed,
+    Suspended,
+}
+
+impl JobSetCondition {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobSetCondition::Completed => "Completed",
+            JobSetCondition::Failed => "Failed",
+            JobSetCondition::Suspended => "Suspended",
+        }
+    }
+}
+
+/// Whether `conditions` hold `type_` with status True.
+pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    conditions.iter().any(|c| c.type_ == type_ && c.status == "True")
+}
 
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[kube(

@@ -25,6 +25,60 @@ pub const CLUSTER_LABEL: &str = "stowage.dev/cluster";
 /// The node label naming a node's GPU product (set by NVIDIA's GPU feature discovery).
 pub const GPU_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
 
+/// Annotations a user (or the training code) puts on a TrainJob; docs/playground.md has the table.
+/// Where the trainer's pod set must or would like to sit (`required:rack`, `preferred:block`, `none`).
+pub const TOPOLOGY_ANNOTATION: &str = "stowage.dev/topology";
+/// Its priority (an integer; higher first).
+pub const PRIORITY_ANNOTATION: &str = "stowage.dev/priority";
+/// How long it runs once started, in seconds: lets it backfill and gives others an ETA.
+pub const RUNTIME_ANNOTATION: &str = "stowage.dev/expected-runtime-seconds";
+/// The GPU products it may use, `|`-separated.
+pub const FLAVOR_ANNOTATION: &str = "stowage.dev/gpu-flavor";
+/// When it last wrote a checkpoint (RFC 3339): preemption counts its lost work from there.
+pub const CHECKPOINT_ANNOTATION: &str = "stowage.dev/last-checkpoint";
+
+/// One placement of one TrainJob: its UID and the placement epoch. Everything an agent makes
+/// carries both (as [`TRAINJOB_UID_LABEL`] and [`EPOCH_LABEL`]), and members report the
+/// placements they count as `<uid>/<epoch>` strings; this is the one place that reads and
+/// writes that form.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PlacementKey {
+    pub uid: String,
+    pub epoch: i64,
+}
+
+impl PlacementKey {
+    /// The key of the objects labelled with it, if they carry both labels.
+    pub fn of_labels(labels: &std::collections::BTreeMap<String, String>) -> Option<PlacementKey> {
+        let uid = labels.get(TRAINJOB_UID_LABEL)?.clone();
+        let epoch = labels.get(EPOCH_LABEL)?.parse().ok()?;
+        Some(PlacementKey { uid, epoch })
+    }
+}
+
+impl std::fmt::Display for PlacementKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.uid, self.epoch)
+    }
+}
+
+/// A string that is not `<uid>/<epoch>`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not <TrainJob UID>/<epoch>")]
+pub struct BadPlacementKey(pub String);
+
+impl std::str::FromStr for PlacementKey {
+    type Err = BadPlacementKey;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || BadPlacementKey(s.to_string());
+        let (uid, epoch) = s.rsplit_once('/').ok_or_else(bad)?;
+        if uid.is_empty() {
+            return Err(bad());
+        }
+        Ok(PlacementKey { uid: uid.to_string(), epoch: epoch.parse().map_err(|_| bad())? })
+    }
+}
+
 /// A member cluster as the hub sees it. Cluster-scoped; the name is the cluster's.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[kube(
@@ -387,4 +441,24 @@ pub fn crds() -> Vec<(String, String)> {
             (format!("{name}.yaml"), yaml)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placement_keys_read_what_they_write_and_refuse_the_rest() {
+        let k = PlacementKey { uid: "3f2c0d6e-1111".into(), epoch: 4 };
+        assert_eq!(k.to_string(), "3f2c0d6e-1111/4");
+        assert_eq!("3f2c0d6e-1111/4".parse::<PlacementKey>(), Ok(k.clone()));
+        for bad in ["", "uid", "/4", "uid/", "uid/four", "uid/4x"] {
+            assert!(bad.parse::<PlacementKey>().is_err(), "{bad:?}");
+        }
+        let labels = std::collections::BTreeMap::from([
+            (TRAINJOB_UID_LABEL.to_string(), "3f2c0d6e-1111".to_string()),
+            (EPOCH_LABEL.to_string(), "4".to_string()),
+        ]);
+        assert_eq!(PlacementKey::of_labels(&labels), Some(k));
+    }
 }

@@ -22,6 +22,29 @@ pub const FRAMEWORK_LABEL: &str = "trainer.kubeflow.org/framework";
 pub const DEFAULT_MANAGED_BY: &str = "trainer.kubeflow.org/trainjob-controller";
 pub const KUEUE_MULTIKUEUE_MANAGED_BY: &str = "kueue.x-k8s.io/multikueue";
 
+/// The condition types a hub TrainJob carries. Trainer v2.3 sets only `Suspended`, `Complete`
+/// and `Failed`; `Pending` and `Preempted` are Stowage's own (why it waits; that it was evicted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrainJobCondition {
+    Suspended,
+    Complete,
+    Failed,
+    Pending,
+    Preempted,
+}
+
+impl TrainJobCondition {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrainJobCondition::Suspended => "Suspended",
+            TrainJobCondition::Complete => "Complete",
+            TrainJobCondition::Failed => "Failed",
+            TrainJobCondition::Pending => "Pending",
+            TrainJobCondition::Preempted => "Preempted",
+        }
+    }
+}
+
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[kube(
     group = "trainer.kubeflow.org",

@@ -560,7 +560,7 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
         }
         // Placed gangs whose pods the member does not count yet take their room first, as they
         // are: never held for locality, never preempting.
-        let as_placed = Config { patience: None, reservations: false, preemption: None, batch: None, ..*config };
+        let as_placed = config.as_placed();
         let snapshot = Snapshot {
             fleet,
             queues,

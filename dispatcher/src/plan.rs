@@ -75,7 +75,7 @@ fn camel(kind: &str) -> String {
 mod tests {
     use super::*;
     use scheduler_core::fixture::{GangExt, gang, uniform_cluster};
-    use scheduler_core::{Config, Decision, FleetBuilder, Level, QueueSpec, Queues, Shortfall, Snapshot, cycle};
+    use scheduler_core::{Decision, FleetBuilder, Level, QueueSpec, Queues, Shortfall, Snapshot, cycle};
 
     #[test]
     fn an_admission_becomes_a_placement_naming_the_members_label() {
@@ -86,7 +86,7 @@ mod tests {
         let queues = Queues::new(vec![QueueSpec::unlimited("default")]).expect("queues");
         let g = gang("ml/t").pods(4).gpus(8).required(Level::Rack);
         let snap = Snapshot::idle(&fleet, &queues);
-        let out = cycle(snap, std::slice::from_ref(&g), &Config::default());
+        let out = cycle(snap, std::slice::from_ref(&g), &scheduler_core::fixture::greedy());
         let Decision::Admit(a) = &out.decisions[0] else { panic!("admitted") };
         let p = placement(&fleet, &g, a, "uid-1", 3);
         assert_eq!((p.cluster.as_deref(), p.epoch, p.train_job_uid.as_str()), (Some("east"), 3, "uid-1"));

@@ -14,16 +14,8 @@ use scheduler_core::{
 };
 use trainer_render::{self as render, Capabilities, GangScheduler, Input, RenderError};
 
-/// Annotation on a TrainJob: where its trainer pod set must or would like to sit
-/// (`required:rack`, `preferred:block`, `none`).
-pub const TOPOLOGY_ANNOTATION: &str = "stowage.dev/topology";
-/// Annotation on a TrainJob: its priority (an integer; higher first).
-pub const PRIORITY_ANNOTATION: &str = "stowage.dev/priority";
-/// Annotation on a TrainJob: how long it is expected to run, in seconds (else
-/// `spec.activeDeadlineSeconds`): reservations are planned on it.
-pub const RUNTIME_ANNOTATION: &str = "stowage.dev/expected-runtime-seconds";
-/// Annotation on a TrainJob: allowed GPU flavors, `|`-separated, for every pod set with GPUs.
-pub const FLAVOR_ANNOTATION: &str = "stowage.dev/gpu-flavor";
+pub use api::stowage::{FLAVOR_ANNOTATION, PRIORITY_ANNOTATION, RUNTIME_ANNOTATION, TOPOLOGY_ANNOTATION};
+
 /// The queue of TrainJobs that name none.
 pub const DEFAULT_QUEUE: &str = "default";
 use api::stowage::GPU_PRODUCT_LABEL;

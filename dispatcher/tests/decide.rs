@@ -94,27 +94,27 @@ fn report(o: &mut Observed, phase: PlacementPhase, epoch: i64) {
 #[test]
 fn a_trainjob_is_placed_once_and_deciding_again_writes_nothing() {
     let o = observed(vec![member("a", 1), member("b", 1)]);
-    let plan = decide(&o, &Config::default(), &settings(), Time(now()));
+    let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), Time(now()));
     assert_eq!(plan.placements.len(), 1);
     let w = &plan.placements[0];
     assert_eq!((w.spec.epoch, w.replaces.as_deref(), w.owner_uid.as_str()), (1, None, "u1"));
     assert!(w.spec.cluster.is_some());
     let mut o = written(o, &plan);
-    let again = decide(&o, &Config::default(), &settings(), at(5));
+    let again = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(5));
     assert_eq!(again, Plan::default(), "the same observation twice writes nothing");
     report(&mut o, PlacementPhase::Running, 1);
-    let running = decide(&o, &Config::default(), &settings(), at(10));
+    let running = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(10));
     assert!(running.placements.is_empty());
     let placed = &running.statuses[0].conditions[0];
     assert_eq!((placed.type_.as_str(), placed.status.as_str(), placed.reason.as_str()), ("Pending", "False", "Placed"));
     let o = written(o, &running);
-    assert_eq!(decide(&o, &Config::default(), &settings(), at(20)), Plan::default());
+    assert_eq!(decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(20)), Plan::default());
 }
 
 /// Places the TrainJob, reports it running there, and returns the hub state and its member.
 fn placed_and_running(members: Vec<MemberCluster>) -> (Observed, String) {
     let o = observed(members);
-    let plan = decide(&o, &Config::default(), &settings(), Time(now()));
+    let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), Time(now()));
     let cluster = plan.placements[0].spec.cluster.clone().expect("placed");
     let mut o = written(o, &plan);
     report(&mut o, PlacementPhase::Running, 1);
@@ -130,7 +130,7 @@ fn go_silent(o: &mut Observed, cluster: &str) {
 fn a_silent_members_trainjob_moves_to_another_with_a_new_epoch_and_a_back_off() {
     let (mut o, first) = placed_and_running(vec![member("a", 1), member("b", 1)]);
     go_silent(&mut o, &first);
-    let plan = decide(&o, &Config::default(), &settings(), at(30));
+    let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(30));
     let w = &plan.placements[0];
     let other = if first == "a" { "b" } else { "a" };
     assert_eq!((w.spec.cluster.as_deref(), w.spec.epoch, w.replaces.as_deref()), (Some(other), 2, Some("rv-0-1")));
@@ -150,7 +150,7 @@ fn a_gang_that_would_not_start_backs_off_longer_each_time() {
         attempts: 1,
     }];
     report(&mut o, PlacementPhase::Unschedulable, 1);
-    let plan = decide(&o, &Config::default(), &settings(), at(30));
+    let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(30));
     let b = &plan.placements[0].spec.backoff[0];
     assert_eq!((b.reason.as_str(), b.attempts, b.until.as_str()), ("Unschedulable", 2, at(150).0.to_string().as_str()));
     assert_ne!(plan.placements[0].spec.cluster.as_deref(), Some(first.as_str()));
@@ -160,7 +160,7 @@ fn a_gang_that_would_not_start_backs_off_longer_each_time() {
 fn with_nowhere_else_to_go_the_trainjob_is_withdrawn_and_waits_out_its_back_off() {
     let (mut o, only) = placed_and_running(vec![member("a", 1)]);
     go_silent(&mut o, &only);
-    let plan = decide(&o, &Config::default(), &settings(), at(30));
+    let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(30));
     let w = &plan.placements[0];
     assert_eq!((w.spec.cluster.as_deref(), w.spec.epoch), (None, 2), "withdrawn, so the silent member fences it");
     let pending = &plan.statuses[0].conditions[0];
@@ -170,9 +170,9 @@ fn with_nowhere_else_to_go_the_trainjob_is_withdrawn_and_waits_out_its_back_off(
     // The member is back but the TrainJob keeps away until its back-off ends.
     let mut o = written(o, &plan);
     o.members = vec![member("a", -100)];
-    let waiting = decide(&o, &Config::default(), &settings(), at(60));
+    let waiting = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(60));
     assert!(waiting.placements.is_empty(), "{waiting:?}");
-    let later = decide(&o, &Config::default(), &settings(), at(120));
+    let later = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(120));
     let w = &later.placements[0];
     assert_eq!((w.spec.cluster.as_deref(), w.spec.epoch), (Some("a"), 3));
 }
@@ -182,7 +182,7 @@ fn a_report_about_an_older_epoch_moves_nothing() {
     let (mut o, _) = placed_and_running(vec![member("a", 1), member("b", 1)]);
     o.placements[0].spec.epoch = 2;
     report(&mut o, PlacementPhase::Unschedulable, 1);
-    let plan = decide(&o, &Config::default(), &settings(), at(30));
+    let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(30));
     assert!(plan.placements.is_empty(), "{plan:?}");
 }
 
@@ -198,7 +198,7 @@ fn one_cycle_places_every_trainjob_that_fits() {
             t
         })
         .collect();
-    let plan = decide(&o, &Config::default(), &settings(), Time(now()));
+    let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), Time(now()));
     // Two members of 4 nodes hold four 2-node gangs; the other two wait.
     assert_eq!((plan.placements.len(), plan.pending), (4, 2), "{plan:#?}");
 }
@@ -211,7 +211,7 @@ fn a_running_trainjob_counts_against_its_queues_quota_after_its_member_counts_it
         "spec": {"quotas": [{"flavor": "h100", "resource": "nvidia.com/gpu", "nominalQuota": "16"}]}}))
     .expect("queue");
     o.queues = vec![q];
-    let plan = decide(&o, &Config::default(), &settings(), Time(now()));
+    let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), Time(now()));
     let cluster = plan.placements[0].spec.cluster.clone().expect("placed");
     let mut o = written(o, &plan);
     report(&mut o, PlacementPhase::Running, 1);
@@ -227,7 +227,7 @@ fn a_running_trainjob_counts_against_its_queues_quota_after_its_member_counts_it
     second.metadata.uid = Some("u2".into());
     second.status = None;
     o.trainjobs.push(second);
-    let plan = decide(&o, &Config::default(), &settings(), at(10));
+    let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(10));
     assert!(plan.placements.is_empty(), "over quota: {plan:#?}");
     let st = plan.statuses.iter().find(|s| s.name == "t2").expect("t2 status");
     let pending = st.conditions.iter().find(|c| c.type_ == "Pending").expect("pending condition");

@@ -6,16 +6,14 @@
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
-use api::stowage::{
-    BoundNode, BoundPlacement, DomainCapacity, EPOCH_LABEL, PodSetCount, TRAINJOB_UID_LABEL, TopologyLevel,
-};
+use api::stowage::{BoundNode, BoundPlacement, DomainCapacity, PlacementKey, PodSetCount, TopologyLevel};
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use api::quantity::Milli;
 
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 /// JobSet's label naming a pod's replicated job: the pod set it belongs to.
-pub const REPLICATED_JOB_LABEL: &str = "jobset.sigs.k8s.io/replicatedjob-name";
+pub use api::jobset::REPLICATED_JOB_LABEL;
 pub use api::stowage::GPU_PRODUCT_LABEL;
 
 fn gpus(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> u32 {
@@ -147,18 +145,10 @@ pub fn bound(levels: &[TopologyLevel], nodes: &[impl Borrow<Node>], pods: &[impl
     for p in pods.iter().map(Borrow::borrow).filter(|p| pod_gpus(p) > 0) {
         let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) else { continue };
         let Some(labels) = p.metadata.labels.as_ref() else { continue };
-        let (Some(uid), Some(epoch), Some(pod_set)) =
-            (labels.get(TRAINJOB_UID_LABEL), labels.get(EPOCH_LABEL), labels.get(REPLICATED_JOB_LABEL))
-        else {
+        let (Some(key), Some(pod_set)) = (PlacementKey::of_labels(labels), labels.get(REPLICATED_JOB_LABEL)) else {
             continue;
         };
-        *placed
-            .entry(format!("{uid}/{epoch}"))
-            .or_default()
-            .entry(node)
-            .or_default()
-            .entry(pod_set.clone())
-            .or_default() += 1;
+        *placed.entry(key.to_string()).or_default().entry(node).or_default().entry(pod_set.clone()).or_default() += 1;
     }
     placed
         .into_iter()
@@ -225,6 +215,7 @@ pub fn strip_pod(p: &mut Pod) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use api::stowage::{EPOCH_LABEL, TRAINJOB_UID_LABEL};
 
     fn node(name: &str, rack: &str, gpus: u32) -> Node {
         serde_json::from_value(serde_json::json!({

@@ -16,10 +16,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use api::jobset::JobSet;
+use api::jobset::{JobSet, JobSetCondition, is_true};
 use api::stowage::{
-    CLUSTER_LABEL, EPOCH_LABEL, GangScheduler as ReportedScheduler, MemberCluster, Placement, PlacementPhase,
-    PlacementStatus, TRAINJOB_UID_LABEL, TopologyLevel,
+    CLUSTER_LABEL, EPOCH_LABEL, GangScheduler as ReportedScheduler, MemberCluster, Placement, PlacementKey,
+    PlacementPhase, PlacementStatus, TRAINJOB_UID_LABEL, TopologyLevel,
 };
 use api::trainer::{ClusterTrainingRuntime, JobStatus, Runtime, TrainJob, TrainingRuntime};
 use futures::StreamExt;
@@ -226,9 +226,9 @@ fn status_of(js: &JobSet, epoch: i64, pending_reason: Option<String>, timed_out:
         })
         .collect();
     let started = jobs.iter().any(|j| j.ready > 0 || j.succeeded > 0);
-    let (phase, finished) = if let Some(c) = condition("Completed") {
+    let (phase, finished) = if let Some(c) = condition(JobSetCondition::Completed.as_str()) {
         (PlacementPhase::Succeeded, Some(c))
-    } else if let Some(c) = condition("Failed") {
+    } else if let Some(c) = condition(JobSetCondition::Failed.as_str()) {
         (PlacementPhase::Failed, Some(c))
     } else if started {
         (PlacementPhase::Running, None)
@@ -358,7 +358,7 @@ fn owner_key(js: &JobSet) -> Option<(String, i64)> {
 
 fn is_finished(js: &JobSet) -> bool {
     js.status.as_ref().is_some_and(|s| {
-        s.conditions.iter().any(|c| (c.type_ == "Completed" || c.type_ == "Failed") && c.status == "True")
+        [JobSetCondition::Completed, JobSetCondition::Failed].iter().any(|c| is_true(&s.conditions, c.as_str()))
     })
 }
 
@@ -707,10 +707,7 @@ fn counted(pods: &[Arc<Pod>]) -> Vec<String> {
     let keys: BTreeSet<String> = pods
         .iter()
         .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
-        .filter_map(|p| {
-            let labels = p.metadata.labels.as_ref()?;
-            Some(format!("{}/{}", labels.get(TRAINJOB_UID_LABEL)?, labels.get(EPOCH_LABEL)?))
-        })
+        .filter_map(|p| Some(PlacementKey::of_labels(p.metadata.labels.as_ref()?)?.to_string()))
         .collect();
     keys.into_iter().collect()
 }

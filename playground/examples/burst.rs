@@ -131,7 +131,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let t = Instant::now();
         let plan = decide(
             &observed,
-            &scheduler_core::Config::default(),
+            &scheduler_core::fixture::greedy(),
             &Settings::default(),
             Time(k8s_openapi::jiff::Timestamp::now()),
         );

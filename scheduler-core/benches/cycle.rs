@@ -58,19 +58,10 @@ fn bench(c: &mut Criterion) {
     let queues = Queues::new(vec![QueueSpec::unlimited("default")]).expect("valid");
     let pending = gangs();
     let configs = [
-        ("stowage", Config::default()),
+        ("stowage", Config::stowage()),
         (
             "fifo-firstfit",
-            Config {
-                choice: ClusterChoice::MostFree,
-                fill: Fill::FirstFit,
-                strategy: Some(QueueingStrategy::BestEffortFifo),
-                patience: None,
-                fair_sharing: false,
-                reservations: false,
-                preemption: None,
-                batch: None,
-            },
+            Config::baseline(ClusterChoice::MostFree, Fill::FirstFit, Some(QueueingStrategy::BestEffortFifo)),
         ),
     ];
     let mut group = c.benchmark_group("cycle-10k-gangs-64x512x8");

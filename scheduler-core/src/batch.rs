@@ -36,49 +36,21 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use good_lp::{Expression, ProblemVariables, Solution, SolverModel, Variable, variable};
 
-use crate::cycle::{Config, Decision, Run, ask, queue_order};
+use crate::config::{Batch, Config, Solver};
+use crate::decision::Decision;
 use crate::fleet::{ClusterId, DomainId, FlavorId, Fleet};
 use crate::gang::Gang;
+use crate::order::queue_order;
 use crate::place::View;
 use crate::queue::{QueueingStrategy, Queues, quota_charges};
 use crate::reason::Reason;
+use crate::run::{Run, ask};
 use crate::topology::{Level, TopologyConstraint};
 
 /// Values closer than this are equal (they are sums of GPU counts times weights).
 pub const EPSILON: f64 = 1e-6;
 /// The objective's bonus, as a share of a gang's weighted GPUs, for meeting its locality.
 const LOCALITY_BONUS: f64 = 0.1;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Batch {
-    /// How many gangs at the head of the queue are assigned jointly.
-    pub window: usize,
-    /// Candidate domains kept per gang: the one holding greedy's placement, then the most
-    /// valuable (narrowest), best-fitting ones.
-    pub candidates: usize,
-    /// Branch-and-bound nodes the solver may explore. A deterministic limit: a time limit
-    /// would make decisions depend on the machine's load.
-    pub max_nodes: u32,
-    pub solver: Solver,
-}
-
-impl Batch {
-    /// Chosen on `cargo bench -p scheduler-core --bench batch` (docs/performance.md): a
-    /// 200-gang window within 1% of the proven optimum in well under a second on 2 cores.
-    pub const DEFAULT: Batch = Batch { window: 200, candidates: 24, max_nodes: 100, solver: Solver::Highs };
-}
-
-/// The MILP solver behind good_lp. HiGHS is the one the cycle uses (docs/policy.md says why);
-/// the others are there to be measured against it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Solver {
-    Highs,
-    /// Pure Rust, no limit on its search: for small windows and comparisons only.
-    Microlp,
-    /// COIN-OR CBC (the `cbc` feature; needs the system's libCbc).
-    #[cfg(feature = "cbc")]
-    Cbc,
-}
 
 /// What the optimiser did in one cycle.
 #[derive(Debug, Clone, PartialEq)]
@@ -357,14 +329,14 @@ impl Model {
             let Some(queue) = run.queues.id(&held[i].queue) else { continue };
             // As the greedy cycle does: a gang whose held form could never fit goes as written.
             let mut gang: &Gang = &held[i];
-            let mut mine = options(run, gang, &run.cap, w, positions[&i], n, greedy);
+            let mut mine = options(run, gang, run.cap(), w, positions[&i], n, greedy);
             let mut written = false;
             if mine.is_empty()
                 && !std::ptr::eq(gang, &pending[i])
                 && options(run, gang, fleet.allocatable(), w, positions[&i], n, None).is_empty()
             {
                 (gang, written) = (&pending[i], true);
-                mine = options(run, gang, &run.cap, w, positions[&i], n, greedy);
+                mine = options(run, gang, run.cap(), w, positions[&i], n, greedy);
             }
             for m in &mut mine {
                 m.3.written = written;
@@ -379,7 +351,7 @@ impl Model {
                 let k = candidates.len();
                 let mut d = Some(cand.domain);
                 while let Some(e) = d {
-                    let hist = run.cap.histogram(fleet, e, f);
+                    let hist = run.cap().histogram(fleet, e, f);
                     for &size in &sizes {
                         let big = gang.pod_sets.iter().filter(|ps| ps.shape.gpus >= size);
                         let (pods, gpus) = big.fold((0u64, 0u64), |(p, g), ps| {
@@ -400,7 +372,7 @@ impl Model {
                 let flavor = fleet.flavor_name(f);
                 let per_set = gang.pod_sets.iter().map(|ps| (ps.shape.gpus > 0).then_some(flavor));
                 for (key, amount) in quota_charges(run.queues, gang, per_set) {
-                    if let Some(limit) = run.queues.headroom(&run.usage, queue, &key) {
+                    if let Some(limit) = run.queues.headroom(run.usage(), queue, &key) {
                         quota
                             .entry((queue, key))
                             .or_insert_with(|| Row { limit, terms: Vec::new() })

@@ -1,7 +1,8 @@
 //! Free capacity of a fleet, the part of a snapshot that a cycle changes. Every domain keeps,
 //! per GPU flavor, a histogram of its nodes' free GPU counts, plus aggregated free CPU and
 //! memory. "Does a pod of s GPUs fit n times in this domain" is then a sum over one histogram
-//! row, never a scan of nodes. Changes are journaled so a gang can be tried and rolled back.
+//! row, never a scan of nodes. Every change is journaled until `commit`, so a gang can be tried
+//! and rolled back (the cycle's `Txn` builds on this).
 
 use crate::fleet::{DomainId, FlavorId, Fleet};
 
@@ -37,6 +38,8 @@ struct Change {
     host: DomainId,
     pods: u32,
     shape: PodShape,
+    /// Taken (else given back): a rollback does the opposite.
+    taken: bool,
 }
 
 /// A checkpoint in the journal; [`Capacity::rollback`] returns to it.
@@ -160,7 +163,7 @@ impl Capacity {
 
     /// Takes `pods` pods of `shape` from a host. The caller has checked they fit.
     pub fn take(&mut self, fleet: &Fleet, host: DomainId, pods: u32, shape: PodShape) {
-        self.journal.push(Change { host, pods, shape });
+        self.journal.push(Change { host, pods, shape, taken: true });
         self.adjust(fleet, host, pods, shape, true);
     }
 
@@ -203,6 +206,7 @@ impl Capacity {
 
     /// Returns what a finished or evicted pod held.
     pub fn give_back(&mut self, fleet: &Fleet, host: DomainId, pods: u32, shape: PodShape) {
+        self.journal.push(Change { host, pods, shape, taken: false });
         self.adjust(fleet, host, pods, shape, false);
     }
 
@@ -210,16 +214,16 @@ impl Capacity {
         Checkpoint(self.journal.len())
     }
 
-    /// Undoes every `take` since the checkpoint.
+    /// Undoes every `take` and `give_back` since the checkpoint.
     pub fn rollback(&mut self, fleet: &Fleet, cp: Checkpoint) {
         while self.journal.len() > cp.0 {
             if let Some(c) = self.journal.pop() {
-                self.adjust(fleet, c.host, c.pods, c.shape, false);
+                self.adjust(fleet, c.host, c.pods, c.shape, !c.taken);
             }
         }
     }
 
-    /// Forgets the journal: what was taken stays taken.
+    /// Forgets the journal: what was taken or given back stays so.
     pub fn commit(&mut self) {
         self.journal.clear();
     }

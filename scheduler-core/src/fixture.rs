@@ -120,3 +120,10 @@ impl GangExt for Gang {
         self
     }
 }
+
+/// Greedy placement with Stowage's cluster scoring and locality fill, and none of its
+/// additions (patience, reservations, preemption, batch): what scenario tests assume unless
+/// they say otherwise.
+pub fn greedy() -> crate::Config {
+    crate::Config::baseline(crate::ClusterChoice::Scored, crate::Fill::Locality, None)
+}

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::capacity::{Capacity, PodShape};
-use crate::cycle::Admission;
+use crate::decision::Admission;
 use crate::fleet::{DomainId, Fleet};
 use crate::gang::Gang;
 use crate::queue::{QueueId, Queues, QuotaUsage, Resource};

@@ -2,29 +2,47 @@
 //! and the typed reasons for every decision. Pure and deterministic: no I/O, no async, no
 //! Kubernetes types, no clock, no hash-order dependence. The dispatcher and the simulator both
 //! translate into these types and call [`cycle`]; what is decided here is what runs.
+//!
+//! Modules import downward only (but `fleet` and `capacity`, which name each other's types:
+//! a fleet keeps its empty capacity), in this order: `topology`, `fleet` / `capacity`, `gang`,
+//! `queue`, `reason`, `place`, `config`, `decision`, `snapshot`, `memo`, `txn`, `run` (one gang
+//! on the cycle's transaction), `preempt`, `reserve`, `order`, `batch`, `cycle`; `invariants`,
+//! `share` and `fixture` stand beside. `tests/crate_graph.rs` in the workspace checks it.
 
 pub mod batch;
 pub mod capacity;
+pub mod config;
 pub mod cycle;
-pub mod fair;
+pub mod decision;
 pub mod fixture;
 pub mod fleet;
 pub mod gang;
 pub mod invariants;
+mod memo;
+pub mod order;
 pub mod place;
 pub mod preempt;
 pub mod queue;
 pub mod reason;
+mod reserve;
+mod run;
 pub mod share;
+pub mod snapshot;
 pub mod topology;
+mod txn;
 
-pub use batch::{Batch, BatchReport, Solver};
+pub use batch::BatchReport;
 pub use capacity::{Capacity, PodShape};
-pub use cycle::{Admission, ClusterChoice, Config, Cycle, Decision, Patience, Release, Snapshot, cycle, release};
+pub use config::{Batch, ClusterChoice, Config, Patience, Preemption, Solver};
+pub use cycle::{Cycle, cycle};
+pub use decision::{Admission, CycleStats, Decision, gang_charges, release};
 pub use fleet::{ClusterId, DomainId, FlavorId, Fleet, FleetBuilder, FleetError, LevelInfo, NodeInput};
 pub use gang::{ClusterFilter, Gang, GangError, PodSet, Slice};
 pub use place::{Fill, PodSetPlacement};
-pub use preempt::{BorrowWithinCohort, Preemption, QueuePreemption, ReclaimWithinCohort, Running, WithinQueue};
-pub use queue::{QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage, Resource};
+pub use queue::{
+    BorrowWithinCohort, QueuePreemption, QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage, ReclaimWithinCohort,
+    Resource, WithinQueue,
+};
 pub use reason::{Reason, Shortfall};
+pub use snapshot::{Release, Running, Snapshot};
 pub use topology::{Level, TopologyConstraint};

@@ -72,7 +72,7 @@ pub struct QueueSpec {
     pub weight: u32,
     pub quotas: Vec<Quota>,
     /// Whom its gangs may evict (Kueue's ClusterQueue `preemption`).
-    pub preemption: crate::preempt::QueuePreemption,
+    pub preemption: QueuePreemption,
 }
 
 impl QueueSpec {
@@ -84,7 +84,7 @@ impl QueueSpec {
             strategy: QueueingStrategy::BestEffortFifo,
             weight: 1,
             quotas: Vec::new(),
-            preemption: crate::preempt::QueuePreemption::default(),
+            preemption: QueuePreemption::default(),
         }
     }
 }
@@ -237,6 +237,45 @@ fn lendable(q: &Quota) -> u64 {
     q.lending_limit.unwrap_or(q.nominal).min(q.nominal)
 }
 
+/// Kueue's `withinClusterQueue`: whom a gang may evict in its own queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WithinQueue {
+    #[default]
+    Never,
+    LowerPriority,
+    /// Lower priority, or equal priority and submitted later.
+    LowerOrNewerEqualPriority,
+}
+
+/// Kueue's `reclaimWithinCohort`: whom a gang may evict in the other queues of its cohort, when
+/// those queues are borrowing (using more than their nominal quota).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReclaimWithinCohort {
+    #[default]
+    Never,
+    LowerPriority,
+    Any,
+}
+
+/// Kueue's `borrowWithinCohort`: whether a gang that will itself borrow may still reclaim in the
+/// cohort, and only victims of lower priority (at most `max_priority_threshold` when set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BorrowWithinCohort {
+    #[default]
+    Never,
+    LowerPriority {
+        max_priority_threshold: Option<i32>,
+    },
+}
+
+/// A queue's preemption policy. The default preempts nothing, as Kueue's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueuePreemption {
+    pub within_queue: WithinQueue,
+    pub reclaim_within_cohort: ReclaimWithinCohort,
+    pub borrow_within_cohort: BorrowWithinCohort,
+}
+
 /// What admitted gangs use, per queue and quota key, and what each queue holds in all
 /// (quota or not), which fair sharing reads.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -305,19 +344,17 @@ impl QuotaUsage {
 
     /// Charges an admitted gang to its queue, both its quota and what it holds: `flavors` are
     /// the GPU flavors its pod sets were given, in the gang's order. Every admission (in a
-    /// cycle, or running before the snapshot) goes through here, and every end through
-    /// `discharge`, so the two never drift apart.
+    /// cycle, or running before the snapshot) goes through here or [`Self::add_charge`], and
+    /// every end through `discharge`, so the two never drift apart.
     pub fn charge<'f>(
         &mut self,
         queues: &Queues,
         gang: &crate::gang::Gang,
         flavors: impl IntoIterator<Item = Option<&'f str>>,
     ) {
-        let Some(q) = queues.id(&gang.queue) else { return };
-        for (key, amount) in quota_charges(queues, gang, flavors) {
-            self.add(q, key, amount);
+        if let Some(c) = Charge::of(queues, gang, flavors) {
+            self.add_charge(&c);
         }
-        self.hold(q, held_by(gang));
     }
 
     pub fn discharge<'f>(
@@ -326,11 +363,43 @@ impl QuotaUsage {
         gang: &crate::gang::Gang,
         flavors: impl IntoIterator<Item = Option<&'f str>>,
     ) {
-        let Some(q) = queues.id(&gang.queue) else { return };
-        for (key, amount) in quota_charges(queues, gang, flavors) {
-            self.remove(q, key, amount);
+        if let Some(c) = Charge::of(queues, gang, flavors) {
+            self.remove_charge(&c);
         }
-        self.unhold(q, held_by(gang));
+    }
+
+    pub fn add_charge(&mut self, c: &Charge) {
+        for (key, &amount) in &c.amounts {
+            self.add(c.queue, key.clone(), amount);
+        }
+        self.hold(c.queue, c.held);
+    }
+
+    pub fn remove_charge(&mut self, c: &Charge) {
+        for (key, &amount) in &c.amounts {
+            self.remove(c.queue, key.clone(), amount);
+        }
+        self.unhold(c.queue, c.held);
+    }
+}
+
+/// What one admitted gang charges its queue: its quota per key, and what it holds in all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Charge {
+    pub queue: QueueId,
+    pub amounts: BTreeMap<QuotaKey, u64>,
+    pub held: Held,
+}
+
+impl Charge {
+    /// `None` for a gang of a queue that does not exist (it was never admitted).
+    pub fn of<'f>(
+        queues: &Queues,
+        gang: &crate::gang::Gang,
+        flavors: impl IntoIterator<Item = Option<&'f str>>,
+    ) -> Option<Charge> {
+        let queue = queues.id(&gang.queue)?;
+        Some(Charge { queue, amounts: quota_charges(queues, gang, flavors), held: held_by(gang) })
     }
 }
 
@@ -378,7 +447,7 @@ mod tests {
             strategy: QueueingStrategy::BestEffortFifo,
             weight: 1,
             quotas,
-            preemption: crate::preempt::QueuePreemption::default(),
+            preemption: QueuePreemption::default(),
         }
     }
 

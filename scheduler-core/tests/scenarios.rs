@@ -66,7 +66,7 @@ fn run_with(fleet: Fleet, queues: &Queues, gangs: Vec<Gang>, config: Config) -> 
 }
 
 fn run(fleet: Fleet, gangs: Vec<Gang>) -> Outcome {
-    run_with(fleet, &default_queues(), gangs, Config::default())
+    run_with(fleet, &default_queues(), gangs, scheduler_core::fixture::greedy())
 }
 
 #[test]
@@ -194,7 +194,7 @@ fn quota_names_the_queue_and_flavor() {
     let q = quota_queues(QueueingStrategy::BestEffortFifo);
     let gangs =
         vec![gang("a").pods(2).gpus(8).queue("team-a").submitted(1), gang("b").gpus(8).queue("team-a").submitted(2)];
-    let out = run_with(one_cluster(), &q, gangs, Config::default());
+    let out = run_with(one_cluster(), &q, gangs, scheduler_core::fixture::greedy());
     assert!(out.admitted("a").is_some());
     assert_eq!(
         out.reason("b").to_string(),
@@ -210,9 +210,19 @@ fn strict_fifo_blocks_behind_the_head_and_best_effort_does_not() {
             gang("small").gpus(8).queue("team-a").submitted(2),
         ]
     };
-    let strict = run_with(one_cluster(), &quota_queues(QueueingStrategy::StrictFifo), gangs(), Config::default());
+    let strict = run_with(
+        one_cluster(),
+        &quota_queues(QueueingStrategy::StrictFifo),
+        gangs(),
+        scheduler_core::fixture::greedy(),
+    );
     assert_eq!(strict.reason("small").to_string(), "waiting behind gang big at the head of StrictFIFO queue team-a");
-    let best = run_with(one_cluster(), &quota_queues(QueueingStrategy::BestEffortFifo), gangs(), Config::default());
+    let best = run_with(
+        one_cluster(),
+        &quota_queues(QueueingStrategy::BestEffortFifo),
+        gangs(),
+        scheduler_core::fixture::greedy(),
+    );
     assert!(best.admitted("small").is_some());
 }
 
@@ -246,7 +256,7 @@ fn releasing_a_gang_returns_exactly_what_it_held() {
     let f = one_cluster();
     let q = default_queues();
     let g = vec![gang("a").pods(4).gpus(8).required(Rack)];
-    let out = cycle(Snapshot::idle(&f, &q), &g, &Config::default());
+    let out = cycle(Snapshot::idle(&f, &q), &g, &scheduler_core::fixture::greedy());
     let Decision::Admit(a) = &out.decisions[0] else { panic!("admitted") };
     let (mut cap, mut usage) = (out.capacity, out.usage);
     scheduler_core::release(&f, &q, &mut cap, &mut usage, &g[0], a);
@@ -264,7 +274,8 @@ fn fragmented_racks(g: Gang, now_ms: u64) -> (Fleet, Decision) {
         capacity.take(&f, hosts[rack * 4], 1, PodShape { gpus: 8, cpu_milli: 0, memory_mib: 0 });
     }
     capacity.commit();
-    let config = Config { patience: Some(Patience { exact_ms: 1_000, wider_ms: 5_000 }), ..Config::default() };
+    let config =
+        Config { patience: Some(Patience { exact_ms: 1_000, wider_ms: 5_000 }), ..scheduler_core::fixture::greedy() };
     let snapshot = Snapshot {
         fleet: &f,
         queues: &q,
@@ -322,7 +333,7 @@ fn two_tenants(fair_sharing: bool) -> Outcome {
         .map(|i| gang(&format!("a-{i:02}")).gpus(8).queue("a").submitted(i))
         .chain((0..16).map(|i| gang(&format!("b-{i:02}")).gpus(8).queue("b").submitted(100 + i)))
         .collect();
-    run_with(small, &queues, gangs, Config { fair_sharing, ..Config::default() })
+    run_with(small, &queues, gangs, Config { fair_sharing, ..scheduler_core::fixture::greedy() })
 }
 
 fn admitted_of(out: &Outcome, queue: &str) -> usize {
@@ -351,7 +362,7 @@ fn a_queue_with_twice_the_weight_gets_twice_the_share() {
         .map(|i| gang(&format!("a-{i:02}")).gpus(8).queue("a").submitted(100 + i))
         .chain((0..12).map(|i| gang(&format!("b-{i:02}")).gpus(8).queue("b").submitted(i)))
         .collect();
-    let out = run_with(small, &queues, gangs, Config { fair_sharing: true, ..Config::default() });
+    let out = run_with(small, &queues, gangs, Config { fair_sharing: true, ..scheduler_core::fixture::greedy() });
     assert_eq!((admitted_of(&out, "a"), admitted_of(&out, "b")), (8, 4));
 }
 
@@ -394,7 +405,7 @@ fn behind_a_reservation(config: Config, head_priority: i32) -> (Vec<Gang>, Vec<D
 
 #[test]
 fn the_blocked_head_gets_a_reservation_and_only_gangs_that_end_before_it_backfill() {
-    let (_, d) = behind_a_reservation(Config { reservations: true, ..Config::default() }, 10);
+    let (_, d) = behind_a_reservation(Config { reservations: true, ..scheduler_core::fixture::greedy() }, 10);
     match &d[0] {
         Decision::Pending(Reason::Reserved { cluster, in_s, .. }) => assert_eq!((cluster.as_str(), *in_s), ("c1", 5)),
         other => panic!("expected a reservation, got {other:?}"),
@@ -402,7 +413,7 @@ fn the_blocked_head_gets_a_reservation_and_only_gangs_that_end_before_it_backfil
     assert!(matches!(d[1], Decision::Pending(_)), "the long gang would delay the reservation: {:?}", d[1]);
     assert!(matches!(d[2], Decision::Admit(_)), "the short gang ends before it: {:?}", d[2]);
     // Without reservations the long gang, first in line, takes the free host.
-    let (_, d) = behind_a_reservation(Config { reservations: false, ..Config::default() }, 10);
+    let (_, d) = behind_a_reservation(Config { reservations: false, ..scheduler_core::fixture::greedy() }, 10);
     assert!(matches!(d[1], Decision::Admit(_)) && matches!(d[2], Decision::Pending(_)), "{d:?}");
 }
 
@@ -410,7 +421,7 @@ fn the_blocked_head_gets_a_reservation_and_only_gangs_that_end_before_it_backfil
 fn the_batch_optimiser_never_lets_a_gang_start_ahead_of_the_reserved_one() {
     // All of one priority, so the three share the optimiser's window. Left free, it would
     // start `long` (earlier, so worth more) on the free host and delay the reservation.
-    let config = Config { reservations: true, batch: Some(Batch::DEFAULT), ..Config::default() };
+    let config = Config { reservations: true, batch: Some(Batch::DEFAULT), ..scheduler_core::fixture::greedy() };
     let (_, d) = behind_a_reservation(config, 0);
     assert!(matches!(d[0], Decision::Pending(Reason::Reserved { .. })), "{:?}", d[0]);
     assert!(matches!(d[1], Decision::Pending(_)), "the long gang would delay the reservation: {:?}", d[1]);
@@ -428,7 +439,7 @@ struct World {
 
 fn world(fleet: Fleet, queues: Queues, gangs: Vec<Gang>) -> World {
     let snapshot = Snapshot::idle(&fleet, &queues);
-    let out = cycle(snapshot, &gangs, &Config::default());
+    let out = cycle(snapshot, &gangs, &scheduler_core::fixture::greedy());
     let running = gangs
         .into_iter()
         .zip(out.decisions)

@@ -55,36 +55,15 @@ impl Policy {
             Policy::Stowage => Config::stowage(),
             Policy::StowageFair => Config { fair_sharing: true, ..Config::stowage() },
             Policy::StowageBatch => Config { batch: Some(Batch::DEFAULT), ..Config::stowage() },
-            Policy::FifoFirstFit => Config {
-                choice: ClusterChoice::MostFree,
-                fill: Fill::FirstFit,
-                strategy: Some(QueueingStrategy::StrictFifo),
-                patience: None,
-                fair_sharing: false,
-                reservations: false,
-                preemption: None,
-                batch: None,
-            },
-            Policy::KueueMultiKueue => Config {
-                choice: ClusterChoice::InOrder,
-                fill: Fill::Locality,
-                strategy: Some(QueueingStrategy::BestEffortFifo),
-                patience: None,
-                fair_sharing: false,
-                reservations: false,
-                preemption: None,
-                batch: None,
-            },
-            Policy::VolcanoBinpack => Config {
-                choice: ClusterChoice::InOrder,
-                fill: Fill::BinPack,
-                strategy: Some(QueueingStrategy::BestEffortFifo),
-                patience: None,
-                fair_sharing: false,
-                reservations: false,
-                preemption: None,
-                batch: None,
-            },
+            Policy::FifoFirstFit => {
+                Config::baseline(ClusterChoice::MostFree, Fill::FirstFit, Some(QueueingStrategy::StrictFifo))
+            }
+            Policy::KueueMultiKueue => {
+                Config::baseline(ClusterChoice::InOrder, Fill::Locality, Some(QueueingStrategy::BestEffortFifo))
+            }
+            Policy::VolcanoBinpack => {
+                Config::baseline(ClusterChoice::InOrder, Fill::BinPack, Some(QueueingStrategy::BestEffortFifo))
+            }
         }
     }
 

@@ -140,3 +140,64 @@ fn the_layers_are_the_architecture_docs_layers() {
     let missing: Vec<_> = LAYERS.iter().map(|(n, _)| *n).filter(|n| !doc.contains(&format!("`{n}`"))).collect();
     assert!(missing.is_empty(), "docs/architecture.md does not name {missing:?}");
 }
+
+/// Modules of scheduler-core that may name each other: a fleet keeps its empty `Capacity`,
+/// and capacity walks the fleet's domains.
+const MUTUAL: [(&str, &str); 1] = [("capacity", "fleet")];
+
+/// Inside scheduler-core, modules import downward only: the `use crate::…` graph (outside
+/// comments and test modules) has no cycle but the one named in `MUTUAL`.
+#[test]
+fn scheduler_core_modules_import_downward_only() {
+    let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../scheduler-core/src"));
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).expect("scheduler-core/src") {
+        let path = entry.expect("entry").path();
+        let Some(module) = path.file_stem().and_then(|s| s.to_str()).map(str::to_string) else { continue };
+        let text = std::fs::read_to_string(&path).expect("source");
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        let targets = edges.entry(module.clone()).or_default();
+        for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+            for (i, _) in line.match_indices("crate::") {
+                let name: String =
+                    line[i + 7..].chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect();
+                let mutual = MUTUAL.iter().any(|&(a, b)| (a, b) == (&module, &name) || (b, a) == (&module, &name));
+                if !name.is_empty() && name != module && !mutual {
+                    targets.insert(name);
+                }
+            }
+        }
+    }
+    // Depth-first search for a cycle, reporting its path.
+    fn visit(
+        m: &str,
+        edges: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|p| p == m) {
+            let mut cycle = path[start..].to_vec();
+            cycle.push(m.to_string());
+            return Some(cycle);
+        }
+        if done.contains(m) {
+            return None;
+        }
+        path.push(m.to_string());
+        for next in edges.get(m).into_iter().flatten() {
+            if let Some(c) = visit(next, edges, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(m.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    assert!(edges.len() > 10, "read the modules: {edges:?}");
+    for m in edges.keys() {
+        if let Some(cycle) = visit(m, &edges, &mut Vec::new(), &mut done) {
+            panic!("scheduler-core modules import in a circle: {}", cycle.join(" -> "));
+        }
+    }
+}

@@ -1,4 +1,6 @@
-//! Fair sharing: which queue admits next. Dominant resource fairness (Ghodsi et al., NSDI'11)
+//! The order a cycle considers gangs in. Without fair sharing, one global order: priority,
+//! then submit time, then id ([`queue_order`]). With it, which queue admits next: dominant
+//! resource fairness (Ghodsi et al., NSDI'11)
 //! over the fleet's GPUs, CPU and memory, weighted per queue as Kueue weights ClusterQueues in
 //! a cohort: each queue's share is the largest fraction of the fleet it holds of any resource,
 //! divided by its weight, and the queue with the smallest share admits its next gang. Priority
@@ -14,6 +16,16 @@ use crate::queue::{Held, QueueId, Queues, QuotaUsage};
 
 /// Parts per billion: a share of the whole fleet as an integer.
 const SCALE: u128 = 1_000_000_000;
+
+/// The order gangs are considered in: priority, then submit time, then id.
+pub fn queue_order(pending: &[Gang]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..pending.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (x, y) = (&pending[a], &pending[b]);
+        (Reverse(x.priority), x.submitted_ms, &x.id).cmp(&(Reverse(y.priority), y.submitted_ms, &y.id))
+    });
+    order
+}
 
 /// One queue's pending gangs in queue order, and how far the cycle has taken them.
 #[derive(Debug)]
@@ -35,7 +47,7 @@ impl FairOrder {
     /// Without fair sharing, one lane: the global order of priority, submit time and id.
     pub fn new(pending: &[Gang], queues: &Queues, fleet: &Fleet, fair: bool) -> Self {
         let mut lanes: Vec<Lane> = Vec::new();
-        for i in crate::cycle::queue_order(pending) {
+        for i in queue_order(pending) {
             let queue = if fair { queues.id(&pending[i].queue) } else { None };
             match lanes.iter_mut().find(|l| l.queue == queue) {
                 Some(l) => l.gangs.push(i),

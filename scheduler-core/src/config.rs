@@ -1,0 +1,161 @@
+//! How a cycle decides: the policy knobs, in one value. There is no `Default`: a caller says
+//! which policy it means, Stowage's own ([`Config::stowage`]) or a peer's ([`Config::baseline`]).
+
+use crate::place::Fill;
+use crate::queue::QueueingStrategy;
+use crate::topology::{Level, TopologyConstraint};
+
+/// How a gang picks among the clusters where it fits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClusterChoice {
+    /// Try every candidate; best locality, then least left over in the span (best fit), then
+    /// the admin's cost weight, then most free GPUs (balance).
+    Scored,
+    /// The cluster with the most free GPUs of the flavor, first that fits.
+    MostFree,
+    /// Clusters in fleet order, first that fits (MultiKueue: the first worker to admit wins).
+    InOrder,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    pub choice: ClusterChoice,
+    pub fill: Fill,
+    /// Overrides every queue's own strategy (the baselines use this).
+    pub strategy: Option<QueueingStrategy>,
+    /// How long a multi-pod set with a topology preference holds out for it; `None`: never
+    /// (a preference is met when it can be, at once).
+    pub patience: Option<Patience>,
+    /// Admit across queues by weighted dominant-resource share (see `order`); otherwise in one
+    /// global order of priority and submit time.
+    pub fair_sharing: bool,
+    /// Reserve capacity for the first gang that cannot start, where it will start soonest (from
+    /// the snapshot's `releases`); later gangs use that capacity only if they end before.
+    pub reservations: bool,
+    /// Evict running gangs for pending ones as their queues' policies allow (see `preempt`);
+    /// `None`: never.
+    pub preemption: Option<Preemption>,
+    /// Assign the gangs at the head of the queue jointly with an ILP, and keep its answer when
+    /// it beats the greedy one (see `batch`); `None`: greedy only.
+    pub batch: Option<Batch>,
+}
+
+impl Config {
+    /// Stowage's own policy, as the dispatcher runs it and the simulator measures it.
+    pub fn stowage() -> Self {
+        Config {
+            choice: ClusterChoice::Scored,
+            fill: Fill::Locality,
+            strategy: None,
+            patience: Some(Patience::DEFAULT),
+            fair_sharing: false,
+            reservations: true,
+            preemption: Some(Preemption::DEFAULT),
+            batch: None,
+        }
+    }
+
+    /// A greedy policy with none of Stowage's additions (no locality patience, fair sharing,
+    /// reservations, preemption or batch optimiser): how the peers decide, given how each
+    /// picks a cluster and fills it, and the queueing strategy it imposes (`None`: each
+    /// queue's own).
+    pub fn baseline(choice: ClusterChoice, fill: Fill, strategy: Option<QueueingStrategy>) -> Self {
+        Config {
+            choice,
+            fill,
+            strategy,
+            patience: None,
+            fair_sharing: false,
+            reservations: false,
+            preemption: None,
+            batch: None,
+        }
+    }
+
+    /// This policy as it places gangs already placed elsewhere, whose room is to be counted
+    /// (assumed) before anything new: as they are, never held, never preempting, no batch.
+    pub fn as_placed(&self) -> Self {
+        Config { patience: None, reservations: false, preemption: None, batch: None, ..*self }
+    }
+}
+
+/// Locality patience, as Slurm's `--switches=N@max-time`: a pod set of several pods that
+/// prefers a level is held to it (as if it were required) for `exact_ms` after its gang was
+/// submitted, then to the next wider level until `wider_ms`, then placed wherever it fits. A
+/// pod set that could not fit the held level even on an empty fleet is never held. Spreading a
+/// gang costs it for its whole run (docs/simulator.md, topology cost); waiting costs once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Patience {
+    pub exact_ms: u64,
+    pub wider_ms: u64,
+}
+
+impl Patience {
+    /// Stowage's default: a week at the preferred level, then a second week at the next wider.
+    /// Chosen on the shared Philly subset (docs/policy.md has the sweep): shorter holds barely
+    /// move locality there, because under that load a rack frees up only after days.
+    pub const DEFAULT: Patience = Patience { exact_ms: 7 * 86_400_000, wider_ms: 14 * 86_400_000 };
+
+    /// The constraint a pod set is held to after waiting `waited_ms`, when it differs from its own.
+    pub fn hold(&self, constraint: TopologyConstraint, pods: u32, waited_ms: u64) -> Option<TopologyConstraint> {
+        let TopologyConstraint::Preferred(level) = constraint else { return None };
+        if pods < 2 {
+            return None;
+        }
+        if waited_ms < self.exact_ms {
+            return Some(TopologyConstraint::Required(level));
+        }
+        let wider = Level::ALL.iter().rev().copied().find(|l| *l < level)?;
+        (waited_ms < self.wider_ms).then_some(TopologyConstraint::Required(wider))
+    }
+}
+
+/// Fleet-wide preemption knobs; `Config::preemption = None` turns preemption off whatever the
+/// queues say (each queue's own policy is its `QueuePreemption`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Preemption {
+    /// A gang that started less than this long ago is never a victim: it has not yet had the
+    /// chance to do any work worth the restart.
+    pub min_runtime_ms: u64,
+    /// Count a victim's lost work from its last reported checkpoint (the TrainJob annotation
+    /// `stowage.dev/last-checkpoint`) rather than from its start, so that recently
+    /// checkpointed gangs are evicted first.
+    pub prefer_checkpointed: bool,
+}
+
+impl Preemption {
+    /// Stowage's default: ten minutes of protection, checkpoints honoured.
+    pub const DEFAULT: Preemption = Preemption { min_runtime_ms: 10 * 60_000, prefer_checkpointed: true };
+}
+
+/// The batch optimiser's settings (see `batch`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Batch {
+    /// How many gangs at the head of the queue are assigned jointly.
+    pub window: usize,
+    /// Candidate domains kept per gang: the one holding greedy's placement, then the most
+    /// valuable (narrowest), best-fitting ones.
+    pub candidates: usize,
+    /// Branch-and-bound nodes the solver may explore. A deterministic limit: a time limit
+    /// would make decisions depend on the machine's load.
+    pub max_nodes: u32,
+    pub solver: Solver,
+}
+
+impl Batch {
+    /// Chosen on `cargo bench -p scheduler-core --bench batch` (docs/performance.md): a
+    /// 200-gang window within 1% of the proven optimum in well under a second on 2 cores.
+    pub const DEFAULT: Batch = Batch { window: 200, candidates: 24, max_nodes: 100, solver: Solver::Highs };
+}
+
+/// The MILP solver behind good_lp. HiGHS is the one the cycle uses (docs/policy.md says why);
+/// the others are there to be measured against it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Solver {
+    Highs,
+    /// Pure Rust, no limit on its search: for small windows and comparisons only.
+    Microlp,
+    /// COIN-OR CBC (the `cbc` feature; needs the system's libCbc).
+    #[cfg(feature = "cbc")]
+    Cbc,
+}

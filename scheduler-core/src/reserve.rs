@@ -1,0 +1,138 @@
+//! Reservations and backfill: the first gang that cannot start is given the room where it
+//! will start soonest, from what running gangs release at their expected ends; that room is
+//! held, and a later gang may use it only if it states a run time that ends before the
+//! reservation starts (EASY backfilling, as Slurm).
+
+use crate::capacity::PodShape;
+use crate::decision::{Admission, Decision};
+use crate::fleet::{ClusterId, DomainId};
+use crate::gang::Gang;
+use crate::reason::Reason;
+use crate::run::Run;
+use crate::snapshot::Release;
+
+/// Capacity set aside this cycle for one gang expected to start at `start_ms`.
+#[derive(Debug)]
+pub(crate) struct Reservation {
+    gang: String,
+    cluster: ClusterId,
+    start_ms: u64,
+    /// What it will need on each host, and how much of that is free now and held.
+    want: Vec<(DomainId, u32, PodShape)>,
+    held: Vec<(DomainId, u32, PodShape)>,
+}
+
+/// A gang that does not fit now: it backfills in front of the reservation if it may, or stays
+/// pending, with a reservation of its own when it is the first that cannot start.
+pub(crate) fn no_room<'a>(
+    run: &mut Run<'a>,
+    gang: &'a Gang,
+    held: &'a Gang,
+    reason: Reason,
+    now_ms: u64,
+    releases: &[Release],
+    reservation: &mut Option<Reservation>,
+) -> Decision {
+    if let Some(admission) = backfill(run, gang, held, now_ms, reservation.as_mut()) {
+        return Decision::Admit(admission);
+    }
+    let capacity_bound = matches!(reason, Reason::NoDomain(_) | Reason::HoldingForLocality { .. });
+    if !(run.config.reservations && reservation.is_none() && capacity_bound) {
+        return Decision::Pending(reason);
+    }
+    match reserve(run, held, releases) {
+        Some(r) => {
+            let reason = Reason::Reserved {
+                cluster: run.fleet.cluster(r.cluster).name.clone(),
+                in_s: r.start_ms.saturating_sub(now_ms) / 1000,
+                now: Box::new(reason),
+            };
+            *reservation = Some(r);
+            Decision::Pending(reason)
+        }
+        None => Decision::Pending(reason),
+    }
+}
+
+/// Where and when `gang` would start, from what running gangs release in order of their
+/// expected ends: the first release after which it fits. Holds what of that placement is free
+/// now, so later gangs cannot take it unless they end before (`backfill`).
+fn reserve<'a>(run: &mut Run<'a>, gang: &'a Gang, releases: &[Release]) -> Option<Reservation> {
+    if releases.is_empty() {
+        return None;
+    }
+    // A gang evicted this cycle has given its capacity back already.
+    let mut order: Vec<&Release> = releases.iter().filter(|r| !run.txn.is_evicted(&r.gang)).collect();
+    order.sort_by_key(|r| r.end_ms);
+    // Where the gang goes once the first `k` releases happened: tried on the future capacity
+    // and rolled back whole (capacity, memo, usage, counters). Fitting only gets easier as k
+    // grows, so the first k that fits is found by bisection: a few placements per cycle, not
+    // one per running gang.
+    let fits_after = |run: &mut Run<'a>, k: usize| -> Option<Admission> {
+        let sp = run.txn.checkpoint();
+        for r in &order[..k] {
+            for &(h, n, shape) in &r.hosts {
+                run.txn.cap.give_back(run.fleet, h, n, shape);
+            }
+        }
+        // The memo holds what fits nowhere *now*; more fits on future capacity.
+        run.txn.forget();
+        let placed = run.gang(gang).ok();
+        run.txn.rollback(sp);
+        placed
+    };
+    let n = order.len();
+    let (admission, start_ms) = fits_after(run, n).and_then(|_| {
+        let (mut lo, mut hi) = (1, n);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if fits_after(run, mid).is_some() { hi = mid } else { lo = mid + 1 }
+        }
+        Some((fits_after(run, lo)?, order[lo - 1].end_ms))
+    })?;
+    let want: Vec<(DomainId, u32, PodShape)> = Release::of(gang, &admission, start_ms).hosts;
+    let mut r = Reservation { gang: gang.id.clone(), cluster: admission.cluster, start_ms, want, held: Vec::new() };
+    hold(run, &mut r);
+    Some(r)
+}
+
+/// Takes what the reservation wants and is free now.
+fn hold(run: &mut Run<'_>, r: &mut Reservation) {
+    r.held.clear();
+    for &(h, n, shape) in &r.want {
+        let free = run.txn.cap.node_free(h).pods(&shape).min(n);
+        if free > 0 {
+            run.txn.cap.take(run.fleet, h, free, shape);
+            r.held.push((h, free, shape));
+        }
+    }
+}
+
+/// Gives the held room back: the cycle does so at its end, since nothing admitted uses it.
+pub(crate) fn unhold(run: &mut Run<'_>, r: &Reservation) {
+    for &(h, n, shape) in &r.held {
+        run.txn.cap.give_back(run.fleet, h, n, shape);
+    }
+}
+
+/// A gang that did not fit beside the reservation may use its capacity if it states a run time
+/// that ends before the reservation starts; the reservation then holds what is left.
+fn backfill<'a>(
+    run: &mut Run<'a>,
+    gang: &'a Gang,
+    held: &'a Gang,
+    now_ms: u64,
+    reservation: Option<&mut Reservation>,
+) -> Option<Admission> {
+    let r = reservation?;
+    let ends = now_ms.saturating_add(gang.runtime_ms?);
+    if ends > r.start_ms || r.gang == gang.id {
+        return None;
+    }
+    unhold(run, r);
+    // The memo's "fits nowhere" was learnt with the hold in place; without it more fits.
+    run.txn.forget();
+    let admitted = run.patient_gang(gang, held).ok();
+    hold(run, r);
+    admitted
+}

@@ -1,0 +1,457 @@
+//! Placing one gang on the cycle's scratch state ([`Run`]): its pod sets resolved against the
+//! fleet and its queue, candidate clusters in order, each tried whole and rolled back on
+//! failure, quota checked, a typed reason when it fits nowhere. Preemption, reservations and
+//! the batch optimiser build on it; the cycle drives it gang by gang.
+
+use std::borrow::Cow;
+use std::cmp::Reverse;
+
+use crate::capacity::Capacity;
+use crate::config::{ClusterChoice, Config};
+use crate::decision::{Admission, gang_charges};
+use crate::fleet::{ClusterId, DomainId, FlavorId, Fleet};
+use crate::gang::{Gang, PodSet};
+use crate::memo::{self, MemoEntry};
+use crate::place::{Ask, Placer, View};
+use crate::queue::{QueueId, Queues, QuotaKey, QuotaUsage, charges};
+use crate::reason::{Reason, Shortfall};
+use crate::topology::TopologyConstraint;
+use crate::txn::Txn;
+
+/// The gang as its patience holds it this cycle: preferences still held become requirements
+/// (see `Patience`); borrowed when nothing is held.
+pub(crate) fn held<'g>(config: &Config, gang: &'g Gang, now_ms: u64) -> Cow<'g, Gang> {
+    let Some(patience) = config.patience else { return Cow::Borrowed(gang) };
+    let waited = now_ms.saturating_sub(gang.submitted_ms);
+    if gang.pod_sets.iter().all(|ps| patience.hold(ps.topology, ps.pods, waited).is_none()) {
+        return Cow::Borrowed(gang);
+    }
+    let mut g = gang.clone();
+    for ps in &mut g.pod_sets {
+        if let Some(c) = patience.hold(ps.topology, ps.pods, waited) {
+            ps.topology = c;
+        }
+    }
+    Cow::Owned(g)
+}
+
+/// A pod set resolved against the fleet and its queue: the flavors it may take, in order.
+#[derive(Debug, Clone)]
+pub(crate) struct Resolved {
+    pub(crate) flavors: Vec<Option<FlavorId>>,
+}
+
+/// One cycle's placer: the fleet, queues and policy, over the cycle's transaction.
+#[derive(Debug)]
+pub(crate) struct Run<'a> {
+    // 'a: the fleet, queues and pending gangs of this cycle.
+    pub(crate) fleet: &'a Fleet,
+    pub(crate) queues: &'a Queues,
+    pub(crate) config: &'a Config,
+    pub(crate) txn: Txn<'a>,
+}
+
+/// A cluster's rank for a gang; lower is better.
+type Score = (u32, Reverse<u8>, u64, u32, Reverse<u64>, ClusterId);
+
+impl<'a> Run<'a> {
+    pub(crate) fn new(
+        fleet: &'a Fleet,
+        queues: &'a Queues,
+        config: &'a Config,
+        cap: Capacity,
+        usage: QuotaUsage,
+    ) -> Self {
+        Run { fleet, queues, config, txn: Txn::new(fleet, queues, cap, usage) }
+    }
+
+    pub(crate) fn cap(&self) -> &Capacity {
+        &self.txn.cap
+    }
+
+    pub(crate) fn usage(&self) -> &QuotaUsage {
+        self.txn.usage()
+    }
+
+    /// The gang as its patience holds it (`held`), or as written when the held form could
+    /// never fit; a held gang that does not fit now waits for its locality, and says so.
+    pub(crate) fn patient_gang(&mut self, gang: &'a Gang, held: &'a Gang) -> Result<Admission, Reason> {
+        if std::ptr::eq(gang, held) {
+            return self.gang(gang);
+        }
+        match self.gang(held) {
+            Err(Reason::NeverFits(_)) => self.gang(gang),
+            Err(Reason::NoDomain(shortfall)) => {
+                let written = gang.pod_sets.iter().find(|p| p.name == shortfall.pod_set).map(|p| p.topology);
+                match (written, shortfall.level) {
+                    (Some(TopologyConstraint::Preferred(preferred)), Some(held)) => {
+                        Err(Reason::HoldingForLocality { preferred, held, shortfall })
+                    }
+                    _ => Err(Reason::NoDomain(shortfall)),
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// The gang placed on `cluster` as things stand, its quota checked; what it takes stays
+    /// taken (uncommitted) on success and is rolled back on failure.
+    pub(crate) fn fit(&mut self, cluster: ClusterId, gang: &Gang) -> Option<Admission> {
+        self.fit_within(cluster, gang, None)
+    }
+
+    /// The gang admitted inside `domain` of `cluster`, where the batch optimiser put it.
+    pub(crate) fn pinned(&mut self, gang: &Gang, cluster: ClusterId, domain: DomainId) -> Option<Admission> {
+        let admission = self.fit_within(cluster, gang, Some(domain))?;
+        self.commit(gang, &admission);
+        Some(admission)
+    }
+
+    fn fit_within(&mut self, cluster: ClusterId, gang: &Gang, within: Option<DomainId>) -> Option<Admission> {
+        let queue = self.queues.id(&gang.queue)?;
+        let resolved: Vec<Resolved> =
+            gang.pod_sets.iter().map(|ps| self.resolve(queue, ps)).collect::<Result<_, _>>().ok()?;
+        let cp = self.txn.checkpoint();
+        match self.try_cluster(cluster, gang, &resolved, within) {
+            Ok(admission) if self.check_quota(queue, gang, &admission).is_ok() => Some(admission),
+            _ => {
+                self.txn.rollback(cp);
+                None
+            }
+        }
+    }
+
+    /// Whether the gang, as written, fits some cluster it may use as things stand.
+    pub(crate) fn fits_anywhere(&mut self, gang: &Gang) -> bool {
+        for c in self.fleet.cluster_ids() {
+            let cl = self.fleet.cluster(c);
+            if cl.cordoned || !gang.clusters.allows(&cl.name, &cl.labels) {
+                continue;
+            }
+            let cp = self.txn.checkpoint();
+            if self.fit(c, gang).is_some() {
+                self.txn.rollback(cp);
+                return true;
+            }
+        }
+        false
+    }
+
+    pub(crate) fn gang(&mut self, gang: &'a Gang) -> Result<Admission, Reason> {
+        gang.validate().map_err(Reason::Invalid)?;
+        let queue = self.queues.id(&gang.queue).ok_or_else(|| Reason::UnknownQueue { queue: gang.queue.clone() })?;
+        let resolved: Vec<Resolved> =
+            gang.pod_sets.iter().map(|ps| self.resolve(queue, ps)).collect::<Result<_, _>>()?;
+        let candidates = self.candidates(gang, &resolved)?;
+        for (ps, r) in gang.pod_sets.iter().zip(&resolved) {
+            if let Some(e) = self.txn.memo(&memo::key(gang, ps)).iter().find(|e| e.answers(ps, &r.flavors)) {
+                let reason = e.reason(ps);
+                self.txn.stats.memo_hits += 1;
+                return Err(reason);
+            }
+        }
+        let order = self.cluster_order(gang, &candidates, &resolved);
+        let mut failed_pod_set = 0usize;
+        let mut quota_reason = None;
+        for c in order {
+            self.txn.stats.attempts += 1;
+            let cp = self.txn.checkpoint();
+            match self.try_cluster(c, gang, &resolved, None) {
+                Ok(admission) => match self.check_quota(queue, gang, &admission) {
+                    Ok(()) => {
+                        self.commit(gang, &admission);
+                        return Ok(admission);
+                    }
+                    Err(reason) => {
+                        self.txn.rollback(cp);
+                        quota_reason.get_or_insert(reason);
+                    }
+                },
+                Err(failed) => {
+                    self.txn.rollback(cp);
+                    failed_pod_set = failed_pod_set.max(failed);
+                }
+            }
+        }
+        if let Some(reason) = quota_reason {
+            return Err(reason);
+        }
+        // Name the first pod set that fits no span on its own; if each would fit alone but not
+        // all together, the one that failed last.
+        let empty = self.fleet.allocatable();
+        let failed = (0..gang.pod_sets.len())
+            .find(|&i| {
+                self.largest(&self.txn.cap, &candidates, &gang.pod_sets[i], &resolved[i]).0 < gang.pod_sets[i].pods
+            })
+            .unwrap_or(failed_pod_set);
+        let (ps, r) = (&gang.pod_sets[failed], &resolved[failed]);
+        let entry = MemoEntry {
+            flavors: r.flavors.clone(),
+            min_pods: ps.pods,
+            now: self.shortfall(&self.txn.cap, &candidates, ps, r),
+            empty: self.shortfall(empty, &candidates, ps, r),
+        };
+        let reason = entry.reason(ps);
+        if failed == 0 {
+            // Pod set 0 was tried on untouched capacity: its failure says something about the
+            // shape alone, so later gangs of the same shape, as large or larger, skip the search.
+            self.txn.remember(memo::key(gang, ps), entry);
+        }
+        Err(reason)
+    }
+
+    /// The gang admitted as placed: its capacity stays taken, its quota is charged.
+    pub(crate) fn commit(&mut self, gang: &Gang, admission: &Admission) {
+        self.txn.charge(gang, admission);
+    }
+
+    /// The flavors a pod set may use: those it accepts, the queue has quota for and the fleet
+    /// has, with room in the queue's quota right now.
+    pub(crate) fn resolve(&self, queue: QueueId, ps: &PodSet) -> Result<Resolved, Reason> {
+        if ps.shape.gpus == 0 {
+            return Ok(Resolved { flavors: vec![None] });
+        }
+        if self.queues.is_unlimited(queue) {
+            // No quota to check: every flavor the pod set accepts that the fleet has.
+            let flavors: Vec<Option<FlavorId>> = if ps.flavors.is_empty() {
+                (0..self.fleet.flavor_names().len()).map(|i| Some(FlavorId(i as u16))).collect()
+            } else {
+                ps.flavors.iter().filter_map(|n| self.fleet.flavor(n)).map(Some).collect()
+            };
+            if flavors.is_empty() {
+                return Err(Reason::NoFlavor { pod_set: ps.name.clone(), flavors: ps.flavors.clone() });
+            }
+            return Ok(Resolved { flavors });
+        }
+        let names: Vec<&str> = if !ps.flavors.is_empty() {
+            ps.flavors.iter().map(String::as_str).filter(|f| self.queues.covers_flavor(queue, f)).collect()
+        } else if self.queues.is_unlimited(queue) {
+            self.fleet.flavor_names().iter().map(String::as_str).collect()
+        } else {
+            self.queues.quota_flavors(queue).collect()
+        };
+        let queue_name = &self.queues.spec(queue).name;
+        if names.is_empty() {
+            return Err(Reason::NoQuotaForFlavor {
+                queue: queue_name.clone(),
+                pod_set: ps.name.clone(),
+                flavors: ps.flavors.clone(),
+            });
+        }
+        let in_fleet: Vec<(&str, FlavorId)> =
+            names.iter().filter_map(|n| self.fleet.flavor(n).map(|f| (*n, f))).collect();
+        if in_fleet.is_empty() {
+            return Err(Reason::NoFlavor {
+                pod_set: ps.name.clone(),
+                flavors: names.iter().map(|s| s.to_string()).collect(),
+            });
+        }
+        let mut first_shortage = None;
+        let mut flavors = Vec::new();
+        for (name, id) in in_fleet {
+            match charges(name, ps.pods, &ps.shape)
+                .find_map(|(key, need)| self.short_of(queue, &key, need).map(|avail| (key, need, avail)))
+            {
+                None => flavors.push(Some(id)),
+                Some(((flavor, resource), requested, available)) => {
+                    first_shortage.get_or_insert(Reason::QuotaExceeded {
+                        queue: queue_name.clone(),
+                        flavor,
+                        resource,
+                        requested,
+                        available,
+                    });
+                }
+            }
+        }
+        match first_shortage {
+            Some(reason) if flavors.is_empty() => Err(reason),
+            _ => Ok(Resolved { flavors }),
+        }
+    }
+
+    /// `Some(available)` when `need` more of `key` does not fit the queue's quota.
+    fn short_of(&self, queue: QueueId, key: &QuotaKey, need: u64) -> Option<u64> {
+        self.queues.headroom(self.txn.usage(), queue, key).filter(|&room| room < need)
+    }
+
+    fn check_quota(&self, queue: QueueId, gang: &Gang, admission: &Admission) -> Result<(), Reason> {
+        for ((flavor, resource), requested) in gang_charges(self.fleet, self.queues, gang, admission) {
+            let key = (flavor, resource);
+            if let Some(available) = self.short_of(queue, &key, requested) {
+                return Err(Reason::QuotaExceeded {
+                    queue: gang.queue.clone(),
+                    flavor: key.0,
+                    resource,
+                    requested,
+                    available,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn candidates(&self, gang: &Gang, resolved: &[Resolved]) -> Result<Vec<ClusterId>, Reason> {
+        let has_flavors = |c: ClusterId| {
+            resolved.iter().all(|r| r.flavors.iter().any(|f| f.is_none_or(|f| self.fleet.cluster(c).has_flavor(f))))
+        };
+        let with_flavor: Vec<ClusterId> = self.fleet.cluster_ids().filter(|&c| has_flavors(c)).collect();
+        if with_flavor.is_empty() {
+            // Name the first pod set that no cluster can serve.
+            let (ps, r) = gang
+                .pod_sets
+                .iter()
+                .zip(resolved)
+                .find(|(_, r)| {
+                    !self
+                        .fleet
+                        .cluster_ids()
+                        .any(|c| r.flavors.iter().any(|f| f.is_none_or(|f| self.fleet.cluster(c).has_flavor(f))))
+                })
+                .unwrap_or((&gang.pod_sets[0], &resolved[0]));
+            let flavors = r.flavors.iter().flatten().map(|f| self.fleet.flavor_name(*f).to_string()).collect();
+            return Err(Reason::NoFlavor { pod_set: ps.name.clone(), flavors });
+        }
+        let allowed: Vec<ClusterId> = with_flavor
+            .into_iter()
+            .filter(|&c| {
+                let cl = self.fleet.cluster(c);
+                !cl.cordoned && gang.clusters.allows(&cl.name, &cl.labels)
+            })
+            .collect();
+        if allowed.is_empty() {
+            return Err(Reason::NoClusterMatches { pod_set: gang.pod_sets[0].name.clone() });
+        }
+        Ok(allowed)
+    }
+
+    /// The clusters to try, in order. `Scored` ranks each cluster by where the gang's pod sets
+    /// would go there (found without placing anything) and drops clusters where one cannot go.
+    fn cluster_order(&self, gang: &Gang, candidates: &[ClusterId], resolved: &[Resolved]) -> Vec<ClusterId> {
+        if self.config.choice == ClusterChoice::Scored {
+            let mut scored: Vec<Score> = candidates.iter().filter_map(|&c| self.estimate(c, gang, resolved)).collect();
+            scored.sort_unstable();
+            return scored.into_iter().map(|s| s.5).collect();
+        }
+        let mut order = candidates.to_vec();
+        if self.config.choice == ClusterChoice::MostFree {
+            let free = |c: ClusterId| -> u64 {
+                let root = self.fleet.cluster(c).root;
+                resolved
+                    .iter()
+                    .flat_map(|r| r.flavors.iter().flatten())
+                    .map(|&f| self.txn.cap.free_gpus(self.fleet, root, f))
+                    .sum()
+            };
+            order.sort_by_key(|&c| (Reverse(free(c)), c));
+        }
+        order
+    }
+
+    /// Places every pod set in `cluster`; on failure, the index of the pod set that failed.
+    fn try_cluster(
+        &mut self,
+        cluster: ClusterId,
+        gang: &Gang,
+        resolved: &[Resolved],
+        within: Option<DomainId>,
+    ) -> Result<Admission, usize> {
+        let mut placements = Vec::with_capacity(gang.pod_sets.len());
+        for (i, (ps, r)) in gang.pod_sets.iter().zip(resolved).enumerate() {
+            let placed = r
+                .flavors
+                .iter()
+                .filter(|f| f.is_none_or(|f| self.fleet.cluster(cluster).has_flavor(f)))
+                .find_map(|&flavor| {
+                    let ask = Ask { within, ..ask(self.fleet, cluster, ps, flavor) };
+                    Placer { fleet: self.fleet, cap: &mut self.txn.cap, fill: self.config.fill }.place(cluster, &ask)
+                });
+            placements.push(placed.ok_or(i)?);
+        }
+        Ok(Admission { cluster, pod_sets: placements })
+    }
+
+    /// How good `cluster` would be for the gang, from the span each pod set would take on the
+    /// current capacity: preferences missed, then locality (the narrowest common domain), then
+    /// what is left over in the spans (best fit), then the admin's cost weight, then balance.
+    /// `None` when some pod set has no span there.
+    fn estimate(&self, cluster: ClusterId, gang: &Gang, resolved: &[Resolved]) -> Option<Score> {
+        let fleet = self.fleet;
+        let view = View { fleet, cap: &self.txn.cap, fill: self.config.fill };
+        let c = fleet.cluster(cluster);
+        let (mut missed, mut leftover) = (0u32, 0u64);
+        let mut spans = Vec::with_capacity(gang.pod_sets.len());
+        for (ps, r) in gang.pod_sets.iter().zip(resolved) {
+            let (span, ask) = r.flavors.iter().filter(|f| f.is_none_or(|f| c.has_flavor(f))).find_map(|&f| {
+                let ask = ask(fleet, cluster, ps, f);
+                view.narrowest_span(cluster, &ask).map(|s| (s, ask))
+            })?;
+            leftover += view.leftover(span, &ask);
+            if let TopologyConstraint::Preferred(level) = ps.topology
+                && fleet.level_of(span).is_none_or(|l| l < level)
+            {
+                missed += 1;
+            }
+            spans.push(span);
+        }
+        let locality = fleet.common_ancestor(spans).and_then(|d| fleet.level_of(d)).map_or(0, |l| l as u8 + 1);
+        let free: u64 = c.flavors.iter().map(|&f| self.txn.cap.free_gpus(fleet, c.root, f)).sum();
+        Some((missed, Reverse(locality), leftover, c.cost_weight, Reverse(free), cluster))
+    }
+
+    /// The most pods of the pod set one allowed span could take on `cap`: (pods, where, flavor).
+    fn largest(
+        &self,
+        cap: &Capacity,
+        candidates: &[ClusterId],
+        ps: &PodSet,
+        r: &Resolved,
+    ) -> (u32, ClusterId, Option<FlavorId>) {
+        let view = View { fleet: self.fleet, cap, fill: self.config.fill };
+        let mut best: Option<(u32, ClusterId, Option<FlavorId>)> = None;
+        for &c in candidates {
+            for &flavor in r.flavors.iter().filter(|f| f.is_none_or(|f| self.fleet.cluster(c).has_flavor(f))) {
+                let largest = view.largest(c, &ask(self.fleet, c, ps, flavor));
+                if best.is_none_or(|(b, _, _)| largest > b) {
+                    best = Some((largest, c, flavor));
+                }
+            }
+        }
+        best.unwrap_or((0, candidates[0], None))
+    }
+
+    /// The largest number of the pod set's pods that one allowed span in any candidate
+    /// cluster could take on `cap`.
+    fn shortfall(&self, cap: &Capacity, candidates: &[ClusterId], ps: &PodSet, r: &Resolved) -> Shortfall {
+        let (largest, cluster, flavor) = self.largest(cap, candidates, ps, r);
+        let level = match ps.topology {
+            TopologyConstraint::Required(l) => Some(l),
+            _ => None,
+        };
+        Shortfall {
+            pod_set: ps.name.clone(),
+            level,
+            pods: ps.pods,
+            gpus_per_pod: ps.shape.gpus,
+            flavor: flavor.map(|f| self.fleet.flavor_name(f).to_string()),
+            largest,
+            cluster: self.fleet.cluster(cluster).name.clone(),
+        }
+    }
+}
+
+pub(crate) fn ask(fleet: &Fleet, cluster: ClusterId, ps: &PodSet, flavor: Option<FlavorId>) -> Ask {
+    let c = fleet.cluster(cluster);
+    let widest_depth = match ps.topology {
+        TopologyConstraint::Required(level) => c.depth_for(level),
+        _ => 0,
+    };
+    Ask {
+        flavor,
+        shape: ps.shape,
+        pods: ps.pods,
+        widest_depth,
+        slice: ps.slice.map(|s| (s.size, c.depth_for(s.level))),
+        within: None,
+    }
+}

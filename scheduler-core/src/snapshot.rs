@@ -1,0 +1,90 @@
+//! What a cycle sees: the fleet and queues, the capacity and quota usage left by what is
+//! already running, and, for reservations and preemption, what the running gangs will give
+//! back and which of them could be evicted.
+
+use crate::capacity::{Capacity, PodShape};
+use crate::decision::Admission;
+use crate::fleet::{DomainId, Fleet};
+use crate::gang::Gang;
+use crate::queue::{Queues, QuotaUsage};
+
+/// The cycle consumes the capacity and usage and returns them, updated by what it admits.
+#[derive(Debug, Clone)]
+pub struct Snapshot<'a> {
+    pub fleet: &'a Fleet,
+    pub queues: &'a Queues,
+    pub capacity: Capacity,
+    pub usage: QuotaUsage,
+    /// The cycle's time, on the clock of the gangs' `submitted_ms` (an input: the core reads
+    /// no clock).
+    pub now_ms: u64,
+    /// What running gangs will give back and when they are expected to: reservations are
+    /// planned on it. Empty: no reservations.
+    pub releases: Vec<Release>,
+    /// The running gangs preemption may choose victims among. Empty: no preemption.
+    pub running: Vec<Running<'a>>,
+}
+
+impl<'a> Snapshot<'a> {
+    /// The fleet with nothing running, at time 0.
+    pub fn idle(fleet: &'a Fleet, queues: &'a Queues) -> Self {
+        Snapshot {
+            fleet,
+            queues,
+            capacity: Capacity::empty(fleet),
+            usage: QuotaUsage::default(),
+            now_ms: 0,
+            releases: Vec::new(),
+            running: Vec::new(),
+        }
+    }
+}
+
+/// Capacity a running gang gives back when it ends, at its expected end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Release {
+    /// The running gang's id.
+    pub gang: String,
+    pub end_ms: u64,
+    /// (host, pods, shape of each pod).
+    pub hosts: Vec<(DomainId, u32, PodShape)>,
+}
+
+impl Release {
+    pub fn of(gang: &Gang, admission: &Admission, end_ms: u64) -> Self {
+        let hosts = gang
+            .pod_sets
+            .iter()
+            .zip(&admission.pod_sets)
+            .flat_map(|(ps, p)| p.hosts.iter().map(move |&(h, n)| (h, n, ps.shape)))
+            .collect();
+        Release { gang: gang.id.clone(), end_ms, hosts }
+    }
+}
+
+/// A gang running when the snapshot was taken: a possible victim.
+#[derive(Debug, Clone, Copy)]
+pub struct Running<'a> {
+    pub gang: &'a Gang,
+    pub admission: &'a Admission,
+    pub started_ms: u64,
+    /// When it last reported a checkpoint, on the same clock.
+    pub checkpoint_ms: Option<u64>,
+    /// Already being evicted (for an earlier preemptor): choosing it costs nothing and needs no
+    /// permission, so a preemptor waiting for its victims to go picks the same ones again.
+    pub evicting: bool,
+}
+
+impl Running<'_> {
+    /// GPU-milliseconds of work an eviction at `now_ms` throws away.
+    pub fn loss(&self, now_ms: u64, prefer_checkpointed: bool) -> u64 {
+        if self.evicting {
+            return 0;
+        }
+        let since = match self.checkpoint_ms {
+            Some(c) if prefer_checkpointed => c.max(self.started_ms),
+            _ => self.started_ms,
+        };
+        self.gang.total_gpus().saturating_mul(now_ms.saturating_sub(since))
+    }
+}

@@ -1,0 +1,258 @@
+//! All the scratch state of one cycle as one transaction: free capacity, quota usage, the memo
+//! of shapes that fit nowhere, the gangs evicted so far and the cycle's counters. Every change
+//! goes through here and is journaled, so [`Txn::rollback`] returns to a [`Savepoint`] whole:
+//! a gang tried and failed, a victim set tried, a look at the capacity of the future, leave
+//! nothing behind, and a new piece of scratch state cannot be forgotten by one of them.
+
+use std::collections::BTreeSet;
+
+use crate::capacity::{self, Capacity};
+use crate::decision::{Admission, CycleStats};
+use crate::fleet::Fleet;
+use crate::gang::Gang;
+use crate::memo::{Memo, MemoEntry, MemoKey};
+use crate::queue::{Charge, Queues, QuotaUsage};
+use crate::snapshot::Running;
+
+#[derive(Debug)]
+pub(crate) struct Txn<'a> {
+    fleet: &'a Fleet,
+    queues: &'a Queues,
+    /// Read freely; changed only through `Placer` (which takes) and the methods here, all of
+    /// which the capacity's own journal records.
+    pub(crate) cap: Capacity,
+    usage: QuotaUsage,
+    memo: Memo<'a>,
+    evicted: BTreeSet<&'a str>,
+    pub(crate) stats: CycleStats,
+    undo: Vec<Undo<'a>>,
+}
+
+/// How to undo one change that is not capacity's (capacity journals its own).
+#[derive(Debug)]
+enum Undo<'a> {
+    Charged(Charge),
+    Discharged(Charge),
+    Evicted(&'a str),
+    /// A memo key and what it held before.
+    Memo(MemoKey<'a>, Option<Vec<MemoEntry>>),
+    MemoCleared(Memo<'a>),
+}
+
+/// A point [`Txn::rollback`] returns to. The counters go back with the rest: work done on a
+/// hypothetical (a future capacity) is not the cycle's.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Savepoint {
+    cap: capacity::Checkpoint,
+    undo: usize,
+    stats: CycleStats,
+}
+
+impl<'a> Txn<'a> {
+    pub(crate) fn new(fleet: &'a Fleet, queues: &'a Queues, mut cap: Capacity, usage: QuotaUsage) -> Self {
+        cap.commit();
+        Txn {
+            fleet,
+            queues,
+            cap,
+            usage,
+            memo: Memo::new(),
+            evicted: BTreeSet::new(),
+            stats: CycleStats::default(),
+            undo: Vec::new(),
+        }
+    }
+
+    pub(crate) fn usage(&self) -> &QuotaUsage {
+        &self.usage
+    }
+
+    pub(crate) fn checkpoint(&self) -> Savepoint {
+        Savepoint { cap: self.cap.checkpoint(), undo: self.undo.len(), stats: self.stats }
+    }
+
+    pub(crate) fn rollback(&mut self, sp: Savepoint) {
+        self.cap.rollback(self.fleet, sp.cap);
+        while self.undo.len() > sp.undo {
+            let Some(u) = self.undo.pop() else { break };
+            match u {
+                Undo::Charged(c) => self.usage.remove_charge(&c),
+                Undo::Discharged(c) => self.usage.add_charge(&c),
+                Undo::Evicted(id) => {
+                    self.evicted.remove(id);
+                }
+                Undo::Memo(key, Some(old)) => {
+                    self.memo.insert(key, old);
+                }
+                Undo::Memo(key, None) => {
+                    self.memo.remove(&key);
+                }
+                Undo::MemoCleared(memo) => self.memo = memo,
+            }
+        }
+        self.stats = sp.stats;
+    }
+
+    /// Forgets the journal: nothing before this point can be rolled back any more. The cycle
+    /// calls it between gangs, where no savepoint is open, to keep the journal short.
+    pub(crate) fn commit(&mut self) {
+        self.cap.commit();
+        self.undo.clear();
+    }
+
+    /// The cycle's end: what it leaves taken and charged.
+    pub(crate) fn finish(mut self) -> (Capacity, QuotaUsage, CycleStats) {
+        self.cap.commit();
+        (self.cap, self.usage, self.stats)
+    }
+
+    /// Charges an admitted gang to its queue (its capacity is already taken by the placer).
+    pub(crate) fn charge(&mut self, gang: &Gang, admission: &Admission) {
+        if let Some(c) = Charge::of(self.queues, gang, admission.flavors(self.fleet)) {
+            self.usage.add_charge(&c);
+            self.undo.push(Undo::Charged(c));
+        }
+    }
+
+    /// A running gang's pods and quota given back, and the gang marked evicted.
+    pub(crate) fn evict(&mut self, r: &Running<'a>) {
+        for (ps, p) in r.gang.pod_sets.iter().zip(&r.admission.pod_sets) {
+            for &(host, pods) in &p.hosts {
+                self.cap.give_back(self.fleet, host, pods, ps.shape);
+            }
+        }
+        if let Some(c) = Charge::of(self.queues, r.gang, r.admission.flavors(self.fleet)) {
+            self.usage.remove_charge(&c);
+            self.undo.push(Undo::Discharged(c));
+        }
+        if self.evicted.insert(r.gang.id.as_str()) {
+            self.undo.push(Undo::Evicted(r.gang.id.as_str()));
+        }
+    }
+
+    pub(crate) fn is_evicted(&self, gang: &str) -> bool {
+        self.evicted.contains(gang)
+    }
+
+    pub(crate) fn memo(&self, key: &MemoKey<'a>) -> &[MemoEntry] {
+        self.memo.get(key).map_or(&[], Vec::as_slice)
+    }
+
+    /// Records that the shape fits nowhere with as few as `entry.min_pods` pods; a smaller
+    /// count for the same flavors replaces the larger.
+    pub(crate) fn remember(&mut self, key: MemoKey<'a>, entry: MemoEntry) {
+        let entries = self.memo.entry(key).or_default();
+        let i = entries.iter().position(|e| e.flavors == entry.flavors);
+        if i.is_some_and(|i| entries[i].min_pods <= entry.min_pods) {
+            return;
+        }
+        let old = entries.clone();
+        match i {
+            Some(i) => entries[i] = entry,
+            None => entries.push(entry),
+        }
+        let old = (!old.is_empty()).then_some(old);
+        self.undo.push(Undo::Memo(key, old));
+    }
+
+    /// Forgets the memo: capacity was given back, so what fit nowhere may fit now.
+    pub(crate) fn forget(&mut self) {
+        let memo = std::mem::take(&mut self.memo);
+        self.undo.push(Undo::MemoCleared(memo));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capacity::PodShape;
+    use crate::fixture::{GangExt, gang, greedy, uniform_cluster};
+    use crate::fleet::FleetBuilder;
+    use crate::memo;
+    use crate::queue::{QueueSpec, Quota, Resource};
+    use crate::reason::Shortfall;
+    use crate::run::Run;
+    use crate::topology::Level;
+
+    fn queues() -> Queues {
+        let mut q = QueueSpec::unlimited("default");
+        q.quotas = vec![Quota {
+            flavor: "h100".into(),
+            resource: Resource::Gpu,
+            nominal: 64,
+            borrowing_limit: None,
+            lending_limit: None,
+        }];
+        Queues::new(vec![q]).expect("valid")
+    }
+
+    /// Every kind of change a cycle makes, inside a savepoint, then rolled back: the state is
+    /// what it was, piece by piece. A new piece of scratch state that `rollback` forgets fails
+    /// here (add it to `State`).
+    #[test]
+    fn rollback_undoes_capacity_usage_memo_evictions_and_counters() {
+        let mut b = FleetBuilder::new();
+        uniform_cluster(&mut b, "east", "h100", 8, &[(Level::Rack, 2), (Level::Host, 4)]).expect("cluster");
+        let fleet = b.build().expect("fleet");
+        let queues = queues();
+        let config = greedy();
+        let running_gang = gang("running").pods(2).gpus(8);
+        let newcomer = gang("new").pods(3).gpus(8).required(Level::Rack);
+        let too_big = gang("big").pods(9).gpus(8).required(Level::Rack);
+
+        // One gang runs already: placed and charged, then committed as the snapshot's state.
+        let mut run = Run::new(&fleet, &queues, &config, Capacity::empty(&fleet), QuotaUsage::default());
+        let placed = run.gang(&running_gang).expect("fits");
+        let (cap, usage, _) = run.txn.finish();
+        let running =
+            Running { gang: &running_gang, admission: &placed, started_ms: 0, checkpoint_ms: None, evicting: false };
+
+        let mut txn = Txn::new(&fleet, &queues, cap.clone(), usage.clone());
+        #[derive(Debug, PartialEq)]
+        struct State(Capacity, QuotaUsage, bool, usize, CycleStats);
+        let key = memo::key(&too_big, &too_big.pod_sets[0]);
+        let state = |t: &Txn<'_>| {
+            let mut c = t.cap.clone();
+            c.commit();
+            State(c, t.usage.clone(), t.is_evicted("running"), t.memo(&key).len(), t.stats)
+        };
+        let shortfall = Shortfall {
+            pod_set: "node".into(),
+            level: Some(Level::Rack),
+            pods: 9,
+            gpus_per_pod: 8,
+            flavor: Some("h100".into()),
+            largest: 4,
+            cluster: "east".into(),
+        };
+        txn.remember(key, MemoEntry { flavors: vec![None], min_pods: 9, now: shortfall.clone(), empty: shortfall });
+        txn.stats.attempts = 7;
+        let before = state(&txn);
+
+        let sp = txn.checkpoint();
+        txn.evict(&running);
+        let hosts: Vec<_> = placed.pod_sets[0].hosts.clone();
+        for &(h, n) in &hosts {
+            txn.cap.take(&fleet, h, n, PodShape { gpus: 8, ..PodShape::default() });
+        }
+        let other = Admission { cluster: placed.cluster, pod_sets: placed.pod_sets.clone() };
+        txn.charge(&newcomer, &other);
+        txn.forget();
+        txn.stats.attempts += 5;
+        assert_ne!(state(&txn), before, "the changes are visible inside the savepoint");
+        txn.rollback(sp);
+        assert_eq!(state(&txn), before);
+
+        // Nested: an inner rollback keeps the outer changes, the outer undoes both.
+        let outer = txn.checkpoint();
+        txn.evict(&running);
+        let after_evict = state(&txn);
+        let inner = txn.checkpoint();
+        txn.forget();
+        txn.charge(&newcomer, &other);
+        txn.rollback(inner);
+        assert_eq!(state(&txn), after_evict);
+        txn.rollback(outer);
+        assert_eq!(state(&txn), before);
+    }
+}
