@@ -34,7 +34,7 @@ pub enum TrainJobCondition {
 }
 
 impl TrainJobCondition {
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             TrainJobCondition::Suspended => "Suspended",
             TrainJobCondition::Complete => "Complete",

@@ -493,7 +493,7 @@ fn agent_command(args: AgentArgs) -> Result<(), CliError> {
         let hub = kube_client(Some(&args.hub_kubeconfig), "hub kubeconfig").await?;
         let member = kube_client(args.member_kubeconfig.as_deref(), "member kubeconfig").await?;
         let mut registry = prometheus_client::registry::Registry::default();
-        let cfg = member_agent::controller::AgentConfig {
+        let cfg = member_agent::AgentConfig {
             cluster: args.cluster,
             levels,
             capabilities: trainer_render::Capabilities {
@@ -501,7 +501,7 @@ fn agent_command(args: AgentArgs) -> Result<(), CliError> {
                 topology_mode: topology_mode(args.topology_mode),
                 ..Default::default()
             },
-            timing: member_agent::controller::Timing {
+            timing: member_agent::Timing {
                 heartbeat: Duration::from_secs(args.heartbeat_seconds.max(1)),
                 hub_lost: Duration::from_secs(args.hub_lost_seconds),
                 start_timeout: Duration::from_secs(args.start_timeout_seconds),

@@ -57,8 +57,14 @@ impl Default for Options {
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("writing {what} {namespace}/{name}: {source}")]
-    Write { what: &'static str, namespace: String, name: String, source: kube::Error },
+    #[error("writing {what} {namespace}/{name}")]
+    Write {
+        what: &'static str,
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 /// The hub caches a cycle reads.
@@ -326,7 +332,7 @@ pub async fn run(hub: Client, opts: Options) {
             Err(error) => {
                 opts.metrics.cycle_errors.inc();
                 let retry_in = backoff.fail();
-                tracing::warn!(%error, ?retry_in, "dispatcher cycle failed");
+                tracing::warn!(error = %kube_shell::error_chain(&error), ?retry_in, "dispatcher cycle failed");
                 tokio::time::sleep(retry_in).await;
                 watches.poke();
             }

@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use scheduler_core::{Admission, Fleet, Gang, Reason, TopologyConstraint};
 
 /// Condition type on a hub TrainJob while it waits for a placement (True = still pending).
-pub const PENDING_CONDITION: &str = "Pending";
+pub const PENDING_CONDITION: &str = api::trainer::TrainJobCondition::Pending.as_str();
 
 /// The Placement for an admitted gang at `epoch`.
 pub fn placement(fleet: &Fleet, gang: &Gang, admission: &Admission, train_job_uid: &str, epoch: i64) -> PlacementSpec {

@@ -8,3 +8,29 @@
 pub mod backoff;
 pub mod health;
 pub mod watch;
+
+/// An error and every cause under it, `outer: inner: …`: how a controller logs a failure, so
+/// each error's own message says only what it adds.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    #[derive(Debug, thiserror::Error)]
+    #[error("reading TrainJob a/b")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn the_chain_prints_each_cause_once() {
+        let e = Outer(std::io::Error::other("connection refused"));
+        assert_eq!(super::error_chain(&e), "reading TrainJob a/b: connection refused");
+    }
+}

@@ -2,6 +2,19 @@
 //! `trainer-render`, the pure half), applies it, and reports back. It must not depend on the
 //! dispatcher: hub and agent are peers that meet only in hub objects (`api`).
 
+pub mod caches;
 pub mod capacity;
+pub mod config;
 pub mod controller;
+mod error;
+mod fence;
 pub mod metrics;
+mod objects;
+mod realise;
+mod report;
+mod status;
+mod survey;
+mod work;
+
+pub use config::{AgentConfig, Timing};
+pub use error::Error;

@@ -23,7 +23,7 @@ use dispatcher::leader::LeaderConfig;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, PostParams};
-use member_agent::controller::{AgentConfig, Timing};
+use member_agent::{AgentConfig, Timing};
 use simulator::fleet_file::{ClusterSpec, FleetSpec};
 use tokio::task::JoinHandle;
 use trainer_render::{Capabilities, GangScheduler};

@@ -12,7 +12,7 @@ use dispatcher::decide::Settings;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Client;
 use kube::api::{Api, PostParams};
-use member_agent::controller::Timing;
+use member_agent::Timing;
 use serde_json::json;
 use trainer_render::GangScheduler;
 

@@ -159,8 +159,7 @@ fn scheduler_core_modules_import_downward_only() {
         let targets = edges.entry(module.clone()).or_default();
         for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
             for (i, _) in line.match_indices("crate::") {
-                let name: String =
-                    line[i + 7..].chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect();
+                let name: String = line[i + 7..].chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect();
                 let mutual = MUTUAL.iter().any(|&(a, b)| (a, b) == (&module, &name) || (b, a) == (&module, &name));
                 if !name.is_empty() && name != module && !mutual {
                     targets.insert(name);

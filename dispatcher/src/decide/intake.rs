@@ -1,0 +1,264 @@
+//! Where each unfinished TrainJob is in its life ([`JobState`]), read from the TrainJob, its
+//! Placement and the members' reports; and what its member reports, mirrored into its status.
+
+use api::stowage::{CHECKPOINT_ANNOTATION, ClusterBackoff, Placement, PlacementKey, PlacementPhase, PlacementStatus};
+use api::trainer::{JobStatus, Runtime, TrainJob, TrainJobCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use scheduler_core::{ClusterFilter, Gang};
+
+use super::members::Members;
+use super::{Observed, Settings, conditions, key};
+use crate::translate;
+
+/// One unfinished TrainJob, its status as this cycle will have it, and its state.
+#[derive(Debug)]
+pub(super) struct Job<'a> {
+    pub(super) tj: &'a TrainJob,
+    pub(super) conditions: Vec<Condition>,
+    pub(super) jobs: Vec<JobStatus>,
+    pub(super) state: JobState<'a>,
+}
+
+/// A TrainJob's lifecycle as the dispatcher drives it.
+#[derive(Debug)]
+pub(super) enum JobState<'a> {
+    /// Cannot be scheduled as it stands (its runtime is missing, or it does not translate);
+    /// its `Pending` condition says why.
+    Blocked,
+    /// Its member reported it finished at the current epoch.
+    Finished,
+    /// Placed, and counted in its member's capacity report: it charges its queue's quota and
+    /// may be a preemption victim.
+    Running(Box<Active<'a>>),
+    /// Placed, but its member's report does not count its pods yet: its room is assumed taken
+    /// (the gang, pinned to its member) before anything new is placed, and never twice.
+    Assumed(Gang),
+    /// Needs a placement: new, leaving its member, or withdrawn earlier.
+    Waiting(Box<Waiting<'a>>),
+}
+
+/// A TrainJob whose pods are bound on a member: what preemption may evict.
+#[derive(Debug)]
+pub(super) struct Active<'a> {
+    pub(super) tj: &'a TrainJob,
+    pub(super) placement: &'a Placement,
+    pub(super) gang: Gang,
+    /// GPU flavor of each pod set, as placed (for its quota).
+    pub(super) flavors: Vec<Option<String>>,
+    pub(super) cluster: String,
+    /// The placement whose pods are bound there.
+    pub(super) key: PlacementKey,
+    pub(super) started_ms: u64,
+    pub(super) checkpoint_ms: Option<u64>,
+    /// Withdrawn already (evicted for a preemptor), its pods not yet gone.
+    pub(super) evicting: bool,
+}
+
+/// A TrainJob waiting for a placement this cycle.
+#[derive(Debug)]
+pub(super) struct Waiting<'a> {
+    pub(super) gang: Gang,
+    pub(super) epoch: i64,
+    pub(super) backoff: Vec<ClusterBackoff>,
+    /// The Placement it replaces (its resourceVersion), if there is one.
+    pub(super) replaces: Option<String>,
+    /// Whether the Placement still names a member it is leaving: then it is written even if
+    /// nothing else can take it, so that member's agent fences it.
+    pub(super) leaving: bool,
+    /// Withdrawn earlier with pods still bound on a live member: they hold room until gone.
+    pub(super) evicting: Option<Active<'a>>,
+}
+
+pub(super) fn finished(tj: &TrainJob) -> bool {
+    tj.status.as_ref().is_some_and(|s| {
+        [TrainJobCondition::Complete, TrainJobCondition::Failed]
+            .into_iter()
+            .any(|c| conditions::is_true(&s.conditions, c))
+    })
+}
+
+/// The TrainJob's state and status this cycle, given its Placement if it has one.
+pub(super) fn job<'a>(
+    o: &'a Observed,
+    members: &Members<'_>,
+    tj: &'a TrainJob,
+    placement: Option<&'a Placement>,
+    settings: &Settings,
+    now: &Time,
+) -> Job<'a> {
+    let (ns, name) = key(&tj.metadata);
+    let (conditions, jobs) = mirror(tj, placement, now);
+    let mut job = Job { tj, conditions, jobs, state: JobState::Blocked };
+    let Some(runtime) = runtime_for(o, tj) else {
+        let r = &tj.spec.runtime_ref;
+        let message = format!("spec.runtimeRef: {} {} not found", r.kind_or_default(), r.name);
+        conditions::upsert(&mut job.conditions, conditions::waiting("RuntimeNotFound", message, now));
+        return job;
+    };
+    let mut gang = match translate::gang(tj, &runtime) {
+        Ok(g) => g,
+        Err(e) => {
+            conditions::upsert(&mut job.conditions, conditions::waiting("Invalid", e.to_string(), now));
+            return job;
+        }
+    };
+    let t = now.0;
+    let Some(p) = placement else {
+        let waiting = Waiting { gang, epoch: 1, backoff: Vec::new(), replaces: None, leaving: false, evicting: None };
+        job.state = JobState::Waiting(Box::new(waiting));
+        return job;
+    };
+    let replaces = p.metadata.resource_version.clone();
+    let status = current_status(p);
+    job.state = match (withdrawal(p, members), &p.spec.cluster) {
+        (Some((reason, message)), Some(cluster)) => {
+            tracing::info!(trainjob = %format!("{ns}/{name}"), %cluster, reason, %message, "withdrawing");
+            let backoff = back_off(&p.spec.backoff, cluster, reason, settings, t);
+            gang.clusters.avoid.extend(backed_off(&backoff, t));
+            let epoch = p.spec.epoch + 1;
+            JobState::Waiting(Box::new(Waiting { gang, epoch, backoff, replaces, leaving: true, evicting: None }))
+        }
+        (_, None) => {
+            // Withdrawn earlier and not yet placed again; its old pods may still be going.
+            let evicting = members.bound(&p.spec.train_job_uid).map(|(member, old)| Active {
+                tj,
+                placement: p,
+                gang: gang.clone(),
+                flavors: Vec::new(),
+                cluster: member.to_string(),
+                key: old.clone(),
+                started_ms: 0,
+                checkpoint_ms: None,
+                evicting: true,
+            });
+            gang.clusters.avoid.extend(backed_off(&p.spec.backoff, t));
+            let (epoch, backoff) = (p.spec.epoch + 1, p.spec.backoff.clone());
+            JobState::Waiting(Box::new(Waiting { gang, epoch, backoff, replaces, leaving: false, evicting }))
+        }
+        (None, Some(cluster)) => {
+            let key = PlacementKey { uid: p.spec.train_job_uid.clone(), epoch: p.spec.epoch };
+            if matches!(status.map(|s| s.phase), Some(PlacementPhase::Succeeded | PlacementPhase::Failed)) {
+                JobState::Finished
+            } else if members.counts(cluster, &key) {
+                // Its GPUs are in the member's report; its quota is only here.
+                let flavors = gang
+                    .pod_sets
+                    .iter()
+                    .map(|ps| p.spec.pod_sets.iter().find(|pp| pp.name == ps.name).and_then(|pp| pp.flavor.clone()))
+                    .collect();
+                let annotations = tj.metadata.annotations.as_ref();
+                JobState::Running(Box::new(Active {
+                    tj,
+                    placement: p,
+                    gang,
+                    flavors,
+                    cluster: cluster.clone(),
+                    key,
+                    started_ms: millis(status.and_then(|s| s.start_time.as_deref())).unwrap_or(0),
+                    checkpoint_ms: millis(annotations.and_then(|a| a.get(CHECKPOINT_ANNOTATION)).map(String::as_str)),
+                    evicting: false,
+                }))
+            } else {
+                gang.clusters = ClusterFilter { only: Some(vec![cluster.clone()]), ..ClusterFilter::default() };
+                gang.priority = i32::MAX;
+                JobState::Assumed(gang)
+            }
+        }
+    };
+    job
+}
+
+/// The TrainJob's conditions and job statuses with what its member reports for the current
+/// epoch: Trainer's `Complete` or `Failed`, and, once started, no longer `Pending`.
+fn mirror(tj: &TrainJob, placement: Option<&Placement>, now: &Time) -> (Vec<Condition>, Vec<JobStatus>) {
+    let mut conds = tj.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
+    let mut jobs = tj.status.as_ref().map(|s| s.jobs_status.clone()).unwrap_or_default();
+    let Some((p, s)) = placement.and_then(|p| Some((p, current_status(p)?))) else { return (conds, jobs) };
+    jobs = s.jobs_status.clone();
+    match s.phase {
+        PlacementPhase::Succeeded => conditions::upsert(&mut conds, conditions::complete(now)),
+        PlacementPhase::Failed => {
+            let message = s.message.clone().unwrap_or_else(|| "jobset failed".into());
+            conditions::upsert(&mut conds, conditions::failed(message, now));
+        }
+        _ => {}
+    }
+    if let (Some(cluster), PlacementPhase::Applied | PlacementPhase::Running) = (&p.spec.cluster, s.phase) {
+        conditions::upsert(&mut conds, conditions::placed(cluster, now));
+        if conditions::is_true(&conds, TrainJobCondition::Preempted) {
+            conditions::upsert(&mut conds, conditions::placed_again(cluster, now));
+        }
+    }
+    (conds, jobs)
+}
+
+fn runtime_for(o: &Observed, tj: &TrainJob) -> Option<Runtime> {
+    let r = &tj.spec.runtime_ref;
+    match r.kind_or_default() {
+        "TrainingRuntime" => o
+            .runtimes
+            .iter()
+            .find(|rt| rt.metadata.name.as_deref() == Some(&r.name) && rt.metadata.namespace == tj.metadata.namespace)
+            .cloned()
+            .map(Runtime::Namespaced),
+        _ => o
+            .cluster_runtimes
+            .iter()
+            .find(|rt| rt.metadata.name.as_deref() == Some(&r.name))
+            .cloned()
+            .map(Runtime::Cluster),
+    }
+}
+
+/// The status a member reported for the placement's current epoch (older epochs' reports say
+/// nothing about where it runs now).
+fn current_status(p: &Placement) -> Option<&PlacementStatus> {
+    p.status.as_ref().filter(|s| s.observed_epoch == p.spec.epoch)
+}
+
+/// Why a placed TrainJob must leave its member, if it must.
+fn withdrawal(p: &Placement, members: &Members<'_>) -> Option<(&'static str, String)> {
+    let cluster = p.spec.cluster.as_deref()?;
+    let status = current_status(p);
+    match status.map(|s| s.phase) {
+        Some(PlacementPhase::Succeeded | PlacementPhase::Failed) => None,
+        Some(PlacementPhase::Unschedulable) => Some((
+            "Unschedulable",
+            status.and_then(|s| s.message.clone()).unwrap_or_else(|| "the gang did not start in time".into()),
+        )),
+        Some(PlacementPhase::Lost) => {
+            Some(("Lost", status.and_then(|s| s.message.clone()).unwrap_or_else(|| "the JobSet disappeared".into())))
+        }
+        _ if !members.is_live(cluster) => Some(("MemberSilent", format!("member {cluster} stopped reporting"))),
+        _ => None,
+    }
+}
+
+/// The back-off list after leaving `cluster`: the delay doubles with each repeat there.
+fn back_off(
+    previous: &[ClusterBackoff],
+    cluster: &str,
+    reason: &str,
+    settings: &Settings,
+    now: Timestamp,
+) -> Vec<ClusterBackoff> {
+    let attempts = previous.iter().find(|b| b.cluster == cluster).map_or(0, |b| b.attempts) + 1;
+    let delay = settings.backoff.saturating_mul(1 << (attempts - 1).min(16)).min(settings.max_backoff);
+    let until = now + SignedDuration::try_from(delay).unwrap_or(SignedDuration::MAX);
+    let mut list: Vec<ClusterBackoff> = previous.iter().filter(|b| b.cluster != cluster).cloned().collect();
+    list.push(ClusterBackoff { cluster: cluster.into(), reason: reason.into(), until: until.to_string(), attempts });
+    list
+}
+
+/// Members the TrainJob keeps away from right now.
+fn backed_off(list: &[ClusterBackoff], now: Timestamp) -> Vec<String> {
+    list.iter()
+        .filter(|b| b.until.parse::<Timestamp>().is_ok_and(|until| until > now))
+        .map(|b| b.cluster.clone())
+        .collect()
+}
+
+fn millis(t: Option<&str>) -> Option<u64> {
+    t?.parse::<Timestamp>().ok().map(|t| t.as_millisecond().max(0) as u64)
+}

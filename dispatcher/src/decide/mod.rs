@@ -1,0 +1,181 @@
+//! One dispatcher cycle's decision, pure: hub objects and the time in, what to write out. A
+//! recipe of named steps, each in its own module:
+//!
+//! 1. [`members`]: which members are live, what their capacity reports count and where they
+//!    report pods bound; [`queues`]: the Queues the cycle schedules with.
+//! 2. [`intake`]: each unfinished TrainJob's [`JobState`](intake::JobState) (blocked,
+//!    finished, running, assumed, waiting), its status mirrored from what its member reports.
+//!    A TrainJob leaves its member when the member has been silent past the grace period, or
+//!    its agent reports the gang did not start in time (Unschedulable) or its JobSet vanished
+//!    (Lost): it keeps away from that member for a back-off that doubles with each repeat, and
+//!    its Placement's epoch rises, so the old member's agent deletes what it made there.
+//! 3. [`schedule`]: the assumed pass (placed TrainJobs whose pods their member does not count
+//!    yet take their room first, so it is counted once), then the cycle for the waiting ones.
+//! 4. [`writes`]: Placements and statuses, only what differs from what was observed; a waiting
+//!    TrainJob nothing can take is withdrawn (no cluster) until something can; victims evicted.
+//! 5. [`queues`]: each Queue's status.
+//!
+//! Every condition is made in [`conditions`].
+
+mod conditions;
+mod intake;
+mod members;
+mod queues;
+mod schedule;
+mod writes;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use api::stowage::{MemberCluster, Placement, PlacementSpec, Queue, QueueStatus};
+use api::trainer::{ClusterTrainingRuntime, JobStatus, TrainJob, TrainingRuntime};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use scheduler_core::Config;
+
+pub use api::stowage::CHECKPOINT_ANNOTATION;
+
+/// Everything a cycle reads, as observed on the hub.
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    pub trainjobs: Vec<TrainJob>,
+    pub cluster_runtimes: Vec<ClusterTrainingRuntime>,
+    pub runtimes: Vec<TrainingRuntime>,
+    pub members: Vec<MemberCluster>,
+    pub placements: Vec<Placement>,
+    pub queues: Vec<Queue>,
+}
+
+/// The dispatcher's timing knobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// A member whose agent has not reported for this long is silent: nothing new goes there
+    /// and its unfinished TrainJobs are placed elsewhere.
+    pub member_grace: Duration,
+    /// How long a TrainJob keeps away from a member it could not run on, the first time; it
+    /// doubles with each repeat on the same member, up to `max_backoff`.
+    pub backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            member_grace: Duration::from_secs(120),
+            backoff: Duration::from_secs(60),
+            max_backoff: Duration::from_secs(30 * 60),
+        }
+    }
+}
+
+/// One Placement to write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlacementWrite {
+    pub namespace: String,
+    pub name: String,
+    pub owner_uid: String,
+    pub spec: PlacementSpec,
+    /// The resourceVersion of the Placement this one replaces; `None` creates it. Writes are
+    /// conditional so that two dispatchers (an old and a new leader) can never both win.
+    pub replaces: Option<String>,
+}
+
+/// One TrainJob status to write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusWrite {
+    pub namespace: String,
+    pub name: String,
+    pub conditions: Vec<Condition>,
+    pub jobs: Vec<JobStatus>,
+}
+
+/// One Queue status to write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueStatusWrite {
+    pub name: String,
+    pub status: QueueStatus,
+}
+
+/// What a cycle writes: only what differs from what it observed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Plan {
+    pub placements: Vec<PlacementWrite>,
+    pub statuses: Vec<StatusWrite>,
+    pub queues: Vec<QueueStatusWrite>,
+    /// TrainJobs still waiting for a placement after this cycle.
+    pub pending: usize,
+    /// What the batch optimiser did, when it ran (`--batch-window`).
+    pub batch: Option<scheduler_core::BatchReport>,
+}
+
+fn key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (String, String) {
+    (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
+}
+
+/// Per queue: (TrainJobs waiting, TrainJobs placed and unfinished), for the Queue's status.
+type Tally = BTreeMap<String, (u32, u32)>;
+
+pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> Plan {
+    let members = members::Members::observe(&o.members, settings, now.0);
+    let queues = queues::read(o);
+    let placements: BTreeMap<(String, String), &Placement> =
+        o.placements.iter().map(|p| (key(&p.metadata), p)).collect();
+    let jobs: Vec<intake::Job<'_>> = o
+        .trainjobs
+        .iter()
+        .filter(|tj| !intake::finished(tj))
+        .map(|tj| intake::job(o, &members, tj, placements.get(&key(&tj.metadata)).copied(), settings, &now))
+        .collect();
+    let mut plan = Plan::default();
+    let mut tally = Tally::new();
+    writes::settled(&mut plan, &jobs, &mut tally);
+    let now_ms = now.0.as_millisecond().max(0) as u64;
+    let schedule = schedule::run(&members, &queues.queues, &jobs, config, now_ms);
+    let evictions = writes::placements(&mut plan, &jobs, &schedule, &queues, &now, &mut tally);
+    writes::evictions(&mut plan, &jobs, &evictions, &now);
+    plan.queues = queues::statuses(o, &queues, &tally, &now);
+    if let schedule::Schedule::Decided { batch, .. } = schedule {
+        plan.batch = batch;
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn queue(yaml: &str) -> Queue {
+        serde_yaml::from_str(&format!("apiVersion: stowage.dev/v1alpha1\nkind: Queue\n{yaml}")).expect("queue")
+    }
+
+    #[test]
+    fn a_queue_that_cannot_be_read_is_inactive_with_the_field_named_and_the_others_stay() {
+        let o = Observed {
+            queues: vec![
+                queue(
+                    "metadata: {name: ok}\nspec:\n  quotas:\n  - {flavor: h100, resource: nvidia.com/gpu, nominalQuota: '16'}\n",
+                ),
+                queue(
+                    "metadata: {name: typo}\nspec:\n  quotas:\n  - {flavor: h100, resource: nvidia.com/gpu, nominalQuota: 'lots'}\n",
+                ),
+                queue(
+                    "metadata: {name: lends-too-much}\nspec:\n  cohort: c\n  quotas:\n  - {flavor: h100, resource: nvidia.com/gpu, nominalQuota: '8', lendingLimit: '9'}\n",
+                ),
+            ],
+            ..Observed::default()
+        };
+        let set = queues::read(&o);
+        assert!(set.queues.id("ok").is_some() && set.queues.id("default").is_some());
+        assert_eq!(set.inactive["typo"], "spec.quotas[0].nominalQuota: \"lots\" is not a non-negative quantity");
+        assert!(set.inactive["lends-too-much"].contains("lendingLimit 9 exceeds nominalQuota 8"), "{:?}", set.inactive);
+        let now = Time(Timestamp::UNIX_EPOCH);
+        let writes = queues::statuses(&o, &set, &BTreeMap::from([("ok".to_string(), (2, 3))]), &now);
+        let ok = writes.iter().find(|w| w.name == "ok").expect("written");
+        assert_eq!((ok.status.pending, ok.status.admitted, ok.status.conditions[0].status.as_str()), (2, 3, "True"));
+        // What was observed already is not written again.
+        let mut seen = o.clone();
+        seen.queues[0].status = Some(ok.status.clone());
+        let again = queues::statuses(&seen, &set, &BTreeMap::from([("ok".to_string(), (2, 3))]), &now);
+        assert!(again.iter().all(|w| w.name != "ok"));
+    }
+}

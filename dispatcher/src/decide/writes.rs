@@ -1,0 +1,165 @@
+//! What the cycle writes: the status of every TrainJob whose status changed, a Placement for
+//! each one placed, withdrawn or evicted, and the tally of each queue.
+
+use std::collections::BTreeMap;
+
+use api::stowage::PlacementSpec;
+use api::trainer::{JobStatus, TrainJob};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use scheduler_core::{Decision, Reason};
+
+use super::intake::{Job, JobState};
+use super::queues::QueueSet;
+use super::schedule::{Schedule, waiting};
+use super::{PlacementWrite, Plan, StatusWrite, Tally, conditions, key};
+use crate::plan;
+
+/// Victims chosen this cycle: gang id → (cluster, preemptor id, its priority).
+pub(super) type Evictions = BTreeMap<String, (String, String, i32)>;
+
+/// The status write, if the status changed.
+fn status_write(tj: &TrainJob, conditions: Vec<Condition>, jobs: Vec<JobStatus>) -> Option<StatusWrite> {
+    let (ns, name) = key(&tj.metadata);
+    let old = tj.status.as_ref();
+    let same = old.map(|s| &s.conditions) == Some(&conditions) && old.map(|s| &s.jobs_status) == Some(&jobs);
+    let empty = old.is_none() && conditions.is_empty() && jobs.is_empty();
+    (!same && !empty).then_some(StatusWrite { namespace: ns, name, conditions, jobs })
+}
+
+/// The TrainJobs that do not wait for a placement: their mirrored status, and the tally of
+/// those placed.
+pub(super) fn settled(plan: &mut Plan, jobs: &[Job<'_>], tally: &mut Tally) {
+    for job in jobs {
+        let queue = match &job.state {
+            JobState::Waiting(_) => continue,
+            JobState::Blocked => {
+                plan.pending += 1;
+                None
+            }
+            JobState::Finished => None,
+            JobState::Running(a) => Some(&a.gang.queue),
+            JobState::Assumed(g) => Some(&g.queue),
+        };
+        if let Some(q) = queue {
+            tally.entry(q.clone()).or_default().1 += 1;
+        }
+        plan.statuses.extend(status_write(job.tj, job.conditions.clone(), job.jobs.clone()));
+    }
+}
+
+/// The waiting TrainJobs, by the cycle's decision for each: a Placement where one was admitted
+/// (or withdrawn from a member it is leaving), a `Pending` condition saying why otherwise.
+pub(super) fn placements(
+    plan: &mut Plan,
+    jobs: &[Job<'_>],
+    schedule: &Schedule,
+    queues: &QueueSet,
+    now: &Time,
+    tally: &mut Tally,
+) -> Evictions {
+    let mut evictions = Evictions::new();
+    let decisions = match schedule {
+        Schedule::Decided { fleet, decisions, .. } => Ok((fleet, decisions)),
+        Schedule::NoCapacity(e) => Err(e.as_str()),
+        Schedule::Idle => return evictions,
+    };
+    for (i, (job, w)) in waiting(jobs).enumerate() {
+        let (ns, name) = key(&job.tj.metadata);
+        let uid = job.tj.metadata.uid.clone().unwrap_or_default();
+        let mut conds = job.conditions.clone();
+        let gang = &w.gang;
+        let spec = match decisions.map(|(fleet, d)| (fleet, &d[i])) {
+            Ok((fleet, Decision::Admit(a))) => {
+                let mut spec = plan::placement(fleet, gang, a, &uid, w.epoch);
+                spec.backoff = w.backoff.clone();
+                Some(spec)
+            }
+            Ok((_, Decision::Pending(Reason::UnknownQueue { queue }))) if queues.inactive.contains_key(queue) => {
+                let message = format!("queue {queue} is inactive: {}", queues.inactive[queue]);
+                conditions::upsert(&mut conds, conditions::waiting("QueueInactive", message, now));
+                None
+            }
+            Ok((_, Decision::Pending(reason))) => {
+                let pending = conditions::pending(reason, &conds, now);
+                conditions::upsert(&mut conds, pending);
+                None
+            }
+            Ok((fleet, Decision::Preempt { admission, victims })) => {
+                // Placed once its victims are gone (as Kueue admits a preemptor): until then
+                // their pods still hold the room, and each cycle picks the same victims again.
+                let cluster = fleet.cluster(admission.cluster).name.clone();
+                let message =
+                    format!("preempting {} on cluster {cluster}; placed once they are gone", victims.join(", "));
+                conditions::upsert(&mut conds, conditions::waiting("Preempting", message, now));
+                for v in victims {
+                    evictions.insert(v.clone(), (cluster.clone(), gang.id.clone(), gang.priority));
+                }
+                None
+            }
+            Err(e) => {
+                let message = format!("no member cluster has reported capacity: {e}");
+                conditions::upsert(&mut conds, conditions::waiting("NoMemberCapacity", message, now));
+                None
+            }
+        };
+        let pending = spec.is_none();
+        let count = tally.entry(gang.queue.clone()).or_default();
+        if pending {
+            count.0 += 1
+        } else {
+            count.1 += 1
+        }
+        let spec = spec.or_else(|| {
+            w.leaving.then(|| PlacementSpec {
+                train_job_uid: uid.clone(),
+                cluster: None,
+                epoch: w.epoch,
+                pod_sets: Vec::new(),
+                backoff: w.backoff.clone(),
+            })
+        });
+        if let Some(spec) = spec {
+            let replaces = w.replaces.clone();
+            plan.placements.push(PlacementWrite { namespace: ns, name, owner_uid: uid, spec, replaces });
+        }
+        if pending {
+            plan.pending += 1;
+            plan.statuses.extend(status_write(job.tj, conds, Vec::new()));
+        }
+    }
+    evictions
+}
+
+/// Withdraws each victim's Placement (its epoch rises, so its agent deletes the JobSet) and says
+/// on its TrainJob why. Victims already being evicted need nothing more.
+pub(super) fn evictions(plan: &mut Plan, jobs: &[Job<'_>], evictions: &Evictions, now: &Time) {
+    for job in jobs {
+        let JobState::Running(a) = &job.state else { continue };
+        let Some((cluster, by, priority)) = evictions.get(&a.gang.id) else { continue };
+        tracing::info!(trainjob = %a.gang.id, %cluster, preemptor = %by, "evicting");
+        let (namespace, name) = key(&a.tj.metadata);
+        plan.placements.push(PlacementWrite {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            owner_uid: a.placement.spec.train_job_uid.clone(),
+            spec: PlacementSpec {
+                train_job_uid: a.placement.spec.train_job_uid.clone(),
+                cluster: None,
+                epoch: a.placement.spec.epoch + 1,
+                pod_sets: Vec::new(),
+                backoff: a.placement.spec.backoff.clone(),
+            },
+            replaces: a.placement.metadata.resource_version.clone(),
+        });
+        let preempted = conditions::preempted(cluster, by, *priority, now);
+        // The cycle may already write this TrainJob's status (mirrored from its member).
+        match plan.statuses.iter_mut().find(|s| s.namespace == namespace && s.name == name) {
+            Some(w) => conditions::upsert(&mut w.conditions, preempted),
+            None => {
+                let mut conds = job.conditions.clone();
+                conditions::upsert(&mut conds, preempted);
+                plan.statuses.extend(status_write(job.tj, conds, job.jobs.clone()));
+            }
+        }
+    }
+}

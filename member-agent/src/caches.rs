@@ -1,0 +1,72 @@
+//! What the agent watches: its Placements and the runtimes on the hub; its JobSets, Nodes and
+//! unfinished Pods on the member.
+
+use api::jobset::{JobSet, JobSetCondition, is_true};
+use api::stowage::{CLUSTER_LABEL, EPOCH_LABEL, Placement, TRAINJOB_UID_LABEL};
+use api::trainer::{ClusterTrainingRuntime, TrainingRuntime};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::Api;
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+
+use crate::capacity;
+use kube_shell::watch::{self, Watches};
+
+/// The agent's caches: its Placements and the runtimes on the hub; its JobSets, and the Nodes
+/// and unfinished Pods its capacity report summarises, on the member.
+#[derive(Debug, Clone)]
+pub struct Caches {
+    pub(crate) placements: Store<Placement>,
+    pub(crate) placements_listed: watch::Listed,
+    pub(crate) runtimes: Store<TrainingRuntime>,
+    pub(crate) cluster_runtimes: Store<ClusterTrainingRuntime>,
+    pub(crate) jobsets: Store<JobSet>,
+    pub(crate) nodes: Store<Node>,
+    pub(crate) pods: Store<Pod>,
+}
+
+impl Caches {
+    pub fn start(hub: &Client, member: &Client, cluster: &str, watches: &mut Watches) -> Self {
+        let (placements, placements_listed) = watches.watch_listed(
+            Api::all(hub.clone()),
+            watcher::Config::default().labels(&format!("{CLUSTER_LABEL}={cluster}")),
+        );
+        Caches {
+            placements,
+            placements_listed,
+            runtimes: watches.watch(Api::all(hub.clone()), watcher::Config::default()),
+            cluster_runtimes: watches.watch(Api::all(hub.clone()), watcher::Config::default()),
+            jobsets: watches.watch(Api::all(member.clone()), watcher::Config::default().labels(TRAINJOB_UID_LABEL)),
+            // Read by each round, not acted on: they do not wake the agent.
+            nodes: watches.cache(Api::all(member.clone()), watcher::Config::default(), capacity::strip_node),
+            pods: watches.cache(
+                Api::all(member.clone()),
+                watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed"),
+                capacity::strip_pod,
+            ),
+        }
+    }
+
+    pub async fn ready(&self) {
+        let _ = tokio::join!(
+            self.placements.wait_until_ready(),
+            self.runtimes.wait_until_ready(),
+            self.cluster_runtimes.wait_until_ready(),
+            self.jobsets.wait_until_ready(),
+            self.nodes.wait_until_ready(),
+            self.pods.wait_until_ready()
+        );
+    }
+}
+
+pub(crate) fn owner_key(js: &JobSet) -> Option<(String, i64)> {
+    let labels = js.labels();
+    Some((labels.get(TRAINJOB_UID_LABEL)?.clone(), labels.get(EPOCH_LABEL)?.parse().ok()?))
+}
+
+pub(crate) fn is_finished(js: &JobSet) -> bool {
+    js.status.as_ref().is_some_and(|s| {
+        [JobSetCondition::Completed, JobSetCondition::Failed].iter().any(|c| is_true(&s.conditions, c.as_str()))
+    })
+}

@@ -1,0 +1,46 @@
+//! What can go wrong in a round or a realisation. Each message says what the agent was doing;
+//! the cause is the error's `source`, printed once, by whoever prints the chain
+//! (`kube_shell::error_chain`).
+
+use std::time::Duration;
+
+use trainer_render::RenderError;
+use trainer_render::sshkey::KeyError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{action}")]
+    Kube {
+        action: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("rendering {namespace}/{name}")]
+    Render {
+        namespace: String,
+        name: String,
+        #[source]
+        source: RenderError,
+    },
+    #[error("making the MPI SSH key")]
+    Key(#[from] KeyError),
+    #[error("sync took longer than {0:?}")]
+    Timeout(Duration),
+}
+
+impl Error {
+    /// A stable name for the kind of failure: a metric label, never a message.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Kube { .. } => "kube",
+            Error::Render { .. } => "render",
+            Error::Key(_) => "key",
+            Error::Timeout(_) => "timeout",
+        }
+    }
+}
+
+pub(crate) fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let action = action.into();
+    move |source| Error::Kube { action, source }
+}

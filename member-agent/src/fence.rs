@@ -1,0 +1,69 @@
+//! Fencing: deleting what the agent made for an epoch no longer placed here, or everything it
+//! made when the hub is out of reach, so a TrainJob never runs twice.
+
+use api::jobset::JobSet;
+use api::stowage::{EPOCH_LABEL, TRAINJOB_UID_LABEL};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
+use kube::{Client, ResourceExt};
+use tokio::time::Instant;
+
+use kube_shell::watch::{self};
+
+use crate::caches::{Caches, is_finished, owner_key};
+use crate::config::AgentConfig;
+use crate::error::Error;
+use crate::objects::{COMPANIONS, api_resource};
+use crate::survey::State;
+
+pub(crate) async fn delete_jobset(member: &Client, js: &JobSet) -> Result<(), Error> {
+    let ns = js.namespace().unwrap_or_default();
+    match Api::<JobSet>::namespaced(member.clone(), &ns).delete(&js.name_any(), &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(source) => Err(Error::Kube { action: format!("deleting JobSet {ns}/{}", js.name_any()), source }),
+    }
+}
+
+/// Deletes the PodGroups, ConfigMaps and Secrets made for `key` (kinds the member does not
+/// serve are skipped).
+pub(crate) async fn delete_companions(member: &Client, ns: &str, key: &(String, i64)) -> Result<(), Error> {
+    let selector = format!("{TRAINJOB_UID_LABEL}={},{EPOCH_LABEL}={}", key.0, key.1);
+    for ar in COMPANIONS.map(api_resource) {
+        let api = Api::<DynamicObject>::namespaced_with(member.clone(), ns, &ar);
+        let listed = match api.list(&ListParams::default().labels(&selector)).await {
+            Ok(l) => l.items,
+            Err(kube::Error::Api(e)) if e.code == 404 => continue,
+            Err(source) => return Err(Error::Kube { action: format!("listing {} in {ns}", ar.plural), source }),
+        };
+        for o in listed {
+            match api.delete(&o.name_any(), &DeleteParams::background()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(source) => {
+                    return Err(Error::Kube { action: format!("deleting {} {ns}/{}", ar.kind, o.name_any()), source });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The hub has been out of reach too long: delete every live JobSet this agent made, so the
+/// dispatcher can place them elsewhere without two copies running.
+pub(crate) async fn fence_all(
+    member: &Client,
+    cfg: &AgentConfig,
+    caches: &Caches,
+    state: &mut State,
+) -> Result<(), Error> {
+    for js in watch::snapshot(&caches.jobsets).iter().filter(|js| !is_finished(js)) {
+        if let Some(key) = owner_key(js) {
+            tracing::warn!(jobset = %js.name_any(), "hub unreachable: deleting");
+            delete_jobset(member, js).await?;
+            cfg.metrics.fenced.inc();
+            state.fenced.insert(key, js.namespace().unwrap_or_default());
+            state.fenced_at = Some(Instant::now());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,159 @@
+//! Reporting to the hub: Placement statuses, the heartbeat and the MemberCluster status
+//! (gang scheduler, topology, capacity), delivered by a round.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use api::stowage::{GangScheduler as ReportedScheduler, MemberCluster, Placement, PlacementKey, PlacementStatus};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use trainer_render::{self as render};
+
+use crate::caches::Caches;
+use crate::config::{AgentConfig, CONCURRENT_APPLIES};
+use crate::error::{Error, kube_err};
+use crate::fence::{delete_companions, delete_jobset};
+use crate::survey::Round;
+
+/// What a round did, for the wake loop to remember.
+#[derive(Debug)]
+pub(crate) struct Delivered {
+    /// The MemberCluster status was written.
+    pub(crate) reported: bool,
+    /// Keys whose companions it deleted: no longer fenced.
+    pub(crate) cleaned: Vec<(String, i64)>,
+}
+
+/// Runs one round: the heartbeat report first (the hub-lost clock must not depend on how long
+/// the rest takes), fencing, then capacity before statuses, so the hub never sees a gang
+/// running without its GPUs counted as taken.
+#[tracing::instrument(skip_all, fields(cluster = %cfg.cluster, statuses = round.statuses.len()))]
+pub(crate) async fn deliver(
+    hub: Client,
+    member: Client,
+    cfg: AgentConfig,
+    caches: Caches,
+    round: Round,
+) -> Result<Delivered, Error> {
+    let mut reported = false;
+    if round.heartbeat {
+        report(&hub, &member, &cfg, &caches, Scope::Heartbeat).await?;
+        reported = true;
+    }
+    for (key, js) in &round.stale {
+        let ns = js.namespace().unwrap_or_default();
+        tracing::info!(jobset = %format!("{ns}/{}", js.name_any()), epoch = key.1, "fencing");
+        delete_jobset(&member, js).await?;
+        delete_companions(&member, &ns, key).await?;
+        cfg.metrics.fenced.inc();
+    }
+    let mut cleaned = Vec::new();
+    for (key, ns) in round.gone {
+        delete_companions(&member, &ns, &key).await?;
+        cleaned.push(key);
+    }
+    if !round.statuses.is_empty() && !reported {
+        report(&hub, &member, &cfg, &caches, Scope::Capacity).await?;
+        reported = true;
+    }
+    let written: Vec<Result<(), Error>> = futures::stream::iter(round.statuses)
+        .map(|(ns, name, status)| {
+            let hub = hub.clone();
+            async move { write_status(&hub, &ns, &name, &status).await }
+        })
+        .buffer_unordered(CONCURRENT_APPLIES)
+        .collect()
+        .await;
+    written.into_iter().find_map(Result::err).map_or(Ok(Delivered { reported, cleaned }), Err)
+}
+
+pub(crate) async fn write_status(hub: &Client, ns: &str, name: &str, status: &PlacementStatus) -> Result<(), Error> {
+    Api::<Placement>::namespaced(hub.clone(), ns)
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&json!({"status": status})))
+        .await
+        .map(|_| ())
+        .map_err(kube_err(format!("writing Placement {ns}/{name} status")))
+}
+
+/// Which gang scheduler the member runs, from its CRDs (coscheduling first when several are).
+pub(crate) async fn detect_gang_scheduler(member: &Client) -> Result<ReportedScheduler, Error> {
+    let crds: Api<CustomResourceDefinition> = Api::all(member.clone());
+    for (name, scheduler) in [
+        ("podgroups.scheduling.x-k8s.io", ReportedScheduler::Coscheduling),
+        ("podgroups.scheduling.volcano.sh", ReportedScheduler::Volcano),
+        ("podgroups.scheduling.run.ai", ReportedScheduler::Kai),
+    ] {
+        if crds.get_opt(name).await.map_err(kube_err("reading CRDs"))?.is_some() {
+            return Ok(scheduler);
+        }
+    }
+    Ok(ReportedScheduler::None)
+}
+
+/// The heartbeat alone: one small hub write, so the hub-lost clock measures the hub, not how
+/// busy the member is.
+pub(crate) async fn heartbeat(hub: &Client, cfg: &AgentConfig) -> Result<(), Error> {
+    let status = json!({"status": {"heartbeatTime": k8s_openapi::jiff::Timestamp::now().to_string()}});
+    Api::<MemberCluster>::all(hub.clone())
+        .patch_status(&cfg.cluster, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .map(|_| ())
+        .map_err(kube_err(format!("writing MemberCluster {} heartbeat", cfg.cluster)))
+}
+
+/// `<uid>/<epoch>` of the placements with a pod bound to a node: the capacity summary counts
+/// them, so the hub need not assume their GPUs taken any more.
+pub(crate) fn counted(pods: &[Arc<Pod>]) -> Vec<String> {
+    let keys: BTreeSet<String> = pods
+        .iter()
+        .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+        .filter_map(|p| Some(PlacementKey::of_labels(p.metadata.labels.as_ref()?)?.to_string()))
+        .collect();
+    keys.into_iter().collect()
+}
+
+/// How much of the MemberCluster status a report writes. A merge patch leaves the rest as last
+/// written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// Everything, with the gang scheduler detected afresh and `bound` (where each placement's
+    /// pods are, which grows with the pods running).
+    Heartbeat,
+    /// Between heartbeats, only to count new pods: capacity and `counted`. The hub ignores a node
+    /// whose free GPUs no longer match, so a `bound` list a heartbeat old is never read wrongly.
+    Capacity,
+}
+
+/// Writes the MemberCluster status, capacity summarised from the Node and Pod caches.
+#[tracing::instrument(skip_all, fields(cluster = %cfg.cluster, ?scope))]
+pub(crate) async fn report(
+    hub: &Client,
+    member: &Client,
+    cfg: &AgentConfig,
+    caches: &Caches,
+    scope: Scope,
+) -> Result<(), Error> {
+    let (nodes, pods) = (caches.nodes.state(), caches.pods.state());
+    let mut status = json!({
+        "heartbeatTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+        "domains": crate::capacity::summarize(&cfg.levels, &nodes, &pods),
+        "counted": counted(&pods),
+    });
+    if scope == Scope::Heartbeat {
+        status["agentVersion"] = env!("CARGO_PKG_VERSION").into();
+        status["gangScheduler"] = json!(detect_gang_scheduler(member).await?);
+        status["kueue"] = matches!(cfg.capabilities.topology_mode, render::TopologyMode::Kueue).into();
+        status["topologyLevels"] = json!(cfg.levels);
+        status["bound"] = json!(crate::capacity::bound(&cfg.levels, &nodes, &pods));
+    }
+    Api::<MemberCluster>::all(hub.clone())
+        .patch_status(&cfg.cluster, &PatchParams::default(), &Patch::Merge(&json!({"status": status})))
+        .await
+        .map_err(kube_err(format!("writing MemberCluster {} status", cfg.cluster)))?;
+    Ok(())
+}

@@ -1,0 +1,77 @@
+//! A Placement's status from the member's JobSet and, while it waits, its pods' word.
+
+use std::sync::Arc;
+
+use api::jobset::{JobSet, JobSetCondition};
+use api::stowage::{PlacementPhase, PlacementStatus};
+use api::trainer::JobStatus;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+/// Placement status from the member's JobSet for `epoch`; `pending_reason` is the gang
+/// scheduler's word on pods not yet running.
+pub(crate) fn status_of(js: &JobSet, epoch: i64, pending_reason: Option<String>, timed_out: bool) -> PlacementStatus {
+    let none = Default::default();
+    let st = js.status.as_ref().unwrap_or(&none);
+    let condition = |t: &str| st.conditions.iter().find(|c| c.type_ == t && c.status == "True");
+    let jobs: Vec<JobStatus> = st
+        .replicated_jobs_status
+        .iter()
+        .map(|r| JobStatus {
+            name: r.name.clone(),
+            ready: r.ready,
+            succeeded: r.succeeded,
+            failed: r.failed,
+            active: r.active,
+            suspended: r.suspended,
+        })
+        .collect();
+    let started = jobs.iter().any(|j| j.ready > 0 || j.succeeded > 0);
+    let (phase, finished) = if let Some(c) = condition(JobSetCondition::Completed.as_str()) {
+        (PlacementPhase::Succeeded, Some(c))
+    } else if let Some(c) = condition(JobSetCondition::Failed.as_str()) {
+        (PlacementPhase::Failed, Some(c))
+    } else if started {
+        (PlacementPhase::Running, None)
+    } else if timed_out {
+        (PlacementPhase::Unschedulable, None)
+    } else {
+        (PlacementPhase::Applied, None)
+    };
+    let message = match phase {
+        PlacementPhase::Applied | PlacementPhase::Unschedulable => pending_reason,
+        _ => st.conditions.iter().find(|c| c.status == "True").map(|c| c.message.clone()),
+    };
+    PlacementStatus {
+        phase,
+        observed_epoch: epoch,
+        conditions: Vec::new(),
+        jobs_status: jobs,
+        start_time: js.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()),
+        completion_time: finished.map(|c| c.last_transition_time.0.to_string()),
+        message,
+    }
+}
+
+/// The first reason (by pod name) a pod of this JobSet gives for not being scheduled.
+pub(crate) fn pending_reason(pods: &[Arc<Pod>], ns: &str, jobset: &str) -> Option<String> {
+    pods.iter()
+        .filter(|p| {
+            p.metadata.namespace.as_deref() == Some(ns)
+                && p.labels().get("jobset.sigs.k8s.io/jobset-name").map(String::as_str) == Some(jobset)
+        })
+        .filter_map(|p| {
+            let c = p
+                .status
+                .as_ref()?
+                .conditions
+                .as_ref()?
+                .iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+            let reason =
+                format!("{}: {}", c.reason.as_deref().unwrap_or_default(), c.message.as_deref().unwrap_or_default());
+            Some((p.metadata.name.as_deref(), reason))
+        })
+        .min()
+        .map(|(_, reason)| reason)
+}

@@ -1,0 +1,318 @@
+//! One look at the caches, pure: what to start now and what a round should report and clean.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::jobset::JobSet;
+use api::stowage::{Placement, PlacementPhase, PlacementStatus};
+use kube::ResourceExt;
+use tokio::time::Instant;
+
+use kube_shell::watch::{self};
+
+use crate::caches::{Caches, owner_key};
+use crate::config::AgentConfig;
+use crate::status::{pending_reason, status_of};
+
+/// What an agent remembers between wakes.
+#[derive(Debug)]
+pub struct State {
+    /// (TrainJob uid, epoch) applied by this process and maybe not yet in the JobSet cache.
+    pub(crate) applied: BTreeSet<(String, i64)>,
+    /// (TrainJob uid, epoch) queued or being realised.
+    pub(crate) in_flight: BTreeSet<(String, i64)>,
+    /// (TrainJob uid, epoch) → namespace of JobSets it deleted while the hub was unreachable.
+    pub(crate) fenced: BTreeMap<(String, i64), String>,
+    /// When it last fenced for a lost hub: what it deleted then is made again only from a list of
+    /// Placements taken after, never from a cache the hub-lost time left behind.
+    pub(crate) fenced_at: Option<Instant>,
+    pub(crate) last_report: Option<Instant>,
+    pub(crate) last_hub_contact: Instant,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            applied: BTreeSet::new(),
+            in_flight: BTreeSet::new(),
+            fenced: BTreeMap::new(),
+            fenced_at: None,
+            last_report: None,
+            last_hub_contact: Instant::now(),
+        }
+    }
+}
+
+/// What one look at the caches asks of the agent. No I/O, so every wake can take one.
+#[derive(Debug, Default)]
+pub(crate) struct Survey {
+    /// Placed here, with no JobSet yet and not being realised: started at once.
+    pub(crate) realise: Vec<Arc<Placement>>,
+    pub(crate) round: Round,
+}
+
+/// One round of reporting to the hub and cleaning up the member. It runs apart from the wake
+/// loop, so a slow round (hundreds of statuses in a burst) never holds back what was just
+/// placed.
+#[derive(Debug, Default)]
+pub(crate) struct Round {
+    /// A heartbeat is due: the whole MemberCluster status, not only capacity.
+    pub(crate) heartbeat: bool,
+    /// Placement statuses that differ from what the hub has.
+    pub(crate) statuses: Vec<(String, String, PlacementStatus)>,
+    /// JobSets this agent made for an epoch or TrainJob no longer placed here (fencing).
+    pub(crate) stale: Vec<((String, i64), Arc<JobSet>)>,
+    /// Fenced while the hub was out of reach and no longer placed here: their companions go.
+    pub(crate) gone: Vec<((String, i64), String)>,
+}
+
+impl Round {
+    pub(crate) fn is_empty(&self) -> bool {
+        !self.heartbeat && self.statuses.is_empty() && self.stale.is_empty() && self.gone.is_empty()
+    }
+}
+
+/// Compares the placements for this cluster with the member's JobSets: what to realise and,
+/// with `round` (`Some(heartbeat)`), what a round should do. Forgets applied keys the JobSet
+/// cache has caught up with.
+pub(crate) fn survey(
+    cfg: &AgentConfig,
+    caches: &Caches,
+    state: &mut State,
+    round: Option<bool>,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Survey {
+    let placements: Vec<Arc<Placement>> = watch::sorted(&caches.placements)
+        .into_iter()
+        .filter(|p| p.spec.cluster.as_deref() == Some(cfg.cluster.as_str()))
+        .collect();
+    let jobsets: BTreeMap<(String, i64), Arc<JobSet>> =
+        caches.jobsets.state().into_iter().filter_map(|js| Some((owner_key(&js)?, js))).collect();
+    state.applied.retain(|k| !jobsets.contains_key(k));
+    let heartbeat = round == Some(true);
+    // Asking the pods why a gang waits is for heartbeats; the last answer is kept between.
+    let pods = if heartbeat { caches.pods.state() } else { Vec::new() };
+    let mut survey = Survey { round: Round { heartbeat, ..Round::default() }, ..Survey::default() };
+    let mut current = BTreeSet::new();
+    for p in placements {
+        let key = (p.spec.train_job_uid.clone(), p.spec.epoch);
+        current.insert(key.clone());
+        let (ns, name) = (p.namespace().unwrap_or_default(), p.name_any());
+        let reported = p.status.as_ref().filter(|s| s.observed_epoch == p.spec.epoch);
+        let phase = reported.map(|s| s.phase);
+        if matches!(
+            phase,
+            Some(
+                PlacementPhase::Succeeded
+                    | PlacementPhase::Failed
+                    | PlacementPhase::Lost
+                    | PlacementPhase::Unschedulable
+            )
+        ) {
+            continue;
+        }
+        let status = match jobsets.get(&key) {
+            // Statuses are a round's business, and one is running.
+            Some(_) if round.is_none() => continue,
+            Some(js) => {
+                let age = js
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map_or(Duration::ZERO, |t| now.duration_since(t.0).unsigned_abs());
+                let unstarted = status_of(js, p.spec.epoch, None, false).phase == PlacementPhase::Applied;
+                // Gangs younger than two heartbeats are most likely just starting: no need to ask.
+                let reason = match reported {
+                    _ if !unstarted => None,
+                    Some(r) if !heartbeat || age < cfg.timing.heartbeat * 2 => r.message.clone(),
+                    _ => pending_reason(&pods, &ns, &js.name_any()),
+                };
+                status_of(js, p.spec.epoch, reason, unstarted && age >= cfg.timing.start_timeout)
+            }
+            None if state.applied.contains(&key) || state.in_flight.contains(&key) => continue,
+            None if matches!(phase, Some(PlacementPhase::Applied | PlacementPhase::Running))
+                && !state.fenced.contains_key(&key) =>
+            {
+                if round.is_none() {
+                    continue;
+                }
+                PlacementStatus {
+                    phase: PlacementPhase::Lost,
+                    observed_epoch: p.spec.epoch,
+                    message: Some(format!("JobSet {ns}/{name} disappeared from the member before it finished")),
+                    ..PlacementStatus::default()
+                }
+            }
+            // Fenced for a lost hub, and the Placements not listed since: the placement may have
+            // moved on, unseen.
+            None if state.fenced.contains_key(&key)
+                && state.fenced_at.is_some_and(|t| !caches.placements_listed.since(t)) =>
+            {
+                continue;
+            }
+            None => {
+                survey.realise.push(p);
+                continue;
+            }
+        };
+        if reported != Some(&status) {
+            survey.round.statuses.push((ns, name, status));
+        }
+    }
+    if round.is_none() {
+        return survey;
+    }
+    survey.round.stale = jobsets.into_iter().filter(|(k, _)| !current.contains(k)).collect();
+    survey.round.gone =
+        state.fenced.iter().filter(|(k, _)| !current.contains(*k)).map(|(k, ns)| (k.clone(), ns.clone())).collect();
+    survey
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use api::jobset::JobSet;
+    use api::stowage::{EPOCH_LABEL, Placement, PlacementPhase, TRAINJOB_UID_LABEL};
+    use kube::runtime::reflector::{self, Store};
+    use kube::runtime::watcher;
+    use kube_shell::watch;
+    use serde_json::{Value, json};
+    use trainer_render::Capabilities;
+
+    use super::*;
+    use crate::config::{AgentConfig, Timing};
+    use crate::metrics::Metrics;
+
+    fn store<K>(objects: Vec<K>) -> Store<K>
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + 'static,
+    {
+        let (reader, mut writer) = reflector::store();
+        for o in objects {
+            writer.apply_watcher_event(&watcher::Event::Apply(o));
+        }
+        reader
+    }
+
+    fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
+        serde_json::from_value(v).expect("a valid object")
+    }
+
+    /// A Placement of TrainJob `uid` on `cluster` at epoch 1, with the status the hub has.
+    fn placement(uid: &str, cluster: &str, phase: Option<&str>) -> Placement {
+        let mut p = json!({"metadata": {"name": uid, "namespace": "team"},
+            "spec": {"trainJobUid": uid, "cluster": cluster, "epoch": 1}});
+        if let Some(phase) = phase {
+            p["status"] = json!({"phase": phase, "observedEpoch": 1});
+        }
+        from(p)
+    }
+
+    /// A JobSet made now, for `uid`'s placement at `epoch`, with `ready` Jobs.
+    fn jobset(uid: &str, epoch: i64, ready: i32) -> JobSet {
+        let made = k8s_openapi::jiff::Timestamp::now().to_string();
+        from(json!({"metadata": {"name": uid, "namespace": "team", "creationTimestamp": made,
+                "labels": {TRAINJOB_UID_LABEL: uid, EPOCH_LABEL: epoch.to_string()}},
+            "spec": {"replicatedJobs": []},
+            "status": {"replicatedJobsStatus": [{"name": "node", "ready": ready, "succeeded": 0, "failed": 0, "active": 1, "suspended": 0}]}}))
+    }
+
+    fn caches(placements: Vec<Placement>, jobsets: Vec<JobSet>) -> Caches {
+        Caches {
+            placements: store(placements),
+            placements_listed: watch::Listed::default(),
+            runtimes: store(Vec::new()),
+            cluster_runtimes: store(Vec::new()),
+            jobsets: store(jobsets),
+            nodes: store(Vec::new()),
+            pods: store(Vec::new()),
+        }
+    }
+
+    fn config() -> AgentConfig {
+        AgentConfig {
+            cluster: "east".into(),
+            levels: Vec::new(),
+            capabilities: Capabilities::default(),
+            timing: Timing::default(),
+            metrics: Metrics::default(),
+        }
+    }
+
+    fn names(ps: &[Arc<Placement>]) -> Vec<String> {
+        ps.iter().map(|p| p.name_any()).collect()
+    }
+
+    #[test]
+    fn a_wake_during_a_round_starts_new_placements_and_nothing_else() {
+        let c = caches(
+            vec![
+                placement("new-b", "east", None),
+                placement("new-a", "east", None),
+                placement("elsewhere", "west", None),
+                placement("running", "east", Some("Applied")),
+                // Applied, its JobSet gone: Lost, never made again behind the hub's back.
+                placement("vanished", "east", Some("Running")),
+            ],
+            vec![jobset("running", 1, 1), jobset("old-epoch", 0, 1)],
+        );
+        let mut state = State::default();
+        let during = survey(&config(), &c, &mut state, None, k8s_openapi::jiff::Timestamp::now());
+        assert_eq!(names(&during.realise), ["new-a", "new-b"], "queue order, this cluster only");
+        assert!(during.round.is_empty(), "statuses and fencing wait for the round: {:?}", during.round);
+
+        // No round running: the same look also finds what to tell the hub and what to fence.
+        let between = survey(&config(), &c, &mut state, Some(false), k8s_openapi::jiff::Timestamp::now());
+        assert_eq!(names(&between.realise), ["new-a", "new-b"]);
+        let phases: Vec<(&str, PlacementPhase)> =
+            between.round.statuses.iter().map(|(_, name, s)| (name.as_str(), s.phase)).collect();
+        assert_eq!(phases, [("running", PlacementPhase::Running), ("vanished", PlacementPhase::Lost)]);
+        let stale: Vec<&str> = between.round.stale.iter().map(|(k, _)| k.0.as_str()).collect();
+        assert_eq!(stale, ["old-epoch"]);
+        assert!(!between.round.heartbeat);
+    }
+
+    #[test]
+    fn what_is_being_realised_or_just_applied_is_neither_started_again_nor_lost() {
+        let c = caches(vec![placement("a", "east", Some("Applied")), placement("b", "east", None)], Vec::new());
+        let mut state = State::default();
+        state.in_flight.insert(("b".into(), 1));
+        // Applied by this process, not yet in the JobSet cache.
+        state.applied.insert(("a".into(), 1));
+        let s = survey(&config(), &c, &mut state, Some(true), k8s_openapi::jiff::Timestamp::now());
+        assert!(s.realise.is_empty());
+        assert!(s.round.statuses.is_empty(), "{:?}", s.round.statuses);
+        assert!(s.round.heartbeat);
+        // Once the JobSet cache has it, `applied` forgets it.
+        let c = caches(vec![placement("a", "east", Some("Applied"))], vec![jobset("a", 1, 0)]);
+        let s = survey(&config(), &c, &mut state, Some(false), k8s_openapi::jiff::Timestamp::now());
+        assert!(!state.applied.contains(&("a".to_string(), 1)));
+        let phases: Vec<PlacementPhase> = s.round.statuses.iter().map(|(_, _, s)| s.phase).collect();
+        assert_eq!(phases, [PlacementPhase::Applied], "still Applied, now with the JobSet's counts");
+        // Not running start_timeout after its JobSet was made: Unschedulable.
+        let mut late = jobset("a", 1, 0);
+        late.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(from(json!("2026-01-01T00:00:00Z"))));
+        let c = caches(vec![placement("a", "east", Some("Applied"))], vec![late]);
+        let s = survey(&config(), &c, &mut state, Some(false), k8s_openapi::jiff::Timestamp::now());
+        let phases: Vec<PlacementPhase> = s.round.statuses.iter().map(|(_, _, s)| s.phase).collect();
+        assert_eq!(phases, [PlacementPhase::Unschedulable]);
+    }
+
+    #[test]
+    fn what_was_fenced_for_a_lost_hub_is_made_again_only_from_a_fresh_list() {
+        let c = caches(vec![placement("a", "east", Some("Running"))], Vec::new());
+        let mut state = State::default();
+        state.fenced.insert(("a".into(), 1), "team".into());
+        state.fenced_at = Some(Instant::now());
+        // The cache is what the hub-lost time left: the placement may have moved on, unseen.
+        let s = survey(&config(), &c, &mut state, Some(false), k8s_openapi::jiff::Timestamp::now());
+        assert!(s.realise.is_empty() && s.round.statuses.is_empty(), "{:?}", s.round.statuses);
+        // Listed again since: still placed here, so it is made again.
+        c.placements_listed.set(Instant::now() + Duration::from_millis(1));
+        let s = survey(&config(), &c, &mut state, Some(false), k8s_openapi::jiff::Timestamp::now());
+        assert_eq!(names(&s.realise), ["a"]);
+    }
+}
