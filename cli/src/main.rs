@@ -464,7 +464,8 @@ fn dispatcher_command(args: DispatcherArgs) -> Result<(), CliError> {
             },
             ..Default::default()
         };
-        tokio::spawn(kube_shell::health::serve(args.health_addr, std::sync::Arc::new(registry)));
+        let ready = opts.metrics.ready.clone();
+        tokio::spawn(kube_shell::health::serve(args.health_addr, std::sync::Arc::new(registry), ready));
         tokio::select! {
             _ = dispatcher::controller::run(hub, opts) => {}
             _ = tokio::signal::ctrl_c() => {}
@@ -508,7 +509,8 @@ fn agent_command(args: AgentArgs) -> Result<(), CliError> {
             },
             metrics: member_agent::metrics::Metrics::register(&mut registry),
         };
-        tokio::spawn(kube_shell::health::serve(args.health_addr, std::sync::Arc::new(registry)));
+        let ready = cfg.metrics.ready.clone();
+        tokio::spawn(kube_shell::health::serve(args.health_addr, std::sync::Arc::new(registry), ready));
         tokio::select! {
             _ = member_agent::controller::run(hub, member, cfg) => {}
             _ = tokio::signal::ctrl_c() => {}

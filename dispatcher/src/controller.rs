@@ -312,6 +312,7 @@ pub async fn run(hub: Client, opts: Options) {
         campaign.spawn(leader::campaign(hub.clone(), cfg, leadership.clone()));
     }
     caches.ready().await;
+    opts.metrics.ready.set();
     let mut written = Written::default();
     let mut backoff = Backoff::default();
     loop {

@@ -16,6 +16,8 @@ pub struct Metrics {
     pub leader: Gauge,
     pub batch_solves: Counter,
     pub batch_kept: Counter,
+    /// Set once the caches have synced: `/readyz` answers ok from then on.
+    pub ready: kube_shell::health::Readiness,
 }
 
 impl Default for Metrics {
@@ -30,6 +32,7 @@ impl Default for Metrics {
             leader: Gauge::default(),
             batch_solves: Counter::default(),
             batch_kept: Counter::default(),
+            ready: kube_shell::health::Readiness::default(),
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -10,9 +11,26 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use prometheus_client::registry::Registry;
 
-fn answer(req: &Request<hyper::body::Incoming>, registry: &Registry) -> Response<Full<Bytes>> {
-    let (code, content_type, body) = match req.uri().path() {
-        "/healthz" | "/readyz" | "/livez" => (StatusCode::OK, "text/plain", "ok".to_string()),
+/// Whether the controller is ready: its caches have synced. Cloned into the controller, which
+/// sets it; `/readyz` answers 503 until then.
+#[derive(Debug, Clone, Default)]
+pub struct Readiness(Arc<AtomicBool>);
+
+impl Readiness {
+    pub fn set(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+fn answer(path: &str, registry: &Registry, ready: &Readiness) -> Response<Full<Bytes>> {
+    let (code, content_type, body) = match path {
+        "/healthz" | "/livez" => (StatusCode::OK, "text/plain", "ok".to_string()),
+        "/readyz" if ready.is_ready() => (StatusCode::OK, "text/plain", "ok".to_string()),
+        "/readyz" => (StatusCode::SERVICE_UNAVAILABLE, "text/plain", "caches not synced yet".to_string()),
         "/metrics" => {
             let mut text = String::new();
             match prometheus_client::encoding::text::encode(&mut text, registry) {
@@ -30,7 +48,7 @@ fn answer(req: &Request<hyper::body::Incoming>, registry: &Registry) -> Response
     r
 }
 
-pub async fn serve(addr: SocketAddr, registry: Arc<Registry>) {
+pub async fn serve(addr: SocketAddr, registry: Arc<Registry>, ready: Readiness) {
     let listener = match tokio::net::TcpListener::bind(addr).await {
         Ok(l) => l,
         Err(e) => {
@@ -39,13 +57,29 @@ pub async fn serve(addr: SocketAddr, registry: Arc<Registry>) {
         }
     };
     while let Ok((stream, _)) = listener.accept().await {
-        let registry = registry.clone();
+        let (registry, ready) = (registry.clone(), ready.clone());
         tokio::spawn(async move {
-            let svc = service_fn(move |req| {
-                let r = answer(&req, &registry);
+            let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+                let r = answer(req.uri().path(), &registry, &ready);
                 async move { Ok::<_, std::convert::Infallible>(r) }
             });
             let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readyz_waits_for_the_caches_and_healthz_does_not() {
+        let (registry, ready) = (Registry::default(), Readiness::default());
+        assert_eq!(answer("/readyz", &registry, &ready).status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(answer("/healthz", &registry, &ready).status(), StatusCode::OK);
+        ready.set();
+        assert_eq!(answer("/readyz", &registry, &ready).status(), StatusCode::OK);
+        assert_eq!(answer("/metrics", &registry, &ready).status(), StatusCode::OK);
+        assert_eq!(answer("/nope", &registry, &ready).status(), StatusCode::NOT_FOUND);
     }
 }

@@ -5,7 +5,6 @@ use api::jobset::JobSet;
 use api::stowage::{EPOCH_LABEL, TRAINJOB_UID_LABEL};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 use kube::{Client, ResourceExt};
-use tokio::time::Instant;
 
 use kube_shell::watch::{self};
 
@@ -13,7 +12,7 @@ use crate::caches::{Caches, is_finished, owner_key};
 use crate::config::AgentConfig;
 use crate::error::Error;
 use crate::objects::{COMPANIONS, api_resource};
-use crate::survey::State;
+use crate::step::Wake;
 
 pub(crate) async fn delete_jobset(member: &Client, js: &JobSet) -> Result<(), Error> {
     let ns = js.namespace().unwrap_or_default();
@@ -49,21 +48,19 @@ pub(crate) async fn delete_companions(member: &Client, ns: &str, key: &(String, 
 }
 
 /// The hub has been out of reach too long: delete every live JobSet this agent made, so the
-/// dispatcher can place them elsewhere without two copies running.
-pub(crate) async fn fence_all(
-    member: &Client,
-    cfg: &AgentConfig,
-    caches: &Caches,
-    state: &mut State,
-) -> Result<(), Error> {
+/// dispatcher can place them elsewhere without two copies running. The wake says what was
+/// deleted (key, namespace), and the error that stopped it, if one did.
+pub(crate) async fn fence_all(member: &Client, cfg: &AgentConfig, caches: &Caches) -> Wake {
+    let mut deleted = Vec::new();
     for js in watch::snapshot(&caches.jobsets).iter().filter(|js| !is_finished(js)) {
         if let Some(key) = owner_key(js) {
             tracing::warn!(jobset = %js.name_any(), "hub unreachable: deleting");
-            delete_jobset(member, js).await?;
+            if let Err(error) = delete_jobset(member, js).await {
+                return Wake::Fenced { deleted, error: Some(error) };
+            }
             cfg.metrics.fenced.inc();
-            state.fenced.insert(key, js.namespace().unwrap_or_default());
-            state.fenced_at = Some(Instant::now());
+            deleted.push((key, js.namespace().unwrap_or_default()));
         }
     }
-    Ok(())
+    Wake::Fenced { deleted, error: None }
 }

@@ -13,7 +13,10 @@ mod objects;
 mod realise;
 mod report;
 mod status;
+mod step;
 mod survey;
+#[cfg(test)]
+mod testkit;
 mod work;
 
 pub use config::{AgentConfig, Timing};

@@ -14,6 +14,8 @@ pub struct Metrics {
     pub realised: Counter,
     /// JobSets deleted because their placement moved on or the hub was out of reach.
     pub fenced: Counter,
+    /// Set once the caches have synced: `/readyz` answers ok from then on.
+    pub ready: kube_shell::health::Readiness,
 }
 
 impl Default for Metrics {
@@ -24,6 +26,7 @@ impl Default for Metrics {
             sync_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
             realised: Counter::default(),
             fenced: Counter::default(),
+            ready: kube_shell::health::Readiness::default(),
         }
     }
 }

@@ -31,15 +31,16 @@ pub struct State {
     pub(crate) last_hub_contact: Instant,
 }
 
-impl Default for State {
-    fn default() -> Self {
+impl State {
+    /// A fresh agent at `now`: it counts the hub as just reached.
+    pub(crate) fn new(now: Instant) -> Self {
         State {
             applied: BTreeSet::new(),
             in_flight: BTreeSet::new(),
             fenced: BTreeMap::new(),
             fenced_at: None,
             last_report: None,
-            last_hub_contact: Instant::now(),
+            last_hub_contact: now,
         }
     }
 }
@@ -171,79 +172,11 @@ pub(crate) fn survey(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use api::jobset::JobSet;
-    use api::stowage::{EPOCH_LABEL, Placement, PlacementPhase, TRAINJOB_UID_LABEL};
-    use kube::runtime::reflector::{self, Store};
-    use kube::runtime::watcher;
-    use kube_shell::watch;
-    use serde_json::{Value, json};
-    use trainer_render::Capabilities;
+    use api::stowage::PlacementPhase;
+    use serde_json::json;
 
     use super::*;
-    use crate::config::{AgentConfig, Timing};
-    use crate::metrics::Metrics;
-
-    fn store<K>(objects: Vec<K>) -> Store<K>
-    where
-        K: kube::Resource<DynamicType = ()> + Clone + 'static,
-    {
-        let (reader, mut writer) = reflector::store();
-        for o in objects {
-            writer.apply_watcher_event(&watcher::Event::Apply(o));
-        }
-        reader
-    }
-
-    fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
-        serde_json::from_value(v).expect("a valid object")
-    }
-
-    /// A Placement of TrainJob `uid` on `cluster` at epoch 1, with the status the hub has.
-    fn placement(uid: &str, cluster: &str, phase: Option<&str>) -> Placement {
-        let mut p = json!({"metadata": {"name": uid, "namespace": "team"},
-            "spec": {"trainJobUid": uid, "cluster": cluster, "epoch": 1}});
-        if let Some(phase) = phase {
-            p["status"] = json!({"phase": phase, "observedEpoch": 1});
-        }
-        from(p)
-    }
-
-    /// A JobSet made now, for `uid`'s placement at `epoch`, with `ready` Jobs.
-    fn jobset(uid: &str, epoch: i64, ready: i32) -> JobSet {
-        let made = k8s_openapi::jiff::Timestamp::now().to_string();
-        from(json!({"metadata": {"name": uid, "namespace": "team", "creationTimestamp": made,
-                "labels": {TRAINJOB_UID_LABEL: uid, EPOCH_LABEL: epoch.to_string()}},
-            "spec": {"replicatedJobs": []},
-            "status": {"replicatedJobsStatus": [{"name": "node", "ready": ready, "succeeded": 0, "failed": 0, "active": 1, "suspended": 0}]}}))
-    }
-
-    fn caches(placements: Vec<Placement>, jobsets: Vec<JobSet>) -> Caches {
-        Caches {
-            placements: store(placements),
-            placements_listed: watch::Listed::default(),
-            runtimes: store(Vec::new()),
-            cluster_runtimes: store(Vec::new()),
-            jobsets: store(jobsets),
-            nodes: store(Vec::new()),
-            pods: store(Vec::new()),
-        }
-    }
-
-    fn config() -> AgentConfig {
-        AgentConfig {
-            cluster: "east".into(),
-            levels: Vec::new(),
-            capabilities: Capabilities::default(),
-            timing: Timing::default(),
-            metrics: Metrics::default(),
-        }
-    }
-
-    fn names(ps: &[Arc<Placement>]) -> Vec<String> {
-        ps.iter().map(|p| p.name_any()).collect()
-    }
+    use crate::testkit::{caches, config, from, jobset, names, placement};
 
     #[test]
     fn a_wake_during_a_round_starts_new_placements_and_nothing_else() {
@@ -258,7 +191,7 @@ mod tests {
             ],
             vec![jobset("running", 1, 1), jobset("old-epoch", 0, 1)],
         );
-        let mut state = State::default();
+        let mut state = State::new(Instant::now());
         let during = survey(&config(), &c, &mut state, None, k8s_openapi::jiff::Timestamp::now());
         assert_eq!(names(&during.realise), ["new-a", "new-b"], "queue order, this cluster only");
         assert!(during.round.is_empty(), "statuses and fencing wait for the round: {:?}", during.round);
@@ -277,7 +210,7 @@ mod tests {
     #[test]
     fn what_is_being_realised_or_just_applied_is_neither_started_again_nor_lost() {
         let c = caches(vec![placement("a", "east", Some("Applied")), placement("b", "east", None)], Vec::new());
-        let mut state = State::default();
+        let mut state = State::new(Instant::now());
         state.in_flight.insert(("b".into(), 1));
         // Applied by this process, not yet in the JobSet cache.
         state.applied.insert(("a".into(), 1));
@@ -304,7 +237,7 @@ mod tests {
     #[test]
     fn what_was_fenced_for_a_lost_hub_is_made_again_only_from_a_fresh_list() {
         let c = caches(vec![placement("a", "east", Some("Running"))], Vec::new());
-        let mut state = State::default();
+        let mut state = State::new(Instant::now());
         state.fenced.insert(("a".into(), 1), "team".into());
         state.fenced_at = Some(Instant::now());
         // The cache is what the hub-lost time left: the placement may have moved on, unseen.

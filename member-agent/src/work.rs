@@ -11,7 +11,7 @@ use crate::config::{AgentConfig, CONCURRENT_APPLIES};
 use crate::error::Error;
 use crate::realise::{ensure_namespace, realise};
 use crate::report::write_status;
-use crate::survey::State;
+use crate::step::Wake;
 
 /// Placements being realised, at most `CONCURRENT_APPLIES` at once: each is rendered, applied
 /// and reported Applied on its own, as soon as the agent sees it, so a burst's first placements
@@ -36,14 +36,8 @@ impl Default for Work {
 }
 
 impl Work {
-    pub(crate) fn add(
-        &mut self,
-        state: &mut State,
-        placements: Vec<Arc<Placement>>,
-        ctx: (&Client, &Client, &AgentConfig, &Caches),
-    ) {
+    pub(crate) fn add(&mut self, placements: Vec<Arc<Placement>>, ctx: (&Client, &Client, &AgentConfig, &Caches)) {
         for p in placements {
-            state.in_flight.insert((p.spec.train_job_uid.clone(), p.spec.epoch));
             let (hub, member, cfg, caches) = (ctx.0.clone(), ctx.1.clone(), ctx.2.clone(), ctx.3.clone());
             let (permits, namespaces) = (self.permits.clone(), self.namespaces.clone());
             self.running.spawn(async move {
@@ -78,26 +72,23 @@ impl Work {
         }
     }
 
-    /// Records a finished realisation.
-    pub(crate) fn finished(state: &mut State, cfg: &AgentConfig, (p, result): (Arc<Placement>, Result<(), Error>)) {
-        let key = (p.spec.train_job_uid.clone(), p.spec.epoch);
-        state.in_flight.remove(&key);
-        match result {
-            Ok(()) => {
-                cfg.metrics.realised.inc();
-                state.fenced.remove(&key);
-                state.applied.insert(key);
-            }
-            // The next wake finds it neither applied nor in flight and starts it again.
-            Err(error) => {
-                tracing::warn!(error = %kube_shell::error_chain(&error), kind = error.kind(), placement = %p.name_any(), "realising failed")
+    /// The next realisation to end, as the wake it is.
+    pub(crate) async fn next(&mut self) -> Option<Wake> {
+        loop {
+            match self.running.join_next().await? {
+                Ok((p, result)) => {
+                    let key = (p.spec.train_job_uid.clone(), p.spec.epoch);
+                    return Some(Wake::Realised { key, placement: p.name_any(), result });
+                }
+                // Cancelled is how `abandon` stops them; only a panic is news.
+                Err(error) if error.is_panic() => tracing::error!(%error, "a realisation task panicked"),
+                Err(_) => {}
             }
         }
     }
 
     /// Drops everything queued and running: the hub is lost and nothing new may start.
-    pub(crate) fn abandon(&mut self, state: &mut State) {
+    pub(crate) fn abandon(&mut self) {
         self.running.abort_all();
-        state.in_flight.clear();
     }
 }

@@ -376,9 +376,16 @@ impl Sim<'_> {
             Event::Arrival(i) => {
                 let r = &self.records[i];
                 let mut gang = gang_of(&trace.jobs[i], r.submit_s, r.priority, self.opts.tenants);
-                if self.policy.binds_at_submit()
-                    && let Some(c) = self.least_loaded_feasible(&gang)
-                {
+                let config = self.policy.config_with(self.opts.patience);
+                let bound = self.policy.bind_at_submit(
+                    self.fleet,
+                    self.queues,
+                    &self.capacity,
+                    &self.pending_gangs,
+                    &gang,
+                    &config,
+                );
+                if let Some(c) = bound {
                     gang.clusters.only = Some(vec![c]);
                 }
                 self.pending_gangs.push(gang);
@@ -441,46 +448,6 @@ impl Sim<'_> {
         release(self.fleet, self.queues, &mut self.capacity, &mut self.usage, &r.gang, &r.admission);
         self.capacity.commit();
         self.busy_gpus -= r.gang.total_gpus();
-    }
-
-    /// The least-loaded cluster among those that could hold the gang when empty.
-    fn least_loaded_feasible(&self, gang: &Gang) -> Option<String> {
-        let mut best: Option<(i64, String)> = None;
-        for c in self.fleet.clusters() {
-            let mut probe = gang.clone();
-            probe.clusters.only = Some(vec![c.name.clone()]);
-            let empty = Snapshot {
-                fleet: self.fleet,
-                queues: self.queues,
-                capacity: self.fleet.allocatable().clone(),
-                usage: QuotaUsage::default(),
-                now_ms: gang.submitted_ms,
-                releases: Vec::new(),
-                running: Vec::new(),
-            };
-            let fits = matches!(
-                cycle(empty, std::slice::from_ref(&probe), &self.policy.config_with(self.opts.patience))
-                    .decisions
-                    .first(),
-                Some(Decision::Admit(_))
-            );
-            if fits {
-                // Free GPUs less what is already bound there and still waiting: a spreader that
-                // remembers what it sent, as Karmada's does.
-                let free: u64 = c.flavors.iter().map(|&f| self.capacity.free_gpus(self.fleet, c.root, f)).sum();
-                let bound: u64 = self
-                    .pending_gangs
-                    .iter()
-                    .filter(|g| g.clusters.only.as_deref() == Some(std::slice::from_ref(&c.name)))
-                    .map(Gang::total_gpus)
-                    .sum();
-                let load = free as i64 - bound as i64;
-                if best.as_ref().is_none_or(|(b, _)| load > *b) {
-                    best = Some((load, c.name.clone()));
-                }
-            }
-        }
-        best.map(|b| b.1)
     }
 
     fn schedule(&mut self, t: u64) -> Result<(), SimError> {

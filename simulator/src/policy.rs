@@ -5,7 +5,10 @@
 use std::fmt;
 use std::str::FromStr;
 
-use scheduler_core::{Batch, ClusterChoice, Config, Fill, Patience, QueueingStrategy};
+use scheduler_core::{
+    Batch, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, Gang, Patience, QueueingStrategy, Queues,
+    QuotaUsage, Snapshot, cycle,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Policy {
@@ -77,9 +80,54 @@ impl Policy {
         c
     }
 
-    /// Whether a job is bound to one cluster when it arrives.
-    pub fn binds_at_submit(self) -> bool {
-        self == Policy::VolcanoBinpack
+    /// The cluster a job is bound to when it arrives, for a policy that binds then (Volcano
+    /// behind a multi-cluster spreader, as Karmada's): among the clusters where the gang could
+    /// run on an empty fleet, the one with the most free GPUs less those already bound there
+    /// and still waiting (a spreader that remembers what it sent). `None`: not bound, or fits
+    /// nowhere (it then fails on its own, with its reason).
+    pub fn bind_at_submit(
+        self,
+        fleet: &Fleet,
+        queues: &Queues,
+        capacity: &Capacity,
+        pending: &[Gang],
+        gang: &Gang,
+        config: &Config,
+    ) -> Option<String> {
+        if self != Policy::VolcanoBinpack {
+            return None;
+        }
+        let mut best: Option<(i64, String)> = None;
+        for c in fleet.clusters() {
+            let mut probe = gang.clone();
+            probe.clusters.only = Some(vec![c.name.clone()]);
+            let empty = Snapshot {
+                fleet,
+                queues,
+                capacity: fleet.allocatable().clone(),
+                usage: QuotaUsage::default(),
+                now_ms: gang.submitted_ms,
+                releases: Vec::new(),
+                running: Vec::new(),
+            };
+            let fits = matches!(
+                cycle(empty, std::slice::from_ref(&probe), config).decisions.first(),
+                Some(Decision::Admit(_))
+            );
+            if fits {
+                let free: u64 = c.flavors.iter().map(|&f| capacity.free_gpus(fleet, c.root, f)).sum();
+                let bound: u64 = pending
+                    .iter()
+                    .filter(|g| g.clusters.only.as_deref() == Some(std::slice::from_ref(&c.name)))
+                    .map(Gang::total_gpus)
+                    .sum();
+                let load = free as i64 - bound as i64;
+                if best.as_ref().is_none_or(|(b, _)| load > *b) {
+                    best = Some((load, c.name.clone()));
+                }
+            }
+        }
+        best.map(|b| b.1)
     }
 }
 

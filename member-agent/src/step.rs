@@ -1,0 +1,333 @@
+//! The agent's loop as a state machine: [`Loop::step`] takes what woke the agent and returns
+//! what to do, with no I/O and no clock of its own (the time is an argument). The shell
+//! (`controller::run`) carries the actions out and feeds their outcomes back as the next wake.
+//!
+//! Each wake starts what was just placed and, unless a round is running, a round for whatever
+//! else differs, if something changed since the last one started (a round's end is a wake, so
+//! nothing seen meanwhile is missed). The hub is probed apart from the rounds, so a round that
+//! is merely slow never looks like a lost hub; lost for `hub_lost`, everything is fenced. A
+//! failed round is retried with exponential back-off.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::stowage::Placement;
+use k8s_openapi::jiff::Timestamp;
+use tokio::time::Instant;
+
+use kube_shell::backoff::Backoff;
+
+use crate::caches::Caches;
+use crate::config::AgentConfig;
+use crate::error::Error;
+use crate::report::Delivered;
+use crate::survey::{Round, State, survey};
+
+/// A placement key: (TrainJob UID, epoch).
+pub(crate) type Key = (String, i64);
+
+/// What woke the agent.
+#[derive(Debug)]
+pub(crate) enum Wake {
+    /// A watch saw a change (the agent's first wake is one too).
+    Changed,
+    /// The time the last step asked to sleep until has come.
+    Timer,
+    /// A realisation ended: the placement's JobSet and companions applied and its status
+    /// written, or not.
+    Realised { key: Key, placement: String, result: Result<(), Error> },
+    /// The round ended; `None` when it was aborted or panicked.
+    RoundEnded(Option<Result<Delivered, Error>>),
+    /// The hub answered the probe, or not.
+    Probed { answered: bool },
+    /// Fencing for a lost hub deleted these JobSets (key, namespace), then stopped, perhaps on an
+    /// error.
+    Fenced { deleted: Vec<(Key, String)>, error: Option<Error> },
+}
+
+/// What the shell does for a step, in order.
+#[derive(Debug)]
+pub(crate) enum Action {
+    /// Render and apply each, and report it Applied (each ends in a `Wake::Realised`).
+    Realise(Vec<Arc<Placement>>),
+    /// Report and clean up (ends in a `Wake::RoundEnded`).
+    StartRound(Round),
+    /// Write the heartbeat alone, bounded in time (answered by a `Wake::Probed`).
+    ProbeHub,
+    /// The hub is lost: stop every realisation and round, and delete every live JobSet this
+    /// agent made (answered by a `Wake::Fenced`).
+    Fence,
+    /// Wait for the next event, or until this time when there is one.
+    Wait(Option<Instant>),
+}
+
+#[derive(Debug)]
+pub(crate) struct Loop {
+    cfg: AgentConfig,
+    pub(crate) state: State,
+    backoff: Backoff,
+    retry_at: Instant,
+    /// A change since the last round started: only then (or for a heartbeat) does another run.
+    /// A round's own writes reach the caches a moment after it ends, so a look taken then
+    /// would find them still to do and run it again.
+    changed: bool,
+    round_running: bool,
+    /// When the hub was last probed: while it does not answer, it is probed again only after
+    /// `probe_interval`, not on every wake.
+    last_probe: Option<Instant>,
+}
+
+impl Loop {
+    pub(crate) fn new(cfg: AgentConfig, now: Instant) -> Self {
+        Loop {
+            cfg,
+            state: State::new(now),
+            backoff: Backoff::default(),
+            retry_at: now,
+            changed: true,
+            round_running: false,
+            last_probe: None,
+        }
+    }
+
+    pub(crate) fn step(&mut self, wake: Wake, caches: &Caches, now: Instant, wall: Timestamp) -> Vec<Action> {
+        match wake {
+            Wake::Changed => self.changed = true,
+            Wake::Timer => {}
+            Wake::Realised { key, placement, result } => {
+                self.realised(key, &placement, result);
+                // Room for queued realisations; nothing new to survey.
+                return vec![self.wait(now)];
+            }
+            Wake::RoundEnded(ended) => {
+                self.round_running = false;
+                if let Some(result) = ended {
+                    self.round_ended(result, now);
+                }
+            }
+            Wake::Probed { answered } => {
+                if answered {
+                    self.state.last_hub_contact = now;
+                }
+                return self.after_probe(now);
+            }
+            Wake::Fenced { deleted, error } => {
+                for (key, ns) in deleted {
+                    self.state.fenced.insert(key, ns);
+                    self.state.fenced_at = Some(now);
+                }
+                if let Some(error) = error {
+                    tracing::warn!(error = %kube_shell::error_chain(&error), kind = error.kind(), "fencing failed");
+                }
+                return vec![self.wait(now)];
+            }
+        }
+        let heartbeat_due = self.state.last_report.is_none_or(|t| now.duration_since(t) >= self.cfg.timing.heartbeat);
+        let may_start = !self.round_running && now >= self.retry_at;
+        let survey = survey(&self.cfg, caches, &mut self.state, may_start.then_some(heartbeat_due), wall);
+        let mut actions = Vec::new();
+        if !survey.realise.is_empty() {
+            for p in &survey.realise {
+                self.state.in_flight.insert((p.spec.train_job_uid.clone(), p.spec.epoch));
+            }
+            actions.push(Action::Realise(survey.realise));
+        }
+        if may_start && (self.changed || heartbeat_due) && !survey.round.is_empty() {
+            self.changed = false;
+            self.round_running = true;
+            actions.push(Action::StartRound(survey.round));
+        }
+        if self.probe_due(now) {
+            self.last_probe = Some(now);
+            actions.push(Action::ProbeHub);
+            return actions;
+        }
+        actions.extend(self.after_probe(now));
+        actions
+    }
+
+    /// The hub has not been heard from for a heartbeat, and was not probed in the last probe
+    /// interval.
+    fn probe_due(&self, now: Instant) -> bool {
+        now.duration_since(self.state.last_hub_contact) >= self.cfg.timing.heartbeat
+            && self.last_probe.is_none_or(|t| now.duration_since(t) >= self.probe_interval())
+    }
+
+    /// How often an unanswering hub is probed: a quarter of a heartbeat.
+    fn probe_interval(&self) -> Duration {
+        self.cfg.timing.heartbeat / 4
+    }
+
+    /// How long the probe may take: a heartbeat, and never under two seconds.
+    pub(crate) fn probe_limit(&self) -> Duration {
+        self.cfg.timing.heartbeat.max(Duration::from_secs(2))
+    }
+
+    /// The longest a round may take: a request stuck in the client's own retries must not
+    /// starve the hub-lost check.
+    pub(crate) fn round_limit(&self) -> Duration {
+        self.cfg.timing.hub_lost
+    }
+
+    /// Fences when the hub has been out of reach too long; then waits.
+    fn after_probe(&mut self, now: Instant) -> Vec<Action> {
+        if now.duration_since(self.state.last_hub_contact) >= self.cfg.timing.hub_lost {
+            // Nothing queued or running may finish behind the fence.
+            self.state.in_flight.clear();
+            self.round_running = false;
+            return vec![Action::Fence];
+        }
+        vec![self.wait(now)]
+    }
+
+    /// A running round wakes the loop when it ends; otherwise the next heartbeat or retry.
+    fn wait(&self, now: Instant) -> Action {
+        let until = match (self.round_running, self.backoff.is_waiting()) {
+            (true, _) => None,
+            (false, false) => Some(self.state.last_report.map_or(now, |t| t + self.cfg.timing.heartbeat)),
+            (false, true) => Some(self.retry_at),
+        };
+        // An unanswering hub is probed again when the interval is up, whatever else waits.
+        let stale = now.duration_since(self.state.last_hub_contact) >= self.cfg.timing.heartbeat;
+        let probe = self.last_probe.filter(|_| stale).map(|t| (t + self.probe_interval()).max(now));
+        Action::Wait(match (until, probe) {
+            (Some(u), Some(p)) => Some(u.max(now).min(p)),
+            (u, p) => u.or(p),
+        })
+    }
+
+    fn realised(&mut self, key: Key, placement: &str, result: Result<(), Error>) {
+        self.state.in_flight.remove(&key);
+        match result {
+            Ok(()) => {
+                self.cfg.metrics.realised.inc();
+                self.state.fenced.remove(&key);
+                self.state.applied.insert(key);
+            }
+            // The next wake finds it neither applied nor in flight and starts it again.
+            Err(error) => {
+                tracing::warn!(error = %kube_shell::error_chain(&error), kind = error.kind(), %placement, "realising failed")
+            }
+        }
+    }
+
+    fn round_ended(&mut self, result: Result<Delivered, Error>, now: Instant) {
+        match result {
+            Ok(d) => {
+                self.backoff.succeed();
+                if d.reported {
+                    self.state.last_report = Some(now);
+                    self.state.last_hub_contact = now;
+                }
+                for key in d.cleaned {
+                    self.state.fenced.remove(&key);
+                }
+            }
+            Err(error) => {
+                self.cfg.metrics.sync_errors.inc();
+                let retry_in = self.backoff.fail();
+                self.retry_at = now + retry_in;
+                self.changed = true;
+                tracing::warn!(error = %kube_shell::error_chain(&error), kind = error.kind(), cluster = %self.cfg.cluster, ?retry_in, "agent round failed");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{caches, config, names, placement};
+
+    fn kinds(actions: &[Action]) -> Vec<&'static str> {
+        actions
+            .iter()
+            .map(|a| match a {
+                Action::Realise(_) => "realise",
+                Action::StartRound(_) => "round",
+                Action::ProbeHub => "probe",
+                Action::Fence => "fence",
+                Action::Wait(_) => "wait",
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_change_starts_new_placements_and_one_round_and_a_wake_during_it_only_the_new() {
+        let t0 = Instant::now();
+        let mut agent = Loop::new(config(), t0);
+        let c = caches(vec![placement("a", "east", None)], Vec::new());
+        let first = agent.step(Wake::Changed, &c, t0, Timestamp::now());
+        assert_eq!(kinds(&first), ["realise", "round", "wait"], "heartbeat due: a round too");
+        let Action::Realise(ps) = &first[0] else { unreachable!() };
+        assert_eq!(names(ps), ["a"]);
+        assert!(matches!(first[2], Action::Wait(None)), "a running round wakes the loop when it ends");
+
+        // While the round runs, a new placement starts at once; nothing else does.
+        let c = caches(vec![placement("a", "east", None), placement("b", "east", None)], Vec::new());
+        let during = agent.step(Wake::Changed, &c, t0, Timestamp::now());
+        assert_eq!(kinds(&during), ["realise", "wait"]);
+        let Action::Realise(ps) = &during[0] else { unreachable!() };
+        assert_eq!(names(ps), ["b"], "a is in flight: not started twice");
+    }
+
+    #[test]
+    fn a_failed_round_backs_off_and_retries_later() {
+        let t0 = Instant::now();
+        let mut agent = Loop::new(config(), t0);
+        let c = caches(Vec::new(), Vec::new());
+        let first = agent.step(Wake::Changed, &c, t0, Timestamp::now());
+        assert_eq!(kinds(&first), ["round", "wait"]);
+        let error = Error::Timeout(Duration::from_secs(1));
+        let after = agent.step(Wake::RoundEnded(Some(Err(error))), &c, t0, Timestamp::now());
+        let retry_at = t0 + kube_shell::backoff::MIN;
+        assert!(matches!(after[..], [Action::Wait(Some(t))] if t == retry_at), "{after:?}");
+        // Before the retry time nothing starts; at it, the round runs again.
+        assert_eq!(kinds(&agent.step(Wake::Changed, &c, t0, Timestamp::now())), ["wait"]);
+        assert_eq!(kinds(&agent.step(Wake::Timer, &c, retry_at, Timestamp::now())), ["round", "wait"]);
+    }
+
+    #[test]
+    fn a_hub_silent_past_hub_lost_is_fenced_and_what_was_deleted_remembered() {
+        let t0 = Instant::now();
+        let cfg = config();
+        let (heartbeat, hub_lost) = (cfg.timing.heartbeat, cfg.timing.hub_lost);
+        let mut agent = Loop::new(cfg, t0);
+        let c = caches(Vec::new(), Vec::new());
+        agent.step(Wake::Changed, &c, t0, Timestamp::now());
+        agent.step(Wake::RoundEnded(None), &c, t0, Timestamp::now());
+        // A heartbeat later the hub is probed; answered, all is well.
+        let later = t0 + heartbeat;
+        let probe = agent.step(Wake::Timer, &c, later, Timestamp::now());
+        assert!(kinds(&probe).ends_with(&["probe"]), "{probe:?}");
+        assert_eq!(kinds(&agent.step(Wake::Probed { answered: true }, &c, later, Timestamp::now())), ["wait"]);
+        // Unanswered until hub_lost has passed since: fence.
+        let lost = later + hub_lost;
+        agent.step(Wake::Timer, &c, lost, Timestamp::now());
+        let fence = agent.step(Wake::Probed { answered: false }, &c, lost, Timestamp::now());
+        assert_eq!(kinds(&fence), ["fence"]);
+        let deleted = vec![(("uid-1".to_string(), 3), "team".to_string())];
+        agent.step(Wake::Fenced { deleted, error: None }, &c, lost, Timestamp::now());
+        assert_eq!(agent.state.fenced.get(&("uid-1".to_string(), 3)).map(String::as_str), Some("team"));
+        assert_eq!(agent.state.fenced_at, Some(lost));
+    }
+
+    #[test]
+    fn an_unanswering_hub_is_probed_once_per_interval_not_on_every_wake() {
+        let t0 = Instant::now();
+        let cfg = config();
+        let heartbeat = cfg.timing.heartbeat;
+        let mut agent = Loop::new(cfg, t0);
+        let c = caches(Vec::new(), Vec::new());
+        agent.step(Wake::Changed, &c, t0, Timestamp::now());
+        agent.step(Wake::RoundEnded(None), &c, t0, Timestamp::now());
+        let t1 = t0 + heartbeat;
+        assert!(kinds(&agent.step(Wake::Timer, &c, t1, Timestamp::now())).contains(&"probe"));
+        let after = agent.step(Wake::Probed { answered: false }, &c, t1, Timestamp::now());
+        let next_probe = t1 + heartbeat / 4;
+        assert!(matches!(after[..], [Action::Wait(Some(t))] if t <= next_probe), "{after:?}");
+        // Woken again at once (a watch event): no second probe yet.
+        assert!(!kinds(&agent.step(Wake::Changed, &c, t1, Timestamp::now())).contains(&"probe"));
+        assert!(kinds(&agent.step(Wake::Timer, &c, next_probe, Timestamp::now())).contains(&"probe"));
+    }
+}
