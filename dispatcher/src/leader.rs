@@ -22,21 +22,35 @@ pub struct LeaderConfig {
 /// Whether this replica leads, as of its last renewal.
 #[derive(Debug, Default)]
 pub struct Leadership {
-    until: Mutex<Option<Instant>>,
+    term: Mutex<Term>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+enum Term {
+    /// No election: this replica leads for good.
+    Always,
+    /// Leads until then, if it won the last renewal.
+    Until(Instant),
+    #[default]
+    Follower,
 }
 
 impl Leadership {
     /// A replica that always leads: no election (one dispatcher, as in `stowage dev`).
     pub fn always() -> Self {
-        Leadership { until: Mutex::new(Some(Instant::now() + Duration::from_secs(u32::MAX.into()))) }
+        Leadership { term: Mutex::new(Term::Always) }
     }
 
     pub fn is_leading(&self) -> bool {
-        self.until.lock().unwrap_or_else(|e| e.into_inner()).is_some_and(|t| Instant::now() < t)
+        match *self.term.lock().unwrap_or_else(|e| e.into_inner()) {
+            Term::Always => true,
+            Term::Until(t) => Instant::now() < t,
+            Term::Follower => false,
+        }
     }
 
     fn set(&self, until: Option<Instant>) {
-        *self.until.lock().unwrap_or_else(|e| e.into_inner()) = until;
+        *self.term.lock().unwrap_or_else(|e| e.into_inner()) = until.map_or(Term::Follower, Term::Until);
     }
 }
 

@@ -70,7 +70,7 @@ pub struct BatchReport {
     /// Whether the cycle returned the optimiser's decisions (else the greedy ones).
     pub kept_ilp: bool,
     /// Why the solver's answer was not used, when it failed or did not check out.
-    pub rejected: Option<String>,
+    pub rejected: Option<Rejected>,
 }
 
 impl BatchReport {
@@ -78,6 +78,31 @@ impl BatchReport {
     pub fn gap(&self) -> Option<f64> {
         self.bound.map(|b| if b > EPSILON { ((b - self.objective) / b).max(0.0) } else { 0.0 })
     }
+}
+
+/// Why an answer of the optimiser was not used. Every answer is checked before use; these
+/// name what failed, for the cycle's report and the dispatcher's log.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Rejected {
+    /// The solver failed, in its own words.
+    #[error("{solver}: {message}")]
+    Solver { solver: &'static str, message: String },
+    #[error("answer is not integral: x[{var}] = {value}")]
+    NotIntegral { var: usize, value: f64 },
+    #[error("answer puts window gang {gang} in two domains")]
+    TwoDomains { gang: usize },
+    #[error("answer drops window gang {gang}, which greedy admitted")]
+    Dropped { gang: usize },
+    #[error("answer admits window gang {follower} ahead of the reserved gang {leader}")]
+    Overtakes { follower: usize, leader: usize },
+    #[error("answer breaks row {row}: {used} > {limit}")]
+    Row { row: usize, used: u64, limit: u64 },
+    #[error("realised, the plan dropped a gang greedy admitted or overtook the reserved one")]
+    Realised,
+}
+
+fn solver_error(solver: &'static str) -> impl Fn(String) -> Rejected {
+    move |message| Rejected::Solver { solver, message }
 }
 
 /// Where the optimiser put gangs: `pins` are (pending index, cluster, domain), in the order
@@ -412,7 +437,7 @@ impl Model {
         chosen.into_values().collect()
     }
 
-    fn solve(&self, settings: &Batch, warm: &[usize]) -> Result<Answer, String> {
+    fn solve(&self, settings: &Batch, warm: &[usize]) -> Result<Answer, Rejected> {
         let mut vars = ProblemVariables::new();
         let x: Vec<Variable> = self.candidates.iter().map(|_| vars.add(variable().binary())).collect();
         let objective: Expression = self.candidates.iter().zip(&x).map(|(c, &v)| c.value * v).sum();
@@ -431,7 +456,7 @@ impl Model {
                     m,
                     warm.iter().map(|&k| (x[k], 1.0)).collect::<Vec<_>>(),
                 );
-                let solution = m.solve().map_err(|e| format!("CBC: {e}"))?;
+                let solution = m.solve().map_err(|e| solver_error("CBC")(e.to_string()))?;
                 let bound = Some(solution.model().best_possible_value()).filter(|b| b.is_finite());
                 self.answer(x.iter().map(|&v| solution.value(v)).collect(), bound)
             }
@@ -468,13 +493,13 @@ impl Model {
         m
     }
 
-    fn solve_generic<M: SolverModel>(&self, m: M, x: &[Variable]) -> Result<Answer, String> {
-        let solution = self.constrain(m, x).solve().map_err(|e| format!("solver: {e}"))?;
+    fn solve_generic<M: SolverModel>(&self, m: M, x: &[Variable]) -> Result<Answer, Rejected> {
+        let solution = self.constrain(m, x).solve().map_err(|e| solver_error("solver")(e.to_string()))?;
         self.answer(x.iter().map(|&v| solution.value(v)).collect(), None)
     }
 
     /// A solver's column values as an answer, its objective recomputed from the model.
-    fn answer(&self, values: Vec<f64>, bound: Option<f64>) -> Result<Answer, String> {
+    fn answer(&self, values: Vec<f64>, bound: Option<f64>) -> Result<Answer, Rejected> {
         let chosen = integral(&values)?;
         let objective = chosen.iter().map(|&k| self.candidates[k].value).sum();
         Ok(Answer { chosen, objective, bound })
@@ -486,56 +511,63 @@ impl Model {
         x: &[Variable],
         settings: &Batch,
         warm: &[usize],
-    ) -> Result<Answer, String> {
+    ) -> Result<Answer, Rejected> {
         use highs::HighsModelStatus as S;
-        let mut model = self.constrain(problem, x).try_into_inner().map_err(|e| format!("HiGHS: {e}"))?;
+        let mut model =
+            self.constrain(problem, x).try_into_inner().map_err(|e| solver_error("HiGHS")(e.to_string()))?;
         model.make_quiet();
         let node_limit = i32::try_from(settings.max_nodes).unwrap_or(i32::MAX);
         for (option, value) in [("mip_max_nodes", node_limit), ("threads", 1)] {
-            model.try_set_option(option, value).map_err(|e| format!("HiGHS option {option}: {e:?}"))?;
+            model
+                .try_set_option(option, value)
+                .map_err(|e| solver_error("HiGHS")(format!("option {option}: {e:?}")))?;
         }
         // Stop at a proven 0.01%: closing the last sliver costs most of the search.
-        model.try_set_option("mip_rel_gap", 1e-4).map_err(|e| format!("HiGHS option mip_rel_gap: {e:?}"))?;
+        model
+            .try_set_option("mip_rel_gap", 1e-4)
+            .map_err(|e| solver_error("HiGHS")(format!("option mip_rel_gap: {e:?}")))?;
         // good_lp numbers columns in variable order.
         let mut start = vec![0.0; x.len()];
         for &k in warm {
             start[k] = 1.0;
         }
-        model.try_set_solution(Some(&start), None, None, None).map_err(|e| format!("HiGHS warm start: {e:?}"))?;
-        let solved = model.try_solve().map_err(|e| format!("HiGHS: {e:?}"))?;
+        model
+            .try_set_solution(Some(&start), None, None, None)
+            .map_err(|e| solver_error("HiGHS")(format!("warm start: {e:?}")))?;
+        let solved = model.try_solve().map_err(|e| solver_error("HiGHS")(format!("{e:?}")))?;
         match solved.status() {
             S::Optimal
             | S::ReachedIterationLimit
             | S::ObjectiveBound
             | S::ObjectiveTarget
             | S::ReachedSolutionLimit => {}
-            other => return Err(format!("HiGHS ended with status {other:?}")),
+            other => return Err(solver_error("HiGHS")(format!("ended with status {other:?}"))),
         }
         let bound = solved.double_info_value(c"mip_dual_bound").ok().filter(|b| b.is_finite());
         self.answer(solved.get_solution().columns().to_vec(), bound)
     }
 
     /// Whether an answer keeps every constraint, recomputed here rather than trusted.
-    fn check(&self, answer: &Answer) -> Result<(), String> {
+    fn check(&self, answer: &Answer) -> Result<(), Rejected> {
         let mut gangs = BTreeSet::new();
         for &k in &answer.chosen {
             if !gangs.insert(self.candidates[k].gang) {
-                return Err(format!("answer puts window gang {} in two domains", self.candidates[k].gang));
+                return Err(Rejected::TwoDomains { gang: self.candidates[k].gang });
             }
         }
         if let Some(w) = self.keeps.iter().find(|w| !gangs.contains(w)) {
-            return Err(format!("answer drops window gang {w}, which greedy admitted"));
+            return Err(Rejected::Dropped { gang: *w });
         }
         for &(follower, leader) in &self.follows {
             if gangs.contains(&follower) && !gangs.contains(&leader) {
-                return Err(format!("answer admits window gang {follower} ahead of the reserved gang {leader}"));
+                return Err(Rejected::Overtakes { follower, leader });
             }
         }
         let chosen: BTreeSet<usize> = answer.chosen.iter().copied().collect();
         for (r, row) in self.rows.iter().enumerate() {
             let used: u64 = row.terms.iter().filter(|t| chosen.contains(&t.0)).map(|t| t.1).sum();
             if used > row.limit {
-                return Err(format!("answer breaks row {r}: {used} > {}", row.limit));
+                return Err(Rejected::Row { row: r, used, limit: row.limit });
             }
         }
         Ok(())
@@ -643,11 +675,11 @@ fn room(hist: &[u32], size: u32, counts_pods: bool) -> u64 {
 }
 
 /// The chosen candidates of a 0/1 solution, or why it is not one.
-fn integral(values: &[f64]) -> Result<Vec<usize>, String> {
+fn integral(values: &[f64]) -> Result<Vec<usize>, Rejected> {
     let mut chosen = Vec::new();
     for (k, &v) in values.iter().enumerate() {
         if (v - v.round()).abs() > 1e-6 || !(-1e-6..=1.0 + 1e-6).contains(&v) {
-            return Err(format!("answer is not integral: x[{k}] = {v}"));
+            return Err(Rejected::NotIntegral { var: k, value: v });
         }
         if v > 0.5 {
             chosen.push(k);

@@ -55,7 +55,7 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
     };
     let second = greedy(snapshot, pending, config, Some(&plan));
     if !plan.honoured(&second.decisions) {
-        report.rejected = Some("realised, the plan dropped a gang greedy admitted or overtook the reserved one".into());
+        report.rejected = Some(batch::Rejected::Realised);
         return Cycle { batch: Some(report), ..first };
     }
     let values = [&first, &second].map(|c| batch::value(run.fleet, pending, &held, &c.decisions));

@@ -31,7 +31,7 @@ pub mod snapshot;
 pub mod topology;
 mod txn;
 
-pub use batch::BatchReport;
+pub use batch::{BatchReport, Rejected};
 pub use capacity::{Capacity, PodShape};
 pub use config::{Batch, ClusterChoice, Config, Patience, Preemption, Solver};
 pub use cycle::{Cycle, cycle};

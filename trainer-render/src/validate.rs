@@ -246,28 +246,42 @@ fn check_runtime_ref(input: &Input<'_>) -> Result<(), RenderError> {
 fn check_resources(r: &ResourceRequirements, path: &str, source: Source) -> Result<(), RenderError> {
     for (part, map) in [("limits", &r.limits), ("requests", &r.requests)] {
         for (res, q) in map.iter().flatten() {
-            check_quantity(&q.0).map_err(|e| RenderError::new(source, format!("{path}.{part}.{res}"), e))?;
+            check_quantity(&q.0)
+                .map_err(|e| RenderError::new(source, format!("{path}.{part}.{res}"), e.to_string()))?;
         }
     }
     Ok(())
 }
 
+/// Why a container's resource quantity is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum QuantityProblem {
+    #[error(transparent)]
+    Syntax(#[from] BadQuantity),
+    #[error("{0:?} has more than {MAX_QUANTITY_DIGITS} digits; use a suffix (Gi, T, ...)")]
+    TooManyDigits(String),
+    #[error("{0:?} must not be negative")]
+    Negative(String),
+    #[error("{0:?} is more than Kubernetes can account for (at most {max} units)", max = i64::MAX)]
+    TooLarge(String),
+}
+
 /// A resource quantity Kubernetes accepts for a container: the quantity grammar, not negative,
 /// and within the 64-bit range Kubernetes accounts resources in.
-fn check_quantity(q: &str) -> Result<(), String> {
+fn check_quantity(q: &str) -> Result<(), QuantityProblem> {
     if !quantity_syntax(q) {
-        return Err(BadQuantity(q.to_string()).to_string());
+        return Err(BadQuantity(q.to_string()).into());
     }
     let digits = q.chars().take_while(|c| !c.is_ascii_alphabetic()).filter(char::is_ascii_digit).count();
     if digits > MAX_QUANTITY_DIGITS {
-        return Err(format!("{q:?} has more than {MAX_QUANTITY_DIGITS} digits; use a suffix (Gi, T, ...)"));
+        return Err(QuantityProblem::TooManyDigits(q.to_string()));
     }
-    let v = Milli::parse(q).map_err(|e| e.to_string())?;
+    let v = Milli::parse(q)?;
     if v.0 < 0 {
-        return Err(format!("{q:?} must not be negative"));
+        return Err(QuantityProblem::Negative(q.to_string()));
     }
     if v.0 > i128::from(i64::MAX) * 1000 {
-        return Err(format!("{q:?} is more than Kubernetes can account for (at most {} units)", i64::MAX));
+        return Err(QuantityProblem::TooLarge(q.to_string()));
     }
     Ok(())
 }

@@ -24,10 +24,10 @@ pub(super) fn read(o: &Observed) -> QueueSet {
         let name = q.metadata.name.clone().unwrap_or_default();
         // Problems only a queue's own spec has (a quota defined twice, lending above nominal)
         // are checked on it alone, so one bad Queue does not take the others down.
-        match queue_spec(q).and_then(|spec| Queues::new(vec![spec.clone()]).map(|_| spec).map_err(|e| e.to_string())) {
+        match queue_spec(q).and_then(|spec| Queues::new(vec![spec.clone()]).map(|_| spec).map_err(SpecError::from)) {
             Ok(spec) => specs.push(spec),
             Err(problem) => {
-                inactive.insert(name, problem);
+                inactive.insert(name, problem.to_string());
             }
         }
     }
@@ -42,32 +42,40 @@ pub(super) fn read(o: &Observed) -> QueueSet {
     QueueSet { queues, inactive }
 }
 
-fn queue_spec(q: &Queue) -> Result<QueueSpec, String> {
+/// What makes a Queue's spec unusable, naming the field.
+#[derive(Debug, thiserror::Error)]
+enum SpecError {
+    #[error("spec.quotas[{index}].{field}: {value:?} is not a non-negative quantity")]
+    Quantity { index: usize, field: &'static str, value: String },
+    #[error("spec.quotas[{index}].resource: {value:?} is not one of nvidia.com/gpu, cpu, memory")]
+    Resource { index: usize, value: String },
+    /// A problem of the quotas taken together (a quota defined twice, lending above nominal).
+    #[error(transparent)]
+    Quotas(#[from] scheduler_core::queue::QueueError),
+}
+
+fn queue_spec(q: &Queue) -> Result<QueueSpec, SpecError> {
     let quotas = q
         .spec
         .quotas
         .iter()
         .enumerate()
         .map(|(i, quota)| {
-            let amount = |field: &str, s: &str| {
+            let amount = |field: &'static str, s: &str| {
                 api::quantity::Milli::parse(s)
                     .ok()
                     .map(|m| m.ceil_units())
                     .filter(|&v| v >= 0)
                     .map(|v| v as u64)
-                    .ok_or_else(|| format!("spec.quotas[{i}].{field}: {s:?} is not a non-negative quantity"))
+                    .ok_or_else(|| SpecError::Quantity { index: i, field, value: s.to_string() })
             };
             let resource = match quota.resource.as_str() {
                 "nvidia.com/gpu" => scheduler_core::Resource::Gpu,
                 "cpu" => scheduler_core::Resource::CpuMilli,
                 "memory" => scheduler_core::Resource::MemoryMib,
-                other => {
-                    return Err(format!(
-                        "spec.quotas[{i}].resource: {other:?} is not one of nvidia.com/gpu, cpu, memory"
-                    ));
-                }
+                other => return Err(SpecError::Resource { index: i, value: other.to_string() }),
             };
-            let optional = |field: &str, v: &Option<String>| v.as_deref().map(|s| amount(field, s)).transpose();
+            let optional = |field: &'static str, v: &Option<String>| v.as_deref().map(|s| amount(field, s)).transpose();
             Ok(scheduler_core::Quota {
                 flavor: quota.flavor.clone(),
                 resource,
@@ -76,7 +84,7 @@ fn queue_spec(q: &Queue) -> Result<QueueSpec, String> {
                 lending_limit: optional("lendingLimit", &quota.lending_limit)?,
             })
         })
-        .collect::<Result<Vec<_>, String>>()?;
+        .collect::<Result<Vec<_>, SpecError>>()?;
     Ok(QueueSpec {
         name: q.metadata.name.clone().unwrap_or_default(),
         cohort: q.spec.cohort.clone(),
