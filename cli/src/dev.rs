@@ -15,7 +15,7 @@ pub enum DevError {
     Fleet(#[from] FleetFileError),
     #[error(transparent)]
     Playground(#[from] PlaygroundError),
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io { path: String, source: std::io::Error },
 }
 

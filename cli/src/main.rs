@@ -243,7 +243,7 @@ enum CliError {
     Sim(#[from] simulator::SimError),
     #[error(transparent)]
     Sharing(#[from] simulator::sharing::SharingError),
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Write { path: PathBuf, source: std::io::Error },
     #[error(transparent)]
     Svg(#[from] simulator::svg::SvgError),
@@ -253,8 +253,8 @@ enum CliError {
     Key(#[from] trainer_render::sshkey::KeyError),
     #[error(transparent)]
     Dev(#[from] dev::DevError),
-    #[error("starting the async runtime: {0}")]
-    Runtime(std::io::Error),
+    #[error("starting the async runtime")]
+    Runtime(#[source] std::io::Error),
     #[error("{what}: {message}")]
     Setup { what: String, message: String },
 }
@@ -309,7 +309,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", kube_shell::error_chain(&e));
             ExitCode::FAILURE
         }
     }

@@ -134,7 +134,7 @@ pub enum FleetTranslateError {
     Level { member: String, index: usize, problem: String },
     #[error("MemberCluster {member}: status.domains[{index}]: {problem}")]
     Domain { member: String, index: usize, problem: String },
-    #[error("MemberCluster {member}: {source}")]
+    #[error("MemberCluster {member}")]
     Fleet { member: String, source: FleetError },
 }
 

@@ -37,7 +37,7 @@ pub const SYSTEM_NAMESPACE: &str = "stowage-system";
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlaygroundError {
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io { path: String, source: std::io::Error },
     #[error("{what}: {message}")]
     Setup { what: String, message: String },
@@ -177,7 +177,7 @@ impl Playground {
         for c in &fleet.clusters {
             let sim = SimulatedMember::start(c, durations_on(&hub_server))
                 .await
-                .map_err(|e| setup(format!("member {}", c.name))(e.to_string()))?;
+                .map_err(|e| setup(format!("member {}", c.name))(kube_shell::error_chain(&e)))?;
             Api::<MemberCluster>::all(hub.clone())
                 .create(
                     &PostParams::default(),
@@ -312,7 +312,8 @@ impl Playground {
 
     /// The built-in dev fleet's file.
     pub fn dev_fleet() -> Result<FleetSpec, PlaygroundError> {
-        FleetSpec::parse(DEV_FLEET_YAML, "built-in dev fleet").map_err(|e| setup("dev fleet")(e.to_string()))
+        FleetSpec::parse(DEV_FLEET_YAML, "built-in dev fleet")
+            .map_err(|e| setup("dev fleet")(kube_shell::error_chain(&e)))
     }
 }
 

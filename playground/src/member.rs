@@ -39,9 +39,9 @@ const TICK: Duration = Duration::from_millis(50);
 
 #[derive(Debug, thiserror::Error)]
 pub enum MemberError {
-    #[error("fleet: {0}")]
+    #[error("fleet")]
     Fleet(#[from] simulator::fleet_file::FleetFileError),
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
     #[error("CRD {file}: {message}")]
     Crd { file: String, message: String },

@@ -62,14 +62,14 @@ pub struct PoolSpec {
 
 #[derive(Debug, thiserror::Error)]
 pub enum FleetFileError {
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io { path: String, source: std::io::Error },
     /// YAML that does not match the schema: serde_yaml names the field path, line and column.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Yaml { path: String, source: serde_yaml::Error },
     #[error("{path}: {field}: {problem}")]
     Field { path: String, field: String, problem: String },
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Fleet { path: String, source: scheduler_core::FleetError },
 }
 
@@ -269,7 +269,13 @@ mod tests {
         ];
         for (text, want) in cases {
             let err = FleetSpec::parse(text, "fleet.yaml").and_then(|s| s.build("fleet.yaml")).expect_err(text);
-            let msg = err.to_string();
+            // What a user sees: the error and its causes (the CLI prints the chain).
+            let mut msg = err.to_string();
+            let mut cause = std::error::Error::source(&err);
+            while let Some(c) = cause {
+                msg = format!("{msg}: {c}");
+                cause = c.source();
+            }
             assert!(msg.starts_with("fleet.yaml: "), "{msg}");
             assert!(msg.contains(want), "{msg:?} should contain {want:?}");
         }

@@ -19,7 +19,7 @@ const COVERAGE: f64 = 0.95;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SharingError {
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Read { path: PathBuf, source: std::io::Error },
     #[error("{path}: line {line}: {field}: {problem}")]
     Row { path: PathBuf, line: u64, field: String, problem: String },

@@ -9,7 +9,7 @@ use crate::engine::PolicyRun;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SvgError {
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io { path: PathBuf, source: std::io::Error },
     #[error("{path}: drawing failed: {message}")]
     Draw { path: PathBuf, message: String },

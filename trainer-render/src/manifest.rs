@@ -11,7 +11,7 @@ use crate::{RenderError, Source};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
-    #[error("{file}: {source}")]
+    #[error("{file}")]
     Io { file: String, source: std::io::Error },
     /// Not YAML, or not of the type's shape: serde_yaml names the field, line and column.
     #[error("{file}: {message}")]

@@ -262,3 +262,82 @@ fn backed_off(list: &[ClusterBackoff], now: Timestamp) -> Vec<String> {
 fn millis(t: Option<&str>) -> Option<u64> {
     t?.parse::<Timestamp>().ok().map(|t| t.as_millisecond().max(0) as u64)
 }
+
+#[cfg(test)]
+mod tests {
+    use api::stowage::{MemberCluster, MemberClusterSpec, MemberClusterStatus};
+    use api::trainer::ClusterTrainingRuntime;
+    use k8s_openapi::jiff::SignedDuration;
+    use serde_json::json;
+
+    use super::*;
+
+    fn now() -> Time {
+        Time("2026-11-22T10:00:00Z".parse().expect("time"))
+    }
+
+    fn member(name: &str, age_s: i64) -> MemberCluster {
+        let mut m = MemberCluster::new(name, MemberClusterSpec::default());
+        let heartbeat = now().0 - SignedDuration::from_secs(age_s);
+        let counted = vec!["u1/1".to_string()];
+        m.status =
+            Some(MemberClusterStatus { heartbeat_time: Some(heartbeat.to_string()), counted, ..Default::default() });
+        m
+    }
+
+    fn observed(members: Vec<MemberCluster>, placement: Option<serde_json::Value>) -> Observed {
+        let torch = playground::upstream::RUNTIMES.iter().find(|f| f.path.ends_with("torch_distributed.yaml"));
+        let runtime: ClusterTrainingRuntime = serde_yaml::from_str(torch.expect("bundled").text).expect("yaml");
+        let tj: TrainJob =
+            serde_json::from_value(json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": "t", "namespace": "ml", "uid": "u1", "creationTimestamp": "2026-11-22T09:00:00Z"},
+            "spec": {"runtimeRef": {"name": "torch-distributed"},
+                     "trainer": {"numNodes": 2, "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8"}}}}}))
+            .expect("trainjob");
+        let placements = placement
+            .map(|spec| {
+                serde_json::from_value(json!({"apiVersion": "stowage.dev/v1alpha1", "kind": "Placement",
+                    "metadata": {"name": "t", "namespace": "ml", "resourceVersion": "7"}, "spec": spec,
+                    "status": {"phase": "Running", "observedEpoch": 1}}))
+                .expect("placement")
+            })
+            .into_iter()
+            .collect();
+        Observed { trainjobs: vec![tj], cluster_runtimes: vec![runtime], members, placements, ..Observed::default() }
+    }
+
+    fn state_of(o: &Observed) -> String {
+        let members = Members::observe(&o.members, &Settings::default(), now().0);
+        let job = job(o, &members, &o.trainjobs[0], o.placements.first(), &Settings::default(), &now());
+        match &job.state {
+            JobState::Blocked => format!("blocked: {}", job.conditions[0].reason),
+            JobState::Finished => "finished".into(),
+            JobState::Running(a) => format!("running on {} at {}", a.cluster, a.key),
+            JobState::Assumed(g) => format!("assumed on {:?} at priority {}", g.clusters.only, g.priority),
+            JobState::Waiting(w) => {
+                format!("waiting for epoch {} leaving={} avoiding {:?}", w.epoch, w.leaving, w.gang.clusters.avoid)
+            }
+        }
+    }
+
+    #[test]
+    fn each_trainjob_gets_the_state_its_placement_and_members_say() {
+        let placed = json!({"trainJobUid": "u1", "cluster": "east", "epoch": 1, "podSets": []});
+        let mut no_runtime = observed(vec![member("east", 1)], None);
+        no_runtime.cluster_runtimes.clear();
+        assert_eq!(state_of(&no_runtime), "blocked: RuntimeNotFound");
+        assert_eq!(state_of(&observed(vec![member("east", 1)], None)), "waiting for epoch 1 leaving=false avoiding []");
+        assert_eq!(state_of(&observed(vec![member("east", 1)], Some(placed.clone()))), "running on east at u1/1");
+        let mut uncounted = member("east", 1);
+        uncounted.status.as_mut().expect("status").counted.clear();
+        assert_eq!(
+            state_of(&observed(vec![uncounted], Some(placed.clone()))),
+            format!("assumed on Some([\"east\"]) at priority {}", i32::MAX)
+        );
+        // Silent past the grace period: it leaves, at the next epoch, and keeps away.
+        assert_eq!(
+            state_of(&observed(vec![member("east", 600)], Some(placed))),
+            "waiting for epoch 2 leaving=true avoiding [\"east\"]"
+        );
+    }
+}

@@ -45,7 +45,7 @@ pub(super) fn run(members: &Members<'_>, queues: &Queues, jobs: &[Job<'_>], conf
     let live = members.live_clusters();
     let (fleet, capacity, hosts) = match translate::fleet(&live) {
         Ok(f) => f,
-        Err(e) => return Schedule::NoCapacity(e.to_string()),
+        Err(e) => return Schedule::NoCapacity(kube_shell::error_chain(&e)),
     };
     let running: Vec<&Active<'_>> = bound(jobs).collect();
     let mut usage = QuotaUsage::default();

@@ -58,7 +58,7 @@ pub struct Trace {
 /// Why a trace (or machine list) could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
-    #[error("{}: {source}", path.display())]
+    #[error("{}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
     /// A value (or a header column) that is missing, malformed or out of range.
     #[error("{}:{line}: column {column}: {problem}", path.display())]
@@ -415,7 +415,8 @@ mod tests {
         let err = load(Path::new("/nonexistent/trace.csv"), TraceFormat::Native, &LoadOptions::default())
             .expect_err("missing");
         assert_eq!(err.kind(), "io");
-        assert!(err.to_string().starts_with("/nonexistent/trace.csv: "));
+        assert_eq!(err.to_string(), "/nonexistent/trace.csv", "the cause is the error's source, printed once");
+        assert!(std::error::Error::source(&err).is_some());
     }
 
     #[test]
