@@ -69,5 +69,24 @@ fn dev_runs_from_the_root_directory_with_the_upstream_objects_compiled_in() {
     for runtime in ["torch-distributed", "deepspeed-distributed", "mpi-distributed"] {
         assert!(listed.contains(&format!("clustertrainingruntime.trainer.kubeflow.org/{runtime}")), "{listed}");
     }
+
+    // Everything in examples/ applies as it is (the dev fleet file lives elsewhere).
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/");
+    let applied = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&hub)
+        .args(["apply", "-f", examples])
+        .output()
+        .expect("kubectl");
+    let out = String::from_utf8_lossy(&applied.stdout).into_owned();
+    assert!(
+        applied.status.success(),
+        "kubectl apply -f examples/: {}{}",
+        out,
+        String::from_utf8_lossy(&applied.stderr)
+    );
+    for created in ["queue.stowage.dev/team-a created", "trainjob.trainer.kubeflow.org/"] {
+        assert!(out.contains(created), "{out}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
