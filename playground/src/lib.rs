@@ -113,14 +113,24 @@ where
 }
 
 /// How long a TrainJob's pods run in the simulated members: its [`DURATION_ANNOTATION`] on the
-/// hub, looked up by UID. The agent copies nothing for this; production never sees it.
+/// hub, looked up by UID. The agent copies nothing for this; production never sees it. Asked
+/// for every JobSet on every kubelet pass, so the answers are kept: a TrainJob's UID and its
+/// annotation do not change while its JobSet lives, and the hub's store is scanned only for a
+/// UID not seen before.
 fn durations_on(hub: &ApiServer) -> DurationOf {
     let shared = hub.shared();
+    let known: Mutex<BTreeMap<String, Option<u64>>> = Mutex::default();
     Arc::new(move |uid: &str| {
+        let mut known = known.lock().ok()?;
+        if let Some(&d) = known.get(uid) {
+            return d;
+        }
         let store = shared.store.lock().ok()?;
         let rt = store.lookup(api::trainer::GROUP, api::trainer::VERSION, "trainjobs")?.clone();
         let tj = store.objects(&rt).find(|tj| tj["metadata"]["uid"] == uid)?;
-        tj["metadata"]["annotations"][DURATION_ANNOTATION].as_str()?.trim().parse().ok()
+        let d = tj["metadata"]["annotations"][DURATION_ANNOTATION].as_str().and_then(|d| d.trim().parse().ok());
+        known.insert(uid.to_string(), d);
+        d
     })
 }
 
