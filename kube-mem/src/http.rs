@@ -18,6 +18,7 @@ use super::resources::{Discovery, ResourceType};
 use super::selectors::Selector;
 use super::status::ApiError;
 use super::store::{EventType, Part, Signal, WriteOptions};
+use super::table;
 use super::{Access, Shared};
 
 /// The largest request body accepted, as the real server's default (3 MiB).
@@ -218,6 +219,8 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>, user: String) -> Res
     let method = req.method().clone();
     let content_type =
         req.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_string();
+    let as_table = req.headers().get("accept").and_then(|v| v.to_str().ok()).and_then(table::requested);
+    let include = table::Include::parse(q.get("includeObject").map(String::as_str));
     if path == "/openapi/v2" {
         // kubectl builds its client-side validator from this before asking (via OpenAPI v3)
         // whether the server validates fields itself, which this one does. An empty document is
@@ -262,11 +265,24 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>, user: String) -> Res
         name: target.name.clone(),
     });
     match (method.clone(), target.name.clone()) {
-        (Method::GET, None) if is_watch => watch(shared, target, &q, user),
-        (Method::GET, None) => list(&shared, &target, &q),
+        (Method::GET, None) if is_watch => watch(shared, target, &q, user, as_table.map(|v| (v, include))),
+        (Method::GET, None) => list(&shared, &target, &q, as_table.map(|v| (v, include))),
         (Method::GET, Some(name)) => {
             let store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
-            Ok(json_response(200, &store.get(rt, ns, &name)?))
+            let obj = store.get(rt, ns, &name)?;
+            Ok(json_response(
+                200,
+                &match as_table {
+                    Some(v) => table::table(
+                        rt,
+                        &[obj],
+                        v,
+                        include,
+                        json!({"resourceVersion": store.resource_version().to_string()}),
+                    ),
+                    None => obj,
+                },
+            ))
         }
         (Method::POST, None) => {
             check_content_type(&content_type, &["json", "yaml"])?;
@@ -383,7 +399,15 @@ fn set_managed(obj: &mut Value, manager: &str, rt: &ResourceType) {
     obj["metadata"]["managedFields"] = Value::Array(list);
 }
 
-fn list(shared: &Shared, t: &Target, q: &BTreeMap<String, String>) -> Result<Response<Body>, ApiError> {
+/// How a read is answered as a Table, when the client asked for one.
+type AsTable = Option<(table::TableVersion, table::Include)>;
+
+fn list(
+    shared: &Shared,
+    t: &Target,
+    q: &BTreeMap<String, String>,
+    as_table: AsTable,
+) -> Result<Response<Body>, ApiError> {
     let selector =
         Selector::parse(q.get("labelSelector").map(String::as_str), q.get("fieldSelector").map(String::as_str))?;
     let limit = q.get("limit").and_then(|l| l.parse::<usize>().ok()).filter(|l| *l > 0);
@@ -399,6 +423,9 @@ fn list(shared: &Shared, t: &Target, q: &BTreeMap<String, String>) -> Result<Res
     let mut meta = json!({"resourceVersion": store.resource_version().to_string()});
     if let Some((ns, name)) = next {
         meta["continue"] = format!("{ns}/{name}").into();
+    }
+    if let Some((version, include)) = as_table {
+        return Ok(json_response(200, &table::table(&t.rt, &items, version, include, meta)));
     }
     Ok(json_response(
         200,
@@ -423,6 +450,7 @@ fn watch(
     t: Target,
     q: &BTreeMap<String, String>,
     user: String,
+    as_table: AsTable,
 ) -> Result<Response<Body>, ApiError> {
     let selector =
         Selector::parse(q.get("labelSelector").map(String::as_str), q.get("fieldSelector").map(String::as_str))?;
@@ -458,11 +486,19 @@ fn watch(
         ns.as_deref().is_none_or(|n| o["metadata"]["namespace"].as_str() == Some(n)) && selector.matches(o)
     };
     let present = {
-        let (api_version, kind) = (api_version.clone(), kind.clone());
+        let (api_version, kind, rt) = (api_version.clone(), kind.clone(), t.rt.clone());
         move |mut o: Value| {
             o["apiVersion"] = api_version.clone().into();
             o["kind"] = kind.clone().into();
-            o
+            match as_table {
+                // One row per event, with the columns each time: kubectl prints the header once,
+                // for as long as the columns stay the same.
+                Some((version, include)) => {
+                    let rv = o.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
+                    table::table(&rt, &[o], version, include, json!({"resourceVersion": rv}))
+                }
+                None => o,
+            }
         }
     };
     let faults = shared.clone();

@@ -14,6 +14,7 @@ pub mod schema;
 pub mod selectors;
 pub mod status;
 pub mod store;
+pub mod table;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

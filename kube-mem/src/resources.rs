@@ -7,6 +7,8 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use super::table::PrinterColumn;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResourceType {
     pub group: String,
@@ -20,6 +22,9 @@ pub struct ResourceType {
     /// openAPIV3Schema for CRD kinds; built-ins are typed by their clients and not validated.
     /// Shared: a resource type is cloned on every request, its schema must not be.
     pub schema: Option<Arc<Value>>,
+    /// A CRD version's `additionalPrinterColumns` (Age when it has none); empty for built-ins,
+    /// which print their own columns (see `table`).
+    pub printer_columns: Vec<PrinterColumn>,
 }
 
 impl ResourceType {
@@ -64,6 +69,7 @@ fn builtin(
         status_subresource: status,
         short_names: short.iter().map(|s| s.to_string()).collect(),
         schema: None,
+        printer_columns: Vec::new(),
     }
 }
 
@@ -75,6 +81,8 @@ pub fn builtins() -> Vec<ResourceType> {
         builtin("", "v1", "ConfigMap", "configmaps", true, false, &["cm"]),
         builtin("", "v1", "Secret", "secrets", true, false, &[]),
         builtin("", "v1", "Event", "events", true, false, &["ev"]),
+        builtin("", "v1", "ServiceAccount", "serviceaccounts", true, false, &["sa"]),
+        builtin("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", true, true, &["pvc"]),
         builtin("coordination.k8s.io", "v1", "Lease", "leases", true, false, &[]),
         builtin("batch", "v1", "Job", "jobs", true, true, &[]),
         builtin(
@@ -135,6 +143,7 @@ pub fn from_crd(crd: &Value) -> Result<Vec<ResourceType>, CrdError> {
             status_subresource: v.pointer("/subresources/status").is_some(),
             short_names: short_names.clone(),
             schema: v.pointer("/schema/openAPIV3Schema").cloned().map(Arc::new),
+            printer_columns: PrinterColumn::of_crd_version(v),
         })
         .collect();
     // Compile the validators now: done lazily, the first write of a kind (a JobSet's schema

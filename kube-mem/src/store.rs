@@ -64,9 +64,14 @@ pub struct Store {
     pub tx: broadcast::Sender<Signal>,
 }
 
+/// The wall clock, in Unix seconds.
+pub fn unix_seconds() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+}
+
 /// RFC 3339 UTC, seconds precision, as metadata timestamps are.
 pub fn now_rfc3339() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let secs = unix_seconds().max(0) as u64;
     let (days, rem) = (secs / 86_400, secs % 86_400);
     // Civil from days (Howard Hinnant's algorithm).
     let z = days as i64 + 719_468;

@@ -102,3 +102,70 @@ async fn kubectl_reports_schema_rejections_with_the_field() {
     assert!(!ok, "{out}");
     assert!(err.contains("spec.trainer.numNodes"), "{err}");
 }
+
+const POD: &str = "apiVersion: v1
+kind: Pod
+metadata: {name: worker-0}
+spec:
+  nodeName: gpu-node-7
+  containers: [{name: node, image: pytorch}]
+";
+
+/// kubectl asks for Tables: the CRD's printer columns (Trainer's STATE) and a pod's STATUS and
+/// NODE come from the server, in lists, gets and watches.
+#[tokio::test]
+async fn kubectl_prints_the_servers_columns() {
+    let server = ApiServer::start().await.expect("server");
+    let k = Kubectl::new(&server, "table");
+    let crd = format!("{UPSTREAM}/trainer/trainer.kubeflow.org_trainjobs.yaml");
+    assert!(k.run(&["apply", "-f", &crd]).await.0);
+    let tj = k.config.with_file_name("trainjob.yaml");
+    std::fs::write(&tj, TRAINJOB).expect("write");
+    assert!(k.run(&["apply", "-f", tj.to_str().expect("utf-8")]).await.0);
+    let status = r#"{"status":{"conditions":[{"type":"Suspended","status":"True","reason":"Suspended",
+        "message":"TrainJob is suspended","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}"#;
+    let (ok, _, err) =
+        k.run(&["patch", "trainjob", "demo", "--subresource", "status", "--type", "merge", "-p", status]).await;
+    assert!(ok, "status patch: {err}");
+    let (ok, out, err) = k.run(&["get", "trainjobs"]).await;
+    assert!(ok, "{err}");
+    let lines: Vec<Vec<&str>> = out.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(lines.first().map(|h| h.as_slice()), Some(["NAME", "STATE", "AGE"].as_slice()), "{out}");
+    assert_eq!(lines.get(1).map(|r| &r[..2]), Some(["demo", "Suspended"].as_slice()), "{out}");
+    let (ok, out, _) = k.run(&["get", "trainjob", "demo", "--no-headers"]).await;
+    assert!(ok && out.split_whitespace().nth(1) == Some("Suspended"), "{out}");
+
+    let pod = k.config.with_file_name("pod.yaml");
+    std::fs::write(&pod, POD).expect("write");
+    assert!(k.run(&["apply", "-f", pod.to_str().expect("utf-8")]).await.0);
+    let running = r#"{"status":{"phase":"Running","podIP":"10.0.0.7","containerStatuses":[{"name":"node",
+        "ready":true,"restartCount":2,"image":"pytorch","imageID":"","state":{"running":{}}}]}}"#;
+    let (ok, _, err) =
+        k.run(&["patch", "pod", "worker-0", "--subresource", "status", "--type", "merge", "-p", running]).await;
+    assert!(ok, "pod status: {err}");
+    let (ok, out, err) = k.run(&["get", "pods", "-o", "wide"]).await;
+    assert!(ok, "{err}");
+    let header: Vec<&str> =
+        out.lines().next().unwrap_or("").split("  ").filter(|c| !c.is_empty()).map(str::trim).collect();
+    assert_eq!(header[..7], ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"], "{out}");
+    let row: Vec<&str> = out.lines().nth(1).unwrap_or("").split_whitespace().collect();
+    assert_eq!(row[..4], ["worker-0", "1/1", "Running", "2"], "{out}");
+    assert_eq!(row[5..7], ["10.0.0.7", "gpu-node-7"], "{out}");
+
+    // A watch prints the header once, then a row per change.
+    let mut watch =
+        k.cmd(&["get", "trainjobs", "--watch"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("watch");
+    let mut lines = BufReader::new(watch.stdout.take().expect("stdout")).lines();
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(10), lines.next_line()).await.expect("in time").expect("line")
+    };
+    assert!(next().await.is_some_and(|h| h.starts_with("NAME") && h.contains("STATE")));
+    assert!(next().await.is_some_and(|r| r.starts_with("demo") && r.contains("Suspended")));
+    let complete = r#"{"status":{"conditions":[{"type":"Complete","status":"True","reason":"JobSetCompleted",
+        "message":"done","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}"#;
+    assert!(
+        k.run(&["patch", "trainjob", "demo", "--subresource", "status", "--type", "merge", "-p", complete]).await.0
+    );
+    assert!(next().await.is_some_and(|r| r.starts_with("demo") && r.contains("Complete")));
+    let _ = watch.kill().await;
+}

@@ -132,6 +132,7 @@ fn unreachable_type(plural: &str) -> ResourceType {
         status_subresource: true,
         short_names: Vec::new(),
         schema: None,
+        printer_columns: Vec::new(),
     }
 }
 
