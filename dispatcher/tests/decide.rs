@@ -102,11 +102,30 @@ fn a_trainjob_is_placed_once_and_deciding_again_writes_nothing() {
     let mut o = written(o, &plan);
     let again = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(5));
     assert_eq!(again, Plan::default(), "the same observation twice writes nothing");
+    // Applied, its pods not bound: still waiting, for them, with the member's word at once.
+    o.placements[0].status = Some(PlacementStatus {
+        phase: PlacementPhase::Applied,
+        observed_epoch: 1,
+        message: Some("Unschedulable: 0/4 nodes are available: 4 node(s) didn't match node selector".into()),
+        ..PlacementStatus::default()
+    });
+    let starting = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(8));
+    let c = &starting.statuses[0].conditions[0];
+    assert_eq!((c.type_.as_str(), c.status.as_str(), c.reason.as_str()), ("Pending", "True", "Starting"));
+    assert!(
+        c.message.ends_with(
+            "its pods wait there: Unschedulable: 0/4 nodes are available: 4 node(s) didn't match node selector"
+        ),
+        "{}",
+        c.message
+    );
+    let mut o = written(o, &starting);
     report(&mut o, PlacementPhase::Running, 1);
     let running = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(10));
     assert!(running.placements.is_empty());
-    let placed = &running.statuses[0].conditions[0];
-    assert_eq!((placed.type_.as_str(), placed.status.as_str(), placed.reason.as_str()), ("Pending", "False", "Placed"));
+    // Running: Stowage's own condition is gone, as Trainer's conditions read for a running job
+    // (and the Kubeflow SDK reads Running only from none).
+    assert_eq!(running.statuses[0].conditions, vec![]);
     let o = written(o, &running);
     assert_eq!(decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(20)), Plan::default());
 }
@@ -353,4 +372,63 @@ fn with_the_batch_optimiser_a_trainjob_moves_over_so_one_that_needs_its_gpus_fit
     assert_eq!(plan.pending, 0);
     let report = plan.batch.expect("the optimiser ran");
     assert!(report.kept_ilp && report.gap() == Some(0.0), "{report:?}");
+}
+
+fn suspend(o: &mut Observed, yes: bool) {
+    o.trainjobs[0].spec.suspend = Some(yes);
+}
+
+fn condition<'a>(plan: &'a Plan, type_: &str) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    plan.statuses.first()?.conditions.iter().find(|c| c.type_ == type_)
+}
+
+#[test]
+fn a_trainjob_created_suspended_is_not_placed_nor_counted_and_resuming_places_it() {
+    let mut o = observed(vec![member("a", 1)]);
+    suspend(&mut o, true);
+    let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), Time(now()));
+    assert!(plan.placements.is_empty(), "{plan:#?}");
+    assert_eq!(plan.pending, 0);
+    let c = condition(&plan, "Suspended").expect("suspended");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
+        ("True", "Suspended", "TrainJob is suspended")
+    );
+    assert!(condition(&plan, "Pending").is_none());
+    let mut o = written(o, &plan);
+    assert_eq!(decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(5)), Plan::default());
+    suspend(&mut o, false);
+    let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(10));
+    assert_eq!(plan.placements.len(), 1, "placed within the cycle it is resumed in");
+    assert_eq!(plan.placements[0].spec.cluster.as_deref(), Some("a"));
+    let c = condition(&plan, "Suspended").expect("resumed");
+    assert_eq!((c.status.as_str(), c.reason.as_str(), c.message.as_str()), ("False", "Resumed", "TrainJob is resumed"));
+}
+
+#[test]
+fn suspending_a_running_trainjob_withdraws_it_frees_its_quota_and_resuming_places_it_again() {
+    let (mut o, cluster) = placed_and_running(vec![member("a", 1)]);
+    let running = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(5));
+    let mut o2 = written(o.clone(), &running);
+    assert!(decide(&o2, &scheduler_core::fixture::greedy(), &settings(), at(6)).placements.is_empty());
+    suspend(&mut o2, true);
+    let plan = decide(&o2, &scheduler_core::fixture::greedy(), &settings(), at(10));
+    let w = &plan.placements[0];
+    // A new epoch with no member: the agent deletes the JobSet.
+    assert_eq!((w.spec.cluster.as_deref(), w.spec.epoch, w.replaces.as_deref()), (None, 2, Some("rv-0-1")));
+    assert_eq!(condition(&plan, "Suspended").map(|c| c.status.as_str()), Some("True"));
+    o = written(o2, &plan);
+    // Withdrawn: deciding again writes nothing more.
+    assert_eq!(decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(12)), Plan::default());
+    suspend(&mut o, false);
+    let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(20));
+    let w = &plan.placements[0];
+    assert_eq!((w.spec.cluster.as_deref(), w.spec.epoch), (Some(cluster.as_str()), 3));
+}
+
+#[test]
+fn a_trainjob_managed_by_multikueue_is_left_alone() {
+    let mut o = observed(vec![member("a", 1)]);
+    o.trainjobs[0].spec.managed_by = Some("kueue.x-k8s.io/multikueue".into());
+    assert_eq!(decide(&o, &scheduler_core::fixture::greedy(), &settings(), Time(now())), Plan::default());
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use api::stowage::Placement;
 use api::trainer::TrainJob;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use playground::{Playground, PlaygroundOptions, SYSTEM_NAMESPACE};
 use serde_json::json;
 use stowage_tests::e2e::*;
@@ -332,4 +332,49 @@ async fn a_hub_answering_500_and_429_slows_things_down_but_loses_nothing() {
     assert_eq!(placements.items.len(), names.len());
     assert!(placements.items.iter().all(|pl| pl.spec.epoch == 1));
     assert_eq!(monitor.duplicates(), Vec::new());
+}
+
+#[tokio::test]
+async fn suspend_stops_a_running_trainjob_and_frees_its_gpus_resume_places_it_and_a_suspended_one_waits() {
+    let p = playground(fast()).await;
+    let hub = p.hub();
+    let api: Api<TrainJob> = Api::default_namespaced(hub.clone());
+    submit(&hub, &trainjob("sleeper", 2, 600, json!({}))).await;
+    let first = placement(&hub, "sleeper", running).await;
+    let member = first.spec.cluster.clone().expect("placed");
+    let jobset_on = |member: &str| {
+        let m = p.member(member).expect("member");
+        let store = m.sim.server.store().lock().expect("store");
+        let rt = store.lookup("jobset.x-k8s.io", "v1alpha2", "jobsets").expect("JobSet CRD").clone();
+        store.get(&rt, Some("default"), "sleeper").is_ok()
+    };
+    assert!(jobset_on(&member));
+    // Running: the conditions read as Trainer's (none of Stowage's own).
+    let tj = api.get("sleeper").await.expect("trainjob");
+    assert_eq!(tj.status.expect("status").conditions, Vec::new());
+
+    let suspend = |yes: bool| json!({"spec": {"suspend": yes}});
+    api.patch("sleeper", &PatchParams::default(), &Patch::Merge(suspend(true))).await.expect("suspend");
+    let c = condition(&hub, "sleeper", "Suspended", "True").await;
+    assert_eq!((c.reason.as_str(), c.message.as_str()), ("Suspended", "TrainJob is suspended"));
+    placement(&hub, "sleeper", |p| p.spec.cluster.is_none() && p.spec.epoch == first.spec.epoch + 1).await;
+    eventually("the member's JobSet gone", || async { (!jobset_on(&member)).then_some(()) }).await;
+    // Its GPUs are back: the default queue counts nothing admitted.
+    queue_status(&hub, "default", |s| s.admitted == 0 && s.pending == 0).await;
+
+    api.patch("sleeper", &PatchParams::default(), &Patch::Merge(suspend(false))).await.expect("resume");
+    let c = condition(&hub, "sleeper", "Suspended", "False").await;
+    assert_eq!((c.reason.as_str(), c.message.as_str()), ("Resumed", "TrainJob is resumed"));
+    placement(&hub, "sleeper", |p| running(p) && p.spec.epoch == first.spec.epoch + 2).await;
+
+    // Created suspended: never placed, never counted, until resumed.
+    let mut parked = trainjob("parked", 1, 1, json!({}));
+    parked.spec.suspend = Some(true);
+    submit(&hub, &parked).await;
+    condition(&hub, "parked", "Suspended", "True").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let placements: Api<Placement> = Api::default_namespaced(hub.clone());
+    assert!(placements.get_opt("parked").await.expect("get").is_none(), "a suspended TrainJob is not placed");
+    api.patch("parked", &PatchParams::default(), &Patch::Merge(suspend(false))).await.expect("resume");
+    condition(&hub, "parked", "Complete", "True").await;
 }

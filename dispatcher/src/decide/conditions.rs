@@ -1,6 +1,7 @@
 //! Every condition the dispatcher writes, made here and nowhere else: on TrainJobs, Trainer's
-//! `Complete` and `Failed` (with Trainer's reasons) and Stowage's own `Pending` (why it waits)
-//! and `Preempted`; on Queues, `Active`.
+//! `Suspended`, `Complete` and `Failed` (with Trainer's reasons and messages) and Stowage's own
+//! `Pending` (why it waits) and `Preempted`, which are gone once its pods run, so a running
+//! TrainJob's conditions read as Trainer's would; on Queues, `Active`.
 
 use api::trainer::TrainJobCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -46,16 +47,35 @@ pub(super) fn failed(message: String, now: &Time) -> Condition {
     condition(TrainJobCondition::Failed.as_str(), true, "FailedJobs", message, now)
 }
 
-/// Placed and started on `cluster`: no longer waiting.
-pub(super) fn placed(cluster: &str, now: &Time) -> Condition {
-    let pending = TrainJobCondition::Pending.as_str();
-    condition(pending, false, "Placed", format!("placed on cluster {cluster}"), now)
+/// Drops the condition of `type_`.
+pub(super) fn remove(conditions: &mut Vec<Condition>, type_: TrainJobCondition) {
+    conditions.retain(|c| c.type_ != type_.as_str());
 }
 
-/// A TrainJob that was evicted is placed again on `cluster`.
-pub(super) fn placed_again(cluster: &str, now: &Time) -> Condition {
-    let preempted = TrainJobCondition::Preempted.as_str();
-    condition(preempted, false, "Placed", format!("placed again on cluster {cluster}"), now)
+/// Its pods run (or ran): Stowage's own conditions go, the rest is Trainer's.
+pub(super) fn started(conditions: &mut Vec<Condition>) {
+    remove(conditions, TrainJobCondition::Pending);
+    remove(conditions, TrainJobCondition::Preempted);
+}
+
+/// Placed on `cluster`, its pods not running yet: still waiting, now for them, with the
+/// member's word on why when it has one (the gang scheduler's reason, at once).
+pub(super) fn starting(cluster: &str, member_says: Option<&str>, now: &Time) -> Condition {
+    let message = match member_says.filter(|m| !m.is_empty()) {
+        Some(m) => format!("placed on cluster {cluster}; its pods wait there: {m}"),
+        None => format!("placed on cluster {cluster}; its pods are starting"),
+    };
+    condition(TrainJobCondition::Pending.as_str(), true, "Starting", message, now)
+}
+
+/// `spec.suspend: true`, as Trainer says it (pkg/constants: TrainJobSuspendedReason/Message).
+pub(super) fn suspended(now: &Time) -> Condition {
+    condition(TrainJobCondition::Suspended.as_str(), true, "Suspended", "TrainJob is suspended".into(), now)
+}
+
+/// Resumed after a suspension, as Trainer says it.
+pub(super) fn resumed(now: &Time) -> Condition {
+    condition(TrainJobCondition::Suspended.as_str(), false, "Resumed", "TrainJob is resumed".into(), now)
 }
 
 /// Evicted from `cluster` for `by`. A condition of its own: the `Pending` reason moves on with

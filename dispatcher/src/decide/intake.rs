@@ -2,7 +2,7 @@
 //! Placement and the members' reports; and what its member reports, mirrored into its status.
 
 use api::stowage::{CHECKPOINT_ANNOTATION, ClusterBackoff, Placement, PlacementKey, PlacementPhase, PlacementStatus};
-use api::trainer::{JobStatus, Runtime, TrainJob, TrainJobCondition};
+use api::trainer::{JobStatus, KUEUE_MULTIKUEUE_MANAGED_BY, Runtime, TrainJob, TrainJobCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use scheduler_core::{ClusterFilter, Gang};
@@ -28,6 +28,9 @@ pub(super) enum JobState<'a> {
     Blocked,
     /// Its member reported it finished at the current epoch.
     Finished,
+    /// `spec.suspend: true`: not placed and not counted; a Placement that names a member is
+    /// withdrawn (its agent deletes the JobSet, its GPUs and quota return).
+    Suspended(Option<&'a Placement>),
     /// Placed, and counted in its member's capacity report: it charges its queue's quota and
     /// may be a preemption victim.
     Running(Box<Active<'a>>),
@@ -70,6 +73,11 @@ pub(super) struct Waiting<'a> {
     pub(super) evicting: Option<Active<'a>>,
 }
 
+/// Left to another controller, as Trainer leaves it: `spec.managedBy` names MultiKueue.
+pub(super) fn managed_elsewhere(tj: &TrainJob) -> bool {
+    tj.spec.managed_by.as_deref() == Some(KUEUE_MULTIKUEUE_MANAGED_BY)
+}
+
 pub(super) fn finished(tj: &TrainJob) -> bool {
     tj.status.as_ref().is_some_and(|s| {
         [TrainJobCondition::Complete, TrainJobCondition::Failed]
@@ -90,6 +98,15 @@ pub(super) fn job<'a>(
     let (ns, name) = key(&tj.metadata);
     let (conditions, jobs) = mirror(tj, placement, now);
     let mut job = Job { tj, conditions, jobs, state: JobState::Blocked };
+    if tj.spec.suspend == Some(true) {
+        conditions::started(&mut job.conditions);
+        conditions::upsert(&mut job.conditions, conditions::suspended(now));
+        job.state = JobState::Suspended(placement.filter(|p| p.spec.cluster.is_some()));
+        return job;
+    }
+    if conditions::is_true(&job.conditions, TrainJobCondition::Suspended) {
+        conditions::upsert(&mut job.conditions, conditions::resumed(now));
+    }
     let Some(runtime) = runtime_for(o, tj) else {
         let r = &tj.spec.runtime_ref;
         let message = format!("spec.runtimeRef: {} {} not found", r.kind_or_default(), r.name);
@@ -170,25 +187,28 @@ pub(super) fn job<'a>(
 }
 
 /// The TrainJob's conditions and job statuses with what its member reports for the current
-/// epoch: Trainer's `Complete` or `Failed`, and, once started, no longer `Pending`.
+/// epoch: Trainer's `Complete` or `Failed`; `Pending` while its pods start, with the member's
+/// reason; once they run, none of Stowage's own conditions.
 fn mirror(tj: &TrainJob, placement: Option<&Placement>, now: &Time) -> (Vec<Condition>, Vec<JobStatus>) {
     let mut conds = tj.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
     let mut jobs = tj.status.as_ref().map(|s| s.jobs_status.clone()).unwrap_or_default();
     let Some((p, s)) = placement.and_then(|p| Some((p, current_status(p)?))) else { return (conds, jobs) };
     jobs = s.jobs_status.clone();
-    match s.phase {
-        PlacementPhase::Succeeded => conditions::upsert(&mut conds, conditions::complete(now)),
-        PlacementPhase::Failed => {
+    match (s.phase, &p.spec.cluster) {
+        (PlacementPhase::Succeeded, _) => {
+            conditions::started(&mut conds);
+            conditions::upsert(&mut conds, conditions::complete(now));
+        }
+        (PlacementPhase::Failed, _) => {
+            conditions::started(&mut conds);
             let message = s.message.clone().unwrap_or_else(|| "jobset failed".into());
             conditions::upsert(&mut conds, conditions::failed(message, now));
         }
-        _ => {}
-    }
-    if let (Some(cluster), PlacementPhase::Applied | PlacementPhase::Running) = (&p.spec.cluster, s.phase) {
-        conditions::upsert(&mut conds, conditions::placed(cluster, now));
-        if conditions::is_true(&conds, TrainJobCondition::Preempted) {
-            conditions::upsert(&mut conds, conditions::placed_again(cluster, now));
+        (PlacementPhase::Running, Some(_)) => conditions::started(&mut conds),
+        (PlacementPhase::Applied, Some(cluster)) => {
+            conditions::upsert(&mut conds, conditions::starting(cluster, s.message.as_deref(), now));
         }
+        _ => {}
     }
     (conds, jobs)
 }
@@ -312,6 +332,7 @@ mod tests {
         match &job.state {
             JobState::Blocked => format!("blocked: {}", job.conditions[0].reason),
             JobState::Finished => "finished".into(),
+            JobState::Suspended(p) => format!("suspended, withdrawing {}", p.is_some()),
             JobState::Running(a) => format!("running on {} at {}", a.cluster, a.key),
             JobState::Assumed(g) => format!("assumed on {:?} at priority {}", g.clusters.only, g.priority),
             JobState::Waiting(w) => {
@@ -334,6 +355,9 @@ mod tests {
             state_of(&observed(vec![uncounted], Some(placed.clone()))),
             format!("assumed on Some([\"east\"]) at priority {}", i32::MAX)
         );
+        let mut suspended = observed(vec![member("east", 1)], Some(placed.clone()));
+        suspended.trainjobs[0].spec.suspend = Some(true);
+        assert_eq!(state_of(&suspended), "suspended, withdrawing true");
         // Silent past the grace period: it leaves, at the next epoch, and keeps away.
         assert_eq!(
             state_of(&observed(vec![member("east", 600)], Some(placed))),

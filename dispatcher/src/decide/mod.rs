@@ -122,7 +122,7 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
     let jobs: Vec<intake::Job<'_>> = o
         .trainjobs
         .iter()
-        .filter(|tj| !intake::finished(tj))
+        .filter(|tj| !intake::finished(tj) && !intake::managed_elsewhere(tj))
         .map(|tj| intake::job(o, &members, tj, placements.get(&key(&tj.metadata)).copied(), settings, &now))
         .collect();
     let mut plan = Plan::default();

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use api::stowage::PlacementSpec;
+use api::stowage::{Placement, PlacementSpec};
 use api::trainer::{JobStatus, TrainJob};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use scheduler_core::{Decision, Reason};
@@ -37,6 +37,10 @@ pub(super) fn settled(plan: &mut Plan, jobs: &[Job<'_>], tally: &mut Tally) {
                 None
             }
             JobState::Finished => None,
+            JobState::Suspended(withdraw) => {
+                plan.placements.extend(withdraw.map(|p| withdrawal(p)));
+                None
+            }
             JobState::Running(a) => Some(&a.gang.queue),
             JobState::Assumed(g) => Some(&g.queue),
         };
@@ -72,6 +76,9 @@ pub(super) fn placements(
             Ok((fleet, Decision::Admit(a))) => {
                 let mut spec = plan::placement(fleet, gang, a, &uid, w.epoch);
                 spec.backoff = w.backoff.clone();
+                if let Some(cluster) = &spec.cluster {
+                    conditions::upsert(&mut conds, conditions::starting(cluster, None, now));
+                }
                 Some(spec)
             }
             Ok((_, Decision::Pending(Reason::UnknownQueue { queue }))) if queues.inactive.contains_key(queue) => {
@@ -124,10 +131,31 @@ pub(super) fn placements(
         }
         if pending {
             plan.pending += 1;
-            plan.statuses.extend(status_write(job.tj, conds, Vec::new()));
         }
+        // Placed or not, what changed is written (a resumed TrainJob's `Suspended=False`, say);
+        // the job statuses of an earlier placement no longer hold.
+        plan.statuses.extend(status_write(job.tj, conds, Vec::new()));
     }
     evictions
+}
+
+/// A placed TrainJob's Placement with no member: its epoch rises, so its agent deletes the
+/// JobSet and its GPUs come back.
+fn withdrawal(p: &Placement) -> PlacementWrite {
+    let (namespace, name) = key(&p.metadata);
+    PlacementWrite {
+        namespace,
+        name,
+        owner_uid: p.spec.train_job_uid.clone(),
+        spec: PlacementSpec {
+            train_job_uid: p.spec.train_job_uid.clone(),
+            cluster: None,
+            epoch: p.spec.epoch + 1,
+            pod_sets: Vec::new(),
+            backoff: p.spec.backoff.clone(),
+        },
+        replaces: p.metadata.resource_version.clone(),
+    }
 }
 
 /// Withdraws each victim's Placement (its epoch rises, so its agent deletes the JobSet) and says
@@ -138,19 +166,7 @@ pub(super) fn evictions(plan: &mut Plan, jobs: &[Job<'_>], evictions: &Evictions
         let Some((cluster, by, priority)) = evictions.get(&a.gang.id) else { continue };
         tracing::info!(trainjob = %a.gang.id, %cluster, preemptor = %by, "evicting");
         let (namespace, name) = key(&a.tj.metadata);
-        plan.placements.push(PlacementWrite {
-            namespace: namespace.clone(),
-            name: name.clone(),
-            owner_uid: a.placement.spec.train_job_uid.clone(),
-            spec: PlacementSpec {
-                train_job_uid: a.placement.spec.train_job_uid.clone(),
-                cluster: None,
-                epoch: a.placement.spec.epoch + 1,
-                pod_sets: Vec::new(),
-                backoff: a.placement.spec.backoff.clone(),
-            },
-            replaces: a.placement.metadata.resource_version.clone(),
-        });
+        plan.placements.push(withdrawal(a.placement));
         let preempted = conditions::preempted(cluster, by, *priority, now);
         // The cycle may already write this TrainJob's status (mirrored from its member).
         match plan.statuses.iter_mut().find(|s| s.namespace == namespace && s.name == name) {
