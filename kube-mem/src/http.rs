@@ -14,6 +14,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
 
 use super::patch;
+use super::protobuf;
 use super::resources::{Discovery, ResourceType};
 use super::selectors::Selector;
 use super::status::ApiError;
@@ -163,13 +164,32 @@ async fn read_body(body: Incoming) -> Result<Bytes, ApiError> {
     limited.collect().await.map(|c| c.to_bytes()).map_err(|_| ApiError::too_large(MAX_BODY_BYTES))
 }
 
+/// Built-in kinds in Kubernetes' protobuf encoding, as client-go sends them.
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
 fn parse_body(bytes: &[u8], content_type: &str) -> Result<Value, ApiError> {
-    let v: Value = if content_type.contains("yaml") {
+    let v: Value = if content_type.starts_with(PROTOBUF) {
+        protobuf::decode(bytes).map_err(|e| match e {
+            protobuf::ProtobufError::UnknownKind { .. } => ApiError::unsupported_media_type(content_type),
+            e => ApiError::bad_request(format!("the body is not a valid protobuf object: {}", error_text(&e))),
+        })?
+    } else if content_type.contains("yaml") {
         serde_yaml::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("the body is not valid YAML: {e}")))?
     } else {
         serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?
     };
     Ok(v)
+}
+
+/// An error and its causes, one line.
+fn error_text(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    text
 }
 
 /// The bearer token a client sent: who it is, for fault hooks and the access log.
@@ -285,14 +305,14 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>, user: String) -> Res
             ))
         }
         (Method::POST, None) => {
-            check_content_type(&content_type, &["json", "yaml"])?;
+            check_content_type(&content_type, &["json", "yaml", PROTOBUF])?;
             let body = parse_body(&read_body(req.into_body()).await?, &content_type)?;
             check_kind(rt, &body)?;
             let mut store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
             Ok(json_response(201, &store.create(rt, ns, body, &opts)?))
         }
         (Method::PUT, Some(name)) => {
-            check_content_type(&content_type, &["json", "yaml"])?;
+            check_content_type(&content_type, &["json", "yaml", PROTOBUF])?;
             let body = parse_body(&read_body(req.into_body()).await?, &content_type)?;
             check_kind(rt, &body)?;
             let mut store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;

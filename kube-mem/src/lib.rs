@@ -9,6 +9,7 @@
 
 mod http;
 pub mod patch;
+pub mod protobuf;
 pub mod resources;
 pub mod schema;
 pub mod selectors;

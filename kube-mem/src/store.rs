@@ -86,6 +86,24 @@ pub fn now_rfc3339() -> String {
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
+/// The defaults kube-apiserver gives the built-in kinds served here that clients leave out
+/// (k8s.io/kubernetes/pkg/apis/core/v1/defaults.go).
+fn builtin_defaults(rt: &ResourceType, obj: &mut Value) {
+    let Some(o) = obj.as_object_mut() else { return };
+    match (rt.group.as_str(), rt.kind.as_str()) {
+        ("", "Secret") => {
+            o.entry("type").or_insert_with(|| "Opaque".into());
+        }
+        ("", "Namespace") => {
+            let status = o.entry("status").or_insert_with(|| json!({}));
+            if let Some(s) = status.as_object_mut() {
+                s.entry("phase").or_insert_with(|| "Active".into());
+            }
+        }
+        _ => {}
+    }
+}
+
 fn store_key(rt: &ResourceType) -> (String, String) {
     (rt.group.clone(), rt.plural.clone())
 }
@@ -282,7 +300,10 @@ impl Store {
 
     /// Defaults, prunes (or rejects, when strict) unknown fields and validates a CRD object.
     fn admit(rt: &ResourceType, obj: &mut Value, strict: bool) -> Result<(), ApiError> {
-        let Some(schema) = &rt.schema else { return Ok(()) };
+        let Some(schema) = &rt.schema else {
+            builtin_defaults(rt, obj);
+            return Ok(());
+        };
         let name = meta_str(obj, "name").unwrap_or("").to_string();
         schema::apply_defaults(schema, obj);
         let unknown = schema::prune(schema, obj);

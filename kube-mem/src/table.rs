@@ -347,7 +347,7 @@ fn filter_matches(item: &Value, filter: &str) -> bool {
     let found = json_path(item, lhs);
     let is = match (found.first(), wanted) {
         (Some(Value::String(s)), Some(w)) => s == w,
-        (Some(v), None) => v.to_string() == rhs,
+        (Some(v), None) => serde_json::from_str::<Value>(rhs).is_ok_and(|r| &r == *v),
         _ => false,
     };
     is == equal

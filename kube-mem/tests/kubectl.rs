@@ -169,3 +169,42 @@ async fn kubectl_prints_the_servers_columns() {
     assert!(next().await.is_some_and(|r| r.starts_with("demo") && r.contains("Complete")));
     let _ = watch.kill().await;
 }
+
+/// kubectl's typed `create` commands send protobuf; the objects arrive whole.
+#[tokio::test]
+async fn kubectl_creates_built_in_objects_as_users_type_them() {
+    let server = ApiServer::start().await.expect("server");
+    let k = Kubectl::new(&server, "create");
+    for (args, made) in [
+        (vec!["create", "namespace", "team-a"], "namespace/team-a created"),
+        (
+            vec!["create", "configmap", "settings", "-n", "team-a", "--from-literal=lr=0.1"],
+            "configmap/settings created",
+        ),
+        (
+            vec!["create", "secret", "generic", "hf-token", "-n", "team-a", "--from-literal=token=s3cr3t"],
+            "secret/hf-token created",
+        ),
+        (vec!["create", "serviceaccount", "trainer", "-n", "team-a"], "serviceaccount/trainer created"),
+    ] {
+        let (ok, out, err) = k.run(&args).await;
+        assert!(ok && out.contains(made), "{args:?}: {out} {err}");
+    }
+    let get = |what: &'static str, path: &'static str| {
+        let k = &k;
+        async move {
+            let (ok, out, err) = k.run(&["get", what, "-n", "team-a", "-o", &format!("jsonpath={path}")]).await;
+            assert!(ok, "{what}: {err}");
+            out
+        }
+    };
+    assert_eq!(get("configmap/settings", "{.data.lr}").await, "0.1");
+    assert_eq!(get("secret/hf-token", "{.data.token}").await, "czNjcjN0", "base64 of s3cr3t");
+    assert_eq!(get("secret/hf-token", "{.type}").await, "Opaque");
+    assert_eq!(get("serviceaccount/trainer", "{.metadata.namespace}").await, "team-a");
+    let (ok, out, _) = k.run(&["get", "namespaces", "--no-headers"]).await;
+    assert!(ok && out.lines().any(|l| l.starts_with("team-a") && l.contains("Active")), "{out}");
+    // A second create of the same name is refused as the real server refuses it.
+    let (ok, _, err) = k.run(&["create", "namespace", "team-a"]).await;
+    assert!(!ok && err.contains("AlreadyExists") || err.contains("already exists"), "{err}");
+}
