@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use crate::capacity::PodShape;
 use crate::fleet::{FleetBuilder, FleetError, LevelInfo, NodeInput};
 use crate::gang::{ClusterFilter, Gang, PodSet};
+use crate::nodes::{NodeClass, NodeRequirement};
 use crate::topology::{Level, TopologyConstraint};
 
 /// Adds a cluster of identical nodes laid out by `fanout` (widest first, e.g.
@@ -40,6 +41,7 @@ pub fn uniform_cluster(
             NodeInput {
                 path,
                 gpu_flavor: (gpus > 0).then_some(flavor),
+                class: NodeClass::default(),
                 gpus,
                 cpu_milli: u64::from(gpus.max(1)) * 12_000,
                 memory_mib: u64::from(gpus.max(1)) * 96 * 1024,
@@ -62,6 +64,7 @@ pub fn gang(id: &str) -> Gang {
             pods: 1,
             shape: PodShape { gpus: 1, cpu_milli: 1000, memory_mib: 1024 },
             flavors: Vec::new(),
+            nodes: NodeRequirement::default(),
             topology: TopologyConstraint::Unconstrained,
             slice: None,
         }],

@@ -5,9 +5,12 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use crate::nodes::NodeClass;
 use crate::topology::Level;
 
-/// Index of a GPU flavor (a GPU product name) in [`Fleet::flavors`].
+/// Index of a GPU flavor in the fleet: a GPU product on one class of nodes (see
+/// [`crate::nodes::NodeClass`]); a product on plain nodes and on tainted ones are two flavors
+/// with one name, which is what quotas and users name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FlavorId(pub u16);
 
@@ -119,8 +122,12 @@ impl Cluster {
 
 #[derive(Debug, Clone)]
 pub struct Fleet {
+    /// Per flavor id, its GPU product's name.
     flavors: Vec<String>,
-    flavor_index: BTreeMap<String, FlavorId>,
+    /// Per flavor id, the class of the nodes it is on.
+    flavor_classes: Vec<NodeClass>,
+    /// Product name → its flavor ids, ascending.
+    flavor_index: BTreeMap<String, Vec<FlavorId>>,
     clusters: Vec<Cluster>,
     domains: Vec<Domain>,
     pub(crate) hist_len: usize,
@@ -158,14 +165,27 @@ impl Fleet {
         self.domains.len()
     }
 
+    /// The first flavor of GPU product `name` (its plain nodes', when it has any).
     pub fn flavor(&self, name: &str) -> Option<FlavorId> {
-        self.flavor_index.get(name).copied()
+        self.flavors_named(name).first().copied()
     }
 
+    /// Every flavor of GPU product `name`, one per class of nodes it is on.
+    pub fn flavors_named(&self, name: &str) -> &[FlavorId] {
+        self.flavor_index.get(name).map_or(&[], Vec::as_slice)
+    }
+
+    /// The GPU product of a flavor: what quotas, placements and users name.
     pub fn flavor_name(&self, id: FlavorId) -> &str {
         &self.flavors[id.0 as usize]
     }
 
+    /// The class of nodes a flavor is on.
+    pub fn flavor_class(&self, id: FlavorId) -> &NodeClass {
+        &self.flavor_classes[id.0 as usize]
+    }
+
+    /// Each flavor's product name, by flavor id.
     pub fn flavor_names(&self) -> &[String] {
         &self.flavors
     }
@@ -258,7 +278,7 @@ pub const MAX_GPUS_PER_NODE: u32 = 64;
 /// input always builds the same ids.
 #[derive(Debug, Default)]
 pub struct FleetBuilder {
-    flavors: BTreeMap<String, ()>,
+    flavors: BTreeMap<(String, NodeClass), ()>,
     clusters: Vec<PendingCluster>,
 }
 
@@ -273,7 +293,7 @@ struct PendingCluster {
 
 #[derive(Debug)]
 struct PendingNode {
-    flavor: Option<String>,
+    flavor: Option<(String, NodeClass)>,
     gpus: u32,
     cpu_milli: u64,
     memory_mib: u64,
@@ -285,6 +305,8 @@ struct PendingNode {
 pub struct NodeInput<'a> {
     pub path: Vec<String>,
     pub gpu_flavor: Option<&'a str>,
+    /// The node's labels and taints that matter; plain (the default) when none do.
+    pub class: NodeClass,
     pub gpus: u32,
     pub cpu_milli: u64,
     pub memory_mib: u64,
@@ -343,17 +365,13 @@ impl FleetBuilder {
                 max: MAX_GPUS_PER_NODE,
             });
         }
-        if let Some(f) = node.gpu_flavor {
-            self.flavors.insert(f.to_string(), ());
+        let flavor = node.gpu_flavor.map(|f| (f.to_string(), node.class));
+        if let Some(f) = &flavor {
+            self.flavors.insert(f.clone(), ());
         }
         c.nodes.push((
             node.path,
-            PendingNode {
-                flavor: node.gpu_flavor.map(str::to_string),
-                gpus: node.gpus,
-                cpu_milli: node.cpu_milli,
-                memory_mib: node.memory_mib,
-            },
+            PendingNode { flavor, gpus: node.gpus, cpu_milli: node.cpu_milli, memory_mib: node.memory_mib },
         ));
         Ok(())
     }
@@ -365,9 +383,14 @@ impl FleetBuilder {
         if self.flavors.len() >= usize::from(u16::MAX) {
             return Err(FleetError::TooMany { what: "GPU flavors", max: usize::from(u16::MAX) });
         }
-        let flavors: Vec<String> = self.flavors.into_keys().collect();
-        let flavor_index: BTreeMap<String, FlavorId> =
-            flavors.iter().enumerate().map(|(i, f)| (f.clone(), FlavorId(i as u16))).collect();
+        // Ids in (product, class) order: a product's plain nodes come first.
+        let keys: Vec<(String, NodeClass)> = self.flavors.into_keys().collect();
+        let ids: BTreeMap<&(String, NodeClass), FlavorId> =
+            keys.iter().enumerate().map(|(i, k)| (k, FlavorId(i as u16))).collect();
+        let mut flavor_index: BTreeMap<String, Vec<FlavorId>> = BTreeMap::new();
+        for (k, id) in &ids {
+            flavor_index.entry(k.0.clone()).or_default().push(*id);
+        }
         let mut domains: Vec<Domain> = Vec::new();
         let mut clusters = Vec::new();
         let mut hist_len = 0usize;
@@ -422,7 +445,7 @@ impl FleetBuilder {
                     };
                     parent = next;
                 }
-                let gpu_flavor = node.flavor.as_deref().and_then(|f| flavor_index.get(f).copied());
+                let gpu_flavor = node.flavor.as_ref().and_then(|f| ids.get(f).copied());
                 if let Some(f) = gpu_flavor {
                     cluster_flavors.insert(f);
                 }
@@ -468,8 +491,10 @@ impl FleetBuilder {
                 max_hosts,
             });
         }
+        let (flavors, flavor_classes) = keys.into_iter().unzip();
         let mut fleet = Fleet {
             flavors,
+            flavor_classes,
             flavor_index,
             clusters,
             domains,

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::capacity::PodShape;
+use crate::nodes::NodeRequirement;
 use crate::topology::{Level, TopologyConstraint};
 
 /// Groups of `size` pods that must share one domain at `level` (e.g. tensor-parallel groups
@@ -20,6 +21,9 @@ pub struct PodSet {
     pub shape: PodShape,
     /// Allowed GPU flavors, in order of preference; empty means any. Ignored for pods without GPUs.
     pub flavors: Vec<String>,
+    /// What its pods ask of a node (selector, required affinity, tolerations): only flavors on
+    /// nodes it admits are used.
+    pub nodes: NodeRequirement,
     pub topology: TopologyConstraint,
     pub slice: Option<Slice>,
 }

@@ -4,7 +4,7 @@
 //! translate into these types and call [`cycle`]; what is decided here is what runs.
 //!
 //! Modules import downward only (but `fleet` and `capacity`, which name each other's types:
-//! a fleet keeps its empty capacity), in this order: `topology`, `fleet` / `capacity`, `gang`,
+//! a fleet keeps its empty capacity), in this order: `topology`, `nodes`, `fleet` / `capacity`, `gang`,
 //! `queue`, `reason`, `place`, `config`, `decision`, `snapshot`, `memo`, `txn`, `run` (one gang
 //! on the cycle's transaction), `preempt`, `reserve`, `order`, `batch`, `cycle`; `invariants`,
 //! `share` and `fixture` stand beside. `tests/crate_graph.rs` in the workspace checks it.
@@ -19,6 +19,7 @@ pub mod fleet;
 pub mod gang;
 pub mod invariants;
 mod memo;
+pub mod nodes;
 pub mod order;
 pub mod place;
 pub mod preempt;
@@ -38,6 +39,9 @@ pub use cycle::{Cycle, cycle};
 pub use decision::{Admission, CycleStats, Decision, gang_charges, release};
 pub use fleet::{ClusterId, DomainId, FlavorId, Fleet, FleetBuilder, FleetError, LevelInfo, NodeInput};
 pub use gang::{ClusterFilter, Gang, GangError, PodSet, Slice};
+pub use nodes::{
+    LabelMatch, MatchOperator, NodeClass, NodeRequirement, Taint, TaintEffect, Toleration, TolerationOperator,
+};
 pub use place::{Fill, PodSetPlacement};
 pub use queue::{
     BorrowWithinCohort, QueuePreemption, QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage, ReclaimWithinCohort,

@@ -37,6 +37,12 @@ pub enum Reason {
         pod_set: String,
         flavors: Vec<String>,
     },
+    /// The fleet has the flavor, but on no nodes the pod set's node selector, required node
+    /// affinity and tolerations admit (`requirement`: which nodes it takes, as written).
+    NoMatchingNodes {
+        pod_set: String,
+        requirement: String,
+    },
     /// Clusters with the flavor exist, but the gang's cluster filter (selector, pinning,
     /// back-off) or cordoning excludes them all.
     NoClusterMatches {
@@ -85,6 +91,7 @@ impl Reason {
             Reason::NoQuotaForFlavor { .. } => "no-quota-for-flavor",
             Reason::QuotaExceeded { .. } => "quota-exceeded",
             Reason::NoFlavor { .. } => "no-flavor",
+            Reason::NoMatchingNodes { .. } => "no-matching-nodes",
             Reason::NoClusterMatches { .. } => "no-cluster-matches",
             Reason::NoDomain(_) => "no-domain",
             Reason::NeverFits(_) => "never-fits",
@@ -107,6 +114,7 @@ impl Reason {
                 | Reason::UnknownQueue { .. }
                 | Reason::NoQuotaForFlavor { .. }
                 | Reason::NoFlavor { .. }
+                | Reason::NoMatchingNodes { .. }
                 | Reason::NoClusterMatches { .. }
                 | Reason::NeverFits(_)
         )
@@ -153,6 +161,9 @@ impl fmt::Display for Reason {
             ),
             Reason::NoFlavor { pod_set, flavors } => {
                 write!(f, "pod set {pod_set}: no cluster has {}", any_of(flavors))
+            }
+            Reason::NoMatchingNodes { pod_set, requirement } => {
+                write!(f, "pod set {pod_set}: no member has GPU nodes {requirement}")
             }
             Reason::NoClusterMatches { pod_set } => write!(
                 f,

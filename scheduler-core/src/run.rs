@@ -205,50 +205,51 @@ impl<'a> Run<'a> {
         self.txn.charge(gang, admission);
     }
 
-    /// The flavors a pod set may use: those it accepts, the queue has quota for and the fleet
-    /// has, with room in the queue's quota right now.
+    /// The flavors a pod set may use: those it accepts, on nodes its requirement admits, that
+    /// the queue has quota for and the fleet has, with room in the queue's quota right now.
     pub(crate) fn resolve(&self, queue: QueueId, ps: &PodSet) -> Result<Resolved, Reason> {
         if ps.shape.gpus == 0 {
             return Ok(Resolved { flavors: vec![None] });
         }
-        if self.queues.is_unlimited(queue) {
-            // No quota to check: every flavor the pod set accepts that the fleet has.
-            let flavors: Vec<Option<FlavorId>> = if ps.flavors.is_empty() {
-                (0..self.fleet.flavor_names().len()).map(|i| Some(FlavorId(i as u16))).collect()
-            } else {
-                ps.flavors.iter().filter_map(|n| self.fleet.flavor(n)).map(Some).collect()
-            };
-            if flavors.is_empty() {
-                return Err(Reason::NoFlavor { pod_set: ps.name.clone(), flavors: ps.flavors.clone() });
-            }
-            return Ok(Resolved { flavors });
-        }
+        let unlimited = self.queues.is_unlimited(queue);
         let names: Vec<&str> = if !ps.flavors.is_empty() {
-            ps.flavors.iter().map(String::as_str).filter(|f| self.queues.covers_flavor(queue, f)).collect()
-        } else if self.queues.is_unlimited(queue) {
-            self.fleet.flavor_names().iter().map(String::as_str).collect()
+            ps.flavors.iter().map(String::as_str).filter(|f| unlimited || self.queues.covers_flavor(queue, f)).collect()
+        } else if unlimited {
+            let mut all: Vec<&str> = self.fleet.flavor_names().iter().map(String::as_str).collect();
+            all.dedup();
+            all
         } else {
             self.queues.quota_flavors(queue).collect()
         };
         let queue_name = &self.queues.spec(queue).name;
-        if names.is_empty() {
+        if names.is_empty() && !unlimited {
             return Err(Reason::NoQuotaForFlavor {
                 queue: queue_name.clone(),
                 pod_set: ps.name.clone(),
                 flavors: ps.flavors.clone(),
             });
         }
-        let in_fleet: Vec<(&str, FlavorId)> =
-            names.iter().filter_map(|n| self.fleet.flavor(n).map(|f| (*n, f))).collect();
+        let in_fleet: Vec<(&str, &[FlavorId])> =
+            names.iter().map(|n| (*n, self.fleet.flavors_named(n))).filter(|(_, ids)| !ids.is_empty()).collect();
         if in_fleet.is_empty() {
-            return Err(Reason::NoFlavor {
-                pod_set: ps.name.clone(),
-                flavors: names.iter().map(|s| s.to_string()).collect(),
-            });
+            let flavors = if unlimited { ps.flavors.clone() } else { names.iter().map(|s| s.to_string()).collect() };
+            return Err(Reason::NoFlavor { pod_set: ps.name.clone(), flavors });
+        }
+        // The flavors on nodes its pods can bind to (a plain pod set on plain nodes: all).
+        let admitted: Vec<(&str, FlavorId)> = in_fleet
+            .iter()
+            .flat_map(|(n, ids)| ids.iter().map(move |id| (*n, *id)))
+            .filter(|(_, id)| ps.nodes.admits(self.fleet.flavor_class(*id)))
+            .collect();
+        if admitted.is_empty() {
+            return Err(Reason::NoMatchingNodes { pod_set: ps.name.clone(), requirement: ps.nodes.to_string() });
+        }
+        if unlimited {
+            return Ok(Resolved { flavors: admitted.into_iter().map(|(_, id)| Some(id)).collect() });
         }
         let mut first_shortage = None;
         let mut flavors = Vec::new();
-        for (name, id) in in_fleet {
+        for (name, id) in admitted {
             match charges(name, ps.pods, &ps.shape)
                 .find_map(|(key, need)| self.short_of(queue, &key, need).map(|avail| (key, need, avail)))
             {

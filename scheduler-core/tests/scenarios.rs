@@ -741,3 +741,74 @@ fn the_batch_optimiser_decides_the_same_on_the_same_snapshot() {
         assert_eq!(again.batch, first.batch);
     }
 }
+
+/// One cluster of plain H100 nodes, one of H100 nodes labelled `node-type=training` and tainted
+/// `dedicated=ml:NoSchedule`: a gang goes only where its pods can bind, or says what it lacks.
+#[test]
+fn gangs_go_only_to_nodes_their_selector_and_tolerations_admit() {
+    use scheduler_core::{NodeClass, NodeInput, NodeRequirement, Taint, TaintEffect, Toleration, TolerationOperator};
+    let mut b = FleetBuilder::new();
+    uniform_cluster(&mut b, "plain", "h100", 8, &[(Rack, 2), (Host, 4)]).expect("plain");
+    let rack = [scheduler_core::LevelInfo { level: Rack, label: "rack".into() }];
+    let special = b.cluster("special", &rack, Default::default(), 0).expect("special");
+    let class = NodeClass {
+        labels: [("node-type".to_string(), "training".to_string())].into(),
+        taints: vec![Taint { key: "dedicated".into(), value: "ml".into(), effect: TaintEffect::NoSchedule }],
+    };
+    for n in 0..4 {
+        b.node(
+            special,
+            NodeInput {
+                path: vec!["s-r0".into(), format!("s-r0-h{n}")],
+                gpu_flavor: Some("h100"),
+                class: class.clone(),
+                gpus: 8,
+                cpu_milli: 96_000,
+                memory_mib: 1 << 20,
+            },
+        )
+        .expect("node");
+    }
+    let fleet = b.build().expect("fleet");
+    assert_eq!(fleet.flavors_named("h100").len(), 2, "one flavor per class of nodes, one product name");
+    let wants = NodeRequirement {
+        selector: [("node-type".to_string(), "training".to_string())].into(),
+        tolerations: vec![Toleration {
+            key: Some("dedicated".into()),
+            operator: TolerationOperator::Exists,
+            effect: None,
+        }],
+        ..NodeRequirement::default()
+    };
+    let mut selective = gang("selective").pods(2).gpus(8);
+    selective.pod_sets[0].nodes = wants.clone();
+    let mut untolerating = gang("untolerating").pods(2).gpus(8);
+    untolerating.pod_sets[0].nodes = NodeRequirement { tolerations: Vec::new(), ..wants };
+    let plain = gang("plain").pods(8).gpus(8);
+    let out = run_with(fleet, &default_queues(), vec![selective, untolerating, plain], Config::stowage());
+    assert_eq!(out.admitted("selective").map(|a| a.0), Some("special".to_string()));
+    // Untainted nodes only, and none of them are labelled: it waits, saying what it lacks.
+    assert_eq!(
+        out.reason("untolerating").to_string(),
+        "pod set node: no member has GPU nodes matching node-type=training"
+    );
+    assert!(out.reason("untolerating").is_permanent());
+    assert_eq!(out.admitted("plain").map(|a| a.0), Some("plain".to_string()));
+    // A plain gang never lands on the tainted nodes, even when they are all there is.
+    let mut b = FleetBuilder::new();
+    let only = b.cluster("special", &rack, Default::default(), 0).expect("special");
+    b.node(
+        only,
+        NodeInput {
+            path: vec!["s-r0".into(), "s-r0-h0".into()],
+            gpu_flavor: Some("h100"),
+            class,
+            gpus: 8,
+            cpu_milli: 96_000,
+            memory_mib: 1 << 20,
+        },
+    )
+    .expect("node");
+    let out = run_with(b.build().expect("fleet"), &default_queues(), vec![gang("plain")], Config::stowage());
+    assert_eq!(out.reason("plain").to_string(), "pod set node: no member has GPU nodes whose taints it tolerates");
+}

@@ -7,8 +7,9 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use scheduler_core::invariants::{self, Violation};
 use scheduler_core::{
-    Admission, Capacity, ClusterFilter, Decision, DomainId, Fleet, Gang, Level, PodSet, PodShape, QueuePreemption,
-    QueueSpec, Queues, QuotaUsage, Reason, Release, Running as Victim, Snapshot, WithinQueue, cycle, release,
+    Admission, Capacity, ClusterFilter, Decision, DomainId, Fleet, Gang, Level, NodeRequirement, PodSet, PodShape,
+    QueuePreemption, QueueSpec, Queues, QuotaUsage, Reason, Release, Running as Victim, Snapshot, WithinQueue, cycle,
+    release,
 };
 
 use crate::cost::TopologyCost;
@@ -196,6 +197,7 @@ pub fn gang_of(job: &TraceJob, submit_s: u64, priority: i32, tenants: u32) -> Ga
                 pods: p.pods,
                 shape: PodShape { gpus: p.gpus_per_pod, cpu_milli: p.cpu_milli, memory_mib: p.memory_mib },
                 flavors: p.flavors.clone(),
+                nodes: NodeRequirement::default(),
                 topology: p.topology,
                 slice: None,
             })

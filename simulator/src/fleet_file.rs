@@ -171,6 +171,7 @@ impl FleetSpec {
                         scheduler_core::NodeInput {
                             path: node_path(&pool.name, n, &levels, &pool.fanout),
                             gpu_flavor: pool.gpu_flavor.as_deref(),
+                            class: scheduler_core::NodeClass::default(),
                             gpus: pool.gpus_per_node,
                             cpu_milli: u64::from(pool.cpu_cores) * 1000,
                             memory_mib: u64::from(pool.memory_gib) * 1024,
