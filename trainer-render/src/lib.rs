@@ -9,10 +9,18 @@
 //! No client, no clock, no Kubernetes API access: the agent applies what this returns, the hub
 //! schedules what [`pod_sets`] returns, `stowage render` prints it.
 
+mod admission;
+mod field;
+mod gojson;
 pub mod manifest;
 pub mod sshkey;
 mod steps;
+mod torchtune;
 mod validate;
+
+pub use admission::{Denial, TRAINJOB_GROUP_KIND, WEBHOOK_NAME, admit};
+pub use field::{BadValue, ErrorType, FieldError, Rule, aggregate};
+pub use validate::{CRD_RULES, crd_rules};
 
 use std::collections::BTreeMap;
 
@@ -127,7 +135,9 @@ pub enum Source {
     Placement,
 }
 
-/// A rejected input: the object, the field path and what is wrong, as a webhook would say it.
+/// A rejected input: the object, the field path and what is wrong. From a field error (every
+/// check's), `problem` is Kubernetes' `ErrorBody` and the whole displays as `field.Error.Error()`
+/// does: `spec.trainer.numNodes: Invalid value: 0: must be at least 1`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{path}: {problem}")]
 pub struct RenderError {
@@ -139,6 +149,12 @@ pub struct RenderError {
 impl RenderError {
     pub(crate) fn new(source: Source, path: impl Into<String>, problem: impl Into<String>) -> Self {
         RenderError { object: source, path: path.into(), problem: problem.into() }
+    }
+}
+
+impl From<FieldError> for RenderError {
+    fn from(e: FieldError) -> Self {
+        RenderError { object: e.object, problem: e.body(), path: e.field }
     }
 }
 
@@ -170,9 +186,10 @@ type Step = fn(&Input<'_>, &mut Draft) -> Result<(), RenderError>;
 
 /// The steps that shape the pods: everything [`pod_sets`] needs. The rest add what only a
 /// member needs (the MPI companions, the PodGroup, pinning, failure policy, fencing labels).
-const SHAPE_STEPS: [Step; 7] = [
+const SHAPE_STEPS: [Step; 8] = [
     validate::check,
     steps::runtime_patches,
+    validate::check_patched,
     steps::resources_per_node,
     steps::counts,
     steps::trainer,

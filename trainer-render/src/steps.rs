@@ -1,12 +1,15 @@
 //! The render steps. Each takes the input and the draft and does one thing Trainer (or Stowage,
-//! where docs/rendering.md says so) does, in the order of `super::STEPS`.
+//! where docs/rendering.md says so) does, in the order of `super::SHAPE_STEPS` and
+//! `super::MEMBER_STEPS`. Sources are kubeflow/trainer v2.3.0's: `pkg/runtime/core/trainingruntime.go`
+//! (`newRuntimeInfo`), `pkg/runtime/runtime.go` (`WithPodSet`), the plugins under
+//! `pkg/runtime/framework/plugins/` and the JobSet builder (`plugins/jobset/builder.go`).
 
 use std::collections::BTreeMap;
 
 use api::jobset::{JobSet, ReplicatedJob};
 use api::podgroup::{self, PodGroup, kai, volcano};
 use api::stowage::{EPOCH_LABEL, PodSetPlacement, TRAINJOB_UID_LABEL};
-use api::trainer::{ANCESTOR_DATASET, ANCESTOR_LABEL, ANCESTOR_MODEL, ANCESTOR_TRAINER, MpiPolicy};
+use api::trainer::{ANCESTOR_DATASET, ANCESTOR_LABEL, ANCESTOR_MODEL, ANCESTOR_TRAINER, MpiPolicy, TrainJob};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::{
     PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyOnPodConditionsPattern,
@@ -19,7 +22,10 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use serde_json::Value;
 
+use super::field::{BadValue, ErrorType, FieldError, Rule};
+use super::torchtune::{self, NProc};
 use super::{Draft, GangScheduler, Input, Object, PodSetInfo, RenderError, Source, TopologyMode};
 use api::quantity::Milli;
 
@@ -33,7 +39,7 @@ pub(crate) fn ancestor_of(j: &ReplicatedJob) -> Option<&str> {
     j.template.metadata.as_ref()?.labels.as_ref()?.get(ANCESTOR_LABEL).map(String::as_str)
 }
 
-fn pod_spec(j: &ReplicatedJob) -> Option<&PodSpec> {
+pub(crate) fn pod_spec(j: &ReplicatedJob) -> Option<&PodSpec> {
     j.template.spec.as_ref()?.template.spec.as_ref()
 }
 
@@ -54,13 +60,24 @@ fn container_mut<'a>(j: &'a mut ReplicatedJob, name: &str) -> Option<&'a mut Con
     pod_spec_mut(j).containers.iter_mut().find(|c| c.name == name)
 }
 
+/// `apply.UpsertEnvVars`: by name, in place, new ones appended. Nothing to upsert leaves the
+/// list as it was (absent stays absent: Trainer's apply configurations omit empty lists).
 fn upsert_env(c: &mut Container, vars: impl IntoIterator<Item = EnvVar>) {
-    let env = c.env.get_or_insert_with(Vec::new);
     for v in vars {
+        let env = c.env.get_or_insert_with(Vec::new);
         match env.iter_mut().find(|e| e.name == v.name) {
             Some(e) => *e = v,
             None => env.push(v),
         }
+    }
+}
+
+/// `apply.EnvVar`: a TrainJob env var as Trainer copies it, the value dropped when it comes from
+/// a source.
+fn trainer_env(e: &EnvVar) -> EnvVar {
+    match &e.value_from {
+        Some(from) => EnvVar { name: e.name.clone(), value: None, value_from: Some(from.clone()) },
+        None => EnvVar { name: e.name.clone(), value: Some(e.value.clone().unwrap_or_default()), value_from: None },
     }
 }
 
@@ -114,26 +131,69 @@ fn launcher_as_node(input: &Input<'_>) -> bool {
     mpi(input).is_some_and(|m| m.run_launcher_as_node == Some(true))
 }
 
-fn num_nodes(input: &Input<'_>) -> i32 {
-    input
-        .trainjob
-        .spec
-        .trainer
-        .as_ref()
-        .and_then(|t| t.num_nodes)
-        .or(policy(input).and_then(|p| p.num_nodes))
-        .unwrap_or(1)
-}
-
-/// Jobs that take the TrainJob's trainer overrides: the trainer-ancestor job and, for MPI with
-/// `runLauncherAsNode`, the job named `node` too.
+/// Jobs that take the TrainJob's trainer env: the trainer-ancestor job and, for MPI with
+/// `runLauncherAsNode`, the job named `node` too (`builder.go` `Trainer`).
 fn takes_trainer_env(input: &Input<'_>, j: &ReplicatedJob) -> bool {
     ancestor_of(j) == Some(ANCESTOR_TRAINER) || (launcher_as_node(input) && j.name == "node")
+}
+
+/// The index of the first trainer-ancestor job: the PodSet Trainer's ML plugins size and fill
+/// (`FindPodSetByAncestor`).
+fn first_trainer(draft: &Draft) -> Option<usize> {
+    draft.spec.replicated_jobs.iter().position(|j| ancestor_of(j) == Some(ANCESTOR_TRAINER))
+}
+
+/// The trainer's pod count as Trainer's ML plugins read it (1 without a trainer job).
+fn trainer_count(draft: &Draft) -> i32 {
+    first_trainer(draft).and_then(|i| draft.pod_sets.get(i)).map_or(1, |ps| ps.count)
+}
+
+/// Resources per node as the ML plugins read them: the TrainJob's `resourcesPerNode` if set,
+/// else the runtime's `node` container of the first job named `node` or labelled trainer that
+/// has resources (`ExtractResourcePerNodeFromRuntime`).
+pub(crate) fn node_resources(job: &TrainJob, jobs: &[ReplicatedJob]) -> Option<ResourceRequirements> {
+    if let Some(r) = job.spec.trainer.as_ref().and_then(|t| t.resources_per_node.as_ref()) {
+        return Some(r.clone());
+    }
+    jobs.iter()
+        .filter(|j| j.name == "node" || ancestor_of(j) == Some(ANCESTOR_TRAINER))
+        .filter_map(pod_spec)
+        .flat_map(|p| &p.containers)
+        .find(|c| c.name == "node" && c.resources.is_some())
+        .and_then(|c| c.resources.clone())
+}
+
+/// `GetNumGPUPerNode`: the first resource whose name contains "gpu", from requests, else limits.
+pub(crate) fn gpu_count(r: Option<&ResourceRequirements>) -> i64 {
+    let gpu = |m: Option<&BTreeMap<String, Quantity>>| {
+        m.and_then(|m| m.iter().find(|(k, _)| k.to_ascii_lowercase().contains("gpu")))
+            .and_then(|(_, q)| Milli::parse(&q.0).ok())
+            .map_or(0, |v| i64::try_from(v.ceil_units()).unwrap_or(i64::MAX))
+    };
+    let requests = gpu(r.and_then(|r| r.requests.as_ref()));
+    let limits = gpu(r.and_then(|r| r.limits.as_ref()));
+    if requests == 0 && limits > 0 { limits } else { requests }
+}
+
+/// `getNumCPUPerNode`: the CPU request rounded up, else the limit.
+fn cpu_count(r: Option<&ResourceRequirements>) -> i64 {
+    let cpu = |m: Option<&BTreeMap<String, Quantity>>| {
+        m.and_then(|m| m.get("cpu")).and_then(|q| Milli::parse(&q.0).ok()).unwrap_or_default()
+    };
+    let request = cpu(r.and_then(|r| r.requests.as_ref()));
+    let v = if request.0 == 0 { cpu(r.and_then(|r| r.limits.as_ref())) } else { request };
+    i64::try_from(v.ceil_units()).unwrap_or(i64::MAX)
 }
 
 /// The runtime template with every runtime patch applied (strategic merge, in list order),
 /// and the JobSet's metadata.
 pub(crate) fn runtime_patches(input: &Input<'_>, draft: &mut Draft) -> Result<(), RenderError> {
+    patch_runtime(input, draft).map_err(RenderError::from)
+}
+
+/// [`runtime_patches`], for admission too: what Trainer's `newRuntimeInfo` builds before its
+/// plugins validate.
+pub(crate) fn patch_runtime(input: &Input<'_>, draft: &mut Draft) -> Result<(), FieldError> {
     let meta = &input.trainjob.metadata;
     draft.name = meta.name.clone().unwrap_or_default();
     draft.namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
@@ -146,9 +206,12 @@ pub(crate) fn runtime_patches(input: &Input<'_>, draft: &mut Draft) -> Result<()
         }
     }
     let patched: api::trainer::JobSetTemplateSpec = serde_json::from_value(tmpl).map_err(|e| {
-        RenderError::new(
+        FieldError::new(
             Source::TrainJob,
+            Rule::Stowage,
+            ErrorType::Invalid,
             "spec.runtimePatches",
+            BadValue::Omit,
             format!("the patched runtime is not a valid JobSet template: {e}"),
         )
     })?;
@@ -160,70 +223,84 @@ pub(crate) fn runtime_patches(input: &Input<'_>, draft: &mut Draft) -> Result<()
 }
 
 /// `spec.trainer.resourcesPerNode` merged over the `node` container's resources, TrainJob
-/// winning per resource name — before counting, so PodGroup `minResources` sees it.
+/// winning per resource name — before counting, so PodGroup `minResources` sees it. As Trainer:
+/// only when the runtime has an `mlPolicy`, into the trainer-ancestor job (and MPI's `node` job
+/// with `runLauncherAsNode`), and only limits and requests are written back (claims, the
+/// runtime's and the TrainJob's, are dropped: `newRuntimeInfo` builds the apply configuration
+/// from the two maps alone).
 pub(crate) fn resources_per_node(input: &Input<'_>, draft: &mut Draft) -> Result<(), RenderError> {
     let Some(res) = input.trainjob.spec.trainer.as_ref().and_then(|t| t.resources_per_node.as_ref()) else {
         return Ok(());
     };
+    if policy(input).is_none() {
+        return Ok(());
+    }
     for j in &mut draft.spec.replicated_jobs {
         if !takes_trainer_env(input, j) {
             continue;
         }
         if let Some(c) = container_mut(j, "node") {
-            let r = c.resources.get_or_insert_with(ResourceRequirements::default);
-            for (mine, theirs) in [(&mut r.limits, &res.limits), (&mut r.requests, &res.requests)] {
-                if let Some(theirs) = theirs {
-                    mine.get_or_insert_with(BTreeMap::new).extend(theirs.iter().map(|(k, v)| (k.clone(), v.clone())));
+            let base = c.resources.take().unwrap_or_default();
+            let merge = |mine: Option<BTreeMap<String, Quantity>>, theirs: &Option<BTreeMap<String, Quantity>>| match (
+                mine, theirs,
+            ) {
+                (None, None) => None,
+                (mine, theirs) => {
+                    let mut m = mine.unwrap_or_default();
+                    m.extend(theirs.iter().flatten().map(|(k, v)| (k.clone(), v.clone())));
+                    Some(m)
                 }
-            }
-            if let Some(claims) = &res.claims {
-                let mine = r.claims.get_or_insert_with(Vec::new);
-                for cl in claims {
-                    mine.retain(|x| x.name != cl.name);
-                    mine.push(cl.clone());
-                }
-            }
+            };
+            c.resources = Some(ResourceRequirements {
+                limits: merge(base.limits, &res.limits),
+                requests: merge(base.requests, &res.requests),
+                claims: None,
+            });
         }
     }
     Ok(())
 }
 
 /// Pod counts per replicated job, written to `parallelism` and `completions`; `replicas` 1 on
-/// the jobs a TrainJob section overrides.
+/// the jobs a TrainJob section overrides. Each job starts at its template's `parallelism` — the
+/// trainer-ancestor job at `mlPolicy.numNodes` when the runtime has a policy — and at least 1
+/// (`WithPodSet`); then the ML plugin applies `spec.trainer.numNodes` if set: MPI to the first job
+/// named `node` (one less, at least 1, with `runLauncherAsNode`), every other policy and none
+/// (PlainML) to the first trainer-ancestor job.
 pub(crate) fn counts(input: &Input<'_>, draft: &mut Draft) -> Result<(), RenderError> {
-    let nodes = num_nodes(input);
-    let mpi = mpi(input);
-    let policy_nodes = policy(input).and_then(|p| p.num_nodes).unwrap_or(1);
+    let policy = policy(input);
     draft.pod_sets.clear();
-    for j in &mut draft.spec.replicated_jobs {
+    for j in &draft.spec.replicated_jobs {
         let ancestor = ancestor_of(j).map(str::to_string);
-        let template_count = j.template.spec.as_ref().and_then(|s| s.parallelism).unwrap_or(1);
-        let count = match (&mpi, ancestor.as_deref(), j.name.as_str()) {
-            (Some(m), _, "node") => {
-                if m.run_launcher_as_node == Some(true) {
-                    (nodes - 1).max(1)
-                } else {
-                    nodes
-                }
-            }
-            // The MPI launcher keeps the runtime's numNodes (1 in every shipped runtime).
-            (Some(_), Some(ANCESTOR_TRAINER), _) => policy_nodes,
-            (None, Some(ANCESTOR_TRAINER), _) if policy(input).is_some() => nodes,
-            _ => template_count,
+        let count = match (ancestor.as_deref(), policy) {
+            (Some(ANCESTOR_TRAINER), Some(p)) => p.num_nodes.unwrap_or(1),
+            _ => j.template.spec.as_ref().and_then(|s| s.parallelism).unwrap_or(1),
         };
-        if ancestor.is_some() {
+        draft.pod_sets.push(PodSetInfo { name: j.name.clone(), count: count.max(1), ancestor });
+    }
+    if let Some(n) = input.trainjob.spec.trainer.as_ref().and_then(|t| t.num_nodes) {
+        let target = match mpi(input) {
+            Some(_) => draft.pod_sets.iter().position(|ps| ps.name == "node"),
+            None => first_trainer(draft),
+        };
+        if let Some(ps) = target.and_then(|i| draft.pod_sets.get_mut(i)) {
+            ps.count = if launcher_as_node(input) { (n - 1).max(1) } else { n };
+        }
+    }
+    for (j, ps) in draft.spec.replicated_jobs.iter_mut().zip(&draft.pod_sets) {
+        if matches!(ps.ancestor.as_deref(), Some(ANCESTOR_TRAINER | ANCESTOR_DATASET | ANCESTOR_MODEL)) {
             j.replicas = Some(1);
         }
         let spec = j.template.spec.get_or_insert_with(Default::default);
-        spec.parallelism = Some(count);
-        spec.completions = Some(count);
-        draft.pod_sets.push(PodSetInfo { name: j.name.clone(), count, ancestor });
+        spec.parallelism = Some(ps.count);
+        spec.completions = Some(ps.count);
     }
     Ok(())
 }
 
-/// `spec.trainer`: image, command and args of the trainer job's `node` container; env upserted
-/// by name (into MPI's `node` job too with `runLauncherAsNode`).
+/// `spec.trainer`: image, command and args of the trainer jobs' `node` container (whenever the
+/// TrainJob sets them, even empty); env upserted by name (into MPI's `node` job too with
+/// `runLauncherAsNode`).
 pub(crate) fn trainer(input: &Input<'_>, draft: &mut Draft) -> Result<(), RenderError> {
     let Some(t) = &input.trainjob.spec.trainer else { return Ok(()) };
     for j in &mut draft.spec.replicated_jobs {
@@ -233,7 +310,7 @@ pub(crate) fn trainer(input: &Input<'_>, draft: &mut Draft) -> Result<(), Render
         }
         let Some(c) = container_mut(j, "node") else { continue };
         if is_trainer {
-            if let Some(image) = t.image.as_ref().filter(|i| !i.is_empty()) {
+            if let Some(image) = &t.image {
                 c.image = Some(image.clone());
             }
             if let Some(cmd) = &t.command {
@@ -243,22 +320,23 @@ pub(crate) fn trainer(input: &Input<'_>, draft: &mut Draft) -> Result<(), Render
                 c.args = Some(args.clone());
             }
         }
-        upsert_env(c, t.env.iter().cloned());
+        upsert_env(c, t.env.iter().map(trainer_env));
     }
     Ok(())
 }
 
-/// `spec.initializer`: `STORAGE_URI`, env and a secret's env into the initializer containers.
+/// `spec.initializer`: `STORAGE_URI` (when set, even empty), env and a secret's env into the
+/// initializer containers.
 pub(crate) fn initializers(input: &Input<'_>, draft: &mut Draft) -> Result<(), RenderError> {
     let Some(init) = &input.trainjob.spec.initializer else { return Ok(()) };
     for (ancestor, source) in [(ANCESTOR_DATASET, &init.dataset), (ANCESTOR_MODEL, &init.model)] {
         let Some(source) = source else { continue };
         for j in draft.spec.replicated_jobs.iter_mut().filter(|j| ancestor_of(j) == Some(ancestor)) {
             let Some(c) = container_mut(j, ancestor) else { continue };
-            if let Some(uri) = source.storage_uri.as_ref().filter(|u| !u.is_empty()) {
+            if let Some(uri) = &source.storage_uri {
                 upsert_env(c, [env("STORAGE_URI", uri.clone())]);
             }
-            upsert_env(c, source.env.iter().cloned());
+            upsert_env(c, source.env.iter().map(trainer_env));
             if let Some(secret) = &source.secret_ref {
                 c.env_from.get_or_insert_with(Vec::new).push(EnvFromSource {
                     secret_ref: Some(SecretEnvSource { name: secret.name.clone(), optional: None }),
@@ -270,108 +348,104 @@ pub(crate) fn initializers(input: &Input<'_>, draft: &mut Draft) -> Result<(), R
     Ok(())
 }
 
-/// GPUs per node of the trainer's `node` container: the first resource whose name contains
-/// "gpu", from requests, else limits (Trainer's rule).
-fn gpus_per_node(draft: &Draft) -> Option<(i128, Option<i128>)> {
-    let j = draft.spec.replicated_jobs.iter().find(|j| j.name == "node" || ancestor_of(j) == Some(ANCESTOR_TRAINER))?;
-    let c = pod_spec(j)?.containers.iter().find(|c| c.name == "node")?;
-    let r = c.resources.as_ref();
-    let gpu = |m: Option<&BTreeMap<String, Quantity>>| {
-        m.and_then(|m| m.iter().find(|(k, _)| k.to_ascii_lowercase().contains("gpu")))
-            .and_then(|(_, q)| Milli::parse(&q.0).ok())
-            .map(Milli::ceil_units)
-    };
-    let gpus = gpu(r.and_then(|r| r.requests.as_ref())).or_else(|| gpu(r.and_then(|r| r.limits.as_ref()))).unwrap_or(0);
-    let cpu = |m: Option<&BTreeMap<String, Quantity>>| {
-        m.and_then(|m| m.get("cpu")).and_then(|q| Milli::parse(&q.0).ok()).filter(|c| c.0 > 0).map(Milli::ceil_units)
-    };
-    let cpus = cpu(r.and_then(|r| r.requests.as_ref())).or_else(|| cpu(r.and_then(|r| r.limits.as_ref())));
-    Some((gpus, cpus))
-}
-
-/// The ML policy's env, ports, and for MPI the hostfile ConfigMap and SSH Secret.
+/// The ML policy's env, ports and command: torch (and torchtune), JAX, XGBoost, MPI. Only the
+/// first trainer-ancestor job's `node` container, and only when the TrainJob has a `trainer`
+/// section (torch's env injection targets excepted), as the plugins do.
 pub(crate) fn ml_policy(input: &Input<'_>, draft: &mut Draft) -> Result<(), RenderError> {
     let Some(policy) = policy(input) else { return Ok(()) };
+    let job = input.trainjob;
     let name = draft.name.clone();
-    let nodes = num_nodes(input);
+    let nodes = trainer_count(draft);
     let master = format!("{name}-node-0-0.{name}");
-    let (gpus, cpus) = gpus_per_node(draft).unwrap_or((0, None));
-    let nproc = input.trainjob.spec.trainer.as_ref().and_then(|t| t.num_proc_per_node);
+    let resources = node_resources(job, &draft.spec.replicated_jobs);
+    let gpus = gpu_count(resources.as_ref());
+    let nproc = job.spec.trainer.as_ref().and_then(|t| t.num_proc_per_node);
+    let trainer = job.spec.trainer.as_ref();
+    let trainer_job = first_trainer(draft).filter(|_| trainer.is_some());
     if let Some(torch) = &policy.torch {
-        let nproc_value = match nproc {
-            Some(n) => n.to_string(),
-            None if gpus > 0 => "auto".into(),
-            None => cpus.unwrap_or(1).max(1).to_string(),
+        let nproc = match nproc {
+            Some(n) => NProc::Int(i64::from(n)),
+            None if gpus > 0 => NProc::Auto,
+            None => NProc::Int(cpu_count(resources.as_ref()).max(1)),
         };
-        let vars = |with_master: bool| {
-            let mut v = vec![
-                env("PET_NNODES", nodes.to_string()),
-                env("PET_NPROC_PER_NODE", nproc_value.clone()),
-                env_completion_index("PET_NODE_RANK"),
-            ];
-            if with_master {
-                v.push(env("PET_MASTER_ADDR", master.clone()));
-                v.push(env("PET_MASTER_PORT", TORCH_PORT.to_string()));
+        let pet = vec![
+            env("PET_NNODES", nodes.to_string()),
+            env("PET_NPROC_PER_NODE", nproc.to_value_string()),
+            env_completion_index("PET_NODE_RANK"),
+        ];
+        let master_env = [env("PET_MASTER_ADDR", master.clone()), env("PET_MASTER_PORT", TORCH_PORT.to_string())];
+        let tune = trainer.filter(|t| torchtune::is_entrypoint(t.command.as_deref()));
+        if let Some(i) = trainer_job
+            && let Some(c) = container_mut(&mut draft.spec.replicated_jobs[i], "node")
+        {
+            upsert_env(c, pet.clone());
+            if tune.is_none() {
+                upsert_env(c, master_env.clone());
             }
-            v
-        };
-        let has_trainer = input.trainjob.spec.trainer.is_some();
-        for j in &mut draft.spec.replicated_jobs {
-            if has_trainer
-                && ancestor_of(j) == Some(ANCESTOR_TRAINER)
-                && let Some(c) = container_mut(j, "node")
-            {
-                if c.command.as_deref().is_some_and(|cmd| cmd == ["tune", "run"]) {
-                    // Trainer expands a bare `tune run` into a recipe, config and overrides;
-                    // rendering it unexpanded would start a different program.
-                    return Err(RenderError::new(
-                        Source::TrainJob,
-                        "spec.trainer.command",
-                        "a bare `tune run` is expanded by Trainer into a torchtune recipe and config, which Stowage does not do yet: give the full command",
-                    ));
+            upsert_port(c, TORCH_PORT);
+        }
+        if let Some(t) = tune
+            && trainer_job.is_some()
+        {
+            let command = torchtune::command(
+                &name,
+                (i64::from(nodes), nproc, gpus),
+                t.args.as_deref().unwrap_or(&[]),
+                &job.spec.runtime_ref.name,
+                torchtune::overrides_from_runtime(&input.runtime.spec().template.spec.replicated_jobs),
+            );
+            for j in draft.spec.replicated_jobs.iter_mut().filter(|j| ancestor_of(j) == Some(ANCESTOR_TRAINER)) {
+                if let Some(c) = container_mut(j, "node") {
+                    c.command = Some(command.clone());
                 }
-                upsert_env(c, vars(true));
-                upsert_port(c, TORCH_PORT);
             }
-            let targets: Vec<_> =
-                torch.env_injection.iter().flat_map(|e| &e.targets).filter(|t| t.job_name == j.name).collect();
-            for target in targets {
-                let p = pod_spec_mut(j);
-                for c in p.containers.iter_mut().chain(p.init_containers.iter_mut().flatten()) {
-                    if target.container_names.contains(&c.name) {
-                        upsert_env(c, vars(true));
-                    }
+        }
+        for target in torch.env_injection.iter().flat_map(|e| &e.targets) {
+            let Some(j) = draft.spec.replicated_jobs.iter_mut().find(|j| j.name == target.job_name) else {
+                continue;
+            };
+            let p = pod_spec_mut(j);
+            for cname in &target.container_names {
+                let c = p
+                    .containers
+                    .iter_mut()
+                    .find(|c| &c.name == cname)
+                    .or_else(|| p.init_containers.iter_mut().flatten().find(|c| &c.name == cname));
+                if let Some(c) = c {
+                    upsert_env(c, pet.iter().cloned().chain(master_env.iter().cloned()));
                 }
             }
         }
     }
-    if policy.jax.is_some() {
-        for_trainer_node(draft, |c| {
-            upsert_env(
-                c,
-                [
-                    env("JAX_NUM_PROCESSES", nodes.to_string()),
-                    env_completion_index("JAX_PROCESS_ID"),
-                    env("JAX_COORDINATOR_ADDRESS", format!("{master}:{TORCH_PORT}")),
-                ],
-            );
-            upsert_port(c, TORCH_PORT);
-        });
+    if policy.jax.is_some()
+        && let Some(i) = trainer_job
+        && let Some(c) = container_mut(&mut draft.spec.replicated_jobs[i], "node")
+    {
+        upsert_env(
+            c,
+            [
+                env("JAX_NUM_PROCESSES", nodes.to_string()),
+                env_completion_index("JAX_PROCESS_ID"),
+                env("JAX_COORDINATOR_ADDRESS", format!("{master}:{TORCH_PORT}")),
+            ],
+        );
+        upsert_port(c, TORCH_PORT);
     }
-    if policy.xgboost.is_some() {
-        let workers = i128::from(nodes) * gpus.max(1);
-        for_trainer_node(draft, |c| {
-            upsert_env(
-                c,
-                [
-                    env("DMLC_TRACKER_URI", master.clone()),
-                    env("DMLC_TRACKER_PORT", TORCH_PORT.to_string()),
-                    env_completion_index("DMLC_TASK_ID"),
-                    env("DMLC_NUM_WORKER", workers.to_string()),
-                ],
-            );
-            upsert_port(c, TORCH_PORT);
-        });
+    if policy.xgboost.is_some()
+        && let Some(i) = trainer_job
+        && let Some(c) = container_mut(&mut draft.spec.replicated_jobs[i], "node")
+    {
+        let workers = i64::from(nodes).saturating_mul(gpus.max(1));
+        upsert_env(
+            c,
+            [
+                env("DMLC_TRACKER_URI", master.clone()),
+                env("DMLC_TRACKER_PORT", TORCH_PORT.to_string()),
+                env_completion_index("DMLC_TASK_ID"),
+                env("DMLC_NUM_WORKER", workers.to_string()),
+            ],
+        );
+        upsert_port(c, TORCH_PORT);
     }
     if let Some(m) = &policy.mpi {
         mpi_pods(draft, m, mpi_slots(m, nproc, gpus));
@@ -379,25 +453,18 @@ pub(crate) fn ml_policy(input: &Input<'_>, draft: &mut Draft) -> Result<(), Rend
     Ok(())
 }
 
-fn for_trainer_node(draft: &mut Draft, mut f: impl FnMut(&mut Container)) {
-    for j in draft.spec.replicated_jobs.iter_mut().filter(|j| ancestor_of(j) == Some(ANCESTOR_TRAINER)) {
-        if let Some(c) = container_mut(j, "node") {
-            f(c);
-        }
-    }
-}
-
 fn object_meta(draft: &Draft, name: String) -> ObjectMeta {
     ObjectMeta { name: Some(name), namespace: Some(draft.namespace.clone()), ..Default::default() }
 }
 
-/// Slots per MPI host: the TrainJob's processes per node, else the runtime's, else one per GPU.
-fn mpi_slots(m: &MpiPolicy, nproc: Option<i32>, gpus: i128) -> i128 {
+/// Slots per MPI host: the TrainJob's processes per node, else one per GPU when the runtime says
+/// 1 and there are several, else the runtime's.
+fn mpi_slots(m: &MpiPolicy, nproc: Option<i32>, gpus: i64) -> i64 {
     let runtime_slots = m.num_proc_per_node.unwrap_or(1);
     match nproc {
-        Some(n) => i128::from(n),
+        Some(n) => i64::from(n),
         None if runtime_slots == 1 && gpus > 1 => gpus,
-        None => i128::from(runtime_slots),
+        None => i64::from(runtime_slots),
     }
 }
 
@@ -410,7 +477,7 @@ fn mpi_hostfile_name(draft: &Draft) -> String {
 }
 
 /// What MPI changes in the pods: the SSH and hostfile volumes, mounts and OpenMPI's env.
-fn mpi_pods(draft: &mut Draft, m: &MpiPolicy, slots: i128) {
+fn mpi_pods(draft: &mut Draft, m: &MpiPolicy, slots: i64) {
     let ssh_path = m.ssh_auth_mount_path.clone().unwrap_or_else(|| "/root/.ssh".into());
     let secret_name = mpi_secret_name(draft);
     let hostfile_name = mpi_hostfile_name(draft);
@@ -489,7 +556,7 @@ pub(crate) fn mpi_companions(input: &Input<'_>, draft: &mut Draft) -> Result<(),
     let Some(m) = mpi(input) else { return Ok(()) };
     let name = draft.name.clone();
     let nproc = input.trainjob.spec.trainer.as_ref().and_then(|t| t.num_proc_per_node);
-    let (gpus, _) = gpus_per_node(draft).unwrap_or((0, None));
+    let gpus = gpu_count(node_resources(input.trainjob, &draft.spec.replicated_jobs).as_ref());
     let slots = mpi_slots(m, nproc, gpus);
     let subdomain = draft.spec.network.as_ref().and_then(|n| n.subdomain.clone()).unwrap_or_else(|| name.clone());
     let mut hostfile = String::new();
@@ -850,7 +917,9 @@ pub(crate) fn fencing(input: &Input<'_>, draft: &mut Draft) -> Result<(), Render
 /// Assembles the objects: JobSet first. Without a placement (Trainer's own output) each is owned
 /// by the TrainJob; on a member, where the TrainJob does not exist, ownership is by labels.
 pub(crate) fn finish(input: &Input<'_>, mut draft: Draft) -> Vec<Object> {
-    draft.spec.suspend = input.trainjob.spec.suspend.or(draft.spec.suspend);
+    // The CRD defaults `suspend` to false, and the builder always writes the TrainJob's.
+    draft.spec.suspend = Some(input.trainjob.spec.suspend.unwrap_or(false));
+    draft.spec = without_empty(std::mem::take(&mut draft.spec));
     let owner = input.placement.is_none().then(|| OwnerReference {
         api_version: api::trainer::API_VERSION.into(),
         kind: "TrainJob".into(),
@@ -915,4 +984,30 @@ pub(crate) fn finish(input: &Input<'_>, mut draft: Draft) -> Vec<Object> {
         _ => 2,
     });
     out
+}
+
+/// Map fields of the JobSet's Go types: an empty one is left out like an empty list.
+const MAP_FIELDS: [&str; 7] =
+    ["labels", "annotations", "nodeSelector", "limits", "requests", "matchLabels", "overhead"];
+
+/// The JobSet spec as Trainer's apply configuration writes it: every field is `omitempty`, so an
+/// empty list (`env: []`, `ports: []`, `args: []`, ...) or map is absent, not empty; an empty
+/// object (`emptyDir: {}`) stays.
+fn without_empty(spec: api::jobset::JobSetSpec) -> api::jobset::JobSetSpec {
+    fn prune(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                m.retain(|k, x| {
+                    prune(x);
+                    !(x.as_array().is_some_and(Vec::is_empty)
+                        || (MAP_FIELDS.contains(&k.as_str()) && x.as_object().is_some_and(|o| o.is_empty())))
+                });
+            }
+            Value::Array(items) => items.iter_mut().for_each(prune),
+            _ => {}
+        }
+    }
+    let Ok(mut v) = serde_json::to_value(&spec) else { return spec };
+    prune(&mut v);
+    serde_json::from_value(v).unwrap_or(spec)
 }
