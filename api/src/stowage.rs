@@ -163,10 +163,36 @@ pub struct BoundNode {
     pub path: Vec<String>,
     pub flavor: String,
     pub gpus_per_node: u32,
+    /// Its labels and taints that matter for scheduling (as in its `domains[]` entry).
+    #[serde(default, flatten)]
+    pub class: NodeClassReport,
     /// GPUs free on it now (as counted in its domain's histogram).
     pub free_gpus: u32,
     /// Pods of each pod set (replicated job) of the placement on it.
     pub pods: Vec<PodSetCount>,
+}
+
+/// A group of nodes' labels and taints that matter for scheduling: the label keys its agent is
+/// told to report (`--node-labels`, and the well-known ones), and every `NoSchedule` or
+/// `NoExecute` taint. The hub places a gang only where its pods' node selector, required node
+/// affinity and tolerations admit them.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeClassReport {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<NodeTaint>,
+}
+
+/// A node taint as Kubernetes writes it (`value` empty when it has none).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeTaint {
+    pub key: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub value: String,
+    pub effect: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
@@ -184,12 +210,18 @@ pub struct TopologyLevel {
     pub node_label: String,
 }
 
+/// A group of like GPU nodes in one narrowest domain (same flavor, GPUs per node, labels and
+/// taints that matter): how many, and how many GPUs they have free.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DomainCapacity {
     /// Label values from the widest level down to this domain's.
     pub path: Vec<String>,
     pub flavor: String,
+    /// The labels and taints these nodes share that matter for scheduling: nodes of one domain
+    /// and flavor that differ in them are reported as separate entries.
+    #[serde(default, flatten)]
+    pub class: NodeClassReport,
     pub nodes: u32,
     pub gpus_per_node: u32,
     pub allocatable_gpus: u64,

@@ -107,6 +107,10 @@ struct AgentArgs {
     /// Address for /healthz, /readyz and /metrics.
     #[arg(long, default_value = "0.0.0.0:8081")]
     health_addr: std::net::SocketAddr,
+    /// Node label keys to report with capacity, beside the well-known ones (arch, os,
+    /// instance type, region, zone), so node selectors and affinity on them are honoured.
+    #[arg(long, value_delimiter = ',')]
+    node_labels: Vec<String>,
     /// Report heartbeat and capacity at least this often (seconds).
     #[arg(long, default_value_t = 10)]
     heartbeat_seconds: u64,
@@ -489,6 +493,8 @@ fn agent_command(args: AgentArgs) -> Result<(), CliError> {
             Ok(api::stowage::TopologyLevel { level: level.to_string(), node_label: label.to_string() })
         })
         .collect::<Result<Vec<_>, CliError>>()?;
+    let node_labels = member_agent::config::node_label_keys(&args.node_labels)
+        .map_err(|e| CliError::Setup { what: "--node-labels".into(), message: e.to_string() })?;
     let rt = tokio::runtime::Runtime::new().map_err(CliError::Runtime)?;
     rt.block_on(async {
         let hub = kube_client(Some(&args.hub_kubeconfig), "hub kubeconfig").await?;
@@ -497,6 +503,7 @@ fn agent_command(args: AgentArgs) -> Result<(), CliError> {
         let cfg = member_agent::AgentConfig {
             cluster: args.cluster,
             levels,
+            node_labels,
             capabilities: trainer_render::Capabilities {
                 gang_scheduler: gang_scheduler(args.gang_scheduler),
                 topology_mode: topology_mode(args.topology_mode),

@@ -5,12 +5,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use api::quantity::Milli;
-use api::stowage::{MemberCluster, QUEUE_LABEL};
+use api::stowage::{MemberCluster, NodeClassReport, QUEUE_LABEL};
 use api::trainer::{Runtime, TrainJob};
 use k8s_openapi::api::core::v1::PodSpec;
 use scheduler_core::{
-    Admission, Capacity, ClusterFilter, DomainId, Fleet, FleetBuilder, FleetError, Gang, Level, LevelInfo, NodeInput,
-    PodSet, PodSetPlacement, PodShape, TopologyConstraint,
+    Admission, Capacity, ClusterFilter, DomainId, Fleet, FleetBuilder, FleetError, Gang, LabelMatch, Level, LevelInfo,
+    MatchOperator, NodeClass, NodeInput, NodeRequirement, PodSet, PodSetPlacement, PodShape, Taint, TaintEffect,
+    Toleration, TolerationOperator, TopologyConstraint,
 };
 use trainer_render::{self as render, Capabilities, GangScheduler, Input, RenderError};
 
@@ -82,6 +83,7 @@ pub fn gang(trainjob: &TrainJob, runtime: &Runtime) -> Result<Gang, GangError> {
                 pods: rj.pods,
                 shape,
                 flavors: if flavors.is_empty() { selector_flavor.into_iter().collect() } else { flavors.clone() },
+                nodes: requirement_of(&rj.pod),
                 topology: if is_trainer || rj.name == "node" { topology } else { TopologyConstraint::Unconstrained },
                 slice: None,
                 name: rj.name,
@@ -99,6 +101,82 @@ pub fn gang(trainjob: &TrainJob, runtime: &Runtime) -> Result<Gang, GangError> {
         pod_sets,
         clusters: ClusterFilter::default(),
     })
+}
+
+/// What a pod asks of its node: its node selector (the GPU product is its flavor, not a label
+/// the hub matches), required node affinity and tolerations.
+fn requirement_of(p: &PodSpec) -> NodeRequirement {
+    let selector = p
+        .node_selector
+        .iter()
+        .flatten()
+        .filter(|(k, _)| k.as_str() != GPU_PRODUCT_LABEL)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let terms = p
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+        .map(|r| r.node_selector_terms.as_slice())
+        .unwrap_or_default();
+    let affinity = terms
+        .iter()
+        .map(|t| {
+            t.match_expressions
+                .iter()
+                .flatten()
+                .filter(|e| e.key != GPU_PRODUCT_LABEL)
+                .map(|e| {
+                    let values = e.values.clone().unwrap_or_default();
+                    let number = || values.first().and_then(|v| v.parse::<i64>().ok()).unwrap_or(i64::MAX);
+                    let operator = match e.operator.as_str() {
+                        "In" => MatchOperator::In(values.clone()),
+                        "NotIn" => MatchOperator::NotIn(values.clone()),
+                        "Exists" => MatchOperator::Exists,
+                        "DoesNotExist" => MatchOperator::DoesNotExist,
+                        "Gt" => MatchOperator::Gt(number()),
+                        // Lt and anything the API server would have refused.
+                        _ => MatchOperator::Lt(number()),
+                    };
+                    LabelMatch { key: e.key.clone(), operator }
+                })
+                .collect::<Vec<_>>()
+        })
+        .filter(|t| !t.is_empty())
+        .collect();
+    let tolerations = p
+        .tolerations
+        .iter()
+        .flatten()
+        .filter_map(|t| {
+            // No effect: every effect. Only PreferNoSchedule: nothing reported needs it.
+            let effect = match t.effect.as_deref().filter(|e| !e.is_empty()) {
+                None => None,
+                Some(e) => Some(TaintEffect::parse(e)?),
+            };
+            let operator = match t.operator.as_deref() {
+                Some("Exists") => TolerationOperator::Exists,
+                _ => TolerationOperator::Equal(t.value.clone().unwrap_or_default()),
+            };
+            Some(Toleration { key: t.key.clone().filter(|k| !k.is_empty()), operator, effect })
+        })
+        .collect();
+    NodeRequirement { selector, affinity, tolerations }
+}
+
+/// A reported group of nodes' class, in the core's terms.
+fn class_of(report: &NodeClassReport) -> NodeClass {
+    NodeClass {
+        labels: report.node_labels.clone(),
+        taints: report
+            .taints
+            .iter()
+            .filter_map(|t| {
+                Some(Taint { key: t.key.clone(), value: t.value.clone(), effect: TaintEffect::parse(&t.effect)? })
+            })
+            .collect(),
+    }
 }
 
 /// Per-pod requests by the Kubernetes rule (containers summed, the largest init container,
@@ -139,11 +217,11 @@ pub enum FleetTranslateError {
 }
 
 /// The hub's hosts standing for each reported group of nodes — (member, domain path, flavor,
-/// GPUs per node) — with the free GPUs each stands for, in order.
+/// GPUs per node, class) — with the free GPUs each stands for, in order.
 pub type Hosts = BTreeMap<NodeGroup, Vec<(DomainId, u32)>>;
 
-/// A reported group of identical nodes: (member, domain path, flavor, GPUs per node).
-pub type NodeGroup = (String, Vec<String>, String, u32);
+/// A reported group of identical nodes: (member, domain path, flavor, GPUs per node, class).
+pub type NodeGroup = (String, Vec<String>, String, u32, NodeClassReport);
 
 /// Where a placement's bound pods are: (pod set, host, pods), keyed by (member, `<uid>/<epoch>`).
 pub type Bound = BTreeMap<(String, String), Vec<(String, DomainId, u32)>>;
@@ -205,9 +283,11 @@ pub fn fleet(members: &[MemberCluster]) -> Result<(Fleet, Capacity, Hosts), Flee
                 let per = d.free_gpus / u64::from(d.nodes.max(1));
                 node_free = vec![per as u32; d.nodes as usize];
             }
-            let group: NodeGroup = (name.clone(), d.path.clone(), d.flavor.clone(), d.gpus_per_node);
+            let group: NodeGroup = (name.clone(), d.path.clone(), d.flavor.clone(), d.gpus_per_node, d.class.clone());
+            let class = class_of(&d.class);
             for (n, free) in node_free.into_iter().enumerate() {
-                let host = format!("{}/node-{n}", d.path.join("/"));
+                // Unique within the domain: groups of one domain differ in flavor, size or class.
+                let host = format!("{}/{i}/node-{n}", d.path.join("/"));
                 let mut path = d.path.clone();
                 path.push(host.clone());
                 b.node(
@@ -215,6 +295,7 @@ pub fn fleet(members: &[MemberCluster]) -> Result<(Fleet, Capacity, Hosts), Flee
                     NodeInput {
                         path: path.clone(),
                         gpu_flavor: Some(&d.flavor),
+                        class: class.clone(),
                         gpus: d.gpus_per_node,
                         // Unreported: do not let CPU or memory block a fit the member may allow.
                         cpu_milli: d.cpu_milli_per_node.unwrap_or(UNREPORTED),
@@ -270,7 +351,7 @@ pub fn bound(hosts: &Hosts, members: &[MemberCluster]) -> Bound {
         let mut taken: BTreeSet<DomainId> = BTreeSet::new();
         let mut host_of: BTreeMap<&str, DomainId> = BTreeMap::new();
         for (name, n) in nodes {
-            let group = (member.to_string(), n.path.clone(), n.flavor.clone(), n.gpus_per_node);
+            let group = (member.to_string(), n.path.clone(), n.flavor.clone(), n.gpus_per_node, n.class.clone());
             let free_match = hosts
                 .get(&group)
                 .and_then(|hs| hs.iter().find(|(h, free)| *free == n.free_gpus && !taken.contains(h)))

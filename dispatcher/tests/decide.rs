@@ -32,6 +32,7 @@ fn member(name: &str, age_s: i64) -> MemberCluster {
         domains: vec![DomainCapacity {
             path: vec![format!("{name}-r0")],
             flavor: "h100".into(),
+            class: Default::default(),
             nodes: 4,
             gpus_per_node: 8,
             allocatable_gpus: 32,
@@ -288,6 +289,7 @@ fn three_of_four_nodes_busy() -> Observed {
                 node: format!("n{n}"),
                 path: vec!["m-r0".into()],
                 flavor: "h100".into(),
+                class: Default::default(),
                 gpus_per_node: 8,
                 free_gpus: 0,
                 pods: vec![api::stowage::PodSetCount { pod_set: "node".into(), pods: 1 }],

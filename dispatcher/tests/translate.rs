@@ -78,7 +78,7 @@ fn bad_annotations_and_bad_trainjobs_name_the_field() {
     assert_eq!(ok.runtime_ms, Some(90_000));
     let e =
         gang(&trainjob("torch-distributed", 0, json!({})), &runtime("torch_distributed.yaml")).expect_err("zero nodes");
-    assert_eq!(e.to_string(), "spec.trainer.numNodes: must be at least 1");
+    assert_eq!(e.to_string(), "spec.trainer.numNodes: Invalid value: 0: must be at least 1");
 }
 
 fn member(name: &str, nodes: &[Node], pods: &[Pod], levels: &[(&str, &str)]) -> MemberCluster {
@@ -86,7 +86,7 @@ fn member(name: &str, nodes: &[Node], pods: &[Pod], levels: &[(&str, &str)]) -> 
         levels.iter().map(|(l, label)| TopologyLevel { level: l.to_string(), node_label: label.to_string() }).collect();
     let mut m = MemberCluster::new(name, MemberClusterSpec::default());
     m.status = Some(MemberClusterStatus {
-        domains: member_agent::capacity::summarize(&levels, nodes, pods),
+        domains: member_agent::capacity::summarize(&levels, &[], nodes, pods),
         topology_levels: levels,
         ..MemberClusterStatus::default()
     });
@@ -135,6 +135,7 @@ fn members_that_report_nothing_are_left_out_and_broken_reports_are_named() {
         domains: vec![api::stowage::DomainCapacity {
             path: vec!["a".into()],
             flavor: "h100".into(),
+            class: Default::default(),
             nodes: 1,
             gpus_per_node: 8,
             allocatable_gpus: 8,

@@ -6,7 +6,9 @@
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
-use api::stowage::{BoundNode, BoundPlacement, DomainCapacity, PlacementKey, PodSetCount, TopologyLevel};
+use api::stowage::{
+    BoundNode, BoundPlacement, DomainCapacity, NodeClassReport, NodeTaint, PlacementKey, PodSetCount, TopologyLevel,
+};
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use api::quantity::Milli;
@@ -43,12 +45,45 @@ fn pod_gpus(p: &Pod) -> u32 {
     .unwrap_or(0)
 }
 
+/// Node labels every agent reports when a node has them: what pods commonly select on.
+pub const WELL_KNOWN_LABELS: [&str; 5] = [
+    "kubernetes.io/arch",
+    "kubernetes.io/os",
+    "node.kubernetes.io/instance-type",
+    "topology.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+];
+
+/// Taints reported per node at most: more is a misconfigured node, and the report stays bounded.
+const MAX_TAINTS: usize = 16;
+
+/// A node's labels (of `keys`) and its `NoSchedule`/`NoExecute` taints.
+fn class_of(n: &Node, keys: &[String]) -> NodeClassReport {
+    let labels = n.metadata.labels.as_ref();
+    let node_labels =
+        keys.iter().filter_map(|k| labels.and_then(|l| l.get(k)).map(|v| (k.clone(), v.clone()))).collect();
+    let mut taints: Vec<NodeTaint> = n
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|t| matches!(t.effect.as_str(), "NoSchedule" | "NoExecute"))
+        .map(|t| NodeTaint { key: t.key.clone(), value: t.value.clone().unwrap_or_default(), effect: t.effect.clone() })
+        .collect();
+    taints.sort();
+    taints.dedup();
+    taints.truncate(MAX_TAINTS);
+    NodeClassReport { node_labels, taints }
+}
+
 /// A GPU node as the summary sees it.
 struct GpuNode<'a> {
     name: &'a str,
     /// Label values of `levels` above hosts, widest first.
     path: Vec<String>,
     flavor: String,
+    class: NodeClassReport,
     allocatable: u32,
     free: u32,
     cpu_milli: u64,
@@ -58,6 +93,7 @@ struct GpuNode<'a> {
 /// The GPU nodes labelled with every level above hosts, with what bound pods leave free.
 fn gpu_nodes<'a, N: Borrow<Node>>(
     levels: &[TopologyLevel],
+    label_keys: &[String],
     nodes: &'a [N],
     pods: &[impl Borrow<Pod>],
 ) -> Vec<GpuNode<'a>> {
@@ -88,6 +124,7 @@ fn gpu_nodes<'a, N: Borrow<Node>>(
                 name,
                 path,
                 flavor,
+                class: class_of(n, label_keys),
                 allocatable,
                 free: allocatable.saturating_sub(used.get(name).copied().unwrap_or(0)),
                 cpu_milli: amount("cpu"),
@@ -97,25 +134,27 @@ fn gpu_nodes<'a, N: Borrow<Node>>(
         .collect()
 }
 
-/// Summarises GPU nodes by the values of `levels` (widest first, host excluded), flavor and
-/// GPUs per node. Nodes without GPUs or without every level label are left out.
+/// Summarises GPU nodes by the values of `levels` (widest first, host excluded), flavor, GPUs
+/// per node and class (the labels of `label_keys` and taints). Nodes without GPUs or without
+/// every level label are left out.
 pub fn summarize(
     levels: &[TopologyLevel],
+    label_keys: &[String],
     nodes: &[impl Borrow<Node>],
     pods: &[impl Borrow<Pod>],
 ) -> Vec<DomainCapacity> {
     /// Free GPUs of each node, and the smallest node's CPU and memory.
     type Group = (Vec<u32>, u64, u64);
-    let mut groups: BTreeMap<(Vec<String>, String, u32), Group> = BTreeMap::new();
-    for n in gpu_nodes(levels, nodes, pods) {
-        let e = groups.entry((n.path, n.flavor, n.allocatable)).or_insert((Vec::new(), u64::MAX, u64::MAX));
+    let mut groups: BTreeMap<(Vec<String>, String, u32, NodeClassReport), Group> = BTreeMap::new();
+    for n in gpu_nodes(levels, label_keys, nodes, pods) {
+        let e = groups.entry((n.path, n.flavor, n.allocatable, n.class)).or_insert((Vec::new(), u64::MAX, u64::MAX));
         e.0.push(n.free);
         e.1 = e.1.min(n.cpu_milli);
         e.2 = e.2.min(n.memory_mib);
     }
     groups
         .into_iter()
-        .map(|((path, flavor, per_node), (frees, cpu_milli, memory_mib))| {
+        .map(|((path, flavor, per_node, class), (frees, cpu_milli, memory_mib))| {
             let mut histogram = vec![0u32; per_node as usize + 1];
             for f in &frees {
                 histogram[(*f).min(per_node) as usize] += 1;
@@ -123,6 +162,7 @@ pub fn summarize(
             DomainCapacity {
                 path,
                 flavor,
+                class,
                 nodes: frees.len() as u32,
                 gpus_per_node: per_node,
                 allocatable_gpus: u64::from(per_node) * frees.len() as u64,
@@ -137,8 +177,13 @@ pub fn summarize(
 
 /// For each placement with pods bound (labelled with its TrainJob UID and epoch), the GPU nodes
 /// they are on, each with its free GPUs and the pods of each pod set there.
-pub fn bound(levels: &[TopologyLevel], nodes: &[impl Borrow<Node>], pods: &[impl Borrow<Pod>]) -> Vec<BoundPlacement> {
-    let gpu_nodes = gpu_nodes(levels, nodes, pods);
+pub fn bound(
+    levels: &[TopologyLevel],
+    label_keys: &[String],
+    nodes: &[impl Borrow<Node>],
+    pods: &[impl Borrow<Pod>],
+) -> Vec<BoundPlacement> {
+    let gpu_nodes = gpu_nodes(levels, label_keys, nodes, pods);
     let by_name: BTreeMap<&str, &GpuNode<'_>> = gpu_nodes.iter().map(|n| (n.name, n)).collect();
     // placement → node → pod set → pods
     let mut placed: BTreeMap<String, BTreeMap<&str, BTreeMap<String, u32>>> = BTreeMap::new();
@@ -163,6 +208,7 @@ pub fn bound(levels: &[TopologyLevel], nodes: &[impl Borrow<Node>], pods: &[impl
                         path: n.path.clone(),
                         flavor: n.flavor.clone(),
                         gpus_per_node: n.allocatable,
+                        class: n.class.clone(),
                         free_gpus: n.free,
                         pods: sets.into_iter().map(|(pod_set, pods)| PodSetCount { pod_set, pods }).collect(),
                     })
@@ -172,12 +218,13 @@ pub fn bound(levels: &[TopologyLevel], nodes: &[impl Borrow<Node>], pods: &[impl
         .collect()
 }
 
-/// What the agent's Node cache keeps: the labels (topology, GPU product) and allocatable, all
-/// the summary reads. Nodes carry images, conditions and managed fields that dwarf these.
+/// What the agent's Node cache keeps: the labels (topology, GPU product, class), taints and
+/// allocatable, all the summary reads. Nodes carry images, conditions and managed fields that
+/// dwarf these.
 pub fn strip_node(n: &mut Node) {
     let meta = &mut n.metadata;
     (meta.annotations, meta.managed_fields, meta.owner_references) = (None, None, None);
-    n.spec = None;
+    n.spec = n.spec.take().map(|s| k8s_openapi::api::core::v1::NodeSpec { taints: s.taints, ..Default::default() });
     if let Some(s) = n.status.as_mut() {
         *s = k8s_openapi::api::core::v1::NodeStatus { allocatable: s.allocatable.take(), ..Default::default() };
     }
@@ -248,7 +295,7 @@ mod tests {
             pod("n1", "b", "node", 4),
             pod("n2", "b", "launcher", 1),
         ];
-        let bound = bound(&levels, &nodes, &pods);
+        let bound = bound(&levels, &[], &nodes, &pods);
         let a = &bound[0];
         assert_eq!((a.placement.as_str(), a.nodes.len()), ("a/2", 1));
         assert_eq!(
@@ -263,8 +310,44 @@ mod tests {
             .collect();
         assert_eq!(on, [("n1", 4, "node", 1), ("n2", 7, "launcher", 1)]);
         // The summary agrees on what is free.
-        let free: u64 = summarize(&levels, &nodes, &pods).iter().map(|d| d.free_gpus).sum();
+        let free: u64 = summarize(&levels, &[], &nodes, &pods).iter().map(|d| d.free_gpus).sum();
         assert_eq!(free, 4 + 7);
+    }
+
+    #[test]
+    fn nodes_that_differ_in_reported_labels_or_taints_are_reported_apart() {
+        let levels = [TopologyLevel { level: "rack".into(), node_label: "rack".into() }];
+        let mut nodes = vec![node("n0", "r0", 8), node("n1", "r0", 8), node("n2", "r0", 8)];
+        let labels = nodes[1].metadata.labels.get_or_insert_default();
+        labels.insert("node-type".into(), "training".into());
+        labels.insert("unreported".into(), "x".into());
+        nodes[2].spec = Some(
+            serde_json::from_value(serde_json::json!({"taints": [
+            {"key": "dedicated", "value": "ml", "effect": "NoSchedule"},
+            {"key": "soft", "effect": "PreferNoSchedule"}]}))
+            .expect("spec"),
+        );
+        for n in &mut nodes {
+            strip_node(n);
+        }
+        let keys = ["node-type".to_string()];
+        let summary = summarize(&levels, &keys, &nodes, &Vec::<Pod>::new());
+        let classes: Vec<(u32, Vec<(&str, &str)>, Vec<String>)> = summary
+            .iter()
+            .map(|d| {
+                let labels = d.class.node_labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                let taints = d.class.taints.iter().map(|t| format!("{}={}:{}", t.key, t.value, t.effect)).collect();
+                (d.nodes, labels, taints)
+            })
+            .collect();
+        assert_eq!(
+            classes,
+            [
+                (1, vec![], vec![]),
+                (1, vec![], vec!["dedicated=ml:NoSchedule".to_string()]),
+                (1, vec![("node-type", "training")], vec![]),
+            ]
+        );
     }
 
     #[test]
@@ -291,11 +374,11 @@ mod tests {
             ]);
             status.container_statuses = Some(vec![Default::default()]);
         }
-        let (full_summary, full_bound) = (summarize(&levels, &nodes, &pods), bound(&levels, &nodes, &pods));
+        let (full_summary, full_bound) = (summarize(&levels, &[], &nodes, &pods), bound(&levels, &[], &nodes, &pods));
         nodes.iter_mut().for_each(strip_node);
         pods.iter_mut().for_each(strip_pod);
-        assert_eq!(summarize(&levels, &nodes, &pods), full_summary);
-        assert_eq!(bound(&levels, &nodes, &pods), full_bound);
+        assert_eq!(summarize(&levels, &[], &nodes, &pods), full_summary);
+        assert_eq!(bound(&levels, &[], &nodes, &pods), full_bound);
         let status = pods[0].status.as_ref().expect("status kept");
         let kept: Vec<&str> = status.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
         assert_eq!(

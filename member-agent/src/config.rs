@@ -14,10 +14,49 @@ pub(crate) const DEBOUNCE: Duration = Duration::from_millis(10);
 /// Placements rendered and applied, or statuses written, at once.
 pub(crate) const CONCURRENT_APPLIES: usize = 16;
 
+/// Node label keys an admin may add to the well-known ones: the report stays bounded.
+pub const MAX_NODE_LABELS: usize = 32;
+
+/// A `--node-labels` list that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NodeLabelsError {
+    #[error("--node-labels: at most {MAX_NODE_LABELS} label keys, got {0}")]
+    TooMany(usize),
+    #[error("--node-labels: {0:?} is not a label key (prefix/name, name at most 63 characters)")]
+    BadKey(String),
+}
+
+/// The node label keys to report: the well-known ones and the admin's, once each, in order.
+pub fn node_label_keys(extra: &[String]) -> Result<Vec<String>, NodeLabelsError> {
+    if extra.len() > MAX_NODE_LABELS {
+        return Err(NodeLabelsError::TooMany(extra.len()));
+    }
+    let valid = |k: &str| {
+        let name = k.rsplit_once('/').map_or(k, |(_, n)| n);
+        !name.is_empty()
+            && name.len() <= 63
+            && k.len() <= 316
+            && k.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'))
+    };
+    let mut keys: Vec<String> = crate::capacity::WELL_KNOWN_LABELS.iter().map(|k| k.to_string()).collect();
+    for k in extra.iter().map(|k| k.trim()).filter(|k| !k.is_empty()) {
+        if !valid(k) {
+            return Err(NodeLabelsError::BadKey(k.to_string()));
+        }
+        if !keys.iter().any(|have| have == k) {
+            keys.push(k.to_string());
+        }
+    }
+    Ok(keys)
+}
+
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
     pub cluster: String,
     pub levels: Vec<TopologyLevel>,
+    /// Node label keys reported with capacity (the well-known ones and the admin's
+    /// `--node-labels`), so the hub can honour node selectors and affinity.
+    pub node_labels: Vec<String>,
     pub capabilities: Capabilities,
     pub timing: Timing,
     pub metrics: Metrics,

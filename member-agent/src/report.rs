@@ -141,7 +141,7 @@ pub(crate) async fn report(
     let (nodes, pods) = (caches.nodes.state(), caches.pods.state());
     let mut status = json!({
         "heartbeatTime": k8s_openapi::jiff::Timestamp::now().to_string(),
-        "domains": crate::capacity::summarize(&cfg.levels, &nodes, &pods),
+        "domains": crate::capacity::summarize(&cfg.levels, &cfg.node_labels, &nodes, &pods),
         "counted": counted(&pods),
     });
     if scope == Scope::Heartbeat {
@@ -149,7 +149,7 @@ pub(crate) async fn report(
         status["gangScheduler"] = json!(detect_gang_scheduler(member).await?);
         status["kueue"] = matches!(cfg.capabilities.topology_mode, render::TopologyMode::Kueue).into();
         status["topologyLevels"] = json!(cfg.levels);
-        status["bound"] = json!(crate::capacity::bound(&cfg.levels, &nodes, &pods));
+        status["bound"] = json!(crate::capacity::bound(&cfg.levels, &cfg.node_labels, &nodes, &pods));
     }
     Api::<MemberCluster>::all(hub.clone())
         .patch_status(&cfg.cluster, &PatchParams::default(), &Patch::Merge(&json!({"status": status})))

@@ -66,6 +66,7 @@ pub(crate) fn config() -> AgentConfig {
     AgentConfig {
         cluster: "east".into(),
         levels: Vec::new(),
+        node_labels: Vec::new(),
         capabilities: Capabilities::default(),
         timing: Timing::default(),
         metrics: Metrics::default(),

@@ -59,6 +59,8 @@ pub struct PlaygroundOptions {
     pub gang_scheduler: GangScheduler,
     /// The dispatcher's scheduling policy.
     pub config: scheduler_core::Config,
+    /// Node label keys the agents report beside the well-known ones (`--node-labels`).
+    pub node_labels: Vec<String>,
 }
 
 impl Default for PlaygroundOptions {
@@ -73,6 +75,7 @@ impl Default for PlaygroundOptions {
             // simulated scheduler still binds each JobSet's pods all or nothing.
             gang_scheduler: GangScheduler::FromRuntime,
             config: scheduler_core::Config::stowage(),
+            node_labels: Vec::new(),
         }
     }
 }
@@ -201,6 +204,8 @@ impl Playground {
             let config = AgentConfig {
                 cluster: c.name.clone(),
                 levels: levels(c),
+                node_labels: member_agent::config::node_label_keys(&options.node_labels)
+                    .map_err(|e| setup("--node-labels")(e.to_string()))?,
                 capabilities: Capabilities { gang_scheduler: options.gang_scheduler, ..Capabilities::default() },
                 timing: options.timing,
                 metrics: Default::default(),
