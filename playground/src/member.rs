@@ -417,7 +417,25 @@ fn node_matches(pod: &Value, node: &Value) -> bool {
                 })
             })
     });
-    selector_ok && affinity_ok
+    // Taints that keep pods off unless tolerated, as kube-scheduler's TaintToleration filter.
+    let tolerations = pod["spec"]["tolerations"].as_array();
+    let taints_ok = node["spec"]["taints"].as_array().into_iter().flatten().all(|t| {
+        let effect = t["effect"].as_str().unwrap_or("");
+        if !matches!(effect, "NoSchedule" | "NoExecute") {
+            return true;
+        }
+        tolerations.into_iter().flatten().any(|tol| {
+            let key_ok = match tol["key"].as_str().filter(|k| !k.is_empty()) {
+                None => tol["operator"] == "Exists",
+                Some(k) => t["key"].as_str() == Some(k),
+            };
+            let value_ok =
+                tol["operator"] == "Exists" || tol["value"].as_str().unwrap_or("") == t["value"].as_str().unwrap_or("");
+            let effect_ok = tol["effect"].as_str().is_none_or(|e| e.is_empty() || e == effect);
+            key_ok && value_ok && effect_ok
+        })
+    });
+    selector_ok && affinity_ok && taints_ok
 }
 
 /// The gang scheduler: binds a gang's pods all or nothing once minMember of them exist.

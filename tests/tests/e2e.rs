@@ -378,3 +378,70 @@ async fn suspend_stops_a_running_trainjob_and_frees_its_gpus_resume_places_it_an
     api.patch("parked", &PatchParams::default(), &Patch::Merge(suspend(false))).await.expect("resume");
     condition(&hub, "parked", "Complete", "True").await;
 }
+
+/// A TrainJob whose pods select `node-type: training` and tolerate `dedicated=ml`, with runtime
+/// patches as Trainer's SDK writes them.
+fn selective(name: &str, node_type: &str) -> TrainJob {
+    let mut tj = trainjob(name, 2, 1, json!({}));
+    let pod = json!({"nodeSelector": {"node-type": node_type},
+                     "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}]});
+    tj.spec.runtime_patches = vec![
+        serde_json::from_value(json!({"manager": "trainer.kubeflow.org/kubeflow-sdk",
+        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+            {"name": "node", "template": {"spec": {"template": {"spec": pod}}}}]}}}}))
+        .expect("patch"),
+    ];
+    tj
+}
+
+#[tokio::test]
+async fn a_gang_goes_only_where_its_node_selector_and_tolerations_let_its_pods_bind() {
+    let p = playground(PlaygroundOptions { node_labels: vec!["node-type".into()], ..fast() }).await;
+    let hub = p.hub();
+    // Four nodes of west-a100 are for training, and tainted so that nothing else lands there.
+    let marked: Vec<String> = {
+        let m = p.member("west-a100").expect("member");
+        let mut store = m.sim.server.store().lock().expect("store");
+        let nodes_rt = store.lookup("", "v1", "nodes").expect("nodes").clone();
+        let (nodes, _) = store.list(&nodes_rt, None, &|_| true, Some(4), None);
+        let options = kube_mem::store::WriteOptions { strict: false, dry_run: false };
+        nodes
+            .into_iter()
+            .map(|mut n| {
+                let name = n["metadata"]["name"].as_str().expect("name").to_string();
+                n["metadata"]["labels"]["node-type"] = "training".into();
+                n["spec"]["taints"] = json!([{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]);
+                store.update(&nodes_rt, None, &name, n, kube_mem::store::Part::Main, &options).expect("label node");
+                name
+            })
+            .collect()
+    };
+    submit(&hub, &selective("picky", "training")).await;
+    submit(&hub, &selective("nowhere", "inference")).await;
+    let done = condition(&hub, "picky", "Complete", "True").await;
+    assert_eq!(done.reason, "AllJobsCompleted");
+    let placed = placement(&hub, "picky", |p| p.spec.cluster.is_some()).await;
+    assert_eq!(placed.spec.cluster.as_deref(), Some("west-a100"));
+    let m = p.member("west-a100").expect("member");
+    let store = m.sim.server.store().lock().expect("store");
+    let pods_rt = store.lookup("", "v1", "pods").expect("pods").clone();
+    let (pods, _) = store.list(
+        &pods_rt,
+        Some("default"),
+        &|o| o["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] == "picky",
+        None,
+        None,
+    );
+    assert_eq!(pods.len(), 2);
+    for pod in &pods {
+        let node = pod["spec"]["nodeName"].as_str().expect("bound").to_string();
+        assert!(marked.contains(&node), "{node} is not a training node");
+    }
+    drop(store);
+    // Nothing anywhere matches: it waits, and says so on the TrainJob.
+    let pending = condition(&hub, "nowhere", "Pending", "True").await;
+    assert_eq!(pending.reason, "NoMatchingNodes");
+    assert_eq!(pending.message, "pod set node: no member has GPU nodes matching node-type=inference");
+    let placements: Api<Placement> = Api::default_namespaced(hub.clone());
+    assert!(placements.get_opt("nowhere").await.expect("get").and_then(|p| p.spec.cluster).is_none());
+}
