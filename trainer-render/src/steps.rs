@@ -200,9 +200,16 @@ pub(crate) fn patch_runtime(input: &Input<'_>, draft: &mut Draft) -> Result<(), 
     draft.uid = meta.uid.clone().unwrap_or_default();
     let template = &input.runtime.spec().template;
     let mut tmpl = serde_json::to_value(template).unwrap_or_default();
+    let known = |j: &Value| template.spec.replicated_jobs.iter().any(|r| Some(r.name.as_str()) == j["name"].as_str());
     for p in &input.trainjob.spec.runtime_patches {
         if let Some(t) = p.training_runtime_spec.as_ref().and_then(|s| s.get("template")) {
-            api::patch::merge(&mut tmpl, t);
+            // A patch of a job the runtime lacks would add a job with no template; validation
+            // refuses it in Trainer's words (`webhook_rules`), so it is not merged here.
+            let mut t = t.clone();
+            if let Some(jobs) = t.pointer_mut("/spec/replicatedJobs").and_then(Value::as_array_mut) {
+                jobs.retain(known);
+            }
+            api::patch::merge(&mut tmpl, &t);
         }
     }
     let patched: api::trainer::JobSetTemplateSpec = serde_json::from_value(tmpl).map_err(|e| {
@@ -219,7 +226,22 @@ pub(crate) fn patch_runtime(input: &Input<'_>, draft: &mut Draft) -> Result<(), 
     draft.labels = m.labels.unwrap_or_default();
     draft.annotations = m.annotations.unwrap_or_default();
     draft.spec = patched.spec;
+    runtime_defaults(&mut draft.spec);
     Ok(())
+}
+
+/// The runtime CRD's defaults for its JobSet template (`replicas: 1`, `groupName: default`,
+/// `failurePolicy.restartStrategy: Recreate`): Trainer reads runtimes from the API server, which
+/// stored them defaulted, so its JobSets carry them. Pod-template defaults (a port's protocol, a
+/// key selector's name) are left to the API server, which defaults the JobSet the same way.
+fn runtime_defaults(spec: &mut api::jobset::JobSetSpec) {
+    for j in &mut spec.replicated_jobs {
+        j.replicas.get_or_insert(1);
+        j.extra.entry("groupName".to_string()).or_insert_with(|| Value::from("default"));
+    }
+    if let Some(f) = &mut spec.failure_policy {
+        f.restart_strategy.get_or_insert_with(|| "Recreate".to_string());
+    }
 }
 
 /// `spec.trainer.resourcesPerNode` merged over the `node` container's resources, TrainJob
@@ -917,8 +939,9 @@ pub(crate) fn fencing(input: &Input<'_>, draft: &mut Draft) -> Result<(), Render
 /// Assembles the objects: JobSet first. Without a placement (Trainer's own output) each is owned
 /// by the TrainJob; on a member, where the TrainJob does not exist, ownership is by labels.
 pub(crate) fn finish(input: &Input<'_>, mut draft: Draft) -> Vec<Object> {
-    // The CRD defaults `suspend` to false, and the builder always writes the TrainJob's.
-    draft.spec.suspend = Some(input.trainjob.spec.suspend.unwrap_or(false));
+    // The builder writes the TrainJob's `suspend`, whatever the runtime says (`Suspend`); the
+    // TrainJob CRD defaults it to false.
+    draft.spec.suspend = input.trainjob.spec.suspend;
     draft.spec = without_empty(std::mem::take(&mut draft.spec));
     let owner = input.placement.is_none().then(|| OwnerReference {
         api_version: api::trainer::API_VERSION.into(),

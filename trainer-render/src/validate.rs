@@ -449,13 +449,11 @@ fn quantity_patterns(r: &ResourceRequirements, path: &str, push: &mut impl FnMut
 /// The quantity pattern above, by hand.
 fn quantity_syntax(q: &str) -> bool {
     let unsigned = q.strip_prefix(['+', '-']).unwrap_or(q);
+    // `[0-9]+(\.[0-9]*)?|\.[0-9]+`
     let decimal = |n: &str| {
         let (int, frac) = n.split_once('.').unwrap_or((n, ""));
         let digits = |x: &str| x.bytes().all(|c| c.is_ascii_digit());
-        digits(int)
-            && digits(frac)
-            && (!int.is_empty() || !frac.is_empty())
-            && (!n.contains('.') || !int.is_empty() || !frac.is_empty())
+        digits(int) && digits(frac) && (!int.is_empty() || !frac.is_empty())
     };
     let split = unsigned.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(unsigned.len());
     let (number, suffix) = unsigned.split_at(split);
