@@ -42,6 +42,14 @@ impl ApiError {
         e
     }
 
+    /// An admission step's refusal, its words as they are: `403 Forbidden` for a webhook's
+    /// denial, `422 Invalid` (with field causes) for a CRD validation rule's.
+    pub fn denied(code: u16, reason: &'static str, message: String, causes: Vec<(String, String)>) -> Self {
+        let mut e = Self::new(code, reason, message);
+        e.causes = causes;
+        e
+    }
+
     pub fn invalid(kind: &str, name: &str, causes: Vec<(String, String)>) -> Self {
         let summary: Vec<String> = causes.iter().map(|(f, m)| format!("{f}: {m}")).collect();
         let mut e = Self::new(422, "Invalid", format!("{kind} \"{name}\" is invalid: {}", summary.join(", ")));

@@ -62,6 +62,28 @@ pub struct Store {
     uid_seed: u64,
     uid_counter: u64,
     pub tx: broadcast::Sender<Signal>,
+    /// Validating admission, in the order added.
+    validators: Vec<Arc<dyn Validator>>,
+}
+
+/// A validating admission step, as a ValidatingWebhookConfiguration (or a validating admission
+/// policy) is on a real API server: asked about every create and update of the kinds it
+/// applies to (not status writes), after defaulting and schema validation, with the store as
+/// it stands so it can look up what the object refers to. Its error is the answer the client
+/// gets, status code, reason and message as they are.
+pub trait Validator: Send + Sync + std::fmt::Debug {
+    fn applies_to(&self, rt: &ResourceType) -> bool;
+    fn validate(&self, store: &Store, review: &Review<'_>) -> Result<(), ApiError>;
+}
+
+/// One write under review.
+#[derive(Debug)]
+pub struct Review<'a> {
+    pub rt: &'a ResourceType,
+    pub namespace: Option<&'a str>,
+    pub object: &'a Value,
+    /// The object it replaces, on update.
+    pub old: Option<&'a Value>,
 }
 
 /// The wall clock, in Unix seconds.
@@ -137,6 +159,15 @@ pub struct WriteOptions {
 }
 
 impl Store {
+    /// Adds a validating admission step for every later write.
+    pub fn add_validator(&mut self, v: Arc<dyn Validator>) {
+        self.validators.push(v);
+    }
+
+    fn review(&self, review: &Review<'_>) -> Result<(), ApiError> {
+        self.validators.iter().filter(|v| v.applies_to(review.rt)).try_for_each(|v| v.validate(self, review))
+    }
+
     pub fn new() -> Self {
         let (tx, _) = broadcast::channel(65_536);
         let seed = std::time::SystemTime::now()
@@ -152,6 +183,7 @@ impl Store {
             uid_seed: seed & 0xffff_ffff,
             uid_counter: 0,
             tx,
+            validators: Vec::new(),
         };
         for rt in resources::builtins() {
             s.types.insert(rt.key(), rt);
@@ -355,6 +387,7 @@ impl Store {
             return Err(ApiError::already_exists(&rt.display_name(), &name));
         }
         Self::admit(rt, &mut obj, opts.strict)?;
+        self.review(&Review { rt, namespace: ns, object: &obj, old: None })?;
         if opts.dry_run {
             return Ok(obj);
         }
@@ -473,6 +506,9 @@ impl Store {
             if !changed.is_empty() {
                 return Err(ApiError::invalid(&rt.display_name(), name, changed));
             }
+        }
+        if part == Part::Main {
+            self.review(&Review { rt, namespace: ns, object: &obj, old: Some(old) })?;
         }
         if opts.dry_run {
             return Ok(obj);

@@ -9,6 +9,7 @@
 //! Product code must not depend on this crate's test hooks: the simulated run time of a job
 //! ([`member::DURATION_ANNOTATION`]) is read here, from the hub, and nowhere else.
 
+pub mod admission;
 pub mod member;
 pub mod upstream;
 
@@ -155,6 +156,9 @@ impl Playground {
         let hub_server =
             ApiServer::start().await.map_err(|source| PlaygroundError::Io { path: "hub".into(), source })?;
         let hub = hub_server.client_as("admin").map_err(|e| setup("hub client")(e.to_string()))?;
+        if let Ok(mut store) = hub_server.store().lock() {
+            store.add_validator(std::sync::Arc::new(admission::TrainJobAdmission));
+        }
         let crds: Api<CustomResourceDefinition> = Api::all(hub.clone());
         for f in upstream::TRAINER_CRDS {
             install(&crds, f.text, f.path).await?;

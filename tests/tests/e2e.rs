@@ -80,14 +80,37 @@ async fn a_deepspeed_trainjob_under_coscheduling_starts_its_launcher_after_its_w
 }
 
 #[tokio::test]
-async fn a_malformed_trainjob_gets_a_condition_naming_the_field_and_the_others_run() {
+async fn trainjobs_trainer_refuses_are_refused_at_create_with_trainers_words_and_the_others_run() {
     let p = playground(fast()).await;
     let hub = p.hub();
-    submit(&hub, &trainjob("broken", 0, 1, json!({}))).await;
+    let api: Api<TrainJob> = Api::default_namespaced(hub.clone());
+    let refused = |tj: TrainJob| {
+        let api = api.clone();
+        async move {
+            match api.create(&Default::default(), &tj).await {
+                Err(kube::Error::Api(s)) => (s.code, s.reason, s.message),
+                other => panic!("{:?} was admitted: {other:?}", tj.metadata.name),
+            }
+        }
+    };
+    let (code, reason, message) = refused(trainjob("broken", 0, 1, json!({}))).await;
+    assert_eq!((code, reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        message,
+        "admission webhook \"validator.trainjob.trainer.kubeflow.org\" denied the request: spec.trainer.numNodes: Invalid value: 0: must be at least 1"
+    );
+    let mut missing = trainjob("orphan", 1, 1, json!({}));
+    missing.spec.runtime_ref.name = "no-such-runtime".into();
+    let (code, _, message) = refused(missing).await;
+    assert_eq!(code, 403);
+    assert!(
+        message.starts_with("admission webhook \"validator.trainjob.trainer.kubeflow.org\" denied the request: spec.RuntimeRef: Invalid value: ")
+            && message.ends_with("ClusterTrainingRuntime.trainer.kubeflow.org \"no-such-runtime\" not found: specified clusterTrainingRuntime must be created before the TrainJob is created"),
+        "{message}"
+    );
+    // A refused TrainJob is not stored: nothing waits for a runtime that may appear later.
+    assert!(api.get_opt("orphan").await.expect("get").is_none());
     submit(&hub, &trainjob("fine", 1, 1, json!({}))).await;
-    let bad = condition(&hub, "broken", "Pending", "True").await;
-    assert_eq!(bad.reason, "Invalid");
-    assert_eq!(bad.message, "spec.trainer.numNodes: must be at least 1");
     condition(&hub, "fine", "Complete", "True").await;
 }
 
