@@ -88,5 +88,55 @@ fn dev_runs_from_the_root_directory_with_the_upstream_objects_compiled_in() {
     for created in ["queue.stowage.dev/team-a created", "trainjob.trainer.kubeflow.org/"] {
         assert!(out.contains(created), "{out}");
     }
+
+    // A TrainJob Trainer's webhook refuses is refused by kubectl apply, with Trainer's words.
+    let bad = dir.join("orphan.yaml");
+    std::fs::write(&bad, "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata: {name: orphan}\nspec:\n  runtimeRef: {name: no-such-runtime}\n").expect("write");
+    let (ok, out) = kubectl(&hub, &["apply", "-f", bad.to_str().expect("utf-8")]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("admission webhook \"validator.trainjob.trainer.kubeflow.org\" denied the request: spec.RuntimeRef: Invalid value:"),
+        "{out}"
+    );
+
+    // What users type daily: kubectl's typed creates send protobuf.
+    for (args, made) in [
+        (&["create", "namespace", "team-b"][..], "namespace/team-b created"),
+        (&["create", "configmap", "hparams", "-n", "team-b", "--from-literal=lr=3e-4"], "configmap/hparams created"),
+        (&["create", "secret", "generic", "hf", "-n", "team-b", "--from-literal=token=x"], "secret/hf created"),
+    ] {
+        let (ok, out) = kubectl(&hub, args);
+        assert!(ok && out.contains(made), "kubectl {args:?}: {out}");
+    }
+    // Trainer's STATE column, from the server's Table.
+    let (ok, table) = kubectl(&hub, &["get", "trainjobs"]);
+    assert!(ok && table.lines().next().is_some_and(|h| h.split_whitespace().eq(["NAME", "STATE", "AGE"])), "{table}");
+    // A member's pods with their STATUS and NODE, once one runs somewhere.
+    let members = ["east-h100", "west-a100", "central-l40s"].map(|m| dir.join(format!("{m}.kubeconfig")));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let pods = loop {
+        let found = members
+            .iter()
+            .map(|m| kubectl(m, &["get", "pods", "-A", "-o", "wide"]).1)
+            .find(|out| out.contains("Running"));
+        if let Some(out) = found {
+            break out;
+        }
+        assert!(Instant::now() < deadline, "no pod of examples/ runs on any member");
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let header: Vec<&str> = pods.lines().next().unwrap_or("").split_whitespace().collect();
+    assert!(header.starts_with(&["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"]), "{pods}");
+    let running: Vec<&str> = pods.lines().find(|l| l.contains("Running")).unwrap_or("").split_whitespace().collect();
+    assert_eq!(running[3], "Running", "{pods}");
+    assert!(!running[7].starts_with('<'), "the NODE column names the pod's node: {pods}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs kubectl against `config`: whether it succeeded, and what it printed.
+fn kubectl(config: &std::path::Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new("kubectl").arg("--kubeconfig").arg(config).args(args).output().expect("kubectl runs");
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
 }
