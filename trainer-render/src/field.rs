@@ -48,7 +48,7 @@ pub enum BadValue {
     Int(i64),
     Bool(bool),
     Str(String),
-    /// Already Go-encoded JSON text ([`crate::gojson`]).
+    /// Already Go-encoded JSON text (as `encoding/json` writes the Go value).
     Json(String),
 }
 

@@ -7,7 +7,9 @@
 //! says what each does and where Stowage deliberately differs from Trainer.
 //!
 //! No client, no clock, no Kubernetes API access: the agent applies what this returns, the hub
-//! schedules what [`pod_sets`] returns, `stowage render` prints it.
+//! schedules what [`pod_sets`] returns, `stowage render` prints it, and the hub's admission
+//! webhook answers with [`admit`], which runs the checks `render` starts with and says what the
+//! API server (422) or Trainer's webhook (403) would say, word for word.
 
 mod admission;
 mod field;

@@ -724,9 +724,15 @@ pub(crate) fn pod_group(input: &Input<'_>, draft: &mut Draft) -> Result<(), Rend
                     min_resources: min_resources(draft),
                     queue: draft.annotations.get(podgroup::VOLCANO_QUEUE_ANNOTATION).cloned(),
                     priority_class_name: priority,
+                    // The runtime CRD defaults `mode: hard` and `highestTierAllowed: 1`.
                     network_topology: rt_policy
                         .and_then(|p| p.volcano.as_ref())
-                        .and_then(|v| v.network_topology.clone()),
+                        .and_then(|v| v.network_topology.clone())
+                        .map(|mut n| {
+                            n.mode.get_or_insert_with(|| "hard".into());
+                            n.highest_tier_allowed.get_or_insert(1);
+                            n
+                        }),
                     extra: Default::default(),
                 },
             }));
