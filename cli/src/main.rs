@@ -35,9 +35,31 @@ enum Command {
     Dispatcher(DispatcherArgs),
     /// Run a member agent: pull this cluster's placements from the hub, apply them here.
     Agent(AgentArgs),
+    /// Serve Kubeflow Trainer's TrainJob admission (its validating webhook's checks, answered as
+    /// Trainer answers) to the hub's API server, over TLS (manifests/hub-webhook).
+    Webhook(WebhookArgs),
     /// Print the objects a TrainJob renders into (JobSet, PodGroup, MPI ConfigMap and Secret),
     /// as Kubeflow Trainer would, optionally pinned to a Placement: a dry run.
     Render(RenderArgs),
+}
+
+#[derive(Debug, Args)]
+struct WebhookArgs {
+    /// Kubeconfig of the hub, where runtimes are looked up; default: the usual resolution.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Address the API server calls (HTTPS).
+    #[arg(long, default_value = "0.0.0.0:9443")]
+    addr: std::net::SocketAddr,
+    /// PEM certificate chain (a kubernetes.io/tls Secret's tls.crt, mounted).
+    #[arg(long, default_value = "/certs/tls.crt")]
+    tls_cert_file: PathBuf,
+    /// PEM private key (the Secret's tls.key).
+    #[arg(long, default_value = "/certs/tls.key")]
+    tls_key_file: PathBuf,
+    /// Address for /healthz, /readyz and /metrics.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    health_addr: std::net::SocketAddr,
 }
 
 #[derive(Debug, Args)]
@@ -257,6 +279,8 @@ enum CliError {
     Key(#[from] trainer_render::sshkey::KeyError),
     #[error(transparent)]
     Dev(#[from] dev::DevError),
+    #[error(transparent)]
+    Webhook(#[from] dispatcher::webhook::WebhookError),
     #[error("starting the async runtime")]
     Runtime(#[source] std::io::Error),
     #[error("{what}: {message}")]
@@ -309,6 +333,7 @@ fn main() -> ExitCode {
         Command::Dev(args) => dev_command(args),
         Command::Dispatcher(args) => dispatcher_command(args),
         Command::Agent(args) => agent_command(args),
+        Command::Webhook(args) => webhook_command(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -429,6 +454,24 @@ fn topology_mode(arg: TopologyModeArg) -> trainer_render::TopologyMode {
         TopologyModeArg::Affinity => trainer_render::TopologyMode::Affinity,
         TopologyModeArg::Kueue => trainer_render::TopologyMode::Kueue,
     }
+}
+
+fn webhook_command(args: WebhookArgs) -> Result<(), CliError> {
+    let tls = dispatcher::webhook::tls(&args.tls_cert_file, &args.tls_key_file)?;
+    let rt = tokio::runtime::Runtime::new().map_err(CliError::Runtime)?;
+    rt.block_on(async {
+        let hub = kube_client(args.kubeconfig.as_deref(), "hub kubeconfig").await?;
+        // Ready as soon as it listens: it keeps no cache.
+        let ready = kube_shell::health::Readiness::default();
+        ready.set();
+        let registry = std::sync::Arc::new(prometheus_client::registry::Registry::default());
+        tokio::spawn(kube_shell::health::serve(args.health_addr, registry, ready));
+        tokio::select! {
+            served = dispatcher::webhook::serve(args.addr, tls, hub) => served?,
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        Ok(())
+    })
 }
 
 fn dispatcher_command(args: DispatcherArgs) -> Result<(), CliError> {

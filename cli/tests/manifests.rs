@@ -150,7 +150,9 @@ fn deployments() -> Vec<(&'static str, &'static Value)> {
 fn every_kustomization_builds() {
     let all = kustomizations();
     let dirs: BTreeSet<&str> = all.iter().map(|k| k.dir.as_str()).collect();
-    for expected in ["crds", "hub", "member", "hub-member-access", "overlays/example/hub", "overlays/example/member"] {
+    for expected in
+        ["crds", "hub", "hub-webhook", "member", "hub-member-access", "overlays/example/hub", "overlays/example/member"]
+    {
         assert!(dirs.contains(expected), "no kustomization in manifests/{expected}; found {dirs:?}");
     }
     let failures: Vec<&str> = builds().iter().filter_map(|(_, r)| r.as_ref().err().map(String::as_str)).collect();
@@ -173,7 +175,10 @@ fn every_deployment_probes_runs_non_root_and_runs_a_stowage_subcommand() {
         .flat_map(|(_, d)| seq_at(d, &["spec", "template", "spec", "containers"]))
         .filter_map(|c| seq_at(c, &["args"]).first().and_then(Value::as_str))
         .collect();
-    assert!(subcommands.contains("dispatcher") && subcommands.contains("agent"), "deployments run {subcommands:?}");
+    assert!(
+        ["dispatcher", "agent", "webhook"].iter().all(|s| subcommands.contains(s)),
+        "deployments run {subcommands:?}"
+    );
     let mut problems = Vec::new();
     for (dir, d) in deployments {
         let pod = at(d, &["spec", "template", "spec"]).expect("a pod template");
@@ -217,8 +222,10 @@ fn every_deployment_probes_runs_non_root_and_runs_a_stowage_subcommand() {
                 problem("does not drop ALL capabilities");
             }
             match seq_at(c, &["args"]).first().and_then(Value::as_str) {
-                Some("dispatcher" | "agent") => {}
-                other => problem(&format!("args start with {other:?}, not the subcommand dispatcher or agent")),
+                Some("dispatcher" | "agent" | "webhook") => {}
+                other => {
+                    problem(&format!("args start with {other:?}, not the subcommand dispatcher, agent or webhook"))
+                }
             }
         }
     }

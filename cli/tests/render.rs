@@ -70,7 +70,10 @@ fn renders_a_yaml_stream_and_pins_to_the_placement() {
 #[test]
 fn bad_input_names_the_file_and_field_and_exits_non_zero() {
     let cases = [
-        (TRAINJOB.replace("numNodes: 2", "numNodes: 0"), "trainjob.yaml: spec.trainer.numNodes: must be at least 1"),
+        (
+            TRAINJOB.replace("numNodes: 2", "numNodes: 0"),
+            "trainjob.yaml: spec.trainer.numNodes: Invalid value: 0: must be at least 1",
+        ),
         (TRAINJOB.replace("numNodes: 2", "numNodes: two"), "spec.trainer.numNodes: invalid type"),
         (
             TRAINJOB.replace("trainer.kubeflow.org/v1alpha1", "trainer.kubeflow.org/v1"),
@@ -81,10 +84,13 @@ fn bad_input_names_the_file_and_field_and_exits_non_zero() {
                 "runtimeRef: {name: torch-distributed}",
                 "runtimeRef: {name: torch-distributed, kind: TrainingRuntime}",
             ),
-            "trainjob.yaml: spec.runtimeRef.kind: is TrainingRuntime but the runtime given is a ClusterTrainingRuntime",
+            "trainjob.yaml: spec.runtimeRef: Invalid value: ",
         ),
         (TRAINJOB.replace("'8'", "'eight'"), "trainjob.yaml: spec.trainer.resourcesPerNode.requests.nvidia.com/gpu"),
-        (TRAINJOB.replace("name: demo", "name: Demo"), "trainjob.yaml: metadata.name: must be an RFC 1035 label"),
+        (
+            TRAINJOB.replace("name: demo", "name: Demo"),
+            "trainjob.yaml: metadata.name: Invalid value: \"Demo\": a lowercase RFC 1123 subdomain",
+        ),
         ("spec: [unclosed".to_string(), "invalid YAML"),
     ];
     for (text, want) in cases {

@@ -1,0 +1,215 @@
+//! `stowage webhook`: Trainer v2.3.0's TrainJob admission for a real hub, served behind a
+//! ValidatingWebhookConfiguration (manifests/hub/webhook.yaml) at Trainer's own path, over TLS
+//! from a Secret. The hub runs no Trainer controller, so without this it would accept TrainJobs
+//! Trainer refuses. The decision is [`trainer_render::admit`]; this module reads the
+//! AdmissionReview, looks up the runtime `spec.runtimeRef` names, and answers.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use api::trainer::{ClusterTrainingRuntime, Runtime, TrainJob, TrainingRuntime};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use kube::Client;
+use kube::api::{Api, DynamicObject};
+use kube::core::Status;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use tracing::Instrument;
+
+/// Where Trainer's webhook is served (its kubebuilder marker), so a configuration written for
+/// Trainer points here unchanged.
+pub const PATH: &str = "/validate-trainer-kubeflow-org-v1alpha1-trainjob";
+/// The API server sends a whole object and its old copy: 3 MiB each at most.
+const MAX_REVIEW_BYTES: usize = 7 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    #[error("reading {path}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} holds no {what}")]
+    Pem { path: String, what: &'static str },
+    #[error("the TLS certificate and key")]
+    Tls(#[source] tokio_rustls::rustls::Error),
+    #[error("listening on {addr}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The runtime a TrainJob names, as the hub holds it; `None` when there is none.
+pub type Lookup = Result<Option<Runtime>, kube::Error>;
+
+/// The answer to one review of a TrainJob, given the runtime it names (looked up by the caller).
+pub fn answer(req: &AdmissionRequest<DynamicObject>, runtime: Lookup) -> AdmissionResponse {
+    let response = AdmissionResponse::from(req);
+    let read = |o: &DynamicObject| serde_json::to_value(o).and_then(serde_json::from_value::<TrainJob>);
+    // Deletes and connects are not reviewed, nor is an old object on a create.
+    if !matches!(req.operation, Operation::Create | Operation::Update) {
+        return response;
+    }
+    let old = req.old_object.as_ref().filter(|_| req.operation == Operation::Update).map(read).transpose();
+    let (trainjob, old) = match (req.object.as_ref().map(read).transpose(), old) {
+        (Ok(Some(tj)), Ok(old)) => (tj, old),
+        (Ok(None), _) => return response,
+        // Refused by its schema already on a real hub.
+        (Err(e), _) | (_, Err(e)) => {
+            return deny(response, 400, "BadRequest", format!("the TrainJob does not decode: {e}"), Vec::new());
+        }
+    };
+    let runtime = match runtime {
+        Ok(r) => r,
+        Err(e) => {
+            let message = format!("reading the runtime spec.runtimeRef names: {}", kube_shell::error_chain(&e));
+            return deny(response, 500, "InternalError", message, Vec::new());
+        }
+    };
+    match trainer_render::admit(&trainjob, runtime.as_ref(), old.as_ref()) {
+        Ok(()) => response,
+        Err(denial) => {
+            let causes = denial.errors().iter().map(|e| (e.field.clone(), e.body())).collect();
+            deny(response, denial.code(), denial.reason(), denial.to_string(), causes)
+        }
+    }
+}
+
+fn deny(
+    mut response: AdmissionResponse,
+    code: u16,
+    reason: &str,
+    message: String,
+    causes: Vec<(String, String)>,
+) -> AdmissionResponse {
+    response.allowed = false;
+    let mut status = Status::failure(&message, reason).with_code(code);
+    if !causes.is_empty() {
+        status.details = Some(kube::core::response::StatusDetails {
+            causes: causes
+                .into_iter()
+                .map(|(field, message)| kube::core::response::StatusCause {
+                    reason: "FieldValueInvalid".into(),
+                    message,
+                    field,
+                })
+                .collect(),
+            name: String::new(),
+            group: String::new(),
+            kind: String::new(),
+            uid: String::new(),
+            retry_after_seconds: 0,
+        });
+    }
+    response.result = status;
+    response
+}
+
+/// Looks up the runtime a TrainJob names on the hub.
+async fn lookup(hub: &Client, req: &AdmissionRequest<DynamicObject>) -> Lookup {
+    let Some(tj) = req.object.as_ref().and_then(|o| serde_json::to_value(o).ok()) else { return Ok(None) };
+    let Ok(tj) = serde_json::from_value::<TrainJob>(tj) else { return Ok(None) };
+    let r = &tj.spec.runtime_ref;
+    let ns = req.namespace.clone().unwrap_or_else(|| "default".into());
+    Ok(match r.kind_or_default() {
+        "TrainingRuntime" => {
+            Api::<TrainingRuntime>::namespaced(hub.clone(), &ns).get_opt(&r.name).await?.map(Runtime::Namespaced)
+        }
+        "ClusterTrainingRuntime" => {
+            Api::<ClusterTrainingRuntime>::all(hub.clone()).get_opt(&r.name).await?.map(Runtime::Cluster)
+        }
+        _ => None,
+    })
+}
+
+/// Reads a review, answers it.
+async fn review(hub: &Client, body: &[u8]) -> Response<Full<Bytes>> {
+    let reply = |code: StatusCode, body: Vec<u8>| {
+        let mut r = Response::new(Full::new(Bytes::from(body)));
+        *r.status_mut() = code;
+        r.headers_mut().insert("content-type", hyper::header::HeaderValue::from_static("application/json"));
+        r
+    };
+    let parsed: Result<AdmissionRequest<DynamicObject>, String> =
+        serde_json::from_slice::<AdmissionReview<DynamicObject>>(body)
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.try_into().map_err(|e: kube::core::admission::ConvertAdmissionReviewError| e.to_string()));
+    let req = match parsed {
+        Ok(r) => r,
+        Err(e) => return reply(StatusCode::BAD_REQUEST, format!("not an AdmissionReview: {e}").into_bytes()),
+    };
+    let span = tracing::info_span!("admission", trainjob = %format!("{}/{}", req.namespace.as_deref().unwrap_or(""), req.name));
+    let runtime = lookup(hub, &req).instrument(span.clone()).await;
+    let _in = span.enter();
+    let response = answer(&req, runtime);
+    if !response.allowed {
+        tracing::info!(message = %response.result.message, "denied");
+    }
+    match serde_json::to_vec(&response.into_review()) {
+        Ok(body) => reply(StatusCode::OK, body),
+        Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, e.to_string().into_bytes()),
+    }
+}
+
+/// The TLS configuration from a PEM certificate chain and private key (a `kubernetes.io/tls`
+/// Secret's `tls.crt` and `tls.key`, mounted).
+pub fn tls(cert: &std::path::Path, key: &std::path::Path) -> Result<tokio_rustls::rustls::ServerConfig, WebhookError> {
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let read = |p: &std::path::Path| {
+        std::fs::read(p).map_err(|source| WebhookError::Read { path: p.display().to_string(), source })
+    };
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(&read(cert)?).filter_map(Result::ok).collect();
+    if certs.is_empty() {
+        return Err(WebhookError::Pem { path: cert.display().to_string(), what: "certificate" });
+    }
+    let key = PrivateKeyDer::from_pem_slice(&read(key)?)
+        .map_err(|_| WebhookError::Pem { path: key.display().to_string(), what: "private key" })?;
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .and_then(|b| b.with_no_client_auth().with_single_cert(certs, key))
+        .map_err(WebhookError::Tls)
+}
+
+/// Serves reviews at [`PATH`] over TLS until the process ends.
+pub async fn serve(addr: SocketAddr, tls: tokio_rustls::rustls::ServerConfig, hub: Client) -> Result<(), WebhookError> {
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| WebhookError::Listen { addr, source })?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    tracing::info!(%addr, path = PATH, "serving TrainJob admission");
+    loop {
+        let Ok((stream, _)) = listener.accept().await else { continue };
+        let (acceptor, hub) = (acceptor.clone(), hub.clone());
+        tokio::spawn(async move {
+            // A client that fails the handshake is its own problem.
+            let Ok(stream) = acceptor.accept(stream).await else { return };
+            let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+                let hub = hub.clone();
+                async move {
+                    if req.uri().path() != PATH {
+                        let mut r = Response::new(Full::new(Bytes::from_static(b"not found")));
+                        *r.status_mut() = StatusCode::NOT_FOUND;
+                        return Ok::<_, std::convert::Infallible>(r);
+                    }
+                    let body = match Limited::new(req.into_body(), MAX_REVIEW_BYTES).collect().await {
+                        Ok(b) => b.to_bytes(),
+                        Err(_) => {
+                            let mut r = Response::new(Full::new(Bytes::from_static(b"review too large")));
+                            *r.status_mut() = StatusCode::PAYLOAD_TOO_LARGE;
+                            return Ok(r);
+                        }
+                    };
+                    Ok(review(&hub, &body).await)
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+        });
+    }
+}
