@@ -332,22 +332,17 @@ mod tests {
         }
         let keys = ["node-type".to_string()];
         let summary = summarize(&levels, &keys, &nodes, &Vec::<Pod>::new());
-        let classes: Vec<(u32, Vec<(&str, &str)>, Vec<String>)> = summary
+        // Each entry as `nodes labels taints`.
+        let classes: Vec<String> = summary
             .iter()
             .map(|d| {
-                let labels = d.class.node_labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-                let taints = d.class.taints.iter().map(|t| format!("{}={}:{}", t.key, t.value, t.effect)).collect();
-                (d.nodes, labels, taints)
+                let labels: Vec<String> = d.class.node_labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let taints: Vec<String> =
+                    d.class.taints.iter().map(|t| format!("{}={}:{}", t.key, t.value, t.effect)).collect();
+                format!("{} [{}] [{}]", d.nodes, labels.join(","), taints.join(","))
             })
             .collect();
-        assert_eq!(
-            classes,
-            [
-                (1, vec![], vec![]),
-                (1, vec![], vec!["dedicated=ml:NoSchedule".to_string()]),
-                (1, vec![("node-type", "training")], vec![]),
-            ]
-        );
+        assert_eq!(classes, ["1 [] []", "1 [] [dedicated=ml:NoSchedule]", "1 [node-type=training] []"]);
     }
 
     #[test]

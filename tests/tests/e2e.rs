@@ -445,22 +445,18 @@ async fn a_gang_goes_only_where_its_node_selector_and_tolerations_let_its_pods_b
     assert_eq!(done.reason, "AllJobsCompleted");
     let placed = placement(&hub, "picky", |p| p.spec.cluster.is_some()).await;
     assert_eq!(placed.spec.cluster.as_deref(), Some("west-a100"));
-    let m = p.member("west-a100").expect("member");
-    let store = m.sim.server.store().lock().expect("store");
-    let pods_rt = store.lookup("", "v1", "pods").expect("pods").clone();
-    let (pods, _) = store.list(
-        &pods_rt,
-        Some("default"),
-        &|o| o["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] == "picky",
-        None,
-        None,
-    );
+    let pods = {
+        let m = p.member("west-a100").expect("member");
+        let store = m.sim.server.store().lock().expect("store");
+        let pods_rt = store.lookup("", "v1", "pods").expect("pods").clone();
+        let picky = |o: &serde_json::Value| o["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] == "picky";
+        store.list(&pods_rt, Some("default"), &picky, None, None).0
+    };
     assert_eq!(pods.len(), 2);
     for pod in &pods {
         let node = pod["spec"]["nodeName"].as_str().expect("bound").to_string();
         assert!(marked.contains(&node), "{node} is not a training node");
     }
-    drop(store);
     // Nothing anywhere matches: it waits, and says so on the TrainJob.
     let pending = condition(&hub, "nowhere", "Pending", "True").await;
     assert_eq!(pending.reason, "NoMatchingNodes");

@@ -38,7 +38,7 @@ pub(super) fn settled(plan: &mut Plan, jobs: &[Job<'_>], tally: &mut Tally) {
             }
             JobState::Finished => None,
             JobState::Suspended(withdraw) => {
-                plan.placements.extend(withdraw.map(|p| withdrawal(p)));
+                plan.placements.extend(withdraw.map(withdrawal));
                 None
             }
             JobState::Running(a) => Some(&a.gang.queue),
