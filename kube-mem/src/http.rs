@@ -412,7 +412,7 @@ fn strip_rv(mut v: Value) -> Value {
 /// Records the applying manager (one entry per manager; field sets are not tracked).
 fn set_managed(obj: &mut Value, manager: &str, rt: &ResourceType) {
     let entry = json!({"manager": manager, "operation": "Apply", "apiVersion": rt.api_version(),
-                       "time": super::store::now_rfc3339(), "fieldsType": "FieldsV1", "fieldsV1": {}});
+                       "time": super::time::now_rfc3339(), "fieldsType": "FieldsV1", "fieldsV1": {}});
     let list = obj["metadata"]["managedFields"].as_array().cloned().unwrap_or_default();
     let mut list: Vec<Value> = list.into_iter().filter(|e| e["manager"] != manager).collect();
     list.push(entry);

@@ -16,6 +16,7 @@ pub mod selectors;
 pub mod status;
 pub mod store;
 pub mod table;
+pub mod time;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

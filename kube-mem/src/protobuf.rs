@@ -184,19 +184,8 @@ fn key_text(k: &MapKey) -> String {
 
 /// `metav1.Time` (seconds) or `MicroTime` (microseconds) as Kubernetes writes them.
 fn rfc3339(seconds: i64, nanos: i32, micro: bool) -> String {
-    let (days, of_day) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    let base = format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}", of_day / 3600, of_day % 3600 / 60, of_day % 60);
-    if micro { format!("{base}.{:06}Z", nanos / 1000) } else { format!("{base}Z") }
+    let text = super::time::rfc3339(seconds);
+    if micro { format!("{}.{:06}Z", text.trim_end_matches('Z'), nanos / 1000) } else { text }
 }
 
 /// Go's `time.Duration` text for the whole seconds, minutes and hours Kubernetes uses.

@@ -10,6 +10,7 @@ use tokio::sync::broadcast;
 use super::resources::{self, ResourceKey, ResourceType};
 use super::schema;
 use super::status::ApiError;
+use super::time::now_rfc3339;
 
 /// How many events watches can resume from; older resourceVersions get 410 Gone.
 pub const HISTORY: usize = 10_000;
@@ -84,28 +85,6 @@ pub struct Review<'a> {
     pub object: &'a Value,
     /// The object it replaces, on update.
     pub old: Option<&'a Value>,
-}
-
-/// The wall clock, in Unix seconds.
-pub fn unix_seconds() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
-}
-
-/// RFC 3339 UTC, seconds precision, as metadata timestamps are.
-pub fn now_rfc3339() -> String {
-    let secs = unix_seconds().max(0) as u64;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 /// The defaults kube-apiserver gives the built-in kinds served here that clients leave out

@@ -195,22 +195,12 @@ fn age_secs(o: &Value) -> u64 {
 }
 
 fn now_secs() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    kube_mem::time::unix_seconds().max(0) as u64
 }
 
-/// Seconds since the epoch of `YYYY-MM-DDTHH:MM:SSZ`.
+/// Unix seconds of a timestamp; before the epoch counts as the epoch.
 fn parse_rfc3339(s: &str) -> Option<u64> {
-    let num = |a: usize, b: usize| s.get(a..b)?.parse::<i64>().ok();
-    let (y, m, d) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
-    let (hh, mm, ss) = (num(11, 13)?, num(14, 16)?, num(17, 19)?);
-    let y2 = if m <= 2 { y - 1 } else { y };
-    let era = y2.div_euclid(400);
-    let yoe = y2 - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    u64::try_from(days * 86_400 + hh * 3600 + mm * 60 + ss).ok()
+    kube_mem::time::parse_rfc3339(s).map(|t| t.max(0) as u64)
 }
 
 /// A change one pass decided, made after the pass has finished reading.
@@ -512,7 +502,7 @@ fn schedule(store: &mut Store) {
                 if let Ok(mut obj) = store.get(&pods_rt, Some(&ns), &pod) {
                     obj["spec"]["nodeName"] = node.into();
                     if store.update(&pods_rt, Some(&ns), &pod, obj, Part::Main, &write_options()).is_ok() {
-                        let status = json!({"status": {"phase": "Running", "startTime": kube_mem::store::now_rfc3339(),
+                        let status = json!({"status": {"phase": "Running", "startTime": kube_mem::time::now_rfc3339(),
                             "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]}});
                         let _ = store.update(&pods_rt, Some(&ns), &pod, status, Part::Status, &write_options());
                     }
@@ -673,7 +663,7 @@ fn jobset_status(
         .iter()
         .filter(|(n, _)| targets.is_empty() || targets.contains(n))
         .all(|(n, replicas)| per_rjob.get(n).is_some_and(|c| c[1] >= *replicas));
-    let now = kube_mem::store::now_rfc3339();
+    let now = kube_mem::time::now_rfc3339();
     if any_failed {
         let restarts = status["restarts"].as_i64().unwrap_or(0);
         let max = js["spec"]["failurePolicy"]["maxRestarts"].as_i64().unwrap_or(0);
