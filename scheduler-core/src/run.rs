@@ -211,18 +211,29 @@ impl<'a> Run<'a> {
         if ps.shape.gpus == 0 {
             return Ok(Resolved { flavors: vec![None] });
         }
-        let unlimited = self.queues.is_unlimited(queue);
-        let names: Vec<&str> = if !ps.flavors.is_empty() {
-            ps.flavors.iter().map(String::as_str).filter(|f| unlimited || self.queues.covers_flavor(queue, f)).collect()
-        } else if unlimited {
-            let mut all: Vec<&str> = self.fleet.flavor_names().iter().map(String::as_str).collect();
-            all.dedup();
-            all
-        } else {
+        let admits = |id: &FlavorId| ps.nodes.admits(self.fleet.flavor_class(*id));
+        let no_match = || Reason::NoMatchingNodes { pod_set: ps.name.clone(), requirement: ps.nodes.to_string() };
+        if self.queues.is_unlimited(queue) {
+            // No quota to check: every flavor the pod set accepts that the fleet has, on nodes
+            // its pods can bind to.
+            let ids: Vec<FlavorId> = if ps.flavors.is_empty() {
+                (0..self.fleet.flavor_names().len()).map(|i| FlavorId(i as u16)).collect()
+            } else {
+                ps.flavors.iter().flat_map(|n| self.fleet.flavors_named(n)).copied().collect()
+            };
+            if ids.is_empty() {
+                return Err(Reason::NoFlavor { pod_set: ps.name.clone(), flavors: ps.flavors.clone() });
+            }
+            let flavors: Vec<Option<FlavorId>> = ids.into_iter().filter(admits).map(Some).collect();
+            return if flavors.is_empty() { Err(no_match()) } else { Ok(Resolved { flavors }) };
+        }
+        let names: Vec<&str> = if ps.flavors.is_empty() {
             self.queues.quota_flavors(queue).collect()
+        } else {
+            ps.flavors.iter().map(String::as_str).filter(|f| self.queues.covers_flavor(queue, f)).collect()
         };
         let queue_name = &self.queues.spec(queue).name;
-        if names.is_empty() && !unlimited {
+        if names.is_empty() {
             return Err(Reason::NoQuotaForFlavor {
                 queue: queue_name.clone(),
                 pod_set: ps.name.clone(),
@@ -232,20 +243,15 @@ impl<'a> Run<'a> {
         let in_fleet: Vec<(&str, &[FlavorId])> =
             names.iter().map(|n| (*n, self.fleet.flavors_named(n))).filter(|(_, ids)| !ids.is_empty()).collect();
         if in_fleet.is_empty() {
-            let flavors = if unlimited { ps.flavors.clone() } else { names.iter().map(|s| s.to_string()).collect() };
-            return Err(Reason::NoFlavor { pod_set: ps.name.clone(), flavors });
+            return Err(Reason::NoFlavor {
+                pod_set: ps.name.clone(),
+                flavors: names.iter().map(|s| s.to_string()).collect(),
+            });
         }
-        // The flavors on nodes its pods can bind to (a plain pod set on plain nodes: all).
-        let admitted: Vec<(&str, FlavorId)> = in_fleet
-            .iter()
-            .flat_map(|(n, ids)| ids.iter().map(move |id| (*n, *id)))
-            .filter(|(_, id)| ps.nodes.admits(self.fleet.flavor_class(*id)))
-            .collect();
+        let admitted: Vec<(&str, FlavorId)> =
+            in_fleet.iter().flat_map(|(n, ids)| ids.iter().filter(|id| admits(id)).map(move |id| (*n, *id))).collect();
         if admitted.is_empty() {
-            return Err(Reason::NoMatchingNodes { pod_set: ps.name.clone(), requirement: ps.nodes.to_string() });
-        }
-        if unlimited {
-            return Ok(Resolved { flavors: admitted.into_iter().map(|(_, id)| Some(id)).collect() });
+            return Err(no_match());
         }
         let mut first_shortage = None;
         let mut flavors = Vec::new();
