@@ -186,6 +186,8 @@ async fn kubectl_creates_built_in_objects_as_users_type_them() {
             "secret/hf-token created",
         ),
         (vec!["create", "serviceaccount", "trainer", "-n", "team-a"], "serviceaccount/trainer created"),
+        (vec!["run", "debug", "-n", "team-a", "--image=busybox", "--", "sleep", "60"], "pod/debug created"),
+        (vec!["create", "job", "smoke", "-n", "team-a", "--image=busybox"], "job.batch/smoke created"),
     ] {
         let (ok, out, err) = k.run(&args).await;
         assert!(ok && out.contains(made), "{args:?}: {out} {err}");
@@ -202,6 +204,8 @@ async fn kubectl_creates_built_in_objects_as_users_type_them() {
     assert_eq!(get("secret/hf-token", "{.data.token}").await, "czNjcjN0", "base64 of s3cr3t");
     assert_eq!(get("secret/hf-token", "{.type}").await, "Opaque");
     assert_eq!(get("serviceaccount/trainer", "{.metadata.namespace}").await, "team-a");
+    assert_eq!(get("pod/debug", "{.spec.containers[0].args}").await, r#"["sleep","60"]"#);
+    assert_eq!(get("job/smoke", "{.spec.template.spec.containers[0].image}").await, "busybox");
     let (ok, out, _) = k.run(&["get", "namespaces", "--no-headers"]).await;
     assert!(ok && out.lines().any(|l| l.starts_with("team-a") && l.contains("Active")), "{out}");
     // A second create of the same name is refused as the real server refuses it.
