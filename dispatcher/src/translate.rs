@@ -162,7 +162,7 @@ fn requirement_of(p: &PodSpec) -> NodeRequirement {
             Some(Toleration { key: t.key.clone().filter(|k| !k.is_empty()), operator, effect })
         })
         .collect();
-    NodeRequirement { selector, affinity, tolerations }
+    NodeRequirement::new(selector, affinity, tolerations)
 }
 
 /// A reported group of nodes' class, in the core's terms.

@@ -125,27 +125,42 @@ impl fmt::Display for LabelMatch {
     }
 }
 
-/// What a pod set's pods ask of a node. The default asks nothing (and tolerates no taint).
+/// What a pod set's pods ask of a node. The default asks nothing (and tolerates no taint); it
+/// is one null pointer, so the many pod sets that ask nothing (every simulated one) stay small.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
-pub struct NodeRequirement {
+pub struct NodeRequirement(Option<Box<Terms>>);
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+struct Terms {
     /// `nodeSelector`: every label, exactly.
-    pub selector: BTreeMap<String, String>,
+    selector: BTreeMap<String, String>,
     /// Required node affinity: any one term, each of whose matches all hold. Empty: none.
-    pub affinity: Vec<Vec<LabelMatch>>,
-    pub tolerations: Vec<Toleration>,
+    affinity: Vec<Vec<LabelMatch>>,
+    tolerations: Vec<Toleration>,
 }
 
 impl NodeRequirement {
-    /// Whether pods with this requirement can bind to nodes of `class`.
-    pub fn admits(&self, class: &NodeClass) -> bool {
-        self.selector.iter().all(|(k, v)| class.labels.get(k) == Some(v))
-            && (self.affinity.is_empty() || self.affinity.iter().any(|t| t.iter().all(|m| m.matches(&class.labels))))
-            && class.taints.iter().all(|t| self.tolerations.iter().any(|tol| tol.tolerates(t)))
+    pub fn new(
+        selector: BTreeMap<String, String>,
+        affinity: Vec<Vec<LabelMatch>>,
+        tolerations: Vec<Toleration>,
+    ) -> NodeRequirement {
+        let terms = Terms { selector, affinity, tolerations };
+        NodeRequirement((terms != Terms::default()).then(|| Box::new(terms)))
     }
 
-    /// Whether it asks for any labels (for the wording of why nothing matches).
-    fn selects(&self) -> bool {
-        !self.selector.is_empty() || !self.affinity.is_empty()
+    /// Whether pods with this requirement can bind to nodes of `class`.
+    pub fn admits(&self, class: &NodeClass) -> bool {
+        let Some(t) = &self.0 else { return class.taints.is_empty() };
+        t.selector.iter().all(|(k, v)| class.labels.get(k) == Some(v))
+            && (t.affinity.is_empty() || t.affinity.iter().any(|term| term.iter().all(|m| m.matches(&class.labels))))
+            && class.taints.iter().all(|taint| t.tolerations.iter().any(|tol| tol.tolerates(taint)))
+    }
+
+    /// The same requirement without its tolerations.
+    pub fn without_tolerations(&self) -> NodeRequirement {
+        let t = self.0.as_deref().cloned().unwrap_or_default();
+        NodeRequirement::new(t.selector, t.affinity, Vec::new())
     }
 }
 
@@ -154,13 +169,13 @@ impl NodeRequirement {
 /// not tolerate can have excluded nodes).
 impl fmt::Display for NodeRequirement {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if !self.selects() {
+        let Some(t) = self.0.as_deref().filter(|t| !t.selector.is_empty() || !t.affinity.is_empty()) else {
             return f.write_str("whose taints it tolerates");
-        }
+        };
         f.write_str("matching ")?;
-        let selector: Vec<String> = self.selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let selector: Vec<String> = t.selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let terms: Vec<String> =
-            self.affinity.iter().map(|t| t.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")).collect();
+            t.affinity.iter().map(|t| t.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")).collect();
         let mut text = selector.join(",");
         if !terms.is_empty() {
             if !text.is_empty() {
@@ -194,16 +209,17 @@ mod tests {
         let any = NodeRequirement::default();
         assert!(any.admits(&plain) && any.admits(&training) && !any.admits(&dedicated), "no toleration: not tainted");
 
-        let selector = NodeRequirement {
-            selector: [("node-type".to_string(), "training".to_string())].into(),
-            ..NodeRequirement::default()
-        };
+        let selector =
+            NodeRequirement::new([("node-type".to_string(), "training".to_string())].into(), Vec::new(), Vec::new());
         assert!(selector.admits(&training) && !selector.admits(&plain));
         assert_eq!(selector.to_string(), "matching node-type=training");
 
-        let tolerate = |key: Option<&str>, operator, effect| NodeRequirement {
-            tolerations: vec![Toleration { key: key.map(str::to_string), operator, effect }],
-            ..NodeRequirement::default()
+        let tolerate = |key: Option<&str>, operator, effect| {
+            NodeRequirement::new(
+                BTreeMap::new(),
+                Vec::new(),
+                vec![Toleration { key: key.map(str::to_string), operator, effect }],
+            )
         };
         let eq = |v: &str| TolerationOperator::Equal(v.to_string());
         assert!(tolerate(Some("dedicated"), eq("ml"), Some(TaintEffect::NoSchedule)).admits(&dedicated));
@@ -213,21 +229,23 @@ mod tests {
         assert!(!tolerate(Some("dedicated"), eq("ml"), Some(TaintEffect::NoExecute)).admits(&dedicated));
 
         let m = |key: &str, operator| LabelMatch { key: key.into(), operator };
-        let affinity = NodeRequirement {
-            affinity: vec![
+        let affinity = NodeRequirement::new(
+            BTreeMap::new(),
+            vec![
                 vec![m("node-type", MatchOperator::In(vec!["training".into(), "batch".into()]))],
                 vec![m("zone", MatchOperator::Exists), m("gen", MatchOperator::Gt(3))],
             ],
-            ..NodeRequirement::default()
-        };
+            Vec::new(),
+        );
         assert!(affinity.admits(&training) && !affinity.admits(&plain));
         assert!(affinity.admits(&class(&[("zone", "a"), ("gen", "4")], &[])));
         assert!(!affinity.admits(&class(&[("zone", "a"), ("gen", "3")], &[])));
         assert_eq!(affinity.to_string(), "matching node-type in (training,batch) or zone,gen>3");
-        let not_in = NodeRequirement {
-            affinity: vec![vec![m("node-type", MatchOperator::NotIn(vec!["training".into()]))]],
-            ..NodeRequirement::default()
-        };
+        let not_in = NodeRequirement::new(
+            BTreeMap::new(),
+            vec![vec![m("node-type", MatchOperator::NotIn(vec!["training".into()]))]],
+            Vec::new(),
+        );
         assert!(not_in.admits(&plain) && !not_in.admits(&training));
     }
 }

@@ -211,21 +211,23 @@ impl<'a> Run<'a> {
         if ps.shape.gpus == 0 {
             return Ok(Resolved { flavors: vec![None] });
         }
-        let admits = |id: &FlavorId| ps.nodes.admits(self.fleet.flavor_class(*id));
+        let admits = |id: FlavorId| ps.nodes.admits(self.fleet.flavor_class(id));
         let no_match = || Reason::NoMatchingNodes { pod_set: ps.name.clone(), requirement: ps.nodes.to_string() };
         if self.queues.is_unlimited(queue) {
             // No quota to check: every flavor the pod set accepts that the fleet has, on nodes
             // its pods can bind to.
-            let ids: Vec<FlavorId> = if ps.flavors.is_empty() {
-                (0..self.fleet.flavor_names().len()).map(|i| FlavorId(i as u16)).collect()
+            let (any, flavors): (bool, Vec<Option<FlavorId>>) = if ps.flavors.is_empty() {
+                let n = self.fleet.flavor_names().len();
+                (n > 0, (0..n).map(|i| FlavorId(i as u16)).filter(|&id| admits(id)).map(Some).collect())
             } else {
-                ps.flavors.iter().flat_map(|n| self.fleet.flavors_named(n)).copied().collect()
+                let named = || ps.flavors.iter().flat_map(|n| self.fleet.flavors_named(n)).copied();
+                (named().next().is_some(), named().filter(|&id| admits(id)).map(Some).collect())
             };
-            if ids.is_empty() {
-                return Err(Reason::NoFlavor { pod_set: ps.name.clone(), flavors: ps.flavors.clone() });
-            }
-            let flavors: Vec<Option<FlavorId>> = ids.into_iter().filter(admits).map(Some).collect();
-            return if flavors.is_empty() { Err(no_match()) } else { Ok(Resolved { flavors }) };
+            return match (any, flavors.is_empty()) {
+                (false, _) => Err(Reason::NoFlavor { pod_set: ps.name.clone(), flavors: ps.flavors.clone() }),
+                (true, true) => Err(no_match()),
+                (true, false) => Ok(Resolved { flavors }),
+            };
         }
         let names: Vec<&str> = if ps.flavors.is_empty() {
             self.queues.quota_flavors(queue).collect()
@@ -240,17 +242,18 @@ impl<'a> Run<'a> {
                 flavors: ps.flavors.clone(),
             });
         }
-        let in_fleet: Vec<(&str, &[FlavorId])> =
-            names.iter().map(|n| (*n, self.fleet.flavors_named(n))).filter(|(_, ids)| !ids.is_empty()).collect();
-        if in_fleet.is_empty() {
+        if names.iter().all(|n| self.fleet.flavors_named(n).is_empty()) {
             return Err(Reason::NoFlavor {
                 pod_set: ps.name.clone(),
                 flavors: names.iter().map(|s| s.to_string()).collect(),
             });
         }
-        let admitted: Vec<(&str, FlavorId)> =
-            in_fleet.iter().flat_map(|(n, ids)| ids.iter().filter(|id| admits(id)).map(move |id| (*n, *id))).collect();
-        if admitted.is_empty() {
+        let mut admitted = names
+            .iter()
+            .flat_map(|n| self.fleet.flavors_named(n).iter().map(move |&id| (*n, id)))
+            .filter(|&(_, id)| admits(id))
+            .peekable();
+        if admitted.peek().is_none() {
             return Err(no_match());
         }
         let mut first_shortage = None;

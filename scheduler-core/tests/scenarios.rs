@@ -771,19 +771,15 @@ fn gangs_go_only_to_nodes_their_selector_and_tolerations_admit() {
     }
     let fleet = b.build().expect("fleet");
     assert_eq!(fleet.flavors_named("h100").len(), 2, "one flavor per class of nodes, one product name");
-    let wants = NodeRequirement {
-        selector: [("node-type".to_string(), "training".to_string())].into(),
-        tolerations: vec![Toleration {
-            key: Some("dedicated".into()),
-            operator: TolerationOperator::Exists,
-            effect: None,
-        }],
-        ..NodeRequirement::default()
-    };
+    let wants = NodeRequirement::new(
+        [("node-type".to_string(), "training".to_string())].into(),
+        Vec::new(),
+        vec![Toleration { key: Some("dedicated".into()), operator: TolerationOperator::Exists, effect: None }],
+    );
     let mut selective = gang("selective").pods(2).gpus(8);
     selective.pod_sets[0].nodes = wants.clone();
     let mut untolerating = gang("untolerating").pods(2).gpus(8);
-    untolerating.pod_sets[0].nodes = NodeRequirement { tolerations: Vec::new(), ..wants };
+    untolerating.pod_sets[0].nodes = wants.without_tolerations();
     let plain = gang("plain").pods(8).gpus(8);
     let out = run_with(fleet, &default_queues(), vec![selective, untolerating, plain], Config::stowage());
     assert_eq!(out.admitted("selective").map(|a| a.0), Some("special".to_string()));
