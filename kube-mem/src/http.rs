@@ -217,7 +217,9 @@ impl std::error::Error for Partitioned {}
 /// Answers a request, or `None` when its client is cut off (see `Faults::partition_client`).
 pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Option<Response<Body>> {
     let user = token(&req);
-    if !user.is_empty() && shared.faults.is_client_cut(&user) {
+    // A request that reaches a kept-alive connection after a partition began is dropped too:
+    // the connection's cut and its next request race.
+    if shared.faults.is_partitioned() || (!user.is_empty() && shared.faults.is_client_cut(&user)) {
         return None;
     }
     if let Some(d) = shared.faults.latency() {

@@ -233,8 +233,9 @@ impl ApiServer {
                                 hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
                             let cut = s2.faults.cut.notified();
                             tokio::select! {
-                                _ = conn => {}
+                                biased;
                                 _ = cut => {}
+                                _ = conn => {}
                             }
                         });
                         while conns.try_join_next().is_some() {}
