@@ -24,6 +24,8 @@ use tracing::Instrument;
 pub const PATH: &str = "/validate-trainer-kubeflow-org-v1alpha1-trainjob";
 /// The API server sends a whole object and its old copy: 3 MiB each at most.
 const MAX_REVIEW_BYTES: usize = 7 * 1024 * 1024;
+/// The API server calls with a 10 s timeout; a TLS handshake slower than this is not it.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum WebhookError {
@@ -188,8 +190,9 @@ pub async fn serve(addr: SocketAddr, tls: tokio_rustls::rustls::ServerConfig, hu
         let Ok((stream, _)) = listener.accept().await else { continue };
         let (acceptor, hub) = (acceptor.clone(), hub.clone());
         tokio::spawn(async move {
-            // A client that fails the handshake is its own problem.
-            let Ok(stream) = acceptor.accept(stream).await else { return };
+            // A client that fails or stalls the handshake is its own problem; it holds no task.
+            let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
+            let Ok(Ok(stream)) = handshake else { return };
             let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
                 let hub = hub.clone();
                 async move {

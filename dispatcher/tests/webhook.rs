@@ -113,5 +113,26 @@ async fn the_webhook_answers_reviews_over_tls_as_trainers_would() {
     .await;
     assert_eq!(moved["allowed"], false, "{moved}");
     assert_eq!(moved["status"]["code"], 422, "{moved}");
+    // Hostile or lost callers: not a review, a wrong path, a body over the limit.
+    let status = |path: &str, body: String| {
+        let (cert, url) = (cert_file.clone(), format!("https://localhost:{}{path}", addr.port()));
+        let file = dir.join("hostile.json");
+        async move {
+            std::fs::write(&file, body).expect("write");
+            let out = tokio::process::Command::new("curl")
+                .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+                .arg(&cert)
+                .arg("--data-binary")
+                .arg(format!("@{}", file.display()))
+                .arg(&url)
+                .output()
+                .await
+                .expect("curl runs");
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        }
+    };
+    assert_eq!(status(dispatcher::webhook::PATH, "{\"kind\": \"nonsense\"}".into()).await, "400");
+    assert_eq!(status("/mutate", review("CREATE", trainjob("x", "y", 1), None).to_string()).await, "404");
+    assert_eq!(status(dispatcher::webhook::PATH, "x".repeat(8 << 20)).await, "413");
     let _ = std::fs::remove_dir_all(&dir);
 }
