@@ -1,8 +1,10 @@
 //! Fencing: deleting what the agent made for an epoch no longer placed here, or everything it
 //! made when the hub is out of reach, so a TrainJob never runs twice.
 
+use std::sync::Arc;
+
 use api::jobset::JobSet;
-use api::stowage::{EPOCH_LABEL, TRAINJOB_UID_LABEL};
+use api::stowage::{CLUSTER_LABEL, EPOCH_LABEL, Placement, TRAINJOB_UID_LABEL};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 use kube::{Client, ResourceExt};
 
@@ -63,4 +65,17 @@ pub(crate) async fn fence_all(member: &Client, cfg: &AgentConfig, caches: &Cache
         }
     }
     Wake::Fenced { deleted, error: None }
+}
+
+/// This member's Placements as the hub has them now: one list, not the watch's cache, which a
+/// slow hub can leave stale for as long as it is slow. `None` when the hub does not answer.
+pub(crate) async fn placed_here(hub: &Client, cfg: &AgentConfig) -> Option<Vec<Arc<Placement>>> {
+    let params = ListParams::default().labels(&format!("{CLUSTER_LABEL}={}", cfg.cluster));
+    match Api::<Placement>::all(hub.clone()).list(&params).await {
+        Ok(list) => Some(list.items.into_iter().map(Arc::new).collect()),
+        Err(error) => {
+            tracing::warn!(error = %kube_shell::error_chain(&error), cluster = %cfg.cluster, "listing placements to confirm the fenced failed");
+            None
+        }
+    }
 }

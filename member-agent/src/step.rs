@@ -5,8 +5,11 @@
 //! Each wake starts what was just placed and, unless a round is running, a round for whatever
 //! else differs, if something changed since the last one started (a round's end is a wake, so
 //! nothing seen meanwhile is missed). The hub is probed apart from the rounds, so a round that
-//! is merely slow never looks like a lost hub; lost for `hub_lost`, everything is fenced. A
-//! failed round is retried with exponential back-off.
+//! is merely slow never looks like a lost hub; lost for `hub_lost`, everything is fenced. Once
+//! the hub answers again, one fresh list of this member's Placements says which of the fenced
+//! are still placed here, and those are made again at once: a hub that was only slow keeps its
+//! watches open, so waiting for a relist could wait forever. A failed round is retried with
+//! exponential back-off.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +24,7 @@ use crate::caches::Caches;
 use crate::config::AgentConfig;
 use crate::error::Error;
 use crate::report::Delivered;
-use crate::survey::{Round, State, survey};
+use crate::survey::{Round, State, finished, survey};
 
 /// A placement key: (TrainJob UID, epoch).
 pub(crate) type Key = (String, i64);
@@ -43,6 +46,9 @@ pub(crate) enum Wake {
     /// Fencing for a lost hub deleted these JobSets (key, namespace), then stopped, perhaps on an
     /// error.
     Fenced { deleted: Vec<(Key, String)>, error: Option<Error> },
+    /// A fresh list of this member's Placements, taken after the hub answered again; `None`
+    /// when the list failed.
+    Confirmed(Option<Vec<Arc<Placement>>>),
 }
 
 /// What the shell does for a step, in order.
@@ -57,6 +63,8 @@ pub(crate) enum Action {
     /// The hub is lost: stop every realisation and round, and delete every live JobSet this
     /// agent made (answered by a `Wake::Fenced`).
     Fence,
+    /// List this member's Placements afresh, bounded in time (answered by a `Wake::Confirmed`).
+    Confirm,
     /// Wait for the next event, or until this time when there is one.
     Wait(Option<Instant>),
 }
@@ -75,6 +83,9 @@ pub(crate) struct Loop {
     /// When the hub was last probed: while it does not answer, it is probed again only after
     /// `probe_interval`, not on every wake.
     last_probe: Option<Instant>,
+    /// When the fenced placements were last confirmed (or a confirmation tried): a failed one
+    /// is tried again only after `probe_interval`.
+    last_confirm: Option<Instant>,
 }
 
 impl Loop {
@@ -87,6 +98,7 @@ impl Loop {
             changed: true,
             round_running: false,
             last_probe: None,
+            last_confirm: None,
         }
     }
 
@@ -121,6 +133,7 @@ impl Loop {
                 }
                 return vec![self.wait(now)];
             }
+            Wake::Confirmed(listed) => return self.confirmed(listed, now),
         }
         let heartbeat_due = self.state.last_report.is_none_or(|t| now.duration_since(t) >= self.cfg.timing.heartbeat);
         let may_start = !self.round_running && now >= self.retry_at;
@@ -143,6 +156,47 @@ impl Loop {
             return actions;
         }
         actions.extend(self.after_probe(now));
+        actions
+    }
+
+    /// Fenced for a lost hub, the hub heard from since, and not confirmed since (nor tried in
+    /// the last probe interval).
+    fn confirm_due(&self, now: Instant) -> bool {
+        let Some(fenced_at) = self.state.fenced_at.filter(|_| !self.state.fenced.is_empty()) else {
+            return false;
+        };
+        self.state.last_hub_contact > fenced_at
+            && self.state.confirmed_at.is_none_or(|t| t < fenced_at)
+            && self.last_confirm.is_none_or(|t| now.duration_since(t) >= self.probe_interval())
+    }
+
+    /// What a fresh list says of the fenced placements: each still placed here at the epoch
+    /// fenced is made again now, from the listed object. The others go when the caches see them
+    /// gone (a round cleans their companions).
+    fn confirmed(&mut self, listed: Option<Vec<Arc<Placement>>>, now: Instant) -> Vec<Action> {
+        self.last_confirm = Some(now);
+        let Some(listed) = listed else {
+            return vec![self.wait(now)];
+        };
+        self.state.last_hub_contact = now;
+        self.state.confirmed_at = Some(now);
+        let again: Vec<Arc<Placement>> = listed
+            .into_iter()
+            .filter(|p| p.spec.cluster.as_deref() == Some(self.cfg.cluster.as_str()))
+            .filter(|p| {
+                let key = (p.spec.train_job_uid.clone(), p.spec.epoch);
+                self.state.fenced.contains_key(&key) && !self.state.in_flight.contains(&key) && !finished(p)
+            })
+            .collect();
+        tracing::info!(cluster = %self.cfg.cluster, again = again.len(), fenced = self.state.fenced.len(), "hub back: making again what is still placed here");
+        let mut actions = Vec::new();
+        if !again.is_empty() {
+            for p in &again {
+                self.state.in_flight.insert((p.spec.train_job_uid.clone(), p.spec.epoch));
+            }
+            actions.push(Action::Realise(again));
+        }
+        actions.push(self.wait(now));
         actions
     }
 
@@ -169,13 +223,18 @@ impl Loop {
         self.cfg.timing.hub_lost
     }
 
-    /// Fences when the hub has been out of reach too long; then waits.
+    /// Fences when the hub has been out of reach too long; confirms what was fenced once it
+    /// answers again; then waits.
     fn after_probe(&mut self, now: Instant) -> Vec<Action> {
         if now.duration_since(self.state.last_hub_contact) >= self.cfg.timing.hub_lost {
             // Nothing queued or running may finish behind the fence.
             self.state.in_flight.clear();
             self.round_running = false;
             return vec![Action::Fence];
+        }
+        if self.confirm_due(now) {
+            self.last_confirm = Some(now);
+            return vec![Action::Confirm];
         }
         vec![self.wait(now)]
     }
@@ -204,8 +263,12 @@ impl Loop {
                 self.state.fenced.remove(&key);
                 self.state.applied.insert(key);
             }
-            // The next wake finds it neither applied nor in flight and starts it again.
+            // The next wake finds it neither applied nor in flight and starts it again; one
+            // fenced for a lost hub is confirmed again first.
             Err(error) => {
+                if self.state.fenced.contains_key(&key) {
+                    self.state.confirmed_at = None;
+                }
                 tracing::warn!(error = %kube_shell::error_chain(&error), kind = error.kind(), %placement, "realising failed")
             }
         }
@@ -247,6 +310,7 @@ mod tests {
                 Action::StartRound(_) => "round",
                 Action::ProbeHub => "probe",
                 Action::Fence => "fence",
+                Action::Confirm => "confirm",
                 Action::Wait(_) => "wait",
             })
             .collect()
@@ -329,5 +393,64 @@ mod tests {
         // Woken again at once (a watch event): no second probe yet.
         assert!(!kinds(&agent.step(Wake::Changed, &c, t1, Timestamp::now())).contains(&"probe"));
         assert!(kinds(&agent.step(Wake::Timer, &c, next_probe, Timestamp::now())).contains(&"probe"));
+    }
+
+    /// A hub that was slow, not gone: its watches never broke, so the caches are as they were
+    /// when it stalled. Once it answers, one fresh list decides, and what is still placed here
+    /// is made again from it (the cache alone would never say so).
+    #[test]
+    fn what_was_fenced_is_made_again_once_the_hub_answers_with_no_relist() {
+        let t0 = Instant::now();
+        let cfg = config();
+        let (heartbeat, hub_lost) = (cfg.timing.heartbeat, cfg.timing.hub_lost);
+        let mut agent = Loop::new(cfg, t0);
+        let c = caches(
+            vec![placement("kept", "east", Some("Running")), placement("moved", "east", Some("Running"))],
+            Vec::new(),
+        );
+        agent.step(Wake::Changed, &c, t0, Timestamp::now());
+        agent.step(Wake::RoundEnded(None), &c, t0, Timestamp::now());
+        let lost = t0 + hub_lost;
+        agent.step(Wake::Timer, &c, lost, Timestamp::now());
+        assert_eq!(kinds(&agent.step(Wake::Probed { answered: false }, &c, lost, Timestamp::now())), ["fence"]);
+        let deleted =
+            vec![(("kept".to_string(), 1), "team".to_string()), (("moved".to_string(), 1), "team".to_string())];
+        agent.step(Wake::Fenced { deleted, error: None }, &c, lost, Timestamp::now());
+
+        // Still unanswered: nothing is made again, nothing confirmed.
+        let later = lost + heartbeat;
+        let quiet = agent.step(Wake::Timer, &c, later, Timestamp::now());
+        assert!(!kinds(&quiet).contains(&"realise") && !kinds(&quiet).contains(&"confirm"), "{quiet:?}");
+        // The hub answers: confirm before anything else is made again.
+        let back = agent.step(Wake::Probed { answered: true }, &c, later, Timestamp::now());
+        assert_eq!(kinds(&back), ["confirm"]);
+        // A failed list is retried after the probe interval, not at once.
+        let failed = agent.step(Wake::Confirmed(None), &c, later, Timestamp::now());
+        assert_eq!(kinds(&failed), ["wait"]);
+        assert!(!kinds(&agent.step(Wake::Changed, &c, later, Timestamp::now())).contains(&"confirm"));
+        let retry = later + heartbeat / 4;
+        let again = agent.step(Wake::Timer, &c, retry, Timestamp::now());
+        assert!(kinds(&again).ends_with(&["confirm"]), "{again:?}");
+        // The list says "moved" is elsewhere now (the cache does not know yet), "kept" is here.
+        let listed = vec![
+            Arc::new(placement("kept", "east", Some("Running"))),
+            Arc::new(placement("moved", "west", Some("Running"))),
+        ];
+        let remade = agent.step(Wake::Confirmed(Some(listed)), &c, retry, Timestamp::now());
+        assert_eq!(kinds(&remade), ["realise", "wait"]);
+        let Action::Realise(ps) = &remade[0] else { unreachable!() };
+        assert_eq!(names(ps), ["kept"]);
+        // Confirmed once: no second list while the hub keeps answering.
+        let after = agent.step(Wake::Timer, &c, retry + heartbeat, Timestamp::now());
+        assert!(!kinds(&after).contains(&"confirm"), "{after:?}");
+        // Made again: no longer fenced.
+        agent.step(
+            Wake::Realised { key: ("kept".into(), 1), placement: "team/kept".into(), result: Ok(()) },
+            &c,
+            retry,
+            Timestamp::now(),
+        );
+        assert!(!agent.state.fenced.contains_key(&("kept".to_string(), 1)));
+        assert!(agent.state.fenced.contains_key(&("moved".to_string(), 1)), "left for the caches to see gone");
     }
 }

@@ -27,6 +27,8 @@ pub struct State {
     /// When it last fenced for a lost hub: what it deleted then is made again only from a list of
     /// Placements taken after, never from a cache the hub-lost time left behind.
     pub(crate) fenced_at: Option<Instant>,
+    /// When a fresh list last confirmed which fenced placements are still placed here.
+    pub(crate) confirmed_at: Option<Instant>,
     pub(crate) last_report: Option<Instant>,
     pub(crate) last_hub_contact: Instant,
 }
@@ -39,6 +41,7 @@ impl State {
             in_flight: BTreeSet::new(),
             fenced: BTreeMap::new(),
             fenced_at: None,
+            confirmed_at: None,
             last_report: None,
             last_hub_contact: now,
         }
@@ -74,6 +77,16 @@ impl Round {
     }
 }
 
+/// Whether the agent has reported the placement's current epoch over: done, or given up here.
+pub(crate) fn finished(p: &Placement) -> bool {
+    p.status.as_ref().filter(|s| s.observed_epoch == p.spec.epoch).is_some_and(|s| {
+        matches!(
+            s.phase,
+            PlacementPhase::Succeeded | PlacementPhase::Failed | PlacementPhase::Lost | PlacementPhase::Unschedulable
+        )
+    })
+}
+
 /// Compares the placements for this cluster with the member's JobSets: what to realise and,
 /// with `round` (`Some(heartbeat)`), what a round should do. Forgets applied keys the JobSet
 /// cache has caught up with.
@@ -102,15 +115,7 @@ pub(crate) fn survey(
         let (ns, name) = (p.namespace().unwrap_or_default(), p.name_any());
         let reported = p.status.as_ref().filter(|s| s.observed_epoch == p.spec.epoch);
         let phase = reported.map(|s| s.phase);
-        if matches!(
-            phase,
-            Some(
-                PlacementPhase::Succeeded
-                    | PlacementPhase::Failed
-                    | PlacementPhase::Lost
-                    | PlacementPhase::Unschedulable
-            )
-        ) {
+        if finished(&p) {
             continue;
         }
         let status = match jobsets.get(&key) {

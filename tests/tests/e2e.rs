@@ -357,6 +357,37 @@ async fn a_hub_answering_500_and_429_slows_things_down_but_loses_nothing() {
     assert_eq!(monitor.duplicates(), Vec::new());
 }
 
+/// A hub that stalls (etcd trouble, one slow request: here every request takes `latency`) but
+/// never drops a connection, so the agents' watches stay open and no relist comes. Held past
+/// `hub_lost`, the agents fence; when it answers again, they must make again what is still
+/// placed on them (or the dispatcher moves it, past its grace): every TrainJob completes, none
+/// twice. Around the threshold (the members never look silent to the dispatcher) and far above.
+#[tokio::test]
+async fn a_hub_that_stalls_past_hub_lost_loses_no_trainjob_around_the_threshold_and_far_above() {
+    let p = playground(fast()).await;
+    let hub = p.hub();
+    let monitor = p.watch_for_duplicates();
+    let fenced = || p.members.iter().map(|m| m.config.metrics.fenced.get()).sum::<u64>();
+    // (latency of every request, how long the stall lasts): just past hub_lost (2.5 s) and well
+    // inside the dispatcher's grace (5 s); then far past both.
+    for (round, (latency, stall)) in [(3_000, 3_500), (8_000, 12_000)].into_iter().enumerate() {
+        let names: Vec<String> = (0..3).map(|i| format!("stall-{round}-{i}")).collect();
+        for n in &names {
+            submit(&hub, &trainjob(n, 1, 12, json!({}))).await;
+        }
+        for n in &names {
+            placement(&hub, n, running).await;
+        }
+        let before = fenced();
+        p.hub_server.faults().set_latency(Duration::from_millis(latency));
+        tokio::time::sleep(Duration::from_millis(stall)).await;
+        p.hub_server.faults().set_latency(Duration::ZERO);
+        eventually("the agents to fence for the stalled hub", || async { (fenced() > before).then_some(()) }).await;
+        all_complete(&hub, &names).await;
+    }
+    assert_eq!(monitor.duplicates(), Vec::new(), "a TrainJob ran on two members at once");
+}
+
 #[tokio::test]
 async fn suspend_stops_a_running_trainjob_and_frees_its_gpus_resume_places_it_and_a_suspended_one_waits() {
     let p = playground(fast()).await;
