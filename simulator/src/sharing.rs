@@ -43,7 +43,8 @@ impl Inputs {
 }
 
 fn read(path: &Path) -> Result<String, SharingError> {
-    std::fs::read_to_string(path).map_err(|source| SharingError::Read { path: path.into(), source })
+    input_limits::read_to_string(path, input_limits::TRACE_FILE_BYTES)
+        .map_err(|source| SharingError::Read { path: path.into(), source })
 }
 
 /// One CSV row: its line and its values by column.

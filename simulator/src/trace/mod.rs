@@ -1,6 +1,8 @@
 //! Job traces: the native CSV/JSONL format and loaders for the public traces in `shared/traces/`.
 //! Loaders only parse and normalise; they never schedule. A bad row is an error naming
 //! file:line and column, unless the caller asks to skip bad rows (then they are counted).
+//! Times and run times are bounded (`input_limits::MAX_TRACE_TIME_S`, `MAX_TRACE_DURATION_S`):
+//! a value past them is a bad row naming the column and the limit, never a wrapped number.
 
 mod native;
 mod openb;
@@ -175,8 +177,10 @@ fn parse_as(
     }
 }
 
+/// The file's text, at most `input_limits::MAX_TRACE_FILE_BYTES` of it.
 pub(crate) fn read(path: &Path) -> Result<String, TraceError> {
-    std::fs::read_to_string(path).map_err(|source| TraceError::Io { path: path.into(), source })
+    input_limits::read_to_string(path, input_limits::TRACE_FILE_BYTES)
+        .map_err(|source| TraceError::Io { path: path.into(), source })
 }
 
 /// What is wrong with one row, before the caller adds the file and line.
@@ -283,12 +287,16 @@ pub(crate) fn whole_or<T: FromStr>(column: &str, v: &Option<String>, default: T)
     value(v).map_or(Ok(default), |text| number(column, text, WHOLE))
 }
 
-/// Required seconds: a finite number ≥ 0, fractions allowed (callers round).
-pub(crate) fn seconds(column: &str, v: &Option<String>) -> Result<f64, BadRow> {
+/// Required seconds: a finite number ≥ 0, fractions allowed (callers round), within `limit`
+/// ([`input_limits::TRACE_TIME`] for a point in time, [`input_limits::TRACE_DURATION`] for a
+/// run time).
+pub(crate) fn seconds(column: &str, v: &Option<String>, limit: input_limits::Limit) -> Result<f64, BadRow> {
     let expected = "a number of seconds ≥ 0";
     let text = required(column, v)?;
     match number::<f64>(column, text, expected)? {
-        s if s.is_finite() && s >= 0.0 => Ok(s),
+        s if s.is_finite() && s >= 0.0 => {
+            limit.check_seconds(s, text).map_err(|over| BadRow::new(column, over.to_string()))
+        }
         _ => Err(BadRow::new(column, format!("expected {expected}, got {text:?}"))),
     }
 }

@@ -150,8 +150,8 @@ fn json_row(line: &str) -> Result<Row, BadRow> {
 /// Checks one row and builds its job.
 fn job(row: Row) -> Result<TraceJob, BadRow> {
     let id = required("id", &row.id)?.to_string();
-    let submit_s = seconds("submit_s", &row.submit_s)?.floor() as u64;
-    let duration_s = seconds("duration_s", &row.duration_s)?.ceil() as u64;
+    let submit_s = seconds("submit_s", &row.submit_s, input_limits::TRACE_TIME)?.floor() as u64;
+    let duration_s = seconds("duration_s", &row.duration_s, input_limits::TRACE_DURATION)?.ceil() as u64;
     if duration_s == 0 {
         return Err(BadRow::new("duration_s", "must be greater than 0"));
     }
@@ -308,6 +308,29 @@ mod tests {
         assert_bad("id,submit_s,gpus_per_pod\nx,0,1\n", 1, "duration_s");
         assert_bad("id,submit_s,duration_s,gpus_per_pod,colour\nx,0,1,1,red\n", 1, "colour");
         assert_bad("id,submit_s,duration_s,gpus_per_pod,id\n", 1, "id");
+    }
+
+    /// Times and run times past the limits are bad rows naming the column and the limit: at
+    /// 1.8e19 s and beyond they used to wrap silently (a job "done" in 0 s).
+    #[test]
+    fn times_and_durations_over_the_limits_name_the_column_and_the_limit() {
+        let ok = "ok,0,10,1,1,,,,,,\n";
+        let cases = [
+            ("x,0,1.8e19,1,1,,,,,,\n", "duration_s: 1.8e19 is above the limit of 31536000 s (MAX_TRACE_DURATION_S)"),
+            ("x,0,31536001,1,1,,,,,,\n", "duration_s: 31536001 is above the limit"),
+            (
+                "x,18446744073709551616,10,1,1,,,,,,\n",
+                "submit_s: 18446744073709551616 is above the limit of 4102444800 s (MAX_TRACE_TIME_S)",
+            ),
+            ("x,1e300,10,1,1,,,,,,\n", "submit_s: 1e300 is above the limit"),
+        ];
+        for (row, want) in cases {
+            let err = load(&format!("{HEADER}{ok}{row}")).expect_err(want);
+            assert!(err.to_string().starts_with(&format!("{PATH}:3: column {want}")), "{err}");
+        }
+        let at_limits = format!("{HEADER}a,4102444800,31536000,1,1,,,,,,\n");
+        let job = &load(&at_limits).expect("the limits themselves are allowed").jobs[0];
+        assert_eq!(job.duration_s, 31_536_000);
     }
 
     #[test]

@@ -83,7 +83,9 @@ fn pod(row: Row) -> Result<Option<TraceJob>, BadRow> {
             return Err(BadRow::new("qos", "expected LS, BE, Burstable or Guaranteed"));
         }
     };
-    let time = |column: &str, v: &Option<String>| Ok::<_, BadRow>(seconds(column, v)?.floor() as u64);
+    let time = |column: &str, v: &Option<String>| {
+        Ok::<_, BadRow>(seconds(column, v, input_limits::TRACE_TIME)?.floor() as u64)
+    };
     let submit_s = time("creation_time", &row.creation_time)?;
     let deleted = time("deletion_time", &row.deletion_time)?;
     let pod_set = TracePodSet {
@@ -101,6 +103,9 @@ fn pod(row: Row) -> Result<Option<TraceJob>, BadRow> {
     let scheduled = time("scheduled_time", &row.scheduled_time)?;
     let ran = deleted.checked_sub(scheduled).ok_or_else(|| {
         BadRow::new("deletion_time", format!("deleted at {deleted} s, before being scheduled at {scheduled} s"))
+    })?;
+    let ran = input_limits::TRACE_DURATION.check(ran).map_err(|over| {
+        BadRow::new("deletion_time", format!("the run time (deletion_time − scheduled_time): {over}"))
     })?;
     Ok(Some(TraceJob { id, submit_s, duration_s: ran.max(1), pod_sets: vec![pod_set], queue: Some(qos), priority }))
 }
@@ -179,6 +184,8 @@ mod tests {
             ("x,1k,1024,1,1000,,LS,Running,0,10,5\n", "cpu_milli"),
             ("x,1000,1024,1,1000,,LS,Pending,,10,\n", "creation_time"),
             ("ok,1000,1024,1,1000,,LS,Running,0,10,5\n", "name"),
+            ("x,1000,1024,1,1000,,LS,Running,2e19,3e19,2e19\n", "creation_time"),
+            ("x,1000,1024,1,1000,,LS,Running,0,40000000,5\n", "deletion_time"),
         ];
         for (row, column) in cases {
             let err = parse_text(&format!("{ok}{row}"), false).expect_err(column);

@@ -97,6 +97,8 @@ fn job(record: &Value) -> Result<TraceJob, BadRow> {
         .ok_or_else(|| BadRow::new("num_gpus", "expected a whole number ≥ 1"))?;
     let submit = time(record.get("submitted_time"), "submitted_time")?;
     let submit_s = u64::try_from(submit).map_err(|_| BadRow::new("submitted_time", "before 1970"))?;
+    let submit_s =
+        input_limits::TRACE_TIME.check(submit_s).map_err(|over| BadRow::new("submitted_time", over.to_string()))?;
     let (pods, gpus_per_pod) = gang_shape(gpus);
     let pod_set = TracePodSet {
         name: POD_SET.to_string(),
@@ -123,20 +125,20 @@ fn run_time(attempts: Option<&Value>) -> Result<u64, BadRow> {
         .and_then(Value::as_array)
         .filter(|a| !a.is_empty())
         .ok_or_else(|| BadRow::new("attempts", "expected a non-empty list of attempts"))?;
-    let mut total = 0;
+    let mut lengths = Vec::with_capacity(attempts.len());
     for (i, attempt) in attempts.iter().enumerate() {
         let start = time(attempt.get("start_time"), &format!("attempts[{i}].start_time"))?;
         let end_column = format!("attempts[{i}].end_time");
         let end = time(attempt.get("end_time"), &end_column)?;
-        if end < start {
-            return Err(BadRow::new(end_column, "the attempt ends before it starts"));
-        }
-        total += end - start;
+        // Both are 4-digit-year times, so the difference cannot overflow.
+        let length =
+            u64::try_from(end - start).map_err(|_| BadRow::new(end_column, "the attempt ends before it starts"))?;
+        lengths.push(length);
     }
-    u64::try_from(total)
-        .ok()
-        .filter(|&t| t > 0)
-        .ok_or_else(|| BadRow::new("attempts", "the attempts add up to no run time"))
+    let total = input_limits::TRACE_DURATION
+        .sum(lengths)
+        .map_err(|over| BadRow::new("attempts", format!("the attempts' run time: {over}")))?;
+    Some(total).filter(|&t| t > 0).ok_or_else(|| BadRow::new("attempts", "the attempts add up to no run time"))
 }
 
 fn time(v: Option<&Value>, column: &str) -> Result<i64, BadRow> {
@@ -320,6 +322,20 @@ mod tests {
         let zero = TWO.replace("01:00:10", "01:00:00").replace("01:00:30", "01:00:20");
         let err = parse_text(&zero, false).expect_err("no run time");
         assert!(err.to_string().starts_with("p.json:8: column attempts: "), "{err}");
+    }
+
+    /// A run time past a year, summed over attempts, or a submit past 2100 is a bad row
+    /// naming the field and the limit.
+    #[test]
+    fn run_times_and_times_over_the_limits_are_bad_rows() {
+        let long = TWO.replace(r#""end_time": "2017-10-07 02:00:00""#, r#""end_time": "2019-10-07 02:00:00""#);
+        let err = parse_text(&long, false).expect_err("two years");
+        assert!(err.to_string().contains("column attempts: the attempts' run time: "), "{err}");
+        assert!(err.to_string().ends_with("is above the limit of 31536000 s (MAX_TRACE_DURATION_S)"), "{err}");
+        let late =
+            TWO.replace(r#""submitted_time": "2017-10-07 00:59:00""#, r#""submitted_time": "9999-10-07 00:59:00""#);
+        let err = parse_text(&late, false).expect_err("year 9999");
+        assert!(err.to_string().contains("column submitted_time: 253394873940 is above the limit"), "{err}");
     }
 
     #[test]
