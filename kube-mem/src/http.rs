@@ -13,6 +13,7 @@ use hyper::body::{Frame, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
 
+use super::auth::UserInfo;
 use super::patch;
 use super::protobuf;
 use super::resources::{Discovery, ResourceType};
@@ -216,10 +217,10 @@ impl std::error::Error for Partitioned {}
 
 /// Answers a request, or `None` when its client is cut off (see `Faults::partition_client`).
 pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Option<Response<Body>> {
-    let user = token(&req);
+    let token = token(&req);
     // A request that reaches a kept-alive connection after a partition began is dropped too:
     // the connection's cut and its next request race.
-    if shared.faults.is_partitioned() || (!user.is_empty() && shared.faults.is_client_cut(&user)) {
+    if shared.faults.is_partitioned() || (!token.is_empty() && shared.faults.is_client_cut(&token)) {
         return None;
     }
     if let Some(d) = shared.faults.latency() {
@@ -229,13 +230,27 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Option<Respo
         let e = if code == 429 { ApiError::too_many_requests() } else { ApiError::internal("injected failure") };
         return Some(error_response(&e));
     }
-    Some(match serve(shared, req, user).await {
+    let user = match shared
+        .auth
+        .lock()
+        .map_err(|_| ApiError::internal("authenticator poisoned"))
+        .and_then(|a| a.authenticate(&token))
+    {
+        Ok(user) => user,
+        Err(e) => return Some(error_response(&e)),
+    };
+    Some(match serve(shared, req, token, user).await {
         Ok(r) => r,
         Err(e) => error_response(&e),
     })
 }
 
-async fn serve(shared: Arc<Shared>, req: Request<Incoming>, user: String) -> Result<Response<Body>, ApiError> {
+async fn serve(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+    token: String,
+    user: UserInfo,
+) -> Result<Response<Body>, ApiError> {
     let path = req.uri().path().to_string();
     let q = query(&req);
     let method = req.method().clone();
@@ -267,7 +282,8 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>, user: String) -> Res
     let rt = &target.rt;
     let is_watch = q.get("watch").is_some_and(|w| w == "true" || w == "1");
     shared.faults.record(|| Access {
-        user: user.clone(),
+        user: token.clone(),
+        username: user.username.clone(),
         verb: match (&method, target.name.is_some()) {
             (&Method::GET, true) => "get",
             (&Method::GET, false) if is_watch => "watch",
@@ -287,7 +303,7 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>, user: String) -> Res
         name: target.name.clone(),
     });
     match (method.clone(), target.name.clone()) {
-        (Method::GET, None) if is_watch => watch(shared, target, &q, user, as_table.map(|v| (v, include))),
+        (Method::GET, None) if is_watch => watch(shared, target, &q, token, as_table.map(|v| (v, include))),
         (Method::GET, None) => list(&shared, &target, &q, as_table.map(|v| (v, include))),
         (Method::GET, Some(name)) => {
             let store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
@@ -311,14 +327,14 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>, user: String) -> Res
             let body = parse_body(&read_body(req.into_body()).await?, &content_type)?;
             check_kind(rt, &body)?;
             let mut store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
-            Ok(json_response(201, &store.create(rt, ns, body, &opts)?))
+            Ok(json_response(201, &store.create_as(&user, rt, ns, body, &opts)?))
         }
         (Method::PUT, Some(name)) => {
             check_content_type(&content_type, &["json", "yaml", PROTOBUF])?;
             let body = parse_body(&read_body(req.into_body()).await?, &content_type)?;
             check_kind(rt, &body)?;
             let mut store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
-            Ok(json_response(200, &store.update(rt, ns, &name, body, target.part, &opts)?))
+            Ok(json_response(200, &store.update_as(&user, rt, ns, &name, body, target.part, &opts)?))
         }
         (Method::PATCH, Some(name)) => {
             let bytes = read_body(req.into_body()).await?;
@@ -335,7 +351,8 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>, user: String) -> Res
                     Err(e) if e.code == 404 => {
                         // Apply that creates is also authorized as a create, as the real server does.
                         shared.faults.record(|| Access {
-                            user: user.clone(),
+                            user: token.clone(),
+                            username: user.username.clone(),
                             verb: "create".into(),
                             group: rt.group.clone(),
                             resource: rt.plural.clone(),
@@ -345,13 +362,13 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>, user: String) -> Res
                         });
                         let mut obj = applied;
                         set_managed(&mut obj, &manager, rt);
-                        Ok(json_response(201, &store.create(rt, ns, obj, &opts)?))
+                        Ok(json_response(201, &store.create_as(&user, rt, ns, obj, &opts)?))
                     }
                     Err(e) => Err(e),
                     Ok(mut obj) => {
                         patch::strategic_merge(&mut obj, &strip_rv(applied));
                         set_managed(&mut obj, &manager, rt);
-                        Ok(json_response(200, &store.update(rt, ns, &name, obj, target.part, &opts)?))
+                        Ok(json_response(200, &store.update_as(&user, rt, ns, &name, obj, target.part, &opts)?))
                     }
                 };
             }
@@ -363,11 +380,11 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>, user: String) -> Res
                 "application/strategic-merge-patch+json" => patch::strategic_merge(&mut obj, &patch_body),
                 other => return Err(ApiError::unsupported_media_type(other)),
             }
-            Ok(json_response(200, &store.update(rt, ns, &name, obj, target.part, &opts)?))
+            Ok(json_response(200, &store.update_as(&user, rt, ns, &name, obj, target.part, &opts)?))
         }
         (Method::DELETE, Some(name)) => {
             let mut store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
-            Ok(json_response(200, &store.delete(rt, ns, &name, opts.dry_run)?))
+            Ok(json_response(200, &store.delete_as(&user, rt, ns, &name, opts.dry_run)?))
         }
         (Method::DELETE, None) => {
             let selector = Selector::parse(
@@ -379,7 +396,7 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>, user: String) -> Res
             for o in &items {
                 let name = o["metadata"]["name"].as_str().unwrap_or("").to_string();
                 let ons = o["metadata"]["namespace"].as_str().map(str::to_string);
-                store.delete(rt, ons.as_deref(), &name, opts.dry_run)?;
+                store.delete_as(&user, rt, ons.as_deref(), &name, opts.dry_run)?;
             }
             Ok(json_response(
                 200,

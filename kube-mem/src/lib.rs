@@ -7,8 +7,11 @@
 //! stop and restart it, partition it, slow it and make it fail. docs/testing.md has the list
 //! of what it does not do.
 
+pub mod auth;
+pub mod cel;
 mod http;
 pub mod patch;
+pub mod policy;
 pub mod protobuf;
 pub mod resources;
 pub mod schema;
@@ -29,6 +32,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
+pub use auth::{Authenticator, UnknownTokens, UserInfo};
 pub use status::ApiError;
 pub use store::Store;
 
@@ -52,6 +56,8 @@ pub struct Faults {
 pub struct Access {
     /// The bearer token the client sent; empty when none.
     pub user: String,
+    /// Who the token authenticates as (see [`auth`]).
+    pub username: String,
     /// get, list, watch, create, update, patch, delete or deletecollection.
     pub verb: String,
     pub group: String,
@@ -135,6 +141,14 @@ impl Faults {
 pub struct Shared {
     pub store: Mutex<Store>,
     pub faults: Faults,
+    /// Tokens and the users they authenticate as.
+    pub auth: Mutex<Authenticator>,
+}
+
+impl Shared {
+    fn new() -> Shared {
+        Shared { store: Mutex::new(Store::new()), faults: Faults::default(), auth: Mutex::default() }
+    }
 }
 
 /// A running server. Dropping it stops it.
@@ -195,11 +209,7 @@ impl std::fmt::Debug for Stopped {
 impl ApiServer {
     /// Starts a server on a free loopback port.
     pub async fn start() -> std::io::Result<ApiServer> {
-        Self::serve(
-            "127.0.0.1:0".parse().map_err(std::io::Error::other)?,
-            Arc::new(Shared { store: Mutex::new(Store::new()), faults: Faults::default() }),
-        )
-        .await
+        Self::serve("127.0.0.1:0".parse().map_err(std::io::Error::other)?, Arc::new(Shared::new())).await
     }
 
     async fn serve(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<ApiServer> {
@@ -282,13 +292,30 @@ impl ApiServer {
         &self.shared.store
     }
 
-    /// A kubeconfig pointing at this server. The server trusts loopback and authenticates no
-    /// one; the token `name` only identifies the client to fault hooks and the access log.
+    /// A kubeconfig pointing at this server, with the token `name`: who that is depends on
+    /// [`ApiServer::add_user`] (an unregistered token is anonymous, or refused: see [`auth`]).
+    /// The token also identifies the client to fault hooks and the access log.
     pub fn kubeconfig(&self, name: &str) -> String {
+        self.kubeconfig_as(name, name)
+    }
+
+    /// A kubeconfig pointing at this server, its context named `name`, its client sending
+    /// `token`. Plain HTTP: the token travels in the clear.
+    pub fn kubeconfig_as(&self, name: &str, token: &str) -> String {
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: {}\ncontexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: {name}\n    namespace: default\ncurrent-context: {name}\nusers:\n- name: {name}\n  user: {{token: {name}}}\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: {}\ncontexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: {name}\n    namespace: default\ncurrent-context: {name}\nusers:\n- name: {name}\n  user: {{token: {token:?}}}\n",
             self.url()
         )
+    }
+
+    /// Requests carrying `token` authenticate as `user` from now on.
+    pub fn add_user(&self, token: &str, user: UserInfo) {
+        self.shared.auth.lock().unwrap_or_else(|e| e.into_inner()).add(token, user);
+    }
+
+    /// What a request with an unregistered token (or none) gets: anonymous (the default) or 401.
+    pub fn set_unknown_tokens(&self, unknown: UnknownTokens) {
+        self.shared.auth.lock().unwrap_or_else(|e| e.into_inner()).set_unknown(unknown);
     }
 
     /// A kube client of this server that identifies itself as `token` (see [`Faults::partition_client`]).
@@ -310,11 +337,7 @@ impl ApiServer {
 impl Stopped {
     /// Serves again on the same port, with the state it had or, if `keep_state` is false, empty.
     pub async fn restart(self, keep_state: bool) -> std::io::Result<ApiServer> {
-        let shared = if keep_state {
-            self.shared
-        } else {
-            Arc::new(Shared { store: Mutex::new(Store::new()), faults: Faults::default() })
-        };
+        let shared = if keep_state { self.shared } else { Arc::new(Shared::new()) };
         // The old listener's port may take a moment to free.
         let mut last = None;
         for _ in 0..50 {

@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::cel;
+
 /// `/spec/podSets/0/name` → `spec.podSets[0].name`.
 fn field_path(pointer: &str) -> String {
     let mut out = String::new();
@@ -95,34 +97,159 @@ fn prune_in(schema: &Value, value: &mut Value, path: &str, top: bool, removed: &
     }
 }
 
-/// The one CEL rule evaluated: transition rules of exactly `self == oldSelf` (immutability, the
-/// commonest rule in the upstream CRDs). Returns (field, message) for each field that changed.
-pub fn immutable_changes(schema: &Value, new: &Value, old: &Value) -> Vec<(String, String)> {
+/// The CRD's `x-kubernetes-validations` rules, evaluated as the API server does: each rule
+/// with `self` bound to the value at its place in the schema (each item of a list, each value
+/// of a map), only where that value is present and not null; transition rules (those naming
+/// `oldSelf`) only on update and only where the old object has the value too (properties by
+/// name, map values by key, list items by their `x-kubernetes-list-map-keys`). Values equal to
+/// the old ones are not checked again (ratcheting, as Kubernetes 1.33 does). Each failure is
+/// (field, message) with the message as Kubernetes words it: `Invalid value: "string": ...`.
+/// One request's rules share one [`cel::Budget`].
+pub fn validation_rules(schema: &Value, new: &Value, old: Option<&Value>) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    immutable_in(schema, new, old, "", &mut out);
+    let budget = cel::Budget::new();
+    rules_in(schema, new, old, "", &budget, &mut out);
     out
 }
 
-fn immutable_in(schema: &Value, new: &Value, old: &Value, path: &str, out: &mut Vec<(String, String)>) {
-    let rules = schema.get("x-kubernetes-validations").and_then(Value::as_array);
-    for r in rules.into_iter().flatten() {
-        if r.get("rule").and_then(Value::as_str).map(str::trim) == Some("self == oldSelf") && new != old {
-            let message = r.get("message").and_then(Value::as_str).unwrap_or("Value is immutable");
-            out.push((path.to_string(), message.to_string()));
-            return;
+/// Every rule of the schema that does not compile, as (where, why): a CRD carrying one is
+/// refused, as the real server refuses it.
+pub fn rule_compile_errors(schema: &Value, at: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![(schema, at.to_string())];
+    while let Some((s, path)) = stack.pop() {
+        let Some(obj) = s.as_object() else { continue };
+        for (i, r) in obj.get("x-kubernetes-validations").and_then(Value::as_array).into_iter().flatten().enumerate() {
+            let rule = r.get("rule").and_then(Value::as_str).unwrap_or("");
+            let field = format!("{path}.x-kubernetes-validations[{i}].rule");
+            if let Err(e) = cel::compile(rule) {
+                out.push((field.clone(), format!("Invalid value: {rule:?}: {e}")));
+            }
+            if let Some(m) = r.get("messageExpression").and_then(Value::as_str)
+                && let Err(e) = cel::compile(m)
+            {
+                out.push((
+                    format!("{path}.x-kubernetes-validations[{i}].messageExpression"),
+                    format!("Invalid value: {m:?}: {e}"),
+                ));
+            }
+        }
+        for (k, sub) in obj.get("properties").and_then(Value::as_object).into_iter().flatten() {
+            stack.push((sub, format!("{path}.properties[{k}]")));
+        }
+        for key in ["items", "additionalProperties"] {
+            if let Some(sub) = obj.get(key).filter(|v| v.is_object()) {
+                stack.push((sub, format!("{path}.{key}")));
+            }
         }
     }
-    let (Some(props), Some(n), Some(o)) =
-        (schema.get("properties").and_then(Value::as_object), new.as_object(), old.as_object())
-    else {
+    out.sort();
+    out
+}
+
+fn join(path: &str, field: &str) -> String {
+    if path.is_empty() { field.to_string() } else { format!("{path}.{field}") }
+}
+
+fn rules_in(
+    schema: &Value,
+    new: &Value,
+    old: Option<&Value>,
+    path: &str,
+    budget: &std::sync::Arc<cel::Budget>,
+    out: &mut Vec<(String, String)>,
+) {
+    if new.is_null() || old == Some(new) {
         return;
-    };
-    for (k, sub) in props {
-        if let (Some(nv), Some(ov)) = (n.get(k), o.get(k)) {
-            let at = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
-            immutable_in(sub, nv, ov, &at, out);
+    }
+    let rules = schema.get("x-kubernetes-validations").and_then(Value::as_array);
+    for rule in rules.into_iter().flatten() {
+        if let Some(failure) = check_rule(schema, rule, new, old, budget) {
+            let field = match rule.get("fieldPath").and_then(Value::as_str).map(|f| f.trim_start_matches('.')) {
+                Some(f) if !f.is_empty() => join(path, f),
+                _ => path.to_string(),
+            };
+            out.push((field, failure));
         }
     }
+    match new {
+        Value::Object(map) => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            for (k, v) in map {
+                let Some(sub) = props.and_then(|p| p.get(k)).or(additional) else { continue };
+                rules_in(sub, v, old.and_then(|o| o.get(k)), &join(path, k), budget, out);
+            }
+        }
+        Value::Array(items) => {
+            let Some(sub) = schema.get("items") else { return };
+            let keys: Vec<&str> = match schema.get("x-kubernetes-list-type").and_then(Value::as_str) {
+                Some("map") => schema
+                    .get("x-kubernetes-list-map-keys")
+                    .and_then(Value::as_array)
+                    .map(|k| k.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default(),
+                _ => Vec::new(),
+            };
+            let old_items = old.and_then(Value::as_array);
+            for (i, v) in items.iter().enumerate() {
+                let correlated = (!keys.is_empty())
+                    .then(|| old_items?.iter().find(|o| keys.iter().all(|k| o.get(k) == v.get(k))))
+                    .flatten();
+                rules_in(sub, v, correlated, &format!("{path}[{i}]"), budget, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// One rule on one value: `None` when it holds (or, being a transition rule, does not apply).
+fn check_rule(
+    schema: &Value,
+    rule: &Value,
+    new: &Value,
+    old: Option<&Value>,
+    budget: &std::sync::Arc<cel::Budget>,
+) -> Option<String> {
+    let source = rule.get("rule").and_then(Value::as_str).unwrap_or("");
+    let type_name = schema.get("type").and_then(Value::as_str).unwrap_or("object");
+    let invalid = |detail: String| format!("Invalid value: {type_name:?}: {detail}");
+    let program = match cel::compile(source) {
+        Ok(p) => p,
+        Err(e) => return Some(invalid(format!("rule {:?} does not compile: {e}", source.trim()))),
+    };
+    let transition = program.references("oldSelf");
+    if transition && old.is_none() {
+        return None;
+    }
+    let inputs = [("self", Some(new)), ("oldSelf", old.filter(|_| transition))];
+    let vars = |n: usize| cel::bind(inputs.into_iter().take(n));
+    let n = if transition { 2 } else { 1 };
+    let verdict = vars(n).and_then(|v| cel::evaluate_bool(&program, v, budget));
+    let detail = match verdict {
+        Ok(true) => return None,
+        Ok(false) => {
+            let from_expression = rule
+                .get("messageExpression")
+                .and_then(Value::as_str)
+                .and_then(|m| cel::compile(m).ok())
+                .and_then(|m| vars(n).and_then(|v| cel::evaluate(&m, v, budget)).ok())
+                .and_then(|v| cel::as_string(&v))
+                .filter(|m| !m.trim().is_empty() && !m.contains('\n'));
+            let message = rule.get("message").and_then(Value::as_str).map(str::to_string);
+            from_expression.or(message).unwrap_or_else(|| format!("failed rule: {}", source.trim()))
+        }
+        Err(cel::CelError::Budget) => {
+            "validation failed due to running out of cost budget, no further validation rules will be run".into()
+        }
+        Err(e) => format!("{e} evaluating rule: {}", source.trim()),
+    };
+    Some(match rule.get("reason").and_then(Value::as_str) {
+        Some("FieldValueForbidden") => format!("Forbidden: {detail}"),
+        Some("FieldValueRequired") => format!("Required value: {detail}"),
+        Some("FieldValueDuplicate") => format!("Duplicate value: {type_name:?}"),
+        _ => invalid(detail),
+    })
 }
 
 /// The schema's validator, compiled once per distinct schema: compiling a CRD's schema costs
@@ -195,10 +322,64 @@ mod tests {
             "ref": {"type": "object", "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "ref is immutable"}]},
             "free": {"type": "string"}}}}});
         let old = json!({"spec": {"ref": {"name": "a"}, "free": "x"}});
-        assert!(immutable_changes(&schema, &json!({"spec": {"ref": {"name": "a"}, "free": "y"}}), &old).is_empty());
-        assert_eq!(
-            immutable_changes(&schema, &json!({"spec": {"ref": {"name": "b"}}}), &old),
-            vec![("spec.ref".to_string(), "ref is immutable".to_string())]
+        assert!(
+            validation_rules(&schema, &json!({"spec": {"ref": {"name": "a"}, "free": "y"}}), Some(&old)).is_empty()
         );
+        assert_eq!(
+            validation_rules(&schema, &json!({"spec": {"ref": {"name": "b"}}}), Some(&old)),
+            vec![("spec.ref".to_string(), "Invalid value: \"object\": ref is immutable".to_string())]
+        );
+        // A transition rule does not apply on create.
+        assert!(validation_rules(&schema, &json!({"spec": {"ref": {"name": "b"}}}), None).is_empty());
+    }
+
+    #[test]
+    fn rules_apply_to_each_item_and_value_and_name_the_field() {
+        let schema = json!({"properties": {"spec": {"type": "object", "properties": {
+            "workers": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                "items": {"type": "object", "x-kubernetes-validations": [
+                    {"rule": "self.count >= 1", "messageExpression": "'count of ' + self.name + ' must be at least 1'"},
+                    {"rule": "self.count <= oldSelf.count", "message": "count may only shrink", "reason": "FieldValueForbidden"}]}},
+            "labels": {"type": "object", "additionalProperties": {"type": "string",
+                "x-kubernetes-validations": [{"rule": "size(self) <= 3"}]}},
+            "mode": {"type": "string", "x-kubernetes-validations": [{"rule": "self in ['a', 'b']", "message": "mode must be a or b"}]}},
+            "x-kubernetes-validations": [{"rule": "!has(self.mode) || self.mode != 'b' || has(self.labels)",
+                "message": "mode b needs labels", "fieldPath": ".mode"}]}}});
+        let obj = json!({"spec": {"workers": [{"name": "w", "count": 0}, {"name": "v", "count": 5}],
+                                   "labels": {"k": "long"}, "mode": "c"}});
+        let mut got = validation_rules(&schema, &obj, None);
+        got.sort();
+        assert_eq!(
+            got,
+            vec![
+                ("spec.labels.k".to_string(), "Invalid value: \"string\": failed rule: size(self) <= 3".to_string()),
+                ("spec.mode".to_string(), "Invalid value: \"string\": mode must be a or b".to_string()),
+                ("spec.workers[0]".to_string(), "Invalid value: \"object\": count of w must be at least 1".to_string()),
+            ]
+        );
+        // Items correlate with the old list by key, whatever their order; b needs labels.
+        let old = json!({"spec": {"workers": [{"name": "v", "count": 4}, {"name": "w", "count": 1}], "mode": "a"}});
+        let new = json!({"spec": {"workers": [{"name": "w", "count": 1}, {"name": "v", "count": 5}], "mode": "b"}});
+        let mut got = validation_rules(&schema, &new, Some(&old));
+        got.sort();
+        assert_eq!(
+            got,
+            vec![
+                ("spec.mode".to_string(), "Invalid value: \"object\": mode b needs labels".to_string()),
+                ("spec.workers[1]".to_string(), "Forbidden: count may only shrink".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_rule_that_does_not_compile_is_named() {
+        let schema = json!({"properties": {"spec": {"type": "object",
+            "x-kubernetes-validations": [{"rule": "self.a =="}]}}});
+        let errs = rule_compile_errors(&schema, "openAPIV3Schema");
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(errs[0].0, "openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule");
+        assert!(errs[0].1.contains("compilation failed"), "{errs:?}");
+        let got = validation_rules(&schema, &json!({"spec": {"a": 1}}), None);
+        assert!(got[0].1.contains("does not compile"), "{got:?}");
     }
 }

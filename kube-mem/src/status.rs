@@ -58,6 +58,22 @@ impl ApiError {
         e
     }
 
+    /// A request whose credentials the server does not accept.
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized")
+    }
+
+    /// A refusal with a reason a ValidatingAdmissionPolicy's validation names, and its code.
+    pub fn with_reason(reason: &str, message: String) -> Self {
+        let (code, reason) = match reason {
+            "Unauthorized" => (401, "Unauthorized"),
+            "Forbidden" => (403, "Forbidden"),
+            "RequestEntityTooLarge" => (413, "RequestEntityTooLarge"),
+            _ => (422, "Invalid"),
+        };
+        Self::new(code, reason, message)
+    }
+
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)
     }

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
+use super::auth::UserInfo;
+use super::policy::{self, Attributes, Operation};
 use super::resources::{self, ResourceKey, ResourceType};
 use super::schema;
 use super::status::ApiError;
@@ -329,8 +331,29 @@ impl Store {
         Ok(())
     }
 
+    /// The CRD's `x-kubernetes-validations` on a write (with the object it replaces, on
+    /// update): 422 naming each field whose rule fails.
+    fn check_rules(rt: &ResourceType, obj: &Value, old: Option<&Value>, name: &str) -> Result<(), ApiError> {
+        let Some(schema) = &rt.schema else { return Ok(()) };
+        let failures = schema::validation_rules(schema, obj, old);
+        if failures.is_empty() { Ok(()) } else { Err(ApiError::invalid(&rt.display_name(), name, failures)) }
+    }
+
+    /// Creates as the server itself ([`UserInfo::in_process`]): for in-process controllers.
     pub fn create(
         &mut self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        obj: Value,
+        opts: &WriteOptions,
+    ) -> Result<Value, ApiError> {
+        self.create_as(&UserInfo::in_process(), rt, ns, obj, opts)
+    }
+
+    /// Creates on behalf of `user`, whom admission (ValidatingAdmissionPolicies) sees.
+    pub fn create_as(
+        &mut self,
+        user: &UserInfo,
         rt: &ResourceType,
         ns: Option<&str>,
         mut obj: Value,
@@ -366,7 +389,22 @@ impl Store {
             return Err(ApiError::already_exists(&rt.display_name(), &name));
         }
         Self::admit(rt, &mut obj, opts.strict)?;
+        Self::check_rules(rt, &obj, None, &name)?;
         self.review(&Review { rt, namespace: ns, object: &obj, old: None })?;
+        policy::admit(
+            self,
+            &Attributes {
+                user,
+                operation: Operation::Create,
+                rt,
+                subresource: None,
+                namespace: ns,
+                name: &name,
+                object: Some(&obj),
+                old: None,
+                dry_run: opts.dry_run,
+            },
+        )?;
         if opts.dry_run {
             return Ok(obj);
         }
@@ -398,6 +436,17 @@ impl Store {
     }
 
     fn register_crd(&mut self, crd: &Value) -> Result<(), ApiError> {
+        let name = meta_str(crd, "name").unwrap_or("").to_string();
+        let versions = crd.pointer("/spec/versions").and_then(Value::as_array);
+        let mut broken = Vec::new();
+        for (i, v) in versions.into_iter().flatten().enumerate() {
+            if let Some(schema) = v.pointer("/schema/openAPIV3Schema") {
+                broken.extend(schema::rule_compile_errors(schema, &format!("spec.validation.openAPIV3Schema[{i}]")));
+            }
+        }
+        if !broken.is_empty() {
+            return Err(ApiError::invalid("customresourcedefinitions.apiextensions.k8s.io", &name, broken));
+        }
         let types = resources::from_crd(crd).map_err(|e| {
             ApiError::invalid(
                 "customresourcedefinitions.apiextensions.k8s.io",
@@ -415,6 +464,21 @@ impl Store {
     /// resourceVersion, which must be current (optimistic concurrency).
     pub fn update(
         &mut self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        obj: Value,
+        part: Part,
+        opts: &WriteOptions,
+    ) -> Result<Value, ApiError> {
+        self.update_as(&UserInfo::in_process(), rt, ns, name, obj, part, opts)
+    }
+
+    /// Replaces on behalf of `user` (see [`Store::create_as`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn update_as(
+        &mut self,
+        user: &UserInfo,
         rt: &ResourceType,
         ns: Option<&str>,
         name: &str,
@@ -480,15 +544,24 @@ impl Store {
             }
         }
         Self::admit(rt, &mut obj, opts.strict)?;
-        if let Some(schema) = &rt.schema {
-            let changed = schema::immutable_changes(schema, &obj, old);
-            if !changed.is_empty() {
-                return Err(ApiError::invalid(&rt.display_name(), name, changed));
-            }
-        }
+        Self::check_rules(rt, &obj, Some(old), name)?;
         if part == Part::Main {
             self.review(&Review { rt, namespace: ns, object: &obj, old: Some(old) })?;
         }
+        policy::admit(
+            self,
+            &Attributes {
+                user,
+                operation: Operation::Update,
+                rt,
+                subresource: (part == Part::Status).then_some("status"),
+                namespace: ns,
+                name,
+                object: Some(&obj),
+                old: Some(old),
+                dry_run: opts.dry_run,
+            },
+        )?;
         if opts.dry_run {
             return Ok(obj);
         }
@@ -525,10 +598,36 @@ impl Store {
         name: &str,
         dry_run: bool,
     ) -> Result<Value, ApiError> {
+        self.delete_as(&UserInfo::in_process(), rt, ns, name, dry_run)
+    }
+
+    /// Deletes on behalf of `user` (see [`Store::create_as`]).
+    pub fn delete_as(
+        &mut self,
+        user: &UserInfo,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
         let key = (ns.unwrap_or("").to_string(), name.to_string());
         let display = rt.display_name();
         let mut obj =
             self.bucket(rt).and_then(|b| b.get(&key)).cloned().ok_or_else(|| ApiError::not_found(&display, name))?;
+        policy::admit(
+            self,
+            &Attributes {
+                user,
+                operation: Operation::Delete,
+                rt,
+                subresource: None,
+                namespace: ns,
+                name,
+                object: None,
+                old: Some(&obj),
+                dry_run,
+            },
+        )?;
         if dry_run {
             return Ok(obj);
         }

@@ -1,0 +1,547 @@
+//! CEL, as the API server evaluates it for ValidatingAdmissionPolicies and for CRDs'
+//! `x-kubernetes-validations`: compiling an expression once (cached by its text), binding JSON
+//! values to its variables, and evaluating it within a budget.
+//!
+//! The evaluator is the `cel` crate (cel-rust). What this module adds is the bound the real
+//! server gets from its cost estimator: an expression longer than [`MAX_EXPRESSION_BYTES`],
+//! nested deeper than [`MAX_AST_DEPTH`] or larger than [`MAX_AST_NODES`] does not compile; inputs
+//! larger than [`MAX_INPUT_VALUES`] are not evaluated; and every evaluation charges a shared
+//! [`Budget`] — one unit per comprehension step and per call, plus the size of each list, map or
+//! string a call is given — so nested loops over large lists, or lists built up step by step,
+//! stop at [`COST_LIMIT`] units or [`TIME_LIMIT`], whichever comes first. Parsing runs on a
+//! thread of its own with a large stack, and a panic inside the crate is an error, not a crash.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use cel::common::ast::{CallExpr, ComprehensionExpr, EntryExpr, Expr, IdedExpr, ListExpr, operators};
+use cel::common::value::CowVal;
+use cel::objects::Map;
+use cel::{Context, Env, ExecutionError, FunctionContext};
+
+/// CEL values and map keys, as the `cel` crate has them.
+pub use ::cel::Value;
+pub use ::cel::objects::Key;
+
+/// The longest expression accepted, in bytes.
+pub const MAX_EXPRESSION_BYTES: usize = 8 * 1024;
+/// How deep the parser may recurse.
+pub const MAX_PARSE_NESTING: u16 = 32;
+/// How deep a compiled expression may nest: evaluation recurses once per level.
+pub const MAX_AST_DEPTH: usize = 48;
+/// How many nodes a compiled expression may have.
+pub const MAX_AST_NODES: usize = 4_000;
+/// The most JSON values (objects, arrays and scalars, counted through the nesting) bound to
+/// one evaluation's variables.
+pub const MAX_INPUT_VALUES: usize = 200_000;
+/// Cost units one request's expressions may spend together (Kubernetes' per-request budget is
+/// of the same order: 10^7 of its units).
+pub const COST_LIMIT: u64 = 2_000_000;
+/// Wall time one request's expressions may take together.
+pub const TIME_LIMIT: Duration = Duration::from_millis(250);
+/// Distinct expressions kept compiled; the cache starts over when full.
+const CACHE_ENTRIES: usize = 4_096;
+/// The stack of the thread that parses: the grammar recurses once per operator.
+const PARSER_STACK_BYTES: usize = 64 * 1024 * 1024;
+/// The function the budget is charged through; not a name CEL source can call (`__` is
+/// reserved for the implementation).
+const CHARGE: &str = "__stowage_charge";
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CelError {
+    #[error("the expression is {len} bytes long, more than the {MAX_EXPRESSION_BYTES} allowed")]
+    TooLong { len: usize },
+    #[error("compilation failed: {0}")]
+    Compile(String),
+    #[error(
+        "the expression is too complex: nested deeper than {MAX_AST_DEPTH} levels or more than {MAX_AST_NODES} parts"
+    )]
+    TooComplex,
+    #[error("the input has more than {MAX_INPUT_VALUES} values, too many to evaluate")]
+    InputTooLarge,
+    #[error("evaluation exceeded the cost budget ({COST_LIMIT} units or {} ms per request)", TIME_LIMIT.as_millis())]
+    Budget,
+    #[error("{0}")]
+    Evaluation(String),
+}
+
+impl CelError {
+    /// A stable name for metrics and tests.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CelError::TooLong { .. } => "too_long",
+            CelError::Compile(_) => "compile",
+            CelError::TooComplex => "too_complex",
+            CelError::InputTooLarge => "input_too_large",
+            CelError::Budget => "budget",
+            CelError::Evaluation(_) => "evaluation",
+        }
+    }
+}
+
+/// A compiled expression, its calls instrumented to charge the budget.
+#[derive(Debug)]
+pub struct Program {
+    source: String,
+    expr: IdedExpr,
+}
+
+impl Program {
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether the expression names `variable` (e.g. `oldSelf`, which makes a rule a
+    /// transition rule).
+    pub fn references(&self, variable: &str) -> bool {
+        names(&self.expr, variable)
+    }
+}
+
+fn names(e: &IdedExpr, variable: &str) -> bool {
+    match &e.expr {
+        Expr::Ident(n) => n == variable,
+        Expr::Call(c) => {
+            c.target.as_deref().is_some_and(|t| names(t, variable)) || c.args.iter().any(|a| names(a, variable))
+        }
+        Expr::Comprehension(c) => {
+            [&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result].into_iter().any(|x| names(x, variable))
+        }
+        Expr::List(l) => l.elements.iter().any(|x| names(x, variable)),
+        Expr::Map(m) => m.entries.iter().any(|x| match &x.expr {
+            EntryExpr::MapEntry(m) => names(&m.key, variable) || names(&m.value, variable),
+            EntryExpr::StructField(f) => names(&f.value, variable),
+        }),
+        Expr::Struct(s) => s.entries.iter().any(|x| match &x.expr {
+            EntryExpr::MapEntry(m) => names(&m.key, variable) || names(&m.value, variable),
+            EntryExpr::StructField(f) => names(&f.value, variable),
+        }),
+        Expr::Select(s) => names(&s.operand, variable),
+        Expr::Literal(_) | Expr::Unspecified => false,
+    }
+}
+
+/// Compiles `source`, or returns the program compiled from the same text before.
+pub fn compile(source: &str) -> Result<Arc<Program>, CelError> {
+    type Cache = Mutex<HashMap<String, Result<Arc<Program>, CelError>>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    if source.len() > MAX_EXPRESSION_BYTES {
+        return Err(CelError::TooLong { len: source.len() });
+    }
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(hit) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(source) {
+        return hit.clone();
+    }
+    let text = source.to_string();
+    let compiled = std::thread::Builder::new()
+        .name("cel-parse".into())
+        .stack_size(PARSER_STACK_BYTES)
+        .spawn(move || parse(&text))
+        .map_err(|e| CelError::Compile(format!("no thread to parse on: {e}")))?
+        .join()
+        .unwrap_or_else(|_| Err(CelError::Compile("the parser failed on this expression".into())));
+    let mut entries = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if entries.len() >= CACHE_ENTRIES {
+        entries.clear();
+    }
+    entries.insert(source.to_string(), compiled.clone());
+    compiled
+}
+
+/// On the parser's own thread: parse, check the shape, instrument. A rejected tree is dropped
+/// here too (dropping recurses as deep as the tree).
+fn parse(source: &str) -> Result<Arc<Program>, CelError> {
+    let expr = cel::parser::Parser::new()
+        .max_recursion_depth(MAX_PARSE_NESTING)
+        .parse(source)
+        .map_err(|e| CelError::Compile(one_line(&e.to_string())))?;
+    let mut nodes = 0;
+    if !within(&expr, 1, &mut nodes) {
+        return Err(CelError::TooComplex);
+    }
+    Ok(Arc::new(Program { source: source.to_string(), expr: instrument(expr) }))
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Whether the tree is at most [`MAX_AST_DEPTH`] deep and [`MAX_AST_NODES`] large; stops
+/// descending as soon as it is not.
+fn within(e: &IdedExpr, depth: usize, nodes: &mut usize) -> bool {
+    *nodes += 1;
+    if depth > MAX_AST_DEPTH || *nodes > MAX_AST_NODES {
+        return false;
+    }
+    let mut child = |c: &IdedExpr| within(c, depth + 1, nodes);
+    match &e.expr {
+        Expr::Call(c) => c.target.as_deref().is_none_or(&mut child) && c.args.iter().all(child),
+        Expr::Comprehension(c) => {
+            [&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result].into_iter().all(child)
+        }
+        Expr::List(l) => l.elements.iter().all(child),
+        Expr::Map(m) => m.entries.iter().all(|x| match &x.expr {
+            EntryExpr::MapEntry(m) => child(&m.key) && child(&m.value),
+            EntryExpr::StructField(f) => child(&f.value),
+        }),
+        Expr::Struct(s) => s.entries.iter().all(|x| match &x.expr {
+            EntryExpr::MapEntry(m) => child(&m.key) && child(&m.value),
+            EntryExpr::StructField(f) => child(&f.value),
+        }),
+        Expr::Select(s) => child(&s.operand),
+        Expr::Literal(_) | Expr::Ident(_) => true,
+        Expr::Unspecified => false,
+    }
+}
+
+/// `__charge(e)`: evaluates to `e`, charging the budget for it first.
+fn charged(e: IdedExpr) -> IdedExpr {
+    IdedExpr { id: e.id, expr: Expr::Call(CallExpr { func_name: CHARGE.into(), target: None, args: vec![e] }) }
+}
+
+/// Every call's target and arguments go through [`CHARGE`], and every comprehension step does
+/// once. The accumulator plumbing of `all`/`exists` (`@result && x`) and of `map`/`filter`
+/// (`@result + [x]`) is left as the macros wrote it, so the evaluator still recognises those
+/// loops (it short-circuits the first and appends in place for the second).
+fn instrument(e: IdedExpr) -> IdedExpr {
+    let IdedExpr { id, expr } = e;
+    let expr = match expr {
+        Expr::Call(CallExpr { func_name, target, args }) => {
+            let short_circuit =
+                matches!(func_name.as_str(), operators::LOGICAL_AND | operators::LOGICAL_OR | operators::CONDITIONAL);
+            let wrap = |x: IdedExpr| if short_circuit { instrument(x) } else { charged(instrument(x)) };
+            Expr::Call(CallExpr {
+                target: target.map(|t| Box::new(wrap(*t))),
+                args: args.into_iter().map(wrap).collect(),
+                func_name,
+            })
+        }
+        Expr::Comprehension(c) => Expr::Comprehension(Box::new(instrument_loop(*c))),
+        Expr::List(l) => Expr::List(ListExpr {
+            elements: l.elements.into_iter().map(instrument).collect(),
+            optional_indices: l.optional_indices,
+        }),
+        Expr::Map(mut m) => {
+            for entry in &mut m.entries {
+                if let EntryExpr::MapEntry(me) = &mut entry.expr {
+                    me.key = instrument(std::mem::take(&mut me.key));
+                    me.value = instrument(std::mem::take(&mut me.value));
+                }
+            }
+            Expr::Map(m)
+        }
+        Expr::Select(mut s) => {
+            s.operand = Box::new(instrument(*s.operand));
+            Expr::Select(s)
+        }
+        other => other,
+    };
+    IdedExpr { id, expr }
+}
+
+fn is_ident(e: &IdedExpr, name: &str) -> bool {
+    matches!(&e.expr, Expr::Ident(n) if n == name)
+}
+
+/// `@result + [x]`: the items appended, when `step` is that.
+fn appended<'e>(step: &'e mut IdedExpr, accu: &str) -> Option<&'e mut ListExpr> {
+    match &mut step.expr {
+        Expr::Call(call) if call.func_name == operators::ADD && call.target.is_none() => match call.args.as_mut_slice()
+        {
+            [lhs, rhs] if is_ident(lhs, accu) => match &mut rhs.expr {
+                Expr::List(l) => Some(l),
+                _ => None,
+            },
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn instrument_loop(mut c: ComprehensionExpr) -> ComprehensionExpr {
+    c.iter_range = instrument(std::mem::take(&mut c.iter_range));
+    c.accu_init = instrument(std::mem::take(&mut c.accu_init));
+    let accu = c.accu_var.clone();
+    let literal_cond = matches!(c.loop_cond.expr, Expr::Literal(_));
+    let folds = matches!(&c.loop_step.expr, Expr::Call(call)
+        if (call.func_name == operators::LOGICAL_AND || call.func_name == operators::LOGICAL_OR)
+            && call.target.is_none()
+            && call.args.first().is_some_and(|a| is_ident(a, &accu)));
+    if folds {
+        // all / exists: charge each step's condition, instrument the predicate.
+        if let Expr::Call(call) = &mut c.loop_step.expr
+            && let Some(x) = call.args.get_mut(1)
+        {
+            *x = instrument(std::mem::take(x));
+        }
+        c.loop_cond = charged(std::mem::take(&mut c.loop_cond));
+        return c;
+    }
+    if literal_cond && is_ident(&c.result, &accu) {
+        // map / filter: `@result + [x]`, maybe guarded as `g ? @result + [x] : @result`.
+        let step = &mut c.loop_step;
+        if let Some(items) = appended(step, &accu) {
+            items.elements = std::mem::take(&mut items.elements).into_iter().map(|x| charged(instrument(x))).collect();
+            return c;
+        }
+        if let Expr::Call(call) = &mut step.expr
+            && call.func_name == operators::CONDITIONAL
+            && call.args.len() == 3
+            && is_ident(&call.args[2], &accu)
+        {
+            let (guard, rest) = call.args.split_at_mut(1);
+            if let Some(items) = appended(&mut rest[0], &accu) {
+                guard[0] = charged(instrument(std::mem::take(&mut guard[0])));
+                items.elements = std::mem::take(&mut items.elements).into_iter().map(instrument).collect();
+                return c;
+            }
+        }
+    }
+    // Any other loop: charge its condition and its step.
+    c.loop_cond = charged(instrument(std::mem::take(&mut c.loop_cond)));
+    c.loop_step = charged(instrument(std::mem::take(&mut c.loop_step)));
+    c.result = instrument(std::mem::take(&mut c.result));
+    c
+}
+
+/// What one request's expressions may still spend; shared by all of them.
+#[derive(Debug)]
+pub struct Budget {
+    spent: AtomicU64,
+    exceeded: AtomicBool,
+    deadline: Instant,
+}
+
+impl Budget {
+    pub fn new() -> Arc<Budget> {
+        Arc::new(Budget {
+            spent: AtomicU64::new(0),
+            exceeded: AtomicBool::new(false),
+            deadline: Instant::now() + TIME_LIMIT,
+        })
+    }
+
+    fn charge(&self, units: u64) -> Result<(), ExecutionError> {
+        let spent = self.spent.fetch_add(units, Ordering::Relaxed).saturating_add(units);
+        if spent > COST_LIMIT || Instant::now() > self.deadline {
+            self.exceeded.store(true, Ordering::Relaxed);
+            return Err(ExecutionError::function_error(CHARGE, "cost budget exceeded"));
+        }
+        Ok(())
+    }
+
+    pub fn exceeded(&self) -> bool {
+        self.exceeded.load(Ordering::Relaxed)
+    }
+}
+
+type RawFunction =
+    Box<dyn for<'c, 'k> Fn(&mut FunctionContext<'c, 'k>) -> Result<CowVal<'c, 'k>, ExecutionError> + Send + Sync>;
+
+fn charge_function(budget: Arc<Budget>) -> RawFunction {
+    Box::new(move |ftx| {
+        let value = ftx.args.pop().ok_or_else(|| ExecutionError::invalid_argument_count(1, 0))?;
+        let size = value.as_sizer().map_or(0, |s| (*s.size().inner()).max(0) as u64);
+        budget.charge(1 + size)?;
+        Ok(value)
+    })
+}
+
+fn env() -> Arc<Env> {
+    static ENV: OnceLock<Arc<Env>> = OnceLock::new();
+    ENV.get_or_init(|| Arc::new(Env::stdlib())).clone()
+}
+
+/// Evaluates `program` with `variables` bound, charging `budget`.
+pub fn evaluate(program: &Program, variables: Vec<(&str, Value)>, budget: &Arc<Budget>) -> Result<Value, CelError> {
+    if budget.exceeded() {
+        return Err(CelError::Budget);
+    }
+    let mut ctx = Context::with_env(env());
+    for (name, value) in variables {
+        ctx.add_variable_from_value(name, value);
+    }
+    ctx.add_function(CHARGE, charge_function(budget.clone()))
+        .map_err(|e| CelError::Evaluation(format!("the evaluator could not be set up: {e}")))?;
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Value::resolve(&program.expr, &ctx)));
+    match run {
+        _ if budget.exceeded() => Err(CelError::Budget),
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(CelError::Evaluation(e.to_string())),
+        Err(_) => Err(CelError::Evaluation("the evaluator failed on this input".into())),
+    }
+}
+
+/// Evaluates a rule that must yield a bool.
+pub fn evaluate_bool(program: &Program, variables: Vec<(&str, Value)>, budget: &Arc<Budget>) -> Result<bool, CelError> {
+    match evaluate(program, variables, budget)? {
+        Value::Bool(b) => Ok(b),
+        other => Err(CelError::Evaluation(format!("the expression yields {}, not a bool", type_name(&other)))),
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::List(_) => "list",
+        Value::Map(_) => "map",
+        Value::Int(_) => "int",
+        Value::UInt(_) => "uint",
+        Value::Float(_) => "double",
+        Value::String(_) => "string",
+        Value::Bytes(_) => "bytes",
+        Value::Bool(_) => "bool",
+        Value::Null => "null",
+        _ => "a value of another type",
+    }
+}
+
+/// How many values `v` holds, counting through its nesting; stops counting past `limit`.
+pub fn count_values(v: &serde_json::Value, limit: usize) -> usize {
+    let mut n = 0;
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        n += 1;
+        if n > limit {
+            break;
+        }
+        match v {
+            serde_json::Value::Array(a) => stack.extend(a.iter()),
+            serde_json::Value::Object(o) => stack.extend(o.values()),
+            _ => {}
+        }
+    }
+    n
+}
+
+/// Binds JSON values as CEL values, refusing inputs larger than [`MAX_INPUT_VALUES`] in all.
+pub fn bind<'a>(
+    inputs: impl IntoIterator<Item = (&'a str, Option<&'a serde_json::Value>)>,
+) -> Result<Vec<(&'a str, Value)>, CelError> {
+    let mut left = MAX_INPUT_VALUES;
+    let mut out = Vec::new();
+    for (name, v) in inputs {
+        let value = match v {
+            Some(v) => {
+                let n = count_values(v, left);
+                if n > left {
+                    return Err(CelError::InputTooLarge);
+                }
+                left -= n;
+                to_cel(v)
+            }
+            None => Value::Null,
+        };
+        out.push((name, value));
+    }
+    Ok(out)
+}
+
+/// A JSON value as CEL sees it: integers as `int` (`uint` beyond its range), other numbers as
+/// `double`.
+pub fn to_cel(v: &serde_json::Value) -> Value {
+    match v {
+        serde_json::Value::Null => Value::Null,
+        serde_json::Value::Bool(b) => Value::Bool(*b),
+        serde_json::Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Value::Int(i),
+            (None, Some(u)) => Value::UInt(u),
+            _ => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        serde_json::Value::String(s) => Value::String(Arc::new(s.clone())),
+        serde_json::Value::Array(a) => Value::List(Arc::new(a.iter().map(to_cel).collect())),
+        serde_json::Value::Object(o) => {
+            let map: HashMap<Key, Value> =
+                o.iter().map(|(k, v)| (Key::String(Arc::new(k.clone())), to_cel(v))).collect();
+            Value::Map(Map { map: Arc::new(map) })
+        }
+    }
+}
+
+/// A CEL value as text, for a `messageExpression`'s result.
+pub fn as_string(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.to_string()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn eval(source: &str, vars: &[(&str, serde_json::Value)]) -> Result<Value, CelError> {
+        let p = compile(source)?;
+        let vars = bind(vars.iter().map(|(n, v)| (*n, Some(v))))?;
+        evaluate(&p, vars, &Budget::new())
+    }
+
+    #[test]
+    fn evaluates_the_rules_the_upstream_crds_use() {
+        let s = json!({"torch": {}, "mpi": {"n": 1}, "items": ["a", "b", "a"], "n": 3});
+        let cases = [
+            ("[has(self.torch), has(self.mpi), has(self.jax)].filter(x, x).size() <= 1", false),
+            ("self.items.all(x, x in ['a', 'b'])", true),
+            ("size(self.items.filter(i, size(self.items.filter(j, j == i)) > 1)) == 0", false),
+            ("self.items.exists_one(x, x == 'b')", true),
+            ("self.items.map(x, x + '!')[0] == 'a!'", true),
+            ("self.n >= 1 && 'x'.matches('^[a-z]+$')", true),
+            ("!has(self.jax) || self.jax.n > 0", true),
+        ];
+        for (rule, want) in cases {
+            assert_eq!(eval(rule, &[("self", s.clone())]), Ok(Value::Bool(want)), "{rule}");
+        }
+    }
+
+    #[test]
+    fn malformed_expressions_are_compile_errors() {
+        for bad in ["self.a ==", "((1)", "self.all(x,", "'unterminated"] {
+            assert_eq!(compile(bad).map(|_| ()).map_err(|e| e.kind()), Err("compile"), "{bad}");
+        }
+        assert_eq!(compile(&"1 + ".repeat(3000)).map(|_| ()).map_err(|e| e.kind()), Err("too_long"));
+        let deep = format!("{}1{}", "(".repeat(200), ")".repeat(200));
+        assert!(compile(&deep).is_err());
+        let chain = vec!["1"; 1500].join(" + ");
+        assert_eq!(compile(&chain).map(|_| ()).map_err(|e| e.kind()), Err("too_complex"));
+    }
+
+    #[test]
+    fn nested_loops_over_large_lists_stop_at_the_budget() {
+        let big = json!((0..3000).collect::<Vec<_>>());
+        let started = Instant::now();
+        let r = eval("self.all(x, self.all(y, self.all(z, x + y + z >= 0)))", &[("self", big.clone())]);
+        assert_eq!(r, Err(CelError::Budget));
+        let r = eval("self.map(x, self + self).size() > 0", &[("self", big.clone())]);
+        assert_eq!(r, Err(CelError::Budget));
+        let r = eval("self.all(x, x in self)", &[("self", big)]);
+        assert_eq!(r, Err(CelError::Budget));
+        assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    }
+
+    #[test]
+    fn inputs_beyond_the_limit_are_not_evaluated() {
+        let huge = json!(vec![0; MAX_INPUT_VALUES + 1]);
+        assert_eq!(eval("true", &[("self", huge)]), Err(CelError::InputTooLarge));
+    }
+
+    #[test]
+    fn runtime_errors_are_errors() {
+        assert_eq!(eval("self.missing == 1", &[("self", json!({}))]).map_err(|e| e.kind()), Err("evaluation"));
+        assert_eq!(eval("1 / 0 == 1", &[]).map_err(|e| e.kind()), Err("evaluation"));
+    }
+
+    #[test]
+    fn the_deepest_accepted_expression_evaluates_on_a_small_stack() {
+        let deep = format!("{}true{}", "!(".repeat(20), ")".repeat(20));
+        let p = compile(&deep).expect("compiles");
+        let r = std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(move || evaluate(&p, vec![], &Budget::new()))
+            .expect("thread")
+            .join()
+            .expect("no overflow");
+        assert_eq!(r, Ok(Value::Bool(true)));
+    }
+}

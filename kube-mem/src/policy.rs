@@ -1,0 +1,323 @@
+//! ValidatingAdmissionPolicies, as kube-apiserver applies them: every
+//! ValidatingAdmissionPolicyBinding whose policy matches a write (its `matchConstraints`, then
+//! the binding's `matchResources`, then the policy's `matchConditions`) has the policy's
+//! `validations` evaluated in CEL ([`super::cel`]) with `object`, `oldObject`, `request`
+//! (operation, subResource, name, namespace, userInfo …), `namespaceObject` and `variables`
+//! bound. The first validation that fails, under a binding whose `validationActions` include
+//! `Deny`, refuses the write with the API server's words: `<resource> "<name>" is forbidden:
+//! ValidatingAdmissionPolicy '<policy>' with binding '<binding>' denied request: <message>`,
+//! and the validation's `reason` (Forbidden: 403; unset or Invalid: 422). An expression that
+//! does not compile, fails or runs out of budget denies under `failurePolicy: Fail` (the
+//! default) and is skipped under `Ignore`.
+//!
+//! Not done: `paramKind`/`paramRef` (a policy with params is a configuration error), the
+//! `authorizer` variable, `Warn` and `Audit` actions (nothing is denied for them), audit
+//! annotations. As on a real server, the admissionregistration.k8s.io kinds themselves are
+//! exempt, so a policy cannot lock its own removal.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::auth::UserInfo;
+use super::cel::{self, Budget, CelError};
+use super::resources::ResourceType;
+use super::status::ApiError;
+use super::store::Store;
+
+pub const GROUP: &str = "admissionregistration.k8s.io";
+pub const POLICIES: &str = "validatingadmissionpolicies";
+pub const BINDINGS: &str = "validatingadmissionpolicybindings";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    Create,
+    Update,
+    Delete,
+}
+
+impl Operation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+        }
+    }
+}
+
+/// One write, as admission sees it.
+#[derive(Debug)]
+pub struct Attributes<'a> {
+    pub user: &'a UserInfo,
+    pub operation: Operation,
+    pub rt: &'a ResourceType,
+    /// `status` for a write of the status subresource.
+    pub subresource: Option<&'a str>,
+    pub namespace: Option<&'a str>,
+    pub name: &'a str,
+    /// The object after the write; none on delete.
+    pub object: Option<&'a Value>,
+    /// The object before; none on create.
+    pub old: Option<&'a Value>,
+    pub dry_run: bool,
+}
+
+impl Attributes<'_> {
+    /// `request`, as `admission.k8s.io/v1` AdmissionRequest names its fields.
+    fn request(&self) -> Value {
+        let gvk = json!({"group": self.rt.group, "version": self.rt.version, "kind": self.rt.kind});
+        let gvr = json!({"group": self.rt.group, "version": self.rt.version, "resource": self.rt.plural});
+        json!({
+            "uid": "", "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
+            "subResource": self.subresource.unwrap_or(""),
+            "name": self.name, "namespace": self.namespace.unwrap_or(""),
+            "operation": self.operation.as_str(),
+            "userInfo": {"username": self.user.username, "uid": "", "groups": self.user.groups},
+            "dryRun": self.dry_run,
+        })
+    }
+}
+
+/// Applies every bound policy to the write; the first denial is the answer.
+pub fn admit(store: &Store, a: &Attributes<'_>) -> Result<(), ApiError> {
+    if a.rt.group == GROUP {
+        return Ok(());
+    }
+    let (Some(policies), Some(bindings)) = (store.lookup(GROUP, "v1", POLICIES), store.lookup(GROUP, "v1", BINDINGS))
+    else {
+        return Ok(());
+    };
+    let budget = Budget::new();
+    let mut request = None;
+    for binding in store.objects(bindings) {
+        let policy_name = binding.pointer("/spec/policyName").and_then(Value::as_str).unwrap_or("");
+        let Some(policy) = store.peek(policies, None, policy_name) else { continue };
+        let policy_spec = policy.get("spec").unwrap_or(&Value::Null);
+        let namespace =
+            a.namespace.and_then(|ns| store.lookup("", "v1", "namespaces").and_then(|rt| store.peek(rt, None, ns)));
+        if !matches(policy_spec.get("matchConstraints"), a, namespace, true)
+            || !matches(binding.pointer("/spec/matchResources"), a, namespace, false)
+        {
+            continue;
+        }
+        let actions = binding.pointer("/spec/validationActions").and_then(Value::as_array);
+        let deny = actions.into_iter().flatten().any(|x| x == "Deny");
+        let request = request.get_or_insert_with(|| a.request());
+        let verdict = evaluate(policy_spec, a, request, namespace, &budget);
+        let fail_open = policy_spec.get("failurePolicy").and_then(Value::as_str) == Some("Ignore");
+        let refusal = match verdict {
+            Verdict::Admit => None,
+            Verdict::Deny { reason, message } => Some((reason, message)),
+            Verdict::Error(_) if fail_open => None,
+            Verdict::Error(message) => Some((String::new(), message)),
+        };
+        if let (Some((reason, message)), true) = (refusal, deny) {
+            let binding_name = binding.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+            let resource = a.rt.display_name();
+            let text = format!(
+                "ValidatingAdmissionPolicy '{policy_name}' with binding '{binding_name}' denied request: {message}"
+            );
+            let whole = if a.name.is_empty() {
+                format!("{resource} is forbidden: {text}")
+            } else {
+                format!("{resource} {:?} is forbidden: {text}", a.name)
+            };
+            return Err(ApiError::with_reason(&reason, whole));
+        }
+    }
+    Ok(())
+}
+
+enum Verdict {
+    Admit,
+    Deny { reason: String, message: String },
+    Error(String),
+}
+
+fn evaluate(
+    spec: &Value,
+    a: &Attributes<'_>,
+    request: &Value,
+    namespace: Option<&Value>,
+    budget: &Arc<Budget>,
+) -> Verdict {
+    if spec.get("paramKind").is_some() {
+        return Verdict::Error("failed to configure policy: paramKind is not supported by this server".into());
+    }
+    let inputs =
+        [("object", a.object), ("oldObject", a.old), ("request", Some(request)), ("namespaceObject", namespace)];
+    let base = match cel::bind(inputs) {
+        Ok(b) => b,
+        Err(e) => return Verdict::Error(e.to_string()),
+    };
+    let mut variables = serde_json::Map::new();
+    let vars = |variables: &serde_json::Map<String, Value>| {
+        let mut v = base.clone();
+        v.push(("variables", cel::to_cel(&Value::Object(variables.clone()))));
+        v
+    };
+    let run = |source: &str, variables: &serde_json::Map<String, Value>| -> Result<cel::Value, String> {
+        let program = cel::compile(source).map_err(|e| format!("compilation failed for expression '{source}': {e}"))?;
+        cel::evaluate(&program, vars(variables), budget).map_err(|e| match e {
+            CelError::Budget => format!("expression '{source}' exceeded the cost budget"),
+            e => format!("expression '{source}' resulted in error: {e}"),
+        })
+    };
+    for c in spec.get("matchConditions").and_then(Value::as_array).into_iter().flatten() {
+        let source = c.get("expression").and_then(Value::as_str).unwrap_or("");
+        match run(source, &variables) {
+            Ok(cel::Value::Bool(true)) => {}
+            Ok(cel::Value::Bool(false)) => return Verdict::Admit,
+            Ok(_) => return Verdict::Error(format!("matchCondition '{source}' does not yield a bool")),
+            Err(e) => return Verdict::Error(e),
+        }
+    }
+    for v in spec.get("variables").and_then(Value::as_array).into_iter().flatten() {
+        let name = v.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+        let source = v.get("expression").and_then(Value::as_str).unwrap_or("");
+        match run(source, &variables).and_then(|x| to_json(&x)) {
+            Ok(value) => {
+                variables.insert(name, value);
+            }
+            Err(e) => return Verdict::Error(e),
+        }
+    }
+    for check in spec.get("validations").and_then(Value::as_array).into_iter().flatten() {
+        let source = check.get("expression").and_then(Value::as_str).unwrap_or("");
+        match run(source, &variables) {
+            Ok(cel::Value::Bool(true)) => {}
+            Ok(cel::Value::Bool(false)) => {
+                let from_expression = check
+                    .get("messageExpression")
+                    .and_then(Value::as_str)
+                    .and_then(|m| run(m, &variables).ok())
+                    .and_then(|m| cel::as_string(&m))
+                    .filter(|m| !m.trim().is_empty() && !m.contains('\n'));
+                let message = from_expression
+                    .or_else(|| check.get("message").and_then(Value::as_str).map(str::to_string))
+                    .unwrap_or_else(|| format!("failed expression: {}", source.trim()));
+                let reason = check.get("reason").and_then(Value::as_str).unwrap_or("Invalid").to_string();
+                return Verdict::Deny { reason, message };
+            }
+            Ok(_) => return Verdict::Error(format!("expression '{source}' does not yield a bool")),
+            Err(e) => return Verdict::Error(e),
+        }
+    }
+    Verdict::Admit
+}
+
+/// A variable's value, kept as JSON between evaluations.
+fn to_json(v: &cel::Value) -> Result<Value, String> {
+    Ok(match v {
+        cel::Value::Null => Value::Null,
+        cel::Value::Bool(b) => Value::Bool(*b),
+        cel::Value::Int(i) => Value::from(*i),
+        cel::Value::UInt(u) => Value::from(*u),
+        cel::Value::Float(f) => Value::from(*f),
+        cel::Value::String(s) => Value::String(s.to_string()),
+        cel::Value::List(l) => Value::Array(l.iter().map(to_json).collect::<Result<_, _>>()?),
+        cel::Value::Map(m) => {
+            let mut out = serde_json::Map::new();
+            for (k, v) in m.map.iter() {
+                let key = match k {
+                    cel::Key::String(s) => s.to_string(),
+                    cel::Key::Int(i) => i.to_string(),
+                    cel::Key::Uint(u) => u.to_string(),
+                    cel::Key::Bool(b) => b.to_string(),
+                };
+                out.insert(key, to_json(v)?);
+            }
+            Value::Object(out)
+        }
+        _ => return Err("a variable's value must be JSON-like (null, bool, number, string, list or map)".into()),
+    })
+}
+
+/// Whether `criteria` (a policy's matchConstraints or a binding's matchResources) select the
+/// write. Absent criteria: everything for a binding, nothing for a policy.
+fn matches(criteria: Option<&Value>, a: &Attributes<'_>, namespace: Option<&Value>, required: bool) -> bool {
+    let Some(c) = criteria else { return !required };
+    let rule_hits = |key: &str| c.get(key).and_then(Value::as_array).into_iter().flatten().any(|r| rule_matches(r, a));
+    let has_rules = c.get("resourceRules").and_then(Value::as_array).is_some_and(|r| !r.is_empty());
+    if (has_rules || required) && !rule_hits("resourceRules") {
+        return false;
+    }
+    if rule_hits("excludeResourceRules") {
+        return false;
+    }
+    let labels = |o: Option<&Value>| o.and_then(|o| o.pointer("/metadata/labels")).cloned().unwrap_or(Value::Null);
+    if let Some(sel) = c.get("objectSelector")
+        && !selector_matches(sel, &labels(a.object))
+        && !selector_matches(sel, &labels(a.old))
+    {
+        return false;
+    }
+    if let Some(sel) = c.get("namespaceSelector") {
+        let target = if a.rt.group.is_empty() && a.rt.plural == "namespaces" {
+            Some(labels(a.object.or(a.old)))
+        } else if a.rt.namespaced {
+            Some(labels(namespace))
+        } else {
+            None // cluster-scoped: the namespace selector does not apply
+        };
+        if target.is_some_and(|l| !selector_matches(sel, &l)) {
+            return false;
+        }
+    }
+    true
+}
+
+fn rule_matches(rule: &Value, a: &Attributes<'_>) -> bool {
+    let list = |k: &str| -> Vec<&str> {
+        rule.get(k).and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect()
+    };
+    let has = |k: &str, v: &str| list(k).iter().any(|x| *x == "*" || *x == v);
+    let resource_ok = list("resources").iter().any(|r| {
+        let (res, sub) = r.split_once('/').map_or((*r, None), |(a, b)| (a, Some(b)));
+        let res_ok = res == "*" || res == a.rt.plural;
+        match (sub, a.subresource) {
+            (None, None) => res_ok,
+            (None, Some(_)) => false,
+            (Some(s), Some(want)) => res_ok && (s == "*" || s == want),
+            (Some(s), None) => res_ok && s == "*" && res == "*",
+        }
+    });
+    let names = list("resourceNames");
+    let scope_ok = match rule.get("scope").and_then(Value::as_str) {
+        Some("Cluster") => !a.rt.namespaced,
+        Some("Namespaced") => a.rt.namespaced,
+        _ => true,
+    };
+    has("operations", a.operation.as_str())
+        && has("apiGroups", &a.rt.group)
+        && has("apiVersions", &a.rt.version)
+        && resource_ok
+        && scope_ok
+        && (names.is_empty() || names.contains(&a.name))
+}
+
+/// A metav1.LabelSelector against labels: matchLabels and matchExpressions (In, NotIn, Exists,
+/// DoesNotExist). An empty selector selects everything.
+fn selector_matches(selector: &Value, labels: &Value) -> bool {
+    let label = |k: &str| labels.get(k).and_then(Value::as_str);
+    let by_label = selector
+        .get("matchLabels")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| label(k) == v.as_str());
+    let by_expression = selector.get("matchExpressions").and_then(Value::as_array).into_iter().flatten().all(|e| {
+        let key = e.get("key").and_then(Value::as_str).unwrap_or("");
+        let values: Vec<&str> =
+            e.get("values").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+        match e.get("operator").and_then(Value::as_str) {
+            Some("In") => label(key).is_some_and(|v| values.contains(&v)),
+            Some("NotIn") => label(key).is_none_or(|v| !values.contains(&v)),
+            Some("Exists") => label(key).is_some(),
+            Some("DoesNotExist") => label(key).is_none(),
+            _ => false,
+        }
+    });
+    by_label && by_expression
+}

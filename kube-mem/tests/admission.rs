@@ -1,0 +1,332 @@
+//! Writes tied to writers, over HTTP with kube clients that authenticate by token: the shipped
+//! ValidatingAdmissionPolicy (manifests/hub/status-writers-policy.yaml) lets only the agent of a
+//! Placement's cluster write its status; the CRDs' x-kubernetes-validations rules are evaluated
+//! in CEL (422 naming the field); and a malformed or expensive expression is an answer, not a
+//! crash or a hang.
+
+use std::time::{Duration, Instant};
+
+use api::stowage::{MemberCluster, Placement};
+use api::trainer::TrainJob;
+use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube_mem::{ApiServer, UnknownTokens, UserInfo};
+use serde::Deserialize;
+use serde_json::json;
+
+const MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests");
+const TRAINJOB_CRD: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/upstream/trainer/trainer.kubeflow.org_trainjobs.yaml");
+
+const POLICY: &str = "stowage-status-writers";
+const AGENT: &str = "system:serviceaccount:stowage-system:stowage-agent-";
+
+fn docs(path: &str) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde_json::Value::deserialize(d).unwrap_or_else(|e| panic!("{path}: {e}")))
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+async fn create<K>(client: &Client, obj: serde_json::Value) -> K
+where
+    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let typed: K = serde_json::from_value(obj).expect("typed");
+    Api::<K>::all(client.clone()).create(&PostParams::default(), &typed).await.expect("create")
+}
+
+/// A hub with the Stowage CRDs and the shipped policy, and a client per writer: the agents of
+/// `east` and `west`, the dispatcher, an administrator.
+struct Hub {
+    server: ApiServer,
+    admin: Client,
+}
+
+impl Hub {
+    async fn start() -> Hub {
+        let server = ApiServer::start().await.expect("server");
+        server.add_user("admin-token", UserInfo::admin());
+        server.add_user("dispatcher-token", UserInfo::service_account("stowage-system", "stowage-dispatcher"));
+        for m in ["east", "west"] {
+            server.add_user(
+                &format!("{m}-token"),
+                UserInfo::service_account("stowage-system", &format!("stowage-agent-{m}")),
+            );
+        }
+        let admin = server.client_as("admin-token").expect("client");
+        for crd in ["placements", "memberclusters"] {
+            for d in docs(&format!("{MANIFESTS}/crds/{crd}.stowage.dev.yaml")) {
+                create::<CustomResourceDefinition>(&admin, d).await;
+            }
+        }
+        Hub { server, admin }
+    }
+
+    async fn with_policy(self) -> Hub {
+        for d in docs(&format!("{MANIFESTS}/hub/status-writers-policy.yaml")) {
+            match d["kind"].as_str() {
+                Some("ValidatingAdmissionPolicy") => {
+                    create::<ValidatingAdmissionPolicy>(&self.admin, d).await;
+                }
+                Some("ValidatingAdmissionPolicyBinding") => {
+                    create::<ValidatingAdmissionPolicyBinding>(&self.admin, d).await;
+                }
+                other => panic!("unexpected {other:?} in the policy file"),
+            }
+        }
+        self
+    }
+
+    fn as_(&self, who: &str) -> Client {
+        self.server.client_as(&format!("{who}-token")).expect("client")
+    }
+}
+
+fn placement(name: &str, cluster: &str) -> Placement {
+    serde_json::from_value(json!({"apiVersion": "stowage.dev/v1alpha1", "kind": "Placement",
+        "metadata": {"name": name, "namespace": "default", "labels": {"stowage.dev/cluster": cluster}},
+        "spec": {"trainJobUid": "uid-1", "cluster": cluster, "epoch": 1}}))
+    .expect("placement")
+}
+
+fn phase(p: &str) -> Patch<serde_json::Value> {
+    Patch::Merge(json!({"status": {"phase": p, "observedEpoch": 1}}))
+}
+
+fn api_error(e: kube::Error) -> kube::core::Status {
+    match e {
+        kube::Error::Api(s) => *s,
+        other => panic!("not an API error: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn only_the_agent_of_a_placements_cluster_writes_its_status() {
+    let hub = Hub::start().await.with_policy().await;
+    let dispatcher: Api<Placement> = Api::default_namespaced(hub.as_("dispatcher"));
+    dispatcher.create(&PostParams::default(), &placement("tj", "east")).await.expect("the dispatcher places");
+
+    // West forges a Succeeded on east's Placement: 403 with the policy's words, nothing changed.
+    let west: Api<Placement> = Api::default_namespaced(hub.as_("west"));
+    let err =
+        api_error(west.patch_status("tj", &PatchParams::default(), &phase("Succeeded")).await.expect_err("forged"));
+    assert_eq!((err.code, err.reason.as_str()), (403, "Forbidden"), "{err:?}");
+    assert_eq!(
+        err.message,
+        format!(
+            "placements.stowage.dev \"tj\" is forbidden: ValidatingAdmissionPolicy '{POLICY}' with binding '{POLICY}' \
+             denied request: only the agent of the Placement's cluster (east) may write its status, not {AGENT}west"
+        )
+    );
+    assert!(dispatcher.get("tj").await.expect("get").status.is_none(), "the forged status was not stored");
+
+    // East writes its own.
+    let east: Api<Placement> = Api::default_namespaced(hub.as_("east"));
+    let written = east.patch_status("tj", &PatchParams::default(), &phase("Running")).await.expect("own status");
+    assert_eq!(written.status.map(|s| format!("{:?}", s.phase)), Some("Running".into()));
+
+    // Nor may anyone else: the dispatcher, an administrator, a client with no registered token.
+    for who in [hub.as_("dispatcher"), hub.admin.clone(), hub.server.client_as("a-guess").expect("client")] {
+        let err = Api::<Placement>::default_namespaced(who)
+            .patch_status("tj", &PatchParams::default(), &phase("Lost"))
+            .await
+            .expect_err("not the agent");
+        assert_eq!(api_error(err).code, 403);
+    }
+
+    // The dispatcher still places and moves: create and replace the spec.
+    let mut moved = dispatcher.get("tj").await.expect("get");
+    moved.spec.cluster = Some("west".into());
+    moved.spec.epoch = 2;
+    dispatcher.replace("tj", &PostParams::default(), &moved).await.expect("the dispatcher moves it");
+    dispatcher.create(&PostParams::default(), &placement("tj2", "west")).await.expect("and places another");
+    // Now west's, no longer east's.
+    west.patch_status("tj", &PatchParams::default(), &phase("Pending")).await.expect("west's now");
+    let err = east.patch_status("tj", &PatchParams::default(), &phase("Running")).await.expect_err("east's no more");
+    assert_eq!(api_error(err).code, 403);
+
+    // An agent never writes a Placement's spec, its own member's neither.
+    let mut taken = west.get("tj2").await.expect("read");
+    taken.spec.epoch = 9;
+    let err = west.replace("tj2", &PostParams::default(), &taken).await.expect_err("agent writes spec");
+    let err = api_error(err);
+    assert_eq!(err.code, 403);
+    assert!(
+        err.message.ends_with(&format!("an agent may not create, change or delete Placements: {AGENT}west")),
+        "{}",
+        err.message
+    );
+    let err = west.delete("tj2", &DeleteParams::default()).await.expect_err("agent deletes");
+    assert_eq!(api_error(err).code, 403);
+
+    // The policy is what refuses: without its binding, west's forgery goes through.
+    Api::<ValidatingAdmissionPolicyBinding>::all(hub.admin.clone())
+        .delete(POLICY, &DeleteParams::default())
+        .await
+        .expect("unbind");
+    east.patch_status("tj", &PatchParams::default(), &phase("Succeeded")).await.expect("unprotected");
+}
+
+#[tokio::test]
+async fn an_agent_writes_its_own_membercluster_status_only() {
+    let hub = Hub::start().await.with_policy().await;
+    let admin: Api<MemberCluster> = Api::all(hub.admin.clone());
+    for m in ["east", "west"] {
+        let mc: MemberCluster =
+            serde_json::from_value(json!({"apiVersion": "stowage.dev/v1alpha1", "kind": "MemberCluster",
+                "metadata": {"name": m}, "spec": {}}))
+            .expect("mc");
+        admin.create(&PostParams::default(), &mc).await.expect("member");
+    }
+    let beat = Patch::Merge(json!({"status": {"heartbeatTime": "2026-01-01T00:00:00Z"}}));
+    let west: Api<MemberCluster> = Api::all(hub.as_("west"));
+    west.patch_status("west", &PatchParams::default(), &beat).await.expect("own heartbeat");
+    let err = api_error(west.patch_status("east", &PatchParams::default(), &beat).await.expect_err("east's heartbeat"));
+    assert_eq!(err.code, 403);
+    assert!(err.message.ends_with(&format!("not east's: {AGENT}west")), "{}", err.message);
+    assert!(admin.get("east").await.expect("get").status.and_then(|s| s.heartbeat_time).is_none());
+}
+
+#[tokio::test]
+async fn crd_validation_rules_are_evaluated_in_cel_and_refused_with_422() {
+    let server = ApiServer::start().await.expect("server");
+    let client = server.client_as("anyone").expect("client");
+    for d in docs(TRAINJOB_CRD) {
+        create::<CustomResourceDefinition>(&client, d).await;
+    }
+    let tjs: Api<TrainJob> = Api::default_namespaced(client);
+    let tj = |name: &str, extra: serde_json::Value| -> TrainJob {
+        let mut v = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": name},
+            "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"numNodes": 1}}});
+        if let (Some(spec), Some(extra)) = (v["spec"].as_object_mut(), extra.as_object()) {
+            spec.extend(extra.clone());
+        }
+        serde_json::from_value(v).expect("trainjob")
+    };
+    // `self in [...]` on spec.managedBy.
+    let err = tjs.create(&PostParams::default(), &tj("a", json!({"managedBy": "example.com/other"}))).await;
+    let err = api_error(err.expect_err("managedBy"));
+    assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"), "{err:?}");
+    assert!(
+        err.message.ends_with(
+            "spec.managedBy: Invalid value: \"string\": ManagedBy must be trainer.kubeflow.org/trainjob-controller or kueue.x-k8s.io/multikueue if set"
+        ),
+        "{}",
+        err.message
+    );
+    // `self.matches(...)` on an initializer's storageUri.
+    let bad_uri = json!({"initializer": {"dataset": {"storageUri": "no-scheme"}}});
+    let err = api_error(tjs.create(&PostParams::default(), &tj("b", bad_uri)).await.expect_err("uri"));
+    assert_eq!(err.code, 422);
+    assert!(err.message.contains("spec.initializer.dataset.storageUri: Invalid value: \"string\": storageUri may be empty, or it must be a valid URI"), "{}", err.message);
+    // What the rules allow is stored.
+    let good = json!({"managedBy": "kueue.x-k8s.io/multikueue", "initializer": {"dataset": {"storageUri": "hf://x"}}});
+    tjs.create(&PostParams::default(), &tj("c", good)).await.expect("valid");
+    // And `self == oldSelf` still makes fields immutable.
+    let err = tjs
+        .patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"managedBy": "trainer.kubeflow.org/trainjob-controller"}})),
+        )
+        .await
+        .expect_err("immutable");
+    assert!(api_error(err).message.contains("spec.managedBy: Invalid value: \"string\": field is immutable"));
+}
+
+/// A ValidatingAdmissionPolicy on ConfigMaps whose one validation is `expression`.
+fn configmap_policy(name: &str, expression: &str, failure_policy: &str) -> (serde_json::Value, serde_json::Value) {
+    (
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {"failurePolicy": failure_policy,
+                "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}]},
+                "matchConditions": [{"name": "mine", "expression": format!("object.metadata.name.startsWith('{name}')")}],
+                "validations": [{"expression": expression}]}}),
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name}, "spec": {"policyName": name, "validationActions": ["Deny"]}}),
+    )
+}
+
+#[tokio::test]
+async fn malformed_and_expensive_expressions_neither_crash_nor_hang_the_server() {
+    let server = ApiServer::start().await.expect("server");
+    let client = server.client_as("anyone").expect("client");
+    // A CRD whose rule does not compile is refused, naming the rule.
+    let mut crd = docs(&format!("{MANIFESTS}/crds/queues.stowage.dev.yaml")).remove(0);
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"] =
+        json!([{"rule": "self.spec.quotas.all(q,", "message": "broken"}]);
+    let typed: CustomResourceDefinition = serde_json::from_value(crd).expect("crd");
+    let err = Api::<CustomResourceDefinition>::all(client.clone()).create(&PostParams::default(), &typed).await;
+    let err = api_error(err.expect_err("a rule that does not compile"));
+    assert_eq!(err.code, 422);
+    assert!(
+        err.message.contains("x-kubernetes-validations[0].rule") && err.message.contains("compilation failed"),
+        "{}",
+        err.message
+    );
+
+    let deep = format!("{}true{}", "(".repeat(2000), ")".repeat(2000));
+    let cubic = "object.data.all(a, object.data.all(b, object.data.all(c, a != b || b != c || a == c)))";
+    for (name, expression, policy) in [
+        ("broken", "object.data.size() >", "Fail"),
+        ("deep", deep.as_str(), "Fail"),
+        ("cubic", cubic, "Fail"),
+        ("lenient", cubic, "Ignore"),
+    ] {
+        let (p, b) = configmap_policy(name, expression, policy);
+        create::<ValidatingAdmissionPolicy>(&client, p).await;
+        create::<ValidatingAdmissionPolicyBinding>(&client, b).await;
+    }
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let big: serde_json::Map<String, serde_json::Value> = (0..2000).map(|i| (format!("k{i}"), json!("v"))).collect();
+    let cm = |name: &str| -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": name}, "data": big})).expect("cm")
+    };
+    for (name, why) in
+        [("broken", "compilation failed"), ("deep", "compilation failed"), ("cubic", "exceeded the cost budget")]
+    {
+        let started = Instant::now();
+        let err = api_error(cms.create(&PostParams::default(), &cm(name)).await.expect_err(name));
+        assert!(started.elapsed() < Duration::from_secs(5), "{name} took {:?}", started.elapsed());
+        assert_eq!(err.code, 422, "{name}: {err:?}");
+        assert!(
+            err.message.contains(&format!("ValidatingAdmissionPolicy '{name}' with binding '{name}' denied request")),
+            "{}",
+            err.message
+        );
+        assert!(err.message.contains(why), "{name}: {}", err.message);
+    }
+    // failurePolicy Ignore: the same runaway expression admits.
+    cms.create(&PostParams::default(), &cm("lenient")).await.expect("ignored failure");
+    // And the server answers as before.
+    let started = Instant::now();
+    cms.create(&PostParams::default(), &cm("plain")).await.expect("unaffected");
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test]
+async fn unknown_tokens_are_anonymous_unless_the_server_refuses_them() {
+    let server = ApiServer::start().await.expect("server");
+    server.add_user("known", UserInfo::admin());
+    let cms = |token: &str| Api::<ConfigMap>::default_namespaced(server.client_as(token).expect("client"));
+    cms("a-guess").list(&Default::default()).await.expect("anonymous is let in by default");
+    server.set_unknown_tokens(UnknownTokens::Refuse);
+    let err = api_error(cms("a-guess").list(&Default::default()).await.expect_err("refused"));
+    assert_eq!((err.code, err.reason.as_str()), (401, "Unauthorized"));
+    cms("known").list(&Default::default()).await.expect("a registered token");
+    server.faults().record_accesses();
+    cms("known").list(&Default::default()).await.expect("a registered token");
+    assert_eq!(server.faults().accesses()[0].username, "kubernetes-admin");
+}
