@@ -2,8 +2,9 @@
 //!
 //! Reflectors keep caches of the six kinds it reads; any change (or the resync tick, which
 //! drives time-based decisions such as a member's grace period) wakes a cycle. It keeps nothing
-//! between cycles but the writes its caches have not caught up with yet, so a restart or a new
-//! leader rebuilds everything from hub objects. Placement writes are conditional (create, or
+//! between cycles but the writes its caches have not caught up with yet and since when each
+//! placement reported Running has gone uncounted, so a restart or a new leader rebuilds
+//! everything from hub objects (and waits a grace period before calling such a placement lost). Placement writes are conditional (create, or
 //! replace at the observed resourceVersion), so a deposed leader racing a new one cannot leave
 //! two answers. Failed cycles back off exponentially.
 
@@ -11,18 +12,20 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use api::stowage::{CLUSTER_LABEL, MemberCluster, Placement, Queue};
+use api::stowage::{MemberCluster, Placement, Queue};
 use api::trainer::{ClusterTrainingRuntime, TrainJob, TrainingRuntime};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
-use kube::{Client, Resource};
 use kube_shell::backoff::Backoff;
 use kube_shell::watch::{self, Watches};
 use serde_json::json;
 
-use crate::decide::{Observed, PlacementWrite, Plan, QueueStatusWrite, Settings, StatusWrite, decide};
+use crate::decide::{
+    MemberConditionWrite, Observed, PlacementWrite, Plan, QueueStatusWrite, Settings, StatusWrite, decide,
+};
 use crate::leader::{self, LeaderConfig, Leadership};
 use crate::metrics::Metrics;
 use futures::StreamExt;
@@ -109,6 +112,7 @@ impl Caches {
             members: watch::snapshot(&self.members),
             placements: watch::snapshot(&self.placements),
             queues: watch::snapshot(&self.queues),
+            uncounted_since: BTreeMap::new(),
         }
     }
 }
@@ -122,11 +126,15 @@ struct Written {
         (String, String),
         (Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>, Vec<api::trainer::JobStatus>),
     >,
+    /// The last cycle's memory of placements reported Running and not counted (see
+    /// [`Observed::uncounted_since`]); forgotten with the leadership.
+    uncounted_since: BTreeMap<api::stowage::PlacementKey, k8s_openapi::jiff::Timestamp>,
 }
 
 impl Written {
     /// Lays unseen writes over the observed objects, forgetting those the caches now show.
     fn overlay(&mut self, o: &mut Observed) {
+        o.uncounted_since = self.uncounted_since.clone();
         let key =
             |m: &kube::api::ObjectMeta| (m.namespace.clone().unwrap_or_default(), m.name.clone().unwrap_or_default());
         self.placements.retain(|k, ours| match o.placements.iter_mut().find(|p| key(&p.metadata) == *k) {
@@ -153,29 +161,13 @@ impl Written {
     }
 }
 
-fn placement_object(w: &PlacementWrite) -> Placement {
-    let mut p = Placement::new(&w.name, w.spec.clone());
-    p.metadata.namespace = Some(w.namespace.clone());
-    p.metadata.resource_version = w.replaces.clone();
-    p.metadata.labels = w.spec.cluster.clone().map(|c| [(CLUSTER_LABEL.to_string(), c)].into());
-    p.metadata.owner_references = Some(vec![OwnerReference {
-        api_version: TrainJob::api_version(&()).into_owned(),
-        kind: "TrainJob".into(),
-        name: w.name.clone(),
-        uid: w.owner_uid.clone(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    }]);
-    p
-}
-
 /// Writes in flight at once: a burst of TrainJobs is placed in one cycle, and its writes should
 /// not queue behind each other's round trips.
 const CONCURRENT_WRITES: usize = 16;
 
 async fn write_placement(hub: &Client, w: &PlacementWrite) -> Result<Option<Placement>, Error> {
     let api = Api::<Placement>::namespaced(hub.clone(), &w.namespace);
-    let p = placement_object(w);
+    let p = w.object();
     let result = match &w.replaces {
         None => api.create(&PostParams::default(), &p).await,
         Some(_) => api.replace(&w.name, &PostParams::default(), &p).await,
@@ -202,6 +194,20 @@ async fn write_status(hub: &Client, s: &StatusWrite) -> Result<(), Error> {
             what: "TrainJob status",
             namespace: s.namespace.clone(),
             name: s.name.clone(),
+            source,
+        })
+}
+
+async fn write_member_conditions(hub: &Client, m: &MemberConditionWrite) -> Result<(), Error> {
+    let body = json!({"status": {"conditions": m.conditions}});
+    Api::<MemberCluster>::all(hub.clone())
+        .patch_status(&m.name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::Write {
+            what: "MemberCluster conditions",
+            namespace: String::new(),
+            name: m.name.clone(),
             source,
         })
 }
@@ -265,9 +271,14 @@ async fn apply(hub: &Client, plan: &Plan, written: &mut Written, metrics: &Metri
             Err(e) => first_error = first_error.or(Some(e)),
         }
     }
-    // A few Queues at most: written one after another.
+    // A few Queues and refused members at most: written one after another.
     for q in &plan.queues {
         if let Err(e) = write_queue_status(hub, q).await {
+            first_error = first_error.or(Some(e));
+        }
+    }
+    for m in &plan.members {
+        if let Err(e) = write_member_conditions(hub, m).await {
             first_error = first_error.or(Some(e));
         }
     }
@@ -279,6 +290,7 @@ async fn apply(hub: &Client, plan: &Plan, written: &mut Written, metrics: &Metri
 async fn cycle(hub: &Client, observed: &Observed, opts: &Options, written: &mut Written) -> Result<Plan, Error> {
     let started = std::time::Instant::now();
     let plan = decide(observed, &opts.config, &opts.settings, Time(k8s_openapi::jiff::Timestamp::now()));
+    written.uncounted_since = plan.uncounted_since.clone();
     let result = apply(hub, &plan, written, &opts.metrics).await;
     opts.metrics.cycles.inc();
     opts.metrics.cycle_seconds.observe(started.elapsed().as_secs_f64());

@@ -226,87 +226,71 @@ pub type NodeGroup = (String, Vec<String>, String, u32, NodeClassReport);
 /// Where a placement's bound pods are: (pod set, host, pods), keyed by (member, `<uid>/<epoch>`).
 pub type Bound = BTreeMap<(String, String), Vec<(String, DomainId, u32)>>;
 
+/// The most nodes one member may report: each becomes a host in every cycle's snapshot.
+pub const MAX_MEMBER_NODES: u64 = 100_000;
+/// The most GPUs one reported node may have.
+pub const MAX_GPUS_PER_NODE: u32 = 1024;
+/// The most topology levels a member may report.
+pub const MAX_LEVELS: usize = 16;
+
+/// Whether a member's report can be read at all: sizes within bounds, checked before anything
+/// is allocated for them, and a fleet of it alone builds. A member that fails is left out of the
+/// snapshot by itself; the rest of the fleet is untouched.
+pub fn check_member(m: &MemberCluster) -> Result<(), FleetTranslateError> {
+    let name = m.metadata.name.clone().unwrap_or_default();
+    let Some(status) = m.status.as_ref() else { return Ok(()) };
+    if status.topology_levels.len() > MAX_LEVELS {
+        return Err(FleetTranslateError::Level {
+            member: name,
+            index: MAX_LEVELS,
+            problem: format!("{} levels reported, at most {MAX_LEVELS} are read", status.topology_levels.len()),
+        });
+    }
+    let mut nodes: u64 = 0;
+    for (i, d) in status.domains.iter().enumerate() {
+        let domain = |problem: String| FleetTranslateError::Domain { member: name.clone(), index: i, problem };
+        if d.gpus_per_node > MAX_GPUS_PER_NODE {
+            return Err(domain(format!("gpusPerNode: {} is more than {MAX_GPUS_PER_NODE}", d.gpus_per_node)));
+        }
+        if d.free_histogram.len() > d.gpus_per_node as usize + 1 {
+            return Err(domain(format!(
+                "freeHistogram: {} entries for nodes of {} GPUs (at most one per free count, 0 to {})",
+                d.free_histogram.len(),
+                d.gpus_per_node,
+                d.gpus_per_node
+            )));
+        }
+        nodes += u64::from(d.nodes);
+        if nodes > MAX_MEMBER_NODES {
+            return Err(domain(format!("nodes: the member reports more than {MAX_MEMBER_NODES} nodes in all")));
+        }
+        if d.free_gpus > u64::from(d.nodes) * u64::from(d.gpus_per_node) {
+            return Err(domain(format!(
+                "freeGpus: {} is more than {} nodes of {} GPUs hold",
+                d.free_gpus, d.nodes, d.gpus_per_node
+            )));
+        }
+    }
+    let (mut b, mut frees) = (FleetBuilder::new(), Vec::new());
+    if !add_member(&mut b, &mut frees, m)? {
+        return Ok(());
+    }
+    b.build().map(|_| ()).map_err(|source| FleetTranslateError::Fleet { member: name, source })
+}
+
 /// The fleet as the members report it, its free capacity, and which hosts stand for which
 /// reported nodes. Each reported domain holds `nodes` identical nodes whose free GPUs follow its
 /// histogram; they become hosts `<domain>/node-<i>` below it. Members that report nothing yet
-/// are left out.
+/// are left out. The members are those [`check_member`] accepted.
 pub fn fleet(members: &[MemberCluster]) -> Result<(Fleet, Capacity, Hosts), FleetTranslateError> {
     let mut b = FleetBuilder::new();
     // Each host made: its group, its name, and the free GPUs it stands for.
     let mut frees: Vec<(NodeGroup, String, u32)> = Vec::new();
     let mut reported = 0;
     for m in members {
-        let name = m.metadata.name.clone().unwrap_or_default();
-        let Some(status) = m.status.as_ref().filter(|s| !s.domains.is_empty()) else { continue };
-        let mut levels = Vec::new();
-        for (i, l) in status.topology_levels.iter().enumerate() {
-            let level: Level = l.level.parse().map_err(|e: scheduler_core::topology::UnknownLevel| {
-                FleetTranslateError::Level { member: name.clone(), index: i, problem: e.to_string() }
-            })?;
-            if level != Level::Host {
-                levels.push(LevelInfo { level, label: l.node_label.clone() });
-            }
+        if add_member(&mut b, &mut frees, m)? {
+            reported += 1;
         }
-        let id = b
-            .cluster(&name, &levels, m.spec.labels.clone(), m.spec.cost_weight)
-            .map_err(|source| FleetTranslateError::Fleet { member: name.clone(), source })?;
-        for (i, d) in status.domains.iter().enumerate() {
-            if d.path.len() != levels.len() {
-                return Err(FleetTranslateError::Domain {
-                    member: name.clone(),
-                    index: i,
-                    problem: format!(
-                        "path has {} values, the member reports {} levels above hosts",
-                        d.path.len(),
-                        levels.len()
-                    ),
-                });
-            }
-            let free_total: u64 = d.free_histogram.iter().enumerate().map(|(k, n)| k as u64 * u64::from(*n)).sum();
-            let listed: u32 = d.free_histogram.iter().sum();
-            if !d.free_histogram.is_empty() && (listed != d.nodes || free_total != d.free_gpus) {
-                return Err(FleetTranslateError::Domain {
-                    member: name.clone(),
-                    index: i,
-                    problem: "freeHistogram disagrees with nodes or freeGpus".into(),
-                });
-            }
-            // Free per node: from the histogram, largest first, else spread evenly.
-            let mut node_free: Vec<u32> = d
-                .free_histogram
-                .iter()
-                .enumerate()
-                .rev()
-                .flat_map(|(k, &n)| std::iter::repeat_n(k as u32, n as usize))
-                .collect();
-            if node_free.is_empty() {
-                let per = d.free_gpus / u64::from(d.nodes.max(1));
-                node_free = vec![per as u32; d.nodes as usize];
-            }
-            let group: NodeGroup = (name.clone(), d.path.clone(), d.flavor.clone(), d.gpus_per_node, d.class.clone());
-            let class = class_of(&d.class);
-            for (n, free) in node_free.into_iter().enumerate() {
-                // Unique within the domain: groups of one domain differ in flavor, size or class.
-                let host = format!("{}/{i}/node-{n}", d.path.join("/"));
-                let mut path = d.path.clone();
-                path.push(host.clone());
-                b.node(
-                    id,
-                    NodeInput {
-                        path: path.clone(),
-                        gpu_flavor: Some(&d.flavor),
-                        class: class.clone(),
-                        gpus: d.gpus_per_node,
-                        // Unreported: do not let CPU or memory block a fit the member may allow.
-                        cpu_milli: d.cpu_milli_per_node.unwrap_or(UNREPORTED),
-                        memory_mib: d.memory_mib_per_node.unwrap_or(UNREPORTED),
-                    },
-                )
-                .map_err(|source| FleetTranslateError::Fleet { member: name.clone(), source })?;
-                frees.push((group.clone(), host, free));
-            }
-        }
-        reported += 1;
     }
     if reported == 0 {
         return Err(FleetTranslateError::Fleet { member: "(none)".into(), source: FleetError::Empty });
@@ -334,6 +318,86 @@ pub fn fleet(members: &[MemberCluster]) -> Result<(Fleet, Capacity, Hosts), Flee
     }
     capacity.commit();
     Ok((fleet, capacity, hosts))
+}
+
+/// Adds one member's report to the builder, its hosts' free GPUs to `frees`; `false` when it
+/// reports no capacity yet.
+fn add_member(
+    b: &mut FleetBuilder,
+    frees: &mut Vec<(NodeGroup, String, u32)>,
+    m: &MemberCluster,
+) -> Result<bool, FleetTranslateError> {
+    let name = m.metadata.name.clone().unwrap_or_default();
+    let Some(status) = m.status.as_ref().filter(|s| !s.domains.is_empty()) else { return Ok(false) };
+    let mut levels = Vec::new();
+    for (i, l) in status.topology_levels.iter().enumerate() {
+        let level: Level = l.level.parse().map_err(|e: scheduler_core::topology::UnknownLevel| {
+            FleetTranslateError::Level { member: name.clone(), index: i, problem: e.to_string() }
+        })?;
+        if level != Level::Host {
+            levels.push(LevelInfo { level, label: l.node_label.clone() });
+        }
+    }
+    let id = b
+        .cluster(&name, &levels, m.spec.labels.clone(), m.spec.cost_weight)
+        .map_err(|source| FleetTranslateError::Fleet { member: name.clone(), source })?;
+    for (i, d) in status.domains.iter().enumerate() {
+        if d.path.len() != levels.len() {
+            return Err(FleetTranslateError::Domain {
+                member: name.clone(),
+                index: i,
+                problem: format!(
+                    "path has {} values, the member reports {} levels above hosts",
+                    d.path.len(),
+                    levels.len()
+                ),
+            });
+        }
+        let free_total: u64 = d.free_histogram.iter().enumerate().map(|(k, n)| k as u64 * u64::from(*n)).sum();
+        let listed: u64 = d.free_histogram.iter().map(|&n| u64::from(n)).sum();
+        if !d.free_histogram.is_empty() && (listed != u64::from(d.nodes) || free_total != d.free_gpus) {
+            return Err(FleetTranslateError::Domain {
+                member: name.clone(),
+                index: i,
+                problem: "freeHistogram disagrees with nodes or freeGpus".into(),
+            });
+        }
+        // Free per node: from the histogram, largest first, else spread evenly.
+        let mut node_free: Vec<u32> = d
+            .free_histogram
+            .iter()
+            .enumerate()
+            .rev()
+            .flat_map(|(k, &n)| std::iter::repeat_n(k as u32, n as usize))
+            .collect();
+        if node_free.is_empty() {
+            let per = d.free_gpus / u64::from(d.nodes.max(1));
+            node_free = vec![per as u32; d.nodes as usize];
+        }
+        let group: NodeGroup = (name.clone(), d.path.clone(), d.flavor.clone(), d.gpus_per_node, d.class.clone());
+        let class = class_of(&d.class);
+        for (n, free) in node_free.into_iter().enumerate() {
+            // Unique within the domain: groups of one domain differ in flavor, size or class.
+            let host = format!("{}/{i}/node-{n}", d.path.join("/"));
+            let mut path = d.path.clone();
+            path.push(host.clone());
+            b.node(
+                id,
+                NodeInput {
+                    path: path.clone(),
+                    gpu_flavor: Some(&d.flavor),
+                    class: class.clone(),
+                    gpus: d.gpus_per_node,
+                    // Unreported: do not let CPU or memory block a fit the member may allow.
+                    cpu_milli: d.cpu_milli_per_node.unwrap_or(UNREPORTED),
+                    memory_mib: d.memory_mib_per_node.unwrap_or(UNREPORTED),
+                },
+            )
+            .map_err(|source| FleetTranslateError::Fleet { member: name.clone(), source })?;
+            frees.push((group.clone(), host, free));
+        }
+    }
+    Ok(true)
 }
 
 /// Where the bound pods of each placement (`<uid>/<epoch>`) are on the hub's hosts, per member:

@@ -7,7 +7,7 @@ use api::stowage::{
 };
 use api::trainer::{ClusterTrainingRuntime, TrainJob, TrainJobStatus};
 use dispatcher::decide::{Observed, Plan, Settings, decide};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use scheduler_core::Config;
 use serde_json::json;
@@ -69,8 +69,7 @@ fn settings() -> Settings {
 /// What the hub holds after `plan` is written: its Placements and TrainJob statuses.
 fn written(mut o: Observed, plan: &Plan) -> Observed {
     for (i, w) in plan.placements.iter().enumerate() {
-        let mut p = Placement::new(&w.name, w.spec.clone());
-        p.metadata.namespace = Some(w.namespace.clone());
+        let mut p = w.object();
         p.metadata.resource_version = Some(format!("rv-{i}-{}", w.spec.epoch));
         p.status =
             o.placements.iter().find(|old| old.metadata.name == p.metadata.name).and_then(|old| old.status.clone());
@@ -127,8 +126,127 @@ fn a_trainjob_is_placed_once_and_deciding_again_writes_nothing() {
     // Running: Stowage's own condition is gone, as Trainer's conditions read for a running job
     // (and the Kubeflow SDK reads Running only from none).
     assert_eq!(running.statuses[0].conditions, vec![]);
-    let o = written(o, &running);
+    let mut o = written(o, &running);
+    // Its member counts its pods: nothing to write, nothing to remember.
+    count(&mut o, "u1/1");
     assert_eq!(decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(20)), Plan::default());
+}
+
+/// The placed member's report counts the placement's pods (`<uid>/<epoch>`).
+fn count(o: &mut Observed, key: &str) {
+    let cluster = o.placements[0].spec.cluster.clone().expect("placed");
+    let m = o.members.iter_mut().find(|m| m.metadata.name.as_deref() == Some(&cluster)).expect("member");
+    m.status.as_mut().expect("status").counted.push(key.into());
+}
+
+fn member_condition<'p>(plan: &'p Plan, name: &str) -> Option<&'p Condition> {
+    plan.members.iter().find(|m| m.name == name)?.conditions.iter().find(|c| c.type_ == "ReportAccepted")
+}
+
+/// One member's report that cannot be read (a path that disagrees with its levels, absurd
+/// sizes, an unreadable heartbeat) leaves that member out, with a condition saying why; the
+/// rest of the fleet places as before.
+#[test]
+fn a_member_whose_report_cannot_be_read_is_left_out_alone_with_a_condition_naming_the_field() {
+    let mut bad_path = member("a", 1);
+    bad_path.status.as_mut().expect("status").domains[0].path.push("extra".into());
+    let mut huge = member("c", 1);
+    let d = &mut huge.status.as_mut().expect("status").domains[0];
+    (d.nodes, d.free_histogram) = (4_000_000_000, Vec::new());
+    let o = observed(vec![bad_path, member("b", 1), huge]);
+    let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), Time(now()));
+    assert_eq!(plan.placements.len(), 1, "{plan:#?}");
+    assert_eq!(plan.placements[0].spec.cluster.as_deref(), Some("b"));
+    let a = member_condition(&plan, "a").expect("a's condition");
+    assert_eq!((a.status.as_str(), a.reason.as_str()), ("False", "InvalidReport"));
+    assert!(a.message.contains("status.domains[0]: path has 2 values, the member reports 1 levels"), "{}", a.message);
+    let c = member_condition(&plan, "c").expect("c's condition");
+    assert!(c.message.contains("nodes: the member reports more than 100000 nodes"), "{}", c.message);
+    assert!(member_condition(&plan, "b").is_none(), "a good member gets no write");
+}
+
+#[test]
+fn an_unreadable_heartbeat_keeps_what_runs_there_for_the_grace_then_moves_it() {
+    let (mut o, first) = placed_and_running(vec![member("a", 1), member("b", 1)]);
+    count(&mut o, "u1/1");
+    let m = o.members.iter_mut().find(|m| m.metadata.name.as_deref() == Some(first.as_str())).expect("member");
+    m.status.as_mut().expect("status").heartbeat_time = Some("yesterday".into());
+    let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(30));
+    assert!(plan.placements.is_empty(), "not re-placed at once: {plan:#?}");
+    let c = member_condition(&plan, &first).expect("condition");
+    assert!(c.message.starts_with("status.heartbeatTime: \"yesterday\" is not an RFC 3339 time"), "{}", c.message);
+    assert_eq!(c.last_transition_time, at(30));
+    // The condition stays; the grace runs from its transition.
+    let m = o.members.iter_mut().find(|m| m.metadata.name.as_deref() == Some(first.as_str())).expect("member");
+    m.status.as_mut().expect("status").conditions = vec![c.clone()];
+    assert!(decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(140)).placements.is_empty());
+    let moved = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(160));
+    let w = &moved.placements[0];
+    assert_eq!((w.spec.epoch, w.spec.backoff[0].reason.as_str()), (2, "MemberUnusable"));
+    assert_ne!(w.spec.cluster.as_deref(), Some(first.as_str()));
+    // Readable again: the condition turns True.
+    let m = o.members.iter_mut().find(|m| m.metadata.name.as_deref() == Some(first.as_str())).expect("member");
+    m.status.as_mut().expect("status").heartbeat_time = Some(at(155).0.to_string());
+    let back = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(160));
+    assert_eq!(member_condition(&back, &first).map(|c| c.status.as_str()), Some("True"));
+}
+
+/// `spec.cluster` edited by hand, its label left: no agent owns it as it stands, so it is
+/// placed again at a new epoch, without a back-off from either member.
+#[test]
+fn a_placement_whose_cluster_was_edited_by_hand_is_placed_again_not_lost() {
+    let (mut o, first) = placed_and_running(vec![member("a", 1), member("b", 1)]);
+    let other = if first == "a" { "b" } else { "a" };
+    o.placements[0].spec.cluster = Some(other.into());
+    let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(30));
+    let w = &plan.placements[0];
+    assert_eq!(w.spec.epoch, 2);
+    assert!(w.spec.backoff.is_empty(), "{:?}", w.spec.backoff);
+    let labelled = w.object().metadata.labels.and_then(|l| l.get(api::stowage::CLUSTER_LABEL).cloned());
+    assert_eq!(labelled, w.spec.cluster, "written consistent again");
+}
+
+/// A `Succeeded` the member's own capacity report contradicts (its pods still counted running)
+/// does not finish the TrainJob; once the pods are gone it does.
+#[test]
+fn a_finished_claim_its_members_report_contradicts_does_not_finish_the_trainjob() {
+    let (mut o, _) = placed_and_running(vec![member("a", 1), member("b", 1)]);
+    count(&mut o, "u1/1");
+    report(&mut o, PlacementPhase::Succeeded, 1);
+    let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(30));
+    let complete = |plan: &Plan| {
+        plan.statuses.iter().flat_map(|s| &s.conditions).any(|c| c.type_ == "Complete" && c.status == "True")
+    };
+    assert!(!complete(&plan), "{plan:#?}");
+    for m in &mut o.members {
+        m.status.as_mut().expect("status").counted.clear();
+    }
+    assert!(complete(&decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(31))));
+}
+
+/// Reported Running, then no longer counted by its member (the JobSet gone without a report):
+/// after the grace period the placement is lost and moves; a new count in time stops the clock.
+#[test]
+fn a_running_placement_its_member_stops_counting_is_lost_after_the_grace() {
+    let (mut o, first) = placed_and_running(vec![member("a", 1), member("b", 1)]);
+    let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(10));
+    assert!(plan.placements.is_empty());
+    let since = plan.uncounted_since.values().next().copied().expect("remembered");
+    assert_eq!(since, at(10).0);
+    o.uncounted_since = plan.uncounted_since.clone();
+    // The members keep reporting, without it.
+    for m in &mut o.members {
+        m.status.as_mut().expect("status").heartbeat_time = Some(at(130).0.to_string());
+    }
+    assert!(decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(130)).placements.is_empty());
+    let lost = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(140));
+    let w = &lost.placements[0];
+    assert_eq!((w.spec.epoch, w.spec.backoff[0].reason.as_str()), (2, "Lost"));
+    assert_ne!(w.spec.cluster.as_deref(), Some(first.as_str()));
+    // Counted again within the grace: nothing moves, nothing is remembered.
+    count(&mut o, "u1/1");
+    let kept = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(140));
+    assert!(kept.placements.is_empty() && kept.uncounted_since.is_empty(), "{kept:#?}");
 }
 
 /// Places the TrainJob, reports it running there, and returns the hub state and its member.
@@ -306,6 +424,7 @@ fn three_of_four_nodes_busy() -> Observed {
     };
     let mut p = Placement::new("running", spec);
     p.metadata.namespace = Some("ml".into());
+    p.metadata.labels = Some([(api::stowage::CLUSTER_LABEL.to_string(), "m".to_string())].into());
     p.metadata.resource_version = Some("rv-1".into());
     o.placements = vec![p];
     o.placements[0].status = Some(PlacementStatus {

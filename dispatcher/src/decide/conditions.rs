@@ -1,7 +1,8 @@
 //! Every condition the dispatcher writes, made here and nowhere else: on TrainJobs, Trainer's
 //! `Suspended`, `Complete` and `Failed` (with Trainer's reasons and messages) and Stowage's own
 //! `Pending` (why it waits) and `Preempted`, which are gone once its pods run, so a running
-//! TrainJob's conditions read as Trainer's would; on Queues, `Active`.
+//! TrainJob's conditions read as Trainer's would; on Queues, `Active`; on MemberClusters whose
+//! report was refused, `ReportAccepted`.
 
 use api::trainer::TrainJobCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -102,4 +103,15 @@ pub(super) fn queue_active(problem: Option<&str>, now: &Time) -> Condition {
         Some(problem) => condition("Active", false, "InvalidSpec", problem.to_string(), now),
         None => condition("Active", true, "Ready", "can admit TrainJobs".into(), now),
     }
+}
+
+/// On a MemberCluster whose report the dispatcher cannot read: left out of the snapshot.
+pub(super) fn report_refused(problem: &str, now: &Time) -> Condition {
+    let message = format!("{problem}; nothing new is placed here until the report reads");
+    condition(super::members::REPORT_ACCEPTED, false, "InvalidReport", message, now)
+}
+
+/// On a MemberCluster whose report reads again.
+pub(super) fn report_accepted(now: &Time) -> Condition {
+    condition(super::members::REPORT_ACCEPTED, true, "ReportReads", "the member's report reads".into(), now)
 }

@@ -1,10 +1,13 @@
 //! Where each unfinished TrainJob is in its life ([`JobState`]), read from the TrainJob, its
 //! Placement and the members' reports; and what its member reports, mirrored into its status.
 
-use api::stowage::{CHECKPOINT_ANNOTATION, ClusterBackoff, Placement, PlacementKey, PlacementPhase, PlacementStatus};
+use api::stowage::{
+    CHECKPOINT_ANNOTATION, CLUSTER_LABEL, ClusterBackoff, Placement, PlacementKey, PlacementPhase, PlacementStatus,
+};
 use api::trainer::{JobStatus, KUEUE_MULTIKUEUE_MANAGED_BY, Runtime, TrainJob, TrainJobCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::ResourceExt;
 use scheduler_core::{ClusterFilter, Gang};
 
 use super::members::Members;
@@ -18,6 +21,9 @@ pub(super) struct Job<'a> {
     pub(super) conditions: Vec<Condition>,
     pub(super) jobs: Vec<JobStatus>,
     pub(super) state: JobState<'a>,
+    /// Reported Running by its member, whose report has not counted its pods since then: its
+    /// JobSet may be gone without a word (see [`Observed::uncounted_since`]).
+    pub(super) uncounted: Option<(PlacementKey, Timestamp)>,
 }
 
 /// A TrainJob's lifecycle as the dispatcher drives it.
@@ -96,8 +102,14 @@ pub(super) fn job<'a>(
     now: &Time,
 ) -> Job<'a> {
     let (ns, name) = key(&tj.metadata);
-    let (conditions, jobs) = mirror(tj, placement, now);
-    let mut job = Job { tj, conditions, jobs, state: JobState::Blocked };
+    // A member's claim that the job finished while its own report still counts the job's pods
+    // running is not believed (a forged or confused status): the job stays running.
+    let claim_contradicted = placement.is_some_and(|p| contradicted(p, members));
+    if claim_contradicted {
+        tracing::warn!(trainjob = %format!("{ns}/{name}"), "placement status says finished, its member counts its pods running: not believed");
+    }
+    let (conditions, jobs) = mirror(tj, placement.filter(|_| !claim_contradicted), now);
+    let mut job = Job { tj, conditions, jobs, state: JobState::Blocked, uncounted: None };
     if tj.spec.suspend == Some(true) {
         conditions::started(&mut job.conditions);
         conditions::upsert(&mut job.conditions, conditions::suspended(now));
@@ -128,10 +140,27 @@ pub(super) fn job<'a>(
     };
     let replaces = p.metadata.resource_version.clone();
     let status = current_status(p);
-    job.state = match (withdrawal(p, members), &p.spec.cluster) {
+    let key = PlacementKey { uid: p.spec.train_job_uid.clone(), epoch: p.spec.epoch };
+    // Reported Running, not counted by its member for the grace period: lost without a report.
+    let uncounted = match (&p.spec.cluster, status.map(|s| s.phase)) {
+        (Some(cluster), Some(PlacementPhase::Running)) if members.keeps(cluster) && !members.counts(cluster, &key) => {
+            Some(o.uncounted_since.get(&key).copied().unwrap_or(t))
+        }
+        _ => None,
+    };
+    job.uncounted = uncounted.map(|since| (key.clone(), since));
+    let vanished = uncounted.filter(|since| t.duration_since(*since).unsigned_abs() > settings.member_grace).map(|_| {
+        let cluster = p.spec.cluster.as_deref().unwrap_or_default();
+        let grace = settings.member_grace.as_secs();
+        ("Lost", format!("member {cluster} reported it Running but has not counted its pods for {grace} s: its JobSet is gone"))
+    });
+    job.state = match (withdrawal(p, members).or(vanished), &p.spec.cluster) {
         (Some((reason, message)), Some(cluster)) => {
             tracing::info!(trainjob = %format!("{ns}/{name}"), %cluster, reason, %message, "withdrawing");
-            let backoff = back_off(&p.spec.backoff, cluster, reason, settings, t);
+            let backoff = match reason {
+                EDITED => p.spec.backoff.clone(),
+                _ => back_off(&p.spec.backoff, cluster, reason, settings, t),
+            };
             gang.clusters.avoid.extend(backed_off(&backoff, t));
             let epoch = p.spec.epoch + 1;
             JobState::Waiting(Box::new(Waiting { gang, epoch, backoff, replaces, leaving: true, evicting: None }))
@@ -154,8 +183,9 @@ pub(super) fn job<'a>(
             JobState::Waiting(Box::new(Waiting { gang, epoch, backoff, replaces, leaving: false, evicting }))
         }
         (None, Some(cluster)) => {
-            let key = PlacementKey { uid: p.spec.train_job_uid.clone(), epoch: p.spec.epoch };
-            if matches!(status.map(|s| s.phase), Some(PlacementPhase::Succeeded | PlacementPhase::Failed)) {
+            if !claim_contradicted
+                && matches!(status.map(|s| s.phase), Some(PlacementPhase::Succeeded | PlacementPhase::Failed))
+            {
                 JobState::Finished
             } else if members.counts(cluster, &key) {
                 // Its GPUs are in the member's report; its quota is only here.
@@ -237,6 +267,19 @@ fn current_status(p: &Placement) -> Option<&PlacementStatus> {
     p.status.as_ref().filter(|s| s.observed_epoch == p.spec.epoch)
 }
 
+/// The placement's member reports it finished at its current epoch while that member's own
+/// capacity report still counts its pods running.
+fn contradicted(p: &Placement, members: &Members<'_>) -> bool {
+    let (Some(cluster), Some(status)) = (p.spec.cluster.as_deref(), current_status(p)) else { return false };
+    matches!(status.phase, PlacementPhase::Succeeded | PlacementPhase::Failed)
+        && members.counts(cluster, &PlacementKey { uid: p.spec.train_job_uid.clone(), epoch: p.spec.epoch })
+}
+
+/// The withdrawal reason for a Placement whose `spec.cluster` disagrees with its label: no
+/// agent owns it as it stands (the one labelled fences it, the one named never sees it), so it
+/// is placed again at a new epoch, with no back-off from either member.
+const EDITED: &str = "PlacementEdited";
+
 /// Why a placed TrainJob must leave its member, if it must.
 fn withdrawal(p: &Placement, members: &Members<'_>) -> Option<(&'static str, String)> {
     let cluster = p.spec.cluster.as_deref()?;
@@ -250,7 +293,17 @@ fn withdrawal(p: &Placement, members: &Members<'_>) -> Option<(&'static str, Str
         Some(PlacementPhase::Lost) => {
             Some(("Lost", status.and_then(|s| s.message.clone()).unwrap_or_else(|| "the JobSet disappeared".into())))
         }
-        _ if !members.is_live(cluster) => Some(("MemberSilent", format!("member {cluster} stopped reporting"))),
+        _ if !members.keeps(cluster) => Some(match members.refusal(cluster) {
+            Some(problem) => ("MemberUnusable", format!("member {cluster}'s report is refused: {problem}")),
+            None => ("MemberSilent", format!("member {cluster} stopped reporting")),
+        }),
+        _ if p.labels().get(CLUSTER_LABEL).map(String::as_str) != Some(cluster) => Some((
+            EDITED,
+            format!(
+                "spec.cluster was changed to {cluster} by hand while labelled {CLUSTER_LABEL}={}: placed again",
+                p.labels().get(CLUSTER_LABEL).map_or("(none)", String::as_str)
+            ),
+        )),
         _ => None,
     }
 }
@@ -317,7 +370,8 @@ mod tests {
         let placements = placement
             .map(|spec| {
                 serde_json::from_value(json!({"apiVersion": "stowage.dev/v1alpha1", "kind": "Placement",
-                    "metadata": {"name": "t", "namespace": "ml", "resourceVersion": "7"}, "spec": spec,
+                    "metadata": {"name": "t", "namespace": "ml", "resourceVersion": "7",
+                                 "labels": {CLUSTER_LABEL: spec["cluster"]}}, "spec": spec,
                     "status": {"phase": "Running", "observedEpoch": 1}}))
                 .expect("placement")
             })

@@ -27,9 +27,11 @@ mod writes;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use api::stowage::{MemberCluster, Placement, PlacementSpec, Queue, QueueStatus};
+use api::stowage::{CLUSTER_LABEL, MemberCluster, Placement, PlacementKey, PlacementSpec, Queue, QueueStatus};
 use api::trainer::{ClusterTrainingRuntime, JobStatus, TrainJob, TrainingRuntime};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::Resource;
 use scheduler_core::Config;
 
 pub use api::stowage::CHECKPOINT_ANNOTATION;
@@ -43,6 +45,10 @@ pub struct Observed {
     pub members: Vec<MemberCluster>,
     pub placements: Vec<Placement>,
     pub queues: Vec<Queue>,
+    /// The dispatcher's own memory, not a hub object: since when each placement reported
+    /// Running has not been counted by its member (the last cycle's [`Plan::uncounted_since`]).
+    /// A new leader starts with none, and so waits a whole grace period before acting.
+    pub uncounted_since: BTreeMap<PlacementKey, Timestamp>,
 }
 
 /// The dispatcher's timing knobs.
@@ -79,6 +85,26 @@ pub struct PlacementWrite {
     pub replaces: Option<String>,
 }
 
+impl PlacementWrite {
+    /// The Placement as written: labelled with its cluster (what the agents watch by), owned
+    /// by its TrainJob.
+    pub fn object(&self) -> Placement {
+        let mut p = Placement::new(&self.name, self.spec.clone());
+        p.metadata.namespace = Some(self.namespace.clone());
+        p.metadata.resource_version = self.replaces.clone();
+        p.metadata.labels = self.spec.cluster.clone().map(|c| [(CLUSTER_LABEL.to_string(), c)].into());
+        p.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: TrainJob::api_version(&()).into_owned(),
+            kind: "TrainJob".into(),
+            name: self.name.clone(),
+            uid: self.owner_uid.clone(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }]);
+        p
+    }
+}
+
 /// One TrainJob status to write.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StatusWrite {
@@ -105,6 +131,18 @@ pub struct Plan {
     pub pending: usize,
     /// What the batch optimiser did, when it ran (`--batch-window`).
     pub batch: Option<scheduler_core::BatchReport>,
+    /// MemberClusters whose `ReportAccepted` condition changes.
+    pub members: Vec<MemberConditionWrite>,
+    /// For the next cycle's [`Observed::uncounted_since`].
+    pub uncounted_since: BTreeMap<PlacementKey, Timestamp>,
+}
+
+/// One MemberCluster's conditions to write (the dispatcher owns `status.conditions` there; the
+/// agent writes the rest of the status).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemberConditionWrite {
+    pub name: String,
+    pub conditions: Vec<Condition>,
 }
 
 fn key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (String, String) {
@@ -125,7 +163,9 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
         .filter(|tj| !intake::finished(tj) && !intake::managed_elsewhere(tj))
         .map(|tj| intake::job(o, &members, tj, placements.get(&key(&tj.metadata)).copied(), settings, &now))
         .collect();
-    let mut plan = Plan::default();
+    let mut plan =
+        Plan { uncounted_since: jobs.iter().filter_map(|j| j.uncounted.clone()).collect(), ..Plan::default() };
+    writes::members(&mut plan, &members, &now);
     let mut tally = Tally::new();
     writes::settled(&mut plan, &jobs, &mut tally);
     let now_ms = now.0.as_millisecond().max(0) as u64;

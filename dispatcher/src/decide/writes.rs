@@ -9,9 +9,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use scheduler_core::{Decision, Reason};
 
 use super::intake::{Job, JobState};
+use super::members::Members;
 use super::queues::QueueSet;
 use super::schedule::{Schedule, waiting};
-use super::{PlacementWrite, Plan, StatusWrite, Tally, conditions, key};
+use super::{MemberConditionWrite, PlacementWrite, Plan, StatusWrite, Tally, conditions, key};
 use crate::plan;
 
 /// Victims chosen this cycle: gang id → (cluster, preemptor id, its priority).
@@ -176,6 +177,21 @@ pub(super) fn evictions(plan: &mut Plan, jobs: &[Job<'_>], evictions: &Evictions
                 conditions::upsert(&mut conds, preempted);
                 plan.statuses.extend(status_write(job.tj, conds, job.jobs.clone()));
             }
+        }
+    }
+}
+
+/// The `ReportAccepted` condition of each member whose report was refused, or reads again.
+pub(super) fn members(plan: &mut Plan, members: &Members<'_>, now: &Time) {
+    let refused = members.unusable.iter().map(|u| (u.member, conditions::report_refused(&u.problem, now)));
+    let accepted = members.accepted_again.iter().map(|m| (*m, conditions::report_accepted(now)));
+    for (m, condition) in refused.chain(accepted) {
+        let old = m.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
+        let mut new = old.clone();
+        conditions::upsert(&mut new, condition);
+        if new != old {
+            let name = m.metadata.name.clone().unwrap_or_default();
+            plan.members.push(MemberConditionWrite { name, conditions: new });
         }
     }
 }
