@@ -1,6 +1,6 @@
 //! The dispatcher's shell: watch the hub, call [`decide`](crate::decide::decide), write.
 //!
-//! Reflectors keep caches of the six kinds it reads; any change (or the resync tick, which
+//! Reflectors keep caches of the seven kinds it reads; any change (or the resync tick, which
 //! drives time-based decisions such as a member's grace period) wakes a cycle. It keeps nothing
 //! between cycles but the writes its caches have not caught up with yet and since when each
 //! placement reported Running has gone uncounted, so a restart or a new leader rebuilds
@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use api::stowage::{MemberCluster, Placement, Queue};
 use api::trainer::{ClusterTrainingRuntime, TrainJob, TrainingRuntime};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -78,6 +79,8 @@ struct Caches {
     members: Store<MemberCluster>,
     placements: Store<Placement>,
     queues: Store<Queue>,
+    /// Their labels, for the Queues' namespace selectors.
+    namespaces: Store<Namespace>,
 }
 
 impl Caches {
@@ -90,6 +93,7 @@ impl Caches {
             members: watches.watch(Api::all(hub.clone()), all()),
             placements: watches.watch(Api::all(hub.clone()), all()),
             queues: watches.watch(Api::all(hub.clone()), all()),
+            namespaces: watches.watch(Api::all(hub.clone()), all()),
         }
     }
 
@@ -101,6 +105,7 @@ impl Caches {
             self.members.wait_until_ready(),
             self.placements.wait_until_ready(),
             self.queues.wait_until_ready(),
+            self.namespaces.wait_until_ready(),
         );
     }
 
@@ -112,6 +117,7 @@ impl Caches {
             members: watch::snapshot(&self.members),
             placements: watch::snapshot(&self.placements),
             queues: watch::snapshot(&self.queues),
+            namespaces: watch::snapshot(&self.namespaces),
             uncounted_since: BTreeMap::new(),
         }
     }

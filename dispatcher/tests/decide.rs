@@ -553,3 +553,27 @@ fn a_trainjob_managed_by_multikueue_is_left_alone() {
     o.trainjobs[0].spec.managed_by = Some("kueue.x-k8s.io/multikueue".into());
     assert_eq!(decide(&o, &scheduler_core::fixture::greedy(), &settings(), Time(now())), Plan::default());
 }
+
+/// A Queue's `spec.namespaceSelector` decides which namespaces may use it: a TrainJob naming
+/// another team's queue waits, saying so, and takes none of its quota.
+#[test]
+fn a_trainjob_may_use_only_a_queue_whose_namespace_selector_selects_its_namespace() {
+    let mut o = observed(vec![member("a", 1)]);
+    o.queues = vec![
+        serde_json::from_value(json!({"apiVersion": "stowage.dev/v1alpha1", "kind": "Queue",
+            "metadata": {"name": "team-b"},
+            "spec": {"namespaceSelector": {"matchLabels": {"team": "b"}},
+                     "quotas": [{"flavor": "h100", "resource": "nvidia.com/gpu", "nominalQuota": "16"}]}}))
+        .expect("queue"),
+    ];
+    o.trainjobs[0].metadata.labels = Some([(api::stowage::QUEUE_LABEL.to_string(), "team-b".to_string())].into());
+    o.namespaces =
+        vec![serde_json::from_value(json!({"metadata": {"name": "ml", "labels": {"team": "a"}}})).expect("ns")];
+    let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), Time(now()));
+    assert!(plan.placements.is_empty(), "{plan:#?}");
+    let c = &plan.statuses[0].conditions[0];
+    assert_eq!((c.type_.as_str(), c.reason.as_str()), ("Pending", "NamespaceNotAllowed"));
+    assert_eq!(c.message, "namespace ml is not selected by Queue team-b's spec.namespaceSelector");
+    o.namespaces[0].metadata.labels = Some([("team".to_string(), "b".to_string())].into());
+    assert_eq!(decide(&o, &scheduler_core::fixture::greedy(), &settings(), Time(now())).placements.len(), 1);
+}

@@ -1,6 +1,8 @@
 //! Where each unfinished TrainJob is in its life ([`JobState`]), read from the TrainJob, its
 //! Placement and the members' reports; and what its member reports, mirrored into its status.
 
+use std::collections::BTreeMap;
+
 use api::stowage::{
     CHECKPOINT_ANNOTATION, CLUSTER_LABEL, ClusterBackoff, Placement, PlacementKey, PlacementPhase, PlacementStatus,
 };
@@ -11,6 +13,8 @@ use kube::ResourceExt;
 use scheduler_core::{ClusterFilter, Gang};
 
 use super::members::Members;
+use super::namespaces;
+use super::queues::QueueSet;
 use super::{Observed, Settings, conditions, key};
 use crate::translate;
 
@@ -92,15 +96,25 @@ pub(super) fn finished(tj: &TrainJob) -> bool {
     })
 }
 
+/// What a TrainJob is judged against besides its own objects.
+#[derive(Debug)]
+pub(super) struct Scope<'s, 'a> {
+    pub(super) members: &'s Members<'a>,
+    pub(super) queues: &'s QueueSet,
+    /// Each namespace's labels.
+    pub(super) namespaces: &'s BTreeMap<String, BTreeMap<String, String>>,
+}
+
 /// The TrainJob's state and status this cycle, given its Placement if it has one.
 pub(super) fn job<'a>(
     o: &'a Observed,
-    members: &Members<'_>,
+    scope: &Scope<'_, '_>,
     tj: &'a TrainJob,
     placement: Option<&'a Placement>,
     settings: &Settings,
     now: &Time,
 ) -> Job<'a> {
+    let members = scope.members;
     let (ns, name) = key(&tj.metadata);
     // A member's claim that the job finished while its own report still counts the job's pods
     // running is not believed (a forged or confused status): the job stays running.
@@ -132,6 +146,15 @@ pub(super) fn job<'a>(
             return job;
         }
     };
+    // A queue whose namespace selector leaves this namespace out is not this TrainJob's to use;
+    // checked before it is placed (what already runs keeps running, as in Kueue).
+    if placement.is_none_or(|p| p.spec.cluster.is_none())
+        && !scope.queues.admits(&gang.queue, &namespaces::of(scope.namespaces, &ns))
+    {
+        let message = format!("namespace {ns} is not selected by Queue {}'s spec.namespaceSelector", gang.queue);
+        conditions::upsert(&mut job.conditions, conditions::waiting("NamespaceNotAllowed", message, now));
+        return job;
+    }
     let t = now.0;
     let Some(p) = placement else {
         let waiting = Waiting { gang, epoch: 1, backoff: Vec::new(), replaces: None, leaving: false, evicting: None };
@@ -382,7 +405,9 @@ mod tests {
 
     fn state_of(o: &Observed) -> String {
         let members = Members::observe(&o.members, &Settings::default(), now().0);
-        let job = job(o, &members, &o.trainjobs[0], o.placements.first(), &Settings::default(), &now());
+        let queues = super::super::queues::read(o);
+        let scope = Scope { members: &members, queues: &queues, namespaces: &BTreeMap::new() };
+        let job = job(o, &scope, &o.trainjobs[0], o.placements.first(), &Settings::default(), &now());
         match &job.state {
             JobState::Blocked => format!("blocked: {}", job.conditions[0].reason),
             JobState::Finished => "finished".into(),

@@ -20,6 +20,7 @@
 mod conditions;
 mod intake;
 mod members;
+mod namespaces;
 mod queues;
 mod schedule;
 mod writes;
@@ -29,6 +30,7 @@ use std::time::Duration;
 
 use api::stowage::{CLUSTER_LABEL, MemberCluster, Placement, PlacementKey, PlacementSpec, Queue, QueueStatus};
 use api::trainer::{ClusterTrainingRuntime, JobStatus, TrainJob, TrainingRuntime};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
@@ -45,6 +47,8 @@ pub struct Observed {
     pub members: Vec<MemberCluster>,
     pub placements: Vec<Placement>,
     pub queues: Vec<Queue>,
+    /// For the Queues' namespace selectors.
+    pub namespaces: Vec<Namespace>,
     /// The dispatcher's own memory, not a hub object: since when each placement reported
     /// Running has not been counted by its member (the last cycle's [`Plan::uncounted_since`]).
     /// A new leader starts with none, and so waits a whole grace period before acting.
@@ -155,13 +159,17 @@ type Tally = BTreeMap<String, (u32, u32)>;
 pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> Plan {
     let members = members::Members::observe(&o.members, settings, now.0);
     let queues = queues::read(o);
+    let namespaces = namespaces::labels(&o.namespaces);
     let placements: BTreeMap<(String, String), &Placement> =
         o.placements.iter().map(|p| (key(&p.metadata), p)).collect();
     let jobs: Vec<intake::Job<'_>> = o
         .trainjobs
         .iter()
         .filter(|tj| !intake::finished(tj) && !intake::managed_elsewhere(tj))
-        .map(|tj| intake::job(o, &members, tj, placements.get(&key(&tj.metadata)).copied(), settings, &now))
+        .map(|tj| {
+            let scope = intake::Scope { members: &members, queues: &queues, namespaces: &namespaces };
+            intake::job(o, &scope, tj, placements.get(&key(&tj.metadata)).copied(), settings, &now)
+        })
         .collect();
     let mut plan =
         Plan { uncounted_since: jobs.iter().filter_map(|j| j.uncounted.clone()).collect(), ..Plan::default() };

@@ -6,22 +6,45 @@ use api::stowage::{Queue, QueueStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use scheduler_core::{QueueSpec, Queues};
 
+use super::namespaces::Selector;
 use super::{Observed, QueueStatusWrite, Tally, conditions};
 use crate::translate;
 
 /// The queues a cycle schedules with, and the Queue objects it cannot use, each with what is
 /// wrong naming the field. An invalid Queue admits nothing (as Kueue's inactive ClusterQueue):
 /// dropping the entry it cannot read would silently widen the queue's quota.
+#[derive(Debug)]
 pub(super) struct QueueSet {
     pub(super) queues: Queues,
     pub(super) inactive: BTreeMap<String, String>,
+    /// The namespace selector of each Queue that has one.
+    selectors: BTreeMap<String, Selector>,
+}
+
+impl QueueSet {
+    /// Whether TrainJobs in a namespace with these labels may use `queue`. A queue that does
+    /// not exist selects every namespace here; the scheduler says it does not exist.
+    pub(super) fn admits(&self, queue: &str, namespace_labels: &BTreeMap<String, String>) -> bool {
+        self.selectors.get(queue).is_none_or(|s| s.matches(namespace_labels))
+    }
 }
 
 pub(super) fn read(o: &Observed) -> QueueSet {
     let mut specs: Vec<QueueSpec> = Vec::new();
     let mut inactive = BTreeMap::new();
+    let mut selectors = BTreeMap::new();
     for q in &o.queues {
         let name = q.metadata.name.clone().unwrap_or_default();
+        match Selector::of(q) {
+            Ok(Some(s)) => {
+                selectors.insert(name.clone(), s);
+            }
+            Ok(None) => {}
+            Err(problem) => {
+                inactive.insert(name, problem);
+                continue;
+            }
+        }
         // Problems only a queue's own spec has (a quota defined twice, lending above nominal)
         // are checked on it alone, so one bad Queue does not take the others down.
         match queue_spec(q).and_then(|spec| Queues::new(vec![spec.clone()]).map(|_| spec).map_err(SpecError::from)) {
@@ -39,7 +62,7 @@ pub(super) fn read(o: &Observed) -> QueueSet {
         Queues::new(vec![QueueSpec::unlimited(translate::DEFAULT_QUEUE)])
             .unwrap_or_else(|_| unreachable!("one queue is valid"))
     });
-    QueueSet { queues, inactive }
+    QueueSet { queues, inactive, selectors }
 }
 
 /// What makes a Queue's spec unusable, naming the field.
