@@ -2,7 +2,9 @@
 //! simulated member cluster per fleet entry, the dispatcher and one agent per member, in one
 //! process (the `playground` crate's [`Playground`], with the upstream CRDs compiled in: it runs from
 //! any directory). Users drive it with kubectl and the Kubeflow SDK
-//! through the kubeconfigs it writes.
+//! through the kubeconfigs it writes; each agent's own hub credentials are written too
+//! (`agents/<member>-on-hub.kubeconfig`), so an admin can try exactly what an agent may do. The
+//! banner says what the playground does not protect.
 
 use std::path::Path;
 
@@ -31,20 +33,39 @@ pub async fn run(fleet_file: Option<&Path>, dir: &Path) -> Result<(), DevError> 
     spec.build(&fleet_file.map(|p| p.display().to_string()).unwrap_or_else(|| "built-in dev fleet".into()))?;
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let playground = Playground::start(&spec, PlaygroundOptions::default()).await?;
-    let hub_config = dir.join("hub.kubeconfig");
-    std::fs::write(&hub_config, playground.hub_server.kubeconfig("stowage-hub")).map_err(io(&hub_config))?;
-    let mut paths = Vec::new();
-    for m in &playground.members {
-        let path = dir.join(format!("{}.kubeconfig", m.name));
-        std::fs::write(&path, m.sim.server.kubeconfig(&m.name)).map_err(io(&path))?;
-        paths.push(path);
-    }
+    let files = playground::credentials::write_kubeconfigs(&playground, dir)?;
+    let hub_config = files.hub.clone();
+    let paths: Vec<_> = files.members.iter().map(|(_, p)| p.clone()).collect();
 
     println!("Stowage playground: a hub and {} member clusters, all simulated.\n", playground.members.len());
     println!("  hub            {}   kubeconfig {}", playground.hub_server.url(), hub_config.display());
     for (m, path) in playground.members.iter().zip(&paths) {
         println!("  {:<14} {}   kubeconfig {}", m.name, m.sim.server.url(), path.display());
     }
+    println!("\nEach agent's own hub credentials (what it may do: write its own member's Placement");
+    println!("statuses and MemberCluster status; the hub's admission policy refuses the rest):");
+    for (name, path) in &files.agents {
+        println!("  {:<14} {}", name, path.display());
+    }
+    if let Some((other, path)) = files.agents.first() {
+        println!(
+            "  try: kubectl --kubeconfig {} patch placement NAME --subresource=status --type=merge -p '{{\"status\":{{\"phase\":\"Succeeded\"}}}}'",
+            path.display()
+        );
+        println!("       (refused unless NAME is placed on {other})");
+    }
+    println!("\nNot protected — a playground, not a hub to share:");
+    println!("  - no TLS: every API server here is plain HTTP on 127.0.0.1; tokens cross loopback in the clear.");
+    println!(
+        "  - tokens sit in plain files under {} (mode 0600); anyone who can read them is that client.",
+        dir.display()
+    );
+    println!("  - no RBAC: the hub authenticates the admin, dispatcher and agent tokens, and takes any other");
+    println!("    token, or none, as system:anonymous; every client may do anything the admission policies");
+    println!("    do not refuse, including deleting those policies. Only the Placement-status rule binds.");
+    println!("  - kubectl sends no token over plain HTTP, so through kubectl you are system:anonymous here");
+    println!("    (the Kubeflow SDK and kube-rs clients do send theirs).");
+    println!("  - the member API servers authenticate no one at all.");
     println!("\nSubmit a TrainJob to the hub and watch it run:");
     println!("  kubectl --kubeconfig {} apply -f examples/torch-rack.yaml", hub_config.display());
     println!("  kubectl --kubeconfig {} get trainjobs -w", hub_config.display());

@@ -471,10 +471,11 @@ async fn the_controllers_need_no_permission_the_manifests_do_not_grant() {
     let mut denied = Vec::new();
     let mut seen = BTreeSet::new();
     for a in p.hub_server.faults().accesses() {
-        let granted = if a.user.starts_with("dispatcher-") {
+        // Who, as the hub authenticated the client's token (playground/src/credentials.rs).
+        let granted = if a.username == "system:serviceaccount:stowage-system:stowage-dispatcher" {
             dispatcher.iter().any(|r| allows(r, &a))
                 || (a.namespace.as_deref() == Some(SYSTEM_NAMESPACE) && election.iter().any(|r| allows(r, &a)))
-        } else if let Some(member) = a.user.strip_prefix("agent-") {
+        } else if let Some(member) = a.username.strip_prefix("system:serviceaccount:stowage-system:stowage-agent-") {
             // The example grants east-h100 its own MemberCluster; other members get theirs alike.
             let own = |r: &Value| {
                 let text = serde_yaml::to_string(r).expect("yaml").replace(example_member, member);
@@ -503,4 +504,47 @@ async fn the_controllers_need_no_permission_the_manifests_do_not_grant() {
         "every controller was seen"
     );
     assert!(denied.is_empty(), "requests the manifests' RBAC would deny:\n{}", denied.join("\n"));
+}
+
+/// The hub ties Placement status writes to their writers: the policy and its binding are
+/// installed with the agents' role, deny (not warn), fail closed, and judge the status
+/// subresource of Placements by the requesting user against spec.cluster.
+#[test]
+fn the_hub_lets_only_a_placements_agent_write_its_status() {
+    let hub = kustomize("hub");
+    let policy = hub
+        .iter()
+        .find(|d| is_kind(d, "ValidatingAdmissionPolicy") && name(d) == "stowage-status-writers")
+        .expect("manifests/hub installs the ValidatingAdmissionPolicy stowage-status-writers");
+    assert_eq!(str_at(policy, &["spec", "failurePolicy"]), Some("Fail"));
+    let rules = seq_at(policy, &["spec", "matchConstraints", "resourceRules"]);
+    let covers = |resource: &str, operation: &str| {
+        rules.iter().any(|r| {
+            strings(r, &["apiGroups"]).iter().any(|g| g == "stowage.dev")
+                && strings(r, &["resources"]).iter().any(|x| x == resource)
+                && strings(r, &["operations"]).iter().any(|o| o == operation)
+        })
+    };
+    assert!(covers("placements/status", "UPDATE"), "the policy does not match Placement status writes: {rules:?}");
+    assert!(covers("memberclusters/status", "UPDATE"), "the policy does not match MemberCluster status writes");
+    let expressions: Vec<String> = seq_at(policy, &["spec", "validations"])
+        .iter()
+        .filter_map(|v| str_at(v, &["expression"]).map(str::to_string))
+        .collect();
+    assert!(
+        expressions.iter().any(|e| e.contains("request.userInfo.username")
+            && e.contains("oldObject.spec.cluster")
+            && e.contains("request.subResource")),
+        "no validation compares the user with the Placement's cluster: {expressions:?}"
+    );
+    for v in seq_at(policy, &["spec", "validations"]) {
+        assert_eq!(str_at(v, &["reason"]), Some("Forbidden"), "a validation answers other than 403");
+    }
+    let binding = hub
+        .iter()
+        .find(|d| {
+            is_kind(d, "ValidatingAdmissionPolicyBinding") && str_at(d, &["spec", "policyName"]) == Some(name(policy))
+        })
+        .expect("a ValidatingAdmissionPolicyBinding of stowage-status-writers");
+    assert_eq!(strings(binding, &["spec", "validationActions"]), ["Deny"]);
 }

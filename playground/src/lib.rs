@@ -6,10 +6,20 @@
 //! as its own client (bearer token), so a test can cut one off. `stowage dev` and the
 //! end-to-end tests run on it; the upstream objects it installs are compiled in ([`upstream`]).
 //!
+//! Who is who on the hub ([`credentials`]): each agent has a token of its own that the hub
+//! authenticates as the ServiceAccount `stowage-system/stowage-agent-<member>`, the dispatchers
+//! one as `stowage-system/stowage-dispatcher`, the admin kubeconfig one as `kubernetes-admin`;
+//! any other token, or none, is anonymous. The hub runs the shipped ValidatingAdmissionPolicy
+//! (manifests/hub/status-writers-policy.yaml), so an agent writes only its own member's
+//! Placement statuses, as on a real hub. What it does not protect: there is no RBAC (a client
+//! may do anything the policy does not refuse, anonymous ones included, and may delete the
+//! policy), no TLS (tokens travel in the clear on loopback), and tokens sit in plain files.
+//!
 //! Product code must not depend on this crate's test hooks: the simulated run time of a job
 //! ([`member::DURATION_ANNOTATION`]) is read here, from the hub, and nowhere else.
 
 pub mod admission;
+pub mod credentials;
 pub mod member;
 pub mod upstream;
 
@@ -155,10 +165,12 @@ impl Playground {
     pub async fn start(fleet: &FleetSpec, options: PlaygroundOptions) -> Result<Playground, PlaygroundError> {
         let hub_server =
             ApiServer::start().await.map_err(|source| PlaygroundError::Io { path: "hub".into(), source })?;
-        let hub = hub_server.client_as("admin").map_err(|e| setup("hub client")(e.to_string()))?;
+        credentials::register(&hub_server, fleet);
+        let hub = hub_server.client_as(&credentials::admin_token()).map_err(|e| setup("hub client")(e.to_string()))?;
         if let Ok(mut store) = hub_server.store().lock() {
             store.add_validator(std::sync::Arc::new(admission::TrainJobAdmission));
         }
+        credentials::install_policy(&hub).await?;
         let crds: Api<CustomResourceDefinition> = Api::all(hub.clone());
         for f in upstream::TRAINER_CRDS {
             install(&crds, f.text, f.path).await?;
@@ -229,26 +241,41 @@ impl Playground {
 
     /// An admin client of the hub.
     pub fn hub(&self) -> Client {
-        self.hub_server.client_as("admin").unwrap_or_else(|e| unreachable!("a loopback URL makes a client: {e}"))
+        self.hub_server
+            .client_as(&credentials::admin_token())
+            .unwrap_or_else(|e| unreachable!("a loopback URL makes a client: {e}"))
     }
 
     pub fn member(&self, name: &str) -> Option<&Member> {
         self.members.iter().find(|m| m.name == name)
     }
 
-    /// The token agent `name` uses on the hub (see `Faults::partition_client`).
+    /// The token agent `name` uses on the hub (see `Faults::partition_client`): the one in
+    /// [`Playground::agent_kubeconfig`].
     pub fn agent_token(name: &str) -> String {
-        format!("agent-{name}")
+        credentials::agent_token(name)
     }
 
+    /// Dispatcher replica `i`'s identity: the holder it writes into the Lease. Its token is
+    /// [`credentials::dispatcher_token`], not this (the Lease is readable).
     pub fn dispatcher_token(i: usize) -> String {
         format!("dispatcher-{i}")
     }
 
-    /// (Re)starts member `name`'s agent.
+    /// The hub credentials of member `name`'s agent, as a kubeconfig: `stowage dev` writes it to
+    /// `DIR/agents/<name>-on-hub.kubeconfig`, and the agent's hub client is made from this text.
+    pub fn agent_kubeconfig(&self, name: &str) -> String {
+        self.hub_server.kubeconfig_as(&format!("{name}-on-hub"), &credentials::agent_token(name))
+    }
+
+    /// An administrator's kubeconfig of the hub (`stowage dev`'s `hub.kubeconfig`).
+    pub fn admin_kubeconfig(&self) -> String {
+        self.hub_server.kubeconfig_as("stowage-hub", &credentials::admin_token())
+    }
+
+    /// (Re)starts member `name`'s agent, its hub client made from [`Playground::agent_kubeconfig`].
     pub fn start_agent(&mut self, name: &str) -> Result<(), PlaygroundError> {
-        let hub =
-            self.hub_server.client_as(&Self::agent_token(name)).map_err(|e| setup("agent client")(e.to_string()))?;
+        let kubeconfig = self.agent_kubeconfig(name);
         let m = self
             .members
             .iter_mut()
@@ -258,7 +285,16 @@ impl Playground {
         if let Some(t) = m.agent.take() {
             t.abort();
         }
-        m.agent = Some(tokio::spawn(member_agent::controller::run(hub, member, m.config.clone())));
+        let config = m.config.clone();
+        let cluster = m.name.clone();
+        m.agent = Some(tokio::spawn(async move {
+            match credentials::client_from_kubeconfig(&kubeconfig).await {
+                Ok(hub) => member_agent::controller::run(hub, member, config).await,
+                Err(e) => {
+                    tracing::error!(member = %cluster, error = %e, "the agent's hub kubeconfig does not make a client")
+                }
+            }
+        }));
         Ok(())
     }
 
@@ -273,7 +309,7 @@ impl Playground {
     pub fn start_dispatcher(&mut self, i: usize) -> Result<(), PlaygroundError> {
         let hub = self
             .hub_server
-            .client_as(&Self::dispatcher_token(i))
+            .client_as(&credentials::dispatcher_token(i))
             .map_err(|e| setup("dispatcher client")(e.to_string()))?;
         let leader = (self.options.dispatchers > 1).then(|| LeaderConfig {
             namespace: SYSTEM_NAMESPACE.into(),

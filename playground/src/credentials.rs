@@ -1,0 +1,161 @@
+//! Who is who on the playground's hub: a token per agent (the hub authenticates it as the
+//! agent's ServiceAccount, `stowage-system/stowage-agent-<member>`, as on a real hub), one for
+//! the dispatchers (`stowage-system/stowage-dispatcher`) and one for the administrator
+//! (`kubernetes-admin`); the shipped ValidatingAdmissionPolicy that ties Placement status writes
+//! to the agent of their member; and the kubeconfig files `stowage dev` writes.
+//!
+//! Tokens carry a secret drawn once per process, so another process cannot guess them; they
+//! are still plain text in the files written and on the (unencrypted) loopback connection.
+
+use std::hash::{BuildHasher, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+use kube::Client;
+use kube::api::{Api, PostParams};
+use kube_mem::{ApiServer, UserInfo};
+use simulator::fleet_file::FleetSpec;
+
+use crate::{PlaygroundError, SYSTEM_NAMESPACE, setup};
+
+/// The policy every hub runs: a Placement's status only by its member's agent
+/// (manifests/hub/status-writers-policy.yaml, compiled in).
+pub const STATUS_WRITERS_POLICY: &str = include_str!("../../manifests/hub/status-writers-policy.yaml");
+
+/// The ServiceAccount the dispatcher runs as (manifests/hub/dispatcher-serviceaccount.yaml).
+pub const DISPATCHER_SERVICE_ACCOUNT: &str = "stowage-dispatcher";
+
+/// The ServiceAccount member `name`'s agent authenticates to the hub as
+/// (manifests/hub-member-access).
+pub fn agent_service_account(member: &str) -> String {
+    format!("stowage-agent-{member}")
+}
+
+/// 128 random bits, hex, drawn once per process (the standard library's randomly keyed hasher
+/// is the source: no extra dependency for a test server's tokens).
+fn secret() -> &'static str {
+    static SECRET: OnceLock<String> = OnceLock::new();
+    SECRET.get_or_init(|| {
+        let word = |salt: u64| {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u64(salt);
+            h.finish()
+        };
+        format!("{:016x}{:016x}", word(1), word(2))
+    })
+}
+
+pub fn agent_token(member: &str) -> String {
+    format!("agent-{member}-{}", secret())
+}
+
+pub fn dispatcher_token(replica: usize) -> String {
+    format!("dispatcher-{replica}-{}", secret())
+}
+
+pub fn admin_token() -> String {
+    format!("admin-{}", secret())
+}
+
+/// Registers the administrator, the dispatchers (up to 8 replicas) and every member's agent.
+pub fn register(hub: &ApiServer, fleet: &FleetSpec) {
+    hub.add_user(&admin_token(), UserInfo::admin());
+    for i in 0..8 {
+        hub.add_user(&dispatcher_token(i), UserInfo::service_account(SYSTEM_NAMESPACE, DISPATCHER_SERVICE_ACCOUNT));
+    }
+    for c in &fleet.clusters {
+        hub.add_user(
+            &agent_token(&c.name),
+            UserInfo::service_account(SYSTEM_NAMESPACE, &agent_service_account(&c.name)),
+        );
+    }
+}
+
+/// Creates the policy and its binding on the hub.
+pub async fn install_policy(hub: &Client) -> Result<(), PlaygroundError> {
+    let what = "manifests/hub/status-writers-policy.yaml";
+    for doc in serde_yaml::Deserializer::from_str(STATUS_WRITERS_POLICY) {
+        let v: serde_json::Value = serde::Deserialize::deserialize(doc).map_err(|e| setup(what)(e.to_string()))?;
+        match v["kind"].as_str() {
+            Some("ValidatingAdmissionPolicy") => {
+                let p: ValidatingAdmissionPolicy = serde_json::from_value(v).map_err(|e| setup(what)(e.to_string()))?;
+                Api::all(hub.clone())
+                    .create(&PostParams::default(), &p)
+                    .await
+                    .map_err(|e| setup(what)(e.to_string()))?;
+            }
+            Some("ValidatingAdmissionPolicyBinding") => {
+                let b: ValidatingAdmissionPolicyBinding =
+                    serde_json::from_value(v).map_err(|e| setup(what)(e.to_string()))?;
+                Api::all(hub.clone())
+                    .create(&PostParams::default(), &b)
+                    .await
+                    .map_err(|e| setup(what)(e.to_string()))?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A client from a kubeconfig's text, as `--kubeconfig FILE` makes one.
+pub async fn client_from_kubeconfig(text: &str) -> Result<Client, kube::Error> {
+    let kc = kube::config::Kubeconfig::from_yaml(text).map_err(kube::Error::InferKubeconfig)?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(kube::Error::InferKubeconfig)?;
+    Client::try_from(config)
+}
+
+/// The files [`write_kubeconfigs`] wrote.
+#[derive(Debug, Clone)]
+pub struct Kubeconfigs {
+    /// `DIR/hub.kubeconfig`: the administrator.
+    pub hub: PathBuf,
+    /// `DIR/<member>.kubeconfig`, in the fleet's order.
+    pub members: Vec<(String, PathBuf)>,
+    /// `DIR/agents/<member>-on-hub.kubeconfig`: exactly what each agent uses on the hub.
+    pub agents: Vec<(String, PathBuf)>,
+}
+
+/// Writes the playground's kubeconfigs under `dir` (made if missing), readable by the owner only
+/// where the platform allows: each holds a token in plain text.
+pub fn write_kubeconfigs(p: &crate::Playground, dir: &Path) -> Result<Kubeconfigs, PlaygroundError> {
+    let io = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| PlaygroundError::Io { path, source }
+    };
+    let agents_dir = dir.join("agents");
+    std::fs::create_dir_all(&agents_dir).map_err(io(&agents_dir))?;
+    let write = |path: PathBuf, text: String| -> Result<PathBuf, PlaygroundError> {
+        std::fs::write(&path, text).map_err(io(&path))?;
+        owner_only(&path).map_err(io(&path))?;
+        Ok(path)
+    };
+    let hub = write(dir.join("hub.kubeconfig"), p.admin_kubeconfig())?;
+    let mut members = Vec::new();
+    let mut agents = Vec::new();
+    for m in &p.members {
+        members.push((
+            m.name.clone(),
+            write(dir.join(format!("{}.kubeconfig", m.name)), m.sim.server.kubeconfig(&m.name))?,
+        ));
+        agents.push((
+            m.name.clone(),
+            write(agents_dir.join(format!("{}-on-hub.kubeconfig", m.name)), p.agent_kubeconfig(&m.name))?,
+        ));
+    }
+    Ok(Kubeconfigs { hub, members, agents })
+}
+
+#[cfg(unix)]
+fn owner_only(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+}
+
+#[cfg(not(unix))]
+fn owner_only(_path: &Path) -> std::io::Result<()> {
+    Ok(())
+}
