@@ -469,7 +469,7 @@ pub fn crds() -> Vec<(String, String)> {
         .into_iter()
         .map(|crd| {
             let name = crd.metadata.name.clone().unwrap_or_default();
-            let yaml = serde_yaml::to_string(&crd).unwrap_or_default();
+            let yaml = input_limits::yaml::to_string(&crd).unwrap_or_default();
             (format!("{name}.yaml"), yaml)
         })
         .collect()

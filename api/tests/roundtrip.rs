@@ -54,9 +54,9 @@ fn every_upstream_runtime_round_trips_without_loss() {
     assert!(files.len() >= 9, "found {files:?}");
     for f in files {
         let text = std::fs::read_to_string(&f).expect("read");
-        let raw: serde_json::Value = serde_yaml::from_str(&text).expect("yaml");
+        let raw: serde_json::Value = input_limits::yaml::from_str(&text).expect("yaml");
         let typed: ClusterTrainingRuntime =
-            serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+            input_limits::yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         let back = serde_json::to_value(&typed).expect("serialise");
         assert_eq!(normalise(back), normalise(raw), "{}", f.display());
     }
@@ -80,7 +80,7 @@ status:
   conditions: []
   trainerStatus: {progressPercentage: 40, lastUpdatedTime: "2026-01-01T00:00:00Z"}
 "#;
-    let mut tj: TrainJob = serde_yaml::from_str(text).expect("reads");
+    let mut tj: TrainJob = input_limits::yaml::from_str(text).expect("reads");
     tj.spec.suspend = Some(true);
     let v = serde_json::to_value(&tj).expect("writes");
     assert_eq!(v["spec"]["futureField"]["keep"], "me");
@@ -103,7 +103,7 @@ fn generated_crds_match_manifests() {
 fn our_crds_are_valid_json_schemas_that_accept_an_example() {
     let crds = api::stowage::crds();
     let (_, yaml) = crds.iter().find(|(n, _)| n.starts_with("placements")).expect("placement crd");
-    let crd: serde_json::Value = serde_yaml::from_str(yaml).expect("yaml");
+    let crd: serde_json::Value = input_limits::yaml::from_str(yaml).expect("yaml");
     let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
     let validator = jsonschema::validator_for(schema).expect("valid schema");
     let good = serde_json::json!({

@@ -603,7 +603,7 @@ fn render(args: RenderArgs) -> Result<(), CliError> {
     }
     for o in objects {
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(&o.to_value()).unwrap_or_default());
+        out.push_str(&input_limits::yaml::to_string(&o.to_value()).unwrap_or_default());
     }
     print!("{out}");
     Ok(())

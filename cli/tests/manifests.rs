@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use serde::Deserialize as _;
-use serde_yaml::Value;
+use input_limits::yaml;
+use serde_json::Value;
 
 const MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests");
 
@@ -26,10 +26,9 @@ fn try_kustomize(dir: &str) -> Result<Vec<Value>, String> {
         return Err(format!("kubectl kustomize manifests/{dir}:\n{}", String::from_utf8_lossy(&out.stderr).trim()));
     }
     let text = String::from_utf8(out.stdout).map_err(|e| format!("kubectl kustomize manifests/{dir}: {e}"))?;
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|doc| Value::deserialize(doc).map_err(|e| format!("kubectl kustomize manifests/{dir}: {e}")))
-        .filter(|doc| !matches!(doc, Ok(Value::Null)))
-        .collect()
+    let docs: Vec<Value> =
+        yaml::documents(&text).map_err(|e| e.in_file(&format!("kubectl kustomize manifests/{dir}")))?;
+    Ok(docs.into_iter().filter(|doc| !doc.is_null()).collect())
 }
 
 /// `kubectl kustomize manifests/DIR` (or an absolute DIR), as YAML documents; panics with
@@ -69,10 +68,10 @@ fn kustomizations() -> Vec<Kustomization> {
             continue;
         };
         let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        let k: Value = serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let k: Value = yaml::from_str(&text).unwrap_or_else(|e| panic!("{}", e.in_file(&file.display().to_string())));
         let components = k
             .get("components")
-            .and_then(Value::as_sequence)
+            .and_then(Value::as_array)
             .into_iter()
             .flatten()
             .filter_map(Value::as_str)
@@ -127,7 +126,7 @@ fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
 }
 
 fn seq_at<'a>(v: &'a Value, path: &[&str]) -> &'a [Value] {
-    at(v, path).and_then(Value::as_sequence).map_or(&[], Vec::as_slice)
+    at(v, path).and_then(Value::as_array).map_or(&[], Vec::as_slice)
 }
 
 fn strings(v: &Value, path: &[&str]) -> Vec<String> {
@@ -260,9 +259,8 @@ fn one_agent_per_member_and_two_dispatchers_electing_a_leader() {
 fn numbers_as_floats(v: &Value) -> Value {
     match v {
         Value::Number(n) => n.as_f64().map_or_else(|| v.clone(), Value::from),
-        Value::Sequence(s) => Value::Sequence(s.iter().map(numbers_as_floats).collect()),
-        Value::Mapping(m) => Value::Mapping(m.iter().map(|(k, v)| (k.clone(), numbers_as_floats(v))).collect()),
-        Value::Tagged(t) => numbers_as_floats(&t.value),
+        Value::Array(s) => Value::Array(s.iter().map(numbers_as_floats).collect()),
+        Value::Object(m) => Value::Object(m.iter().map(|(k, v)| (k.clone(), numbers_as_floats(v))).collect()),
         _ => v.clone(),
     }
 }
@@ -279,7 +277,8 @@ fn the_hub_installs_our_crds_as_generated() {
     assert_eq!(files.len(), 3, "manifests/crds holds {files:?}");
     for file in files {
         let text = std::fs::read_to_string(&file).expect("read");
-        let generated: Value = serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let generated: Value =
+            yaml::from_str(&text).unwrap_or_else(|e| panic!("{}", e.in_file(&file.display().to_string())));
         let in_hub = hub
             .iter()
             .find(|d| is_kind(d, "CustomResourceDefinition") && name(d) == name(&generated))
@@ -348,7 +347,7 @@ fn the_example_overlays_leave_no_placeholder() {
         }
         let docs = docs.as_ref().unwrap_or_else(|e| panic!("{e}"));
         for d in docs {
-            let text = serde_yaml::to_string(d).expect("yaml");
+            let text = yaml::to_string(d).expect("yaml");
             assert!(!text.contains("MEMBER"), "manifests/{dir} leaves the placeholder MEMBER in:\n{text}");
         }
     }
@@ -478,8 +477,8 @@ async fn the_controllers_need_no_permission_the_manifests_do_not_grant() {
         } else if let Some(member) = a.username.strip_prefix("system:serviceaccount:stowage-system:stowage-agent-") {
             // The example grants east-h100 its own MemberCluster; other members get theirs alike.
             let own = |r: &Value| {
-                let text = serde_yaml::to_string(r).expect("yaml").replace(example_member, member);
-                allows(&serde_yaml::from_str(&text).expect("yaml"), &a)
+                let text = yaml::to_string(r).expect("yaml").replace(example_member, member);
+                allows(&yaml::from_str(&text).expect("yaml"), &a)
             };
             agent_hub.iter().any(|r| allows(r, &a)) || own_member.iter().any(own)
         } else {

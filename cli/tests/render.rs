@@ -56,11 +56,7 @@ fn renders_a_yaml_stream_and_pins_to_the_placement() {
     let o = run(&dir, &["--placement", pl.to_str().expect("utf-8"), "--gang-scheduler", "volcano"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = String::from_utf8_lossy(&o.stdout);
-    let docs: Vec<serde_yaml::Value> = out
-        .split("---\n")
-        .filter(|d| !d.trim().is_empty())
-        .map(|d| serde_yaml::from_str(d).expect("yaml doc"))
-        .collect();
+    let docs: Vec<serde_json::Value> = input_limits::yaml::documents(&out).expect("a YAML stream");
     let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
     assert_eq!(kinds, ["JobSet", "PodGroup"]);
     assert!(out.contains("h100-b0-r1") && out.contains("stowage.dev/placement-epoch"), "{out}");
@@ -74,7 +70,34 @@ fn bad_input_names_the_file_and_field_and_exits_non_zero() {
             TRAINJOB.replace("numNodes: 2", "numNodes: 0"),
             "trainjob.yaml: spec.trainer.numNodes: Invalid value: 0: must be at least 1",
         ),
-        (TRAINJOB.replace("numNodes: 2", "numNodes: two"), "spec.trainer.numNodes: invalid type"),
+        (
+            TRAINJOB.replace("numNodes: 2", "numNodes: two"),
+            "trainjob.yaml:7: spec.trainer.numNodes: invalid type: expected i32, got \"two\"",
+        ),
+        // `numNode: 4` used to render 2 nodes silently; a member's API server refuses it.
+        (
+            TRAINJOB.replace("numNodes: 2", "numNode: 4"),
+            "trainjob.yaml: spec.trainer.numNode: unknown field (did you mean numNodes?)",
+        ),
+        (
+            TRAINJOB.replace(
+                "metadata: {name: demo, namespace: ml}",
+                "metadata: {name: demo, namespace: ml, labels: {a b: c}}",
+            ),
+            "trainjob.yaml: metadata.labels: Invalid value: \"a b\": name part must consist of",
+        ),
+        (
+            TRAINJOB.replace("'8'", "'0.5'"),
+            "trainjob.yaml: spec.trainer.resourcesPerNode.requests.nvidia.com/gpu: Invalid value: \"0.5\": must be an integer",
+        ),
+        (
+            TRAINJOB.replace("name: demo,", &format!("name: {},", "d".repeat(50))),
+            "trainjob.yaml: metadata.name: Invalid value: ",
+        ),
+        (
+            TRAINJOB.replace("    numNodes: 2\n", "    numNodes: 2\n    env: [{name: A=B}]\n"),
+            "trainjob.yaml: spec.trainer.env[0].name: Invalid value: \"A=B\"",
+        ),
         (
             TRAINJOB.replace("trainer.kubeflow.org/v1alpha1", "trainer.kubeflow.org/v1"),
             "trainjob.yaml: apiVersion: expected trainer.kubeflow.org/v1alpha1",
@@ -101,6 +124,31 @@ fn bad_input_names_the_file_and_field_and_exits_non_zero() {
         assert!(err.contains(want), "{err:?} should contain {want:?}");
         assert!(!err.contains("panicked"));
         assert!(o.stdout.is_empty(), "nothing printed on error");
+    }
+}
+
+/// A billion laughs, a 1 MiB string used by many aliases, 100,000 levels of nesting: each is
+/// refused by the YAML budget in well under a second, with the file and line, exit code 1 and
+/// no panic (they used to expand to gigabytes or take quadratic time).
+#[test]
+fn hostile_yaml_is_refused_quickly_and_cleanly() {
+    let mut laughs = String::from("a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+    for i in 1..10 {
+        laughs.push_str(&format!("a{i}: &a{i} [{}]\n", vec![format!("*a{}", i - 1); 10].join(", ")));
+    }
+    let big = format!("x: &big \"{}\"\ny: [{}]\n", "x".repeat(1 << 20), vec!["*big"; 100].join(", "));
+    let deep = format!("spec: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+    let deep_block: String = (0..5_000).map(|i| format!("{}k:\n", " ".repeat(i))).collect();
+    for (what, text) in [("laughs", &laughs), ("big", &big), ("deep", &deep), ("deep block", &deep_block)] {
+        let dir = scratch(what, &[("trainjob.yaml", text)]);
+        let started = std::time::Instant::now();
+        let o = run(&dir, &[]);
+        let took = started.elapsed();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{what}: {err}");
+        assert!(err.contains("trainjob.yaml:") && err.contains("over the YAML budget"), "{what}: {err}");
+        assert!(!err.contains("panicked"), "{what}: {err}");
+        assert!(took < std::time::Duration::from_secs(5), "{what}: {took:?}");
     }
 }
 

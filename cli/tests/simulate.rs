@@ -98,6 +98,53 @@ fn a_broken_fleet_file_names_the_file_and_field() {
     assert!(!err.contains("panicked"), "{err}");
 }
 
+/// Sizes and times past the input limits, and YAML past its budget, are errors naming the file,
+/// the field and the limit, with exit code 1: `nodes: 4000000000` used to run the machine out
+/// of memory, fanouts whose product overflowed divided by zero, a 1.8e19 s run time wrapped.
+#[test]
+fn inputs_over_the_limits_fail_cleanly_naming_the_limit() {
+    let dir = scratch("limits");
+    let pool = |fields: &str| {
+        format!(
+            "clusters:\n- name: c\n  topology: [{{level: block}}, {{level: rack}}]\n  pools:\n  - {{name: p, gpu_flavor: h100, gpus_per_node: 8, cpu_cores: 8, memory_gib: 64, {fields}}}\n"
+        )
+    };
+    let labels: Vec<String> = (0..100).map(|i| format!("l{i}: *big")).collect();
+    let bomb = format!(
+        "clusters:\n- name: &big {}\n  labels: {{{}}}\n  topology: []\n  pools: []\n",
+        "x".repeat(1 << 20),
+        labels.join(", ")
+    );
+    let cases = [
+        (
+            pool("nodes: 4000000000"),
+            "fleet.yaml: clusters[0].pools[0].nodes: 4000000000 is above the limit of 1000000 nodes (MAX_FLEET_NODES)",
+        ),
+        (
+            pool("nodes: 4, fanout: {rack: 4294967295, block: 4294967295}"),
+            "fleet.yaml: clusters[0].pools[0].fanout: 4294967295 is above the limit of 1000000 nodes (MAX_FANOUT_PRODUCT)",
+        ),
+        (bomb, "fleet.yaml:3: clusters[0].labels: over the YAML budget"),
+    ];
+    for (text, want) in cases {
+        let fleet = dir.join("fleet.yaml");
+        std::fs::write(&fleet, text).expect("write");
+        let started = std::time::Instant::now();
+        let o = stowage(&["simulate", "--fleet", fleet.to_str().expect("utf-8"), "--policy", "stowage"]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains(want), "{err:?} should contain {want:?}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "{want}: {:?}", started.elapsed());
+    }
+    let trace = write_trace(&dir, "a,0,3600,1,8,none\nb,10,1.8e19,1,8,none\n");
+    let o = stowage(&["simulate", "--trace", trace.to_str().expect("utf-8"), "--policy", "stowage"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let want = "trace.csv:3: column duration_s: 1.8e19 is above the limit of 31536000 s (MAX_TRACE_DURATION_S)";
+    assert!(err.contains(want), "{err:?} should contain {want:?}");
+}
+
 #[test]
 fn an_unknown_trace_format_lists_the_valid_ones() {
     let o = stowage(&["simulate", "--trace", "x.csv", "--trace-format", "alibaba"]);

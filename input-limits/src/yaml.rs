@@ -105,7 +105,34 @@ pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, YamlError> {
             e.into_inner()
         })
     });
-    result.map_err(|e| error(&e, field))
+    result.map_err(|e| {
+        let mut error = error(&e, field);
+        // "invalid i32" says what was expected but not what was found: the scalar, from the text.
+        if let DeserializeError::InvalidScalar { ty, location } = original(&e) {
+            let span = location.span();
+            let found = match (span.byte_offset(), span.byte_len()) {
+                (Some(at), Some(len)) => usize::try_from(at)
+                    .ok()
+                    .zip(usize::try_from(len).ok())
+                    .and_then(|(at, len)| text.get(at..at.saturating_add(len))),
+                _ => None,
+            };
+            error.problem = match found {
+                Some(found) if found.len() <= 80 => format!("invalid type: expected {ty}, got {found:?}"),
+                _ => format!("invalid type: expected {ty}"),
+            };
+        }
+        error
+    })
+}
+
+/// The error itself, without the snippet or alias context wrapped around it.
+fn original(e: &DeserializeError) -> &DeserializeError {
+    let mut inner = e.without_snippet();
+    while let DeserializeError::AliasError { error, .. } | DeserializeError::WithSnippet { error, .. } = inner {
+        inner = error;
+    }
+    inner
 }
 
 /// [`from_str`] on bytes that must be UTF-8 (a request body).
@@ -144,11 +171,7 @@ fn path_text(path: &serde_path_to_error::Path) -> String {
 
 fn error(e: &DeserializeError, field: String) -> YamlError {
     let line = e.location().map(|l| l.line()).filter(|&l| l > 0);
-    let mut inner = e.without_snippet();
-    while let DeserializeError::AliasError { error, .. } | DeserializeError::WithSnippet { error, .. } = inner {
-        inner = error;
-    }
-    let problem = match inner {
+    let problem = match original(e) {
         DeserializeError::Budget { breach, .. } => format!("{OVER_BUDGET}{}", breach_text(breach)),
         DeserializeError::AliasReplayLimitExceeded { max_total_replayed_events, .. } => format!(
             "{OVER_BUDGET}aliases expand to more than {max_total_replayed_events} events (MAX_ALIAS_REPLAYED_EVENTS)"

@@ -85,6 +85,7 @@ fn errors_name_the_line_and_field() {
     let e = yaml::from_str::<Job>("spec:\n  numNodes: [1, two]\n").expect_err("bad");
     assert_eq!((e.line, e.field.as_str()), (Some(2), "spec.numNodes[1]"), "{e:?}");
     assert_eq!(e.in_file("job.yaml"), format!("job.yaml:2: spec.numNodes[1]: {}", e.problem));
+    assert_eq!(e.problem, "invalid type: expected u32, got \"two\"");
     let e = yaml::from_str::<Job>("spec:\n  numNode: [1]\n").expect_err("unknown");
     assert_eq!(e.field, "spec.numNode", "{e:?}");
     assert!(e.problem.starts_with("unknown field `numNode`"), "{e:?}");

@@ -593,6 +593,19 @@ pub(crate) fn mpi_companions(input: &Input<'_>, draft: &mut Draft) -> Result<(),
             }
         }
     }
+    // A member's API server refuses a ConfigMap over 1 MiB; the hostfile grows with numNodes.
+    let bytes = "hostfile".len() + hostfile.len();
+    if bytes > super::validate::MAX_CONFIGMAP_BYTES {
+        let lines = hostfile.lines().count();
+        return Err(RenderError::new(
+            Source::TrainJob,
+            "spec.trainer.numNodes",
+            format!(
+                "the MPI hostfile ConfigMap would hold {bytes} bytes ({lines} hosts), and a member's API server allows at most {} (1 MiB)",
+                super::validate::MAX_CONFIGMAP_BYTES
+            ),
+        ));
+    }
     let hostfile_name = mpi_hostfile_name(draft);
     let secret_name = mpi_secret_name(draft);
     draft.extra.push(Object::ConfigMap(ConfigMap {
@@ -1000,7 +1013,10 @@ pub(crate) fn finish(input: &Input<'_>, mut draft: Draft) -> Vec<Object> {
                 namespace: Some(draft.namespace.clone()),
                 ..Default::default()
             },
-            data: Some(BTreeMap::from([("runtime".to_string(), serde_yaml::to_string(&runtime).unwrap_or_default())])),
+            data: Some(BTreeMap::from([(
+                "runtime".to_string(),
+                input_limits::yaml::to_string(&runtime).unwrap_or_default(),
+            )])),
             ..Default::default()
         };
         meta(&mut cm.metadata);

@@ -37,7 +37,7 @@ const ALL_RUNTIMES: [&str; 10] = [
 fn runtime_json(file: &str) -> Value {
     let path = format!("{UPSTREAM}/trainer/runtimes/{file}");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let rt: ClusterTrainingRuntime = serde_yaml::from_str(&text).expect("runtime parses");
+    let rt: ClusterTrainingRuntime = input_limits::yaml::from_str(&text).expect("runtime parses");
     serde_json::to_value(rt).expect("runtime serialises")
 }
 
@@ -508,6 +508,58 @@ fn trainjob_cases() -> Vec<Case> {
             "spec.activeDeadlineSeconds",
             "Invalid value: -30: spec.activeDeadlineSeconds in body should be greater than or equal to 1",
         ),
+        // What a member's API server (v1.33, with JobSet's webhook) refuses in the JobSet.
+        Case::job("a name whose pods JobSet cannot name", TORCH, json!({"metadata": {"name": "a".repeat(49)}})).rejects(
+            T,
+            "metadata.name",
+            "(64 characters), and a member's API server allows at most 63: shorten the name by 1",
+        ),
+        Case::job("half a GPU", TORCH, json!({"spec": {"trainer": {"resourcesPerNode": {"requests": {"nvidia.com/gpu": "0.5"}}}}}))
+            .rejects(T, "spec.trainer.resourcesPerNode.requests.nvidia.com/gpu", "Invalid value: \"0.5\": must be an integer"),
+        Case::job("1500m GPUs", TORCH, json!({"spec": {"trainer": {"resourcesPerNode": {"limits": {"nvidia.com/gpu": "1500m"}}}}}))
+            .rejects(T, "spec.trainer.resourcesPerNode.limits.nvidia.com/gpu", "must be an integer"),
+        Case::job("env name with =", TORCH, json!({"spec": {"trainer": {"env": [{"name": "A=B", "value": "1"}]}}})).rejects(
+            T,
+            "spec.trainer.env[0].name",
+            "Invalid value: \"A=B\": a valid environment variable name must consist only of printable ASCII characters other than '='",
+        ),
+        Case::job("env name with a tab", TORCH, json!({"spec": {"trainer": {"env": [{"name": "A\tB"}]}}})).rejects(
+            T,
+            "spec.trainer.env[0].name",
+            "printable ASCII",
+        ),
+        Case::job("empty env name", TORCH, json!({"spec": {"trainer": {"env": [{"name": ""}]}}})).rejects(
+            T,
+            "spec.trainer.env[0].name",
+            "Required value",
+        ),
+        Case::job("label key with a space", TORCH, json!({"metadata": {"labels": {"team name": "a"}}})).rejects(
+            T,
+            "metadata.labels",
+            "Invalid value: \"team name\": name part must consist of alphanumeric characters",
+        ),
+        Case::job("label key with an empty prefix", TORCH, json!({"metadata": {"labels": {"/team": "a"}}})).rejects(
+            T,
+            "metadata.labels",
+            "prefix part must be non-empty",
+        ),
+        Case::job("label value of 64 characters", TORCH, json!({"metadata": {"labels": {"team": "a".repeat(64)}}}))
+            .rejects(T, "metadata.labels", "must be no more than 63 characters"),
+        Case::job("label value with a slash", TORCH, json!({"metadata": {"labels": {"team": "a/b"}}})).rejects(
+            T,
+            "metadata.labels",
+            "a valid label must be an empty string",
+        ),
+        Case::job("annotation key with two slashes", TORCH, json!({"metadata": {"annotations": {"a/b/c": "x"}}})).rejects(
+            T,
+            "metadata.annotations",
+            "name part must consist of alphanumeric characters",
+        ),
+        Case::job("MPI hostfile over 1 MiB", MPI, json!({"spec": {"trainer": {"numNodes": 50_000}}})).rejects(
+            T,
+            "spec.trainer.numNodes",
+            "the MPI hostfile ConfigMap would hold",
+        ),
     ]
 }
 
@@ -866,7 +918,33 @@ fn near_misses_still_render() {
             trainjob(&torch, json!({"spec": {"runtimeRef": {"kind": "TrainingRuntime"}}})),
             None,
         ),
-        ok("63-character name", c(&torch), trainjob(&torch, json!({"metadata": {"name": "a".repeat(63)}})), None),
+        ok(
+            "the longest name JobSet can name the pods of (48 + \"-node-0-1-abcde\")",
+            c(&torch),
+            trainjob(&torch, json!({"metadata": {"name": "a".repeat(48)}})),
+            None,
+        ),
+        ok(
+            "env names v1.33 allows (printable ASCII but =), labels and annotations at their limits",
+            c(&torch),
+            trainjob(
+                &torch,
+                json!({
+                    "metadata": {
+                        "labels": {"example.com/team": "a".repeat(63), "b": "", "x.y_z-1": "A.b_c-9"},
+                        "annotations": {"example.com/note": "anything at all / ="}
+                    },
+                    "spec": {"trainer": {"env": [{"name": "my.var-1"}, {"name": "1_STARTS_WITH_A_DIGIT"}, {"name": "has space"}]}}
+                }),
+            ),
+            None,
+        ),
+        ok(
+            "whole GPUs in any form",
+            c(&torch),
+            trainjob(&torch, json!({"spec": {"trainer": {"resourcesPerNode": {"limits": {"nvidia.com/gpu": "8000m"}}}}})),
+            None,
+        ),
         ok(
             "numNodes at the Indexed Job limit",
             c(&torch),
@@ -908,7 +986,7 @@ fn near_misses_still_render() {
                 &torch,
                 json!({"spec": {"trainer": {"resourcesPerNode": {
                     "requests": {"cpu": "500m", "memory": "1.5Gi", "ephemeral-storage": "1e3", "example.com/a": "+2"},
-                    "limits": {"example.com/b": ".5", "example.com/c": "1.", "example.com/d": "2k"}
+                    "limits": {"cpu": ".5", "example.com/c": "1.", "example.com/d": "2k"}
                 }}}}),
             ),
             None,

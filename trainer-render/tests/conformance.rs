@@ -315,8 +315,8 @@ fn assert_same(case: &str, got: Value, want: Value) {
     assert!(
         got == want,
         "{case}: rendered object differs from Trainer's\n--- want\n{}\n--- got\n{}",
-        serde_yaml::to_string(&want).unwrap_or_default(),
-        serde_yaml::to_string(&got).unwrap_or_default()
+        input_limits::yaml::to_string(&want).unwrap_or_default(),
+        input_limits::yaml::to_string(&got).unwrap_or_default()
     );
 }
 

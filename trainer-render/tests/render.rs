@@ -29,7 +29,7 @@ fn runtimes() -> Vec<(PathBuf, ClusterTrainingRuntime)> {
     files
         .into_iter()
         .map(|f| {
-            let rt = serde_yaml::from_str(&std::fs::read_to_string(&f).expect("read")).expect("runtime parses");
+            let rt = input_limits::yaml::from_str(&std::fs::read_to_string(&f).expect("read")).expect("runtime parses");
             (f, rt)
         })
         .collect()
@@ -37,7 +37,8 @@ fn runtimes() -> Vec<(PathBuf, ClusterTrainingRuntime)> {
 
 fn schema(file: &str, version: &str) -> serde_json::Value {
     let crd: serde_json::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(Path::new(UPSTREAM).join(file)).expect("crd")).expect("yaml");
+        input_limits::yaml::from_str(&std::fs::read_to_string(Path::new(UPSTREAM).join(file)).expect("crd"))
+            .expect("yaml");
     let versions = crd["spec"]["versions"].as_array().expect("versions");
     versions.iter().find(|v| v["name"] == version).expect("version")["schema"]["openAPIV3Schema"].clone()
 }
@@ -124,7 +125,7 @@ fn trainjob_for(rt: &ClusterTrainingRuntime) -> TrainJob {
     if mounts_initializer("dataset-initializer") && mounts_initializer("model-initializer") {
         yaml.push_str("  initializer:\n    dataset: {storageUri: 'hf://tatsu-lab/alpaca'}\n    model: {storageUri: 'hf://meta-llama/Llama-3.2-1B-Instruct', secretRef: {name: hf-token}}\n");
     }
-    serde_yaml::from_str(&yaml).expect("trainjob")
+    input_limits::yaml::from_str(&yaml).expect("trainjob")
 }
 
 fn placement_for(rt: &ClusterTrainingRuntime, required: bool) -> Placement {
@@ -266,7 +267,7 @@ fn pod_sets_agree_with_the_rendered_jobset_without_an_ssh_key() {
 }
 
 fn yaml_stream(objects: &[Object]) -> String {
-    objects.iter().map(|o| format!("---\n{}", serde_yaml::to_string(&o.to_value()).expect("yaml"))).collect()
+    objects.iter().map(|o| format!("---\n{}", input_limits::yaml::to_string(&o.to_value()).expect("yaml"))).collect()
 }
 
 fn golden(name: &str, runtime_file: &str, scheduler: GangScheduler, mode: TopologyMode, placed: bool) {
