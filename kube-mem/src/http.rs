@@ -24,7 +24,7 @@ use super::table;
 use super::{Access, Shared};
 
 /// The largest request body accepted, as the real server's default (3 MiB).
-pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+pub const MAX_BODY_BYTES: usize = input_limits::MAX_BODY_BYTES;
 /// How often a watch that asked for bookmarks gets one.
 pub const BOOKMARK_EVERY: Duration = Duration::from_secs(1);
 
@@ -175,7 +175,11 @@ fn parse_body(bytes: &[u8], content_type: &str) -> Result<Value, ApiError> {
             e => ApiError::bad_request(format!("the body is not a valid protobuf object: {}", error_text(&e))),
         })?
     } else if content_type.contains("yaml") {
-        serde_yaml::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("the body is not valid YAML: {e}")))?
+        // Within the YAML budget: an alias bomb or deep nesting is a 400, not the process's memory.
+        input_limits::yaml::from_slice(bytes).map_err(|e| {
+            let at = e.line.map(|l| format!("line {l}: ")).unwrap_or_default();
+            ApiError::bad_request(format!("the body is not valid YAML: {at}{e}"))
+        })?
     } else {
         serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?
     };
@@ -494,11 +498,9 @@ fn watch(
     let selector =
         Selector::parse(q.get("labelSelector").map(String::as_str), q.get("fieldSelector").map(String::as_str))?;
     let bookmarks = q.get("allowWatchBookmarks").is_some_and(|b| b == "true");
-    let timeout = q
-        .get("timeoutSeconds")
-        .and_then(|s| s.parse::<u64>().ok())
-        .map(Duration::from_secs)
-        .unwrap_or(Duration::from_secs(1800));
+    // Clamped to MAX_WATCH_TIMEOUT_S: `18446744073709551615` used to overflow the deadline and
+    // panic the handler.
+    let timeout = input_limits::watch_timeout(q.get("timeoutSeconds").map(String::as_str));
     let from = q.get("resourceVersion").and_then(|r| r.parse::<u64>().ok()).filter(|r| *r > 0);
     let (backlog, mut rx, start_rv) = {
         let store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;

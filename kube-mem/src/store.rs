@@ -15,7 +15,7 @@ use super::status::ApiError;
 use super::time::now_rfc3339;
 
 /// How many events watches can resume from; older resourceVersions get 410 Gone.
-pub const HISTORY: usize = 10_000;
+pub const HISTORY: usize = input_limits::WATCH_HISTORY_EVENTS;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventType {
@@ -44,6 +44,8 @@ pub struct Event {
     /// For MODIFIED, the object before: a selector-filtered watch turns a change into ADDED or
     /// DELETED when the object starts or stops matching, as the real server does.
     pub previous: Option<Value>,
+    /// The object and the previous one as JSON, in bytes: what the event costs the history.
+    pub bytes: usize,
 }
 
 /// Signals to watches: an event, or "the history was compacted, end now".
@@ -60,6 +62,10 @@ pub struct Store {
     objects: BTreeMap<(String, String), BTreeMap<(String, String), Value>>,
     rv: u64,
     history: VecDeque<Arc<Event>>,
+    /// The bytes of the events in `history`, and the most it may hold: past it the oldest go,
+    /// as past [`HISTORY`] events (a few large updates must not grow the server without bound).
+    history_bytes: usize,
+    history_limit_bytes: usize,
     /// Watches from a resourceVersion below this get 410 Gone.
     pub oldest_rv: u64,
     uid_seed: u64,
@@ -105,6 +111,23 @@ fn builtin_defaults(rt: &ResourceType, obj: &mut Value) {
         }
         _ => {}
     }
+}
+
+/// The length of `v` as compact JSON, counted without writing it anywhere.
+fn json_bytes(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, v);
+    count.0
 }
 
 fn store_key(rt: &ResourceType) -> (String, String) {
@@ -160,6 +183,8 @@ impl Store {
             objects: BTreeMap::new(),
             rv: 1,
             history: VecDeque::new(),
+            history_bytes: 0,
+            history_limit_bytes: input_limits::WATCH_HISTORY_BYTES,
             oldest_rv: 1,
             uid_seed: seed & 0xffff_ffff,
             uid_counter: 0,
@@ -206,21 +231,42 @@ impl Store {
         )
     }
 
+    /// The most bytes (as JSON) the watch history keeps (`input_limits::WATCH_HISTORY_BYTES`
+    /// unless set): past it the oldest events are compacted, as past [`HISTORY`] events.
+    pub fn set_history_limit_bytes(&mut self, bytes: usize) {
+        self.history_limit_bytes = bytes;
+        self.compact_history();
+    }
+
+    /// The bytes (as JSON) of the events watches can resume from.
+    pub fn history_bytes(&self) -> usize {
+        self.history_bytes
+    }
+
     fn emit(&mut self, rt: &ResourceType, kind: EventType, object: Value, previous: Option<Value>) {
-        let event = Arc::new(Event { rv: self.rv, store: store_key(rt), kind, object, previous });
+        let bytes = json_bytes(&object) + previous.as_ref().map_or(0, json_bytes);
+        let event = Arc::new(Event { rv: self.rv, store: store_key(rt), kind, object, previous, bytes });
         self.history.push_back(event.clone());
-        while self.history.len() > HISTORY {
-            if let Some(e) = self.history.pop_front() {
-                self.oldest_rv = e.rv + 1;
-            }
-        }
+        self.history_bytes += bytes;
+        self.compact_history();
         let _ = self.tx.send(Signal::Event(event));
+    }
+
+    /// Drops the oldest events until the history is within both its count and its bytes; a
+    /// watch resuming from before them gets 410 Gone.
+    fn compact_history(&mut self) {
+        while self.history.len() > HISTORY || self.history_bytes > self.history_limit_bytes {
+            let Some(e) = self.history.pop_front() else { break };
+            self.history_bytes -= e.bytes;
+            self.oldest_rv = e.rv + 1;
+        }
     }
 
     /// Forgets all history: every watch resuming from an older resourceVersion gets 410 Gone,
     /// and open watches end (the fault hook "expire watches").
     pub fn expire_watches(&mut self) {
         self.history.clear();
+        self.history_bytes = 0;
         self.rv += 1;
         self.oldest_rv = self.rv;
         let _ = self.tx.send(Signal::Expire);

@@ -14,7 +14,6 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube_mem::{ApiServer, UnknownTokens, UserInfo};
-use serde::Deserialize;
 use serde_json::json;
 
 const MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests");
@@ -26,10 +25,9 @@ const AGENT: &str = "system:serviceaccount:stowage-system:stowage-agent-";
 
 fn docs(path: &str) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|d| serde_json::Value::deserialize(d).unwrap_or_else(|e| panic!("{path}: {e}")))
-        .filter(|d| !d.is_null())
-        .collect()
+    let docs: Vec<serde_json::Value> =
+        input_limits::yaml::documents(&text).unwrap_or_else(|e| panic!("{}", e.in_file(path)));
+    docs.into_iter().filter(|d| !d.is_null()).collect()
 }
 
 async fn create<K>(client: &Client, obj: serde_json::Value) -> K

@@ -26,7 +26,7 @@ async fn client(server: &ApiServer) -> Client {
 async fn with_trainjob_crd(server: &ApiServer) -> Client {
     let c = client(server).await;
     let crd: CustomResourceDefinition =
-        serde_yaml::from_str(&std::fs::read_to_string(TRAINJOB_CRD).expect("crd")).expect("yaml");
+        input_limits::yaml::from_str(&std::fs::read_to_string(TRAINJOB_CRD).expect("crd")).expect("yaml");
     Api::<CustomResourceDefinition>::all(c.clone()).create(&PostParams::default(), &crd).await.expect("crd created");
     c
 }
