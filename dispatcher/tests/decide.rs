@@ -48,7 +48,7 @@ fn member(name: &str, age_s: i64) -> MemberCluster {
 
 fn observed(members: Vec<MemberCluster>) -> Observed {
     let runtime: ClusterTrainingRuntime =
-        serde_yaml::from_str(&std::fs::read_to_string(RUNTIME).expect("runtime")).expect("yaml");
+        input_limits::yaml::from_str(&std::fs::read_to_string(RUNTIME).expect("runtime")).expect("yaml");
     let tj: TrainJob =
         serde_json::from_value(json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
         "metadata": {"name": "t", "namespace": "ml", "uid": "u1", "creationTimestamp": "2026-11-22T09:00:00Z"},

@@ -13,7 +13,7 @@ const RUNTIMES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/upstre
 
 fn runtime(file: &str) -> Runtime {
     let text = std::fs::read_to_string(format!("{RUNTIMES}/{file}")).expect("runtime");
-    Runtime::Cluster(serde_yaml::from_str::<ClusterTrainingRuntime>(&text).expect("yaml"))
+    Runtime::Cluster(input_limits::yaml::from_str::<ClusterTrainingRuntime>(&text).expect("yaml"))
 }
 
 fn trainjob(runtime: &str, nodes: u32, annotations: serde_json::Value) -> TrainJob {

@@ -30,10 +30,10 @@ async fn the_webhook_answers_reviews_over_tls_as_trainers_would() {
         Api::all(hub.clone());
     for f in ["trainer.kubeflow.org_clustertrainingruntimes.yaml", "trainer.kubeflow.org_trainjobs.yaml"] {
         let crd =
-            serde_yaml::from_str(&std::fs::read_to_string(format!("{UPSTREAM}/{f}")).expect("crd")).expect("yaml");
+            input_limits::yaml::from_str(&std::fs::read_to_string(format!("{UPSTREAM}/{f}")).expect("crd")).expect("yaml");
         crds.create(&PostParams::default(), &crd).await.expect("crd created");
     }
-    let runtime: api::trainer::ClusterTrainingRuntime = serde_yaml::from_str(
+    let runtime: api::trainer::ClusterTrainingRuntime = input_limits::yaml::from_str(
         &std::fs::read_to_string(format!("{UPSTREAM}/runtimes/torch_distributed.yaml")).expect("runtime"),
     )
     .expect("yaml");

@@ -75,8 +75,9 @@ pub fn register(hub: &ApiServer, fleet: &FleetSpec) {
 /// Creates the policy and its binding on the hub.
 pub async fn install_policy(hub: &Client) -> Result<(), PlaygroundError> {
     let what = "manifests/hub/status-writers-policy.yaml";
-    for doc in serde_yaml::Deserializer::from_str(STATUS_WRITERS_POLICY) {
-        let v: serde_json::Value = serde::Deserialize::deserialize(doc).map_err(|e| setup(what)(e.to_string()))?;
+    let docs: Vec<serde_json::Value> =
+        input_limits::yaml::documents(STATUS_WRITERS_POLICY).map_err(|e| setup(what)(e.to_string()))?;
+    for v in docs {
         match v["kind"].as_str() {
             Some("ValidatingAdmissionPolicy") => {
                 let p: ValidatingAdmissionPolicy = serde_json::from_value(v).map_err(|e| setup(what)(e.to_string()))?;

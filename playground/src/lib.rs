@@ -121,7 +121,7 @@ async fn install<K>(api: &Api<K>, text: &str, what: &str) -> Result<(), Playgrou
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
-    let obj: K = serde_yaml::from_str(text).map_err(|e| setup(what)(e.to_string()))?;
+    let obj: K = input_limits::yaml::from_str(text).map_err(|e| setup(what)(e.to_string()))?;
     api.create(&PostParams::default(), &obj).await.map_err(|e| setup(what)(e.to_string()))?;
     Ok(())
 }

@@ -140,7 +140,7 @@ fn install_crds(store: &mut Store) -> Result<(), MemberError> {
     let rt = builtin(store, "apiextensions.k8s.io", "v1", "customresourcedefinitions");
     for file in upstream::MEMBER_CRDS {
         let crd = |message: String| MemberError::Crd { file: file.path.into(), message };
-        let crd_value: Value = serde_yaml::from_str(file.text).map_err(|e| crd(e.to_string()))?;
+        let crd_value: Value = input_limits::yaml::from_str(file.text).map_err(|e| crd(e.to_string()))?;
         store.create(&rt, None, crd_value, &write_options()).map_err(|e| crd(e.to_string()))?;
     }
     Ok(())

@@ -35,7 +35,7 @@ fn trainjob(nodes: u32) -> TrainJob {
 
 fn runtime() -> Runtime {
     let text = std::fs::read_to_string(format!("{UPSTREAM}/trainer/runtimes/torch_distributed.yaml")).expect("runtime");
-    let mut rt: ClusterTrainingRuntime = serde_yaml::from_str(&text).expect("yaml");
+    let mut rt: ClusterTrainingRuntime = input_limits::yaml::from_str(&text).expect("yaml");
     rt.spec.inner.pod_group_policy = Some(api::trainer::PodGroupPolicy {
         coscheduling: Some(api::trainer::CoschedulingPolicy { schedule_timeout_seconds: Some(1) }),
         ..Default::default()

@@ -129,7 +129,7 @@ pub async fn all_complete(hub: &Client, names: &[String]) {
 /// Creates a Queue from the YAML of its `metadata` and `spec`.
 pub async fn create_queue(hub: &Client, yaml: &str) {
     let queue: api::stowage::Queue =
-        serde_yaml::from_str(&format!("apiVersion: stowage.dev/v1alpha1\nkind: Queue\n{yaml}")).expect("queue");
+        input_limits::yaml::from_str(&format!("apiVersion: stowage.dev/v1alpha1\nkind: Queue\n{yaml}")).expect("queue");
     Api::<api::stowage::Queue>::all(hub.clone()).create(&PostParams::default(), &queue).await.expect("queue");
 }
 
