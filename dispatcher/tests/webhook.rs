@@ -29,8 +29,8 @@ async fn the_webhook_answers_reviews_over_tls_as_trainers_would() {
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
         Api::all(hub.clone());
     for f in ["trainer.kubeflow.org_clustertrainingruntimes.yaml", "trainer.kubeflow.org_trainjobs.yaml"] {
-        let crd =
-            input_limits::yaml::from_str(&std::fs::read_to_string(format!("{UPSTREAM}/{f}")).expect("crd")).expect("yaml");
+        let crd = input_limits::yaml::from_str(&std::fs::read_to_string(format!("{UPSTREAM}/{f}")).expect("crd"))
+            .expect("yaml");
         crds.create(&PostParams::default(), &crd).await.expect("crd created");
     }
     let runtime: api::trainer::ClusterTrainingRuntime = input_limits::yaml::from_str(

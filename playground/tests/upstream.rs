@@ -22,7 +22,8 @@ fn bundled_upstream_files_are_the_shared_ones() {
 #[test]
 fn every_bundled_file_parses_as_one_kubernetes_object() {
     for file in playground::upstream::all() {
-        let v: serde_json::Value = input_limits::yaml::from_str(file.text).unwrap_or_else(|e| panic!("{}: {e}", file.path));
+        let v: serde_json::Value =
+            input_limits::yaml::from_str(file.text).unwrap_or_else(|e| panic!("{}: {e}", file.path));
         assert!(v.get("apiVersion").is_some() && v.get("kind").is_some(), "{}", file.path);
     }
 }
