@@ -267,6 +267,10 @@ pub struct QueueSpec {
     /// Whom its TrainJobs may evict, as Kueue's ClusterQueue `preemption`; absent: nobody.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemption: Option<QueuePreemption>,
+    /// Whether its TrainJobs may set their own priority with the `stowage.dev/priority`
+    /// annotation. Off by default: priority then comes only from PriorityClasses an admin made.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_priority_annotation: bool,
 }
 
 /// Kueue's ClusterQueue `preemption`, field for field.

@@ -1,6 +1,6 @@
 //! The dispatcher's shell: watch the hub, call [`decide`](crate::decide::decide), write.
 //!
-//! Reflectors keep caches of the seven kinds it reads; any change (or the resync tick, which
+//! Reflectors keep caches of the eight kinds it reads; any change (or the resync tick, which
 //! drives time-based decisions such as a member's grace period) wakes a cycle. It keeps nothing
 //! between cycles but the writes its caches have not caught up with yet and since when each
 //! placement reported Running has gone uncounted, so a restart or a new leader rebuilds
@@ -15,6 +15,7 @@ use std::time::Duration;
 use api::stowage::{MemberCluster, Placement, Queue};
 use api::trainer::{ClusterTrainingRuntime, TrainJob, TrainingRuntime};
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -81,6 +82,7 @@ struct Caches {
     queues: Store<Queue>,
     /// Their labels, for the Queues' namespace selectors.
     namespaces: Store<Namespace>,
+    priority_classes: Store<PriorityClass>,
 }
 
 impl Caches {
@@ -94,6 +96,7 @@ impl Caches {
             placements: watches.watch(Api::all(hub.clone()), all()),
             queues: watches.watch(Api::all(hub.clone()), all()),
             namespaces: watches.watch(Api::all(hub.clone()), all()),
+            priority_classes: watches.watch(Api::all(hub.clone()), all()),
         }
     }
 
@@ -106,6 +109,7 @@ impl Caches {
             self.placements.wait_until_ready(),
             self.queues.wait_until_ready(),
             self.namespaces.wait_until_ready(),
+            self.priority_classes.wait_until_ready(),
         );
     }
 
@@ -118,6 +122,7 @@ impl Caches {
             placements: watch::snapshot(&self.placements),
             queues: watch::snapshot(&self.queues),
             namespaces: watch::snapshot(&self.namespaces),
+            priority_classes: watch::snapshot(&self.priority_classes),
             uncounted_since: BTreeMap::new(),
         }
     }

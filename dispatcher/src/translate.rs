@@ -33,7 +33,18 @@ pub enum GangError {
 
 /// The gang a TrainJob asks for: one pod set per replicated job of the JobSet it renders into,
 /// each `replicas × parallelism` pods with the rendered pod's requests.
-pub fn gang(trainjob: &TrainJob, runtime: &Runtime) -> Result<Gang, GangError> {
+/// Where a TrainJob's priority comes from, before it is resolved against the hub's
+/// PriorityClasses and its Queue: the pods' `priorityClassName` (from the runtime's template)
+/// wins over the annotation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PrioritySource {
+    Class(String),
+    Annotation(i32),
+    Unset,
+}
+
+/// The gang with priority 0, and where its priority is to come from.
+pub fn gang(trainjob: &TrainJob, runtime: &Runtime) -> Result<(Gang, PrioritySource), GangError> {
     let caps = Capabilities { gang_scheduler: GangScheduler::None, ..Capabilities::default() };
     let input = Input { trainjob, runtime, placement: None, capabilities: &caps, ssh_key: None, jobset_uid: None };
     let shapes = render::pod_sets(&input)?;
@@ -46,12 +57,14 @@ pub fn gang(trainjob: &TrainJob, runtime: &Runtime) -> Result<Gang, GangError> {
         })?,
         None => TopologyConstraint::Unconstrained,
     };
-    let priority = match annotations.get(PRIORITY_ANNOTATION) {
-        Some(p) => p.trim().parse::<i32>().map_err(|_| GangError::Annotation {
+    let class = shapes.iter().find_map(|rj| rj.pod.priority_class_name.clone()).filter(|c| !c.is_empty());
+    let priority = match (class, annotations.get(PRIORITY_ANNOTATION)) {
+        (Some(class), _) => PrioritySource::Class(class),
+        (None, Some(p)) => PrioritySource::Annotation(p.trim().parse::<i32>().map_err(|_| GangError::Annotation {
             annotation: PRIORITY_ANNOTATION,
             problem: format!("{p:?} is not an integer"),
-        })?,
-        None => 0,
+        })?),
+        (None, None) => PrioritySource::Unset,
     };
     // How long it runs once started: the user's estimate, else its deadline (it ends by then
     // at the latest). Only a gang that states one may backfill in front of a reservation.
@@ -92,15 +105,16 @@ pub fn gang(trainjob: &TrainJob, runtime: &Runtime) -> Result<Gang, GangError> {
         .filter(|ps| ps.pods > 0)
         .collect();
     let ns = meta.namespace.clone().unwrap_or_default();
-    Ok(Gang {
+    let gang = Gang {
         id: format!("{ns}/{}", meta.name.clone().unwrap_or_default()),
         queue: meta.labels.as_ref().and_then(|l| l.get(QUEUE_LABEL)).cloned().unwrap_or_else(|| DEFAULT_QUEUE.into()),
-        priority,
+        priority: 0,
         runtime_ms,
         submitted_ms: meta.creation_timestamp.as_ref().map(|t| t.0.as_millisecond().max(0) as u64).unwrap_or(0),
         pod_sets,
         clusters: ClusterFilter::default(),
-    })
+    };
+    Ok((gang, priority))
 }
 
 /// What a pod asks of its node: its node selector (the GPU product is its flavor, not a label

@@ -439,6 +439,7 @@ fn three_of_four_nodes_busy() -> Observed {
 #[test]
 fn a_blocked_trainjob_gets_a_reservation_from_running_deadlines_and_only_a_short_one_backfills() {
     let mut o = three_of_four_nodes_busy();
+    o.queues = vec![annotated_default_queue()];
     o.trainjobs.push(trainjob(
         "whole-rack",
         "ub",
@@ -575,5 +576,47 @@ fn a_trainjob_may_use_only_a_queue_whose_namespace_selector_selects_its_namespac
     assert_eq!((c.type_.as_str(), c.reason.as_str()), ("Pending", "NamespaceNotAllowed"));
     assert_eq!(c.message, "namespace ml is not selected by Queue team-b's spec.namespaceSelector");
     o.namespaces[0].metadata.labels = Some([("team".to_string(), "b".to_string())].into());
+    assert_eq!(decide(&o, &scheduler_core::fixture::greedy(), &settings(), Time(now())).placements.len(), 1);
+}
+
+/// The default Queue, letting its TrainJobs set their priority by annotation.
+fn annotated_default_queue() -> api::stowage::Queue {
+    serde_json::from_value(json!({"apiVersion": "stowage.dev/v1alpha1", "kind": "Queue",
+        "metadata": {"name": "default"}, "spec": {"allowPriorityAnnotation": true}}))
+    .expect("queue")
+}
+
+/// Priority is what an admin defined: the PriorityClass the pods name, else the global default;
+/// the annotation only where the Queue allows it, and otherwise the TrainJob waits saying so.
+#[test]
+fn priority_comes_from_priority_classes_and_the_annotation_only_where_the_queue_allows_it() {
+    let mut o = observed(vec![member("a", 1)]);
+    o.trainjobs[0].metadata.annotations = Some([("stowage.dev/priority".to_string(), "1000".to_string())].into());
+    let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), Time(now()));
+    assert!(plan.placements.is_empty());
+    let c = &plan.statuses[0].conditions[0];
+    assert_eq!((c.type_.as_str(), c.reason.as_str()), ("Pending", "PriorityNotAllowed"));
+    assert!(
+        c.message.starts_with("metadata.annotations[stowage.dev/priority]: Queue default does not allow"),
+        "{}",
+        c.message
+    );
+    o.queues = vec![annotated_default_queue()];
+    assert_eq!(decide(&o, &scheduler_core::fixture::greedy(), &settings(), Time(now())).placements.len(), 1);
+
+    // The runtime's pods name a PriorityClass: it must exist; its value is the priority.
+    o.trainjobs[0].metadata.annotations = None;
+    let mut runtime = serde_json::to_value(&o.cluster_runtimes[0]).expect("runtime");
+    runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["priorityClassName"] =
+        "research-high".into();
+    o.cluster_runtimes[0] = serde_json::from_value(runtime).expect("runtime");
+    let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), Time(now()));
+    let c = &plan.statuses[0].conditions[0];
+    assert_eq!(
+        (c.reason.as_str(), c.message.as_str()),
+        ("PriorityClassNotFound", "priorityClassName: no PriorityClass with name research-high was found")
+    );
+    o.priority_classes =
+        vec![serde_json::from_value(json!({"metadata": {"name": "research-high"}, "value": 500})).expect("class")];
     assert_eq!(decide(&o, &scheduler_core::fixture::greedy(), &settings(), Time(now())).placements.len(), 1);
 }

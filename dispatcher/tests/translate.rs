@@ -3,7 +3,7 @@
 
 use api::stowage::{MemberCluster, MemberClusterSpec, MemberClusterStatus, TopologyLevel};
 use api::trainer::{ClusterTrainingRuntime, Runtime, TrainJob};
-use dispatcher::translate::{fleet, gang};
+use dispatcher::translate::{PrioritySource, fleet, gang};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use scheduler_core::{Level, TopologyConstraint};
 use serde_json::json;
@@ -27,7 +27,7 @@ fn trainjob(runtime: &str, nodes: u32, annotations: serde_json::Value) -> TrainJ
 
 #[test]
 fn a_torch_trainjob_is_one_pod_set_of_num_nodes_pods() {
-    let g = gang(
+    let (g, priority) = gang(
         &trainjob(
             "torch-distributed",
             4,
@@ -36,7 +36,9 @@ fn a_torch_trainjob_is_one_pod_set_of_num_nodes_pods() {
         &runtime("torch_distributed.yaml"),
     )
     .expect("gang");
-    assert_eq!((g.id.as_str(), g.queue.as_str(), g.priority), ("ml/t", "research", 5));
+    // The priority is resolved later, against the hub's PriorityClasses and the Queue.
+    assert_eq!((g.id.as_str(), g.queue.as_str(), g.priority), ("ml/t", "research", 0));
+    assert_eq!(priority, PrioritySource::Annotation(5));
     assert_eq!(g.submitted_ms, 1_795_309_200_000);
     assert_eq!(g.pod_sets.len(), 1);
     let ps = &g.pod_sets[0];
@@ -46,7 +48,7 @@ fn a_torch_trainjob_is_one_pod_set_of_num_nodes_pods() {
 
 #[test]
 fn an_mpi_trainjob_counts_launcher_and_workers_as_trainer_does() {
-    let g =
+    let (g, _) =
         gang(&trainjob("deepspeed-distributed", 3, json!({})), &runtime("deepspeed_distributed.yaml")).expect("gang");
     let shape: Vec<(&str, u32)> = g.pod_sets.iter().map(|p| (p.name.as_str(), p.pods)).collect();
     assert_eq!(shape, [("node", 2), ("launcher", 1)]);
@@ -70,7 +72,7 @@ fn bad_annotations_and_bad_trainjobs_name_the_field() {
         e.to_string(),
         "metadata.annotations[stowage.dev/expected-runtime-seconds]: \"soon\" is not a positive number of seconds"
     );
-    let ok = gang(
+    let (ok, _) = gang(
         &trainjob("torch-distributed", 2, json!({"stowage.dev/expected-runtime-seconds": "90"})),
         &runtime("torch_distributed.yaml"),
     )

@@ -185,7 +185,9 @@ impl Playground {
         let queues: Api<api::stowage::Queue> = Api::all(hub.clone());
         install(
             &queues,
-            "apiVersion: stowage.dev/v1alpha1\nkind: Queue\nmetadata: {name: default}\nspec: {}\n",
+            // The playground trusts its users (see its banner): its default Queue lets them set
+            // a priority by annotation. manifests/hub's does not.
+            "apiVersion: stowage.dev/v1alpha1\nkind: Queue\nmetadata: {name: default}\nspec: {allowPriorityAnnotation: true}\n",
             "Queue",
         )
         .await?;

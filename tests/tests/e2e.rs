@@ -165,7 +165,11 @@ async fn a_high_priority_trainjob_evicts_one_gang_on_one_cluster_and_the_victim_
     let p = playground(fast()).await;
     let hub = p.hub();
     let monitor = p.watch_for_duplicates();
-    create_queue(&hub, "metadata: {name: team}\nspec:\n  preemption: {withinClusterQueue: LowerPriority}\n").await;
+    create_queue(
+        &hub,
+        "metadata: {name: team}\nspec:\n  allowPriorityAnnotation: true\n  preemption: {withinClusterQueue: LowerPriority}\n",
+    )
+    .await;
     let in_team = |mut tj: TrainJob| {
         tj.metadata.labels = Some([("stowage.dev/queue".to_string(), "team".to_string())].into());
         tj

@@ -14,6 +14,7 @@ use scheduler_core::{ClusterFilter, Gang};
 
 use super::members::Members;
 use super::namespaces;
+use super::priorities::Priorities;
 use super::queues::QueueSet;
 use super::{Observed, Settings, conditions, key};
 use crate::translate;
@@ -103,6 +104,7 @@ pub(super) struct Scope<'s, 'a> {
     pub(super) queues: &'s QueueSet,
     /// Each namespace's labels.
     pub(super) namespaces: &'s BTreeMap<String, BTreeMap<String, String>>,
+    pub(super) priorities: &'s Priorities,
 }
 
 /// The TrainJob's state and status this cycle, given its Placement if it has one.
@@ -139,21 +141,29 @@ pub(super) fn job<'a>(
         conditions::upsert(&mut job.conditions, conditions::waiting("RuntimeNotFound", message, now));
         return job;
     };
-    let mut gang = match translate::gang(tj, &runtime) {
+    let (mut gang, priority) = match translate::gang(tj, &runtime) {
         Ok(g) => g,
         Err(e) => {
             conditions::upsert(&mut job.conditions, conditions::waiting("Invalid", e.to_string(), now));
             return job;
         }
     };
-    // A queue whose namespace selector leaves this namespace out is not this TrainJob's to use;
-    // checked before it is placed (what already runs keeps running, as in Kueue).
-    if placement.is_none_or(|p| p.spec.cluster.is_none())
-        && !scope.queues.admits(&gang.queue, &namespaces::of(scope.namespaces, &ns))
-    {
+    // A queue whose namespace selector leaves this namespace out is not this TrainJob's to use,
+    // nor a priority it may not have; checked before it is placed (what already runs keeps
+    // running, as in Kueue, at the priority it may have).
+    let unplaced = placement.is_none_or(|p| p.spec.cluster.is_none());
+    if unplaced && !scope.queues.admits(&gang.queue, &namespaces::of(scope.namespaces, &ns)) {
         let message = format!("namespace {ns} is not selected by Queue {}'s spec.namespaceSelector", gang.queue);
         conditions::upsert(&mut job.conditions, conditions::waiting("NamespaceNotAllowed", message, now));
         return job;
+    }
+    match scope.priorities.resolve(&priority, &gang.queue, scope.queues) {
+        Ok(p) => gang.priority = p,
+        Err((reason, message)) if unplaced => {
+            conditions::upsert(&mut job.conditions, conditions::waiting(reason, message, now));
+            return job;
+        }
+        Err(_) => {}
     }
     let t = now.0;
     let Some(p) = placement else {
@@ -406,7 +416,8 @@ mod tests {
     fn state_of(o: &Observed) -> String {
         let members = Members::observe(&o.members, &Settings::default(), now().0);
         let queues = super::super::queues::read(o);
-        let scope = Scope { members: &members, queues: &queues, namespaces: &BTreeMap::new() };
+        let priorities = Priorities::default();
+        let scope = Scope { members: &members, queues: &queues, namespaces: &BTreeMap::new(), priorities: &priorities };
         let job = job(o, &scope, &o.trainjobs[0], o.placements.first(), &Settings::default(), &now());
         match &job.state {
             JobState::Blocked => format!("blocked: {}", job.conditions[0].reason),

@@ -21,6 +21,7 @@ mod conditions;
 mod intake;
 mod members;
 mod namespaces;
+mod priorities;
 mod queues;
 mod schedule;
 mod writes;
@@ -31,6 +32,7 @@ use std::time::Duration;
 use api::stowage::{CLUSTER_LABEL, MemberCluster, Placement, PlacementKey, PlacementSpec, Queue, QueueStatus};
 use api::trainer::{ClusterTrainingRuntime, JobStatus, TrainJob, TrainingRuntime};
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
@@ -49,6 +51,8 @@ pub struct Observed {
     pub queues: Vec<Queue>,
     /// For the Queues' namespace selectors.
     pub namespaces: Vec<Namespace>,
+    /// What TrainJobs' priorities come from.
+    pub priority_classes: Vec<PriorityClass>,
     /// The dispatcher's own memory, not a hub object: since when each placement reported
     /// Running has not been counted by its member (the last cycle's [`Plan::uncounted_since`]).
     /// A new leader starts with none, and so waits a whole grace period before acting.
@@ -160,6 +164,7 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
     let members = members::Members::observe(&o.members, settings, now.0);
     let queues = queues::read(o);
     let namespaces = namespaces::labels(&o.namespaces);
+    let priorities = priorities::Priorities::read(&o.priority_classes);
     let placements: BTreeMap<(String, String), &Placement> =
         o.placements.iter().map(|p| (key(&p.metadata), p)).collect();
     let jobs: Vec<intake::Job<'_>> = o
@@ -167,7 +172,8 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
         .iter()
         .filter(|tj| !intake::finished(tj) && !intake::managed_elsewhere(tj))
         .map(|tj| {
-            let scope = intake::Scope { members: &members, queues: &queues, namespaces: &namespaces };
+            let scope =
+                intake::Scope { members: &members, queues: &queues, namespaces: &namespaces, priorities: &priorities };
             intake::job(o, &scope, tj, placements.get(&key(&tj.metadata)).copied(), settings, &now)
         })
         .collect();

@@ -1,6 +1,6 @@
 //! The hub's Queues as the cycle schedules with them, and the status each Queue is given.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use api::stowage::{Queue, QueueStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -19,6 +19,8 @@ pub(super) struct QueueSet {
     pub(super) inactive: BTreeMap<String, String>,
     /// The namespace selector of each Queue that has one.
     selectors: BTreeMap<String, Selector>,
+    /// Queues whose TrainJobs may set their priority by annotation.
+    annotated_priority: BTreeSet<String>,
 }
 
 impl QueueSet {
@@ -27,12 +29,18 @@ impl QueueSet {
     pub(super) fn admits(&self, queue: &str, namespace_labels: &BTreeMap<String, String>) -> bool {
         self.selectors.get(queue).is_none_or(|s| s.matches(namespace_labels))
     }
+
+    pub(super) fn allows_priority_annotation(&self, queue: &str) -> bool {
+        self.annotated_priority.contains(queue)
+    }
 }
 
 pub(super) fn read(o: &Observed) -> QueueSet {
     let mut specs: Vec<QueueSpec> = Vec::new();
     let mut inactive = BTreeMap::new();
     let mut selectors = BTreeMap::new();
+    let annotated_priority =
+        o.queues.iter().filter(|q| q.spec.allow_priority_annotation).filter_map(|q| q.metadata.name.clone()).collect();
     for q in &o.queues {
         let name = q.metadata.name.clone().unwrap_or_default();
         match Selector::of(q) {
@@ -62,7 +70,7 @@ pub(super) fn read(o: &Observed) -> QueueSet {
         Queues::new(vec![QueueSpec::unlimited(translate::DEFAULT_QUEUE)])
             .unwrap_or_else(|_| unreachable!("one queue is valid"))
     });
-    QueueSet { queues, inactive, selectors }
+    QueueSet { queues, inactive, selectors, annotated_priority }
 }
 
 /// What makes a Queue's spec unusable, naming the field.
