@@ -18,7 +18,7 @@ use std::time::Duration;
 use api::jobset::JobSet;
 use api::stowage::{Placement, QUEUE_LABEL};
 use api::trainer::TrainJob;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use playground::Playground;
 use serde_json::json;
@@ -107,7 +107,7 @@ async fn trainjobs_under_random_faults_are_never_lost_run_twice_over_quota_or_le
         if names.len() < jobs {
             for _ in 0..rng.between(1, 4).min((jobs - names.len()) as u64) {
                 let name = format!("soak-{}", names.len());
-                submit(&hub, &soak_job(&name, &mut rng)).await;
+                submit_retrying(&hub, &soak_job(&name, &mut rng)).await;
                 names.push(name);
             }
         } else if complete(&hub).await >= jobs {
@@ -130,6 +130,22 @@ async fn trainjobs_under_random_faults_are_never_lost_run_twice_over_quota_or_le
     assert_eq!(monitor.duplicates(), Vec::new(), "a TrainJob ran on two members at once");
     assert!(seen.is_empty(), "invariants broken:\n{}", seen.join("\n"));
     assert!(faults.values().sum::<u32>() >= 3, "too few faults to call it a soak: {faults:?}");
+}
+
+/// Creates the TrainJob as a user would through a flaky hub: again after a 500 or 429 (an
+/// injected failure stores nothing), done once it exists.
+async fn submit_retrying(hub: &Client, tj: &TrainJob) {
+    let api = Api::<TrainJob>::default_namespaced(hub.clone());
+    for _ in 0..200 {
+        match api.create(&PostParams::default(), tj).await {
+            Ok(_) => return,
+            Err(kube::Error::Api(e)) if e.code == 409 => return,
+            Err(kube::Error::Api(e)) if e.code == 500 || e.code == 429 => {}
+            Err(e) => panic!("submitting {}: {e}", tj.name_any()),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("submitting {}: the hub kept failing", tj.name_any());
 }
 
 fn fault_name(f: Fault) -> &'static str {
