@@ -206,10 +206,10 @@ fn a_placement_whose_cluster_was_edited_by_hand_is_placed_again_not_lost() {
     assert_eq!(labelled, w.spec.cluster, "written consistent again");
 }
 
-/// A `Succeeded` the member's own capacity report contradicts (its pods still counted running)
-/// does not finish the TrainJob; once the pods are gone it does.
+/// A `Succeeded` or `Lost` the member's own capacity report contradicts (its pods still counted
+/// running) neither finishes nor moves the TrainJob; once the pods are gone, `Succeeded` does.
 #[test]
-fn a_finished_claim_its_members_report_contradicts_does_not_finish_the_trainjob() {
+fn a_finished_or_lost_claim_its_members_report_contradicts_neither_finishes_nor_moves_the_trainjob() {
     let (mut o, _) = placed_and_running(vec![member("a", 1), member("b", 1)]);
     count(&mut o, "u1/1");
     report(&mut o, PlacementPhase::Succeeded, 1);
@@ -218,6 +218,10 @@ fn a_finished_claim_its_members_report_contradicts_does_not_finish_the_trainjob(
         plan.statuses.iter().flat_map(|s| &s.conditions).any(|c| c.type_ == "Complete" && c.status == "True")
     };
     assert!(!complete(&plan), "{plan:#?}");
+    // Nor does a Lost evict it.
+    report(&mut o, PlacementPhase::Lost, 1);
+    assert!(decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(30)).placements.is_empty());
+    report(&mut o, PlacementPhase::Succeeded, 1);
     for m in &mut o.members {
         m.status.as_mut().expect("status").counted.clear();
     }

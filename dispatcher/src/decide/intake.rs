@@ -300,11 +300,11 @@ fn current_status(p: &Placement) -> Option<&PlacementStatus> {
     p.status.as_ref().filter(|s| s.observed_epoch == p.spec.epoch)
 }
 
-/// The placement's member reports it finished at its current epoch while that member's own
-/// capacity report still counts its pods running.
+/// The placement's member reports it finished or lost at its current epoch while that member's
+/// own capacity report still counts its pods running.
 fn contradicted(p: &Placement, members: &Members<'_>) -> bool {
     let (Some(cluster), Some(status)) = (p.spec.cluster.as_deref(), current_status(p)) else { return false };
-    matches!(status.phase, PlacementPhase::Succeeded | PlacementPhase::Failed)
+    matches!(status.phase, PlacementPhase::Succeeded | PlacementPhase::Failed | PlacementPhase::Lost)
         && members.counts(cluster, &PlacementKey { uid: p.spec.train_job_uid.clone(), epoch: p.spec.epoch })
 }
 
@@ -323,7 +323,9 @@ fn withdrawal(p: &Placement, members: &Members<'_>) -> Option<(&'static str, Str
             "Unschedulable",
             status.and_then(|s| s.message.clone()).unwrap_or_else(|| "the gang did not start in time".into()),
         )),
-        Some(PlacementPhase::Lost) => {
+        // "Its JobSet disappeared" while its member's own report counts its pods running is not
+        // believed (a forged or confused status): nothing healthy is evicted on its word.
+        Some(PlacementPhase::Lost) if !contradicted(p, members) => {
             Some(("Lost", status.and_then(|s| s.message.clone()).unwrap_or_else(|| "the JobSet disappeared".into())))
         }
         _ if !members.keeps(cluster) => Some(match members.refusal(cluster) {
