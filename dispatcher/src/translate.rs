@@ -240,12 +240,7 @@ pub type NodeGroup = (String, Vec<String>, String, u32, NodeClassReport);
 /// Where a placement's bound pods are: (pod set, host, pods), keyed by (member, `<uid>/<epoch>`).
 pub type Bound = BTreeMap<(String, String), Vec<(String, DomainId, u32)>>;
 
-/// The most nodes one member may report: each becomes a host in every cycle's snapshot.
-pub const MAX_MEMBER_NODES: u64 = 100_000;
-/// The most GPUs one reported node may have.
-pub const MAX_GPUS_PER_NODE: u32 = 1024;
-/// The most topology levels a member may report.
-pub const MAX_LEVELS: usize = 16;
+use input_limits::{MAX_GPUS_PER_NODE, MAX_MEMBER_NODES, MAX_TOPOLOGY_LEVELS as MAX_LEVELS};
 
 /// Whether a member's report can be read at all: sizes within bounds, checked before anything
 /// is allocated for them, and a fleet of it alone builds. A member that fails is left out of the

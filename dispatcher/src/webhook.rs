@@ -22,8 +22,7 @@ use tracing::Instrument;
 /// Where Trainer's webhook is served (its kubebuilder marker), so a configuration written for
 /// Trainer points here unchanged.
 pub const PATH: &str = "/validate-trainer-kubeflow-org-v1alpha1-trainjob";
-/// The API server sends a whole object and its old copy: 3 MiB each at most.
-const MAX_REVIEW_BYTES: usize = 7 * 1024 * 1024;
+use input_limits::MAX_ADMISSION_REVIEW_BYTES as MAX_REVIEW_BYTES;
 /// The API server calls with a 10 s timeout; a TLS handshake slower than this is not it.
 const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 

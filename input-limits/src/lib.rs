@@ -42,6 +42,19 @@ pub const WATCH_HISTORY_EVENTS: usize = 10_000;
 /// watch resuming from before them gets 410 Gone, as past [`WATCH_HISTORY_EVENTS`].
 pub const WATCH_HISTORY_BYTES: usize = 256 * 1024 * 1024;
 
+/// An AdmissionReview to `stowage webhook`: the API server sends a whole object and its old copy,
+/// [`MAX_BODY_BYTES`] each at most, and a little more.
+pub const MAX_ADMISSION_REVIEW_BYTES: usize = 2 * MAX_BODY_BYTES + 1024 * 1024;
+
+// Members' reports (MemberCluster status), read by the dispatcher every cycle.
+
+/// Nodes one member may report: each becomes a host in every cycle's snapshot.
+pub const MAX_MEMBER_NODES: u64 = 100_000;
+/// GPUs one reported node may have.
+pub const MAX_GPUS_PER_NODE: u32 = 1024;
+/// Topology levels a member may report.
+pub const MAX_TOPOLOGY_LEVELS: usize = 16;
+
 // Fleets (fleet files, and members' reports of their nodes).
 
 pub const MAX_FLEET_CLUSTERS: u64 = 1_000;

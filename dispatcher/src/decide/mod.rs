@@ -199,7 +199,7 @@ mod tests {
     use k8s_openapi::jiff::Timestamp;
 
     fn queue(yaml: &str) -> Queue {
-        serde_yaml::from_str(&format!("apiVersion: stowage.dev/v1alpha1\nkind: Queue\n{yaml}")).expect("queue")
+        input_limits::yaml::from_str(&format!("apiVersion: stowage.dev/v1alpha1\nkind: Queue\n{yaml}")).expect("queue")
     }
 
     #[test]
