@@ -11,6 +11,7 @@
 //! watches open, so waiting for a relist could wait forever. A failed round is retried with
 //! exponential back-off.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,8 +47,8 @@ pub(crate) enum Wake {
     /// Fencing for a lost hub deleted these JobSets (key, namespace), then stopped, perhaps on an
     /// error.
     Fenced { deleted: Vec<(Key, String)>, error: Option<Error> },
-    /// A fresh list of this member's Placements, taken after the hub answered again; `None`
-    /// when the list failed.
+    /// The fenced placements still placed here, from a fresh list taken after the hub answered
+    /// again, each claimed (see `fence::reclaim`); `None` when the list failed.
     Confirmed(Option<Vec<Arc<Placement>>>),
 }
 
@@ -63,8 +64,9 @@ pub(crate) enum Action {
     /// The hub is lost: stop every realisation and round, and delete every live JobSet this
     /// agent made (answered by a `Wake::Fenced`).
     Fence,
-    /// List this member's Placements afresh, bounded in time (answered by a `Wake::Confirmed`).
-    Confirm,
+    /// List this member's Placements afresh and claim those of these fenced keys still placed
+    /// here, bounded in time (answered by a `Wake::Confirmed`).
+    Confirm(BTreeSet<Key>),
     /// Wait for the next event, or until this time when there is one.
     Wait(Option<Instant>),
 }
@@ -234,7 +236,7 @@ impl Loop {
         }
         if self.confirm_due(now) {
             self.last_confirm = Some(now);
-            return vec![Action::Confirm];
+            return vec![Action::Confirm(self.state.fenced.keys().cloned().collect())];
         }
         vec![self.wait(now)]
     }
@@ -310,7 +312,7 @@ mod tests {
                 Action::StartRound(_) => "round",
                 Action::ProbeHub => "probe",
                 Action::Fence => "fence",
-                Action::Confirm => "confirm",
+                Action::Confirm(_) => "confirm",
                 Action::Wait(_) => "wait",
             })
             .collect()

@@ -185,16 +185,23 @@ pub(super) fn job<'a>(
     let vanished = uncounted.filter(|since| t.duration_since(*since).unsigned_abs() > settings.member_grace).map(|_| {
         let cluster = p.spec.cluster.as_deref().unwrap_or_default();
         let grace = settings.member_grace.as_secs();
-        ("Lost", format!("member {cluster} reported it Running but has not counted its pods for {grace} s: its JobSet is gone"))
+        (UNCOUNTED, format!("member {cluster} reported it Running but has not counted its pods for {grace} s"))
     });
     job.state = match (withdrawal(p, members).or(vanished), &p.spec.cluster) {
         (Some((reason, message)), Some(cluster)) => {
             tracing::info!(trainjob = %format!("{ns}/{name}"), %cluster, reason, %message, "withdrawing");
             let backoff = match reason {
-                EDITED => p.spec.backoff.clone(),
+                EDITED | UNCOUNTED => p.spec.backoff.clone(),
                 _ => back_off(&p.spec.backoff, cluster, reason, settings, t),
             };
             gang.clusters.avoid.extend(backed_off(&backoff, t));
+            if reason == UNCOUNTED {
+                // Placed again on the same member, at a new epoch: its agent makes it afresh (and
+                // deletes whatever of the old epoch is left). Moving it elsewhere could run it
+                // twice: nothing says the member stopped running it, only that it stopped
+                // counting it.
+                gang.clusters.only = Some(vec![cluster.clone()]);
+            }
             let epoch = p.spec.epoch + 1;
             JobState::Waiting(Box::new(Waiting { gang, epoch, backoff, replaces, leaving: true, evicting: None }))
         }
@@ -307,6 +314,10 @@ fn contradicted(p: &Placement, members: &Members<'_>) -> bool {
     matches!(status.phase, PlacementPhase::Succeeded | PlacementPhase::Failed | PlacementPhase::Lost)
         && members.counts(cluster, &PlacementKey { uid: p.spec.train_job_uid.clone(), epoch: p.spec.epoch })
 }
+
+/// The reason for placing again a placement reported `Running` whose member has stopped
+/// counting its pods for the grace period.
+const UNCOUNTED: &str = "Uncounted";
 
 /// The withdrawal reason for a Placement whose `spec.cluster` disagrees with its label: no
 /// agent owns it as it stands (the one labelled fences it, the one named never sees it), so it
