@@ -33,18 +33,7 @@ impl Watches {
         K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
         K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
     {
-        self.start(api, config, |_| {}, Some(self.wake.clone()), Listed::default())
-    }
-
-    /// As [`Watches::watch`], also telling when the cache last finished a full list: after the
-    /// API server was out of reach, proof that the cache is current again.
-    pub fn watch_listed<K>(&mut self, api: Api<K>, config: watcher::Config) -> (Store<K>, Listed)
-    where
-        K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
-    {
-        let listed = Listed::default();
-        (self.start(api, config, |_| {}, Some(self.wake.clone()), listed.clone()), listed)
+        self.start(api, config, |_| {}, Some(self.wake.clone()))
     }
 
     /// A cache that does not wake the controller and keeps of each object only what `strip`
@@ -55,7 +44,7 @@ impl Watches {
         K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
         K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
     {
-        self.start(api, config, strip, None, Listed::default())
+        self.start(api, config, strip, None)
     }
 
     fn start<K>(
@@ -64,7 +53,6 @@ impl Watches {
         config: watcher::Config,
         strip: fn(&mut K),
         wake: Option<Arc<Notify>>,
-        listed: Listed,
     ) -> Store<K>
     where
         K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -77,10 +65,7 @@ impl Watches {
             events
                 .for_each(|e| {
                     match e {
-                        Ok(e) => {
-                            if matches!(e, watcher::Event::InitDone) {
-                                listed.set(tokio::time::Instant::now());
-                            }
+                        Ok(_) => {
                             if let Some(wake) = &wake {
                                 wake.notify_one();
                             }
@@ -102,23 +87,6 @@ impl Watches {
     /// Wakes the controller as a change would.
     pub fn poke(&self) {
         self.wake.notify_one();
-    }
-}
-
-/// When a cache last finished a full list (a first list, or a relist after its watch broke).
-#[derive(Debug, Clone, Default)]
-pub struct Listed(Arc<std::sync::Mutex<Option<tokio::time::Instant>>>);
-
-impl Listed {
-    pub fn set(&self, at: tokio::time::Instant) {
-        if let Ok(mut t) = self.0.lock() {
-            *t = Some(at);
-        }
-    }
-
-    /// Whether a full list finished after `t`.
-    pub fn since(&self, t: tokio::time::Instant) -> bool {
-        self.0.lock().ok().and_then(|l| *l).is_some_and(|l| l > t)
     }
 }
 

@@ -11,14 +11,13 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
 use crate::capacity;
-use kube_shell::watch::{self, Watches};
+use kube_shell::watch::Watches;
 
 /// The agent's caches: its Placements and the runtimes on the hub; its JobSets, and the Nodes
 /// and unfinished Pods its capacity report summarises, on the member.
 #[derive(Debug, Clone)]
 pub struct Caches {
     pub(crate) placements: Store<Placement>,
-    pub(crate) placements_listed: watch::Listed,
     pub(crate) runtimes: Store<TrainingRuntime>,
     pub(crate) cluster_runtimes: Store<ClusterTrainingRuntime>,
     pub(crate) jobsets: Store<JobSet>,
@@ -28,13 +27,9 @@ pub struct Caches {
 
 impl Caches {
     pub fn start(hub: &Client, member: &Client, cluster: &str, watches: &mut Watches) -> Self {
-        let (placements, placements_listed) = watches.watch_listed(
-            Api::all(hub.clone()),
-            watcher::Config::default().labels(&format!("{CLUSTER_LABEL}={cluster}")),
-        );
         Caches {
-            placements,
-            placements_listed,
+            placements: watches
+                .watch(Api::all(hub.clone()), watcher::Config::default().labels(&format!("{CLUSTER_LABEL}={cluster}"))),
             runtimes: watches.watch(Api::all(hub.clone()), watcher::Config::default()),
             cluster_runtimes: watches.watch(Api::all(hub.clone()), watcher::Config::default()),
             jobsets: watches.watch(Api::all(member.clone()), watcher::Config::default().labels(TRAINJOB_UID_LABEL)),

@@ -77,11 +77,14 @@ pub(crate) async fn fence_all(member: &Client, cfg: &AgentConfig, caches: &Cache
 /// older look (this member silent) then fails its own conditional write and looks again, and
 /// one that moved it first makes the claim fail: either way it runs on one member only. `None`
 /// when the hub does not answer.
-pub(crate) async fn reclaim(
-    hub: &Client,
-    cfg: &AgentConfig,
-    fenced: &BTreeSet<(String, i64)>,
-) -> Option<Vec<Arc<Placement>>> {
+/// What [`reclaim`] claimed, and whether a placement changed between list and claim.
+#[derive(Debug)]
+pub(crate) struct Reclaimed {
+    pub(crate) claimed: Vec<Arc<Placement>>,
+    pub(crate) changed: bool,
+}
+
+pub(crate) async fn reclaim(hub: &Client, cfg: &AgentConfig, fenced: &BTreeSet<(String, i64)>) -> Option<Reclaimed> {
     let params = ListParams::default().labels(&format!("{CLUSTER_LABEL}={}", cfg.cluster));
     let listed = match Api::<Placement>::all(hub.clone()).list(&params).await {
         Ok(list) => list.items,
@@ -90,7 +93,7 @@ pub(crate) async fn reclaim(
             return None;
         }
     };
-    let mut claimed = Vec::new();
+    let mut reclaimed = Reclaimed { claimed: Vec::new(), changed: false };
     for p in listed {
         let key = (p.spec.train_job_uid.clone(), p.spec.epoch);
         if p.spec.cluster.as_deref() != Some(cfg.cluster.as_str()) || !fenced.contains(&key) || finished(&p) {
@@ -108,9 +111,10 @@ pub(crate) async fn reclaim(
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
             .await
         {
-            Ok(now) => claimed.push(Arc::new(now)),
+            Ok(now) => reclaimed.claimed.push(Arc::new(now)),
             Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
-                tracing::info!(placement = %format!("{ns}/{name}"), "changed since listed: not made again");
+                tracing::info!(placement = %format!("{ns}/{name}"), "changed since listed: not made again now");
+                reclaimed.changed = true;
             }
             Err(error) => {
                 tracing::warn!(error = %kube_shell::error_chain(&error), placement = %format!("{ns}/{name}"), "claiming a fenced placement failed");
@@ -118,5 +122,5 @@ pub(crate) async fn reclaim(
             }
         }
     }
-    Some(claimed)
+    Some(reclaimed)
 }

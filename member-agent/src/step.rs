@@ -24,6 +24,7 @@ use kube_shell::backoff::Backoff;
 use crate::caches::Caches;
 use crate::config::AgentConfig;
 use crate::error::Error;
+use crate::fence::Reclaimed;
 use crate::report::Delivered;
 use crate::survey::{Round, State, finished, survey};
 
@@ -49,7 +50,7 @@ pub(crate) enum Wake {
     Fenced { deleted: Vec<(Key, String)>, error: Option<Error> },
     /// The fenced placements still placed here, from a fresh list taken after the hub answered
     /// again, each claimed (see `fence::reclaim`); `None` when the list failed.
-    Confirmed(Option<Vec<Arc<Placement>>>),
+    Confirmed(Option<Reclaimed>),
 }
 
 /// What the shell does for a step, in order.
@@ -175,14 +176,18 @@ impl Loop {
     /// What a fresh list says of the fenced placements: each still placed here at the epoch
     /// fenced is made again now, from the listed object. The others go when the caches see them
     /// gone (a round cleans their companions).
-    fn confirmed(&mut self, listed: Option<Vec<Arc<Placement>>>, now: Instant) -> Vec<Action> {
+    fn confirmed(&mut self, reclaimed: Option<Reclaimed>, now: Instant) -> Vec<Action> {
         self.last_confirm = Some(now);
-        let Some(listed) = listed else {
+        let Some(reclaimed) = reclaimed else {
             return vec![self.wait(now)];
         };
         self.state.last_hub_contact = now;
-        self.state.confirmed_at = Some(now);
-        let again: Vec<Arc<Placement>> = listed
+        // One that changed between list and claim is looked at again after the probe interval.
+        if !reclaimed.changed {
+            self.state.confirmed_at = Some(now);
+        }
+        let again: Vec<Arc<Placement>> = reclaimed
+            .claimed
             .into_iter()
             .filter(|p| p.spec.cluster.as_deref() == Some(self.cfg.cluster.as_str()))
             .filter(|p| {
@@ -438,7 +443,8 @@ mod tests {
             Arc::new(placement("kept", "east", Some("Running"))),
             Arc::new(placement("moved", "west", Some("Running"))),
         ];
-        let remade = agent.step(Wake::Confirmed(Some(listed)), &c, retry, Timestamp::now());
+        let reclaimed = Reclaimed { claimed: listed, changed: false };
+        let remade = agent.step(Wake::Confirmed(Some(reclaimed)), &c, retry, Timestamp::now());
         assert_eq!(kinds(&remade), ["realise", "wait"]);
         let Action::Realise(ps) = &remade[0] else { unreachable!() };
         assert_eq!(names(ps), ["kept"]);

@@ -24,8 +24,9 @@ pub struct State {
     pub(crate) in_flight: BTreeSet<(String, i64)>,
     /// (TrainJob uid, epoch) → namespace of JobSets it deleted while the hub was unreachable.
     pub(crate) fenced: BTreeMap<(String, i64), String>,
-    /// When it last fenced for a lost hub: what it deleted then is made again only from a list of
-    /// Placements taken after, never from a cache the hub-lost time left behind.
+    /// When it last fenced for a lost hub: what it deleted then is made again only after a fresh
+    /// list taken after and a claim (`fence::reclaim`), never from a cache the hub-lost time left
+    /// behind, nor from a relist alone (a dispatcher may be moving it that very moment).
     pub(crate) fenced_at: Option<Instant>,
     /// When a fresh list last confirmed which fenced placements are still placed here.
     pub(crate) confirmed_at: Option<Instant>,
@@ -150,13 +151,8 @@ pub(crate) fn survey(
                     ..PlacementStatus::default()
                 }
             }
-            // Fenced for a lost hub, and the Placements not listed since: the placement may have
-            // moved on, unseen.
-            None if state.fenced.contains_key(&key)
-                && state.fenced_at.is_some_and(|t| !caches.placements_listed.since(t)) =>
-            {
-                continue;
-            }
+            // Fenced for a lost hub: made again only once confirmed and claimed (`Loop::confirmed`).
+            None if state.fenced.contains_key(&key) => continue,
             None => {
                 survey.realise.push(p);
                 continue;
@@ -240,17 +236,14 @@ mod tests {
     }
 
     #[test]
-    fn what_was_fenced_for_a_lost_hub_is_made_again_only_from_a_fresh_list() {
+    fn what_was_fenced_for_a_lost_hub_is_never_made_again_from_the_caches() {
         let c = caches(vec![placement("a", "east", Some("Running"))], Vec::new());
         let mut state = State::new(Instant::now());
         state.fenced.insert(("a".into(), 1), "team".into());
         state.fenced_at = Some(Instant::now());
-        // The cache is what the hub-lost time left: the placement may have moved on, unseen.
+        // The cache may be what the hub-lost time left, or a relist taken while the dispatcher
+        // moves it: only a claim (Loop::confirmed) makes it again.
         let s = survey(&config(), &c, &mut state, Some(false), k8s_openapi::jiff::Timestamp::now());
         assert!(s.realise.is_empty() && s.round.statuses.is_empty(), "{:?}", s.round.statuses);
-        // Listed again since: still placed here, so it is made again.
-        c.placements_listed.set(Instant::now() + Duration::from_millis(1));
-        let s = survey(&config(), &c, &mut state, Some(false), k8s_openapi::jiff::Timestamp::now());
-        assert_eq!(names(&s.realise), ["a"]);
     }
 }

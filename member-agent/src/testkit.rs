@@ -8,7 +8,6 @@ use api::stowage::{EPOCH_LABEL, Placement, TRAINJOB_UID_LABEL};
 use kube::ResourceExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
-use kube_shell::watch;
 use serde_json::{Value, json};
 use trainer_render::Capabilities;
 
@@ -53,7 +52,6 @@ pub(crate) fn jobset(uid: &str, epoch: i64, ready: i32) -> JobSet {
 pub(crate) fn caches(placements: Vec<Placement>, jobsets: Vec<JobSet>) -> Caches {
     Caches {
         placements: store(placements),
-        placements_listed: watch::Listed::default(),
         runtimes: store(Vec::new()),
         cluster_runtimes: store(Vec::new()),
         jobsets: store(jobsets),
