@@ -21,7 +21,7 @@ use kube_shell::watch::Watches;
 use crate::caches::Caches;
 use crate::config::{AgentConfig, DEBOUNCE};
 use crate::error::Error;
-use crate::fence::{fence_all, reclaim};
+use crate::fence::{fence_all, placed_here};
 use crate::report::{Delivered, deliver, heartbeat};
 use crate::step::{Action, Loop, Wake};
 use crate::work::Work;
@@ -66,7 +66,7 @@ pub async fn run(hub: Client, member: Client, cfg: AgentConfig) {
                     next = Some(fence_all(&member, &cfg, &caches).await);
                 }
                 Action::Confirm(fenced) => {
-                    let listed = tokio::time::timeout(agent.probe_limit(), reclaim(&hub, &cfg, &fenced)).await;
+                    let listed = tokio::time::timeout(agent.probe_limit(), placed_here(&hub, &cfg, &fenced)).await;
                     next = Some(Wake::Confirmed(listed.ok().flatten()));
                 }
                 Action::Wait(t) => until = t,

@@ -5,10 +5,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use api::jobset::JobSet;
-use api::stowage::{CLUSTER_LABEL, EPOCH_LABEL, Placement, PlacementPhase, PlacementStatus, TRAINJOB_UID_LABEL};
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use api::stowage::{CLUSTER_LABEL, EPOCH_LABEL, Placement, TRAINJOB_UID_LABEL};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 use kube::{Client, ResourceExt};
-use serde_json::json;
 
 use kube_shell::watch::{self};
 
@@ -71,56 +70,27 @@ pub(crate) async fn fence_all(member: &Client, cfg: &AgentConfig, caches: &Cache
 }
 
 /// The fenced placements still placed here, as the hub has them now: one list, not the watch's
-/// cache, which a slow hub can leave stale for as long as it is slow. Each is claimed before it
-/// is made again: its status is written back to Applied on the condition that the Placement is
-/// unchanged since the list (its resourceVersion). A dispatcher that decided to move it from an
-/// older look (this member silent) then fails its own conditional write and looks again, and
-/// one that moved it first makes the claim fail: either way it runs on one member only. `None`
-/// when the hub does not answer.
-/// What [`reclaim`] claimed, and whether a placement changed between list and claim.
-#[derive(Debug)]
-pub(crate) struct Reclaimed {
-    pub(crate) claimed: Vec<Arc<Placement>>,
-    pub(crate) changed: bool,
-}
-
-pub(crate) async fn reclaim(hub: &Client, cfg: &AgentConfig, fenced: &BTreeSet<(String, i64)>) -> Option<Reclaimed> {
+/// cache, which a slow hub can leave stale for as long as it is slow. Each is made again
+/// through a claim (`report::claim`), as everything is, so one the dispatcher has moved since
+/// the list is not. `None` when the hub does not answer.
+pub(crate) async fn placed_here(
+    hub: &Client,
+    cfg: &AgentConfig,
+    fenced: &BTreeSet<(String, i64)>,
+) -> Option<Vec<Arc<Placement>>> {
     let params = ListParams::default().labels(&format!("{CLUSTER_LABEL}={}", cfg.cluster));
-    let listed = match Api::<Placement>::all(hub.clone()).list(&params).await {
-        Ok(list) => list.items,
+    match Api::<Placement>::all(hub.clone()).list(&params).await {
+        Ok(list) => Some(
+            list.items
+                .into_iter()
+                .filter(|p| p.spec.cluster.as_deref() == Some(cfg.cluster.as_str()) && !finished(p))
+                .filter(|p| fenced.contains(&(p.spec.train_job_uid.clone(), p.spec.epoch)))
+                .map(Arc::new)
+                .collect(),
+        ),
         Err(error) => {
             tracing::warn!(error = %kube_shell::error_chain(&error), cluster = %cfg.cluster, "listing placements to confirm the fenced failed");
-            return None;
-        }
-    };
-    let mut reclaimed = Reclaimed { claimed: Vec::new(), changed: false };
-    for p in listed {
-        let key = (p.spec.train_job_uid.clone(), p.spec.epoch);
-        if p.spec.cluster.as_deref() != Some(cfg.cluster.as_str()) || !fenced.contains(&key) || finished(&p) {
-            continue;
-        }
-        let (ns, name) = (p.namespace().unwrap_or_default(), p.name_any());
-        let status = PlacementStatus {
-            phase: PlacementPhase::Applied,
-            observed_epoch: p.spec.epoch,
-            message: Some("made again: the hub was out of reach, and it is still placed here".into()),
-            ..PlacementStatus::default()
-        };
-        let body = json!({"metadata": {"resourceVersion": p.resource_version()}, "status": status});
-        match Api::<Placement>::namespaced(hub.clone(), &ns)
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
-            .await
-        {
-            Ok(now) => reclaimed.claimed.push(Arc::new(now)),
-            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
-                tracing::info!(placement = %format!("{ns}/{name}"), "changed since listed: not made again now");
-                reclaimed.changed = true;
-            }
-            Err(error) => {
-                tracing::warn!(error = %kube_shell::error_chain(&error), placement = %format!("{ns}/{name}"), "claiming a fenced placement failed");
-                return None;
-            }
+            None
         }
     }
-    Some(reclaimed)
 }

@@ -4,7 +4,9 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use api::stowage::{GangScheduler as ReportedScheduler, MemberCluster, Placement, PlacementKey, PlacementStatus};
+use api::stowage::{
+    GangScheduler as ReportedScheduler, MemberCluster, Placement, PlacementKey, PlacementPhase, PlacementStatus,
+};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -78,6 +80,27 @@ pub(crate) async fn write_status(hub: &Client, ns: &str, name: &str, status: &Pl
         .await
         .map(|_| ())
         .map_err(kube_err(format!("writing Placement {ns}/{name} status")))
+}
+
+/// Claims a placement before anything is made for it: its status says it is being made here,
+/// written only if the Placement is still as the agent saw it (its resourceVersion). A cache
+/// left stale by a lost or slow hub may still show a placement the dispatcher has since moved
+/// elsewhere; the claim then fails (409) and nothing is made here, so it never runs twice. A
+/// dispatcher deciding from an older look fails its own conditional write instead.
+pub(crate) async fn claim(hub: &Client, cluster: &str, p: &Placement) -> Result<(), Error> {
+    let (ns, name) = (p.namespace().unwrap_or_default(), p.name_any());
+    let status = PlacementStatus {
+        phase: PlacementPhase::Pending,
+        observed_epoch: p.spec.epoch,
+        message: Some(format!("being made on {cluster}")),
+        ..PlacementStatus::default()
+    };
+    let body = json!({"metadata": {"resourceVersion": p.resource_version()}, "status": status});
+    Api::<Placement>::namespaced(hub.clone(), &ns)
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+        .map(|_| ())
+        .map_err(kube_err(format!("claiming Placement {ns}/{name} (changed since seen?)")))
 }
 
 /// Which gang scheduler the member runs, from its CRDs (coscheduling first when several are).

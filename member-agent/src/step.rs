@@ -24,7 +24,6 @@ use kube_shell::backoff::Backoff;
 use crate::caches::Caches;
 use crate::config::AgentConfig;
 use crate::error::Error;
-use crate::fence::Reclaimed;
 use crate::report::Delivered;
 use crate::survey::{Round, State, finished, survey};
 
@@ -49,8 +48,8 @@ pub(crate) enum Wake {
     /// error.
     Fenced { deleted: Vec<(Key, String)>, error: Option<Error> },
     /// The fenced placements still placed here, from a fresh list taken after the hub answered
-    /// again, each claimed (see `fence::reclaim`); `None` when the list failed.
-    Confirmed(Option<Reclaimed>),
+    /// again; `None` when the list failed.
+    Confirmed(Option<Vec<Arc<Placement>>>),
 }
 
 /// What the shell does for a step, in order.
@@ -65,8 +64,8 @@ pub(crate) enum Action {
     /// The hub is lost: stop every realisation and round, and delete every live JobSet this
     /// agent made (answered by a `Wake::Fenced`).
     Fence,
-    /// List this member's Placements afresh and claim those of these fenced keys still placed
-    /// here, bounded in time (answered by a `Wake::Confirmed`).
+    /// List this member's Placements afresh for those of these fenced keys still placed here,
+    /// bounded in time (answered by a `Wake::Confirmed`).
     Confirm(BTreeSet<Key>),
     /// Wait for the next event, or until this time when there is one.
     Wait(Option<Instant>),
@@ -140,7 +139,12 @@ impl Loop {
         }
         let heartbeat_due = self.state.last_report.is_none_or(|t| now.duration_since(t) >= self.cfg.timing.heartbeat);
         let may_start = !self.round_running && now >= self.retry_at;
-        let survey = survey(&self.cfg, caches, &mut self.state, may_start.then_some(heartbeat_due), wall);
+        let mut survey = survey(&self.cfg, caches, &mut self.state, may_start.then_some(heartbeat_due), wall);
+        // Fenced and not confirmed since: the caches may be what the hub-lost time left, with
+        // placements the dispatcher has moved on meanwhile. Nothing new starts from them.
+        if self.suspect() {
+            survey.realise.clear();
+        }
         let mut actions = Vec::new();
         if !survey.realise.is_empty() {
             for p in &survey.realise {
@@ -162,32 +166,30 @@ impl Loop {
         actions
     }
 
-    /// Fenced for a lost hub, the hub heard from since, and not confirmed since (nor tried in
-    /// the last probe interval).
+    /// Fenced for a lost hub and not confirmed since.
+    fn suspect(&self) -> bool {
+        self.state.fenced_at.is_some_and(|f| self.state.confirmed_at.is_none_or(|c| c < f))
+    }
+
+    /// Suspect, the hub heard from since the fence, and no confirmation tried in the last probe
+    /// interval.
     fn confirm_due(&self, now: Instant) -> bool {
-        let Some(fenced_at) = self.state.fenced_at.filter(|_| !self.state.fenced.is_empty()) else {
-            return false;
-        };
-        self.state.last_hub_contact > fenced_at
-            && self.state.confirmed_at.is_none_or(|t| t < fenced_at)
+        self.suspect()
+            && self.state.fenced_at.is_some_and(|f| self.state.last_hub_contact > f)
             && self.last_confirm.is_none_or(|t| now.duration_since(t) >= self.probe_interval())
     }
 
     /// What a fresh list says of the fenced placements: each still placed here at the epoch
     /// fenced is made again now, from the listed object. The others go when the caches see them
     /// gone (a round cleans their companions).
-    fn confirmed(&mut self, reclaimed: Option<Reclaimed>, now: Instant) -> Vec<Action> {
+    fn confirmed(&mut self, listed: Option<Vec<Arc<Placement>>>, now: Instant) -> Vec<Action> {
         self.last_confirm = Some(now);
-        let Some(reclaimed) = reclaimed else {
+        let Some(listed) = listed else {
             return vec![self.wait(now)];
         };
         self.state.last_hub_contact = now;
-        // One that changed between list and claim is looked at again after the probe interval.
-        if !reclaimed.changed {
-            self.state.confirmed_at = Some(now);
-        }
-        let again: Vec<Arc<Placement>> = reclaimed
-            .claimed
+        self.state.confirmed_at = Some(now);
+        let again: Vec<Arc<Placement>> = listed
             .into_iter()
             .filter(|p| p.spec.cluster.as_deref() == Some(self.cfg.cluster.as_str()))
             .filter(|p| {
@@ -424,10 +426,20 @@ mod tests {
             vec![(("kept".to_string(), 1), "team".to_string()), (("moved".to_string(), 1), "team".to_string())];
         agent.step(Wake::Fenced { deleted, error: None }, &c, lost, Timestamp::now());
 
-        // Still unanswered: nothing is made again, nothing confirmed.
+        // Still unanswered: nothing is made again, nothing confirmed; nor does a placement the
+        // (possibly stale) cache shows new start before a confirmation.
         let later = lost + heartbeat;
         let quiet = agent.step(Wake::Timer, &c, later, Timestamp::now());
         assert!(!kinds(&quiet).contains(&"realise") && !kinds(&quiet).contains(&"confirm"), "{quiet:?}");
+        let stale = caches(
+            vec![
+                placement("kept", "east", Some("Running")),
+                placement("moved", "east", Some("Running")),
+                placement("new", "east", None),
+            ],
+            Vec::new(),
+        );
+        assert!(!kinds(&agent.step(Wake::Changed, &stale, later, Timestamp::now())).contains(&"realise"));
         // The hub answers: confirm before anything else is made again.
         let back = agent.step(Wake::Probed { answered: true }, &c, later, Timestamp::now());
         assert_eq!(kinds(&back), ["confirm"]);
@@ -443,8 +455,7 @@ mod tests {
             Arc::new(placement("kept", "east", Some("Running"))),
             Arc::new(placement("moved", "west", Some("Running"))),
         ];
-        let reclaimed = Reclaimed { claimed: listed, changed: false };
-        let remade = agent.step(Wake::Confirmed(Some(reclaimed)), &c, retry, Timestamp::now());
+        let remade = agent.step(Wake::Confirmed(Some(listed)), &c, retry, Timestamp::now());
         assert_eq!(kinds(&remade), ["realise", "wait"]);
         let Action::Realise(ps) = &remade[0] else { unreachable!() };
         assert_eq!(names(ps), ["kept"]);

@@ -10,7 +10,7 @@ use crate::caches::Caches;
 use crate::config::{AgentConfig, CONCURRENT_APPLIES};
 use crate::error::Error;
 use crate::realise::{ensure_namespace, realise};
-use crate::report::write_status;
+use crate::report::{claim, write_status};
 use crate::step::Wake;
 
 /// Placements being realised, at most `CONCURRENT_APPLIES` at once: each is rendered, applied
@@ -53,6 +53,7 @@ impl Work {
                             known.insert(ns.clone());
                         }
                     }
+                    claim(&hub, &cfg.cluster, &p).await?;
                     realise(&hub, &member, &cfg, &caches, &p).await?;
                     // The member's part is done: the next placement may start while the hub hears.
                     drop(permit);

@@ -127,7 +127,17 @@ async fn trainjobs_under_random_faults_are_never_lost_run_twice_over_quota_or_le
     checker.abort();
     let seen = violations.lock().unwrap_or_else(|e| e.into_inner()).clone();
     eprintln!("soak: {jobs} TrainJobs in {:.1} s; faults {faults:?}", start.elapsed().as_secs_f64());
-    assert_eq!(monitor.duplicates(), Vec::new(), "a TrainJob ran on two members at once");
+    let mut twice = monitor.duplicates();
+    twice.sort();
+    twice.dedup();
+    if !twice.is_empty() {
+        let tjs = Api::<TrainJob>::default_namespaced(hub.clone()).list(&ListParams::default()).await.expect("list");
+        for (uid, on) in &twice {
+            let name = tjs.items.iter().find(|t| t.uid().as_deref() == Some(uid.as_str())).map(|t| t.name_any());
+            eprintln!("soak: {name:?} ({uid}) live on {on:?} at once");
+        }
+    }
+    assert_eq!(twice, Vec::new(), "a TrainJob ran on two members at once");
     assert!(seen.is_empty(), "invariants broken:\n{}", seen.join("\n"));
     assert!(faults.values().sum::<u32>() >= 3, "too few faults to call it a soak: {faults:?}");
 }
