@@ -182,11 +182,12 @@ pub(super) fn job<'a>(
         _ => None,
     };
     job.uncounted = uncounted.map(|since| (key.clone(), since));
-    let vanished = uncounted.filter(|since| t.duration_since(*since).unsigned_abs() > settings.member_grace).map(|_| {
-        let cluster = p.spec.cluster.as_deref().unwrap_or_default();
-        let grace = settings.member_grace.as_secs();
-        (UNCOUNTED, format!("member {cluster} reported it Running but has not counted its pods for {grace} s"))
-    });
+    let vanished =
+        uncounted.filter(|since| t.duration_since(*since).unsigned_abs() > settings.member_grace).map(|_| {
+            let cluster = p.spec.cluster.as_deref().unwrap_or_default();
+            let grace = settings.member_grace.as_secs();
+            (UNCOUNTED, format!("member {cluster} reported it Running but has not counted its pods for {grace} s"))
+        });
     job.state = match (withdrawal(p, members).or(vanished), &p.spec.cluster) {
         (Some((reason, message)), Some(cluster)) => {
             tracing::info!(trainjob = %format!("{ns}/{name}"), %cluster, reason, %message, "withdrawing");
