@@ -60,3 +60,44 @@ pub struct WorkloadStatus {
     #[serde(flatten)]
     pub extra: Extra,
 }
+
+/// The label naming a TrainJob's WorkloadPriorityClass, as Kueue reads it.
+pub const PRIORITY_CLASS_LABEL: &str = "kueue.x-k8s.io/priority-class";
+
+/// Kueue's WorkloadPriorityClass (`kueue.x-k8s.io/v1beta2`, cluster-scoped): a priority an admin
+/// names for workloads, apart from pods' PriorityClasses. Its fields are top-level, as
+/// PriorityClass's are, so it is written out rather than derived.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadPriorityClass {
+    #[serde(default)]
+    pub metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    #[serde(default)]
+    pub value: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+impl kube::Resource for WorkloadPriorityClass {
+    type DynamicType = ();
+    type Scope = kube::core::ClusterResourceScope;
+
+    fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+        "WorkloadPriorityClass".into()
+    }
+    fn group(_: &()) -> std::borrow::Cow<'_, str> {
+        "kueue.x-k8s.io".into()
+    }
+    fn version(_: &()) -> std::borrow::Cow<'_, str> {
+        "v1beta2".into()
+    }
+    fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+        "workloadpriorityclasses".into()
+    }
+    fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        &mut self.metadata
+    }
+}

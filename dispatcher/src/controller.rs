@@ -1,6 +1,7 @@
 //! The dispatcher's shell: watch the hub, call [`decide`](crate::decide::decide), write.
 //!
-//! Reflectors keep caches of the eight kinds it reads; any change (or the resync tick, which
+//! Reflectors keep caches of the eight kinds it reads (nine where the hub serves Kueue's
+//! WorkloadPriorityClass); any change (or the resync tick, which
 //! drives time-based decisions such as a member's grace period) wakes a cycle. It keeps nothing
 //! between cycles but the writes its caches have not caught up with yet and since when each
 //! placement reported Running has gone uncounted, so a restart or a new leader rebuilds
@@ -12,6 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use api::kueue::WorkloadPriorityClass;
 use api::stowage::{MemberCluster, Placement, Queue};
 use api::trainer::{ClusterTrainingRuntime, TrainJob, TrainingRuntime};
 use k8s_openapi::api::core::v1::Namespace;
@@ -83,10 +85,12 @@ struct Caches {
     /// Their labels, for the Queues' namespace selectors.
     namespaces: Store<Namespace>,
     priority_classes: Store<PriorityClass>,
+    /// Kueue's WorkloadPriorityClasses, watched only where the hub serves them (found at start).
+    workload_priority_classes: Option<Store<WorkloadPriorityClass>>,
 }
 
 impl Caches {
-    fn start(hub: &Client, watches: &mut Watches) -> Self {
+    fn start(hub: &Client, watches: &mut Watches, kueue_priorities: bool) -> Self {
         let all = watcher::Config::default;
         Caches {
             trainjobs: watches.watch(Api::all(hub.clone()), all()),
@@ -97,6 +101,7 @@ impl Caches {
             queues: watches.watch(Api::all(hub.clone()), all()),
             namespaces: watches.watch(Api::all(hub.clone()), all()),
             priority_classes: watches.watch(Api::all(hub.clone()), all()),
+            workload_priority_classes: kueue_priorities.then(|| watches.watch(Api::all(hub.clone()), all())),
         }
     }
 
@@ -111,6 +116,9 @@ impl Caches {
             self.namespaces.wait_until_ready(),
             self.priority_classes.wait_until_ready(),
         );
+        if let Some(s) = &self.workload_priority_classes {
+            let _ = s.wait_until_ready().await;
+        }
     }
 
     fn observe(&self) -> Observed {
@@ -123,6 +131,7 @@ impl Caches {
             queues: watch::snapshot(&self.queues),
             namespaces: watch::snapshot(&self.namespaces),
             priority_classes: watch::snapshot(&self.priority_classes),
+            workload_priority_classes: self.workload_priority_classes.as_ref().map(watch::snapshot).unwrap_or_default(),
             uncounted_since: BTreeMap::new(),
         }
     }
@@ -321,6 +330,12 @@ async fn cycle(hub: &Client, observed: &Observed, opts: &Options, written: &mut 
     result.map(|()| plan)
 }
 
+/// Whether the hub serves `K` (a CRD that may not be installed, such as Kueue's).
+async fn serves<K: kube::Resource<DynamicType = ()>>(hub: &Client) -> bool {
+    let gvk = kube::api::GroupVersionKind::gvk(&K::group(&()), &K::version(&()), &K::kind(&()));
+    kube::discovery::pinned_kind(hub, &gvk).await.is_ok()
+}
+
 /// Runs until dropped: campaigns for leadership if configured, and while leading runs a cycle on
 /// every change or resync tick. Errors are logged and retried with exponential back-off.
 pub async fn run(hub: Client, opts: Options) {
@@ -329,7 +344,8 @@ pub async fn run(hub: Client, opts: Options) {
         None => Leadership::always(),
     });
     let mut watches = Watches::new();
-    let caches = Caches::start(&hub, &mut watches);
+    let kueue_priorities = serves::<WorkloadPriorityClass>(&hub).await;
+    let caches = Caches::start(&hub, &mut watches, kueue_priorities);
     let mut campaign = tokio::task::JoinSet::new();
     if let Some(cfg) = opts.leader.clone() {
         campaign.spawn(leader::campaign(hub.clone(), cfg, leadership.clone()));

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use api::kueue::PRIORITY_CLASS_LABEL;
 use api::quantity::Milli;
 use api::stowage::{MemberCluster, NodeClassReport, QUEUE_LABEL};
 use api::trainer::{Runtime, TrainJob};
@@ -33,11 +34,13 @@ pub enum GangError {
 
 /// The gang a TrainJob asks for: one pod set per replicated job of the JobSet it renders into,
 /// each `replicas × parallelism` pods with the rendered pod's requests.
-/// Where a TrainJob's priority comes from, before it is resolved against the hub's
-/// PriorityClasses and its Queue: the pods' `priorityClassName` (from the runtime's template)
-/// wins over the annotation.
+/// Where a TrainJob's priority comes from, before it is resolved against the hub's classes and
+/// its Queue, first found first: Kueue's `kueue.x-k8s.io/priority-class` label (a
+/// WorkloadPriorityClass, as Kueue reads it), the pods' `priorityClassName` (from the runtime's
+/// template), the annotation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PrioritySource {
+    WorkloadClass(String),
     Class(String),
     Annotation(i32),
     Unset,
@@ -58,7 +61,9 @@ pub fn gang(trainjob: &TrainJob, runtime: &Runtime) -> Result<(Gang, PrioritySou
         None => TopologyConstraint::Unconstrained,
     };
     let class = shapes.iter().find_map(|rj| rj.pod.priority_class_name.clone()).filter(|c| !c.is_empty());
+    let workload_class = meta.labels.as_ref().and_then(|l| l.get(PRIORITY_CLASS_LABEL)).filter(|c| !c.is_empty());
     let priority = match (class, annotations.get(PRIORITY_ANNOTATION)) {
+        _ if workload_class.is_some() => PrioritySource::WorkloadClass(workload_class.cloned().unwrap_or_default()),
         (Some(class), _) => PrioritySource::Class(class),
         (None, Some(p)) => PrioritySource::Annotation(p.trim().parse::<i32>().map_err(|_| GangError::Annotation {
             annotation: PRIORITY_ANNOTATION,

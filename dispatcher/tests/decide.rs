@@ -624,4 +624,16 @@ fn priority_comes_from_priority_classes_and_the_annotation_only_where_the_queue_
     o.priority_classes =
         vec![serde_json::from_value(json!({"metadata": {"name": "research-high"}, "value": 500})).expect("class")];
     assert_eq!(decide(&o, &scheduler_core::fixture::greedy(), &settings(), Time(now())).placements.len(), 1);
+
+    // Kueue's label names a WorkloadPriorityClass, which comes first, as in Kueue.
+    o.trainjobs[0].metadata.labels = Some([("kueue.x-k8s.io/priority-class".to_string(), "urgent".to_string())].into());
+    let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), Time(now()));
+    let c = &plan.statuses[0].conditions[0];
+    assert_eq!(
+        c.message,
+        "metadata.labels[kueue.x-k8s.io/priority-class]: no WorkloadPriorityClass with name urgent was found"
+    );
+    o.workload_priority_classes =
+        vec![serde_json::from_value(json!({"metadata": {"name": "urgent"}, "value": 10000})).expect("class")];
+    assert_eq!(decide(&o, &scheduler_core::fixture::greedy(), &settings(), Time(now())).placements.len(), 1);
 }

@@ -53,6 +53,8 @@ pub struct Observed {
     pub namespaces: Vec<Namespace>,
     /// What TrainJobs' priorities come from.
     pub priority_classes: Vec<PriorityClass>,
+    /// Kueue's, where the hub serves them.
+    pub workload_priority_classes: Vec<api::kueue::WorkloadPriorityClass>,
     /// The dispatcher's own memory, not a hub object: since when each placement reported
     /// Running has not been counted by its member (the last cycle's [`Plan::uncounted_since`]).
     /// A new leader starts with none, and so waits a whole grace period before acting.
@@ -164,7 +166,7 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
     let members = members::Members::observe(&o.members, settings, now.0);
     let queues = queues::read(o);
     let namespaces = namespaces::labels(&o.namespaces);
-    let priorities = priorities::Priorities::read(&o.priority_classes);
+    let priorities = priorities::Priorities::read(&o.priority_classes, &o.workload_priority_classes);
     let placements: BTreeMap<(String, String), &Placement> =
         o.placements.iter().map(|p| (key(&p.metadata), p)).collect();
     let jobs: Vec<intake::Job<'_>> = o
