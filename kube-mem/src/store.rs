@@ -542,6 +542,11 @@ impl Store {
         if !obj.is_object() {
             return Err(ApiError::bad_request("the body must be a JSON object"));
         }
+        // The server writes its own fields into it below: anything but an object (or nothing)
+        // is refused here, as on create, not found by a panic with the lock held.
+        if obj.get("metadata").is_some_and(|m| !m.is_object()) {
+            return Err(ApiError::bad_request("metadata must be an object"));
+        }
         if let Some(rv) = meta_str(&obj, "resourceVersion").filter(|rv| !rv.is_empty())
             && Some(rv) != meta_str(old, "resourceVersion")
         {
