@@ -191,6 +191,8 @@ fn scratch() -> &'static PathBuf {
 
 pub fn init_render_manifest() {
     init_render();
+    // Before AFL++'s fork server: one directory for the whole run, not one per forked child.
+    let _ = scratch();
 }
 
 /// `stowage render` itself: the documents written to files and read by
@@ -201,8 +203,7 @@ pub fn render_manifest(data: &[u8]) {
     use trainer_render::manifest;
     let text = text(data);
     let docs = documents(&text);
-    // A per-call directory: under AFL++ each forked child gets a new process id, but a process
-    // that runs several inputs (persistent mode) reuses its files.
+    // One directory per fuzzing run (made before the fork server); each input rewrites its files.
     let dir = scratch();
     let write = |name: &str, doc: &str| {
         let path = dir.join(name);
