@@ -252,6 +252,10 @@ fn check_rule(
     })
 }
 
+/// Distinct schemas whose validators are kept: every CRD version a hub serves, with room; past
+/// it the oldest goes (compiled again if met again), so CRDs created without end cannot grow it.
+const COMPILED_SCHEMAS: usize = 512;
+
 /// The schema's validator, compiled once per distinct schema: compiling a CRD's schema costs
 /// far more than validating an object against it.
 fn compiled(schema: &Arc<Value>) -> Option<Arc<jsonschema::Validator>> {
@@ -263,11 +267,16 @@ fn compiled(schema: &Arc<Value>) -> Option<Arc<jsonschema::Validator>> {
     if let Some((_, v)) = entries.iter().find(|(s, _)| Arc::ptr_eq(s, schema)) {
         return Some(v.clone());
     }
-    // An equal schema read again (a CRD re-applied) shares the validator.
-    let v = match entries.iter().find(|(s, _)| s == schema) {
-        Some((_, v)) => v.clone(),
-        None => Arc::new(jsonschema::validator_for(schema).ok()?),
-    };
+    // An equal schema read again (a CRD re-applied) shares the validator, and takes the entry
+    // over rather than adding one.
+    if let Some(entry) = entries.iter_mut().find(|(s, _)| s == schema) {
+        entry.0 = schema.clone();
+        return Some(entry.1.clone());
+    }
+    let v = Arc::new(jsonschema::validator_for(schema).ok()?);
+    if entries.len() >= COMPILED_SCHEMAS {
+        entries.remove(0);
+    }
     entries.push((schema.clone(), v.clone()));
     Some(v)
 }

@@ -11,7 +11,7 @@
 //! watches open, so waiting for a relist could wait forever. A failed round is retried with
 //! exponential back-off.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ use api::stowage::Placement;
 use k8s_openapi::jiff::Timestamp;
 use tokio::time::Instant;
 
-use kube_shell::backoff::Backoff;
+use kube_shell::backoff::{self, Backoff};
 
 use crate::caches::Caches;
 use crate::config::AgentConfig;
@@ -88,6 +88,9 @@ pub(crate) struct Loop {
     /// When the fenced placements were last confirmed (or a confirmation tried): a failed one
     /// is tried again only after `probe_interval`.
     last_confirm: Option<Instant>,
+    /// Per placement whose realisation failed: its back-off and when it may be tried again, so
+    /// one that keeps failing (its hub out of reach) is not tried again on every wake.
+    realise_retry: BTreeMap<Key, (Backoff, Instant)>,
 }
 
 impl Loop {
@@ -101,6 +104,7 @@ impl Loop {
             round_running: false,
             last_probe: None,
             last_confirm: None,
+            realise_retry: BTreeMap::new(),
         }
     }
 
@@ -109,7 +113,7 @@ impl Loop {
             Wake::Changed => self.changed = true,
             Wake::Timer => {}
             Wake::Realised { key, placement, result } => {
-                self.realised(key, &placement, result);
+                self.realised(key, &placement, result, now);
                 // Room for queued realisations; nothing new to survey.
                 return vec![self.wait(now)];
             }
@@ -145,6 +149,12 @@ impl Loop {
         if self.suspect() {
             survey.realise.clear();
         }
+        // Back-offs long over belong to placements gone or made since.
+        self.realise_retry.retain(|_, (_, at)| now < *at + backoff::MAX);
+        survey.realise.retain(|p| {
+            let key = (p.spec.train_job_uid.clone(), p.spec.epoch);
+            self.realise_retry.get(&key).is_none_or(|(_, at)| now >= *at)
+        });
         let mut actions = Vec::new();
         if !survey.realise.is_empty() {
             for p in &survey.realise {
@@ -258,23 +268,25 @@ impl Loop {
         // An unanswering hub is probed again when the interval is up, whatever else waits.
         let stale = now.duration_since(self.state.last_hub_contact) >= self.cfg.timing.heartbeat;
         let probe = self.last_probe.filter(|_| stale).map(|t| (t + self.probe_interval()).max(now));
-        Action::Wait(match (until, probe) {
-            (Some(u), Some(p)) => Some(u.max(now).min(p)),
-            (u, p) => u.or(p),
-        })
+        // A realisation backing off is tried again when its time comes.
+        let retry = self.realise_retry.values().map(|(_, at)| (*at).max(now)).min();
+        Action::Wait([until.map(|u| u.max(now)), probe, retry].into_iter().flatten().min())
     }
 
-    fn realised(&mut self, key: Key, placement: &str, result: Result<(), Error>) {
+    fn realised(&mut self, key: Key, placement: &str, result: Result<(), Error>, now: Instant) {
         self.state.in_flight.remove(&key);
         match result {
             Ok(()) => {
+                self.realise_retry.remove(&key);
                 self.cfg.metrics.realised.inc();
                 self.state.fenced.remove(&key);
                 self.state.applied.insert(key);
             }
-            // The next wake finds it neither applied nor in flight and starts it again; one
+            // Neither applied nor in flight: started again once its back-off is over; one
             // fenced for a lost hub is confirmed again first.
             Err(error) => {
+                let (backoff, at) = self.realise_retry.entry(key.clone()).or_insert((Backoff::default(), now));
+                *at = now + backoff.fail();
                 if self.state.fenced.contains_key(&key) {
                     self.state.confirmed_at = None;
                 }
@@ -471,5 +483,25 @@ mod tests {
         );
         assert!(!agent.state.fenced.contains_key(&("kept".to_string(), 1)));
         assert!(agent.state.fenced.contains_key(&("moved".to_string(), 1)), "left for the caches to see gone");
+    }
+
+    /// A realisation that failed (its hub out of reach, say) is not started again on every
+    /// wake, but once its back-off is over, and the wait says when that is.
+    #[test]
+    fn a_failed_realisation_backs_off_instead_of_retrying_on_every_wake() {
+        let t0 = Instant::now();
+        let mut agent = Loop::new(config(), t0);
+        let c = caches(vec![placement("a", "east", None)], Vec::new());
+        assert!(kinds(&agent.step(Wake::Changed, &c, t0, Timestamp::now())).contains(&"realise"));
+        let failed = Wake::Realised {
+            key: ("a".into(), 1),
+            placement: "team/a".into(),
+            result: Err(Error::Timeout(Duration::from_secs(1))),
+        };
+        let after = agent.step(failed, &c, t0, Timestamp::now());
+        let retry_at = t0 + kube_shell::backoff::MIN;
+        assert!(matches!(after[..], [Action::Wait(Some(t))] if t <= retry_at), "{after:?}");
+        assert!(!kinds(&agent.step(Wake::Changed, &c, t0, Timestamp::now())).contains(&"realise"));
+        assert!(kinds(&agent.step(Wake::Timer, &c, retry_at, Timestamp::now())).contains(&"realise"));
     }
 }
