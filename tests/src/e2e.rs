@@ -106,6 +106,21 @@ pub async fn condition(hub: &Client, name: &str, type_: &str, status: &str) -> C
     .await
 }
 
+/// Waits until the TrainJob is `Pending` for `reason`; returns the condition. A job submitted
+/// before the members' first capacity reports says `NoMemberCapacity` first, whatever else
+/// would hold it, so a test of any other reason waits for that one.
+pub async fn pending_because(hub: &Client, name: &str, reason: &str) -> Condition {
+    let tjs: Api<TrainJob> = Api::default_namespaced(hub.clone());
+    eventually(&format!("{name}: Pending=True, {reason}"), || {
+        let tjs = tjs.clone();
+        async move {
+            let t = tjs.get(name).await.ok()?;
+            t.status?.conditions.into_iter().find(|c| c.type_ == "Pending" && c.status == "True" && c.reason == reason)
+        }
+    })
+    .await
+}
+
 pub async fn placement(hub: &Client, name: &str, pred: impl Fn(&Placement) -> bool) -> Placement {
     let api: Api<Placement> = Api::default_namespaced(hub.clone());
     eventually(&format!("placement {name}"), || {

@@ -122,8 +122,7 @@ async fn an_exhausted_quota_keeps_the_trainjob_pending_naming_queue_and_flavor()
     let mut greedy = trainjob("greedy", 3, 1, json!({"stowage.dev/gpu-flavor": "nvidia-h100-80gb"}));
     greedy.metadata.labels = Some([("stowage.dev/queue".to_string(), "team-a".to_string())].into());
     submit(&hub, &greedy).await;
-    let pending = condition(&hub, "greedy", "Pending", "True").await;
-    assert_eq!(pending.reason, "QuotaExceeded");
+    let pending = pending_because(&hub, "greedy", "QuotaExceeded").await;
     assert!(
         pending
             .message
@@ -154,8 +153,7 @@ async fn a_queue_with_a_quota_it_cannot_read_admits_nothing_and_says_which_field
         active.message,
         "spec.quotas[0].resource: \"nvidia.com/gpus\" is not one of nvidia.com/gpu, cpu, memory"
     );
-    let pending = condition(&hub, "held", "Pending", "True").await;
-    assert_eq!(pending.reason, "QueueInactive");
+    let pending = pending_because(&hub, "held", "QueueInactive").await;
     assert!(pending.message.starts_with("queue team-b is inactive: spec.quotas[0].resource"), "{}", pending.message);
     condition(&hub, "other", "Complete", "True").await;
 }
@@ -493,8 +491,7 @@ async fn a_gang_goes_only_where_its_node_selector_and_tolerations_let_its_pods_b
         assert!(marked.contains(&node), "{node} is not a training node");
     }
     // Nothing anywhere matches: it waits, and says so on the TrainJob.
-    let pending = condition(&hub, "nowhere", "Pending", "True").await;
-    assert_eq!(pending.reason, "NoMatchingNodes");
+    let pending = pending_because(&hub, "nowhere", "NoMatchingNodes").await;
     assert_eq!(pending.message, "pod set node: no member has GPU nodes matching node-type=inference");
     let placements: Api<Placement> = Api::default_namespaced(hub.clone());
     assert!(placements.get_opt("nowhere").await.expect("get").and_then(|p| p.spec.cluster).is_none());

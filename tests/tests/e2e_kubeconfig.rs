@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::json;
-use stowage_tests::e2e::{Target, condition, eventually, placement, submit, trainjob};
+use stowage_tests::e2e::{Target, condition, pending_because, placement, submit, trainjob};
 
 /// A name unique to this run.
 fn unique(name: &str) -> String {
@@ -87,12 +87,7 @@ async fn a_trainjob_too_big_for_any_member_stays_pending_and_says_so() {
     let t = Target::from_env().await;
     let name = unique("huge");
     submit(&t.hub, &trainjob(&name, 10_000, 1, json!({}))).await;
-    // Submitted before the members' first capacity reports, it says NoMemberCapacity first.
-    let pending = eventually(&format!("{name}: Pending=True, NeverFits"), || {
-        let (hub, name) = (t.hub.clone(), name.clone());
-        async move { Some(condition(&hub, &name, "Pending", "True").await).filter(|c| c.reason == "NeverFits") }
-    })
-    .await;
+    let pending = pending_because(&t.hub, &name, "NeverFits").await;
     assert!(pending.message.contains("10000"), "the message names the gang's size: {}", pending.message);
     delete(&t.hub, &[&name]).await;
 }
