@@ -4,6 +4,7 @@
 //! the field (`trainjob.yaml:7: spec.trainer.numNodes: ...`).
 
 use std::path::Path;
+use std::sync::OnceLock;
 
 use api::stowage::Placement;
 use api::trainer::{ClusterTrainingRuntime, Runtime, TrainJob, TrainingRuntime};
@@ -15,10 +16,29 @@ use crate::{RenderError, Source};
 
 /// The CRDs a member's API server checks these objects against (Trainer v2.3.0's, as the
 /// playground's hub serves them): a field they do not declare is refused there, so here too.
-const TRAINJOB_CRD: &str = include_str!("../../playground/upstream/trainer/trainer.kubeflow.org_trainjobs.yaml");
-const CLUSTER_RUNTIME_CRD: &str =
-    include_str!("../../playground/upstream/trainer/trainer.kubeflow.org_clustertrainingruntimes.yaml");
-const RUNTIME_CRD: &str = include_str!("../../playground/upstream/trainer/trainer.kubeflow.org_trainingruntimes.yaml");
+static TRAINJOB_CRD: Crd =
+    Crd::new(include_str!("../../playground/upstream/trainer/trainer.kubeflow.org_trainjobs.yaml"));
+static CLUSTER_RUNTIME_CRD: Crd =
+    Crd::new(include_str!("../../playground/upstream/trainer/trainer.kubeflow.org_clustertrainingruntimes.yaml"));
+static RUNTIME_CRD: Crd =
+    Crd::new(include_str!("../../playground/upstream/trainer/trainer.kubeflow.org_trainingruntimes.yaml"));
+
+/// A CRD's text and its schema, read once per process: each is hundreds of KB of YAML, and a
+/// caller reading many manifests (or a fuzzer) would otherwise parse it for every one.
+struct Crd {
+    text: &'static str,
+    schema: OnceLock<Result<Value, String>>,
+}
+
+impl Crd {
+    const fn new(text: &'static str) -> Self {
+        Self { text, schema: OnceLock::new() }
+    }
+
+    fn schema(&self) -> Result<&Value, &str> {
+        self.schema.get_or_init(|| crd_schema(self.text).map_err(|e| e.to_string())).as_ref().map_err(String::as_str)
+    }
+}
 
 /// `metadata`'s fields (ObjectMeta), which the API server checks whatever the CRD says.
 const OBJECT_META: [&str; 15] = [
@@ -75,7 +95,7 @@ fn typed<T: DeserializeOwned>(
     text: &str,
     file: &str,
     api_version: &str,
-    kinds: &[(&str, Option<&str>)],
+    kinds: &[(&str, Option<&Crd>)],
 ) -> Result<(T, String), ManifestError> {
     let field = |path: &str, problem: String| ManifestError::Field { file: file.into(), path: path.into(), problem };
     let value: Value = yaml::from_str(text).map_err(|mut yaml| {
@@ -99,8 +119,8 @@ fn typed<T: DeserializeOwned>(
         return Err(field("kind", format!("expected {}, got {kind:?}", names.join(" or "))));
     };
     if let Some(crd) = crd {
-        let schema = crd_schema(crd).map_err(|e| field("kind", format!("the {kind} CRD does not read: {e}")))?;
-        if let Some((path, suggestion)) = unknown_fields(&schema, &value).into_iter().next() {
+        let schema = crd.schema().map_err(|e| field("kind", format!("the {kind} CRD does not read: {e}")))?;
+        if let Some((path, suggestion)) = unknown_fields(schema, &value).into_iter().next() {
             let problem = match suggestion {
                 Some(s) => format!("unknown field (did you mean {s}?)"),
                 None => "unknown field".to_string(),
@@ -195,12 +215,12 @@ fn edit_distance(a: &str, b: &str) -> usize {
 
 pub fn trainjob(path: &Path) -> Result<(TrainJob, String), ManifestError> {
     let (text, file) = read(path)?;
-    Ok((typed(&text, &file, api::trainer::API_VERSION, &[("TrainJob", Some(TRAINJOB_CRD))])?.0, file))
+    Ok((typed(&text, &file, api::trainer::API_VERSION, &[("TrainJob", Some(&TRAINJOB_CRD))])?.0, file))
 }
 
 pub fn runtime(path: &Path) -> Result<(Runtime, String), ManifestError> {
     let (text, file) = read(path)?;
-    let kinds = [("TrainingRuntime", Some(RUNTIME_CRD)), ("ClusterTrainingRuntime", Some(CLUSTER_RUNTIME_CRD))];
+    let kinds = [("TrainingRuntime", Some(&RUNTIME_CRD)), ("ClusterTrainingRuntime", Some(&CLUSTER_RUNTIME_CRD))];
     // The kind first (without reading the CRDs), then the object against its own CRD.
     let shapes = kinds.map(|(k, _)| (k, None));
     let (_, kind): (Value, String) = typed(&text, &file, api::trainer::API_VERSION, &shapes)?;
@@ -224,15 +244,15 @@ mod tests {
 
     #[test]
     fn the_crds_read() {
-        for crd in [TRAINJOB_CRD, RUNTIME_CRD, CLUSTER_RUNTIME_CRD] {
-            let schema = crd_schema(crd).expect("reads");
+        for crd in [&TRAINJOB_CRD, &RUNTIME_CRD, &CLUSTER_RUNTIME_CRD] {
+            let schema = crd.schema().expect("reads");
             assert!(schema.pointer("/properties/spec/properties").is_some());
         }
     }
 
     #[test]
     fn unknown_fields_are_found_with_a_suggestion() {
-        let schema = crd_schema(TRAINJOB_CRD).expect("reads");
+        let schema = TRAINJOB_CRD.schema().expect("reads");
         let job = serde_json::json!({
             "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
             "metadata": {"name": "a", "lables": {"x": "y"}},
@@ -240,7 +260,7 @@ mod tests {
             "extra": 1
         });
         assert_eq!(
-            unknown_fields(&schema, &job),
+            unknown_fields(schema, &job),
             [
                 ("extra".to_string(), None),
                 ("metadata.lables".to_string(), Some("labels".to_string())),
