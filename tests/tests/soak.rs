@@ -262,64 +262,75 @@ async fn check(
             .unwrap_or_else(|e| e.into_inner())
             .push(format!("{:.1} s: {what}", start.elapsed().as_secs_f64()))
     };
+    let mut took = Duration::ZERO;
     loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let (Ok(tjs), Ok(placements)) = (
-            Api::<TrainJob>::default_namespaced(hub.clone()).list(&ListParams::default()).await,
-            Api::<Placement>::default_namespaced(hub.clone()).list(&ListParams::default()).await,
-        ) else {
-            continue;
-        };
-        let capped: BTreeMap<String, u64> = tjs
-            .items
-            .iter()
-            .filter(|tj| tj.labels().get(QUEUE_LABEL).map(String::as_str) == Some(CAPPED))
-            .filter_map(|tj| Some((tj.uid()?, 8)))
-            .collect();
-        // The capped queue's quota, counted from what really runs: its live JobSets per member.
-        for (member, client) in &members {
-            let Ok(jobsets) = Api::<JobSet>::all(client.clone()).list(&ListParams::default()).await else { continue };
-            let used: u64 = jobsets
+        // Every 100 ms, or as often as half the time allows when a sample itself takes longer
+        // (thousands of objects on a busy machine): the checker must not starve what it checks.
+        tokio::time::sleep(took.max(Duration::from_millis(100))).await;
+        let sampled = Instant::now();
+        'sample: {
+            let (Ok(tjs), Ok(placements)) = (
+                Api::<TrainJob>::default_namespaced(hub.clone()).list(&ListParams::default()).await,
+                Api::<Placement>::default_namespaced(hub.clone()).list(&ListParams::default()).await,
+            ) else {
+                break 'sample;
+            };
+            let capped: BTreeMap<String, u64> = tjs
                 .items
                 .iter()
-                .filter(|js| js.metadata.deletion_timestamp.is_none() && !finished(js))
-                .filter_map(|js| capped.get(js.labels().get(api::stowage::TRAINJOB_UID_LABEL)?))
-                .sum();
-            if used > CAP {
-                record(format!("queue {CAPPED} uses {used} GPUs on {member}, over its quota of {CAP}"));
+                .filter(|tj| tj.labels().get(QUEUE_LABEL).map(String::as_str) == Some(CAPPED))
+                .filter_map(|tj| Some((tj.uid()?, 8)))
+                .collect();
+            // The capped queue's quota, counted from what really runs: its live JobSets per member.
+            for (member, client) in &members {
+                let Ok(jobsets) = Api::<JobSet>::all(client.clone()).list(&ListParams::default()).await else {
+                    continue;
+                };
+                let used: u64 = jobsets
+                    .items
+                    .iter()
+                    .filter(|js| js.metadata.deletion_timestamp.is_none() && !finished(js))
+                    .filter_map(|js| capped.get(js.labels().get(api::stowage::TRAINJOB_UID_LABEL)?))
+                    .sum();
+                if used > CAP {
+                    record(format!("queue {CAPPED} uses {used} GPUs on {member}, over its quota of {CAP}"));
+                }
+            }
+            // Every TrainJob neither finished nor running says why it waits, once the hub has been
+            // quiet for a moment (a stalled hub delays every write, the dispatcher's too).
+            let quiet = quiet_since
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some_and(|t| t.elapsed() > Duration::from_secs(3));
+            if !quiet {
+                break 'sample;
+            }
+            // Placed somewhere (starting, running, or being moved on): the Placement says where.
+            let placed: Vec<&str> = placements
+                .items
+                .iter()
+                .filter(|p| p.spec.cluster.is_some())
+                .map(|p| p.spec.train_job_uid.as_str())
+                .collect();
+            for tj in &tjs.items {
+                let age = tj
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map_or(0, |t| k8s_openapi::jiff::Timestamp::now().duration_since(t.0).as_secs());
+                let settled = is_condition(tj, "Complete") || is_condition(tj, "Failed");
+                let is_placed = tj.uid().is_some_and(|u| placed.contains(&u.as_str()));
+                let says_why = tj.status.as_ref().is_some_and(|s| {
+                    s.conditions.iter().any(|c| {
+                        c.type_ == "Pending" && c.status == "True" && !c.reason.is_empty() && !c.message.is_empty()
+                    })
+                });
+                if age >= 3 && !settled && !is_placed && !says_why {
+                    record(format!("{} waits without a reason: {:?}", tj.name_any(), tj.status));
+                }
             }
         }
-        // Every TrainJob neither finished nor running says why it waits, once the hub has been
-        // quiet for a moment (a stalled hub delays every write, the dispatcher's too).
-        let quiet =
-            quiet_since.lock().unwrap_or_else(|e| e.into_inner()).is_some_and(|t| t.elapsed() > Duration::from_secs(3));
-        if !quiet {
-            continue;
-        }
-        // Placed somewhere (starting, running, or being moved on): the Placement says where.
-        let placed: Vec<&str> = placements
-            .items
-            .iter()
-            .filter(|p| p.spec.cluster.is_some())
-            .map(|p| p.spec.train_job_uid.as_str())
-            .collect();
-        for tj in &tjs.items {
-            let age = tj
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map_or(0, |t| k8s_openapi::jiff::Timestamp::now().duration_since(t.0).as_secs());
-            let settled = is_condition(tj, "Complete") || is_condition(tj, "Failed");
-            let is_placed = tj.uid().is_some_and(|u| placed.contains(&u.as_str()));
-            let says_why = tj.status.as_ref().is_some_and(|s| {
-                s.conditions.iter().any(|c| {
-                    c.type_ == "Pending" && c.status == "True" && !c.reason.is_empty() && !c.message.is_empty()
-                })
-            });
-            if age >= 3 && !settled && !is_placed && !says_why {
-                record(format!("{} waits without a reason: {:?}", tj.name_any(), tj.status));
-            }
-        }
+        took = sampled.elapsed();
     }
 }
 
