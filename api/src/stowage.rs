@@ -445,6 +445,18 @@ pub enum PlacementPhase {
     Lost,
 }
 
+impl PlacementPhase {
+    pub const ALL: [PlacementPhase; 7] = [
+        PlacementPhase::Pending,
+        PlacementPhase::Applied,
+        PlacementPhase::Running,
+        PlacementPhase::Succeeded,
+        PlacementPhase::Failed,
+        PlacementPhase::Unschedulable,
+        PlacementPhase::Lost,
+    ];
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlacementStatus {

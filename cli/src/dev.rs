@@ -6,6 +6,7 @@
 //! (`agents/<member>-on-hub.kubeconfig`), so an admin can try exactly what an agent may do. The
 //! banner says what the playground does not protect.
 
+use std::net::SocketAddr;
 use std::path::Path;
 
 use playground::{DEV_FLEET_YAML, Playground, PlaygroundError, PlaygroundOptions};
@@ -25,14 +26,28 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DevError + '_ {
     move |source| DevError::Io { path: path.display().to_string(), source }
 }
 
-pub async fn run(fleet_file: Option<&Path>, dir: &Path) -> Result<(), DevError> {
+pub async fn run(fleet_file: Option<&Path>, dir: &Path, metrics_addr: SocketAddr) -> Result<(), DevError> {
     let spec = match fleet_file {
         Some(p) => FleetSpec::load(p)?,
         None => FleetSpec::parse(DEV_FLEET_YAML, "built-in dev fleet")?,
     };
     spec.build(&fleet_file.map(|p| p.display().to_string()).unwrap_or_else(|| "built-in dev fleet".into()))?;
     std::fs::create_dir_all(dir).map_err(io(dir))?;
-    let playground = Playground::start(&spec, PlaygroundOptions::default()).await?;
+    // One registry for the dispatcher and every agent: one endpoint to scrape.
+    let mut registry = prometheus_client::registry::Registry::default();
+    let shared = kube_shell::metrics::Shared::register(&mut registry);
+    let options = PlaygroundOptions {
+        dispatcher_metrics: dispatcher::metrics::Metrics::register(&mut registry, &shared),
+        agent_metrics: member_agent::metrics::Metrics::register(&mut registry, &shared),
+        ..PlaygroundOptions::default()
+    };
+    let ready = options.dispatcher_metrics.ready.clone();
+    let listener = tokio::net::TcpListener::bind(metrics_addr)
+        .await
+        .map_err(|source| DevError::Io { path: format!("--metrics-addr {metrics_addr}"), source })?;
+    let metrics_addr = listener.local_addr().unwrap_or(metrics_addr);
+    tokio::spawn(kube_shell::health::serve_on(listener, std::sync::Arc::new(registry), ready));
+    let playground = Playground::start(&spec, options).await?;
     let files = playground::credentials::write_kubeconfigs(&playground, dir)?;
     let hub_config = files.hub.clone();
     let paths: Vec<_> = files.members.iter().map(|(_, p)| p.clone()).collect();
@@ -42,6 +57,7 @@ pub async fn run(fleet_file: Option<&Path>, dir: &Path) -> Result<(), DevError> 
     for (m, path) in playground.members.iter().zip(&paths) {
         println!("  {:<14} {}   kubeconfig {}", m.name, m.sim.server.url(), path.display());
     }
+    println!("  metrics        http://{metrics_addr}/metrics   (dispatcher and agents; /healthz, /readyz)");
     println!("\nEach agent's own hub credentials (what it may do: write its own member's Placement");
     println!("statuses and MemberCluster status; the hub's admission policy refuses the rest):");
     for (name, path) in &files.agents {

@@ -20,8 +20,19 @@ use simulator::trace::{LoadOptions, TraceError, TraceFormat};
 #[derive(Debug, Parser)]
 #[command(name = "stowage", version, about = "Multi-cluster, topology-aware gang scheduling for Kubeflow TrainJobs")]
 struct Cli {
+    /// Log lines on stderr: text (coloured only on a terminal) or JSON, one object per line.
+    /// The level comes from RUST_LOG (default: warn; `info` says which TrainJob went where and
+    /// why).
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -154,6 +165,10 @@ struct DevArgs {
     /// Where to write hub.kubeconfig and <member>.kubeconfig.
     #[arg(long, default_value = "stowage-dev")]
     dir: PathBuf,
+    /// Address for the whole playground's /metrics (dispatcher and every agent), /healthz and
+    /// /readyz.
+    #[arg(long, default_value = "127.0.0.1:9400")]
+    metrics_addr: std::net::SocketAddr,
 }
 
 #[derive(Debug, Args)]
@@ -318,15 +333,24 @@ fn parse_duration_s(s: &str) -> Result<u64, String> {
     Ok((value * scale).round() as u64)
 }
 
-fn main() -> ExitCode {
-    tracing_subscriber::fmt()
+fn init_logs(format: LogFormat) {
+    use std::io::IsTerminal;
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => logs.json().init(),
+        // Colour codes are noise in a file or a log collector.
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+    }
+}
+
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_logs(cli.log_format);
     let result = match cli.command {
         Command::Simulate(args) => simulate(args),
         Command::Render(args) => render(args),
@@ -479,7 +503,8 @@ fn dispatcher_command(args: DispatcherArgs) -> Result<(), CliError> {
     rt.block_on(async {
         let hub = kube_client(args.kubeconfig.as_deref(), "hub kubeconfig").await?;
         let mut registry = prometheus_client::registry::Registry::default();
-        let metrics = dispatcher::metrics::Metrics::register(&mut registry);
+        let shared = kube_shell::metrics::Shared::register(&mut registry);
+        let metrics = dispatcher::metrics::Metrics::register(&mut registry, &shared);
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let leader = (!args.no_leader_election).then(|| dispatcher::leader::LeaderConfig {
             namespace: args.lease_namespace.or_else(|| env("POD_NAMESPACE")).unwrap_or_else(|| "stowage-system".into()),
@@ -543,6 +568,7 @@ fn agent_command(args: AgentArgs) -> Result<(), CliError> {
         let hub = kube_client(Some(&args.hub_kubeconfig), "hub kubeconfig").await?;
         let member = kube_client(args.member_kubeconfig.as_deref(), "member kubeconfig").await?;
         let mut registry = prometheus_client::registry::Registry::default();
+        let shared = kube_shell::metrics::Shared::register(&mut registry);
         let cfg = member_agent::AgentConfig {
             cluster: args.cluster,
             levels,
@@ -557,7 +583,7 @@ fn agent_command(args: AgentArgs) -> Result<(), CliError> {
                 hub_lost: Duration::from_secs(args.hub_lost_seconds),
                 start_timeout: Duration::from_secs(args.start_timeout_seconds),
             },
-            metrics: member_agent::metrics::Metrics::register(&mut registry),
+            metrics: member_agent::metrics::Metrics::register(&mut registry, &shared),
         };
         let ready = cfg.metrics.ready.clone();
         tokio::spawn(kube_shell::health::serve(args.health_addr, std::sync::Arc::new(registry), ready));
@@ -571,7 +597,7 @@ fn agent_command(args: AgentArgs) -> Result<(), CliError> {
 
 fn dev_command(args: DevArgs) -> Result<(), CliError> {
     let rt = tokio::runtime::Runtime::new().map_err(CliError::Runtime)?;
-    rt.block_on(dev::run(args.fleet.as_deref(), &args.dir))?;
+    rt.block_on(dev::run(args.fleet.as_deref(), &args.dir, args.metrics_addr))?;
     Ok(())
 }
 

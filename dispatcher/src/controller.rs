@@ -262,9 +262,17 @@ async fn apply(hub: &Client, plan: &Plan, written: &mut Written, metrics: &Metri
     for (w, result) in placed {
         match result {
             Ok(Some(p)) => {
-                metrics.placements_written.inc();
-                if w.replaces.is_some() {
-                    metrics.withdrawals.inc();
+                metrics.written(w.effect.placed.as_ref(), w.effect.redispatch);
+                if let Some(placed) = &w.effect.placed {
+                    // Once per decision, and only for one that was made.
+                    tracing::info!(
+                        trainjob = %format!("{}/{}", w.namespace, w.name),
+                        cluster = %placed.cluster,
+                        locality = placed.locality.map_or("cluster", |l| l.as_str()),
+                        epoch = w.spec.epoch,
+                        after = ?w.effect.redispatch.map(|r| r.as_str()),
+                        "placed"
+                    );
                 }
                 written.placements.insert((w.namespace, w.name), p);
             }
@@ -313,10 +321,11 @@ async fn cycle(hub: &Client, observed: &Observed, opts: &Options, written: &mut 
     written.uncounted_since = plan.uncounted_since.clone();
     let result = apply(hub, &plan, written, &opts.metrics).await;
     opts.metrics.cycles.inc();
-    opts.metrics.cycle_seconds.observe(started.elapsed().as_secs_f64());
-    opts.metrics.pending.set(plan.pending as i64);
+    opts.metrics.cycle_duration.observe(started.elapsed().as_secs_f64());
+    opts.metrics.show(&plan.figures);
     if let Some(b) = &plan.batch {
         opts.metrics.batch_solves.inc();
+        opts.metrics.solver_gap.set(b.gap().unwrap_or(0.0));
         if b.kept_ilp {
             opts.metrics.batch_kept.inc();
         }
@@ -363,6 +372,8 @@ pub async fn run(hub: Client, opts: Options) {
         opts.metrics.leader.set(i64::from(leadership.is_leading()));
         if !leadership.is_leading() {
             written = Written::default();
+            // The leader's figures are the fleet's; a follower shows none.
+            opts.metrics.show(&crate::decide::figures::Figures::default());
             continue;
         }
         let mut observed = caches.observe();
@@ -370,7 +381,7 @@ pub async fn run(hub: Client, opts: Options) {
         match cycle(&hub, &observed, &opts, &mut written).await {
             Ok(_) => backoff.succeed(),
             Err(error) => {
-                opts.metrics.cycle_errors.inc();
+                opts.metrics.reconcile_error();
                 let retry_in = backoff.fail();
                 tracing::warn!(error = %kube_shell::error_chain(&error), ?retry_in, "dispatcher cycle failed");
                 tokio::time::sleep(retry_in).await;

@@ -4,10 +4,27 @@
 
 use api::stowage::{DomainRef, PlacementSpec, PodSetPlacement};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use scheduler_core::{Admission, Fleet, Gang, Reason, TopologyConstraint};
+use scheduler_core::{Admission, Domain, DomainId, Fleet, Gang, Level, Reason, TopologyConstraint};
 
 /// Condition type on a hub TrainJob while it waits for a placement (True = still pending).
 pub const PENDING_CONDITION: &str = api::trainer::TrainJobCondition::Pending.as_str();
+
+/// The domain a span stands for on its member: the hub's hosts stand for nodes a member
+/// summarised by domain, so a span at a host is its domain's.
+fn member_domain(fleet: &Fleet, span: DomainId) -> &Domain {
+    let span = fleet.domain(span);
+    match span.parent {
+        Some(parent) if span.node.is_some() => fleet.domain(parent),
+        _ => span,
+    }
+}
+
+/// The narrowest topology level holding the whole admitted gang, as its member labels it;
+/// `None` when only the cluster does.
+pub fn locality(fleet: &Fleet, admission: &Admission) -> Option<Level> {
+    let span = admission.span(fleet)?;
+    fleet.cluster(admission.cluster).level_at(member_domain(fleet, span).depth)
+}
 
 /// The Placement for an admitted gang at `epoch`.
 pub fn placement(fleet: &Fleet, gang: &Gang, admission: &Admission, train_job_uid: &str, epoch: i64) -> PlacementSpec {
@@ -17,14 +34,8 @@ pub fn placement(fleet: &Fleet, gang: &Gang, admission: &Admission, train_job_ui
         .iter()
         .zip(&admission.pod_sets)
         .map(|(ps, p)| {
-            // The hub's hosts stand for nodes a member summarised by domain, so a span at a host
-            // pins its domain instead; a span at the cluster root pins nothing.
-            let mut span = fleet.domain(p.span);
-            if span.node.is_some()
-                && let Some(parent) = span.parent
-            {
-                span = fleet.domain(parent);
-            }
+            // A span at the cluster root pins nothing.
+            let span = member_domain(fleet, p.span);
             let domain = cluster.level_at(span.depth).map(|level| DomainRef {
                 level: level.as_str().to_string(),
                 node_label: cluster.levels[span.depth as usize - 1].label.clone(),

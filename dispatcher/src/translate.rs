@@ -24,6 +24,11 @@ use api::stowage::GPU_PRODUCT_LABEL;
 /// CPU or memory a member did not report: large enough never to block, small enough to sum.
 const UNREPORTED: u64 = 1 << 40;
 
+/// The queue a TrainJob names by label, else [`DEFAULT_QUEUE`].
+pub fn queue_name(tj: &TrainJob) -> String {
+    tj.metadata.labels.as_ref().and_then(|l| l.get(QUEUE_LABEL)).cloned().unwrap_or_else(|| DEFAULT_QUEUE.into())
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GangError {
     #[error(transparent)]
@@ -112,7 +117,7 @@ pub fn gang(trainjob: &TrainJob, runtime: &Runtime) -> Result<(Gang, PrioritySou
     let ns = meta.namespace.clone().unwrap_or_default();
     let gang = Gang {
         id: format!("{ns}/{}", meta.name.clone().unwrap_or_default()),
-        queue: meta.labels.as_ref().and_then(|l| l.get(QUEUE_LABEL)).cloned().unwrap_or_else(|| DEFAULT_QUEUE.into()),
+        queue: queue_name(trainjob),
         priority: 0,
         runtime_ms,
         submitted_ms: meta.creation_timestamp.as_ref().map(|t| t.0.as_millisecond().max(0) as u64).unwrap_or(0),

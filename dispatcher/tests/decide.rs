@@ -87,6 +87,14 @@ fn written(mut o: Observed, plan: &Plan) -> Observed {
     o
 }
 
+/// Asserts the plan writes nothing to the hub (its figures are for the metrics).
+#[track_caller]
+fn assert_writes_nothing(plan: &Plan) {
+    let nothing =
+        plan.placements.is_empty() && plan.statuses.is_empty() && plan.queues.is_empty() && plan.members.is_empty();
+    assert!(nothing, "writes: {plan:#?}");
+}
+
 fn report(o: &mut Observed, phase: PlacementPhase, epoch: i64) {
     o.placements[0].status = Some(PlacementStatus { phase, observed_epoch: epoch, ..PlacementStatus::default() });
 }
@@ -101,7 +109,7 @@ fn a_trainjob_is_placed_once_and_deciding_again_writes_nothing() {
     assert!(w.spec.cluster.is_some());
     let mut o = written(o, &plan);
     let again = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(5));
-    assert_eq!(again, Plan::default(), "the same observation twice writes nothing");
+    assert_writes_nothing(&again);
     // Applied, its pods not bound: still waiting, for them, with the member's word at once.
     o.placements[0].status = Some(PlacementStatus {
         phase: PlacementPhase::Applied,
@@ -129,7 +137,7 @@ fn a_trainjob_is_placed_once_and_deciding_again_writes_nothing() {
     let mut o = written(o, &running);
     // Its member counts its pods: nothing to write, nothing to remember.
     count(&mut o, "u1/1");
-    assert_eq!(decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(20)), Plan::default());
+    assert_writes_nothing(&decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(20)));
 }
 
 /// The placed member's report counts the placement's pods (`<uid>/<epoch>`).
@@ -523,7 +531,7 @@ fn a_trainjob_created_suspended_is_not_placed_nor_counted_and_resuming_places_it
     );
     assert!(condition(&plan, "Pending").is_none());
     let mut o = written(o, &plan);
-    assert_eq!(decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(5)), Plan::default());
+    assert_writes_nothing(&decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(5)));
     suspend(&mut o, false);
     let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(10));
     assert_eq!(plan.placements.len(), 1, "placed within the cycle it is resumed in");
@@ -546,7 +554,7 @@ fn suspending_a_running_trainjob_withdraws_it_frees_its_quota_and_resuming_place
     assert_eq!(condition(&plan, "Suspended").map(|c| c.status.as_str()), Some("True"));
     o = written(o2, &plan);
     // Withdrawn: deciding again writes nothing more.
-    assert_eq!(decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(12)), Plan::default());
+    assert_writes_nothing(&decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(12)));
     suspend(&mut o, false);
     let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(20));
     let w = &plan.placements[0];
@@ -557,7 +565,7 @@ fn suspending_a_running_trainjob_withdraws_it_frees_its_quota_and_resuming_place
 fn a_trainjob_managed_by_multikueue_is_left_alone() {
     let mut o = observed(vec![member("a", 1)]);
     o.trainjobs[0].spec.managed_by = Some("kueue.x-k8s.io/multikueue".into());
-    assert_eq!(decide(&o, &scheduler_core::fixture::greedy(), &settings(), Time(now())), Plan::default());
+    assert_writes_nothing(&decide(&o, &scheduler_core::fixture::greedy(), &settings(), Time(now())));
 }
 
 /// A Queue's `spec.namespaceSelector` decides which namespaces may use it: a TrainJob naming
@@ -636,4 +644,74 @@ fn priority_comes_from_priority_classes_and_the_annotation_only_where_the_queue_
     o.workload_priority_classes =
         vec![serde_json::from_value(json!({"metadata": {"name": "urgent"}, "value": 10000})).expect("class")];
     assert_eq!(decide(&o, &scheduler_core::fixture::greedy(), &settings(), Time(now())).placements.len(), 1);
+}
+
+/// What the metrics are set from: each Placement write says what it placed (queue, member, the
+/// narrowest level holding the gang, the wait from creation on a first placement) and why it
+/// took a TrainJob off a member; each cycle's figures count TrainJobs by queue and state, the
+/// pending by reason, GPUs per member and per queue, and heartbeat ages.
+#[test]
+fn each_write_says_what_it_placed_or_moved_and_each_cycle_counts_what_the_metrics_show() {
+    use dispatcher::decide::figures::{ClusterGpus, JobPhase, QueueGpus, UNKNOWN_QUEUE};
+    use dispatcher::decide::{Placed, Redispatch};
+    let mut o = observed(vec![member("a", 1), member("b", 5)]);
+    o.queues = vec![
+        serde_json::from_value(json!({"apiVersion": "stowage.dev/v1alpha1", "kind": "Queue",
+            "metadata": {"name": "default"},
+            "spec": {"cohort": "all", "quotas": [{"flavor": "h100", "resource": "nvidia.com/gpu", "nominalQuota": "8"}]}}))
+        .expect("queue"),
+        serde_json::from_value(json!({"apiVersion": "stowage.dev/v1alpha1", "kind": "Queue",
+            "metadata": {"name": "idle"},
+            "spec": {"cohort": "all", "quotas": [{"flavor": "h100", "resource": "nvidia.com/gpu", "nominalQuota": "24", "lendingLimit": "12"}]}}))
+        .expect("queue"),
+    ];
+    // One in a queue nobody made: counted under `unknown`, whatever its label says.
+    let mut stray = trainjob("stray", "us", 1, -10, json!({}), json!({}));
+    stray.metadata.labels = Some([("stowage.dev/queue".to_string(), "made-up-by-a-user".to_string())].into());
+    o.trainjobs.push(stray);
+    let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), Time(now()));
+    let w = plan.placements.iter().find(|w| w.name == "t").expect("t placed");
+    let cluster = w.spec.cluster.clone().expect("placed");
+    assert_eq!(
+        w.effect.placed,
+        Some(Placed {
+            queue: "default".into(),
+            cluster: cluster.clone(),
+            locality: Some(scheduler_core::Level::Rack),
+            waited: Some(std::time::Duration::from_secs(3600)),
+        })
+    );
+    assert_eq!(w.effect.redispatch, None);
+    let f = &plan.figures;
+    assert_eq!(f.trainjobs.get(&("default".to_string(), JobPhase::Placed)), Some(&1));
+    assert_eq!(f.trainjobs.get(&(UNKNOWN_QUEUE.to_string(), JobPhase::Pending)), Some(&1));
+    assert!(f.trainjobs.keys().all(|(q, _)| q != "made-up-by-a-user"));
+    assert_eq!(f.pending.get(&(UNKNOWN_QUEUE.to_string(), "UnknownQueue".to_string())), Some(&1), "{f:#?}");
+    // 16 GPUs placed on a nominal 8: 8 borrowed, lent by `idle` (within its lending limit).
+    assert_eq!(
+        f.queue_gpus[&("default".to_string(), "h100".to_string())],
+        QueueGpus { nominal: 8, used: 16, borrowed: 8, lent: 0 }
+    );
+    assert_eq!(
+        f.queue_gpus[&("idle".to_string(), "h100".to_string())],
+        QueueGpus { nominal: 24, used: 0, borrowed: 0, lent: 8 }
+    );
+    // As the members report: nothing is used there until their pods are.
+    assert_eq!(f.cluster_gpus[&("a".to_string(), "h100".to_string())], ClusterGpus { allocatable: 32, used: 0 });
+    assert_eq!((f.heartbeat_age["a"], f.heartbeat_age["b"]), (1.0, 5.0));
+
+    // Its member goes silent: moved, at a new epoch, as a redispatch and not a first wait.
+    let mut o = written(o, &plan);
+    let t = o.placements.iter().position(|p| p.metadata.name.as_deref() == Some("t")).expect("t");
+    o.placements.swap(0, t);
+    report(&mut o, PlacementPhase::Running, 1);
+    go_silent(&mut o, &cluster);
+    let moved = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(30));
+    let w = moved.placements.iter().find(|w| w.name == "t").expect("t moved");
+    assert_eq!(w.effect.redispatch, Some(Redispatch::MemberSilent));
+    let placed = w.effect.placed.as_ref().expect("placed elsewhere");
+    assert_ne!(placed.cluster, cluster);
+    assert_eq!(placed.waited, None, "admission wait counts first placements only");
+    assert_eq!(moved.figures.heartbeat_age[&cluster], 330.0);
+    assert!(!moved.figures.cluster_gpus.contains_key(&(cluster.clone(), "h100".to_string())), "silent: not shown");
 }

@@ -49,13 +49,14 @@ fn answer(path: &str, registry: &Registry, ready: &Readiness) -> Response<Full<B
 }
 
 pub async fn serve(addr: SocketAddr, registry: Arc<Registry>, ready: Readiness) {
-    let listener = match tokio::net::TcpListener::bind(addr).await {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::error!(%addr, error = %e, "cannot serve health and metrics endpoints");
-            return;
-        }
-    };
+    match tokio::net::TcpListener::bind(addr).await {
+        Ok(listener) => serve_on(listener, registry, ready).await,
+        Err(e) => tracing::error!(%addr, error = %e, "cannot serve health and metrics endpoints"),
+    }
+}
+
+/// [`serve`] on a listener already bound (the caller reports a bind error as its own).
+pub async fn serve_on(listener: tokio::net::TcpListener, registry: Arc<Registry>, ready: Readiness) {
     while let Ok((stream, _)) = listener.accept().await {
         let (registry, ready) = (registry.clone(), ready.clone());
         tokio::spawn(async move {

@@ -82,8 +82,7 @@ pub async fn run(hub: Client, member: Client, cfg: AgentConfig) {
                 // Aborted (hub lost) or panicked: the loop looks again.
                 match done {
                     Ok((result, started)) => {
-                        cfg.metrics.syncs.inc();
-                        cfg.metrics.sync_seconds.observe(started.elapsed().as_secs_f64());
+                        cfg.metrics.round_done(&cfg.cluster, started.elapsed().as_secs_f64());
                         Wake::RoundEnded(Some(result))
                     }
                     Err(_) => Wake::RoundEnded(None),

@@ -62,7 +62,7 @@ pub(crate) async fn fence_all(member: &Client, cfg: &AgentConfig, caches: &Cache
             if let Err(error) = delete_jobset(member, js).await {
                 return Wake::Fenced { deleted, error: Some(error) };
             }
-            cfg.metrics.fenced.inc();
+            cfg.metrics.count_fenced(&cfg.cluster);
             deleted.push((key, js.namespace().unwrap_or_default()));
         }
     }

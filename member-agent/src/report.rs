@@ -52,7 +52,7 @@ pub(crate) async fn deliver(
         tracing::info!(jobset = %format!("{ns}/{}", js.name_any()), epoch = key.1, "fencing");
         delete_jobset(&member, js).await?;
         delete_companions(&member, &ns, key).await?;
-        cfg.metrics.fenced.inc();
+        cfg.metrics.count_fenced(&cfg.cluster);
     }
     let mut cleaned = Vec::new();
     for (key, ns) in round.gone {
@@ -63,15 +63,30 @@ pub(crate) async fn deliver(
         report(&hub, &member, &cfg, &caches, Scope::Capacity).await?;
         reported = true;
     }
-    let written: Vec<Result<(), Error>> = futures::stream::iter(round.statuses)
+    cfg.metrics.jobsets(&cfg.cluster, &round.jobsets);
+    let written: Vec<(String, String, Result<(), Error>)> = futures::stream::iter(round.statuses)
         .map(|(ns, name, status)| {
             let hub = hub.clone();
-            async move { write_status(&hub, &ns, &name, &status).await }
+            async move {
+                let result = write_status(&hub, &ns, &name, &status).await;
+                (ns, name, result)
+            }
         })
         .buffer_unordered(CONCURRENT_APPLIES)
         .collect()
         .await;
-    written.into_iter().find_map(Result::err).map_or(Ok(Delivered { reported, cleaned }), Err)
+    let mut first_error = None;
+    for (ns, name, result) in written {
+        match result {
+            Ok(()) => {
+                if let Some(took) = round.started.get(&(ns, name)) {
+                    cfg.metrics.observe_start(&cfg.cluster, took.as_secs_f64());
+                }
+            }
+            Err(e) => first_error = first_error.or(Some(e)),
+        }
+    }
+    first_error.map_or(Ok(Delivered { reported, cleaned }), Err)
 }
 
 pub(crate) async fn write_status(hub: &Client, ns: &str, name: &str, status: &PlacementStatus) -> Result<(), Error> {

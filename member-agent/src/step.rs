@@ -278,7 +278,7 @@ impl Loop {
         match result {
             Ok(()) => {
                 self.realise_retry.remove(&key);
-                self.cfg.metrics.realised.inc();
+                self.cfg.metrics.count_realised(&self.cfg.cluster);
                 self.state.fenced.remove(&key);
                 self.state.applied.insert(key);
             }
@@ -308,7 +308,7 @@ impl Loop {
                 }
             }
             Err(error) => {
-                self.cfg.metrics.sync_errors.inc();
+                self.cfg.metrics.round_failed();
                 let retry_in = self.backoff.fail();
                 self.retry_at = now + retry_in;
                 self.changed = true;

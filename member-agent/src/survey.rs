@@ -13,6 +13,7 @@ use kube_shell::watch::{self};
 
 use crate::caches::{Caches, owner_key};
 use crate::config::AgentConfig;
+use crate::metrics::phase_label;
 use crate::status::{pending_reason, status_of};
 
 /// What an agent remembers between wakes.
@@ -68,6 +69,11 @@ pub(crate) struct Round {
     pub(crate) statuses: Vec<(String, String, PlacementStatus)>,
     /// JobSets this agent made for an epoch or TrainJob no longer placed here (fencing).
     pub(crate) stale: Vec<((String, i64), Arc<JobSet>)>,
+    /// The member's JobSets made by this agent, by phase label (for the metrics).
+    pub(crate) jobsets: BTreeMap<&'static str, u64>,
+    /// Placements whose statuses say Running for the first time at their epoch: how long
+    /// their JobSet took from creation (the start latency, counted once the status is written).
+    pub(crate) started: BTreeMap<(String, String), Duration>,
     /// Fenced while the hub was out of reach and no longer placed here: their companions go.
     pub(crate) gone: Vec<((String, i64), String)>,
 }
@@ -135,7 +141,11 @@ pub(crate) fn survey(
                     Some(r) if !heartbeat || age < cfg.timing.heartbeat * 2 => r.message.clone(),
                     _ => pending_reason(&pods, &ns, &js.name_any()),
                 };
-                status_of(js, p.spec.epoch, reason, unstarted && age >= cfg.timing.start_timeout)
+                let status = status_of(js, p.spec.epoch, reason, unstarted && age >= cfg.timing.start_timeout);
+                if status.phase == PlacementPhase::Running && phase != Some(PlacementPhase::Running) {
+                    survey.round.started.insert((ns.clone(), name.clone()), age);
+                }
+                status
             }
             None if state.applied.contains(&key) || state.in_flight.contains(&key) => continue,
             None if matches!(phase, Some(PlacementPhase::Applied | PlacementPhase::Running))
@@ -164,6 +174,9 @@ pub(crate) fn survey(
     }
     if round.is_none() {
         return survey;
+    }
+    for (key, js) in &jobsets {
+        *survey.round.jobsets.entry(phase_label(status_of(js, key.1, None, false).phase)).or_default() += 1;
     }
     survey.round.stale = jobsets.into_iter().filter(|(k, _)| !current.contains(k)).collect();
     survey.round.gone =

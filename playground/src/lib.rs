@@ -72,6 +72,10 @@ pub struct PlaygroundOptions {
     pub config: scheduler_core::Config,
     /// Node label keys the agents report beside the well-known ones (`--node-labels`).
     pub node_labels: Vec<String>,
+    /// What the dispatchers and the agents record into: registered by `stowage dev`, which
+    /// serves them on one endpoint; recorded and never read otherwise.
+    pub dispatcher_metrics: dispatcher::metrics::Metrics,
+    pub agent_metrics: member_agent::metrics::Metrics,
 }
 
 impl Default for PlaygroundOptions {
@@ -87,6 +91,8 @@ impl Default for PlaygroundOptions {
             gang_scheduler: GangScheduler::FromRuntime,
             config: scheduler_core::Config::stowage(),
             node_labels: Vec::new(),
+            dispatcher_metrics: Default::default(),
+            agent_metrics: Default::default(),
         }
     }
 }
@@ -226,7 +232,7 @@ impl Playground {
                     .map_err(|e| setup("--node-labels")(e.to_string()))?,
                 capabilities: Capabilities { gang_scheduler: options.gang_scheduler, ..Capabilities::default() },
                 timing: options.timing,
-                metrics: Default::default(),
+                metrics: options.agent_metrics.clone(),
             };
             members.push(Member { name: c.name.clone(), sim, config, agent: None });
         }
@@ -324,7 +330,7 @@ impl Playground {
             leader,
             resync: self.options.resync,
             config: self.options.config,
-            ..Options::default()
+            metrics: self.options.dispatcher_metrics.clone(),
         };
         let slot = self.dispatchers.get_mut(i).ok_or_else(|| setup("dispatcher")(format!("no replica {i}")))?;
         if let Some(t) = slot.take() {

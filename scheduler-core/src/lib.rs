@@ -37,7 +37,7 @@ pub use capacity::{Capacity, PodShape};
 pub use config::{Batch, ClusterChoice, Config, Patience, Preemption, Solver};
 pub use cycle::{Cycle, cycle};
 pub use decision::{Admission, CycleStats, Decision, gang_charges, release};
-pub use fleet::{ClusterId, DomainId, FlavorId, Fleet, FleetBuilder, FleetError, LevelInfo, NodeInput};
+pub use fleet::{ClusterId, Domain, DomainId, FlavorId, Fleet, FleetBuilder, FleetError, LevelInfo, NodeInput};
 pub use gang::{ClusterFilter, Gang, GangError, PodSet, Slice};
 pub use nodes::{
     LabelMatch, MatchOperator, NodeClass, NodeRequirement, Taint, TaintEffect, Toleration, TolerationOperator,

@@ -44,7 +44,7 @@ pub fn fast() -> PlaygroundOptions {
             preemption: Some(scheduler_core::Preemption { min_runtime_ms: 0, prefer_checkpointed: true }),
             ..scheduler_core::Config::stowage()
         },
-        node_labels: Vec::new(),
+        ..PlaygroundOptions::default()
     }
 }
 

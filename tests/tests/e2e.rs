@@ -369,7 +369,7 @@ async fn a_hub_that_stalls_past_hub_lost_loses_no_trainjob_around_the_threshold_
     let p = playground(fast()).await;
     let hub = p.hub();
     let monitor = p.watch_for_duplicates();
-    let fenced = || p.members.iter().map(|m| m.config.metrics.fenced.get()).sum::<u64>();
+    let fenced = || p.members.iter().map(|m| m.config.metrics.fenced(&m.name)).sum::<u64>();
     // (latency of every request, how long the stall lasts): just past hub_lost (2.5 s) and well
     // inside the dispatcher's grace (5 s); then far past both.
     for (round, (latency, stall)) in [(3_000, 3_500), (8_000, 12_000)].into_iter().enumerate() {

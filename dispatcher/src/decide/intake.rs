@@ -16,7 +16,7 @@ use super::members::Members;
 use super::namespaces;
 use super::priorities::Priorities;
 use super::queues::QueueSet;
-use super::{Observed, Settings, conditions, key};
+use super::{Observed, Redispatch, Settings, conditions, key};
 use crate::translate;
 
 /// One unfinished TrainJob, its status as this cycle will have it, and its state.
@@ -77,9 +77,9 @@ pub(super) struct Waiting<'a> {
     pub(super) backoff: Vec<ClusterBackoff>,
     /// The Placement it replaces (its resourceVersion), if there is one.
     pub(super) replaces: Option<String>,
-    /// Whether the Placement still names a member it is leaving: then it is written even if
-    /// nothing else can take it, so that member's agent fences it.
-    pub(super) leaving: bool,
+    /// Why it leaves the member its Placement still names: then it is written even if nothing
+    /// else can take it, so that member's agent fences it.
+    pub(super) leaving: Option<Redispatch>,
     /// Withdrawn earlier with pods still bound on a live member: they hold room until gone.
     pub(super) evicting: Option<Active<'a>>,
 }
@@ -167,7 +167,7 @@ pub(super) fn job<'a>(
     }
     let t = now.0;
     let Some(p) = placement else {
-        let waiting = Waiting { gang, epoch: 1, backoff: Vec::new(), replaces: None, leaving: false, evicting: None };
+        let waiting = Waiting { gang, epoch: 1, backoff: Vec::new(), replaces: None, leaving: None, evicting: None };
         job.state = JobState::Waiting(Box::new(waiting));
         return job;
     };
@@ -186,17 +186,21 @@ pub(super) fn job<'a>(
         uncounted.filter(|since| t.duration_since(*since).unsigned_abs() > settings.member_grace).map(|_| {
             let cluster = p.spec.cluster.as_deref().unwrap_or_default();
             let grace = settings.member_grace.as_secs();
-            (UNCOUNTED, format!("member {cluster} reported it Running but has not counted its pods for {grace} s"))
+            (
+                Redispatch::Uncounted,
+                format!("member {cluster} reported it Running but has not counted its pods for {grace} s"),
+            )
         });
     job.state = match (withdrawal(p, members).or(vanished), &p.spec.cluster) {
         (Some((reason, message)), Some(cluster)) => {
-            tracing::info!(trainjob = %format!("{ns}/{name}"), %cluster, reason, %message, "withdrawing");
+            tracing::info!(trainjob = %format!("{ns}/{name}"), %cluster, reason = reason.as_str(), %message, "withdrawing");
             let backoff = match reason {
-                EDITED | UNCOUNTED => p.spec.backoff.clone(),
-                _ => back_off(&p.spec.backoff, cluster, reason, settings, t),
+                // Neither says the member cannot run it.
+                Redispatch::PlacementEdited | Redispatch::Uncounted => p.spec.backoff.clone(),
+                _ => back_off(&p.spec.backoff, cluster, reason.as_str(), settings, t),
             };
             gang.clusters.avoid.extend(backed_off(&backoff, t));
-            if reason == UNCOUNTED {
+            if reason == Redispatch::Uncounted {
                 // Placed again on the same member, at a new epoch: its agent makes it afresh (and
                 // deletes whatever of the old epoch is left). Moving it elsewhere could run it
                 // twice: nothing says the member stopped running it, only that it stopped
@@ -204,7 +208,8 @@ pub(super) fn job<'a>(
                 gang.clusters.only = Some(vec![cluster.clone()]);
             }
             let epoch = p.spec.epoch + 1;
-            JobState::Waiting(Box::new(Waiting { gang, epoch, backoff, replaces, leaving: true, evicting: None }))
+            let leaving = Some(reason);
+            JobState::Waiting(Box::new(Waiting { gang, epoch, backoff, replaces, leaving, evicting: None }))
         }
         (_, None) => {
             // Withdrawn earlier and not yet placed again; its old pods may still be going.
@@ -221,7 +226,7 @@ pub(super) fn job<'a>(
             });
             gang.clusters.avoid.extend(backed_off(&p.spec.backoff, t));
             let (epoch, backoff) = (p.spec.epoch + 1, p.spec.backoff.clone());
-            JobState::Waiting(Box::new(Waiting { gang, epoch, backoff, replaces, leaving: false, evicting }))
+            JobState::Waiting(Box::new(Waiting { gang, epoch, backoff, replaces, leaving: None, evicting }))
         }
         (None, Some(cluster)) => {
             if !claim_contradicted
@@ -316,36 +321,28 @@ fn contradicted(p: &Placement, members: &Members<'_>) -> bool {
         && members.counts(cluster, &PlacementKey { uid: p.spec.train_job_uid.clone(), epoch: p.spec.epoch })
 }
 
-/// The reason for placing again a placement reported `Running` whose member has stopped
-/// counting its pods for the grace period.
-const UNCOUNTED: &str = "Uncounted";
-
-/// The withdrawal reason for a Placement whose `spec.cluster` disagrees with its label: no
-/// agent owns it as it stands (the one labelled fences it, the one named never sees it), so it
-/// is placed again at a new epoch, with no back-off from either member.
-const EDITED: &str = "PlacementEdited";
-
 /// Why a placed TrainJob must leave its member, if it must.
-fn withdrawal(p: &Placement, members: &Members<'_>) -> Option<(&'static str, String)> {
+fn withdrawal(p: &Placement, members: &Members<'_>) -> Option<(Redispatch, String)> {
     let cluster = p.spec.cluster.as_deref()?;
     let status = current_status(p);
     match status.map(|s| s.phase) {
         Some(PlacementPhase::Succeeded | PlacementPhase::Failed) => None,
         Some(PlacementPhase::Unschedulable) => Some((
-            "Unschedulable",
+            Redispatch::Unschedulable,
             status.and_then(|s| s.message.clone()).unwrap_or_else(|| "the gang did not start in time".into()),
         )),
         // "Its JobSet disappeared" while its member's own report counts its pods running is not
         // believed (a forged or confused status): nothing healthy is evicted on its word.
-        Some(PlacementPhase::Lost) if !contradicted(p, members) => {
-            Some(("Lost", status.and_then(|s| s.message.clone()).unwrap_or_else(|| "the JobSet disappeared".into())))
-        }
+        Some(PlacementPhase::Lost) if !contradicted(p, members) => Some((
+            Redispatch::Lost,
+            status.and_then(|s| s.message.clone()).unwrap_or_else(|| "the JobSet disappeared".into()),
+        )),
         _ if !members.keeps(cluster) => Some(match members.refusal(cluster) {
-            Some(problem) => ("MemberUnusable", format!("member {cluster}'s report is refused: {problem}")),
-            None => ("MemberSilent", format!("member {cluster} stopped reporting")),
+            Some(problem) => (Redispatch::MemberUnusable, format!("member {cluster}'s report is refused: {problem}")),
+            None => (Redispatch::MemberSilent, format!("member {cluster} stopped reporting")),
         }),
         _ if p.labels().get(CLUSTER_LABEL).map(String::as_str) != Some(cluster) => Some((
-            EDITED,
+            Redispatch::PlacementEdited,
             format!(
                 "spec.cluster was changed to {cluster} by hand while labelled {CLUSTER_LABEL}={}: placed again",
                 p.labels().get(CLUSTER_LABEL).map_or("(none)", String::as_str)
@@ -440,7 +437,12 @@ mod tests {
             JobState::Running(a) => format!("running on {} at {}", a.cluster, a.key),
             JobState::Assumed(g) => format!("assumed on {:?} at priority {}", g.clusters.only, g.priority),
             JobState::Waiting(w) => {
-                format!("waiting for epoch {} leaving={} avoiding {:?}", w.epoch, w.leaving, w.gang.clusters.avoid)
+                format!(
+                    "waiting for epoch {} leaving={} avoiding {:?}",
+                    w.epoch,
+                    w.leaving.is_some(),
+                    w.gang.clusters.avoid
+                )
             }
         }
     }

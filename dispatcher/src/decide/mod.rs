@@ -14,10 +14,12 @@
 //! 4. [`writes`]: Placements and statuses, only what differs from what was observed; a waiting
 //!    TrainJob nothing can take is withdrawn (no cluster) until something can; victims evicted.
 //! 5. [`queues`]: each Queue's status.
+//! 6. [`figures`]: what the metrics show of the cycle (the shell sets its gauges from them).
 //!
 //! Every condition is made in [`conditions`].
 
 mod conditions;
+pub mod figures;
 mod intake;
 mod members;
 mod namespaces;
@@ -93,6 +95,75 @@ pub struct PlacementWrite {
     /// The resourceVersion of the Placement this one replaces; `None` creates it. Writes are
     /// conditional so that two dispatchers (an old and a new leader) can never both win.
     pub replaces: Option<String>,
+    /// What the write means to the metrics: counted once it is made (a write that loses its
+    /// race is decided again, and counted then).
+    pub effect: WriteEffect,
+}
+
+/// What a Placement write does, as the metrics count it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WriteEffect {
+    /// Placed on a member.
+    pub placed: Option<Placed>,
+    /// Taken off the member it was on, and why.
+    pub redispatch: Option<Redispatch>,
+}
+
+/// A TrainJob placed on a member.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Placed {
+    pub queue: String,
+    pub cluster: String,
+    /// The narrowest topology level holding the whole gang; `None`: only the cluster does.
+    pub locality: Option<scheduler_core::Level>,
+    /// From the TrainJob's creation to this placement: its first placement only (a TrainJob
+    /// placed again waited for other reasons than admission).
+    pub waited: Option<Duration>,
+}
+
+/// Why a placed TrainJob is taken off its member: the closed set the redispatch counter and
+/// the back-off list name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Redispatch {
+    /// Its agent reports the gang did not start there in time.
+    Unschedulable,
+    /// Its agent reports its JobSet vanished there before it finished.
+    Lost,
+    /// Its member stopped reporting for the grace period.
+    MemberSilent,
+    /// Its member's report has not been readable for the grace period.
+    MemberUnusable,
+    /// Its Placement's `spec.cluster` was edited by hand: placed again at a new epoch.
+    PlacementEdited,
+    /// Reported Running, and not counted by its member for the grace period: placed again on
+    /// that member at a new epoch.
+    Uncounted,
+    /// Evicted for a TrainJob of higher priority.
+    Preempted,
+}
+
+impl Redispatch {
+    pub const ALL: [Redispatch; 7] = [
+        Redispatch::Unschedulable,
+        Redispatch::Lost,
+        Redispatch::MemberSilent,
+        Redispatch::MemberUnusable,
+        Redispatch::PlacementEdited,
+        Redispatch::Uncounted,
+        Redispatch::Preempted,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Redispatch::Unschedulable => "Unschedulable",
+            Redispatch::Lost => "Lost",
+            Redispatch::MemberSilent => "MemberSilent",
+            Redispatch::MemberUnusable => "MemberUnusable",
+            Redispatch::PlacementEdited => "PlacementEdited",
+            Redispatch::Uncounted => "Uncounted",
+            Redispatch::Preempted => "Preempted",
+        }
+    }
 }
 
 impl PlacementWrite {
@@ -145,6 +216,8 @@ pub struct Plan {
     pub members: Vec<MemberConditionWrite>,
     /// For the next cycle's [`Observed::uncounted_since`].
     pub uncounted_since: BTreeMap<PlacementKey, Timestamp>,
+    /// What the metrics show of this cycle.
+    pub figures: figures::Figures,
 }
 
 /// One MemberCluster's conditions to write (the dispatcher owns `status.conditions` there; the
@@ -189,6 +262,7 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
     let evictions = writes::placements(&mut plan, &jobs, &schedule, &queues, &now, &mut tally);
     writes::evictions(&mut plan, &jobs, &evictions, &now);
     plan.queues = queues::statuses(o, &queues, &tally, &now);
+    plan.figures = figures::Figures::of(o, &members, &queues, &jobs, &plan, now.0);
     if let schedule::Schedule::Decided { batch, .. } = schedule {
         plan.batch = batch;
     }

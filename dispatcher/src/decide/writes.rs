@@ -12,7 +12,9 @@ use super::intake::{Job, JobState};
 use super::members::Members;
 use super::queues::QueueSet;
 use super::schedule::{Schedule, waiting};
-use super::{MemberConditionWrite, PlacementWrite, Plan, StatusWrite, Tally, conditions, key};
+use super::{
+    MemberConditionWrite, Placed, PlacementWrite, Plan, Redispatch, StatusWrite, Tally, WriteEffect, conditions, key,
+};
 use crate::plan;
 
 /// Victims chosen this cycle: gang id → (cluster, preemptor id, its priority).
@@ -39,7 +41,7 @@ pub(super) fn settled(plan: &mut Plan, jobs: &[Job<'_>], tally: &mut Tally) {
             }
             JobState::Finished => None,
             JobState::Suspended(withdraw) => {
-                plan.placements.extend(withdraw.map(withdrawal));
+                plan.placements.extend(withdraw.map(|p| withdrawal(p, None)));
                 None
             }
             JobState::Running(a) => Some(&a.gang.queue),
@@ -73,12 +75,22 @@ pub(super) fn placements(
         let uid = job.tj.metadata.uid.clone().unwrap_or_default();
         let mut conds = job.conditions.clone();
         let gang = &w.gang;
+        let mut effect = WriteEffect { placed: None, redispatch: w.leaving };
         let spec = match decisions.map(|(fleet, d)| (fleet, &d[i])) {
             Ok((fleet, Decision::Admit(a))) => {
                 let mut spec = plan::placement(fleet, gang, a, &uid, w.epoch);
                 spec.backoff = w.backoff.clone();
                 if let Some(cluster) = &spec.cluster {
                     conditions::upsert(&mut conds, conditions::starting(cluster, None, now));
+                    let created = job.tj.metadata.creation_timestamp.as_ref();
+                    effect.placed = Some(Placed {
+                        queue: gang.queue.clone(),
+                        cluster: cluster.clone(),
+                        locality: plan::locality(fleet, a),
+                        waited: created
+                            .filter(|_| w.epoch == 1)
+                            .and_then(|c| now.0.duration_since(c.0).try_into().ok()),
+                    });
                 }
                 Some(spec)
             }
@@ -118,7 +130,7 @@ pub(super) fn placements(
             count.1 += 1
         }
         let spec = spec.or_else(|| {
-            w.leaving.then(|| PlacementSpec {
+            w.leaving.map(|_| PlacementSpec {
                 train_job_uid: uid.clone(),
                 cluster: None,
                 epoch: w.epoch,
@@ -128,7 +140,7 @@ pub(super) fn placements(
         });
         if let Some(spec) = spec {
             let replaces = w.replaces.clone();
-            plan.placements.push(PlacementWrite { namespace: ns, name, owner_uid: uid, spec, replaces });
+            plan.placements.push(PlacementWrite { namespace: ns, name, owner_uid: uid, spec, replaces, effect });
         }
         if pending {
             plan.pending += 1;
@@ -142,7 +154,7 @@ pub(super) fn placements(
 
 /// A placed TrainJob's Placement with no member: its epoch rises, so its agent deletes the
 /// JobSet and its GPUs come back.
-fn withdrawal(p: &Placement) -> PlacementWrite {
+fn withdrawal(p: &Placement, redispatch: Option<Redispatch>) -> PlacementWrite {
     let (namespace, name) = key(&p.metadata);
     PlacementWrite {
         namespace,
@@ -156,6 +168,7 @@ fn withdrawal(p: &Placement) -> PlacementWrite {
             backoff: p.spec.backoff.clone(),
         },
         replaces: p.metadata.resource_version.clone(),
+        effect: WriteEffect { placed: None, redispatch },
     }
 }
 
@@ -167,7 +180,7 @@ pub(super) fn evictions(plan: &mut Plan, jobs: &[Job<'_>], evictions: &Evictions
         let Some((cluster, by, priority)) = evictions.get(&a.gang.id) else { continue };
         tracing::info!(trainjob = %a.gang.id, %cluster, preemptor = %by, "evicting");
         let (namespace, name) = key(&a.tj.metadata);
-        plan.placements.push(withdrawal(a.placement));
+        plan.placements.push(withdrawal(a.placement, Some(Redispatch::Preempted)));
         let preempted = conditions::preempted(cluster, by, *priority, now);
         // The cycle may already write this TrainJob's status (mirrored from its member).
         match plan.statuses.iter_mut().find(|s| s.namespace == namespace && s.name == name) {
