@@ -21,7 +21,8 @@ fn dev_runs_from_the_root_directory_with_the_upstream_objects_compiled_in() {
     let dir: PathBuf = std::env::temp_dir().join(format!("stowage-dev-from-root-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut child = Command::new(env!("CARGO_BIN_EXE_stowage"))
-        .args(["dev", "--dir"])
+        // Any free port for the metrics: tests run side by side.
+        .args(["dev", "--metrics-addr", "127.0.0.1:0", "--dir"])
         .arg(&dir)
         .current_dir("/")
         .stdin(Stdio::null())
@@ -130,7 +131,48 @@ fn dev_runs_from_the_root_directory_with_the_upstream_objects_compiled_in() {
     let running: Vec<&str> = pods.lines().find(|l| l.contains("Running")).unwrap_or("").split_whitespace().collect();
     assert_eq!(running[3], "Running", "{pods}");
     assert!(!running[7].starts_with('<'), "the NODE column names the pod's node: {pods}");
+
+    // One endpoint for the dispatcher and every agent, named in the banner.
+    let url = banner
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("metrics")?.split_whitespace().next().map(str::to_string))
+        .expect("the banner names the metrics endpoint");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let wanted = [
+        "# TYPE stowage_trainjobs gauge",
+        "stowage_trainjobs{queue=\"default\",state=\"running\"}",
+        "stowage_cluster_gpus{cluster=\"east-h100\",flavor=\"nvidia-h100-80gb\",state=\"allocatable\"}",
+        "stowage_member_heartbeat_age_seconds{cluster=\"west-a100\"}",
+        "stowage_placements_total{cluster=",
+        "stowage_admission_wait_seconds_count{queue=\"default\"}",
+        "stowage_agent_jobsets{cluster=\"central-l40s\",phase=\"running\"}",
+        "stowage_start_latency_seconds_count{cluster=",
+    ];
+    let metrics = loop {
+        let text = http_get(&url);
+        if wanted.iter().all(|w| text.contains(w)) {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "{url} lacks {:?}:\n{text}", wanted.iter().find(|w| !text.contains(*w)));
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    // Each family once, whatever number of agents record into it.
+    assert_eq!(metrics.matches("# TYPE stowage_agent_jobsets gauge").count(), 1, "{metrics}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// GET `url` (`http://HOST:PORT/PATH`) and the body, with the standard library alone.
+fn http_get(url: &str) -> String {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").expect("http URL");
+    let (host, path) = rest.split_once('/').map_or((rest, "/".to_string()), |(h, p)| (h, format!("/{p}")));
+    let Ok(mut stream) = std::net::TcpStream::connect(host) else { return String::new() };
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    let mut response = String::new();
+    if stream.write_all(request.as_bytes()).is_err() || stream.read_to_string(&mut response).is_err() {
+        return String::new();
+    }
+    response.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default()
 }
 
 /// Runs kubectl against `config`: whether it succeeded, and what it printed.
