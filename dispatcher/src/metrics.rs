@@ -76,6 +76,7 @@ struct Shown {
     cluster_gpus: BTreeSet<ClusterFlavorState>,
     queue_gpus: BTreeSet<QueueFlavorKind>,
     heartbeat_age: BTreeSet<ClusterLabel>,
+    oldest_pending: BTreeSet<QueueLabel>,
 }
 
 #[derive(Debug, Clone)]
@@ -95,6 +96,7 @@ pub struct Metrics {
     pub cluster_gpus: Family<ClusterFlavorState, Gauge>,
     pub queue_gpus: Family<QueueFlavorKind, Gauge>,
     pub heartbeat_age: Family<ClusterLabel, Gauge<f64, AtomicU64>>,
+    pub oldest_pending: Family<QueueLabel, Gauge<f64, AtomicU64>>,
     pub shared: Shared,
     shown: Arc<Mutex<Shown>>,
     /// Set once the caches have synced: `/readyz` answers ok from then on.
@@ -118,6 +120,7 @@ impl Default for Metrics {
             cluster_gpus: Family::default(),
             queue_gpus: Family::default(),
             heartbeat_age: Family::default(),
+            oldest_pending: Family::default(),
             shared: Shared::default(),
             shown: Arc::default(),
             ready: kube_shell::health::Readiness::default(),
@@ -179,11 +182,23 @@ impl Metrics {
             m.queue_gpus.clone(),
         );
         r.register_with_unit(
+            "oldest_pending_trainjob_age",
+            "Per queue, time since the oldest TrainJob still waiting for a placement was created",
+            prometheus_client::registry::Unit::Seconds,
+            m.oldest_pending.clone(),
+        );
+        r.register_with_unit(
             "member_heartbeat_age",
             "Time since each member's agent last reported",
             prometheus_client::registry::Unit::Seconds,
             m.heartbeat_age.clone(),
         );
+        // Every reason from the start, at 0: a rate over a counter that appears only with its
+        // first increment misses that increment.
+        for r in Redispatch::ALL {
+            m.redispatches.get_or_create(&ReasonLabel { reason: r.as_str() });
+        }
+        shared.touch(Component::Dispatcher);
         m
     }
 
@@ -259,8 +274,16 @@ impl Metrics {
         for gone in shown.queue_gpus.difference(&now.queue_gpus) {
             self.queue_gpus.remove(gone);
         }
+        for (queue, age) in &f.oldest_pending {
+            let labels = QueueLabel { queue: queue.clone() };
+            self.oldest_pending.get_or_create(&labels).set(*age);
+            now.oldest_pending.insert(labels);
+        }
         for gone in shown.heartbeat_age.difference(&now.heartbeat_age) {
             self.heartbeat_age.remove(gone);
+        }
+        for gone in shown.oldest_pending.difference(&now.oldest_pending) {
+            self.oldest_pending.remove(gone);
         }
         *shown = now;
     }
@@ -288,6 +311,7 @@ mod tests {
         f.cluster_gpus.insert(("east".into(), "h100".into()), ClusterGpus { allocatable: 64, used: 16 });
         f.queue_gpus.insert(("team-a".into(), "h100".into()), QueueGpus { nominal: 8, used: 16, borrowed: 8, lent: 0 });
         f.heartbeat_age.insert("east".into(), 1.5);
+        f.oldest_pending.insert("team-a".into(), 600.0);
         m.show(&f);
         m.written(
             Some(&Placed {
@@ -309,6 +333,8 @@ mod tests {
             "stowage_member_heartbeat_age_seconds{cluster=\"east\"} 1.5",
             "stowage_placements_total{cluster=\"east\",locality=\"rack\"} 1",
             "stowage_redispatches_total{reason=\"MemberSilent\"} 1",
+            "stowage_redispatches_total{reason=\"Lost\"} 0",
+            "stowage_oldest_pending_trainjob_age_seconds{queue=\"team-a\"} 600.0",
             "stowage_admission_wait_seconds_count{queue=\"team-a\"} 1",
             "stowage_reconcile_errors_total{component=\"dispatcher\"} 1",
             "# TYPE stowage_cycle_duration_seconds histogram",
@@ -324,5 +350,6 @@ mod tests {
             assert!(!text.contains(gone), "{gone} still in\n{text}");
         }
         assert!(!text.contains("stowage_member_heartbeat_age_seconds{"), "{text}");
+        assert!(!text.contains("stowage_oldest_pending_trainjob_age_seconds{"), "{text}");
     }
 }

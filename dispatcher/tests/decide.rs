@@ -699,6 +699,9 @@ fn each_write_says_what_it_placed_or_moved_and_each_cycle_counts_what_the_metric
     // As the members report: nothing is used there until their pods are.
     assert_eq!(f.cluster_gpus[&("a".to_string(), "h100".to_string())], ClusterGpus { allocatable: 32, used: 0 });
     assert_eq!((f.heartbeat_age["a"], f.heartbeat_age["b"]), (1.0, 5.0));
+    // The stray one waits, created 10 s ago; the default queue has no one waiting.
+    assert_eq!(f.oldest_pending.get(UNKNOWN_QUEUE), Some(&10.0));
+    assert!(!f.oldest_pending.contains_key("default"));
 
     // Its member goes silent: moved, at a new epoch, as a redispatch and not a first wait.
     let mut o = written(o, &plan);

@@ -87,6 +87,7 @@ impl Metrics {
             Unit::Seconds,
             m.start_latency.clone(),
         );
+        shared.touch(Component::Agent);
         m
     }
 

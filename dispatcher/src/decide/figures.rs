@@ -78,6 +78,8 @@ pub struct Figures {
     pub queue_gpus: BTreeMap<(String, String), QueueGpus>,
     /// Per MemberCluster with a readable heartbeat: seconds since it.
     pub heartbeat_age: BTreeMap<String, f64>,
+    /// Per queue with pending TrainJobs: seconds since the oldest of them was created.
+    pub oldest_pending: BTreeMap<String, f64>,
 }
 
 impl Figures {
@@ -132,6 +134,11 @@ impl Figures {
                     .find(|c| c.type_ == TrainJobCondition::Pending.as_str() && c.status == "True")
                     .map_or("Unknown", |c| c.reason.as_str());
                 *f.pending.entry((queue.clone(), reason.to_string())).or_default() += 1;
+                if let Some(created) = &job.tj.metadata.creation_timestamp {
+                    let age = now.duration_since(created.0).as_secs_f64().max(0.0);
+                    let oldest = f.oldest_pending.entry(queue.clone()).or_default();
+                    *oldest = oldest.max(age);
+                }
             }
             // Where it holds GPUs: what was placed this cycle, else its Placement.
             let held = placed_now.get(&k).copied().or_else(|| placements.get(&k).map(|p| p.spec.pod_sets.as_slice()));
