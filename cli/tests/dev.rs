@@ -167,7 +167,7 @@ fn http_get(url: &str) -> String {
     let rest = url.strip_prefix("http://").expect("http URL");
     let (host, path) = rest.split_once('/').map_or((rest, "/".to_string()), |(h, p)| (h, format!("/{p}")));
     let Ok(mut stream) = std::net::TcpStream::connect(host) else { return String::new() };
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {host}\r\nConnection: close\r\n\r\n");
     let mut response = String::new();
     if stream.write_all(request.as_bytes()).is_err() || stream.read_to_string(&mut response).is_err() {
         return String::new();
