@@ -132,6 +132,23 @@ fn dev_runs_from_the_root_directory_with_the_upstream_objects_compiled_in() {
     assert_eq!(running[3], "Running", "{pods}");
     assert!(!running[7].starts_with('<'), "the NODE column names the pod's node: {pods}");
 
+    // Events as kubectl describe shows them: one that runs was placed and started, the one too
+    // big for any member says why it waits.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, single) = kubectl(&hub, &["describe", "trainjob", "single-node"]);
+        let (_, big) = kubectl(&hub, &["describe", "trainjob", "too-big"]);
+        let ran = [("Normal", "Placed"), ("Normal", "Started"), ("Normal", "Completed")]
+            .iter()
+            .all(|(type_, reason)| event(&single, type_, reason).is_some());
+        let waits = event(&big, "Warning", "Pending").is_some_and(|m| m.starts_with("NeverFits: "));
+        if ran && waits {
+            break;
+        }
+        assert!(Instant::now() < deadline, "kubectl describe lacks the Events:\n{single}\n{big}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+
     // One endpoint for the dispatcher and every agent, named in the banner.
     let url = banner
         .lines()
@@ -173,6 +190,17 @@ fn http_get(url: &str) -> String {
         return String::new();
     }
     response.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default()
+}
+
+/// The message of the Event of `type_` and `reason` in `kubectl describe` output.
+fn event<'a>(describe: &'a str, type_: &str, reason: &str) -> Option<&'a str> {
+    let events = describe.split_once("\nEvents:")?.1;
+    events.lines().find_map(|l| {
+        let mut words = l.split_whitespace();
+        let ours = words.next() == Some(type_) && words.next() == Some(reason);
+        // Age and From, then the message.
+        ours.then(|| l.split_once(" stowage-dispatcher ").map_or("", |(_, m)| m.trim()))
+    })
 }
 
 /// Runs kubectl against `config`: whether it succeeded, and what it printed.

@@ -242,3 +242,20 @@ fn a_real_prometheus_scrapes_stowage_dev_loads_the_rules_and_every_dashboard_que
     assert!(loaded.iter().all(|r| r["health"] == "ok"), "{rules}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// docs/operations.md stays true to the files: a runbook per alert, a line per dashboard panel.
+#[test]
+fn every_alert_has_a_runbook_and_every_panel_a_line_in_the_operations_docs() {
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operations.md")).expect("docs");
+    for alert in alert_names(&rules()) {
+        assert!(docs.contains(&format!("\n### {alert}\n")), "no runbook for {alert} in docs/operations.md");
+    }
+    let text = std::fs::read_to_string(format!("{MONITORING}/grafana-dashboard.json")).expect("dashboard");
+    let dashboard: Value = serde_json::from_str(&text).expect("dashboard JSON");
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        let title = panel["title"].as_str().expect("title");
+        if panel["type"] != "row" {
+            assert!(docs.contains(&format!("| {title} |")), "panel {title:?} is not in docs/operations.md");
+        }
+    }
+}

@@ -196,7 +196,7 @@ impl Metrics {
         // Every reason from the start, at 0: a rate over a counter that appears only with its
         // first increment misses that increment.
         for r in Redispatch::ALL {
-            m.redispatches.get_or_create(&ReasonLabel { reason: r.as_str() });
+            let _ = m.redispatches.get_or_create(&ReasonLabel { reason: r.as_str() });
         }
         shared.touch(Component::Dispatcher);
         m

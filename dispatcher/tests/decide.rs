@@ -682,6 +682,13 @@ fn each_write_says_what_it_placed_or_moved_and_each_cycle_counts_what_the_metric
         })
     );
     assert_eq!(w.effect.redispatch, None);
+    // Its Events, once written: placed where, and waiting for its pods there.
+    let placed_events: Vec<String> =
+        dispatcher::decide::events::of_placement(w).into_iter().map(|e| e.message).collect();
+    assert_eq!(placed_events, [format!("placed on cluster {cluster} (node in rack {cluster}-r0), epoch 1")]);
+    let st = plan.statuses.iter().find(|s| s.name == "t").expect("t's status");
+    let names: Vec<&str> = st.events.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["t.pending-starting"]);
     let f = &plan.figures;
     assert_eq!(f.trainjobs.get(&("default".to_string(), JobPhase::Placed)), Some(&1));
     assert_eq!(f.trainjobs.get(&(UNKNOWN_QUEUE.to_string(), JobPhase::Pending)), Some(&1));
@@ -711,7 +718,20 @@ fn each_write_says_what_it_placed_or_moved_and_each_cycle_counts_what_the_metric
     go_silent(&mut o, &cluster);
     let moved = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(30));
     let w = moved.placements.iter().find(|w| w.name == "t").expect("t moved");
-    assert_eq!(w.effect.redispatch, Some(Redispatch::MemberSilent));
+    let moved_why = w.effect.redispatch.as_ref().expect("moved");
+    assert_eq!(moved_why.reason, Redispatch::MemberSilent);
+    assert_eq!(moved_why.message, format!("member {cluster} stopped reporting"));
+    let told: Vec<(String, String)> = dispatcher::decide::events::of_placement(w)
+        .into_iter()
+        .map(|e| (e.reason.as_str().to_string(), e.name))
+        .collect();
+    assert_eq!(
+        told,
+        [
+            ("Redispatched".to_string(), "t.redispatched-membersilent".to_string()),
+            ("Placed".to_string(), "t.placed-2".to_string())
+        ]
+    );
     let placed = w.effect.placed.as_ref().expect("placed elsewhere");
     assert_ne!(placed.cluster, cluster);
     assert_eq!(placed.waited, None, "admission wait counts first placements only");

@@ -52,7 +52,7 @@ impl Shared {
 
     /// Shows `component`'s series at 0 before its first error.
     pub fn touch(&self, component: Component) {
-        self.reconcile_errors.get_or_create(&ComponentLabel { component: component.as_str() });
+        let _ = self.reconcile_errors.get_or_create(&ComponentLabel { component: component.as_str() });
     }
 
     pub fn reconcile_error(&self, component: Component) {

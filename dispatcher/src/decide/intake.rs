@@ -16,7 +16,7 @@ use super::members::Members;
 use super::namespaces;
 use super::priorities::Priorities;
 use super::queues::QueueSet;
-use super::{Observed, Redispatch, Settings, conditions, key};
+use super::{Moved, Observed, Redispatch, Settings, conditions, key};
 use crate::translate;
 
 /// One unfinished TrainJob, its status as this cycle will have it, and its state.
@@ -79,7 +79,7 @@ pub(super) struct Waiting<'a> {
     pub(super) replaces: Option<String>,
     /// Why it leaves the member its Placement still names: then it is written even if nothing
     /// else can take it, so that member's agent fences it.
-    pub(super) leaving: Option<Redispatch>,
+    pub(super) leaving: Option<Moved>,
     /// Withdrawn earlier with pods still bound on a live member: they hold room until gone.
     pub(super) evicting: Option<Active<'a>>,
 }
@@ -208,7 +208,7 @@ pub(super) fn job<'a>(
                 gang.clusters.only = Some(vec![cluster.clone()]);
             }
             let epoch = p.spec.epoch + 1;
-            let leaving = Some(reason);
+            let leaving = Some(Moved { reason, message });
             JobState::Waiting(Box::new(Waiting { gang, epoch, backoff, replaces, leaving, evicting: None }))
         }
         (_, None) => {

@@ -19,6 +19,7 @@
 //! Every condition is made in [`conditions`].
 
 mod conditions;
+pub mod events;
 pub mod figures;
 mod intake;
 mod members;
@@ -106,7 +107,14 @@ pub struct WriteEffect {
     /// Placed on a member.
     pub placed: Option<Placed>,
     /// Taken off the member it was on, and why.
-    pub redispatch: Option<Redispatch>,
+    pub redispatch: Option<Moved>,
+}
+
+/// Why a TrainJob leaves its member: the closed reason, and the sentence its Event says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Moved {
+    pub reason: Redispatch,
+    pub message: String,
 }
 
 /// A TrainJob placed on a member.
@@ -193,6 +201,8 @@ pub struct StatusWrite {
     pub name: String,
     pub conditions: Vec<Condition>,
     pub jobs: Vec<JobStatus>,
+    /// What the change stands for, recorded once it is written.
+    pub events: Vec<events::EventWrite>,
 }
 
 /// One Queue status to write.
@@ -263,10 +273,33 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
     writes::evictions(&mut plan, &jobs, &evictions, &now);
     plan.queues = queues::statuses(o, &queues, &tally, &now);
     plan.figures = figures::Figures::of(o, &members, &queues, &jobs, &plan, now.0);
+    status_events(o, &mut plan);
     if let schedule::Schedule::Decided { batch, .. } = schedule {
         plan.batch = batch;
     }
     plan
+}
+
+/// Each status write's Events: what its change stands for.
+fn status_events(o: &Observed, plan: &mut Plan) {
+    let placed: std::collections::BTreeSet<(String, String)> = o
+        .placements
+        .iter()
+        .filter(|p| p.spec.cluster.is_some())
+        .map(|p| key(&p.metadata))
+        .chain(
+            plan.placements.iter().filter(|w| w.spec.cluster.is_some()).map(|w| (w.namespace.clone(), w.name.clone())),
+        )
+        .collect();
+    let trainjobs: BTreeMap<(String, String), &TrainJob> = o.trainjobs.iter().map(|t| (key(&t.metadata), t)).collect();
+    for s in &mut plan.statuses {
+        let k = (s.namespace.clone(), s.name.clone());
+        let Some(tj) = trainjobs.get(&k) else { continue };
+        let old = tj.status.as_ref().map(|st| st.conditions.as_slice()).unwrap_or_default();
+        let uid = tj.metadata.uid.as_deref().unwrap_or_default();
+        let about = events::About { namespace: &s.namespace, name: &s.name, uid };
+        s.events = events::of_status(about, old, &s.conditions, placed.contains(&k));
+    }
 }
 
 #[cfg(test)]

@@ -13,7 +13,8 @@ use super::members::Members;
 use super::queues::QueueSet;
 use super::schedule::{Schedule, waiting};
 use super::{
-    MemberConditionWrite, Placed, PlacementWrite, Plan, Redispatch, StatusWrite, Tally, WriteEffect, conditions, key,
+    MemberConditionWrite, Moved, Placed, PlacementWrite, Plan, Redispatch, StatusWrite, Tally, WriteEffect, conditions,
+    key,
 };
 use crate::plan;
 
@@ -26,7 +27,7 @@ fn status_write(tj: &TrainJob, conditions: Vec<Condition>, jobs: Vec<JobStatus>)
     let old = tj.status.as_ref();
     let same = old.map(|s| &s.conditions) == Some(&conditions) && old.map(|s| &s.jobs_status) == Some(&jobs);
     let empty = old.is_none() && conditions.is_empty() && jobs.is_empty();
-    (!same && !empty).then_some(StatusWrite { namespace: ns, name, conditions, jobs })
+    (!same && !empty).then_some(StatusWrite { namespace: ns, name, conditions, jobs, events: Vec::new() })
 }
 
 /// The TrainJobs that do not wait for a placement: their mirrored status, and the tally of
@@ -75,7 +76,7 @@ pub(super) fn placements(
         let uid = job.tj.metadata.uid.clone().unwrap_or_default();
         let mut conds = job.conditions.clone();
         let gang = &w.gang;
-        let mut effect = WriteEffect { placed: None, redispatch: w.leaving };
+        let mut effect = WriteEffect { placed: None, redispatch: w.leaving.clone() };
         let spec = match decisions.map(|(fleet, d)| (fleet, &d[i])) {
             Ok((fleet, Decision::Admit(a))) => {
                 let mut spec = plan::placement(fleet, gang, a, &uid, w.epoch);
@@ -130,7 +131,7 @@ pub(super) fn placements(
             count.1 += 1
         }
         let spec = spec.or_else(|| {
-            w.leaving.map(|_| PlacementSpec {
+            w.leaving.as_ref().map(|_| PlacementSpec {
                 train_job_uid: uid.clone(),
                 cluster: None,
                 epoch: w.epoch,
@@ -154,7 +155,7 @@ pub(super) fn placements(
 
 /// A placed TrainJob's Placement with no member: its epoch rises, so its agent deletes the
 /// JobSet and its GPUs come back.
-fn withdrawal(p: &Placement, redispatch: Option<Redispatch>) -> PlacementWrite {
+fn withdrawal(p: &Placement, redispatch: Option<Moved>) -> PlacementWrite {
     let (namespace, name) = key(&p.metadata);
     PlacementWrite {
         namespace,
@@ -180,7 +181,8 @@ pub(super) fn evictions(plan: &mut Plan, jobs: &[Job<'_>], evictions: &Evictions
         let Some((cluster, by, priority)) = evictions.get(&a.gang.id) else { continue };
         tracing::info!(trainjob = %a.gang.id, %cluster, preemptor = %by, "evicting");
         let (namespace, name) = key(&a.tj.metadata);
-        plan.placements.push(withdrawal(a.placement, Some(Redispatch::Preempted)));
+        let message = format!("evicted from cluster {cluster} for {by}");
+        plan.placements.push(withdrawal(a.placement, Some(Moved { reason: Redispatch::Preempted, message })));
         let preempted = conditions::preempted(cluster, by, *priority, now);
         // The cycle may already write this TrainJob's status (mirrored from its member).
         match plan.statuses.iter_mut().find(|s| s.namespace == namespace && s.name == name) {
