@@ -129,6 +129,18 @@ def run(args, state):
         "num_nodes": job.num_nodes,
     }
 
+    state["step"] = "get_job_events"
+    events = client.get_job_events(name)
+    reasons = [e.reason for e in events]
+    log(f"get_job_events: {[(e.reason, e.message) for e in events]}")
+    for want in ("Placed", "Started", "Completed"):
+        check(want in reasons, f"no {want} Event among {reasons}")
+    check(
+        all(e.involved_object_kind == "TrainJob" and e.involved_object_name == name for e in events),
+        "an Event about something else",
+    )
+    result["events"] = reasons
+
     state["step"] = "list_jobs"
     listed = [j.name for j in client.list_jobs()]
     log(f"list_jobs: {listed}")

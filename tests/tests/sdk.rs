@@ -38,6 +38,10 @@ async fn the_kubeflow_sdk_trains_on_the_hub_and_sees_the_trainjob_complete() {
     assert_eq!(result["status"], "Complete");
     assert_eq!(result["runtime"], "torch-distributed");
     assert_eq!(result["num_nodes"], 2);
+    // get_job_events: the hub's Events on the TrainJob, in order.
+    let events: Vec<&str> = result["events"].as_array().into_iter().flatten().filter_map(|e| e.as_str()).collect();
+    let at = |r: &str| events.iter().position(|e| *e == r).unwrap_or_else(|| panic!("no {r} in {events:?}"));
+    assert!(at("Placed") <= at("Started") && at("Started") <= at("Completed"), "{events:?}");
     // The SDK saw no failure talking to the hub, not even the version probe.
     assert!(!stderr.contains("kubeflow-trainer-public"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
