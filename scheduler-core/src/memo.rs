@@ -28,13 +28,19 @@ pub(crate) struct MemoEntry {
     pub(crate) min_pods: u32,
     /// What the fleet offers this shape now, and when empty (which does not depend on pods).
     pub(crate) now: Shortfall,
+    /// How many pods the cluster and flavor `now` names could take on an empty fleet: `now`
+    /// names what a gang of up to that many waits for.
+    pub(crate) named_room: u32,
     pub(crate) empty: Shortfall,
 }
 
 impl MemoEntry {
-    /// Whether this entry answers `ps` with these flavors: as many pods or more.
+    /// Whether this entry answers `ps` with these flavors: as many pods or more, and either
+    /// never fitting or still waiting for what `now` names.
     pub(crate) fn answers(&self, ps: &PodSet, flavors: &[Option<FlavorId>]) -> bool {
-        self.flavors == flavors && ps.pods >= self.min_pods
+        self.flavors == flavors
+            && ps.pods >= self.min_pods
+            && (ps.pods <= self.named_room || ps.pods > self.empty.largest)
     }
 
     pub(crate) fn reason(&self, ps: &PodSet) -> Reason {

@@ -185,11 +185,13 @@ impl<'a> Run<'a> {
             })
             .unwrap_or(failed_pod_set);
         let (ps, r) = (&gang.pod_sets[failed], &resolved[failed]);
+        let (now, named_room) = self.shortfall(&self.txn.cap, &candidates, ps, r);
         let entry = MemoEntry {
             flavors: r.flavors.clone(),
             min_pods: ps.pods,
-            now: self.shortfall(&self.txn.cap, &candidates, ps, r),
-            empty: self.shortfall(empty, &candidates, ps, r),
+            now,
+            named_room,
+            empty: self.shortfall_of(empty, &candidates, ps, r),
         };
         let reason = entry.reason(ps);
         if failed == 0 {
@@ -417,23 +419,59 @@ impl<'a> Run<'a> {
         ps: &PodSet,
         r: &Resolved,
     ) -> (u32, ClusterId, Option<FlavorId>) {
-        let view = View { fleet: self.fleet, cap, fill: self.config.fill };
-        let mut best: Option<(u32, ClusterId, Option<FlavorId>)> = None;
-        for &c in candidates {
-            for &flavor in r.flavors.iter().filter(|f| f.is_none_or(|f| self.fleet.cluster(c).has_flavor(f))) {
-                let largest = view.largest(c, &ask(self.fleet, c, ps, flavor));
-                if best.is_none_or(|(b, _, _)| largest > b) {
-                    best = Some((largest, c, flavor));
-                }
-            }
-        }
-        best.unwrap_or((0, candidates[0], None))
+        self.largest_of(cap, &self.pairs(candidates, r), ps)
     }
 
-    /// The largest number of the pod set's pods that one allowed span in any candidate
-    /// cluster could take on `cap`.
-    fn shortfall(&self, cap: &Capacity, candidates: &[ClusterId], ps: &PodSet, r: &Resolved) -> Shortfall {
-        let (largest, cluster, flavor) = self.largest(cap, candidates, ps, r);
+    /// Every (cluster, flavor) the pod set may use.
+    fn pairs(&self, candidates: &[ClusterId], r: &Resolved) -> Vec<(ClusterId, Option<FlavorId>)> {
+        candidates
+            .iter()
+            .flat_map(|&c| {
+                r.flavors
+                    .iter()
+                    .filter(move |f| f.is_none_or(|f| self.fleet.cluster(c).has_flavor(f)))
+                    .map(move |&f| (c, f))
+            })
+            .collect()
+    }
+
+    fn largest_of(
+        &self,
+        cap: &Capacity,
+        pairs: &[(ClusterId, Option<FlavorId>)],
+        ps: &PodSet,
+    ) -> (u32, ClusterId, Option<FlavorId>) {
+        let view = View { fleet: self.fleet, cap, fill: self.config.fill };
+        let mut best: Option<(u32, ClusterId, Option<FlavorId>)> = None;
+        for &(c, flavor) in pairs {
+            let largest = view.largest(c, &ask(self.fleet, c, ps, flavor));
+            if best.is_none_or(|(b, _, _)| largest > b) {
+                best = Some((largest, c, flavor));
+            }
+        }
+        best.unwrap_or((0, pairs.first().map_or(ClusterId(0), |p| p.0), None))
+    }
+
+    /// The largest number of the pod set's pods that one allowed span could take now, among
+    /// the clusters and flavors that could hold it all on an empty fleet when any could: a gang
+    /// waits for those, and its message names what it waits for, not a flavor whose domains are
+    /// too small ever to take it. The second value is how many pods the named cluster and
+    /// flavor could take when empty.
+    fn shortfall(&self, cap: &Capacity, candidates: &[ClusterId], ps: &PodSet, r: &Resolved) -> (Shortfall, u32) {
+        let empty = View { fleet: self.fleet, cap: self.fleet.allocatable(), fill: self.config.fill };
+        let all = self.pairs(candidates, r);
+        let room = |&(c, f): &(ClusterId, Option<FlavorId>)| empty.largest(c, &ask(self.fleet, c, ps, f));
+        let holding: Vec<_> = all.iter().copied().filter(|p| room(p) >= ps.pods).collect();
+        let best = self.largest_of(cap, if holding.is_empty() { &all } else { &holding }, ps);
+        (self.shortfall_at(ps, best), room(&(best.1, best.2)))
+    }
+
+    /// The largest number of the pod set's pods one allowed span could take on `cap`.
+    fn shortfall_of(&self, cap: &Capacity, candidates: &[ClusterId], ps: &PodSet, r: &Resolved) -> Shortfall {
+        self.shortfall_at(ps, self.largest(cap, candidates, ps, r))
+    }
+
+    fn shortfall_at(&self, ps: &PodSet, (largest, cluster, flavor): (u32, ClusterId, Option<FlavorId>)) -> Shortfall {
         let level = match ps.topology {
             TopologyConstraint::Required(l) => Some(l),
             _ => None,

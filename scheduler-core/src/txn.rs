@@ -225,7 +225,10 @@ mod tests {
             largest: 4,
             cluster: "east".into(),
         };
-        txn.remember(key, MemoEntry { flavors: vec![None], min_pods: 9, now: shortfall.clone(), empty: shortfall });
+        txn.remember(
+            key,
+            MemoEntry { flavors: vec![None], min_pods: 9, now: shortfall.clone(), named_room: 9, empty: shortfall },
+        );
         txn.stats.attempts = 7;
         let before = state(&txn);
 

@@ -808,3 +808,27 @@ fn gangs_go_only_to_nodes_their_selector_and_tolerations_admit() {
     let out = run_with(b.build().expect("fleet"), &default_queues(), vec![gang("plain")], Config::stowage());
     assert_eq!(out.reason("plain").to_string(), "pod set node: no member has GPU nodes whose taints it tolerates");
 }
+
+/// The case: an 8-node gang that takes any flavor waits behind full H100 racks (racks of
+/// 8) while A100 racks (of 4) stand free. Only an H100 rack can ever hold it, so its message
+/// names H100 and what the H100 racks have free, not the A100 racks' larger free count.
+#[test]
+fn a_waiting_gang_names_the_flavor_that_could_hold_it_not_one_too_small_ever_to() {
+    let f = fleet(&[("h", "h100", 8, &[(Rack, 2), (Host, 8)]), ("a", "a100", 8, &[(Rack, 2), (Host, 4)])]);
+    let mut gangs: Vec<Gang> =
+        (0..2).map(|i| gang(&format!("fill{i}")).pods(7).gpus(8).flavor("h100").required(Rack).submitted(i)).collect();
+    gangs.push(gang("big").pods(8).gpus(8).required(Rack).submitted(100));
+    let out = run(f, gangs);
+    assert_eq!(
+        out.reason("big").to_string(),
+        "pod set node: no rack in any cluster has 8 free slots of 8 h100 GPUs (largest: 1 in cluster h)"
+    );
+    // The same shape again in the cycle is answered from the memo, with the same words.
+    let f = fleet(&[("h", "h100", 8, &[(Rack, 2), (Host, 8)]), ("a", "a100", 8, &[(Rack, 2), (Host, 4)])]);
+    let mut gangs: Vec<Gang> =
+        (0..2).map(|i| gang(&format!("fill{i}")).pods(7).gpus(8).flavor("h100").required(Rack).submitted(i)).collect();
+    gangs.push(gang("big").pods(8).gpus(8).required(Rack).submitted(100));
+    gangs.push(gang("big2").pods(8).gpus(8).required(Rack).submitted(101));
+    let out = run(f, gangs);
+    assert_eq!(out.reason("big2").to_string(), out.reason("big").to_string());
+}
