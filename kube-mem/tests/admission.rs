@@ -328,3 +328,51 @@ async fn unknown_tokens_are_anonymous_unless_the_server_refuses_them() {
     cms("known").list(&Default::default()).await.expect("a registered token");
     assert_eq!(server.faults().accesses()[0].username, "kubernetes-admin");
 }
+
+/// The hub's copies of member pods and the members' virtual Nodes: each agent writes its own
+/// member's only (labelled with it, bound to `stowage-<member>`), never another's.
+#[tokio::test]
+async fn an_agent_writes_only_its_own_members_pod_copies_and_virtual_node() {
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    let hub = Hub::start().await.with_policy().await;
+    let copy = |name: &str, member: &str, node: &str| -> Pod {
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": {"stowage.dev/cluster": member}},
+            "spec": {"nodeName": node, "containers": [{"name": "node", "image": "x"}]}}))
+        .expect("pod")
+    };
+    let west: Api<Pod> = Api::default_namespaced(hub.as_("west"));
+    west.create(&PostParams::default(), &copy("w-0", "west", "stowage-west")).await.expect("its own copy");
+    let status =
+        Patch::Merge(json!({"metadata": {"labels": {"stowage.dev/cluster": "west"}}, "status": {"phase": "Running"}}));
+    west.patch_status("w-0", &PatchParams::default(), &status).await.expect("its own copy's status");
+    for (pod, why) in [
+        (copy("e-0", "east", "stowage-east"), "another member's label"),
+        (copy("e-1", "west", "stowage-east"), "another member's Node"),
+    ] {
+        let err = api_error(west.create(&PostParams::default(), &pod).await.expect_err(why));
+        assert_eq!(err.code, 403, "{why}");
+        assert!(err.message.contains("an agent may write only the copies of its own member's pods"), "{}", err.message);
+    }
+    let east: Api<Pod> = Api::default_namespaced(hub.as_("east"));
+    let err = api_error(east.delete("w-0", &Default::default()).await.expect_err("west's copy"));
+    assert_eq!(err.code, 403);
+    let relabel = Patch::Merge(json!({"metadata": {"labels": {"stowage.dev/cluster": "east"}}}));
+    assert_eq!(api_error(east.patch("w-0", &PatchParams::default(), &relabel).await.expect_err("relabel")).code, 403);
+    west.delete("w-0", &Default::default()).await.expect("its own copy goes");
+
+    let node = |name: &str, member: &str| -> Node {
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"stowage.dev/cluster": member}}}))
+        .expect("node")
+    };
+    let nodes: Api<Node> = Api::all(hub.as_("west"));
+    nodes.create(&PostParams::default(), &node("stowage-west", "west")).await.expect("its own Node");
+    for (n, why) in [(node("stowage-east", "east"), "east's Node"), (node("gpu-1", "west"), "a Node not its own name")]
+    {
+        let err = api_error(nodes.create(&PostParams::default(), &n).await.expect_err(why));
+        assert_eq!(err.code, 403, "{why}");
+        assert!(err.message.contains("its own member's virtual Node"), "{}", err.message);
+    }
+    assert_eq!(api_error(nodes.delete("stowage-west", &Default::default()).await.expect_err("delete")).code, 403);
+}

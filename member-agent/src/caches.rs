@@ -23,6 +23,11 @@ pub struct Caches {
     pub(crate) jobsets: Store<JobSet>,
     pub(crate) nodes: Store<Node>,
     pub(crate) pods: Store<Pod>,
+    /// The member's TrainJob pods, finished ones too, for their copies on the hub (`mirror`):
+    /// a change wakes the agent, so the hub sees a pod start without waiting for a heartbeat.
+    pub(crate) trainjob_pods: Store<Pod>,
+    /// This member's pod copies on the hub.
+    pub(crate) copies: Store<Pod>,
 }
 
 impl Caches {
@@ -40,6 +45,13 @@ impl Caches {
                 watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed"),
                 capacity::strip_pod,
             ),
+            trainjob_pods: watches
+                .watch(Api::all(member.clone()), watcher::Config::default().labels(TRAINJOB_UID_LABEL)),
+            copies: watches.cache(
+                Api::all(hub.clone()),
+                watcher::Config::default().labels(&format!("{CLUSTER_LABEL}={cluster}")),
+                |p: &mut Pod| p.metadata.managed_fields = None,
+            ),
         }
     }
 
@@ -50,7 +62,9 @@ impl Caches {
             self.cluster_runtimes.wait_until_ready(),
             self.jobsets.wait_until_ready(),
             self.nodes.wait_until_ready(),
-            self.pods.wait_until_ready()
+            self.pods.wait_until_ready(),
+            self.trainjob_pods.wait_until_ready(),
+            self.copies.wait_until_ready()
         );
     }
 }

@@ -9,6 +9,7 @@ pub mod controller;
 mod error;
 mod fence;
 pub mod metrics;
+pub mod mirror;
 mod objects;
 mod realise;
 mod report;

@@ -8,9 +8,9 @@ use api::stowage::{
     GangScheduler as ReportedScheduler, MemberCluster, Placement, PlacementKey, PlacementPhase, PlacementStatus,
 };
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -20,6 +20,7 @@ use crate::caches::Caches;
 use crate::config::{AgentConfig, CONCURRENT_APPLIES};
 use crate::error::{Error, kube_err};
 use crate::fence::{delete_companions, delete_jobset};
+use crate::mirror::{self, MirrorPlan};
 use crate::survey::Round;
 
 /// What a round did, for the wake loop to remember.
@@ -75,7 +76,7 @@ pub(crate) async fn deliver(
         .buffer_unordered(CONCURRENT_APPLIES)
         .collect()
         .await;
-    let mut first_error = None;
+    let mut first_error = write_copies(&hub, round.mirrors).await.err();
     for (ns, name, result) in written {
         match result {
             Ok(()) => {
@@ -87,6 +88,77 @@ pub(crate) async fn deliver(
         }
     }
     first_error.map_or(Ok(Delivered { reported, cleaned }), Err)
+}
+
+/// Writes the hub's copies of the member's TrainJob pods (`mirror`): created, then given their
+/// status (a create ignores it, as on any API server); changed, their labels and status;
+/// gone, deleted. Each write stands alone: the first error is returned once all were tried.
+async fn write_copies(hub: &Client, plan: MirrorPlan) -> Result<(), Error> {
+    let MirrorPlan { create, update, delete } = plan;
+    let writes = create.into_iter().map(|p| (true, p)).chain(update.into_iter().map(|p| (false, p)));
+    let written: Vec<Result<(), Error>> = futures::stream::iter(writes)
+        .map(|(new, p)| {
+            let hub = hub.clone();
+            async move {
+                let (ns, name) = (p.namespace().unwrap_or_default(), p.name_any());
+                let api = Api::<Pod>::namespaced(hub, &ns);
+                let what = || format!("writing the hub's copy of pod {ns}/{name}");
+                if new {
+                    match api.create(&PostParams::default(), &p).await {
+                        Ok(_) => {}
+                        // Made by an earlier round whose cache had not seen it yet.
+                        Err(kube::Error::Api(e)) if e.code == 409 => {}
+                        Err(e) => return Err(kube_err(what())(e)),
+                    }
+                } else {
+                    let labels = json!({"metadata": {"labels": p.metadata.labels}});
+                    api.patch(&name, &PatchParams::default(), &Patch::Merge(&labels))
+                        .await
+                        .map_err(kube_err(what()))?;
+                }
+                let status = json!({"status": p.status});
+                api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                    .await
+                    .map(|_| ())
+                    .map_err(kube_err(what()))
+            }
+        })
+        .buffer_unordered(CONCURRENT_APPLIES)
+        .collect()
+        .await;
+    let deleted: Vec<Result<(), Error>> = futures::stream::iter(delete)
+        .map(|(ns, name)| {
+            let hub = hub.clone();
+            async move {
+                match Api::<Pod>::namespaced(hub, &ns).delete(&name, &Default::default()).await {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+                    Err(e) => Err(kube_err(format!("deleting the hub's copy of pod {ns}/{name}"))(e)),
+                }
+            }
+        })
+        .buffer_unordered(CONCURRENT_APPLIES)
+        .collect()
+        .await;
+    written.into_iter().chain(deleted).find_map(Result::err).map_or(Ok(()), Err)
+}
+
+/// The member's virtual Node on the hub, made or refreshed with each heartbeat: its GPUs, and
+/// Ready with the time of this report.
+async fn write_virtual_node(hub: &Client, cfg: &AgentConfig, gpus: u64) -> Result<(), Error> {
+    let node = mirror::virtual_node(&cfg.cluster, gpus, k8s_openapi::jiff::Timestamp::now());
+    let name = mirror::node_name(&cfg.cluster);
+    let api = Api::<Node>::all(hub.clone());
+    let what = || format!("writing the hub's virtual Node {name}");
+    match api.create(&PostParams::default(), &node).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(kube_err(what())(e)),
+    }
+    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": node.status})))
+        .await
+        .map(|_| ())
+        .map_err(kube_err(what()))
 }
 
 pub(crate) async fn write_status(hub: &Client, ns: &str, name: &str, status: &PlacementStatus) -> Result<(), Error> {
@@ -177,12 +249,15 @@ pub(crate) async fn report(
     scope: Scope,
 ) -> Result<(), Error> {
     let (nodes, pods) = (caches.nodes.state(), caches.pods.state());
+    let domains = crate::capacity::summarize(&cfg.levels, &cfg.node_labels, &nodes, &pods);
+    let gpus: u64 = domains.iter().map(|d| d.allocatable_gpus).fold(0, u64::saturating_add);
     let mut status = json!({
         "heartbeatTime": k8s_openapi::jiff::Timestamp::now().to_string(),
-        "domains": crate::capacity::summarize(&cfg.levels, &cfg.node_labels, &nodes, &pods),
+        "domains": domains,
         "counted": counted(&pods),
     });
     if scope == Scope::Heartbeat {
+        write_virtual_node(hub, cfg, gpus).await?;
         status["agentVersion"] = env!("CARGO_PKG_VERSION").into();
         status["gangScheduler"] = json!(detect_gang_scheduler(member).await?);
         status["kueue"] = matches!(cfg.capabilities.topology_mode, render::TopologyMode::Kueue).into();

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use api::jobset::JobSet;
-use api::stowage::{Placement, PlacementPhase, PlacementStatus};
+use api::stowage::{Placement, PlacementKey, PlacementPhase, PlacementStatus};
 use kube::ResourceExt;
 use tokio::time::Instant;
 
@@ -14,6 +14,7 @@ use kube_shell::watch::{self};
 use crate::caches::{Caches, owner_key};
 use crate::config::AgentConfig;
 use crate::metrics::phase_label;
+use crate::mirror::{self, MirrorPlan, Owner};
 use crate::status::{pending_reason, status_of};
 
 /// What an agent remembers between wakes.
@@ -74,13 +75,19 @@ pub(crate) struct Round {
     /// Placements whose statuses say Running for the first time at their epoch: how long
     /// their JobSet took from creation (the start latency, counted once the status is written).
     pub(crate) started: BTreeMap<(String, String), Duration>,
+    /// The hub's copies of the member's TrainJob pods to write.
+    pub(crate) mirrors: MirrorPlan,
     /// Fenced while the hub was out of reach and no longer placed here: their companions go.
     pub(crate) gone: Vec<((String, i64), String)>,
 }
 
 impl Round {
     pub(crate) fn is_empty(&self) -> bool {
-        !self.heartbeat && self.statuses.is_empty() && self.stale.is_empty() && self.gone.is_empty()
+        !self.heartbeat
+            && self.statuses.is_empty()
+            && self.stale.is_empty()
+            && self.gone.is_empty()
+            && self.mirrors.is_empty()
     }
 }
 
@@ -107,6 +114,14 @@ pub(crate) fn survey(
     let placements: Vec<Arc<Placement>> = watch::sorted(&caches.placements)
         .into_iter()
         .filter(|p| p.spec.cluster.as_deref() == Some(cfg.cluster.as_str()))
+        .collect();
+    // Whose pods the hub gets copies of: every placement here at its current epoch.
+    let owners: BTreeMap<PlacementKey, Owner> = placements
+        .iter()
+        .map(|p| {
+            let uid = p.spec.train_job_uid.clone();
+            (PlacementKey { uid: uid.clone(), epoch: p.spec.epoch }, Owner { name: p.name_any(), uid })
+        })
         .collect();
     let jobsets: BTreeMap<(String, i64), Arc<JobSet>> =
         caches.jobsets.state().into_iter().filter_map(|js| Some((owner_key(&js)?, js))).collect();
@@ -178,6 +193,7 @@ pub(crate) fn survey(
     for (key, js) in &jobsets {
         *survey.round.jobsets.entry(phase_label(status_of(js, key.1, None, false).phase)).or_default() += 1;
     }
+    survey.round.mirrors = mirror::plan(&cfg.cluster, &caches.trainjob_pods.state(), &caches.copies.state(), &owners);
     survey.round.stale = jobsets.into_iter().filter(|(k, _)| !current.contains(k)).collect();
     survey.round.gone =
         state.fenced.iter().filter(|(k, _)| !current.contains(*k)).map(|(k, ns)| (k.clone(), ns.clone())).collect();

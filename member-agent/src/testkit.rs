@@ -57,6 +57,8 @@ pub(crate) fn caches(placements: Vec<Placement>, jobsets: Vec<JobSet>) -> Caches
         jobsets: store(jobsets),
         nodes: store(Vec::new()),
         pods: store(Vec::new()),
+        trainjob_pods: store(Vec::new()),
+        copies: store(Vec::new()),
     }
 }
 

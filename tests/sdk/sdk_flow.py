@@ -5,11 +5,12 @@
 
 Uses only the SDK's public API (kubeflow.trainer, kubeflow.trainer.options):
   list_runtimes -> get_runtime -> train (CustomTrainer, 2 nodes x 8 nvidia.com/gpu, with the
-  stowage.dev/simulated-duration-seconds annotation) -> wait_for_job_status(Complete) -> get_job
-  -> list_jobs -> delete_job, then checks with list_jobs that the TrainJob is gone.
+  stowage.dev/simulated-duration-seconds annotation) -> wait_for_job_status(Running), with a step
+  per node -> wait_for_job_status(Complete) -> get_job -> get_job_events -> list_jobs ->
+  delete_job, then checks with list_jobs that the TrainJob is gone.
 
 Progress goes to stderr. On success stdout holds exactly one line, a JSON object
-{"name", "status", "runtime", "num_nodes"}, and the exit code is 0. On any failure stderr ends
+{"running_steps", "name", "status", "runtime", "num_nodes", "events"}, and the exit code is 0. On any failure stderr ends
 with "sdk_flow: FAILED at <step>: <reason>" and the exit code is 1 (2 for bad arguments).
 """
 
@@ -106,6 +107,22 @@ def run(args, state):
             log(f"  {job.name}: {job.status}")
 
     started = time.monotonic()
+    # Running while its pods run: the SDK counts the TrainJob's pods (their copies on the hub,
+    # bound to the member's virtual Node) when the TrainJob has no conditions.
+    job = client.wait_for_job_status(
+        name,
+        status={"Running"},
+        timeout=args.timeout,
+        polling_interval=1,
+        callbacks=[on_poll],
+    )
+    log(f"wait_for_job_status(Running): {describe(job)}")
+    check(job.status == "Running", f"status {job.status!r}, want 'Running'")
+    running_steps = [s.name for s in job.steps]
+    check(
+        len([s for s in running_steps if s.startswith("node")]) == args.num_nodes,
+        f"steps {running_steps}, want {args.num_nodes} node steps",
+    )
     job = client.wait_for_job_status(
         name,
         status={"Complete"},
@@ -123,6 +140,7 @@ def run(args, state):
     check(job.runtime.name == args.runtime, f"runtime {job.runtime.name!r}, want {args.runtime!r}")
     check(job.num_nodes == args.num_nodes, f"num_nodes {job.num_nodes}, want {args.num_nodes}")
     result = {
+        "running_steps": running_steps,
         "name": job.name,
         "status": job.status,
         "runtime": job.runtime.name,
@@ -174,7 +192,7 @@ def main():
     p.add_argument("--runtime", default="torch-distributed")
     p.add_argument("--num-nodes", type=int, default=2)
     p.add_argument("--gpus", type=int, default=8, help="nvidia.com/gpu per node")
-    p.add_argument("--duration", type=int, default=2, help=f"{DURATION_ANNOTATION} for the simulated run")
+    p.add_argument("--duration", type=int, default=6, help=f"{DURATION_ANNOTATION} for the simulated run")
     p.add_argument("--timeout", type=int, default=120, help="seconds to wait for Complete")
     p.add_argument("--delete-timeout", type=int, default=30, help="seconds for the deleted TrainJob to vanish")
     args = p.parse_args()

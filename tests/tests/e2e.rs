@@ -496,3 +496,48 @@ async fn a_gang_goes_only_where_its_node_selector_and_tolerations_let_its_pods_b
     let placements: Api<Placement> = Api::default_namespaced(hub.clone());
     assert!(placements.get_opt("nowhere").await.expect("get").and_then(|p| p.spec.cluster).is_none());
 }
+
+/// The member's TrainJob pods show on the hub as read-only copies bound to the member's virtual
+/// Node, labels and status copied, as kubectl and the SDK list a TrainJob's pods on one Trainer
+/// cluster; deleting the TrainJob takes them away.
+#[tokio::test]
+async fn a_trainjobs_pods_show_on_the_hub_bound_to_their_members_virtual_node_and_go_with_it() {
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    let p = playground(fast()).await;
+    let hub = p.hub();
+    submit(&hub, &trainjob("seen", 2, 30, json!({}))).await;
+    let placed = placement(&hub, "seen", running).await;
+    let cluster = placed.spec.cluster.clone().expect("placed");
+    let pods: Api<Pod> = Api::default_namespaced(hub.clone());
+    let selector = ListParams::default().labels("jobset.sigs.k8s.io/jobset-name=seen");
+    let copies = eventually("2 running copies on the hub", || {
+        let (pods, selector) = (pods.clone(), selector.clone());
+        async move {
+            let list = pods.list(&selector).await.ok()?.items;
+            let running = list.iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
+            (running.count() == 2).then_some(list)
+        }
+    })
+    .await;
+    let node_name = format!("stowage-{cluster}");
+    for c in &copies {
+        let spec = c.spec.as_ref().expect("spec");
+        assert_eq!(spec.node_name.as_deref(), Some(node_name.as_str()));
+        assert_eq!(spec.containers[0].name, "node");
+        let labels = c.metadata.labels.as_ref().expect("labels");
+        assert_eq!(labels["jobset.sigs.k8s.io/replicatedjob-name"], "node");
+        assert!(labels.contains_key("batch.kubernetes.io/job-completion-index"), "{labels:?}");
+        assert_eq!(c.metadata.owner_references.as_ref().expect("owned")[0].name, "seen");
+    }
+    let node = Api::<Node>::all(hub.clone()).get(&node_name).await.expect("the member's virtual Node");
+    let taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
+    assert!(taints.iter().any(|t| t.key == "virtual-kubelet.io/provider" && t.effect == "NoSchedule"), "{taints:?}");
+    let ready = node.status.and_then(|s| s.conditions).unwrap_or_default();
+    assert!(ready.iter().any(|c| c.type_ == "Ready" && c.status == "True"), "{ready:?}");
+    Api::<TrainJob>::default_namespaced(hub.clone()).delete("seen", &Default::default()).await.expect("deleted");
+    eventually("the copies gone", || {
+        let (pods, selector) = (pods.clone(), selector.clone());
+        async move { pods.list(&selector).await.ok().filter(|l| l.items.is_empty()) }
+    })
+    .await;
+}

@@ -38,6 +38,10 @@ async fn the_kubeflow_sdk_trains_on_the_hub_and_sees_the_trainjob_complete() {
     assert_eq!(result["status"], "Complete");
     assert_eq!(result["runtime"], "torch-distributed");
     assert_eq!(result["num_nodes"], 2);
+    // Running while its pods ran (wait_for_job_status({"Running"}) returned), with a step per node.
+    let steps: Vec<&str> =
+        result["running_steps"].as_array().into_iter().flatten().filter_map(|s| s.as_str()).collect();
+    assert_eq!(steps.iter().filter(|s| s.starts_with("node")).count(), 2, "{steps:?}");
     // get_job_events: the hub's Events on the TrainJob, in order.
     let events: Vec<&str> = result["events"].as_array().into_iter().flatten().filter_map(|e| e.as_str()).collect();
     let at = |r: &str| events.iter().position(|e| *e == r).unwrap_or_else(|| panic!("no {r} in {events:?}"));

@@ -18,6 +18,7 @@ use std::time::Duration;
 use api::jobset::JobSet;
 use api::stowage::{Placement, QUEUE_LABEL};
 use api::trainer::TrainJob;
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use playground::Playground;
@@ -100,6 +101,7 @@ async fn trainjobs_under_random_faults_are_never_lost_run_twice_over_quota_or_le
 
     let mut names = Vec::new();
     let mut faults: BTreeMap<&'static str, u32> = BTreeMap::new();
+    let mut timeline: Vec<String> = Vec::new();
     let mut next_fault = start + Duration::from_millis(rng.between(500, 1500));
     let deadline = start + Duration::from_secs(120 + jobs as u64);
     loop {
@@ -118,7 +120,9 @@ async fn trainjobs_under_random_faults_are_never_lost_run_twice_over_quota_or_le
             let fault = FAULTS[rng.between(0, FAULTS.len() as u64 - 1) as usize];
             *faults.entry(fault_name(fault)).or_default() += 1;
             *quiet_since.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            let began = start.elapsed().as_secs_f64();
             strike(&mut p, fault, &mut rng).await;
+            timeline.push(format!("{began:.1}-{:.1} s: {}", start.elapsed().as_secs_f64(), fault_name(fault)));
             *quiet_since.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
             next_fault = Instant::now() + Duration::from_millis(rng.between(1000, 3000));
         }
@@ -138,7 +142,7 @@ async fn trainjobs_under_random_faults_are_never_lost_run_twice_over_quota_or_le
         }
     }
     assert_eq!(twice, Vec::new(), "a TrainJob ran on two members at once");
-    assert!(seen.is_empty(), "invariants broken:\n{}", seen.join("\n"));
+    assert!(seen.is_empty(), "invariants broken:\n{}\nfaults:\n{}", seen.join("\n"), timeline.join("\n"));
     assert!(faults.values().sum::<u32>() >= 3, "too few faults to call it a soak: {faults:?}");
 }
 
@@ -206,6 +210,9 @@ async fn strike(p: &mut Playground, fault: Fault, rng: &mut Rng) {
             p.stop_dispatcher(i);
             tokio::time::sleep(Duration::from_millis(rng.between(500, 3000))).await;
             p.start_dispatcher(i).expect("dispatcher restarts");
+            // Over once a dispatcher leads again: until then nothing can say why a new
+            // TrainJob waits (a failover takes the Lease's TTL, then the new leader's first list).
+            leads_again(p, k8s_openapi::jiff::Timestamp::now()).await;
         }
         Fault::HubStall => {
             faults.set_latency(Duration::from_millis(rng.between(1000, 3500)));
@@ -227,6 +234,18 @@ async fn strike(p: &mut Playground, fault: Fault, rng: &mut Rng) {
                     .await;
             }
         }
+    }
+}
+
+/// Waits until the dispatchers' Lease is renewed after `since` (at most 30 s): a replica leads.
+async fn leads_again(p: &Playground, since: k8s_openapi::jiff::Timestamp) {
+    let leases: Api<Lease> = Api::namespaced(p.hub(), playground::SYSTEM_NAMESPACE);
+    for _ in 0..300 {
+        let renewed = leases.get_opt("stowage-dispatcher").await.ok().flatten().and_then(|l| l.spec?.renew_time);
+        if renewed.is_some_and(|t| t.0 > since) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

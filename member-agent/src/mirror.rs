@@ -1,0 +1,245 @@
+//! The member's TrainJob pods as the hub shows them, the design Admiralty, Liqo and
+//! virtual-kubelet use: the member appears on the hub as one virtual Node (tainted, so nothing
+//! else lands on it), and each pod of a TrainJob placed here as a read-only copy bound to it,
+//! labels and status copied. So `kubectl get pods -l jobset.sigs.k8s.io/jobset-name=X` and the
+//! Kubeflow SDK's steps (and its `Running`, which counts the TrainJob's running pods) work on
+//! the hub as on one Trainer cluster. Pure: what to create, update and delete; `report` writes.
+//!
+//! A copy is owned by its hub TrainJob (deleting the TrainJob deletes the copies) and labelled
+//! with this member, which is how the agent finds its own and the hub's admission policy ties
+//! each agent to its own copies and Node.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use api::stowage::{CLUSTER_LABEL, PlacementKey};
+use k8s_openapi::api::core::v1::{
+    Container, Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodSpec, Taint, Toleration,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+/// The taint keeping everything but the copies off a member's virtual Node (virtual-kubelet's).
+pub const VIRTUAL_TAINT: &str = "virtual-kubelet.io/provider";
+pub const PROVIDER: &str = "stowage";
+
+/// The hub Node that stands for member `cluster`.
+pub fn node_name(cluster: &str) -> String {
+    format!("stowage-{cluster}")
+}
+
+/// Member `cluster` as a hub Node: tainted, labelled with its member, Ready while its agent
+/// reports, with the member's GPUs as capacity.
+pub fn virtual_node(cluster: &str, gpus: u64, now: Timestamp) -> Node {
+    let gpus: BTreeMap<String, Quantity> = [("nvidia.com/gpu".to_string(), Quantity(gpus.to_string()))].into();
+    Node {
+        metadata: ObjectMeta {
+            name: Some(node_name(cluster)),
+            labels: Some(
+                [
+                    (CLUSTER_LABEL.to_string(), cluster.to_string()),
+                    ("type".to_string(), "virtual-kubelet".to_string()),
+                    ("kubernetes.io/role".to_string(), "agent".to_string()),
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            taints: Some(vec![Taint {
+                key: VIRTUAL_TAINT.into(),
+                value: Some(PROVIDER.into()),
+                effect: "NoSchedule".into(),
+                time_added: None,
+            }]),
+            ..Default::default()
+        }),
+        status: Some(NodeStatus {
+            capacity: Some(gpus.clone()),
+            allocatable: Some(gpus),
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                reason: Some("AgentReporting".into()),
+                message: Some(format!("the Stowage agent of member {cluster} reports")),
+                last_heartbeat_time: Some(Time(now)),
+                last_transition_time: Some(Time(now)),
+            }]),
+            ..Default::default()
+        }),
+    }
+}
+
+/// The hub TrainJob a member pod belongs to: its name and UID.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub name: String,
+    pub uid: String,
+}
+
+/// The hub copy of a member pod: its name, namespace and labels (plus the member's), the
+/// containers' names, images, commands and resources, bound to the member's Node; its status
+/// as the member has it.
+pub fn copy(cluster: &str, pod: &Pod, owner: &Owner) -> Pod {
+    let mut labels = pod.labels().clone();
+    labels.insert(CLUSTER_LABEL.into(), cluster.into());
+    let spec = pod.spec.as_ref();
+    let containers = spec
+        .map(|s| {
+            s.containers
+                .iter()
+                .map(|c| Container {
+                    name: c.name.clone(),
+                    image: c.image.clone(),
+                    command: c.command.clone(),
+                    args: c.args.clone(),
+                    resources: c.resources.clone(),
+                    ..Default::default()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    // Never evicted from a Node the node controller may find unreachable: the pod runs on the
+    // member, whatever the hub thinks of the Node.
+    let tolerations = vec![
+        Toleration { key: Some(VIRTUAL_TAINT.into()), operator: Some("Exists".into()), ..Default::default() },
+        Toleration {
+            key: Some("node.kubernetes.io/unreachable".into()),
+            operator: Some("Exists".into()),
+            ..Default::default()
+        },
+        Toleration {
+            key: Some("node.kubernetes.io/not-ready".into()),
+            operator: Some("Exists".into()),
+            ..Default::default()
+        },
+    ];
+    Pod {
+        metadata: ObjectMeta {
+            name: pod.metadata.name.clone(),
+            namespace: pod.metadata.namespace.clone(),
+            labels: Some(labels),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "trainer.kubeflow.org/v1alpha1".into(),
+                kind: "TrainJob".into(),
+                name: owner.name.clone(),
+                uid: owner.uid.clone(),
+                controller: Some(false),
+                block_owner_deletion: Some(false),
+            }]),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers,
+            node_name: Some(node_name(cluster)),
+            tolerations: Some(tolerations),
+            restart_policy: spec.and_then(|s| s.restart_policy.clone()),
+            ..Default::default()
+        }),
+        status: pod.status.clone(),
+    }
+}
+
+/// What to write to the hub's copies.
+#[derive(Debug, Default)]
+pub struct MirrorPlan {
+    /// Copies to create (then given their status).
+    pub create: Vec<Pod>,
+    /// Copies whose labels or status changed on the member.
+    pub update: Vec<Pod>,
+    /// Copies of pods gone from the member, or of placements no longer here: (namespace, name).
+    pub delete: Vec<(String, String)>,
+}
+
+impl MirrorPlan {
+    pub fn is_empty(&self) -> bool {
+        self.create.is_empty() && self.update.is_empty() && self.delete.is_empty()
+    }
+}
+
+/// Compares the member's TrainJob pods of the placements current here (`owners`, by placement)
+/// with the hub's copies.
+pub fn plan(
+    cluster: &str,
+    member_pods: &[Arc<Pod>],
+    copies: &[Arc<Pod>],
+    owners: &BTreeMap<PlacementKey, Owner>,
+) -> MirrorPlan {
+    let key = |p: &Pod| (p.metadata.namespace.clone().unwrap_or_default(), p.name_any());
+    let on_hub: BTreeMap<(String, String), &Pod> = copies.iter().map(|p| (key(p), p.as_ref())).collect();
+    let mut plan = MirrorPlan::default();
+    let mut wanted = std::collections::BTreeSet::new();
+    for pod in member_pods {
+        let Some(owner) = PlacementKey::of_labels(pod.labels()).and_then(|k| owners.get(&k)) else { continue };
+        if pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let copy = copy(cluster, pod, owner);
+        wanted.insert(key(&copy));
+        match on_hub.get(&key(&copy)) {
+            None => plan.create.push(copy),
+            Some(seen) if seen.status != copy.status || seen.metadata.labels != copy.metadata.labels => {
+                plan.update.push(copy)
+            }
+            Some(_) => {}
+        }
+    }
+    plan.delete = on_hub.into_keys().filter(|k| !wanted.contains(k)).collect();
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::PodStatus;
+    use serde_json::json;
+
+    use super::*;
+
+    fn member_pod(name: &str, uid: &str, epoch: i64, phase: &str) -> Arc<Pod> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "ml", "labels": {
+                    "stowage.dev/trainjob-uid": uid, "stowage.dev/placement-epoch": epoch.to_string(),
+                    "jobset.sigs.k8s.io/jobset-name": "t1", "jobset.sigs.k8s.io/replicatedjob-name": "node",
+                    "batch.kubernetes.io/job-completion-index": "0"}},
+                "spec": {"nodeName": "gpu-7", "restartPolicy": "OnFailure", "containers": [{"name": "node", "image": "pytorch",
+                    "env": [{"name": "SECRET", "value": "x"}],
+                    "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
+                "status": {"phase": phase}
+            }))
+            .expect("pod"),
+        )
+    }
+
+    fn owners() -> BTreeMap<PlacementKey, Owner> {
+        [(PlacementKey { uid: "u1".into(), epoch: 2 }, Owner { name: "t1".into(), uid: "u1".into() })].into()
+    }
+
+    #[test]
+    fn the_current_placements_pods_are_copied_bound_to_the_members_node_and_the_rest_deleted() {
+        let pods = [member_pod("t1-node-0-0-a", "u1", 2, "Running"), member_pod("t1-node-0-0-old", "u1", 1, "Running")];
+        let owner = Owner { name: "t1".into(), uid: "u1".into() };
+        let stale = Arc::new(copy("east", &member_pod("gone", "u1", 2, "Running"), &owner));
+        let plan = plan("east", &pods, &[stale], &owners());
+        assert_eq!(plan.create.len(), 1, "the old epoch's pod is not copied");
+        let c = &plan.create[0];
+        assert_eq!(c.name_any(), "t1-node-0-0-a");
+        let spec = c.spec.as_ref().expect("spec");
+        assert_eq!(spec.node_name.as_deref(), Some("stowage-east"));
+        assert!(spec.containers[0].env.is_none(), "no environment (secrets) leaves the member");
+        assert_eq!(c.labels()["jobset.sigs.k8s.io/jobset-name"], "t1");
+        assert_eq!(c.labels()[CLUSTER_LABEL], "east");
+        assert_eq!(c.owner_references()[0].uid, "u1");
+        assert_eq!(c.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Running"));
+        assert_eq!(plan.delete, [("ml".to_string(), "gone".to_string())]);
+        // Copied already: only a change on the member is written again.
+        let copied = Arc::new(c.clone());
+        assert!(super::plan("east", &pods[..1], std::slice::from_ref(&copied), &owners()).is_empty());
+        let done = member_pod("t1-node-0-0-a", "u1", 2, "Succeeded");
+        let again = super::plan("east", &[done], &[copied], &owners());
+        assert_eq!(again.update.len(), 1);
+        assert_eq!(again.update[0].status, Some(PodStatus { phase: Some("Succeeded".into()), ..Default::default() }));
+    }
+}
