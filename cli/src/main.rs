@@ -52,6 +52,24 @@ enum Command {
     /// Print the objects a TrainJob renders into (JobSet, PodGroup, MPI ConfigMap and Secret),
     /// as Kubeflow Trainer would, optionally pinned to a Placement: a dry run.
     Render(RenderArgs),
+    /// Why a TrainJob on the hub is where it is: for one that waits, the cycle's reason, its
+    /// place in its queue, when capacity is reserved for it, and what each member alone answers.
+    Explain(ExplainArgs),
+}
+
+#[derive(Debug, Args)]
+struct ExplainArgs {
+    /// The TrainJob's name.
+    name: String,
+    /// Its namespace.
+    #[arg(short, long, default_value = "default")]
+    namespace: String,
+    /// Kubeconfig of the hub; default: the usual resolution.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// The dispatcher's --member-grace-seconds, to judge members as it does.
+    #[arg(long, default_value_t = 120)]
+    member_grace_seconds: u64,
 }
 
 #[derive(Debug, Args)]
@@ -354,6 +372,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Simulate(args) => simulate(args),
         Command::Render(args) => render(args),
+        Command::Explain(args) => explain_command(args),
         Command::Dev(args) => dev_command(args),
         Command::Dispatcher(args) => dispatcher_command(args),
         Command::Agent(args) => agent_command(args),
@@ -593,6 +612,32 @@ fn agent_command(args: AgentArgs) -> Result<(), CliError> {
         }
         Ok(())
     })
+}
+
+fn explain_command(args: ExplainArgs) -> Result<(), CliError> {
+    let rt = tokio::runtime::Runtime::new().map_err(CliError::Runtime)?;
+    let observed = rt.block_on(async {
+        let hub = kube_client(args.kubeconfig.as_deref(), "hub kubeconfig").await?;
+        dispatcher::controller::observe_once(&hub)
+            .await
+            .map_err(|e| CliError::Setup { what: "reading the hub".into(), message: e.to_string() })
+    })?;
+    let settings = dispatcher::decide::Settings {
+        member_grace: Duration::from_secs(args.member_grace_seconds),
+        ..Default::default()
+    };
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    let config = scheduler_core::Config::stowage();
+    match dispatcher::decide::explain::explain(&observed, &config, &settings, now, &args.namespace, &args.name) {
+        Some(e) => {
+            print!("{e}");
+            Ok(())
+        }
+        None => Err(CliError::Setup {
+            what: "explain".into(),
+            message: format!("no TrainJob {}/{} on the hub", args.namespace, args.name),
+        }),
+    }
 }
 
 fn dev_command(args: DevArgs) -> Result<(), CliError> {

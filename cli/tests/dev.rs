@@ -149,6 +149,27 @@ fn dev_runs_from_the_root_directory_with_the_upstream_objects_compiled_in() {
         std::thread::sleep(Duration::from_millis(250));
     }
 
+    // `stowage explain`: why the too-big one waits, and what each member answers.
+    let out = Command::new(env!("CARGO_BIN_EXE_stowage"))
+        .args(["explain", "too-big", "--kubeconfig"])
+        .arg(&hub)
+        .output()
+        .expect("stowage explain runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("state:    pending: NeverFits: pod set node:"), "{text}");
+    assert!(text.contains("position: 1 of 1 waiting in its queue"), "{text}");
+    for member in ["east-h100", "west-a100", "central-l40s"] {
+        assert!(text.lines().any(|l| l.trim_start().starts_with(member)), "{member} missing:\n{text}");
+    }
+    let missing = Command::new(env!("CARGO_BIN_EXE_stowage"))
+        .args(["explain", "nobody", "--kubeconfig"])
+        .arg(&hub)
+        .output()
+        .expect("stowage explain runs");
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no TrainJob default/nobody on the hub"));
+
     // One endpoint for the dispatcher and every agent, named in the banner.
     let url = banner
         .lines()

@@ -405,6 +405,30 @@ async fn cycle(hub: &Client, observed: &Observed, opts: &Options, written: &mut 
     result.map(|()| plan)
 }
 
+/// One look at the hub, listed now rather than cached: what `stowage explain` reasons from.
+pub async fn observe_once(hub: &Client) -> Result<Observed, kube::Error> {
+    async fn all<K>(hub: &Client) -> Result<Vec<K>, kube::Error>
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        Ok(Api::<K>::all(hub.clone()).list(&Default::default()).await?.items)
+    }
+    let workload_priority_classes =
+        if serves::<WorkloadPriorityClass>(hub).await { all(hub).await? } else { Vec::new() };
+    Ok(Observed {
+        trainjobs: all(hub).await?,
+        cluster_runtimes: all(hub).await?,
+        runtimes: all(hub).await?,
+        members: all(hub).await?,
+        placements: all(hub).await?,
+        queues: all(hub).await?,
+        namespaces: all(hub).await?,
+        priority_classes: all(hub).await?,
+        workload_priority_classes,
+        uncounted_since: BTreeMap::new(),
+    })
+}
+
 /// Whether the hub serves `K` (a CRD that may not be installed, such as Kueue's).
 async fn serves<K: kube::Resource<DynamicType = ()>>(hub: &Client) -> bool {
     let gvk = kube::api::GroupVersionKind::gvk(&K::group(&()), &K::version(&()), &K::kind(&()));

@@ -78,7 +78,7 @@ pub fn pending_condition(reason: &Reason, previous: Option<&Condition>, now: Tim
 }
 
 /// `no-domain` → `NoDomain`: condition reasons are CamelCase.
-fn camel(kind: &str) -> String {
+pub(crate) fn camel(kind: &str) -> String {
     kind.split('-').map(|w| w[..1].to_ascii_uppercase() + &w[1..]).collect()
 }
 

@@ -738,3 +738,45 @@ fn each_write_says_what_it_placed_or_moved_and_each_cycle_counts_what_the_metric
     assert_eq!(moved.figures.heartbeat_age[&cluster], 330.0);
     assert!(!moved.figures.cluster_gpus.contains_key(&(cluster.clone(), "h100".to_string())), "silent: not shown");
 }
+
+/// `stowage explain`: a waiting TrainJob's reason, its place in its queue, and what each member
+/// alone would answer; members left out say why.
+#[test]
+fn explain_says_why_a_trainjob_waits_where_it_stands_in_its_queue_and_what_each_member_answers() {
+    use dispatcher::decide::explain::explain;
+    let busy = |name: &str, free_nodes: u32| {
+        let mut m = member(name, 1);
+        let d = &mut m.status.as_mut().expect("status").domains[0];
+        d.free_gpus = u64::from(free_nodes) * 8;
+        d.free_histogram = vec![4 - free_nodes, 0, 0, 0, 0, 0, 0, 0, free_nodes];
+        m
+    };
+    let mut refused = member("d", 1);
+    refused.status.as_mut().expect("status").domains[0].path.push("extra".into());
+    let mut o = observed(vec![busy("a", 1), busy("b", 2), member("c", 600), refused]);
+    o.trainjobs = vec![
+        trainjob("first", "u1", 3, -60, json!({"stowage.dev/topology": "required:rack"}), json!({})),
+        trainjob("second", "u2", 3, -30, json!({"stowage.dev/topology": "required:rack"}), json!({})),
+    ];
+    let e = explain(&o, &Config::stowage(), &settings(), Time(now()), "ml", "second").expect("explained");
+    assert_eq!(e.queue.as_deref(), Some("default"));
+    assert_eq!(e.position, Some((2, 2)), "behind `first`, created earlier");
+    assert!(
+        e.state.starts_with("pending: NoDomain: pod set node: no rack in any cluster has 3 free slots"),
+        "{}",
+        e.state
+    );
+    let said: std::collections::BTreeMap<&str, &str> =
+        e.members.iter().map(|(m, w)| (m.as_str(), w.as_str())).collect();
+    assert!(said["a"].ends_with("(largest: 1 in cluster a)"), "{}", said["a"]);
+    assert!(said["b"].ends_with("(largest: 2 in cluster b)"), "{}", said["b"]);
+    assert_eq!(said["c"], "left out: its agent has not reported within the grace period");
+    assert!(
+        said["d"].starts_with("left out: its report is refused: MemberCluster d: status.domains[0]: path has 2 values"),
+        "{}",
+        said["d"]
+    );
+    let text = e.to_string();
+    assert!(text.contains("position: 2 of 2 waiting in its queue"), "{text}");
+    assert!(explain(&o, &Config::stowage(), &settings(), Time(now()), "ml", "nobody").is_none());
+}

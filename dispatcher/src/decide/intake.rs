@@ -20,7 +20,7 @@ use super::{Moved, Observed, Redispatch, Settings, conditions, key};
 use crate::translate;
 
 /// One unfinished TrainJob, its status as this cycle will have it, and its state.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Job<'a> {
     pub(super) tj: &'a TrainJob,
     pub(super) conditions: Vec<Condition>,
@@ -32,7 +32,7 @@ pub(super) struct Job<'a> {
 }
 
 /// A TrainJob's lifecycle as the dispatcher drives it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) enum JobState<'a> {
     /// Cannot be scheduled as it stands (its runtime is missing, or it does not translate);
     /// its `Pending` condition says why.
@@ -53,7 +53,7 @@ pub(super) enum JobState<'a> {
 }
 
 /// A TrainJob whose pods are bound on a member: what preemption may evict.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Active<'a> {
     pub(super) tj: &'a TrainJob,
     pub(super) placement: &'a Placement,
@@ -70,7 +70,7 @@ pub(super) struct Active<'a> {
 }
 
 /// A TrainJob waiting for a placement this cycle.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Waiting<'a> {
     pub(super) gang: Gang,
     pub(super) epoch: i64,

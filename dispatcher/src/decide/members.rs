@@ -42,6 +42,8 @@ pub(super) struct Members<'a> {
     counted: BTreeMap<&'a str, BTreeSet<PlacementKey>>,
     /// Per TrainJob UID: the live member reporting pods of it bound, and their placement.
     bound: BTreeMap<String, (&'a str, PlacementKey)>,
+    /// Every MemberCluster's name.
+    all: Vec<String>,
 }
 
 impl<'a> Members<'a> {
@@ -82,7 +84,8 @@ impl<'a> Members<'a> {
             .flat_map(|(member, s)| s.bound.iter().filter_map(move |b| Some((member, b.placement.parse().ok()?))))
             .map(|(member, key): (&str, PlacementKey)| (key.uid.clone(), (member, key)))
             .collect();
-        Members { live, staying, unusable, accepted_again, counted, bound }
+        let all = members.iter().filter_map(|m| m.metadata.name.clone()).collect();
+        Members { live, staying, unusable, accepted_again, counted, bound, all }
     }
 
     /// Whether TrainJobs placed on `name` stay there: it is live, or its report was refused
@@ -104,6 +107,17 @@ impl<'a> Members<'a> {
     /// The live member with pods of TrainJob `uid` bound, and their placement.
     pub(super) fn bound(&self, uid: &str) -> Option<(&'a str, &PlacementKey)> {
         self.bound.get(uid).map(|(m, k)| (*m, k))
+    }
+
+    /// The members neither live nor refused: silent past the grace period, or never reported.
+    pub(super) fn silent(&self) -> Vec<String> {
+        let known: BTreeSet<&str> = self
+            .live
+            .iter()
+            .map(|m| m.metadata.name.as_deref().unwrap_or_default())
+            .chain(self.unusable.iter().map(|u| u.member.metadata.name.as_deref().unwrap_or_default()))
+            .collect();
+        self.all.iter().filter(|n| !known.contains(n.as_str())).cloned().collect()
     }
 
     pub(super) fn live_clusters(&self) -> Vec<MemberCluster> {

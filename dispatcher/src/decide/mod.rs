@@ -20,6 +20,7 @@
 
 mod conditions;
 pub mod events;
+pub mod explain;
 pub mod figures;
 mod intake;
 mod members;
@@ -245,7 +246,15 @@ fn key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (St
 /// Per queue: (TrainJobs waiting, TrainJobs placed and unfinished), for the Queue's status.
 type Tally = BTreeMap<String, (u32, u32)>;
 
-pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> Plan {
+/// The members, queues and unfinished TrainJobs a cycle decides over (steps 1 and 2).
+#[derive(Debug)]
+struct Observation<'a> {
+    members: members::Members<'a>,
+    queues: queues::QueueSet,
+    jobs: Vec<intake::Job<'a>>,
+}
+
+fn observe<'a>(o: &'a Observed, settings: &Settings, now: &Time) -> Observation<'a> {
     let members = members::Members::observe(&o.members, settings, now.0);
     let queues = queues::read(o);
     let namespaces = namespaces::labels(&o.namespaces);
@@ -259,9 +268,14 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
         .map(|tj| {
             let scope =
                 intake::Scope { members: &members, queues: &queues, namespaces: &namespaces, priorities: &priorities };
-            intake::job(o, &scope, tj, placements.get(&key(&tj.metadata)).copied(), settings, &now)
+            intake::job(o, &scope, tj, placements.get(&key(&tj.metadata)).copied(), settings, now)
         })
         .collect();
+    Observation { members, queues, jobs }
+}
+
+pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> Plan {
+    let Observation { members, queues, jobs } = observe(o, settings, &now);
     let mut plan =
         Plan { uncounted_since: jobs.iter().filter_map(|j| j.uncounted.clone()).collect(), ..Plan::default() };
     writes::members(&mut plan, &members, &now);

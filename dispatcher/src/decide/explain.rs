@@ -1,0 +1,198 @@
+//! `stowage explain TRAINJOB`: why a TrainJob is where it is, from the same observation and
+//! the same core as the dispatcher's cycle. For one that waits: the cycle's own reason, its
+//! place in its queue, when capacity is reserved for it, and for each member what that member
+//! alone would answer (quota, flavor, node selector, the largest free domain), so a user sees
+//! which cluster is closest and why. Pure: the CLI lists the hub's objects and prints this.
+
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use scheduler_core::{Config, Decision, Reason};
+
+use super::intake::{Job, JobState};
+use super::members::Members;
+use super::schedule::{self, Schedule};
+use super::{Observed, Settings, key};
+use crate::plan::camel;
+use api::trainer::TrainJobCondition;
+
+/// Why a TrainJob is where it is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Explanation {
+    pub namespace: String,
+    pub name: String,
+    pub queue: Option<String>,
+    /// Where it stands, in one line.
+    pub state: String,
+    /// Waiting: its place among its queue's waiting TrainJobs (1-based) and how many wait
+    /// there, in the order the cycle considers them (priority, then creation).
+    pub position: Option<(usize, usize)>,
+    /// Waiting with capacity reserved for it: where, and in how many seconds it is expected
+    /// free (from the running TrainJobs' expected ends).
+    pub eta: Option<(String, u64)>,
+    /// Waiting: each member and what it alone would answer now.
+    pub members: Vec<(String, String)>,
+}
+
+impl fmt::Display for Explanation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "TrainJob {}/{}", self.namespace, self.name)?;
+        if let Some(q) = &self.queue {
+            writeln!(f, "  queue:    {q}")?;
+        }
+        writeln!(f, "  state:    {}", self.state)?;
+        if let Some((at, of)) = self.position {
+            writeln!(f, "  position: {at} of {of} waiting in its queue (by priority, then creation)")?;
+        }
+        match &self.eta {
+            Some((cluster, s)) => {
+                writeln!(f, "  expected: to start on {cluster} in about {s} s, as running TrainJobs end")?
+            }
+            None if self.position.is_some() => writeln!(
+                f,
+                "  expected: no estimate (no capacity is reserved for it from running TrainJobs' expected ends)"
+            )?,
+            None => {}
+        }
+        if !self.members.is_empty() {
+            writeln!(f, "  per member, now:")?;
+            let width = self.members.iter().map(|(m, _)| m.len()).max().unwrap_or(0);
+            for (m, why) in &self.members {
+                writeln!(f, "    {m:<width$}  {why}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The explanation of TrainJob `namespace/name`; `None` when the hub has no such TrainJob.
+pub fn explain(
+    o: &Observed,
+    config: &Config,
+    settings: &Settings,
+    now: Time,
+    namespace: &str,
+    name: &str,
+) -> Option<Explanation> {
+    let tj = o.trainjobs.iter().find(|t| key(&t.metadata) == (namespace.to_string(), name.to_string()))?;
+    let mut out = Explanation {
+        namespace: namespace.into(),
+        name: name.into(),
+        queue: Some(crate::translate::queue_name(tj)),
+        state: String::new(),
+        position: None,
+        eta: None,
+        members: Vec::new(),
+    };
+    let state = super::observe(o, settings, &now);
+    let Some(i) = state.jobs.iter().position(|j| std::ptr::eq(j.tj, tj)) else {
+        // Finished, or managed by another controller: not the cycle's.
+        let finished = tj.status.as_ref().and_then(|s| {
+            s.conditions.iter().find(|c| {
+                c.status == "True"
+                    && [TrainJobCondition::Complete, TrainJobCondition::Failed].iter().any(|t| t.as_str() == c.type_)
+            })
+        });
+        out.state = match finished {
+            Some(c) => format!("finished: {} ({})", c.type_, c.message),
+            None => "left to another controller (spec.managedBy)".into(),
+        };
+        return Some(out);
+    };
+    let job = &state.jobs[i];
+    let now_ms = now.0.as_millisecond().max(0) as u64;
+    out.state = match &job.state {
+        JobState::Finished => "finished".into(),
+        JobState::Suspended(_) => "suspended (spec.suspend: true)".into(),
+        JobState::Blocked => pending_words(job),
+        JobState::Running(a) => format!("running on {} (its member counts its pods)", a.cluster),
+        JobState::Assumed(g) => {
+            let on = g.clusters.only.as_ref().and_then(|c| c.first()).cloned().unwrap_or_default();
+            format!("placed on {on}; its pods are starting")
+        }
+        JobState::Waiting(w) => {
+            out.queue = Some(w.gang.queue.clone());
+            let mine: Vec<&scheduler_core::Gang> =
+                schedule::waiting(&state.jobs).map(|(_, w)| &w.gang).filter(|g| g.queue == w.gang.queue).collect();
+            let mut order: Vec<&&scheduler_core::Gang> = mine.iter().collect();
+            order.sort_by(|x, y| {
+                (std::cmp::Reverse(x.priority), x.submitted_ms, &x.id).cmp(&(
+                    std::cmp::Reverse(y.priority),
+                    y.submitted_ms,
+                    &y.id,
+                ))
+            });
+            let at = order.iter().position(|g| g.id == w.gang.id).map_or(0, |p| p + 1);
+            out.position = Some((at, order.len()));
+            let decision = decision_of(&state.members, &state.queues.queues, &state.jobs, config, now_ms, i);
+            if let Some(Decision::Pending(Reason::Reserved { cluster, in_s, .. })) = &decision {
+                out.eta = Some((cluster.clone(), *in_s));
+            }
+            out.members = per_member(&state, config, now_ms, i);
+            match decision {
+                Some(Decision::Admit(_)) => "waiting; the next cycle places it".into(),
+                Some(Decision::Preempt { victims, .. }) => format!("waiting; preempting {}", victims.join(", ")),
+                Some(Decision::Pending(r)) => format!("pending: {}: {r}", camel(r.kind())),
+                None => pending_words(job),
+            }
+        }
+    };
+    Some(out)
+}
+
+/// What the cycle decides for waiting job `i` (in TrainJob order).
+fn decision_of(
+    members: &Members<'_>,
+    queues: &scheduler_core::Queues,
+    jobs: &[Job<'_>],
+    config: &Config,
+    now_ms: u64,
+    i: usize,
+) -> Option<Decision> {
+    let at = schedule::waiting(jobs).position(|(j, _)| std::ptr::eq(j, &jobs[i]))?;
+    match schedule::run(members, queues, jobs, config, now_ms) {
+        Schedule::Decided { mut decisions, .. } => Some(decisions.swap_remove(at)),
+        // No member reported a readable capacity: the TrainJob's condition says so.
+        Schedule::NoCapacity(_) | Schedule::Idle => None,
+    }
+}
+
+/// For each member, what the cycle would answer with job `i` held to that member alone; the
+/// members left out of the snapshot, why.
+fn per_member(state: &super::Observation<'_>, config: &Config, now_ms: u64, i: usize) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for m in state.members.live_clusters() {
+        let name = m.metadata.name.clone().unwrap_or_default();
+        let mut jobs = state.jobs.clone();
+        if let JobState::Waiting(w) = &mut jobs[i].state {
+            let allowed = w.gang.clusters.only.as_ref().is_none_or(|only| only.contains(&name));
+            if !allowed {
+                out.push((name, "not allowed: the TrainJob is held to other members".into()));
+                continue;
+            }
+            w.gang.clusters.only = Some(vec![name.clone()]);
+        }
+        let why = match decision_of(&state.members, &state.queues.queues, &jobs, config, now_ms, i) {
+            Some(Decision::Admit(_)) => "fits now".to_string(),
+            Some(Decision::Preempt { victims, .. }) => format!("fits by preempting {}", victims.join(", ")),
+            Some(Decision::Pending(r)) => format!("{}: {r}", camel(r.kind())),
+            None => "no decision".to_string(),
+        };
+        out.push((name, why));
+    }
+    for u in &state.members.unusable {
+        let name = u.member.metadata.name.clone().unwrap_or_default();
+        out.push((name, format!("left out: its report is refused: {}", u.problem)));
+    }
+    for m in state.members.silent() {
+        out.push((m, "left out: its agent has not reported within the grace period".into()));
+    }
+    out
+}
+
+fn pending_words(job: &Job<'_>) -> String {
+    job.conditions
+        .iter()
+        .find(|c| c.type_ == TrainJobCondition::Pending.as_str() && c.status == "True")
+        .map_or_else(|| "pending".into(), |c| format!("pending: {}: {}", c.reason, c.message))
+}
