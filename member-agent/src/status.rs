@@ -53,6 +53,44 @@ pub(crate) fn status_of(js: &JobSet, epoch: i64, pending_reason: Option<String>,
     }
 }
 
+/// Most of a termination message a failure's sentence carries: the end of it, where a
+/// traceback says what went wrong.
+const TERMINATION_TAIL: usize = 1024;
+
+/// Why a failed JobSet failed, from its pods: the first (by name) container that ended with a
+/// non-zero exit, its reason and code, and the end of its termination message (what a
+/// container writes to /dev/termination-log, or its last log lines with
+/// `terminationMessagePolicy: FallbackToLogsOnError`).
+pub(crate) fn failure(pods: &[Arc<Pod>], ns: &str, jobset: &str) -> Option<String> {
+    pods.iter()
+        .filter(|p| {
+            p.metadata.namespace.as_deref() == Some(ns)
+                && p.labels().get("jobset.sigs.k8s.io/jobset-name").map(String::as_str) == Some(jobset)
+        })
+        .filter_map(|p| {
+            let statuses = p.status.as_ref()?.container_statuses.as_ref()?;
+            let (container, ended) = statuses.iter().find_map(|c| {
+                let state = c.state.as_ref().and_then(|s| s.terminated.as_ref());
+                let last = c.last_state.as_ref().and_then(|s| s.terminated.as_ref());
+                Some((c.name.as_str(), state.or(last).filter(|t| t.exit_code != 0)?))
+            })?;
+            let mut words = format!(
+                "pod {} container {container}: {} (exit code {})",
+                p.metadata.name.as_deref().unwrap_or_default(),
+                ended.reason.as_deref().unwrap_or("Error"),
+                ended.exit_code
+            );
+            if let Some(m) = ended.message.as_deref().map(str::trim).filter(|m| !m.is_empty()) {
+                let start = m.char_indices().rev().nth(TERMINATION_TAIL - 1).map_or(0, |(i, _)| i);
+                words.push_str(": ");
+                words.push_str(&m[start..]);
+            }
+            Some((p.metadata.name.clone(), words))
+        })
+        .min()
+        .map(|(_, words)| words)
+}
+
 /// The first reason (by pod name) a pod of this JobSet gives for not being scheduled.
 pub(crate) fn pending_reason(pods: &[Arc<Pod>], ns: &str, jobset: &str) -> Option<String> {
     pods.iter()

@@ -15,7 +15,7 @@ use crate::caches::{Caches, owner_key};
 use crate::config::AgentConfig;
 use crate::metrics::phase_label;
 use crate::mirror::{self, MirrorPlan, Owner};
-use crate::status::{pending_reason, status_of};
+use crate::status::{failure, pending_reason, status_of};
 
 /// What an agent remembers between wakes.
 #[derive(Debug)]
@@ -156,7 +156,13 @@ pub(crate) fn survey(
                     Some(r) if !heartbeat || age < cfg.timing.heartbeat * 2 => r.message.clone(),
                     _ => pending_reason(&pods, &ns, &js.name_any()),
                 };
-                let status = status_of(js, p.spec.epoch, reason, unstarted && age >= cfg.timing.start_timeout);
+                let mut status = status_of(js, p.spec.epoch, reason, unstarted && age >= cfg.timing.start_timeout);
+                if status.phase == PlacementPhase::Failed
+                    && let Some(why) = failure(&caches.trainjob_pods.state(), &ns, &js.name_any())
+                {
+                    let jobset = status.message.take().unwrap_or_else(|| "jobset failed".into());
+                    status.message = Some(format!("{jobset}; {why}"));
+                }
                 if status.phase == PlacementPhase::Running && phase != Some(PlacementPhase::Running) {
                     survey.round.started.insert((ns.clone(), name.clone()), age);
                 }

@@ -100,14 +100,15 @@ impl SimulatedMember {
         Ok(SimulatedMember { name: cluster.name.clone(), server, controller })
     }
 
-    /// Makes a running pod fail (exit code 1), as a crashed process would.
-    pub fn fail_pod(&self, namespace: &str, name: &str) -> bool {
+    /// Makes a running pod fail (exit code 1, `message` as its termination message), as a
+    /// crashed process would.
+    pub fn fail_pod(&self, namespace: &str, name: &str, message: &str) -> bool {
         let Ok(mut store) = self.server.store().lock() else { return false };
         let rt = builtin(&store, "", "v1", "pods");
         let Ok(mut pod) = store.get(&rt, Some(namespace), name) else { return false };
         pod["status"]["phase"] = "Failed".into();
         pod["status"]["containerStatuses"] = json!([{"name": "node", "ready": false, "restartCount": 0, "image": "", "imageID": "",
-            "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]);
+            "state": {"terminated": {"exitCode": 1, "reason": "Error", "message": message}}}]);
         store.update(&rt, Some(namespace), name, pod, Part::Status, &write_options()).is_ok()
     }
 }
@@ -593,14 +594,14 @@ fn jobset_statuses(store: &Store, jobsets_rt: &ResourceType) -> Vec<Write> {
     let mut out = Vec::new();
     for js in live {
         let (jobs, pods) = children.get(&(ns_of(js), name_of(js))).map_or((&[][..], &[][..]), |(j, p)| (j, p));
-        jobset_status(&mut out, (jobsets_rt, &jobs_rt), js, jobs, pods);
+        jobset_status(&mut out, (jobsets_rt, &jobs_rt, &pods_rt), js, jobs, pods);
     }
     out
 }
 
 fn jobset_status(
     out: &mut Vec<Write>,
-    (jobsets_rt, jobs_rt): (&ResourceType, &ResourceType),
+    (jobsets_rt, jobs_rt, pods_rt): (&ResourceType, &ResourceType, &ResourceType),
     js: &Value,
     jobs: &[&Value],
     pods: &[&Value],
@@ -618,6 +619,12 @@ fn jobset_status(
             json!({"active": running + phase("Pending"), "ready": running, "succeeded": succeeded, "failed": failed});
         if failed > 0 {
             status["conditions"] = json!([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]);
+            // A failed Job's controller terminates its remaining pods; the failed ones stay.
+            for p in pods_of_job(pods, &jn)
+                .filter(|p| p["status"]["phase"] == "Running" || p["status"]["phase"] == "Pending")
+            {
+                out.push(Write::Delete(pods_rt.clone(), ns.clone(), name_of(p)));
+            }
         } else if succeeded >= count {
             status["conditions"] = json!([{"type": "Complete", "status": "True"}]);
         }

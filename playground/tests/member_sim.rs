@@ -186,7 +186,7 @@ async fn a_failed_pod_fails_the_jobset() {
         assert!(tokio::time::Instant::now() < deadline, "nothing running");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert!(m.fail_pod("default", &running));
+    assert!(m.fail_pod("default", &running, ""));
     let js = wait_for(&client, "failure", |js| condition(js, "Failed")).await;
     assert!(!condition(&js, "Completed"));
 }

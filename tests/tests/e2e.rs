@@ -541,3 +541,27 @@ async fn a_trainjobs_pods_show_on_the_hub_bound_to_their_members_virtual_node_an
     })
     .await;
 }
+
+/// A TrainJob that fails says why on the hub: its Failed condition and Event carry the failing
+/// container, its exit and the end of its termination message, read from the member's pod.
+#[tokio::test]
+async fn a_failed_trainjob_says_on_the_hub_which_container_failed_and_its_last_words() {
+    let p = playground(fast()).await;
+    let hub = p.hub();
+    submit(&hub, &trainjob("doomed", 2, 60, json!({}))).await;
+    let placed = placement(&hub, "doomed", running).await;
+    let member = p.member(placed.spec.cluster.as_deref().expect("placed")).expect("member");
+    let pod = {
+        let store = member.sim.server.store().lock().expect("store");
+        let pods_rt = store.lookup("", "v1", "pods").expect("pods").clone();
+        let mine = |o: &serde_json::Value| o["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] == "doomed";
+        let pods = store.list(&pods_rt, Some("default"), &mine, None, None).0;
+        pods.iter().filter_map(|p| p["metadata"]["name"].as_str()).min().expect("a pod").to_string()
+    };
+    let traceback = format!("{}torch.OutOfMemoryError: CUDA out of memory", "x".repeat(5000));
+    assert!(member.sim.fail_pod("default", &pod, &traceback));
+    let failed = condition(&hub, "doomed", "Failed", "True").await;
+    assert!(failed.message.contains(&format!("pod {pod} container node: Error (exit code 1): ")), "{}", failed.message);
+    assert!(failed.message.ends_with("torch.OutOfMemoryError: CUDA out of memory"), "{}", failed.message);
+    assert!(failed.message.len() < 2048, "the end of the message, not all of it: {} bytes", failed.message.len());
+}
