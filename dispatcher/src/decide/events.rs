@@ -212,7 +212,7 @@ mod tests {
         assert_eq!(first[0].message, "QuotaExceeded: queue a is out of quota");
         // Refreshed with other figures: the same reason, no new Event.
         let refreshed = c("Pending", "True", "QuotaExceeded", "queue a is out of quota: 3 left");
-        assert!(of_status(ABOUT, &[quota.clone()], &[refreshed], false).is_empty());
+        assert!(of_status(ABOUT, std::slice::from_ref(&quota), &[refreshed], false).is_empty());
         // Placed: waiting for its pods is news, not a warning; then its pods run.
         let starting = c("Pending", "True", "Starting", "placed on cluster east; its pods are starting");
         let placed = of_status(ABOUT, &[quota], std::slice::from_ref(&starting), true);
