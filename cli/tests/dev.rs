@@ -7,6 +7,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::http_get;
+
 struct Killed(Child);
 
 impl Drop for Killed {
@@ -197,20 +200,6 @@ fn dev_runs_from_the_root_directory_with_the_upstream_objects_compiled_in() {
     // Each family once, whatever number of agents record into it.
     assert_eq!(metrics.matches("# TYPE stowage_agent_jobsets gauge").count(), 1, "{metrics}");
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// GET `url` (`http://HOST:PORT/PATH`) and the body, with the standard library alone.
-fn http_get(url: &str) -> String {
-    use std::io::{Read, Write};
-    let rest = url.strip_prefix("http://").expect("http URL");
-    let (host, path) = rest.split_once('/').map_or((rest, "/".to_string()), |(h, p)| (h, format!("/{p}")));
-    let Ok(mut stream) = std::net::TcpStream::connect(host) else { return String::new() };
-    let request = format!("GET {path} HTTP/1.0\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    let mut response = String::new();
-    if stream.write_all(request.as_bytes()).is_err() || stream.read_to_string(&mut response).is_err() {
-        return String::new();
-    }
-    response.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default()
 }
 
 /// The message of the Event of `type_` and `reason` in `kubectl describe` output.

@@ -5,10 +5,13 @@
 //! installed these tests say so and pass, unless `STOWAGE_MONITORING_REQUIRED` is set (as
 //! scripts/test sets it once the package is in).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+mod common;
+use common::http_get;
 
 use serde_json::Value;
 
@@ -117,20 +120,6 @@ fn dashboard_queries() -> Vec<(String, String)> {
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
-}
-
-/// `url`'s body, with the standard library alone (HTTP/1.0: no chunked answers); empty when it
-/// cannot be had.
-fn http_get(url: &str) -> String {
-    let rest = url.strip_prefix("http://").expect("http URL");
-    let (host, path) = rest.split_once('/').map_or((rest, "/".to_string()), |(h, p)| (h, format!("/{p}")));
-    let Ok(mut stream) = std::net::TcpStream::connect(host) else { return String::new() };
-    let request = format!("GET {path} HTTP/1.0\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    let mut response = String::new();
-    if stream.write_all(request.as_bytes()).is_err() || stream.read_to_string(&mut response).is_err() {
-        return String::new();
-    }
-    response.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default()
 }
 
 fn encode(s: &str) -> String {

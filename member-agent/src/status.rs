@@ -53,6 +53,14 @@ pub(crate) fn status_of(js: &JobSet, epoch: i64, pending_reason: Option<String>,
     }
 }
 
+/// The pods of JobSet `ns/jobset`.
+fn of_jobset<'p>(pods: &'p [Arc<Pod>], ns: &'p str, jobset: &'p str) -> impl Iterator<Item = &'p Arc<Pod>> {
+    pods.iter().filter(move |p| {
+        p.metadata.namespace.as_deref() == Some(ns)
+            && p.labels().get("jobset.sigs.k8s.io/jobset-name").map(String::as_str) == Some(jobset)
+    })
+}
+
 /// Most of a termination message a failure's sentence carries: the end of it, where a
 /// traceback says what went wrong.
 const TERMINATION_TAIL: usize = 1024;
@@ -62,11 +70,7 @@ const TERMINATION_TAIL: usize = 1024;
 /// container writes to /dev/termination-log, or its last log lines with
 /// `terminationMessagePolicy: FallbackToLogsOnError`).
 pub(crate) fn failure(pods: &[Arc<Pod>], ns: &str, jobset: &str) -> Option<String> {
-    pods.iter()
-        .filter(|p| {
-            p.metadata.namespace.as_deref() == Some(ns)
-                && p.labels().get("jobset.sigs.k8s.io/jobset-name").map(String::as_str) == Some(jobset)
-        })
+    of_jobset(pods, ns, jobset)
         .filter_map(|p| {
             let statuses = p.status.as_ref()?.container_statuses.as_ref()?;
             let (container, ended) = statuses.iter().find_map(|c| {
@@ -93,11 +97,7 @@ pub(crate) fn failure(pods: &[Arc<Pod>], ns: &str, jobset: &str) -> Option<Strin
 
 /// The first reason (by pod name) a pod of this JobSet gives for not being scheduled.
 pub(crate) fn pending_reason(pods: &[Arc<Pod>], ns: &str, jobset: &str) -> Option<String> {
-    pods.iter()
-        .filter(|p| {
-            p.metadata.namespace.as_deref() == Some(ns)
-                && p.labels().get("jobset.sigs.k8s.io/jobset-name").map(String::as_str) == Some(jobset)
-        })
+    of_jobset(pods, ns, jobset)
         .filter_map(|p| {
             let c = p
                 .status
