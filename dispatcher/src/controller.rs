@@ -16,7 +16,7 @@ use std::time::Duration;
 use api::kueue::WorkloadPriorityClass;
 use api::stowage::{MemberCluster, Placement, Queue};
 use api::trainer::{ClusterTrainingRuntime, TrainJob, TrainingRuntime};
-use k8s_openapi::api::core::v1::{Event, EventSource, Namespace, ObjectReference};
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -242,65 +242,24 @@ async fn write_queue_status(hub: &Client, q: &QueueStatusWrite) -> Result<(), Er
         .map_err(|source| Error::Write { what: "Queue status", namespace: String::new(), name: q.name.clone(), source })
 }
 
-/// Records an Event, or counts it again: its name says what happened to which TrainJob, so the
-/// same thing again is the same Event (as kubectl shows, `x3 over 5m`).
-async fn record(hub: &Client, e: &EventWrite) -> Result<(), kube::Error> {
-    let api = Api::<Event>::namespaced(hub.clone(), &e.namespace);
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let event = Event {
-        metadata: kube::api::ObjectMeta {
-            name: Some(e.name.clone()),
-            namespace: Some(e.namespace.clone()),
-            ..Default::default()
-        },
-        involved_object: ObjectReference {
+/// An Event of a cycle's, as the shell records it.
+fn record_of(e: EventWrite) -> kube_shell::events::Record {
+    kube_shell::events::Record {
+        name: e.name,
+        involved: ObjectReference {
             api_version: Some(TrainJob::api_version(&()).into_owned()),
             kind: Some("TrainJob".into()),
-            name: Some(e.trainjob.clone()),
-            namespace: Some(e.namespace.clone()),
-            uid: Some(e.uid.clone()),
+            name: Some(e.trainjob),
+            namespace: Some(e.namespace),
+            uid: Some(e.uid),
             ..Default::default()
         },
-        reason: Some(e.reason.as_str().into()),
-        message: Some(e.message.clone()),
-        type_: Some(e.type_.as_str().into()),
-        count: Some(1),
-        first_timestamp: Some(now.clone()),
-        last_timestamp: Some(now.clone()),
-        source: Some(EventSource { component: Some(FIELD_MANAGER.into()), host: None }),
-        reporting_component: Some(FIELD_MANAGER.into()),
-        reporting_instance: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    match api.create(&PostParams::default(), &event).await {
-        Err(kube::Error::Api(ae)) if ae.code == 409 => {
-            let mut seen = api.get(&e.name).await?;
-            // The same name for another object of the same name (deleted and made again): new.
-            let same = seen.involved_object.uid.as_deref() == Some(e.uid.as_str());
-            seen.count = Some(if same { seen.count.unwrap_or(1).saturating_add(1) } else { 1 });
-            if !same {
-                seen.first_timestamp = Some(now.clone());
-                seen.involved_object = event.involved_object;
-            }
-            seen.last_timestamp = Some(now);
-            seen.message = event.message;
-            seen.type_ = event.type_;
-            api.replace(&e.name, &PostParams::default(), &seen).await.map(|_| ())
-        }
-        other => other.map(|_| ()),
+        type_: e.type_.as_str().into(),
+        reason: e.reason.as_str().into(),
+        message: e.message,
+        times: 1,
+        component: FIELD_MANAGER.into(),
     }
-}
-
-/// Records the Events of writes made. An Event is best effort, as kube's own recorder: one that
-/// cannot be written is logged, and the cycle goes on.
-async fn record_all(hub: &Client, events: Vec<EventWrite>) {
-    futures::stream::iter(events)
-        .for_each_concurrent(CONCURRENT_WRITES, |e| async move {
-            if let Err(error) = record(hub, &e).await {
-                tracing::warn!(event = %format!("{}/{}", e.namespace, e.name), error = %error, "recording an Event failed");
-            }
-        })
-        .await;
 }
 
 /// Writes the plan. A conflict means someone else (another leader, an agent's status write)
@@ -375,7 +334,7 @@ async fn apply(hub: &Client, plan: &Plan, written: &mut Written, metrics: &Metri
             first_error = first_error.or(Some(e));
         }
     }
-    record_all(hub, events).await;
+    kube_shell::events::record_all(hub, events.into_iter().map(record_of).collect(), CONCURRENT_WRITES).await;
     first_error.map_or(Ok(()), Err)
 }
 

@@ -1,12 +1,13 @@
 //! What every controller shell of Stowage needs and none of them should write twice: watches
 //! that keep caches and wake the controller ([`watch`]), the back-off after a failed round
-//! ([`backoff`]), the `/healthz`, `/readyz`, `/metrics` endpoint ([`health`]) and the metrics
+//! ([`backoff`]), Events counted as kubectl shows them ([`events`]), the `/healthz`, `/readyz`, `/metrics` endpoint ([`health`]) and the metrics
 //! every controller shares ([`metrics`]).
 //!
 //! No Stowage types and no decisions live here: the dispatcher and the agent are peers that both
 //! sit on this crate; neither depends on the other.
 
 pub mod backoff;
+pub mod events;
 pub mod health;
 pub mod metrics;
 pub mod watch;

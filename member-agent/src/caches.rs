@@ -4,7 +4,7 @@
 use api::jobset::{JobSet, JobSetCondition, is_true};
 use api::stowage::{CLUSTER_LABEL, EPOCH_LABEL, Placement, TRAINJOB_UID_LABEL};
 use api::trainer::{ClusterTrainingRuntime, TrainingRuntime};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::Api;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
@@ -28,6 +28,8 @@ pub struct Caches {
     pub(crate) trainjob_pods: Store<Pod>,
     /// This member's pod copies on the hub.
     pub(crate) copies: Store<Pod>,
+    /// The member's Events about pods, some of which are relayed to the hub (`relay`).
+    pub(crate) events: Store<Event>,
 }
 
 impl Caches {
@@ -52,6 +54,11 @@ impl Caches {
                 watcher::Config::default().labels(&format!("{CLUSTER_LABEL}={cluster}")),
                 |p: &mut Pod| p.metadata.managed_fields = None,
             ),
+            events: watches.cache(
+                Api::all(member.clone()),
+                watcher::Config::default().fields("involvedObject.kind=Pod"),
+                |e: &mut Event| e.metadata.managed_fields = None,
+            ),
         }
     }
 
@@ -64,7 +71,8 @@ impl Caches {
             self.nodes.wait_until_ready(),
             self.pods.wait_until_ready(),
             self.trainjob_pods.wait_until_ready(),
-            self.copies.wait_until_ready()
+            self.copies.wait_until_ready(),
+            self.events.wait_until_ready()
         );
     }
 }

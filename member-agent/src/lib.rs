@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod mirror;
 mod objects;
 mod realise;
+pub mod relay;
 mod report;
 mod status;
 mod step;

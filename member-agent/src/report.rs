@@ -30,6 +30,8 @@ pub(crate) struct Delivered {
     pub(crate) reported: bool,
     /// Keys whose companions it deleted: no longer fenced.
     pub(crate) cleaned: Vec<(String, i64)>,
+    /// Member Events relayed (best effort, as Events are): UID and count.
+    pub(crate) relayed: Vec<(String, i32)>,
 }
 
 /// Runs one round: the heartbeat report first (the hub-lost clock must not depend on how long
@@ -77,6 +79,8 @@ pub(crate) async fn deliver(
         .collect()
         .await;
     let mut first_error = write_copies(&hub, round.mirrors).await.err();
+    let (records, relayed): (Vec<_>, Vec<_>) = round.relays.into_iter().map(|r| (r.record, r.seen)).unzip();
+    kube_shell::events::record_all(&hub, records, CONCURRENT_APPLIES).await;
     for (ns, name, result) in written {
         match result {
             Ok(()) => {
@@ -87,7 +91,7 @@ pub(crate) async fn deliver(
             Err(e) => first_error = first_error.or(Some(e)),
         }
     }
-    first_error.map_or(Ok(Delivered { reported, cleaned }), Err)
+    first_error.map_or(Ok(Delivered { reported, cleaned, relayed }), Err)
 }
 
 /// Writes the hub's copies of the member's TrainJob pods (`mirror`): created, then given their

@@ -306,6 +306,7 @@ impl Loop {
                 for key in d.cleaned {
                     self.state.fenced.remove(&key);
                 }
+                self.state.relayed.extend(d.relayed);
             }
             Err(error) => {
                 self.cfg.metrics.round_failed();

@@ -15,6 +15,7 @@ use crate::caches::{Caches, owner_key};
 use crate::config::AgentConfig;
 use crate::metrics::phase_label;
 use crate::mirror::{self, MirrorPlan, Owner};
+use crate::relay::{self, Relay};
 use crate::status::{failure, pending_reason, status_of};
 
 /// What an agent remembers between wakes.
@@ -34,6 +35,8 @@ pub struct State {
     pub(crate) confirmed_at: Option<Instant>,
     pub(crate) last_report: Option<Instant>,
     pub(crate) last_hub_contact: Instant,
+    /// Member Events relayed to the hub: UID → the count relayed (`relay`).
+    pub(crate) relayed: BTreeMap<String, i32>,
 }
 
 impl State {
@@ -47,6 +50,7 @@ impl State {
             confirmed_at: None,
             last_report: None,
             last_hub_contact: now,
+            relayed: BTreeMap::new(),
         }
     }
 }
@@ -77,6 +81,8 @@ pub(crate) struct Round {
     pub(crate) started: BTreeMap<(String, String), Duration>,
     /// The hub's copies of the member's TrainJob pods to write.
     pub(crate) mirrors: MirrorPlan,
+    /// Member Events to relay to the hub's TrainJobs.
+    pub(crate) relays: Vec<Relay>,
     /// Fenced while the hub was out of reach and no longer placed here: their companions go.
     pub(crate) gone: Vec<((String, i64), String)>,
 }
@@ -88,6 +94,7 @@ impl Round {
             && self.stale.is_empty()
             && self.gone.is_empty()
             && self.mirrors.is_empty()
+            && self.relays.is_empty()
     }
 }
 
@@ -199,7 +206,13 @@ pub(crate) fn survey(
     for (key, js) in &jobsets {
         *survey.round.jobsets.entry(phase_label(status_of(js, key.1, None, false).phase)).or_default() += 1;
     }
-    survey.round.mirrors = mirror::plan(&cfg.cluster, &caches.trainjob_pods.state(), &caches.copies.state(), &owners);
+    let trainjob_pods = caches.trainjob_pods.state();
+    survey.round.mirrors = mirror::plan(&cfg.cluster, &trainjob_pods, &caches.copies.state(), &owners);
+    let events = caches.events.state();
+    // Forget what the member no longer has (its Events expire), so the memory stays bounded.
+    let live: BTreeSet<&str> = events.iter().filter_map(|e| e.metadata.uid.as_deref()).collect();
+    state.relayed.retain(|uid, _| live.contains(uid.as_str()));
+    survey.round.relays = relay::relays(&cfg.cluster, &events, &trainjob_pods, &owners, &state.relayed);
     survey.round.stale = jobsets.into_iter().filter(|(k, _)| !current.contains(k)).collect();
     survey.round.gone =
         state.fenced.iter().filter(|(k, _)| !current.contains(*k)).map(|(k, ns)| (k.clone(), ns.clone())).collect();

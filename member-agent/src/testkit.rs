@@ -59,6 +59,7 @@ pub(crate) fn caches(placements: Vec<Placement>, jobsets: Vec<JobSet>) -> Caches
         pods: store(Vec::new()),
         trainjob_pods: store(Vec::new()),
         copies: store(Vec::new()),
+        events: store(Vec::new()),
     }
 }
 

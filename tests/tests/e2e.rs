@@ -565,3 +565,49 @@ async fn a_failed_trainjob_says_on_the_hub_which_container_failed_and_its_last_w
     assert!(failed.message.ends_with("torch.OutOfMemoryError: CUDA out of memory"), "{}", failed.message);
     assert!(failed.message.len() < 2048, "the end of the message, not all of it: {} bytes", failed.message.len());
 }
+
+/// What a member's scheduler or kubelet says of a TrainJob's pod (here a crash loop's BackOff)
+/// reaches the hub TrainJob as an Event naming the member and the pod, counted as the member
+/// counts it; the rest of the member's chatter does not.
+#[tokio::test]
+async fn a_members_word_on_a_trainjobs_pod_reaches_the_hub_as_an_event_naming_member_and_pod() {
+    use k8s_openapi::api::core::v1::Event;
+    let p = playground(fast()).await;
+    let hub = p.hub();
+    submit(&hub, &trainjob("crashy", 1, 60, json!({}))).await;
+    let placed = placement(&hub, "crashy", running).await;
+    let cluster = placed.spec.cluster.clone().expect("placed");
+    let member = p.member(&cluster).expect("member");
+    let pod = {
+        let store = member.sim.server.store().lock().expect("store");
+        let pods_rt = store.lookup("", "v1", "pods").expect("pods").clone();
+        let mine = |o: &serde_json::Value| o["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] == "crashy";
+        let pods = store.list(&pods_rt, Some("default"), &mine, None, None).0;
+        pods[0]["metadata"]["name"].as_str().expect("name").to_string()
+    };
+    let member_events: Api<Event> = Api::default_namespaced(member.sim.server.client_as("kubelet").expect("client"));
+    for (name, reason, count) in [("backoff", "BackOff", 4), ("pulled", "Pulled", 1)] {
+        let e: Event = serde_json::from_value(json!({"metadata": {"name": format!("{pod}.{name}")},
+            "involvedObject": {"kind": "Pod", "namespace": "default", "name": pod},
+            "reason": reason, "type": if reason == "Pulled" { "Normal" } else { "Warning" },
+            "message": "Back-off restarting failed container node in pod", "count": count}))
+        .expect("event");
+        member_events.create(&Default::default(), &e).await.expect("member event");
+    }
+    let hub_events: Api<Event> = Api::default_namespaced(hub.clone());
+    let relayed = eventually("the BackOff on the hub", || {
+        let hub_events = hub_events.clone();
+        let name = format!("crashy.{cluster}.backoff");
+        async move { hub_events.get_opt(&name).await.ok().flatten() }
+    })
+    .await;
+    assert_eq!(relayed.involved_object.kind.as_deref(), Some("TrainJob"));
+    assert_eq!(relayed.involved_object.name.as_deref(), Some("crashy"));
+    assert_eq!((relayed.reason.as_deref(), relayed.count), (Some("BackOff"), Some(4)));
+    assert_eq!(
+        relayed.message.as_deref(),
+        Some(format!("member {cluster}, pod {pod}: Back-off restarting failed container node in pod").as_str())
+    );
+    let all = hub_events.list(&Default::default()).await.expect("list").items;
+    assert!(all.iter().all(|e| e.reason.as_deref() != Some("Pulled")), "only what a user needs is relayed");
+}
