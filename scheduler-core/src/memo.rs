@@ -35,12 +35,16 @@ pub(crate) struct MemoEntry {
 }
 
 impl MemoEntry {
-    /// Whether this entry answers `ps` with these flavors: as many pods or more, and either
-    /// never fitting or still waiting for what `now` names.
+    /// Whether this entry answers `ps` with these flavors: as many pods or more.
     pub(crate) fn answers(&self, ps: &PodSet, flavors: &[Option<FlavorId>]) -> bool {
-        self.flavors == flavors
-            && ps.pods >= self.min_pods
-            && (ps.pods <= self.named_room || ps.pods > self.empty.largest)
+        self.flavors == flavors && ps.pods >= self.min_pods
+    }
+
+    /// Whether [`MemoEntry::reason`] words `ps`'s wait right: it never fits, or what `now`
+    /// names could hold it. Else the fit is still answered (it fits nowhere now) but the words
+    /// are found again.
+    pub(crate) fn words_fit(&self, ps: &PodSet) -> bool {
+        ps.pods <= self.named_room || ps.pods > self.empty.largest
     }
 
     pub(crate) fn reason(&self, ps: &PodSet) -> Reason {

@@ -144,10 +144,16 @@ impl<'a> Run<'a> {
             gang.pod_sets.iter().map(|ps| self.resolve(queue, ps)).collect::<Result<_, _>>()?;
         let candidates = self.candidates(gang, &resolved)?;
         for (ps, r) in gang.pod_sets.iter().zip(&resolved) {
-            if let Some(e) = self.txn.memo(&memo::key(gang, ps)).iter().find(|e| e.answers(ps, &r.flavors)) {
-                let reason = e.reason(ps);
+            let memo = self.txn.memo(&memo::key(gang, ps));
+            if let Some((words_fit, reason)) =
+                memo.iter().find(|e| e.answers(ps, &r.flavors)).map(|e| (e.words_fit(ps), e.reason(ps)))
+            {
                 self.txn.stats.memo_hits += 1;
-                return Err(reason);
+                return Err(if words_fit {
+                    reason
+                } else {
+                    Reason::NoDomain(self.shortfall(&self.txn.cap, &candidates, ps, r).0)
+                });
             }
         }
         let order = self.cluster_order(gang, &candidates, &resolved);
@@ -419,37 +425,38 @@ impl<'a> Run<'a> {
         ps: &PodSet,
         r: &Resolved,
     ) -> (u32, ClusterId, Option<FlavorId>) {
-        self.largest_of(cap, &self.pairs(candidates, r), ps)
+        self.largest_of(cap, self.pairs(candidates, r), ps).unwrap_or((0, candidates[0], None))
     }
 
     /// Every (cluster, flavor) the pod set may use.
-    fn pairs(&self, candidates: &[ClusterId], r: &Resolved) -> Vec<(ClusterId, Option<FlavorId>)> {
-        candidates
-            .iter()
-            .flat_map(|&c| {
-                r.flavors
-                    .iter()
-                    .filter(move |f| f.is_none_or(|f| self.fleet.cluster(c).has_flavor(f)))
-                    .map(move |&f| (c, f))
-            })
-            .collect()
+    fn pairs<'s>(
+        &'s self,
+        candidates: &'s [ClusterId],
+        r: &'s Resolved,
+    ) -> impl Iterator<Item = (ClusterId, Option<FlavorId>)> + Clone + 's {
+        candidates.iter().flat_map(move |&c| {
+            r.flavors
+                .iter()
+                .filter(move |f| f.is_none_or(|f| self.fleet.cluster(c).has_flavor(f)))
+                .map(move |&f| (c, f))
+        })
     }
 
     fn largest_of(
         &self,
         cap: &Capacity,
-        pairs: &[(ClusterId, Option<FlavorId>)],
+        pairs: impl Iterator<Item = (ClusterId, Option<FlavorId>)>,
         ps: &PodSet,
-    ) -> (u32, ClusterId, Option<FlavorId>) {
+    ) -> Option<(u32, ClusterId, Option<FlavorId>)> {
         let view = View { fleet: self.fleet, cap, fill: self.config.fill };
         let mut best: Option<(u32, ClusterId, Option<FlavorId>)> = None;
-        for &(c, flavor) in pairs {
+        for (c, flavor) in pairs {
             let largest = view.largest(c, &ask(self.fleet, c, ps, flavor));
             if best.is_none_or(|(b, _, _)| largest > b) {
                 best = Some((largest, c, flavor));
             }
         }
-        best.unwrap_or((0, pairs.first().map_or(ClusterId(0), |p| p.0), None))
+        best
     }
 
     /// The largest number of the pod set's pods that one allowed span could take now, among
@@ -459,11 +466,17 @@ impl<'a> Run<'a> {
     /// flavor could take when empty.
     fn shortfall(&self, cap: &Capacity, candidates: &[ClusterId], ps: &PodSet, r: &Resolved) -> (Shortfall, u32) {
         let empty = View { fleet: self.fleet, cap: self.fleet.allocatable(), fill: self.config.fill };
-        let all = self.pairs(candidates, r);
-        let room = |&(c, f): &(ClusterId, Option<FlavorId>)| empty.largest(c, &ask(self.fleet, c, ps, f));
-        let holding: Vec<_> = all.iter().copied().filter(|p| room(p) >= ps.pods).collect();
-        let best = self.largest_of(cap, if holding.is_empty() { &all } else { &holding }, ps);
-        (self.shortfall_at(ps, best), room(&(best.1, best.2)))
+        let room = |(c, f): (ClusterId, Option<FlavorId>)| empty.largest(c, &ask(self.fleet, c, ps, f));
+        let best = self.largest(cap, candidates, ps, r);
+        let best_room = room((best.1, best.2));
+        if best_room >= ps.pods {
+            // The usual case, and the cheap one: what has most room now could hold it all.
+            return (self.shortfall_at(ps, best), best_room);
+        }
+        match self.largest_of(cap, self.pairs(candidates, r).filter(|&p| room(p) >= ps.pods), ps) {
+            Some(held) => (self.shortfall_at(ps, held), room((held.1, held.2))),
+            None => (self.shortfall_at(ps, best), best_room),
+        }
     }
 
     /// The largest number of the pod set's pods one allowed span could take on `cap`.
