@@ -121,6 +121,14 @@ pub async fn pending_because(hub: &Client, name: &str, reason: &str) -> Conditio
     .await
 }
 
+/// The pods of JobSet `jobset` (in `default`) on a simulated member, read from its store.
+pub fn member_pods(member: &playground::Member, jobset: &str) -> Vec<serde_json::Value> {
+    let store = member.sim.server.store().lock().expect("store");
+    let pods_rt = store.lookup("", "v1", "pods").expect("pods").clone();
+    let of_jobset = |o: &serde_json::Value| o["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] == jobset;
+    store.list(&pods_rt, Some("default"), &of_jobset, None, None).0
+}
+
 pub async fn placement(hub: &Client, name: &str, pred: impl Fn(&Placement) -> bool) -> Placement {
     let api: Api<Placement> = Api::default_namespaced(hub.clone());
     eventually(&format!("placement {name}"), || {

@@ -478,13 +478,7 @@ async fn a_gang_goes_only_where_its_node_selector_and_tolerations_let_its_pods_b
     assert_eq!(done.reason, "AllJobsCompleted");
     let placed = placement(&hub, "picky", |p| p.spec.cluster.is_some()).await;
     assert_eq!(placed.spec.cluster.as_deref(), Some("west-a100"));
-    let pods = {
-        let m = p.member("west-a100").expect("member");
-        let store = m.sim.server.store().lock().expect("store");
-        let pods_rt = store.lookup("", "v1", "pods").expect("pods").clone();
-        let picky = |o: &serde_json::Value| o["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] == "picky";
-        store.list(&pods_rt, Some("default"), &picky, None, None).0
-    };
+    let pods = member_pods(p.member("west-a100").expect("member"), "picky");
     assert_eq!(pods.len(), 2);
     for pod in &pods {
         let node = pod["spec"]["nodeName"].as_str().expect("bound").to_string();
@@ -551,13 +545,8 @@ async fn a_failed_trainjob_says_on_the_hub_which_container_failed_and_its_last_w
     submit(&hub, &trainjob("doomed", 2, 60, json!({}))).await;
     let placed = placement(&hub, "doomed", running).await;
     let member = p.member(placed.spec.cluster.as_deref().expect("placed")).expect("member");
-    let pod = {
-        let store = member.sim.server.store().lock().expect("store");
-        let pods_rt = store.lookup("", "v1", "pods").expect("pods").clone();
-        let mine = |o: &serde_json::Value| o["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] == "doomed";
-        let pods = store.list(&pods_rt, Some("default"), &mine, None, None).0;
-        pods.iter().filter_map(|p| p["metadata"]["name"].as_str()).min().expect("a pod").to_string()
-    };
+    let pods = member_pods(member, "doomed");
+    let pod = pods.iter().filter_map(|p| p["metadata"]["name"].as_str()).min().expect("a pod").to_string();
     let traceback = format!("{}torch.OutOfMemoryError: CUDA out of memory", "x".repeat(5000));
     assert!(member.sim.fail_pod("default", &pod, &traceback));
     let failed = condition(&hub, "doomed", "Failed", "True").await;
@@ -578,13 +567,7 @@ async fn a_members_word_on_a_trainjobs_pod_reaches_the_hub_as_an_event_naming_me
     let placed = placement(&hub, "crashy", running).await;
     let cluster = placed.spec.cluster.clone().expect("placed");
     let member = p.member(&cluster).expect("member");
-    let pod = {
-        let store = member.sim.server.store().lock().expect("store");
-        let pods_rt = store.lookup("", "v1", "pods").expect("pods").clone();
-        let mine = |o: &serde_json::Value| o["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] == "crashy";
-        let pods = store.list(&pods_rt, Some("default"), &mine, None, None).0;
-        pods[0]["metadata"]["name"].as_str().expect("name").to_string()
-    };
+    let pod = member_pods(member, "crashy")[0]["metadata"]["name"].as_str().expect("name").to_string();
     let member_events: Api<Event> = Api::default_namespaced(member.sim.server.client_as("kubelet").expect("client"));
     for (name, reason, count) in [("backoff", "BackOff", 4), ("pulled", "Pulled", 1)] {
         let e: Event = serde_json::from_value(json!({"metadata": {"name": format!("{pod}.{name}")},
