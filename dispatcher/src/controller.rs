@@ -293,7 +293,8 @@ async fn apply(hub: &Client, plan: &Plan, written: &mut Written, metrics: &Metri
                         cluster = %placed.cluster,
                         locality = placed.locality.map_or("cluster", |l| l.as_str()),
                         epoch = w.spec.epoch,
-                        after = ?w.effect.redispatch.as_ref().map(|m| m.reason.as_str()),
+                        // Why it left the member it was on, if it was on one.
+                        moved = w.effect.redispatch.as_ref().map_or("-", |m| m.reason.as_str()),
                         "placed"
                     );
                 }
