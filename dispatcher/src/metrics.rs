@@ -262,30 +262,29 @@ impl Metrics {
             self.heartbeat_age.get_or_create(&labels).set(*age);
             now.heartbeat_age.insert(labels);
         }
-        for gone in shown.trainjobs.difference(&now.trainjobs) {
-            self.trainjobs.remove(gone);
-        }
-        for gone in shown.pending.difference(&now.pending) {
-            self.pending.remove(gone);
-        }
-        for gone in shown.cluster_gpus.difference(&now.cluster_gpus) {
-            self.cluster_gpus.remove(gone);
-        }
-        for gone in shown.queue_gpus.difference(&now.queue_gpus) {
-            self.queue_gpus.remove(gone);
-        }
         for (queue, age) in &f.oldest_pending {
             let labels = QueueLabel { queue: queue.clone() };
             self.oldest_pending.get_or_create(&labels).set(*age);
             now.oldest_pending.insert(labels);
         }
-        for gone in shown.heartbeat_age.difference(&now.heartbeat_age) {
-            self.heartbeat_age.remove(gone);
-        }
-        for gone in shown.oldest_pending.difference(&now.oldest_pending) {
-            self.oldest_pending.remove(gone);
-        }
+        retire(&self.trainjobs, &shown.trainjobs, &now.trainjobs);
+        retire(&self.pending, &shown.pending, &now.pending);
+        retire(&self.cluster_gpus, &shown.cluster_gpus, &now.cluster_gpus);
+        retire(&self.queue_gpus, &shown.queue_gpus, &now.queue_gpus);
+        retire(&self.heartbeat_age, &shown.heartbeat_age, &now.heartbeat_age);
+        retire(&self.oldest_pending, &shown.oldest_pending, &now.oldest_pending);
         *shown = now;
+    }
+}
+
+/// Removes from `family` the series shown before and not now.
+fn retire<L, M, C>(family: &Family<L, M, C>, before: &BTreeSet<L>, now: &BTreeSet<L>)
+where
+    L: Clone + std::hash::Hash + Eq + Ord,
+    C: prometheus_client::metrics::family::MetricConstructor<M>,
+{
+    for gone in before.difference(now) {
+        family.remove(gone);
     }
 }
 

@@ -115,8 +115,8 @@ impl Figures {
             let k = key(&job.tj.metadata);
             let (queue, gang, phase) = match &job.state {
                 JobState::Finished => continue,
-                JobState::Suspended(_) => (queue_of(job), None, JobPhase::Suspended),
-                JobState::Blocked => (queue_of(job), None, JobPhase::Pending),
+                JobState::Suspended(_) => (crate::translate::queue_name(job.tj), None, JobPhase::Suspended),
+                JobState::Blocked => (crate::translate::queue_name(job.tj), None, JobPhase::Pending),
                 JobState::Running(a) => (a.gang.queue.clone(), Some(&a.gang), JobPhase::Running),
                 JobState::Assumed(g) => (g.queue.clone(), Some(g), JobPhase::Placed),
                 JobState::Waiting(w) if placed_now.contains_key(&k) => {
@@ -173,11 +173,6 @@ impl Figures {
         }
         f
     }
-}
-
-/// The queue a TrainJob that did not translate names: its label, else `default`.
-fn queue_of(job: &Job<'_>) -> String {
-    crate::translate::queue_name(job.tj)
 }
 
 /// GPUs a placed gang holds, per flavor: each pod set's pods times its GPUs per pod, under the
