@@ -94,6 +94,11 @@ struct Target {
 enum Route {
     Json(Value),
     Resource(Box<Target>),
+    /// `pods/{name}/log`: not an object, a stream of text.
+    PodLog {
+        namespace: String,
+        name: String,
+    },
 }
 
 fn route(shared: &Shared, path: &str) -> Result<Route, ApiError> {
@@ -119,6 +124,9 @@ fn route(shared: &Shared, path: &str) -> Result<Route, ApiError> {
         }
         ["openapi", "v3"] => return Ok(Route::Json(json!({"paths": {}}))),
         ["healthz"] | ["readyz"] | ["livez"] => return Ok(Route::Json(Value::String("ok".into()))),
+        ["api", "v1", "namespaces", ns, "pods", name, "log"] => {
+            return Ok(Route::PodLog { namespace: ns.to_string(), name: name.to_string() });
+        }
         ["api", v, rest @ ..] => ("", *v, rest),
         ["apis", g, v, rest @ ..] => (*g, *v, rest),
         _ => return Err(not_found()),
@@ -275,7 +283,23 @@ async fn serve(
     }
     let target = match route(&shared, &path)? {
         Route::Json(v) if method == Method::GET => return Ok(json_response(200, &v)),
-        Route::Json(_) => return Err(ApiError::method_not_allowed(format!("{method} is not allowed on {path}"))),
+        Route::Json(_) | Route::PodLog { .. } if method != Method::GET => {
+            return Err(ApiError::method_not_allowed(format!("{method} is not allowed on {path}")));
+        }
+        Route::Json(_) => unreachable!("a GET of a JSON route is answered above"),
+        Route::PodLog { namespace, name } => {
+            shared.faults.record(|| Access {
+                user: token.clone(),
+                username: user.username.clone(),
+                verb: "get".into(),
+                group: String::new(),
+                resource: "pods".into(),
+                subresource: Some("log".into()),
+                namespace: Some(namespace.clone()),
+                name: Some(name.clone()),
+            });
+            return pod_log(shared, namespace, name, &q, req.uri().query().unwrap_or("")).await;
+        }
         Route::Resource(t) => *t,
     };
     let opts = WriteOptions {
@@ -306,6 +330,13 @@ async fn serve(
         namespace: target.namespace.clone(),
         name: target.name.clone(),
     });
+    if rt.group == "authentication.k8s.io" && rt.plural == "tokenreviews" {
+        if method != Method::POST {
+            return Err(ApiError::method_not_allowed(format!("{method} is not allowed on {path}")));
+        }
+        let body = parse_body(&read_body(req.into_body()).await?, &content_type)?;
+        return Ok(json_response(201, &token_review(&shared, body)?));
+    }
     match (method.clone(), target.name.clone()) {
         (Method::GET, None) if is_watch => watch(shared, target, &q, token, as_table.map(|v| (v, include))),
         (Method::GET, None) => list(&shared, &target, &q, as_table.map(|v| (v, include))),
@@ -409,6 +440,24 @@ async fn serve(
         }
         (m, _) => Err(ApiError::method_not_allowed(format!("{m} is not allowed on {path}"))),
     }
+}
+
+/// A TokenReview answered, as the API server's authenticator answers it for webhooks and
+/// proxies that authenticate their callers by the cluster's tokens.
+fn token_review(shared: &Shared, mut review: Value) -> Result<Value, ApiError> {
+    let token = review["spec"]["token"]
+        .as_str()
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| ApiError::invalid("TokenReview", "", vec![("spec.token".into(), "Required value".into())]))?;
+    let user = shared.auth.lock().map_err(|_| ApiError::internal("authenticator poisoned"))?.review(token);
+    review["status"] = match user {
+        Some(u) => json!({"authenticated": true, "user": {"username": u.username, "groups": u.groups},
+                          "audiences": review["spec"]["audiences"].clone()}),
+        None => json!({"authenticated": false, "error": "invalid bearer token"}),
+    };
+    review["apiVersion"] = "authentication.k8s.io/v1".into();
+    review["kind"] = "TokenReview".into();
+    Ok(review)
 }
 
 fn check_content_type(ct: &str, accepted: &[&str]) -> Result<(), ApiError> {
@@ -602,5 +651,152 @@ fn watch(
     });
     let mut r = Response::new(StreamBody::new(stream).boxed());
     r.headers_mut().insert("content-type", hyper::header::HeaderValue::from_static("application/json"));
+    Ok(r)
+}
+
+fn text_response(body: Body) -> Response<Body> {
+    let mut r = Response::new(body);
+    r.headers_mut().insert("content-type", hyper::header::HeaderValue::from_static("text/plain"));
+    r
+}
+
+/// How often a followed log is read again.
+const LOG_POLL: Duration = Duration::from_millis(100);
+/// How long the server waits to reach a kubelet before it answers 500.
+const KUBELET_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `GET pods/{name}/log`: from the kubelet endpoint the pod's Node names (proxied, as the real
+/// API server does), else from this server's own logs (the in-process kubelet's). A pod not yet
+/// bound to a Node has no log and gets an empty body, as on a real server.
+async fn pod_log(
+    shared: Arc<Shared>,
+    namespace: String,
+    name: String,
+    q: &BTreeMap<String, String>,
+    raw_query: &str,
+) -> Result<Response<Body>, ApiError> {
+    use super::logs::{self, LogKey, LogOptions};
+    let opts = LogOptions::parse(q)?;
+    let (pod, container, kubelet) = {
+        let store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
+        let pods = store.lookup("", "v1", "pods").cloned().ok_or_else(|| ApiError::not_found("resource", "pods"))?;
+        let pod = store.get(&pods, Some(&namespace), &name)?;
+        let container = logs::container_of(&pod, opts.container.as_deref())?;
+        let node = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()).map(str::to_string);
+        let Some(node) = node else { return Ok(text_response(Full::new(Bytes::new()).boxed())) };
+        let kubelet = store
+            .lookup("", "v1", "nodes")
+            .and_then(|nodes| store.get(nodes, None, &node).ok())
+            .and_then(|n| kubelet_endpoint(&n));
+        (pod, container, kubelet)
+    };
+    if let Some(addr) = kubelet {
+        let path = format!("/containerLogs/{namespace}/{name}/{container}?{raw_query}");
+        return proxy_to_kubelet(&addr, &path).await;
+    }
+    if opts.previous {
+        return Err(ApiError::bad_request(format!(
+            "previous terminated container \"{container}\" in pod \"{name}\" not found"
+        )));
+    }
+    if pod["status"]["phase"] == "Pending" {
+        return Err(ApiError::bad_request(format!(
+            "container \"{container}\" in pod \"{name}\" is waiting to start: ContainerCreating"
+        )));
+    }
+    let key = LogKey { namespace, pod: name, container };
+    let (lines, mut next, done) = read_log(&shared, &key, 0)?;
+    let now = super::time::unix_seconds();
+    let mut budget = opts.limit_bytes.unwrap_or(u64::MAX);
+    let mut take = move |text: String| -> Option<Bytes> {
+        let mut b = text.into_bytes();
+        b.truncate(b.len().min(budget.min(usize::MAX as u64) as usize));
+        budget -= b.len() as u64;
+        (!b.is_empty()).then(|| Bytes::from(b))
+    };
+    let first = take(opts.render(opts.first(&lines, now))).unwrap_or_default();
+    if !opts.follow || done || opts.limit_bytes.is_some_and(|l| first.len() as u64 >= l) {
+        return Ok(text_response(Full::new(first).boxed()));
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    tokio::spawn(async move {
+        if !first.is_empty() && tx.send(first).await.is_err() {
+            return;
+        }
+        loop {
+            tokio::time::sleep(LOG_POLL).await;
+            if shared.faults.is_partitioned() || tx.is_closed() {
+                return;
+            }
+            let Ok((lines, after, done)) = read_log(&shared, &key, next) else { return };
+            next = after;
+            if !lines.is_empty() {
+                let Some(b) = take(opts.render(&lines)) else { return };
+                if tx.send(b).await.is_err() {
+                    return;
+                }
+            }
+            if done {
+                return;
+            }
+        }
+    });
+    let stream =
+        futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|b| b.map(|b| Ok::<_, Infallible>(Frame::data(b)))));
+    Ok(text_response(StreamBody::new(stream).boxed()))
+}
+
+/// A container's log lines from sequence number `from` on, the number after them, and whether
+/// the pod has finished (or is gone), which ends a follow.
+fn read_log(
+    shared: &Shared,
+    key: &super::logs::LogKey,
+    from: u64,
+) -> Result<(Vec<super::logs::Line>, u64, bool), ApiError> {
+    let store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
+    let (lines, next) = store.logs.read(key, from);
+    let pod = store.lookup("", "v1", "pods").and_then(|rt| store.get(rt, Some(&key.namespace), &key.pod).ok());
+    Ok((lines, next, pod.is_none_or(|p| super::logs::finished(&p))))
+}
+
+/// `host:port` of the kubelet a Node names (`status.daemonEndpoints.kubeletEndpoint.Port` at
+/// its first address, in the API server's default preference), if it names one.
+fn kubelet_endpoint(node: &Value) -> Option<String> {
+    let port =
+        node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"].as_u64().filter(|p| (1..=65535).contains(p))?;
+    let addresses = node["status"]["addresses"].as_array()?;
+    let address = ["Hostname", "InternalDNS", "InternalIP", "ExternalDNS", "ExternalIP"].iter().find_map(|t| {
+        addresses.iter().find(|a| a["type"] == *t).and_then(|a| a["address"].as_str()).filter(|a| !a.is_empty())
+    })?;
+    Some(if address.contains(':') { format!("[{address}]:{port}") } else { format!("{address}:{port}") })
+}
+
+/// Streams a kubelet's answer back as the API server's, status code and all. Plain HTTP: the
+/// real server dials kubelets over HTTPS (see docs/testing.md).
+async fn proxy_to_kubelet(addr: &str, path: &str) -> Result<Response<Body>, ApiError> {
+    let failed = |e: &dyn std::fmt::Display| ApiError::internal(format!("Get \"http://{addr}{path}\": {e}"));
+    let stream = tokio::time::timeout(KUBELET_CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr))
+        .await
+        .map_err(|_| failed(&"dial tcp: i/o timeout"))?
+        .map_err(|e| failed(&e))?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.map_err(|e| failed(&e))?;
+    tokio::spawn(conn);
+    let req =
+        Request::get(path).header("host", addr).body(http_body_util::Empty::<Bytes>::new()).map_err(|e| failed(&e))?;
+    let resp = sender.send_request(req).await.map_err(|e| failed(&e))?;
+    let (parts, body) = resp.into_parts();
+    // A kubelet that drops the connection ends the stream, as a closed log does.
+    let frames = futures::stream::unfold(body, |mut body| async move {
+        match body.frame().await {
+            Some(Ok(frame)) => Some((Ok::<_, Infallible>(frame), body)),
+            _ => None,
+        }
+    });
+    let mut r = Response::new(StreamBody::new(frames).boxed());
+    *r.status_mut() = parts.status;
+    if let Some(ct) = parts.headers.get("content-type") {
+        r.headers_mut().insert("content-type", ct.clone());
+    }
     Ok(r)
 }

@@ -10,6 +10,7 @@
 pub mod auth;
 pub mod cel;
 mod http;
+pub mod logs;
 pub mod patch;
 pub mod policy;
 pub mod protobuf;

@@ -84,6 +84,8 @@ pub fn builtins() -> Vec<ResourceType> {
         builtin("", "v1", "ServiceAccount", "serviceaccounts", true, false, &["sa"]),
         builtin("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", true, true, &["pvc"]),
         builtin("coordination.k8s.io", "v1", "Lease", "leases", true, false, &[]),
+        // Create only, answered and never stored (see `http::token_review`).
+        builtin("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", false, false, &[]),
         builtin("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", false, false, &["pc"]),
         builtin("batch", "v1", "Job", "jobs", true, true, &[]),
         builtin(

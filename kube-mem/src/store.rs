@@ -73,6 +73,8 @@ pub struct Store {
     pub tx: broadcast::Sender<Signal>,
     /// Validating admission, in the order added.
     validators: Vec<Arc<dyn Validator>>,
+    /// What the pods' containers wrote (the in-process kubelet's), forgotten with the pod.
+    pub logs: super::logs::ContainerLogs,
 }
 
 /// A validating admission step, as a ValidatingWebhookConfiguration (or a validating admission
@@ -156,7 +158,7 @@ pub enum Part {
     Status,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct WriteOptions {
     pub strict: bool,
     pub dry_run: bool,
@@ -185,6 +187,7 @@ impl Store {
             history: VecDeque::new(),
             history_bytes: 0,
             history_limit_bytes: input_limits::WATCH_HISTORY_BYTES,
+            logs: Default::default(),
             oldest_rv: 1,
             uid_seed: seed & 0xffff_ffff,
             uid_counter: 0,
@@ -707,6 +710,9 @@ impl Store {
         }
         if rt.plural == "customresourcedefinitions" {
             self.unregister_crd(&obj);
+        }
+        if rt.group.is_empty() && rt.plural == "pods" {
+            self.logs.forget_pod(&key.0, &key.1);
         }
         if let Some(uid) = meta_str(&obj, "uid").map(str::to_string) {
             self.collect_garbage(&uid);
