@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand};
 
 mod dev;
+mod logs;
 use simulator::engine::SimOptions;
 use simulator::fleet_file::{FleetFileError, FleetSpec};
 use simulator::machines::{MachineListFormat, fleet_from_machine_list};
@@ -55,6 +56,11 @@ enum Command {
     /// Why a TrainJob on the hub is where it is: for one that waits, the cycle's reason, its
     /// place in its queue, when capacity is reserved for it, and what each member alone answers.
     Explain(ExplainArgs),
+    /// Print a TrainJob's log from the hub (its node 0 by default), wherever it runs.
+    Logs(logs::LogsArgs),
+    /// Serve the members' pod logs to the hub's API server (as their virtual Nodes' kubelet),
+    /// over connections the members' agents make (manifests/hub-relay).
+    Relay(logs::RelayArgs),
 }
 
 #[derive(Debug, Args)]
@@ -172,6 +178,18 @@ struct AgentArgs {
     /// A gang not running this long (seconds) after its JobSet was made is reported Unschedulable.
     #[arg(long, default_value_t = 600)]
     start_timeout_seconds: u64,
+    /// The log relay's tunnel URL (`stowage relay --tunnel-addr`), which this agent dials to
+    /// serve its member's pod logs to the hub; with --log-relay-kubelet. Without, the hub has
+    /// no logs of this member's pods.
+    #[arg(long, requires = "log_relay_kubelet")]
+    log_relay: Option<String>,
+    /// HOST:PORT the hub's API server reaches the relay's kubelet face at (`stowage relay
+    /// --kubelet-addr`), written on this member's virtual Node.
+    #[arg(long, requires = "log_relay")]
+    log_relay_kubelet: Option<String>,
+    /// PEM CA that signed the relay's certificate; default: the hub kubeconfig's CA.
+    #[arg(long, requires = "log_relay")]
+    log_relay_ca: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -314,6 +332,14 @@ enum CliError {
     Dev(#[from] dev::DevError),
     #[error(transparent)]
     Webhook(#[from] dispatcher::webhook::WebhookError),
+    #[error("the log relay")]
+    Serve(#[from] kube_shell::serve::ServeError),
+    #[error("reading the log of pod {pod}")]
+    Log {
+        pod: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("starting the async runtime")]
     Runtime(#[source] std::io::Error),
     #[error("{what}: {message}")]
@@ -377,6 +403,8 @@ fn main() -> ExitCode {
         Command::Dispatcher(args) => dispatcher_command(args),
         Command::Agent(args) => agent_command(args),
         Command::Webhook(args) => webhook_command(args),
+        Command::Logs(args) => logs::logs_command(args),
+        Command::Relay(args) => logs::relay_command(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -468,8 +496,14 @@ fn gpu_sharing(dir: &std::path::Path, args: &SimulateArgs) -> Result<(), CliErro
 }
 
 async fn kube_client(path: Option<&std::path::Path>, what: &str) -> Result<kube::Client, CliError> {
+    let config = kube_config(path, what).await?;
+    kube::Client::try_from(config).map_err(|e| CliError::Setup { what: what.to_string(), message: e.to_string() })
+}
+
+/// A kubeconfig's client configuration (`path`, else the usual resolution).
+async fn kube_config(path: Option<&std::path::Path>, what: &str) -> Result<kube::Config, CliError> {
     let setup = |message: String| CliError::Setup { what: what.to_string(), message };
-    let config = match path {
+    Ok(match path {
         Some(p) => {
             let kc = kube::config::Kubeconfig::read_from(p).map_err(|e| setup(format!("{}: {e}", p.display())))?;
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
@@ -477,8 +511,7 @@ async fn kube_client(path: Option<&std::path::Path>, what: &str) -> Result<kube:
                 .map_err(|e| setup(e.to_string()))?
         }
         None => kube::Config::infer().await.map_err(|e| setup(e.to_string()))?,
-    };
-    kube::Client::try_from(config).map_err(|e| setup(e.to_string()))
+    })
 }
 
 fn gang_scheduler(arg: Option<GangSchedulerArg>) -> trainer_render::GangScheduler {
@@ -583,8 +616,17 @@ fn agent_command(args: AgentArgs) -> Result<(), CliError> {
     let node_labels = member_agent::config::node_label_keys(&args.node_labels)
         .map_err(|e| CliError::Setup { what: "--node-labels".into(), message: e.to_string() })?;
     let rt = tokio::runtime::Runtime::new().map_err(CliError::Runtime)?;
+    let kubelet = match args.log_relay_kubelet.as_deref() {
+        Some(k) => Some(member_agent::mirror::KubeletEndpoint::parse(k).ok_or_else(|| CliError::Setup {
+            what: "--log-relay-kubelet".into(),
+            message: format!("{k:?} is not HOST:PORT"),
+        })?),
+        None => None,
+    };
     rt.block_on(async {
-        let hub = kube_client(Some(&args.hub_kubeconfig), "hub kubeconfig").await?;
+        let hub_config = kube_config(Some(&args.hub_kubeconfig), "hub kubeconfig").await?;
+        let hub = kube::Client::try_from(hub_config.clone())
+            .map_err(|e| CliError::Setup { what: "hub kubeconfig".into(), message: e.to_string() })?;
         let member = kube_client(args.member_kubeconfig.as_deref(), "member kubeconfig").await?;
         let mut registry = prometheus_client::registry::Registry::default();
         let shared = kube_shell::metrics::Shared::register(&mut registry);
@@ -603,9 +645,14 @@ fn agent_command(args: AgentArgs) -> Result<(), CliError> {
                 start_timeout: Duration::from_secs(args.start_timeout_seconds),
             },
             metrics: member_agent::metrics::Metrics::register(&mut registry, &shared),
+            kubelet,
         };
         let ready = cfg.metrics.ready.clone();
         tokio::spawn(kube_shell::health::serve(args.health_addr, std::sync::Arc::new(registry), ready));
+        if let Some(url) = &args.log_relay {
+            let relay = logs::relay_client(hub_config.clone(), url, args.log_relay_ca.as_deref())?;
+            tokio::spawn(member_agent::logs::tunnel::run(relay, member.clone(), cfg.cluster.clone()));
+        }
         tokio::select! {
             _ = member_agent::controller::run(hub, member, cfg) => {}
             _ = tokio::signal::ctrl_c() => {}

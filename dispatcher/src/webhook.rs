@@ -10,9 +10,7 @@ use std::sync::Arc;
 use api::trainer::{ClusterTrainingRuntime, Runtime, TrainJob, TrainingRuntime};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use kube::Client;
 use kube::api::{Api, DynamicObject};
 use kube::core::Status;
@@ -23,27 +21,11 @@ use tracing::Instrument;
 /// Trainer points here unchanged.
 pub const PATH: &str = "/validate-trainer-kubeflow-org-v1alpha1-trainjob";
 use input_limits::MAX_ADMISSION_REVIEW_BYTES as MAX_REVIEW_BYTES;
-/// The API server calls with a 10 s timeout; a TLS handshake slower than this is not it.
-const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum WebhookError {
-    #[error("reading {path}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path} holds no {what}")]
-    Pem { path: String, what: &'static str },
-    #[error("the TLS certificate and key")]
-    Tls(#[source] tokio_rustls::rustls::Error),
-    #[error("listening on {addr}")]
-    Listen {
-        addr: SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("the webhook's endpoint")]
+    Serve(#[from] kube_shell::serve::ServeError),
 }
 
 /// The runtime a TrainJob names, as the hub holds it; `None` when there is none.
@@ -161,57 +143,32 @@ async fn review(hub: &Client, body: &[u8]) -> Response<Full<Bytes>> {
 /// The TLS configuration from a PEM certificate chain and private key (a `kubernetes.io/tls`
 /// Secret's `tls.crt` and `tls.key`, mounted).
 pub fn tls(cert: &std::path::Path, key: &std::path::Path) -> Result<tokio_rustls::rustls::ServerConfig, WebhookError> {
-    use tokio_rustls::rustls::pki_types::pem::PemObject;
-    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let read = |p: &std::path::Path| {
-        std::fs::read(p).map_err(|source| WebhookError::Read { path: p.display().to_string(), source })
-    };
-    let certs: Vec<CertificateDer<'static>> =
-        CertificateDer::pem_slice_iter(&read(cert)?).filter_map(Result::ok).collect();
-    if certs.is_empty() {
-        return Err(WebhookError::Pem { path: cert.display().to_string(), what: "certificate" });
-    }
-    let key = PrivateKeyDer::from_pem_slice(&read(key)?)
-        .map_err(|_| WebhookError::Pem { path: key.display().to_string(), what: "private key" })?;
-    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
-    tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .and_then(|b| b.with_no_client_auth().with_single_cert(certs, key))
-        .map_err(WebhookError::Tls)
+    Ok(kube_shell::serve::tls(cert, key, None)?)
+}
+
+fn plain(code: StatusCode, text: &'static str) -> Response<kube_shell::serve::Body> {
+    let mut r = Response::new(Full::new(Bytes::from_static(text.as_bytes())).boxed());
+    *r.status_mut() = code;
+    r
 }
 
 /// Serves reviews at [`PATH`] over TLS until the process ends.
 pub async fn serve(addr: SocketAddr, tls: tokio_rustls::rustls::ServerConfig, hub: Client) -> Result<(), WebhookError> {
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| WebhookError::Listen { addr, source })?;
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    let listener = kube_shell::serve::bind(addr).await?;
     tracing::info!(%addr, path = PATH, "serving TrainJob admission");
-    loop {
-        let Ok((stream, _)) = listener.accept().await else { continue };
-        let (acceptor, hub) = (acceptor.clone(), hub.clone());
-        tokio::spawn(async move {
-            // A client that fails or stalls the handshake is its own problem; it holds no task.
-            let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
-            let Ok(Ok(stream)) = handshake else { return };
-            let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
-                let hub = hub.clone();
-                async move {
-                    if req.uri().path() != PATH {
-                        let mut r = Response::new(Full::new(Bytes::from_static(b"not found")));
-                        *r.status_mut() = StatusCode::NOT_FOUND;
-                        return Ok::<_, std::convert::Infallible>(r);
-                    }
-                    let body = match Limited::new(req.into_body(), MAX_REVIEW_BYTES).collect().await {
-                        Ok(b) => b.to_bytes(),
-                        Err(_) => {
-                            let mut r = Response::new(Full::new(Bytes::from_static(b"review too large")));
-                            *r.status_mut() = StatusCode::PAYLOAD_TOO_LARGE;
-                            return Ok(r);
-                        }
-                    };
-                    Ok(review(&hub, &body).await)
-                }
-            });
-            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
-        });
-    }
+    let handler: kube_shell::serve::Handler = Arc::new(move |req: Request<hyper::body::Incoming>| {
+        let hub = hub.clone();
+        Box::pin(async move {
+            if req.uri().path() != PATH {
+                return plain(StatusCode::NOT_FOUND, "not found");
+            }
+            let body = match Limited::new(req.into_body(), MAX_REVIEW_BYTES).collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(_) => return plain(StatusCode::PAYLOAD_TOO_LARGE, "review too large"),
+            };
+            review(&hub, &body).await.map(|b| b.boxed())
+        })
+    });
+    kube_shell::serve::serve(listener, Some(Arc::new(tls)), handler).await;
+    Ok(())
 }

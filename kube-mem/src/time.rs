@@ -5,6 +5,11 @@ pub fn unix_seconds() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
 
+/// The wall clock, in Unix nanoseconds (log lines are stamped so).
+pub fn unix_nanos() -> i128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128)
+}
+
 /// Now, as metadata timestamps are written.
 pub fn now_rfc3339() -> String {
     rfc3339(unix_seconds())

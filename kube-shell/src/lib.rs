@@ -1,7 +1,7 @@
 //! What every controller shell of Stowage needs and none of them should write twice: watches
 //! that keep caches and wake the controller ([`watch`]), the back-off after a failed round
-//! ([`backoff`]), Events counted as kubectl shows them ([`events`]), the `/healthz`, `/readyz`, `/metrics` endpoint ([`health`]) and the metrics
-//! every controller shares ([`metrics`]).
+//! ([`backoff`]), Events counted as kubectl shows them ([`events`]), the `/healthz`, `/readyz`, `/metrics` endpoint ([`health`]), the metrics
+//! every controller shares ([`metrics`]) and the HTTP(S) endpoints the cluster calls ([`serve`]).
 //!
 //! No Stowage types and no decisions live here: the dispatcher and the agent are peers that both
 //! sit on this crate; neither depends on the other.
@@ -10,6 +10,7 @@ pub mod backoff;
 pub mod events;
 pub mod health;
 pub mod metrics;
+pub mod serve;
 pub mod watch;
 
 /// An error and every cause under it, `outer: inner: …`: how a controller logs a failure, so

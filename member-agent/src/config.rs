@@ -60,6 +60,9 @@ pub struct AgentConfig {
     pub capabilities: Capabilities,
     pub timing: Timing,
     pub metrics: Metrics,
+    /// Where the hub reads this member's pod logs (the log relay), written on its virtual
+    /// Node; `None` when no relay serves them.
+    pub kubelet: Option<crate::mirror::KubeletEndpoint>,
 }
 
 /// The agent's timers.

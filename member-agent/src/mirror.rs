@@ -14,7 +14,8 @@ use std::sync::Arc;
 
 use api::stowage::{CLUSTER_LABEL, PlacementKey};
 use k8s_openapi::api::core::v1::{
-    Container, Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodSpec, Taint, Toleration,
+    Container, DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus, Pod,
+    PodSpec, Taint, Toleration,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
@@ -30,9 +31,29 @@ pub fn node_name(cluster: &str) -> String {
     format!("stowage-{cluster}")
 }
 
+/// Where the hub's API server reads the logs of a member's pods: the log relay's kubelet face
+/// (see [`crate::logs`]), written on the virtual Node as a kubelet's address and port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeletEndpoint {
+    /// An IP address or a host name the hub's API server resolves.
+    pub address: String,
+    pub port: u16,
+}
+
+impl KubeletEndpoint {
+    /// `HOST:PORT` (an IPv6 address in brackets).
+    pub fn parse(s: &str) -> Option<KubeletEndpoint> {
+        let (host, port) = s.rsplit_once(':')?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let port = port.parse::<u16>().ok().filter(|p| *p > 0)?;
+        (!host.is_empty()).then(|| KubeletEndpoint { address: host.to_string(), port })
+    }
+}
+
 /// Member `cluster` as a hub Node: tainted, labelled with its member, Ready while its agent
-/// reports, with the member's GPUs as capacity.
-pub fn virtual_node(cluster: &str, gpus: u64, now: Timestamp) -> Node {
+/// reports, with the member's GPUs as capacity and, when a relay serves its logs, the relay as
+/// its kubelet.
+pub fn virtual_node(cluster: &str, gpus: u64, now: Timestamp, kubelet: Option<&KubeletEndpoint>) -> Node {
     let gpus: BTreeMap<String, Quantity> = [("nvidia.com/gpu".to_string(), Quantity(gpus.to_string()))].into();
     Node {
         metadata: ObjectMeta {
@@ -67,6 +88,12 @@ pub fn virtual_node(cluster: &str, gpus: u64, now: Timestamp) -> Node {
                 last_heartbeat_time: Some(Time(now)),
                 last_transition_time: Some(Time(now)),
             }]),
+            addresses: kubelet.map(|k| {
+                let kind = if k.address.parse::<std::net::IpAddr>().is_ok() { "InternalIP" } else { "Hostname" };
+                vec![NodeAddress { type_: kind.into(), address: k.address.clone() }]
+            }),
+            daemon_endpoints: kubelet
+                .map(|k| NodeDaemonEndpoints { kubelet_endpoint: Some(DaemonEndpoint { port: i32::from(k.port) }) }),
             ..Default::default()
         }),
     }

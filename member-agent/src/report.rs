@@ -67,10 +67,18 @@ pub(crate) async fn deliver(
         reported = true;
     }
     cfg.metrics.jobsets(&cfg.cluster, &round.jobsets);
+    let log_tails = &round.log_tails;
     let written: Vec<(String, String, Result<(), Error>)> = futures::stream::iter(round.statuses)
-        .map(|(ns, name, status)| {
-            let hub = hub.clone();
+        .map(|(ns, name, mut status)| {
+            let (hub, member) = (hub.clone(), member.clone());
+            let log = log_tails.get(&(ns.clone(), name.clone())).cloned();
             async move {
+                if let (Some((pod, container)), Some(message)) = (log, status.message.as_mut()) {
+                    if let Some(lines) = last_log_lines(&member, &ns, &pod, &container).await {
+                        message.push_str(": last log lines:\n");
+                        message.push_str(&lines);
+                    }
+                }
                 let result = write_status(&hub, &ns, &name, &status).await;
                 (ns, name, result)
             }
@@ -92,6 +100,29 @@ pub(crate) async fn deliver(
         }
     }
     first_error.map_or(Ok(Delivered { reported, cleaned, relayed }), Err)
+}
+
+/// How long the agent waits for a failed container's log before it reports without it.
+const LOG_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The end of a failed container's log on the member (its last lines, at most 1 KiB), when it
+/// can be read in time; a status without them is still worth writing.
+async fn last_log_lines(member: &Client, ns: &str, pod: &str, container: &str) -> Option<String> {
+    let params = kube::api::LogParams {
+        container: Some(container.to_string()),
+        tail_lines: Some(20),
+        limit_bytes: Some(64 << 10),
+        ..Default::default()
+    };
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(member.clone(), ns);
+    match tokio::time::timeout(LOG_READ_TIMEOUT, pods.logs(pod, &params)).await {
+        Ok(Ok(text)) => Some(crate::status::tail(&text).to_string()).filter(|t| !t.is_empty()),
+        Ok(Err(e)) => {
+            tracing::debug!(pod = %format!("{ns}/{pod}"), error = %e, "the failed container's log");
+            None
+        }
+        Err(_) => None,
+    }
 }
 
 /// Writes the hub's copies of the member's TrainJob pods (`mirror`): created, then given their
@@ -150,7 +181,7 @@ async fn write_copies(hub: &Client, plan: MirrorPlan) -> Result<(), Error> {
 /// The member's virtual Node on the hub, made or refreshed with each heartbeat: its GPUs, and
 /// Ready with the time of this report.
 async fn write_virtual_node(hub: &Client, cfg: &AgentConfig, gpus: u64) -> Result<(), Error> {
-    let node = mirror::virtual_node(&cfg.cluster, gpus, k8s_openapi::jiff::Timestamp::now());
+    let node = mirror::virtual_node(&cfg.cluster, gpus, k8s_openapi::jiff::Timestamp::now(), cfg.kubelet.as_ref());
     let name = mirror::node_name(&cfg.cluster);
     let api = Api::<Node>::all(hub.clone());
     let what = || format!("writing the hub's virtual Node {name}");

@@ -65,11 +65,29 @@ fn of_jobset<'p>(pods: &'p [Arc<Pod>], ns: &'p str, jobset: &'p str) -> impl Ite
 /// traceback says what went wrong.
 const TERMINATION_TAIL: usize = 1024;
 
+/// Why a failed JobSet failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Failure {
+    /// The sentence: pod, container, reason, exit code and the end of its termination message.
+    pub(crate) words: String,
+    /// The pod and container whose last log lines should follow, when it left no termination
+    /// message (the shell reads them: I/O).
+    pub(crate) log: Option<(String, String)>,
+}
+
+/// The end of `text`, at most [`TERMINATION_TAIL`] characters: where a traceback says what went
+/// wrong.
+pub(crate) fn tail(text: &str) -> &str {
+    let text = text.trim();
+    let start = text.char_indices().rev().nth(TERMINATION_TAIL - 1).map_or(0, |(i, _)| i);
+    &text[start..]
+}
+
 /// Why a failed JobSet failed, from its pods: the first (by name) container that ended with a
 /// non-zero exit, its reason and code, and the end of its termination message (what a
 /// container writes to /dev/termination-log, or its last log lines with
-/// `terminationMessagePolicy: FallbackToLogsOnError`).
-pub(crate) fn failure(pods: &[Arc<Pod>], ns: &str, jobset: &str) -> Option<String> {
+/// `terminationMessagePolicy: FallbackToLogsOnError`); without one, its log is to be read.
+pub(crate) fn failure(pods: &[Arc<Pod>], ns: &str, jobset: &str) -> Option<Failure> {
     of_jobset(pods, ns, jobset)
         .filter_map(|p| {
             let statuses = p.status.as_ref()?.container_statuses.as_ref()?;
@@ -78,21 +96,22 @@ pub(crate) fn failure(pods: &[Arc<Pod>], ns: &str, jobset: &str) -> Option<Strin
                 let last = c.last_state.as_ref().and_then(|s| s.terminated.as_ref());
                 Some((c.name.as_str(), state.or(last).filter(|t| t.exit_code != 0)?))
             })?;
+            let pod = p.metadata.name.clone().unwrap_or_default();
             let mut words = format!(
-                "pod {} container {container}: {} (exit code {})",
-                p.metadata.name.as_deref().unwrap_or_default(),
+                "pod {pod} container {container}: {} (exit code {})",
                 ended.reason.as_deref().unwrap_or("Error"),
                 ended.exit_code
             );
-            if let Some(m) = ended.message.as_deref().map(str::trim).filter(|m| !m.is_empty()) {
-                let start = m.char_indices().rev().nth(TERMINATION_TAIL - 1).map_or(0, |(i, _)| i);
+            let message = ended.message.as_deref().map(tail).filter(|m| !m.is_empty());
+            if let Some(m) = message {
                 words.push_str(": ");
-                words.push_str(&m[start..]);
+                words.push_str(m);
             }
-            Some((p.metadata.name.clone(), words))
+            let log = message.is_none().then(|| (pod.clone(), container.to_string()));
+            Some((pod, Failure { words, log }))
         })
-        .min()
-        .map(|(_, words)| words)
+        .min_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, failure)| failure)
 }
 
 /// The first reason (by pod name) a pod of this JobSet gives for not being scheduled.

@@ -85,6 +85,9 @@ pub(crate) struct Round {
     pub(crate) relays: Vec<Relay>,
     /// Fenced while the hub was out of reach and no longer placed here: their companions go.
     pub(crate) gone: Vec<((String, i64), String)>,
+    /// Failed Placements whose failing container left no termination message: its pod and
+    /// container, whose last log lines the shell adds to the status message.
+    pub(crate) log_tails: BTreeMap<(String, String), (String, String)>,
 }
 
 impl Round {
@@ -168,7 +171,10 @@ pub(crate) fn survey(
                     && let Some(why) = failure(&caches.trainjob_pods.state(), &ns, &js.name_any())
                 {
                     let jobset = status.message.take().unwrap_or_else(|| "jobset failed".into());
-                    status.message = Some(format!("{jobset}; {why}"));
+                    status.message = Some(format!("{jobset}; {}", why.words));
+                    if let Some(log) = why.log {
+                        survey.round.log_tails.insert((ns.clone(), name.clone()), log);
+                    }
                 }
                 if status.phase == PlacementPhase::Running && phase != Some(PlacementPhase::Running) {
                     survey.round.started.insert((ns.clone(), name.clone()), age);

@@ -71,6 +71,7 @@ pub(crate) fn config() -> AgentConfig {
         capabilities: Capabilities::default(),
         timing: Timing::default(),
         metrics: Metrics::default(),
+        kubelet: None,
     }
 }
 

@@ -54,13 +54,22 @@ pub fn dispatcher_token(replica: usize) -> String {
     format!("dispatcher-{replica}-{}", secret())
 }
 
+/// The ServiceAccount the log relay runs as (manifests/hub-relay).
+pub const RELAY_SERVICE_ACCOUNT: &str = "stowage-relay";
+
+pub fn relay_token() -> String {
+    format!("relay-{}", secret())
+}
+
 pub fn admin_token() -> String {
     format!("admin-{}", secret())
 }
 
-/// Registers the administrator, the dispatchers (up to 8 replicas) and every member's agent.
+/// Registers the administrator, the dispatchers (up to 8 replicas), the log relay and every
+/// member's agent.
 pub fn register(hub: &ApiServer, fleet: &FleetSpec) {
     hub.add_user(&admin_token(), UserInfo::admin());
+    hub.add_user(&relay_token(), UserInfo::service_account(SYSTEM_NAMESPACE, RELAY_SERVICE_ACCOUNT));
     for i in 0..8 {
         hub.add_user(&dispatcher_token(i), UserInfo::service_account(SYSTEM_NAMESPACE, DISPATCHER_SERVICE_ACCOUNT));
     }

@@ -106,10 +106,37 @@ pub struct Member {
     agent: Option<JoinHandle<()>>,
 }
 
+/// The hub's log relay (`stowage relay`): its kubelet face, which the members' virtual Nodes
+/// name, and its tunnel, which the agents dial; plain HTTP on loopback.
+#[derive(Debug)]
+pub struct LogRelay {
+    pub kubelet: std::net::SocketAddr,
+    pub tunnel: std::net::SocketAddr,
+    tasks: [JoinHandle<()>; 2],
+}
+
+impl LogRelay {
+    async fn start(hub: Client) -> Result<LogRelay, PlaygroundError> {
+        use kube_shell::serve::{bind, serve};
+        let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        let listen = |e: kube_shell::serve::ServeError| setup("log relay")(kube_shell::error_chain(&e));
+        let (kubelet, tunnel) = (bind(loopback).await.map_err(listen)?, bind(loopback).await.map_err(listen)?);
+        let addr = |l: &tokio::net::TcpListener| l.local_addr().map_err(|e| setup("log relay")(e.to_string()));
+        let (kubelet_addr, tunnel_addr) = (addr(&kubelet)?, addr(&tunnel)?);
+        let relay = member_agent::logs::relay::Relay::new(hub, member_agent::logs::relay::AGENT_PREFIX);
+        let tasks = [
+            tokio::spawn(serve(kubelet, None, relay.kubelet_handler())),
+            tokio::spawn(serve(tunnel, None, relay.tunnel_handler())),
+        ];
+        Ok(LogRelay { kubelet: kubelet_addr, tunnel: tunnel_addr, tasks })
+    }
+}
+
 /// A running playground; dropping it stops everything.
 #[derive(Debug)]
 pub struct Playground {
     pub hub_server: ApiServer,
+    pub log_relay: LogRelay,
     pub members: Vec<Member>,
     dispatchers: Vec<Option<JoinHandle<()>>>,
     options: PlaygroundOptions,
@@ -117,7 +144,8 @@ pub struct Playground {
 
 impl Drop for Playground {
     fn drop(&mut self) {
-        for t in self.dispatchers.iter().flatten().chain(self.members.iter().filter_map(|m| m.agent.as_ref())) {
+        let agents = self.members.iter().filter_map(|m| m.agent.as_ref());
+        for t in self.dispatchers.iter().flatten().chain(agents).chain(&self.log_relay.tasks) {
             t.abort();
         }
     }
@@ -210,6 +238,9 @@ impl Playground {
         )
         .await?;
 
+        let relay_hub =
+            hub_server.client_as(&credentials::relay_token()).map_err(|e| setup("relay client")(e.to_string()))?;
+        let log_relay = LogRelay::start(relay_hub).await?;
         let mut members = Vec::new();
         for c in &fleet.clusters {
             let sim = SimulatedMember::start(c, durations_on(&hub_server))
@@ -233,10 +264,14 @@ impl Playground {
                 capabilities: Capabilities { gang_scheduler: options.gang_scheduler, ..Capabilities::default() },
                 timing: options.timing,
                 metrics: options.agent_metrics.clone(),
+                kubelet: Some(member_agent::mirror::KubeletEndpoint {
+                    address: log_relay.kubelet.ip().to_string(),
+                    port: log_relay.kubelet.port(),
+                }),
             };
             members.push(Member { name: c.name.clone(), sim, config, agent: None });
         }
-        let mut p = Playground { hub_server, members, dispatchers: Vec::new(), options };
+        let mut p = Playground { hub_server, log_relay, members, dispatchers: Vec::new(), options };
         for name in p.members.iter().map(|m| m.name.clone()).collect::<Vec<_>>() {
             p.start_agent(&name)?;
         }
@@ -295,9 +330,20 @@ impl Playground {
         }
         let config = m.config.clone();
         let cluster = m.name.clone();
+        let relay = {
+            let url =
+                format!("http://{}", self.log_relay.tunnel).parse().map_err(|e| setup("relay URL")(format!("{e}")))?;
+            let mut config = kube::Config::new(url);
+            config.auth_info.token = Some(credentials::agent_token(name).into());
+            Client::try_from(config).map_err(|e| setup("relay client")(e.to_string()))?
+        };
         m.agent = Some(tokio::spawn(async move {
             match credentials::client_from_kubeconfig(&kubeconfig).await {
-                Ok(hub) => member_agent::controller::run(hub, member, config).await,
+                Ok(hub) => {
+                    // The agent and its end of the log tunnel live and die together, as in one pod.
+                    let tunnel = member_agent::logs::tunnel::run(relay, member.clone(), cluster.clone());
+                    tokio::join!(member_agent::controller::run(hub, member, config), tunnel);
+                }
                 Err(e) => {
                     tracing::error!(member = %cluster, error = %e, "the agent's hub kubeconfig does not make a client")
                 }

@@ -5,7 +5,9 @@
 //! then succeed after the JobSet's simulated duration (annotation
 //! `stowage.dev/simulated-duration-seconds`, 10 s when absent) or fail when a test says so;
 //! JobSet status and conditions are written as the JobSet controller writes them. A gang that
-//! cannot be bound within its PodGroup timeout stays Pending with the scheduler's reason.
+//! cannot be bound within its PodGroup timeout stays Pending with the scheduler's reason. Each
+//! container writes a few log lines, served by the member's `pods/{name}/log`: its command, its
+//! rank and node when it starts, its exit code when it ends.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -100,15 +102,30 @@ impl SimulatedMember {
         Ok(SimulatedMember { name: cluster.name.clone(), server, controller })
     }
 
-    /// Makes a running pod fail (exit code 1, `message` as its termination message), as a
-    /// crashed process would.
+    /// Makes a running pod fail (exit code 1, `message` as its termination message and the end
+    /// of its log), as a crashed process would.
     pub fn fail_pod(&self, namespace: &str, name: &str, message: &str) -> bool {
+        self.end_pod(namespace, name, message, Some(message))
+    }
+
+    /// Makes a running pod fail having written `last_words` to its log only, as a process that
+    /// leaves no termination message: the log is all there is to read.
+    pub fn crash_pod(&self, namespace: &str, name: &str, last_words: &str) -> bool {
+        self.end_pod(namespace, name, last_words, None)
+    }
+
+    fn end_pod(&self, namespace: &str, name: &str, log: &str, termination: Option<&str>) -> bool {
         let Ok(mut store) = self.server.store().lock() else { return false };
         let rt = builtin(&store, "", "v1", "pods");
         let Ok(mut pod) = store.get(&rt, Some(namespace), name) else { return false };
+        write_log(&mut store, &pod, &format!("{log}\n{}", exit_line(1)));
+        let mut terminated = json!({"exitCode": 1, "reason": "Error"});
+        if let Some(m) = termination {
+            terminated["message"] = m.into();
+        }
         pod["status"]["phase"] = "Failed".into();
         pod["status"]["containerStatuses"] = json!([{"name": "node", "ready": false, "restartCount": 0, "image": "", "imageID": "",
-            "state": {"terminated": {"exitCode": 1, "reason": "Error", "message": message}}}]);
+            "state": {"terminated": terminated}}]);
         store.update(&rt, Some(namespace), name, pod, Part::Status, &write_options()).is_ok()
     }
 }
@@ -502,7 +519,8 @@ fn schedule(store: &mut Store) {
             for (pod, node, _) in binding {
                 if let Ok(mut obj) = store.get(&pods_rt, Some(&ns), &pod) {
                     obj["spec"]["nodeName"] = node.into();
-                    if store.update(&pods_rt, Some(&ns), &pod, obj, Part::Main, &write_options()).is_ok() {
+                    if store.update(&pods_rt, Some(&ns), &pod, obj.clone(), Part::Main, &write_options()).is_ok() {
+                        write_log(store, &obj, &start_lines(&obj));
                         let status = json!({"status": {"phase": "Running", "startTime": kube_mem::time::now_rfc3339(),
                             "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]}});
                         let _ = store.update(&pods_rt, Some(&ns), &pod, status, Part::Status, &write_options());
@@ -571,9 +589,55 @@ fn kubelet(store: &mut Store, jobsets_rt: &ResourceType, duration_of: &DurationO
         .collect();
     for (ns, name) in done {
         if let Ok(mut obj) = store.get(&pods_rt, Some(&ns), &name) {
+            write_log(store, &obj, &exit_line(0));
             obj["status"]["phase"] = "Succeeded".into();
             let _ = store.update(&pods_rt, Some(&ns), &name, obj, Part::Status, &write_options());
         }
+    }
+}
+
+/// What a simulated container writes first: its command, as a shell trace shows it, and where
+/// it runs (rank and node), so `kubectl logs` has something true to show.
+fn start_lines(pod: &Value) -> String {
+    let labels = &pod["metadata"]["labels"];
+    let label = |k: &str| labels[k].as_str().unwrap_or("-").to_string();
+    format!(
+        "stowage-sim: {} rank {} of job {} on node {}",
+        label("jobset.sigs.k8s.io/replicatedjob-name"),
+        label("batch.kubernetes.io/job-completion-index"),
+        label("job-name"),
+        pod["spec"]["nodeName"].as_str().unwrap_or("-"),
+    )
+}
+
+fn exit_line(code: i32) -> String {
+    format!("stowage-sim: exited with code {code}")
+}
+
+/// Appends to the log of each of the pod's containers: its command line first when `text` is
+/// its first output.
+fn write_log(store: &mut Store, pod: &Value, text: &str) {
+    let now = kube_mem::time::unix_nanos();
+    for c in pod["spec"]["containers"].as_array().into_iter().flatten() {
+        let key = kube_mem::logs::LogKey {
+            namespace: ns_of(pod),
+            pod: name_of(pod),
+            container: c["name"].as_str().unwrap_or("").to_string(),
+        };
+        if store.logs.read(&key, 0).1 == 0 {
+            let words: Vec<&str> = ["command", "args"]
+                .iter()
+                .flat_map(|k| c[k].as_array().into_iter().flatten())
+                .filter_map(Value::as_str)
+                .collect();
+            let command = if words.is_empty() {
+                format!("(the entrypoint of {})", c["image"].as_str().unwrap_or("?"))
+            } else {
+                words.join(" ")
+            };
+            store.logs.write(key.clone(), now, &format!("+ {command}"));
+        }
+        store.logs.write(key, now, text);
     }
 }
 
