@@ -308,7 +308,7 @@ async fn serve(
     };
     let ns = target.namespace.as_deref();
     let rt = &target.rt;
-    let is_watch = q.get("watch").is_some_and(|w| w == "true" || w == "1");
+    let is_watch = q.get("watch").and_then(|w| super::logs::query_bool(w)).unwrap_or(false);
     shared.faults.record(|| Access {
         user: token.clone(),
         username: user.username.clone(),
@@ -546,7 +546,7 @@ fn watch(
 ) -> Result<Response<Body>, ApiError> {
     let selector =
         Selector::parse(q.get("labelSelector").map(String::as_str), q.get("fieldSelector").map(String::as_str))?;
-    let bookmarks = q.get("allowWatchBookmarks").is_some_and(|b| b == "true");
+    let bookmarks = q.get("allowWatchBookmarks").and_then(|b| super::logs::query_bool(b)).unwrap_or(false);
     // Clamped to MAX_WATCH_TIMEOUT_S: `18446744073709551615` used to overflow the deadline and
     // panic the handler.
     let timeout = input_limits::watch_timeout(q.get("timeoutSeconds").map(String::as_str));

@@ -108,7 +108,13 @@ pub struct LogOptions {
 
 impl LogOptions {
     pub fn parse(q: &BTreeMap<String, String>) -> Result<Self, ApiError> {
-        let flag = |k: &str| q.get(k).is_some_and(|v| v == "true" || v == "1");
+        let flag = |k: &str| -> Result<bool, ApiError> {
+            match q.get(k).filter(|v| !v.is_empty()) {
+                None => Ok(false),
+                Some(v) => query_bool(v)
+                    .ok_or_else(|| ApiError::bad_request(format!("{k}: Invalid value: \"{v}\": not a boolean"))),
+            }
+        };
         let number = |k: &str, min: i64| -> Result<Option<i64>, ApiError> {
             let Some(v) = q.get(k).filter(|v| !v.is_empty()) else { return Ok(None) };
             let n: i64 =
@@ -130,9 +136,9 @@ impl LogOptions {
         };
         let opts = LogOptions {
             container: q.get("container").filter(|c| !c.is_empty()).cloned(),
-            follow: flag("follow"),
-            previous: flag("previous"),
-            timestamps: flag("timestamps"),
+            follow: flag("follow")?,
+            previous: flag("previous")?,
+            timestamps: flag("timestamps")?,
             tail_lines: number("tailLines", 0)?.map(|n| n as u64),
             limit_bytes: number("limitBytes", 1)?.map(|n| n as u64),
             since_seconds: number("sinceSeconds", 1)?,
@@ -174,6 +180,16 @@ impl LogOptions {
             out.push('\n');
         }
         out
+    }
+}
+
+/// A boolean query parameter as the API server reads one (Go's `strconv.ParseBool`): clients
+/// send `true`, and the Python client `True`.
+pub fn query_bool(v: &str) -> Option<bool> {
+    match v {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
     }
 }
 
@@ -250,6 +266,9 @@ mod tests {
         assert!(err.to_status().to_string().contains("tailLines"), "{}", err.to_status());
         assert_eq!(LogOptions::parse(&q(&[("limitBytes", "0")])).expect_err("zero").code, 422);
         assert_eq!(LogOptions::parse(&q(&[("sinceSeconds", "x")])).expect_err("nan").code, 400);
+        assert!(LogOptions::parse(&q(&[("follow", "True")])).expect("the Python client's").follow);
+        assert!(!LogOptions::parse(&q(&[("follow", "false")])).expect("false").follow);
+        assert_eq!(LogOptions::parse(&q(&[("follow", "yes")])).expect_err("not a bool").code, 400);
         assert!(LogOptions::parse(&q(&[("sinceSeconds", "5"), ("sinceTime", "2026-01-01T00:00:00Z")])).is_err());
         let o =
             LogOptions::parse(&q(&[("tailLines", "2"), ("sinceSeconds", "10"), ("timestamps", "true")])).expect("ok");

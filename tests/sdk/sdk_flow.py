@@ -6,11 +6,12 @@
 Uses only the SDK's public API (kubeflow.trainer, kubeflow.trainer.options):
   list_runtimes -> get_runtime -> train (CustomTrainer, 2 nodes x 8 nvidia.com/gpu, with the
   stowage.dev/simulated-duration-seconds annotation) -> wait_for_job_status(Running), with a step
-  per node -> wait_for_job_status(Complete) -> get_job -> get_job_events -> list_jobs ->
-  delete_job, then checks with list_jobs that the TrainJob is gone.
+  per node -> get_job_logs(follow=True) -> wait_for_job_status(Complete) -> get_job_logs (node 0
+  and the last node) -> get_job -> get_job_events -> list_jobs -> delete_job, then checks with
+  list_jobs that the TrainJob is gone.
 
 Progress goes to stderr. On success stdout holds exactly one line, a JSON object
-{"running_steps", "name", "status", "runtime", "num_nodes", "events"}, and the exit code is 0. On any failure stderr ends
+{"log", "running_steps", "name", "status", "runtime", "num_nodes", "events"}, and the exit code is 0. On any failure stderr ends
 with "sdk_flow: FAILED at <step>: <reason>" and the exit code is 1 (2 for bad arguments).
 """
 
@@ -123,6 +124,13 @@ def run(args, state):
         len([s for s in running_steps if s.startswith("node")]) == args.num_nodes,
         f"steps {running_steps}, want {args.num_nodes} node steps",
     )
+    # Followed from the hub while it runs (the hub's API server, the log relay, the member's
+    # agent, the member's pod), to the container's end.
+    state["step"] = "get_job_logs(follow=True)"
+    followed = list(client.get_job_logs(name, follow=True))
+    log(f"get_job_logs(follow=True): {followed}")
+    check(len(followed) >= 3 and followed[0].startswith("+ "), f"no command line first: {followed}")
+    check(followed[-1] == "stowage-sim: exited with code 0", f"the follow did not end with the exit: {followed}")
     job = client.wait_for_job_status(
         name,
         status={"Complete"},
@@ -139,7 +147,18 @@ def run(args, state):
     check(job.status == "Complete", f"status {job.status!r}, want 'Complete'")
     check(job.runtime.name == args.runtime, f"runtime {job.runtime.name!r}, want {args.runtime!r}")
     check(job.num_nodes == args.num_nodes, f"num_nodes {job.num_nodes}, want {args.num_nodes}")
+    state["step"] = "get_job_logs"
+    logs = list(client.get_job_logs(name))
+    check(logs == followed, f"get_job_logs {logs} differs from what was followed {followed}")
+    last_node = f"node-{args.num_nodes - 1}"
+    other = list(client.get_job_logs(name, step=last_node))
+    log(f"get_job_logs(step={last_node!r}): {other}")
+    check(
+        any(line.startswith(f"stowage-sim: node rank {args.num_nodes - 1} ") for line in other),
+        f"{last_node}'s log is not its own: {other}",
+    )
     result = {
+        "log": logs,
         "running_steps": running_steps,
         "name": job.name,
         "status": job.status,

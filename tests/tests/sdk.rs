@@ -42,6 +42,10 @@ async fn the_kubeflow_sdk_trains_on_the_hub_and_sees_the_trainjob_complete() {
     let steps: Vec<&str> =
         result["running_steps"].as_array().into_iter().flatten().filter_map(|s| s.as_str()).collect();
     assert_eq!(steps.iter().filter(|s| s.starts_with("node")).count(), 2, "{steps:?}");
+    // get_job_logs: node 0's log, read on the hub as the member's pod wrote it, followed to its end.
+    let log: Vec<&str> = result["log"].as_array().into_iter().flatten().filter_map(|l| l.as_str()).collect();
+    assert!(log.iter().any(|l| l.starts_with("stowage-sim: node rank 0 ")), "{log:?}");
+    assert_eq!(log.last(), Some(&"stowage-sim: exited with code 0"), "{log:?}");
     // get_job_events: the hub's Events on the TrainJob, in order.
     let events: Vec<&str> = result["events"].as_array().into_iter().flatten().filter_map(|e| e.as_str()).collect();
     let at = |r: &str| events.iter().position(|e| *e == r).unwrap_or_else(|| panic!("no {r} in {events:?}"));
