@@ -152,6 +152,32 @@ fn dev_runs_from_the_root_directory_with_the_upstream_objects_compiled_in() {
         std::thread::sleep(Duration::from_millis(250));
     }
 
+    // Logs from the hub, as on one cluster: kubectl on the pod copy, and `stowage logs`.
+    let (ok, copies) = kubectl(&hub, &["get", "pods", "-l", "jobset.sigs.k8s.io/jobset-name=single-node", "-o", "name"]);
+    let copy = copies.lines().next().unwrap_or("").to_string();
+    assert!(ok && copy.starts_with("pod/single-node-node-0-0"), "{copies}");
+    let (ok, log) = kubectl(&hub, &["logs", &copy]);
+    assert!(ok, "kubectl logs {copy}: {log}");
+    assert!(log.contains("stowage-sim: node rank 0 of job single-node-node-0 on node "), "{log}");
+    assert!(log.trim_end().ends_with("stowage-sim: exited with code 0"), "{log}");
+    let stowage_logs = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_stowage"))
+            .arg("logs")
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(&hub)
+            .output()
+            .expect("stowage logs runs")
+    };
+    let out = stowage_logs(&["single-node", "-f"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), log, "stowage logs reads what kubectl logs reads");
+    let out = stowage_logs(&["too-big"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has no pod for step node-0 yet"), "{out:?}");
+    let out = stowage_logs(&["nobody"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no TrainJob default/nobody on the hub"), "{out:?}");
+
     // `stowage explain`: why the too-big one waits, and what each member answers.
     let out = Command::new(env!("CARGO_BIN_EXE_stowage"))
         .args(["explain", "too-big", "--kubeconfig"])
