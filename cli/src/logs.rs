@@ -154,6 +154,9 @@ pub struct RelayArgs {
     /// The hub username prefix of agents: the agent of member X is PREFIX + X.
     #[arg(long, default_value = AGENT_PREFIX)]
     agent_prefix: String,
+    /// Address for /healthz, /readyz and /metrics.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    health_addr: SocketAddr,
 }
 
 pub fn relay_command(args: RelayArgs) -> Result<(), CliError> {
@@ -173,6 +176,11 @@ pub fn relay_command(args: RelayArgs) -> Result<(), CliError> {
         let relay = Relay::new(hub, args.agent_prefix);
         let (kubelet, tunnel) = (bind(args.kubelet_addr).await?, bind(args.tunnel_addr).await?);
         tracing::info!(kubelet = %args.kubelet_addr, tunnel = %args.tunnel_addr, "relaying pod logs");
+        // Ready once it listens: it keeps no cache.
+        let ready = kube_shell::health::Readiness::default();
+        ready.set();
+        let registry = Arc::new(prometheus_client::registry::Registry::default());
+        tokio::spawn(kube_shell::health::serve(args.health_addr, registry, ready));
         tokio::select! {
             _ = serve(kubelet, kubelet_tls, relay.kubelet_handler()) => {}
             _ = serve(tunnel, tunnel_tls, relay.tunnel_handler()) => {}

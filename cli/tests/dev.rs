@@ -153,7 +153,8 @@ fn dev_runs_from_the_root_directory_with_the_upstream_objects_compiled_in() {
     }
 
     // Logs from the hub, as on one cluster: kubectl on the pod copy, and `stowage logs`.
-    let (ok, copies) = kubectl(&hub, &["get", "pods", "-l", "jobset.sigs.k8s.io/jobset-name=single-node", "-o", "name"]);
+    let (ok, copies) =
+        kubectl(&hub, &["get", "pods", "-l", "jobset.sigs.k8s.io/jobset-name=single-node", "-o", "name"]);
     let copy = copies.lines().next().unwrap_or("").to_string();
     assert!(ok && copy.starts_with("pod/single-node-node-0-0"), "{copies}");
     let (ok, log) = kubectl(&hub, &["logs", &copy]);

@@ -175,7 +175,7 @@ fn every_deployment_probes_runs_non_root_and_runs_a_stowage_subcommand() {
         .filter_map(|c| seq_at(c, &["args"]).first().and_then(Value::as_str))
         .collect();
     assert!(
-        ["dispatcher", "agent", "webhook"].iter().all(|s| subcommands.contains(s)),
+        ["dispatcher", "agent", "webhook", "relay"].iter().all(|s| subcommands.contains(s)),
         "deployments run {subcommands:?}"
     );
     let mut problems = Vec::new();
@@ -221,10 +221,10 @@ fn every_deployment_probes_runs_non_root_and_runs_a_stowage_subcommand() {
                 problem("does not drop ALL capabilities");
             }
             match seq_at(c, &["args"]).first().and_then(Value::as_str) {
-                Some("dispatcher" | "agent" | "webhook") => {}
-                other => {
-                    problem(&format!("args start with {other:?}, not the subcommand dispatcher, agent or webhook"))
-                }
+                Some("dispatcher" | "agent" | "webhook" | "relay") => {}
+                other => problem(&format!(
+                    "args start with {other:?}, not the subcommand dispatcher, agent, webhook or relay"
+                )),
             }
         }
     }
@@ -426,6 +426,7 @@ async fn the_controllers_need_no_permission_the_manifests_do_not_grant() {
 
     let mut hub_docs = kustomize("hub");
     hub_docs.extend(kustomize("overlays/example/hub"));
+    hub_docs.extend(kustomize("hub-relay"));
     let member_docs = kustomize("overlays/example/member");
     let fleet = Playground::dev_fleet().expect("fleet");
     let options =
@@ -457,14 +458,22 @@ async fn the_controllers_need_no_permission_the_manifests_do_not_grant() {
     }
     // Let a few more heartbeats and cycles through.
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    // A log read from the hub: the relay's and the agent's part of it.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::default_namespaced(p.hub());
+    let copies = pods.list(&kube::api::ListParams::default().labels("jobset.sigs.k8s.io/jobset-name=torch")).await;
+    let copy = copies.expect("list").items.into_iter().find_map(|c| c.metadata.name).expect("a pod copy of torch");
+    let params = kube::api::LogParams { container: Some("node".into()), ..Default::default() };
+    let log = pods.logs(&copy, &params).await.expect("the log through the relay");
+    assert!(log.contains("exited with code 0"), "{log}");
 
     let dispatcher: Vec<Value> = rules(&hub_docs, "ClusterRole", "stowage-dispatcher");
     let election: Vec<Value> = rules(&hub_docs, "Role", "stowage-dispatcher-leader-election");
     let agent_hub: Vec<Value> = rules(&hub_docs, "ClusterRole", "stowage-agent-hub");
     let agent_member: Vec<Value> = rules(&member_docs, "ClusterRole", "stowage-agent-member");
+    let relay: Vec<Value> = rules(&hub_docs, "ClusterRole", "stowage-relay");
     let example_member = "east-h100";
     let own_member: Vec<Value> = rules(&hub_docs, "ClusterRole", &format!("stowage-agent-hub-{example_member}"));
-    for set in [&dispatcher, &election, &agent_hub, &agent_member, &own_member] {
+    for set in [&dispatcher, &election, &agent_hub, &agent_member, &own_member, &relay] {
         assert!(!set.is_empty(), "a role is missing from the example overlays");
     }
     let mut denied = Vec::new();
@@ -481,6 +490,8 @@ async fn the_controllers_need_no_permission_the_manifests_do_not_grant() {
                 allows(&yaml::from_str(&text).expect("yaml"), &a)
             };
             agent_hub.iter().any(|r| allows(r, &a)) || own_member.iter().any(own)
+        } else if a.username == "system:serviceaccount:stowage-system:stowage-relay" {
+            relay.iter().any(|r| allows(r, &a))
         } else {
             continue; // the test's own admin client
         };
@@ -499,7 +510,7 @@ async fn the_controllers_need_no_permission_the_manifests_do_not_grant() {
     }
     assert_eq!(
         seen.into_iter().collect::<Vec<_>>(),
-        ["agent", "dispatcher", "member-agent"],
+        ["agent", "dispatcher", "member-agent", "relay"],
         "every controller was seen"
     );
     assert!(denied.is_empty(), "requests the manifests' RBAC would deny:\n{}", denied.join("\n"));
