@@ -117,7 +117,7 @@ pub fn logs_command(args: LogsArgs) -> Result<(), CliError> {
             tail_lines: args.tail,
             ..Default::default()
         };
-        let failed = |source| CliError::Log { pod: format!("{ns}/{pod_name}"), source };
+        let failed = |source| CliError::Log { pod: format!("{ns}/{pod_name}"), source: Box::new(source) };
         let mut lines = pods.log_stream(&pod_name, &params).await.map_err(failed)?.lines();
         while let Some(line) = lines.try_next().await.map_err(|e| failed(kube::Error::ReadEvents(e)))? {
             println!("{line}");

@@ -338,7 +338,7 @@ enum CliError {
     Log {
         pod: String,
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     #[error("starting the async runtime")]
     Runtime(#[source] std::io::Error),

@@ -49,7 +49,7 @@ pub async fn run(hub: Client, member: Client, cfg: AgentConfig) {
                     let limit = agent.round_limit();
                     rounds.spawn(async move {
                         let started = Instant::now();
-                        let result = tokio::time::timeout(limit, deliver(hub, member, cfg, caches, round))
+                        let result = tokio::time::timeout(limit, deliver(hub, member, cfg, caches, *round))
                             .await
                             .unwrap_or(Err(Error::Timeout(limit)));
                         (result, started)

@@ -73,11 +73,11 @@ pub(crate) async fn deliver(
             let (hub, member) = (hub.clone(), member.clone());
             let log = log_tails.get(&(ns.clone(), name.clone())).cloned();
             async move {
-                if let (Some((pod, container)), Some(message)) = (log, status.message.as_mut()) {
-                    if let Some(lines) = last_log_lines(&member, &ns, &pod, &container).await {
-                        message.push_str(": last log lines:\n");
-                        message.push_str(&lines);
-                    }
+                if let (Some((pod, container)), Some(message)) = (log, status.message.as_mut())
+                    && let Some(lines) = last_log_lines(&member, &ns, &pod, &container).await
+                {
+                    message.push_str(": last log lines:\n");
+                    message.push_str(&lines);
                 }
                 let result = write_status(&hub, &ns, &name, &status).await;
                 (ns, name, result)

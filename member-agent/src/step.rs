@@ -58,7 +58,7 @@ pub(crate) enum Action {
     /// Render and apply each, and report it Applied (each ends in a `Wake::Realised`).
     Realise(Vec<Arc<Placement>>),
     /// Report and clean up (ends in a `Wake::RoundEnded`).
-    StartRound(Round),
+    StartRound(Box<Round>),
     /// Write the heartbeat alone, bounded in time (answered by a `Wake::Probed`).
     ProbeHub,
     /// The hub is lost: stop every realisation and round, and delete every live JobSet this
@@ -165,7 +165,7 @@ impl Loop {
         if may_start && (self.changed || heartbeat_due) && !survey.round.is_empty() {
             self.changed = false;
             self.round_running = true;
-            actions.push(Action::StartRound(survey.round));
+            actions.push(Action::StartRound(Box::new(survey.round)));
         }
         if self.probe_due(now) {
             self.last_probe = Some(now);
