@@ -780,3 +780,45 @@ fn explain_says_why_a_trainjob_waits_where_it_stands_in_its_queue_and_what_each_
     assert!(text.contains("position: 2 of 2 waiting in its queue"), "{text}");
     assert!(explain(&o, &Config::stowage(), &settings(), Time(now()), "ml", "nobody").is_none());
 }
+
+/// `stowage explain` gives a waiting TrainJob a start time even when nothing running states a
+/// run time: the cycle run forward, the running TrainJob ending after as long again as it has
+/// run (at least 10 min), and one started on the way running the running ones' median length.
+#[test]
+fn explain_projects_when_a_waiting_trainjob_starts_without_a_reservation() {
+    use dispatcher::decide::explain::{Basis, Eta, explain};
+    let mut o = three_of_four_nodes_busy();
+    // The running TrainJob states no run time (no deadline): no reservation is made.
+    o.trainjobs[0] = trainjob("running", "ur", 3, -200, json!({}), json!({}));
+    let rack = json!({"stowage.dev/topology": "required:rack"});
+    o.trainjobs.push(trainjob("whole-rack", "ub", 4, -50, rack.clone(), json!({})));
+    o.trainjobs.push(trainjob("after", "ua", 4, -40, rack, json!({})));
+    let e = explain(&o, &Config::stowage(), &settings(), Time(now()), "ml", "whole-rack").expect("explained");
+    // Running for 100 s: expected to run max(100 s, 10 min) more.
+    assert_eq!(
+        e.eta,
+        Some(Eta { cluster: "m".into(), in_s: 600, basis: Basis::Projected { ahead: 0, unknown_s: 700 } }),
+        "{e}"
+    );
+    let after = explain(&o, &Config::stowage(), &settings(), Time(now()), "ml", "after").expect("explained");
+    assert_eq!(after.position, Some((2, 2)));
+    assert_eq!(
+        after.eta,
+        Some(Eta { cluster: "m".into(), in_s: 1300, basis: Basis::Projected { ahead: 1, unknown_s: 700 } }),
+        "after whole-rack's assumed 700 s: {after}"
+    );
+    let text = after.to_string();
+    assert!(text.contains("expected: to start on m in about 1300 s, after 1 TrainJob(s) that start first"), "{text}");
+    // With a deadline the cycle's own reservation answers, as before.
+    let mut reserved = three_of_four_nodes_busy();
+    reserved.trainjobs.push(trainjob(
+        "whole-rack",
+        "ub",
+        4,
+        -50,
+        json!({"stowage.dev/topology": "required:rack"}),
+        json!({}),
+    ));
+    let e = explain(&reserved, &Config::stowage(), &settings(), Time(now()), "ml", "whole-rack").expect("explained");
+    assert_eq!(e.eta, Some(Eta { cluster: "m".into(), in_s: 500, basis: Basis::Reserved }));
+}

@@ -6,7 +6,8 @@
 //! Modules import downward only (but `fleet` and `capacity`, which name each other's types:
 //! a fleet keeps its empty capacity), in this order: `topology`, `nodes`, `fleet` / `capacity`, `gang`,
 //! `queue`, `reason`, `place`, `config`, `decision`, `snapshot`, `memo`, `txn`, `run` (one gang
-//! on the cycle's transaction), `preempt`, `reserve`, `order`, `batch`, `cycle`; `invariants`,
+//! on the cycle's transaction), `preempt`, `reserve`, `order`, `batch`, `cycle`, `project` (cycles run forward: when a gang
+//! is expected to start); `invariants`,
 //! `share` and `fixture` stand beside. `tests/crate_graph.rs` in the workspace checks it.
 
 pub mod batch;
@@ -23,6 +24,7 @@ pub mod nodes;
 pub mod order;
 pub mod place;
 pub mod preempt;
+pub mod project;
 pub mod queue;
 pub mod reason;
 mod reserve;

@@ -1,6 +1,7 @@
 //! `stowage explain TRAINJOB`: why a TrainJob is where it is, from the same observation and
 //! the same core as the dispatcher's cycle. For one that waits: the cycle's own reason, its
-//! place in its queue, when capacity is reserved for it, and for each member what that member
+//! place in its queue, when it is expected to start (the cycle's reservation, else the cycle
+//! run forward from now: `scheduler_core::project`), and for each member what that member
 //! alone would answer (quota, flavor, node selector, the largest free domain), so a user sees
 //! which cluster is closest and why. Pure: the CLI lists the hub's objects and prints this.
 
@@ -16,6 +17,25 @@ use super::{Observed, Settings, key};
 use crate::plan::camel;
 use api::trainer::TrainJobCondition;
 
+/// Where and in how many seconds a waiting TrainJob is expected to start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Eta {
+    pub cluster: String,
+    pub in_s: u64,
+    pub basis: Basis,
+}
+
+/// What an [`Eta`] rests on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Basis {
+    /// The cycle reserved capacity for it, from running TrainJobs' stated ends.
+    Reserved,
+    /// The cycle run forward from now (`scheduler_core::project`): `ahead` TrainJobs start
+    /// before it; running ones end at their stated run time or after as long again as they have
+    /// run; those started on the way run `unknown_s` when they state no run time.
+    Projected { ahead: usize, unknown_s: u64 },
+}
+
 /// Why a TrainJob is where it is.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Explanation {
@@ -27,9 +47,8 @@ pub struct Explanation {
     /// Waiting: its place among its queue's waiting TrainJobs (1-based) and how many wait
     /// there, in the order the cycle considers them (priority, then creation).
     pub position: Option<(usize, usize)>,
-    /// Waiting with capacity reserved for it: where, and in how many seconds it is expected
-    /// free (from the running TrainJobs' expected ends).
-    pub eta: Option<(String, u64)>,
+    /// Waiting: where and when it is expected to start, and on what that rests.
+    pub eta: Option<Eta>,
     /// Waiting: each member and what it alone would answer now.
     pub members: Vec<(String, String)>,
 }
@@ -45,12 +64,19 @@ impl fmt::Display for Explanation {
             writeln!(f, "  position: {at} of {of} waiting in its queue (by priority, then creation)")?;
         }
         match &self.eta {
-            Some((cluster, s)) => {
-                writeln!(f, "  expected: to start on {cluster} in about {s} s, as running TrainJobs end")?
-            }
+            Some(Eta { cluster, in_s, basis: Basis::Reserved }) => writeln!(
+                f,
+                "  expected: to start on {cluster} in about {in_s} s: capacity is reserved for it as running TrainJobs end"
+            )?,
+            Some(Eta { cluster, in_s, basis: Basis::Projected { ahead, unknown_s } }) => writeln!(
+                f,
+                "  expected: to start on {cluster} in about {in_s} s, after {ahead} TrainJob(s) that start first \
+                 (projected: running TrainJobs end at their stated run time or run as long again as they have; \
+                 those started meanwhile run their stated time, else {unknown_s} s)"
+            )?,
             None if self.position.is_some() => writeln!(
                 f,
-                "  expected: no estimate (no capacity is reserved for it from running TrainJobs' expected ends)"
+                "  expected: no estimate within 30 days (it waits on what has no expected end, or fits nowhere)"
             )?,
             None => {}
         }
@@ -125,9 +151,21 @@ pub fn explain(
             let at = order.iter().position(|g| g.id == w.gang.id).map_or(0, |p| p + 1);
             out.position = Some((at, order.len()));
             let decision = decision_of(&state.members, &state.queues.queues, &state.jobs, config, now_ms, i);
-            if let Some(Decision::Pending(Reason::Reserved { cluster, in_s, .. })) = &decision {
-                out.eta = Some((cluster.clone(), *in_s));
-            }
+            out.eta = match &decision {
+                Some(Decision::Pending(Reason::Reserved { cluster, in_s, .. })) => {
+                    Some(Eta { cluster: cluster.clone(), in_s: *in_s, basis: Basis::Reserved })
+                }
+                Some(Decision::Pending(_)) => {
+                    schedule::projection(&state.members, &state.queues.queues, &state.jobs, config, now_ms, i).map(
+                        |(p, cluster, unknown_ms)| Eta {
+                            cluster,
+                            in_s: p.start_ms.saturating_sub(now_ms) / 1000,
+                            basis: Basis::Projected { ahead: p.ahead, unknown_s: unknown_ms / 1000 },
+                        },
+                    )
+                }
+                _ => None,
+            };
             out.members = per_member(&state, config, now_ms, i);
             match decision {
                 Some(Decision::Admit(_)) => "waiting; the next cycle places it".into(),

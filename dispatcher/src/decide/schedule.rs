@@ -3,6 +3,7 @@
 //! member does not count yet take their room, as they are. Then the waiting TrainJobs, with
 //! the running ones as possible victims and their expected ends as releases.
 
+use scheduler_core::project::{Ending, Projection, project};
 use scheduler_core::{
     Admission, BatchReport, Config, Decision, Fleet, Gang, Queues, QuotaUsage, Release, Running, Snapshot, cycle,
 };
@@ -38,15 +39,31 @@ pub(super) fn bound<'j, 'a>(jobs: &'j [Job<'a>]) -> impl Iterator<Item = &'j Act
     })
 }
 
-pub(super) fn run(members: &Members<'_>, queues: &Queues, jobs: &[Job<'_>], config: &Config, now_ms: u64) -> Schedule {
-    if waiting(jobs).next().is_none() {
-        return Schedule::Idle;
-    }
+/// The fleet before the waiting TrainJobs are decided: live members' capacity and the quota
+/// running TrainJobs hold, after the assumed pass (placed TrainJobs their member does not count
+/// yet take their room as they are).
+struct Ground<'j, 'a> {
+    fleet: Fleet,
+    capacity: scheduler_core::Capacity,
+    usage: QuotaUsage,
+    /// Running TrainJobs and where their pods are, as their members report them exactly.
+    admissions: Vec<(&'j Active<'a>, Admission)>,
+    /// The assumed TrainJobs and where the assumed pass put them.
+    assumed: Vec<(Gang, Decision)>,
+}
+
+/// `None` with why when no live member reported a capacity the hub can read. `where_bound`:
+/// whether the running TrainJobs' pods are needed (preemption, reservations, projections).
+fn ground<'j, 'a>(
+    members: &Members<'_>,
+    queues: &Queues,
+    jobs: &'j [Job<'a>],
+    config: &Config,
+    now_ms: u64,
+    where_bound: bool,
+) -> Result<Ground<'j, 'a>, String> {
     let live = members.live_clusters();
-    let (fleet, capacity, hosts) = match translate::fleet(&live) {
-        Ok(f) => f,
-        Err(e) => return Schedule::NoCapacity(kube_shell::error_chain(&e)),
-    };
+    let (fleet, capacity, hosts) = translate::fleet(&live).map_err(|e| kube_shell::error_chain(&e))?;
     let running: Vec<&Active<'_>> = bound(jobs).collect();
     let mut usage = QuotaUsage::default();
     for a in running.iter().filter(|a| !a.evicting) {
@@ -62,9 +79,7 @@ pub(super) fn run(members: &Members<'_>, queues: &Queues, jobs: &[Job<'_>], conf
     let snapshot =
         Snapshot { fleet: &fleet, queues, capacity, usage, now_ms, releases: Vec::new(), running: Vec::new() };
     let taken = cycle(snapshot, &assumed, &config.as_placed());
-    // Where running gangs' pods are, as their members report them exactly: possible victims
-    // for preemption, and releases for reservations.
-    let admissions: Vec<(&Active<'_>, Admission)> = if config.preemption.is_some() || config.reservations {
+    let admissions: Vec<(&Active<'_>, Admission)> = if where_bound {
         let bound = translate::bound(&hosts, &live);
         running
             .iter()
@@ -76,6 +91,20 @@ pub(super) fn run(members: &Members<'_>, queues: &Queues, jobs: &[Job<'_>], conf
     } else {
         Vec::new()
     };
+    let assumed = assumed.into_iter().zip(taken.decisions).collect();
+    Ok(Ground { capacity: taken.capacity, usage: taken.usage, admissions, assumed, fleet })
+}
+
+pub(super) fn run(members: &Members<'_>, queues: &Queues, jobs: &[Job<'_>], config: &Config, now_ms: u64) -> Schedule {
+    if waiting(jobs).next().is_none() {
+        return Schedule::Idle;
+    }
+    let where_bound = config.preemption.is_some() || config.reservations;
+    let Ground { fleet, capacity, usage, admissions, .. } =
+        match ground(members, queues, jobs, config, now_ms, where_bound) {
+            Ok(g) => g,
+            Err(why) => return Schedule::NoCapacity(why),
+        };
     // Each running gang gives its room back at its expected end (one being evicted, now);
     // gangs with no estimate are not counted on.
     let releases = if config.reservations {
@@ -104,15 +133,7 @@ pub(super) fn run(members: &Members<'_>, queues: &Queues, jobs: &[Job<'_>], conf
             .collect()
     };
     let gangs: Vec<Gang> = waiting(jobs).map(|(_, w)| w.gang.clone()).collect();
-    let snapshot = Snapshot {
-        fleet: &fleet,
-        queues,
-        capacity: taken.capacity,
-        usage: taken.usage,
-        now_ms,
-        releases,
-        running: victims,
-    };
+    let snapshot = Snapshot { fleet: &fleet, queues, capacity, usage, now_ms, releases, running: victims };
     let out = cycle(snapshot, &gangs, config);
     if let Some(b) = &out.batch {
         tracing::debug!(
@@ -127,4 +148,68 @@ pub(super) fn run(members: &Members<'_>, queues: &Queues, jobs: &[Job<'_>], conf
         );
     }
     Schedule::Decided { decisions: out.decisions, batch: out.batch, fleet: Box::new(fleet) }
+}
+
+/// How far ahead a projection looks.
+pub(super) const HORIZON_MS: u64 = 30 * 86_400_000;
+/// Least remaining time assumed of a running TrainJob that states no run time.
+pub(super) const LEAST_REMAINING_MS: u64 = 10 * 60_000;
+
+/// When a running TrainJob is expected to end: at its stated run time, else (heavy-tailed run
+/// times: the longer a job has run, the longer it is likely to run on) after as long again as
+/// it has run, at least [`LEAST_REMAINING_MS`] from now; one being evicted, now.
+pub(super) fn expected_end(a: &Active<'_>, now_ms: u64) -> u64 {
+    if a.evicting {
+        return now_ms;
+    }
+    match a.gang.runtime_ms {
+        Some(r) => a.started_ms.saturating_add(r).max(now_ms),
+        None => now_ms.saturating_add(now_ms.saturating_sub(a.started_ms).max(LEAST_REMAINING_MS)),
+    }
+}
+
+/// When waiting TrainJob `i` (in TrainJob order) is expected to start: the cycle run forward
+/// from now ([`scheduler_core::project`]), running TrainJobs ending as [`expected_end`] says and
+/// those started on the way running their stated time, else the median expected length of the
+/// running ones (an hour when none runs). With how long that assumed length is.
+pub(super) fn projection(
+    members: &Members<'_>,
+    queues: &Queues,
+    jobs: &[Job<'_>],
+    config: &Config,
+    now_ms: u64,
+    i: usize,
+) -> Option<(Projection, String, u64)> {
+    let JobState::Waiting(target) = &jobs[i].state else { return None };
+    let g = ground(members, queues, jobs, config, now_ms, true).ok()?;
+    let mut lengths: Vec<u64> =
+        g.admissions.iter().map(|(a, _)| expected_end(a, now_ms).saturating_sub(a.started_ms)).collect();
+    lengths.sort_unstable();
+    let unknown_ms = lengths.get(lengths.len() / 2).copied().unwrap_or(3_600_000);
+    let mut holding: Vec<Ending<'_>> = g
+        .admissions
+        .iter()
+        .map(|(a, admission)| Ending { gang: &a.gang, admission: admission.clone(), end_ms: expected_end(a, now_ms) })
+        .collect();
+    holding.extend(g.assumed.iter().filter_map(|(gang, d)| match d {
+        Decision::Admit(admission) => Some(Ending {
+            gang,
+            admission: admission.clone(),
+            end_ms: now_ms.saturating_add(gang.runtime_ms.unwrap_or(unknown_ms)),
+        }),
+        _ => None,
+    }));
+    let gangs: Vec<Gang> = waiting(jobs).map(|(_, w)| w.gang.clone()).collect();
+    let snapshot = Snapshot {
+        fleet: &g.fleet,
+        queues,
+        capacity: g.capacity,
+        usage: g.usage,
+        now_ms,
+        releases: Vec::new(),
+        running: Vec::new(),
+    };
+    let p = project(snapshot, &gangs, config, &target.gang.id, holding, unknown_ms, HORIZON_MS)?;
+    let cluster = g.fleet.cluster(p.cluster).name.clone();
+    Some((p, cluster, unknown_ms))
 }

@@ -1,0 +1,135 @@
+//! When a waiting gang is expected to start: the cycle run forward on a snapshot, each gang
+//! holding capacity giving it back at its expected end, and each gang started on the way
+//! ending after its own run time. What `stowage explain` tells a user who waits, by the same
+//! rules (quota, order, reservations and backfill, locality patience) the cycle applies; nothing
+//! is preempted on the way, and the batch optimiser is left out. Pure and bounded: at most
+//! [`MAX_STEPS`] cycles, and nothing past the horizon.
+
+use crate::config::Config;
+use crate::cycle::cycle;
+use crate::decision::{Admission, Decision, release};
+use crate::fleet::ClusterId;
+use crate::gang::Gang;
+use crate::snapshot::{Release, Snapshot};
+
+/// The most cycles one projection runs: each follows the end of at least one gang.
+pub const MAX_STEPS: usize = 512;
+
+/// A gang holding capacity, and when it is expected to give it back.
+#[derive(Debug, Clone)]
+pub struct Ending<'a> {
+    pub gang: &'a Gang,
+    pub admission: Admission,
+    pub end_ms: u64,
+}
+
+/// Where and when the gang is expected to start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Projection {
+    pub start_ms: u64,
+    pub cluster: ClusterId,
+    /// Gangs expected to start before it, on the way.
+    pub ahead: usize,
+}
+
+/// When gang `target` of `pending` is expected to start, from `snapshot` (its capacity and
+/// usage with `holding`'s gangs in them) and when each gang holding capacity ends. A gang
+/// started on the way runs its `runtime_ms`, else `unknown_runtime_ms`. `None`: not within
+/// `horizon_ms`, or never (it fits nowhere even on an empty fleet, or waits on a gang with no
+/// end).
+pub fn project<'a>(
+    snapshot: Snapshot<'a>,
+    pending: &'a [Gang],
+    config: &Config,
+    target: &str,
+    holding: Vec<Ending<'a>>,
+    unknown_runtime_ms: u64,
+    horizon_ms: u64,
+) -> Option<Projection> {
+    let config = Config { preemption: None, batch: None, ..*config };
+    let Snapshot { fleet, queues, mut capacity, mut usage, now_ms, .. } = snapshot;
+    let horizon = now_ms.saturating_add(horizon_ms);
+    let mut now = now_ms;
+    let mut endings = holding;
+    let mut waiting: Vec<&'a Gang> = pending.iter().collect();
+    let mut ahead = 0;
+    for _ in 0..MAX_STEPS {
+        let releases: Vec<Release> =
+            endings.iter().map(|e| Release::of(e.gang, &e.admission, e.end_ms.max(now))).collect();
+        let gangs: Vec<Gang> = waiting.iter().map(|g| (*g).clone()).collect();
+        let snap = Snapshot { fleet, queues, capacity, usage, now_ms: now, releases, running: Vec::new() };
+        let c = cycle(snap, &gangs, &config);
+        (capacity, usage) = (c.capacity, c.usage);
+        let mut still = Vec::with_capacity(waiting.len());
+        for (g, d) in waiting.into_iter().zip(c.decisions) {
+            match d {
+                Decision::Admit(admission) if g.id == target => {
+                    return Some(Projection { start_ms: now, cluster: admission.cluster, ahead });
+                }
+                Decision::Admit(admission) => {
+                    ahead += 1;
+                    let end_ms = now.saturating_add(g.runtime_ms.unwrap_or(unknown_runtime_ms).max(1));
+                    endings.push(Ending { gang: g, admission, end_ms });
+                }
+                _ => still.push(g),
+            }
+        }
+        waiting = still;
+        if !waiting.iter().any(|g| g.id == target) {
+            return None;
+        }
+        // On to the next end: everything ending by then gives its room back.
+        let next = endings.iter().map(|e| e.end_ms).min()?.max(now.saturating_add(1));
+        if next > horizon {
+            return None;
+        }
+        now = next;
+        let (done, rest): (Vec<Ending<'a>>, Vec<Ending<'a>>) = endings.into_iter().partition(|e| e.end_ms <= now);
+        for e in &done {
+            release(fleet, queues, &mut capacity, &mut usage, e.gang, &e.admission);
+        }
+        endings = rest;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixture::{self, GangExt};
+    use crate::fleet::FleetBuilder;
+    use crate::queue::{QueueSpec, Queues};
+    use crate::topology::Level;
+
+    /// One rack of 4 hosts × 8 GPUs; `a` holds all 32 GPUs until t = 100 s; `b` (16 GPUs, 50 s)
+    /// and `c` (32 GPUs) wait, in that order, with reservations and backfill on.
+    #[test]
+    fn a_waiting_gang_starts_when_what_holds_its_room_ends_and_later_ones_wait_their_turn() {
+        let mut builder = FleetBuilder::new();
+        fixture::uniform_cluster(&mut builder, "east", "h100", 8, &[(Level::Rack, 1), (Level::Host, 4)]).expect("east");
+        let fleet = builder.build().expect("fleet");
+        let queues = Queues::new(vec![QueueSpec::unlimited("default")]).expect("queues");
+        let config = Config { reservations: true, ..fixture::greedy() };
+        let a = fixture::gang("a").pods(4).gpus(8);
+        let idle = Snapshot::idle(&fleet, &queues);
+        let first = cycle(idle.clone(), std::slice::from_ref(&a), &config);
+        let Decision::Admit(held) = first.decisions[0].clone() else { panic!("a fits an empty rack") };
+        let pending = [
+            fixture::gang("b").pods(2).gpus(8).runtime(50_000).submitted(1),
+            fixture::gang("c").pods(4).gpus(8).submitted(2),
+        ];
+        let snapshot = Snapshot { capacity: first.capacity, usage: first.usage, ..idle };
+        let holding = || vec![Ending { gang: &a, admission: held.clone(), end_ms: 100_000 }];
+        let when = |target: &str, horizon_ms| {
+            project(snapshot.clone(), &pending, &config, target, holding(), 3_600_000, horizon_ms)
+        };
+        let b_at = when("b", 86_400_000).expect("b starts");
+        assert_eq!((b_at.start_ms, b_at.ahead), (100_000, 0));
+        let c_at = when("c", 86_400_000).expect("c starts");
+        assert_eq!((c_at.start_ms, c_at.ahead), (150_000, 1), "c needs the whole rack: after b's 50 s");
+        assert_eq!(when("c", 120_000), None, "past the horizon");
+        assert_eq!(when("nobody", 86_400_000), None);
+        let never = [fixture::gang("huge").pods(5).gpus(8).submitted(3)];
+        assert_eq!(project(snapshot.clone(), &never, &config, "huge", holding(), 1, u64::MAX), None);
+    }
+}
