@@ -381,6 +381,37 @@ pub struct PlacementSpec {
     /// Members this TrainJob stays away from for a while, after it could not run there.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backoff: Vec<ClusterBackoff>,
+    /// How the dispatcher ranked the members it could place this on, best first (at most
+    /// [`MAX_RANKED`]): why `cluster` was chosen. It went to the first that took it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranking: Vec<ClusterRank>,
+}
+
+/// The most members a Placement's ranking lists.
+pub const MAX_RANKED: usize = 10;
+
+/// One member as the dispatcher ranked it for a TrainJob: compared in this order, each
+/// deciding only when the ones before it tie.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterRank {
+    pub cluster: String,
+    /// Topology preferences the TrainJob would miss there (fewer is better).
+    #[serde(default)]
+    pub missed_preferences: u32,
+    /// The narrowest level holding the whole gang there (narrower is better); absent: only the
+    /// cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locality: Option<String>,
+    /// GPUs the chosen domains would keep free (fewer is better: best fit).
+    #[serde(default)]
+    pub leftover_gpus: u64,
+    /// The member's cost weight (lower is better).
+    #[serde(default)]
+    pub cost_weight: u32,
+    /// GPUs free on the member (more is better: balance).
+    #[serde(default)]
+    pub free_gpus: u64,
 }
 
 /// A member a TrainJob was taken away from, and until when it keeps away.

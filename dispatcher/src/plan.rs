@@ -2,7 +2,7 @@
 //! member and, per pod set, the narrowest domain holding it, named by the member's own node
 //! label), and a pending reason becomes the TrainJob condition users see.
 
-use api::stowage::{DomainRef, PlacementSpec, PodSetPlacement};
+use api::stowage::{ClusterRank, DomainRef, MAX_RANKED, PlacementSpec, PodSetPlacement};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use scheduler_core::{Admission, Domain, DomainId, Fleet, Gang, Level, Reason, TopologyConstraint};
 
@@ -51,12 +51,26 @@ pub fn placement(fleet: &Fleet, gang: &Gang, admission: &Admission, train_job_ui
             }
         })
         .collect();
+    let ranking = admission
+        .ranking
+        .iter()
+        .take(MAX_RANKED)
+        .map(|r| ClusterRank {
+            cluster: fleet.cluster(r.cluster).name.clone(),
+            missed_preferences: r.missed_preferences,
+            locality: r.level().map(|l| l.as_str().to_string()),
+            leftover_gpus: r.leftover,
+            cost_weight: r.cost_weight,
+            free_gpus: r.free_gpus.0,
+        })
+        .collect();
     PlacementSpec {
         train_job_uid: train_job_uid.to_string(),
         cluster: Some(cluster.name.clone()),
         epoch,
         pod_sets,
         backoff: Vec::new(),
+        ranking,
     }
 }
 

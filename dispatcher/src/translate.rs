@@ -475,5 +475,5 @@ pub fn admission(fleet: &Fleet, cluster: &str, gang: &Gang, placed: &[(String, D
             PodSetPlacement { flavor, span, hosts }
         })
         .collect();
-    Some(Admission { cluster, pod_sets })
+    Some(Admission { cluster, pod_sets, ranking: Vec::new() })
 }

@@ -822,3 +822,36 @@ fn explain_projects_when_a_waiting_trainjob_starts_without_a_reservation() {
     let e = explain(&reserved, &Config::stowage(), &settings(), Time(now()), "ml", "whole-rack").expect("explained");
     assert_eq!(e.eta, Some(Eta { cluster: "m".into(), in_s: 500, basis: Basis::Reserved }));
 }
+
+/// A placed TrainJob's Placement says how the members were ranked when it was placed, and
+/// `stowage explain` shows it: a one-node job fits one host on either member with nothing left
+/// over there, so balance decides: the member with more GPUs free.
+#[test]
+fn a_placement_keeps_how_the_members_were_ranked_and_explain_shows_it() {
+    use dispatcher::decide::explain::explain;
+    let mut nearly_full = member("full", 1);
+    let d = &mut nearly_full.status.as_mut().expect("status").domains[0];
+    d.free_gpus = 8;
+    d.free_histogram = vec![3, 0, 0, 0, 0, 0, 0, 0, 1];
+    let mut o = observed(vec![member("empty", 1), nearly_full]);
+    o.trainjobs = vec![trainjob("one", "u1", 1, -10, json!({}), json!({}))];
+    let plan = decide(&o, &Config::stowage(), &settings(), Time(now()));
+    let spec = &plan.placements[0].spec;
+    assert_eq!(spec.cluster.as_deref(), Some("empty"));
+    let ranked: Vec<(&str, u64, u64)> =
+        spec.ranking.iter().map(|r| (r.cluster.as_str(), r.leftover_gpus, r.free_gpus)).collect();
+    assert_eq!(ranked, [("empty", 0, 32), ("full", 0, 8)]);
+    assert_eq!(spec.ranking[0].locality.as_deref(), Some("host"), "one node: the whole gang on one host");
+    let o = written(o, &plan);
+    let e = explain(&o, &Config::stowage(), &settings(), Time(now()), "ml", "one").expect("explained");
+    assert_eq!(e.chosen.as_ref().map(|(c, r)| (c.as_str(), r.len())), Some(("empty", 2)));
+    let text = e.to_string();
+    assert!(text.contains("chosen:   empty, of 2 member(s) ranked"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.trim_start().starts_with("empty ") && l.contains("32 GPUs free") && l.ends_with("<- chosen")),
+        "{text}"
+    );
+    // Decided again with the Placement written: nothing is rewritten for the ranking.
+    assert!(decide(&o, &Config::stowage(), &settings(), Time(now())).placements.is_empty());
+}

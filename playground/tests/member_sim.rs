@@ -50,6 +50,7 @@ fn placement(nodes: u32, rack: &str) -> Placement {
             train_job_uid: "11111111-2222-3333-4444-555555555555".into(),
             cluster: Some("east-h100".into()),
             backoff: Vec::new(),
+            ranking: Vec::new(),
             epoch: 1,
             pod_sets: vec![PodSetPlacement {
                 name: "node".into(),

@@ -16,6 +16,33 @@ pub struct Admission {
     pub cluster: ClusterId,
     /// One per pod set, in the gang's order.
     pub pod_sets: Vec<PodSetPlacement>,
+    /// How the cycle ranked the clusters it could try, best first (`ClusterChoice::Scored`;
+    /// empty otherwise, and for admissions not made by a cycle). The gang went to the first
+    /// that took it: `cluster`.
+    pub ranking: Vec<Rank>,
+}
+
+/// How good a cluster was for a gang, compared field by field in this order (lower is better):
+/// preferences it would miss, then locality (the narrowest level holding the whole gang), then
+/// what the spans would have left over (best fit), then the admin's cost weight, then balance
+/// (more free GPUs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Rank {
+    pub missed_preferences: u32,
+    /// The level holding the whole gang there, as `Level as u8 + 1` (0: only the cluster).
+    pub locality: std::cmp::Reverse<u8>,
+    /// GPUs (CPU millicores for CPU-only pods) the chosen spans keep free.
+    pub leftover: u64,
+    pub cost_weight: u32,
+    pub free_gpus: std::cmp::Reverse<u64>,
+    pub cluster: ClusterId,
+}
+
+impl Rank {
+    /// The level holding the whole gang there; `None`: only the cluster.
+    pub fn level(&self) -> Option<crate::topology::Level> {
+        self.locality.0.checked_sub(1).and_then(|i| crate::topology::Level::ALL.get(usize::from(i)).copied())
+    }
 }
 
 impl Admission {

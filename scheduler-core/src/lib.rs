@@ -38,7 +38,7 @@ pub use batch::{BatchReport, Rejected};
 pub use capacity::{Capacity, PodShape};
 pub use config::{Batch, ClusterChoice, Config, Patience, Preemption, Solver};
 pub use cycle::{Cycle, cycle};
-pub use decision::{Admission, CycleStats, Decision, gang_charges, release};
+pub use decision::{Admission, CycleStats, Decision, Rank, gang_charges, release};
 pub use fleet::{ClusterId, Domain, DomainId, FlavorId, Fleet, FleetBuilder, FleetError, LevelInfo, NodeInput};
 pub use gang::{ClusterFilter, Gang, GangError, PodSet, Slice};
 pub use nodes::{

@@ -8,7 +8,7 @@ use std::cmp::Reverse;
 
 use crate::capacity::Capacity;
 use crate::config::{ClusterChoice, Config};
-use crate::decision::{Admission, gang_charges};
+use crate::decision::{Admission, Rank, gang_charges};
 use crate::fleet::{ClusterId, DomainId, FlavorId, Fleet};
 use crate::gang::{Gang, PodSet};
 use crate::memo::{self, MemoEntry};
@@ -50,9 +50,6 @@ pub(crate) struct Run<'a> {
     pub(crate) config: &'a Config,
     pub(crate) txn: Txn<'a>,
 }
-
-/// A cluster's rank for a gang; lower is better.
-type Score = (u32, Reverse<u8>, u64, u32, Reverse<u64>, ClusterId);
 
 impl<'a> Run<'a> {
     pub(crate) fn new(
@@ -156,16 +153,17 @@ impl<'a> Run<'a> {
                 });
             }
         }
-        let order = self.cluster_order(gang, &candidates, &resolved);
+        let (order, mut ranking) = self.cluster_order(gang, &candidates, &resolved);
         let mut failed_pod_set = 0usize;
         let mut quota_reason = None;
         for c in order {
             self.txn.stats.attempts += 1;
             let cp = self.txn.checkpoint();
             match self.try_cluster(c, gang, &resolved, None) {
-                Ok(admission) => match self.check_quota(queue, gang, &admission) {
+                Ok(mut admission) => match self.check_quota(queue, gang, &admission) {
                     Ok(()) => {
                         self.commit(gang, &admission);
+                        admission.ranking = std::mem::take(&mut ranking);
                         return Ok(admission);
                     }
                     Err(reason) => {
@@ -343,13 +341,19 @@ impl<'a> Run<'a> {
         Ok(allowed)
     }
 
-    /// The clusters to try, in order. `Scored` ranks each cluster by where the gang's pod sets
-    /// would go there (found without placing anything) and drops clusters where one cannot go.
-    fn cluster_order(&self, gang: &Gang, candidates: &[ClusterId], resolved: &[Resolved]) -> Vec<ClusterId> {
+    /// The clusters to try, in order, and with `Scored` their ranks: each cluster ranked by
+    /// where the gang's pod sets would go there (found without placing anything), clusters
+    /// where one cannot go dropped.
+    fn cluster_order(
+        &self,
+        gang: &Gang,
+        candidates: &[ClusterId],
+        resolved: &[Resolved],
+    ) -> (Vec<ClusterId>, Vec<Rank>) {
         if self.config.choice == ClusterChoice::Scored {
-            let mut scored: Vec<Score> = candidates.iter().filter_map(|&c| self.estimate(c, gang, resolved)).collect();
-            scored.sort_unstable();
-            return scored.into_iter().map(|s| s.5).collect();
+            let mut ranked: Vec<Rank> = candidates.iter().filter_map(|&c| self.estimate(c, gang, resolved)).collect();
+            ranked.sort_unstable();
+            return (ranked.iter().map(|r| r.cluster).collect(), ranked);
         }
         let mut order = candidates.to_vec();
         if self.config.choice == ClusterChoice::MostFree {
@@ -363,7 +367,7 @@ impl<'a> Run<'a> {
             };
             order.sort_by_key(|&c| (Reverse(free(c)), c));
         }
-        order
+        (order, Vec::new())
     }
 
     /// Places every pod set in `cluster`; on failure, the index of the pod set that failed.
@@ -386,14 +390,14 @@ impl<'a> Run<'a> {
                 });
             placements.push(placed.ok_or(i)?);
         }
-        Ok(Admission { cluster, pod_sets: placements })
+        Ok(Admission { cluster, pod_sets: placements, ranking: Vec::new() })
     }
 
     /// How good `cluster` would be for the gang, from the span each pod set would take on the
     /// current capacity: preferences missed, then locality (the narrowest common domain), then
     /// what is left over in the spans (best fit), then the admin's cost weight, then balance.
     /// `None` when some pod set has no span there.
-    fn estimate(&self, cluster: ClusterId, gang: &Gang, resolved: &[Resolved]) -> Option<Score> {
+    fn estimate(&self, cluster: ClusterId, gang: &Gang, resolved: &[Resolved]) -> Option<Rank> {
         let fleet = self.fleet;
         let view = View { fleet, cap: &self.txn.cap, fill: self.config.fill };
         let c = fleet.cluster(cluster);
@@ -414,7 +418,14 @@ impl<'a> Run<'a> {
         }
         let locality = fleet.common_ancestor(spans).and_then(|d| fleet.level_of(d)).map_or(0, |l| l as u8 + 1);
         let free: u64 = c.flavors.iter().map(|&f| self.txn.cap.free_gpus(fleet, c.root, f)).sum();
-        Some((missed, Reverse(locality), leftover, c.cost_weight, Reverse(free), cluster))
+        Some(Rank {
+            missed_preferences: missed,
+            locality: Reverse(locality),
+            leftover,
+            cost_weight: c.cost_weight,
+            free_gpus: Reverse(free),
+            cluster,
+        })
     }
 
     /// The most pods of the pod set one allowed span could take on `cap`: (pods, where, flavor).

@@ -238,7 +238,7 @@ mod tests {
         for &(h, n) in &hosts {
             txn.cap.take(&fleet, h, n, PodShape { gpus: 8, ..PodShape::default() });
         }
-        let other = Admission { cluster: placed.cluster, pod_sets: placed.pod_sets.clone() };
+        let other = Admission { cluster: placed.cluster, pod_sets: placed.pod_sets.clone(), ranking: Vec::new() };
         txn.charge(&newcomer, &other);
         txn.forget();
         txn.stats.attempts += 5;

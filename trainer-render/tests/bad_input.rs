@@ -111,7 +111,14 @@ fn placement(pod_sets: &[&str], epoch: i64) -> Placement {
         .collect();
     Placement::new(
         "job-1",
-        PlacementSpec { train_job_uid: UID.into(), cluster: Some("east".into()), epoch, pod_sets, backoff: Vec::new() },
+        PlacementSpec {
+            train_job_uid: UID.into(),
+            cluster: Some("east".into()),
+            epoch,
+            pod_sets,
+            backoff: Vec::new(),
+            ranking: Vec::new(),
+        },
     )
 }
 

@@ -153,6 +153,7 @@ fn placement_for(rt: &ClusterTrainingRuntime, required: bool) -> Placement {
         train_job_uid: "3f2c0d6e-1111-2222-3333-444455556666".into(),
         cluster: Some("east".into()),
         backoff: Vec::new(),
+        ranking: Vec::new(),
         epoch: 4,
         pod_sets,
     };

@@ -15,6 +15,7 @@ use super::members::Members;
 use super::schedule::{self, Schedule};
 use super::{Observed, Settings, key};
 use crate::plan::camel;
+use api::stowage::ClusterRank;
 use api::trainer::TrainJobCondition;
 
 /// Where and in how many seconds a waiting TrainJob is expected to start.
@@ -51,6 +52,9 @@ pub struct Explanation {
     pub eta: Option<Eta>,
     /// Waiting: each member and what it alone would answer now.
     pub members: Vec<(String, String)>,
+    /// Placed: the member it is placed on, and how the dispatcher ranked the members when it
+    /// chose (the Placement's `spec.ranking`, best first).
+    pub chosen: Option<(String, Vec<ClusterRank>)>,
 }
 
 impl fmt::Display for Explanation {
@@ -79,6 +83,25 @@ impl fmt::Display for Explanation {
                 "  expected: no estimate within 30 days (it waits on what has no expected end, or fits nowhere)"
             )?,
             None => {}
+        }
+        if let Some((cluster, ranking)) = &self.chosen {
+            match ranking.len() {
+                0 => writeln!(f, "  chosen:   {cluster}")?,
+                n => writeln!(
+                    f,
+                    "  chosen:   {cluster}, of {n} member(s) ranked (each column decides only on a tie before it):"
+                )?,
+            }
+            let width = ranking.iter().map(|r| r.cluster.len()).max().unwrap_or(0);
+            for r in ranking {
+                let within = r.locality.as_deref().map_or("only the cluster".to_string(), |l| format!("one {l}"));
+                let mark = if r.cluster == *cluster { "  <- chosen" } else { "" };
+                writeln!(
+                    f,
+                    "    {:<width$}  missed preferences {}, whole gang within {within}, {} GPUs left over, cost weight {}, {} GPUs free{mark}",
+                    r.cluster, r.missed_preferences, r.leftover_gpus, r.cost_weight, r.free_gpus
+                )?;
+            }
         }
         if !self.members.is_empty() {
             writeln!(f, "  per member, now:")?;
@@ -109,6 +132,11 @@ pub fn explain(
         position: None,
         eta: None,
         members: Vec::new(),
+        chosen: o
+            .placements
+            .iter()
+            .find(|p| key(&p.metadata) == (namespace.to_string(), name.to_string()))
+            .and_then(|p| Some((p.spec.cluster.clone()?, p.spec.ranking.clone()))),
     };
     let state = super::observe(o, settings, &now);
     let Some(i) = state.jobs.iter().position(|j| std::ptr::eq(j.tj, tj)) else {

@@ -137,6 +137,7 @@ pub(super) fn placements(
                 epoch: w.epoch,
                 pod_sets: Vec::new(),
                 backoff: w.backoff.clone(),
+                ranking: Vec::new(),
             })
         });
         if let Some(spec) = spec {
@@ -167,6 +168,7 @@ fn withdrawal(p: &Placement, redispatch: Option<Moved>) -> PlacementWrite {
             epoch: p.spec.epoch + 1,
             pod_sets: Vec::new(),
             backoff: p.spec.backoff.clone(),
+            ranking: Vec::new(),
         },
         replaces: p.metadata.resource_version.clone(),
         effect: WriteEffect { placed: None, redispatch },
