@@ -123,7 +123,13 @@ async fn trainjobs_under_random_faults_are_never_lost_run_twice_over_quota_or_le
             let began = start.elapsed().as_secs_f64();
             strike(&mut p, fault, &mut rng).await;
             timeline.push(format!("{began:.1}-{:.1} s: {}", start.elapsed().as_secs_f64(), fault_name(fault)));
-            *quiet_since.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+            // A burst of failed answers puts the dispatcher's rounds into their back-off
+            // (doubling, at most kube_shell::backoff::MAX): it writes nothing until that ends.
+            let after = match fault {
+                Fault::Errors500 | Fault::Errors429 => kube_shell::backoff::MAX,
+                _ => Duration::ZERO,
+            };
+            *quiet_since.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + after);
             next_fault = Instant::now() + Duration::from_millis(rng.between(1000, 3000));
         }
         tokio::time::sleep(Duration::from_millis(rng.between(100, 400))).await;
@@ -320,7 +326,7 @@ async fn check(
             let quiet = quiet_since
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .is_some_and(|t| t.elapsed() > Duration::from_secs(3));
+                .is_some_and(|t| Instant::now().saturating_duration_since(t) > Duration::from_secs(3));
             if !quiet {
                 break 'sample;
             }
