@@ -318,6 +318,10 @@ async fn apply(hub: &Client, plan: &Plan, written: &mut Written, metrics: &Metri
     for (s, result) in statuses {
         match result {
             Ok(()) => {
+                // Once per reason a TrainJob comes to wait for, as its Pending Event.
+                for e in s.events.iter().filter(|e| e.reason == events::EventReason::Pending) {
+                    tracing::info!(trainjob = %format!("{}/{}", e.namespace, e.trainjob), why = %e.message, "waiting");
+                }
                 events.extend(s.events);
                 written.statuses.insert((s.namespace, s.name), (s.conditions, s.jobs));
             }
