@@ -59,8 +59,8 @@ pub async fn playground(options: PlaygroundOptions) -> Playground {
 }
 
 /// A torch TrainJob of `nodes` 8-GPU nodes that runs for `seconds`: simulated members read the
-/// annotation; on real clusters its pods sleep that long (image `STOWAGE_E2E_IMAGE`, default
-/// busybox).
+/// annotation; on real clusters its pods say so on their log and sleep that long (image
+/// `STOWAGE_E2E_IMAGE`, default busybox).
 pub fn trainjob(name: &str, nodes: i64, seconds: u32, annotations: serde_json::Value) -> TrainJob {
     let mut annotations = annotations;
     annotations["stowage.dev/simulated-duration-seconds"] = seconds.to_string().into();
@@ -68,7 +68,8 @@ pub fn trainjob(name: &str, nodes: i64, seconds: u32, annotations: serde_json::V
     serde_json::from_value(json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
         "metadata": {"name": name, "namespace": "default", "annotations": annotations},
         "spec": {"runtimeRef": {"name": "torch-distributed"},
-                 "trainer": {"numNodes": nodes, "image": image, "command": ["sh", "-c", format!("sleep {seconds}")],
+                 "trainer": {"numNodes": nodes, "image": image,
+                             "command": ["sh", "-c", format!("echo stowage-e2e: {name} sleeps {seconds}s; sleep {seconds}")],
                              "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8"}}}}}))
     .expect("trainjob")
 }

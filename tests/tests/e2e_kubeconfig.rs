@@ -15,7 +15,7 @@ use api::stowage::Placement;
 use api::trainer::TrainJob;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, DeleteParams, ListParams, LogParams};
 use serde_json::json;
 use stowage_tests::e2e::{Target, condition, pending_because, placement, submit, trainjob};
 
@@ -58,6 +58,13 @@ async fn a_trainjob_that_requires_a_rack_runs_on_one_rack_of_one_member_and_comp
         let label = node.metadata.labels.unwrap_or_default().get(&domain.node_label).cloned();
         assert_eq!(label.as_deref(), Some(domain.value.as_str()), "pod on {node_name}, outside the rack");
     }
+    // Its log reads the same from the hub (its pod copy, through the log relay) as on the member.
+    let pod = format!("{name}-node-0-0");
+    let params = LogParams { container: Some("node".into()), ..Default::default() };
+    let on_member = Api::<Pod>::default_namespaced(member.clone()).logs(&pod, &params).await.expect("member log");
+    let on_hub = Api::<Pod>::default_namespaced(t.hub.clone()).logs(&pod, &params).await.expect("hub log");
+    assert_eq!(on_hub, on_member);
+    assert!(!on_hub.is_empty(), "the container writes a line");
     delete(&t.hub, &[&name]).await;
 }
 

@@ -46,7 +46,7 @@ async fn a_trainjobs_log_reads_on_the_hub_as_on_its_member_and_follows_to_the_en
 
     let log = pods.logs(&pod, &container("node")).await.expect("the log, through the relay");
     let lines: Vec<&str> = log.lines().collect();
-    assert_eq!(lines[0], "+ sh -c sleep 4", "{log}");
+    assert_eq!(lines[0], "+ sh -c echo stowage-e2e: chatty sleeps 4s; sleep 4", "{log}");
     assert!(lines[1].starts_with("stowage-sim: node rank 0 of job chatty-node-0 on node "), "{log}");
     assert!(!log.contains(&node), "the member's own node, not the hub's virtual one: {log}");
 
@@ -57,7 +57,7 @@ async fn a_trainjobs_log_reads_on_the_hub_as_on_its_member_and_follows_to_the_en
         .expect("the follow ends")
         .expect("read");
     assert_eq!(all.last().map(String::as_str), Some("stowage-sim: exited with code 0"), "{all:?}");
-    assert_eq!(all[0], "+ sh -c sleep 4");
+    assert_eq!(all[0], lines[0]);
 
     let tail = LogParams { tail_lines: Some(1), timestamps: true, ..container("node") };
     let last = pods.logs(&pod, &tail).await.expect("tail");
