@@ -47,50 +47,14 @@ pub fn is_name(s: &str) -> bool {
         && !s.starts_with(['-', '.'])
 }
 
-/// `k=v&…`, each part percent-encoded.
+/// `k=v&…`, each part form-encoded.
 pub fn encode_query(pairs: &[(String, String)]) -> String {
-    let enc = |s: &str| {
-        s.bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-                _ => format!("%{b:02X}"),
-            })
-            .collect::<String>()
-    };
-    pairs.iter().map(|(k, v)| format!("{}={}", enc(k), enc(v))).collect::<Vec<_>>().join("&")
+    form_urlencoded::Serializer::new(String::new()).extend_pairs(pairs).finish()
 }
 
-/// A query string's pairs, percent-decoded.
+/// A query string's pairs, decoded.
 pub fn decode_query(q: &str) -> Vec<(String, String)> {
-    let dec = |s: &str| {
-        let b = s.as_bytes();
-        let mut out = Vec::with_capacity(b.len());
-        let mut i = 0;
-        while i < b.len() {
-            match b[i] {
-                b'+' => out.push(b' '),
-                b'%' if i + 2 < b.len() => {
-                    match std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                        Some(c) => {
-                            out.push(c);
-                            i += 2;
-                        }
-                        None => out.push(b'%'),
-                    }
-                }
-                c => out.push(c),
-            }
-            i += 1;
-        }
-        String::from_utf8_lossy(&out).into_owned()
-    };
-    q.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (dec(k), dec(v))
-        })
-        .collect()
+    form_urlencoded::parse(q.as_bytes()).into_owned().collect()
 }
 
 #[cfg(test)]
@@ -103,6 +67,7 @@ mod tests {
             vec![("sinceTime".to_string(), "2026-11-26T07:00:00Z".to_string()), ("follow".into(), "true".into())];
         assert_eq!(decode_query(&encode_query(&pairs)), pairs);
         assert_eq!(decode_query("&tailLines=3&x=%2"), [("tailLines".into(), "3".into()), ("x".into(), "%2".into())]);
+        assert_eq!(decode_query("labelSelector=a%3Db+c"), [("labelSelector".into(), "a=b c".into())]);
         assert!(is_name("t1-node-0-0.x"));
         for bad in ["", "../etc", "a/b", "A", "-a", "a?b"] {
             assert!(!is_name(bad), "{bad}");
