@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use api::kueue::PRIORITY_CLASS_LABEL;
+use api::kueue::{PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL};
 use api::quantity::Milli;
 use api::stowage::{MemberCluster, NodeClassReport, QUEUE_LABEL};
 use api::trainer::{Runtime, TrainJob};
@@ -24,9 +24,20 @@ use api::stowage::GPU_PRODUCT_LABEL;
 /// CPU or memory a member did not report: large enough never to block, small enough to sum.
 const UNREPORTED: u64 = 1 << 40;
 
-/// The queue a TrainJob names by label, else [`DEFAULT_QUEUE`].
+/// The queue a TrainJob names: Stowage's `stowage.dev/queue` label, else Kueue's
+/// `kueue.x-k8s.io/queue-name` (a Kueue user's TrainJob as it is), else [`DEFAULT_QUEUE`].
 pub fn queue_name(tj: &TrainJob) -> String {
-    tj.metadata.labels.as_ref().and_then(|l| l.get(QUEUE_LABEL)).cloned().unwrap_or_else(|| DEFAULT_QUEUE.into())
+    let labels = tj.metadata.labels.as_ref();
+    labels
+        .and_then(|l| l.get(QUEUE_LABEL).or_else(|| l.get(QUEUE_NAME_LABEL)))
+        .cloned()
+        .unwrap_or_else(|| DEFAULT_QUEUE.into())
+}
+
+/// Whether the queue comes from Kueue's label (Stowage's absent): an unknown one is then told
+/// in Kueue's words, as a missing LocalQueue.
+pub fn queue_from_kueue(tj: &TrainJob) -> bool {
+    tj.metadata.labels.as_ref().is_some_and(|l| !l.contains_key(QUEUE_LABEL) && l.contains_key(QUEUE_NAME_LABEL))
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -855,3 +855,47 @@ fn a_placement_keeps_how_the_members_were_ranked_and_explain_shows_it() {
     // Decided again with the Placement written: nothing is rewritten for the ranking.
     assert!(decide(&o, &Config::stowage(), &settings(), Time(now())).placements.is_empty());
 }
+
+/// Kueue's `kueue.x-k8s.io/queue-name` label selects the queue of that name when Stowage's own
+/// label is absent, quota and all; one naming no queue waits in Kueue's words, never falling
+/// back to another queue.
+#[test]
+fn kueues_queue_name_label_selects_the_queue_and_an_unknown_one_waits_in_kueues_words() {
+    let mut o = observed(vec![member("a", 1)]);
+    let q: api::stowage::Queue = serde_json::from_value(json!({"apiVersion": "stowage.dev/v1alpha1", "kind": "Queue",
+        "metadata": {"name": "team-k"},
+        "spec": {"quotas": [{"flavor": "h100", "resource": "nvidia.com/gpu", "nominalQuota": "8"}]}}))
+    .expect("queue");
+    o.queues = vec![q];
+    let labelled = |name: &str, uid: &str, labels: serde_json::Value| {
+        let mut tj = trainjob(name, uid, 1, -10, json!({}), json!({}));
+        tj.metadata.labels = serde_json::from_value(labels).expect("labels");
+        tj
+    };
+    o.trainjobs = vec![
+        labelled("first", "u1", json!({"kueue.x-k8s.io/queue-name": "team-k"})),
+        labelled("second", "u2", json!({"kueue.x-k8s.io/queue-name": "team-k"})),
+        labelled("lost", "u3", json!({"kueue.x-k8s.io/queue-name": "nope"})),
+        // Stowage's label wins over Kueue's.
+        labelled("both", "u4", json!({"kueue.x-k8s.io/queue-name": "team-k", "stowage.dev/queue": "nope"})),
+    ];
+    let plan = decide(&o, &Config::stowage(), &settings(), Time(now()));
+    let placed: Vec<&str> = plan.placements.iter().map(|w| w.name.as_str()).collect();
+    assert_eq!(placed, ["first"], "team-k's 8 GPUs hold one of its two TrainJobs");
+    let pending = |name: &str| {
+        plan.statuses
+            .iter()
+            .find(|s| s.name == name)
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Pending"))
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} pending"))
+    };
+    let second = pending("second");
+    assert_eq!(second.reason, "QuotaExceeded");
+    assert!(second.message.contains("queue team-k"), "{}", second.message);
+    let lost = pending("lost");
+    assert_eq!((lost.reason.as_str(), lost.message.as_str()), ("UnknownQueue", "LocalQueue nope doesn't exist"));
+    let both = pending("both");
+    assert_eq!(both.reason, "UnknownQueue");
+    assert!(!both.message.starts_with("LocalQueue"), "named by Stowage's label: {}", both.message);
+}

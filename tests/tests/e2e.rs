@@ -136,6 +136,29 @@ async fn an_exhausted_quota_keeps_the_trainjob_pending_naming_queue_and_flavor()
     assert_eq!((active.status.as_str(), status.admitted), ("True", 0));
 }
 
+/// A Kueue user's TrainJob, labelled `kueue.x-k8s.io/queue-name`, counts against the queue of
+/// that name; one naming a queue that does not exist waits, saying so in Kueue's words.
+#[tokio::test]
+async fn kueues_queue_name_label_counts_against_that_queue_and_an_unknown_one_waits_naming_it() {
+    let p = playground(fast()).await;
+    let hub = p.hub();
+    create_queue(&hub, "metadata: {name: team-k}\nspec:\n  quotas:\n  - {flavor: nvidia-h100-80gb, resource: nvidia.com/gpu, nominalQuota: '16'}\n").await;
+    let kueue = |name: &str, queue: &str| {
+        let mut tj = trainjob(name, 2, 30, json!({"stowage.dev/gpu-flavor": "nvidia-h100-80gb"}));
+        tj.metadata.labels = Some([("kueue.x-k8s.io/queue-name".to_string(), queue.to_string())].into());
+        tj
+    };
+    submit(&hub, &kueue("k-first", "team-k")).await;
+    placement(&hub, "k-first", running).await;
+    submit(&hub, &kueue("k-second", "team-k")).await;
+    let over = pending_because(&hub, "k-second", "QuotaExceeded").await;
+    assert!(over.message.contains("queue team-k is out of nvidia-h100-80gb nvidia.com/gpu quota"), "{}", over.message);
+    queue_status(&hub, "team-k", |s| s.admitted == 1 && s.pending == 1).await;
+    submit(&hub, &kueue("k-lost", "no-such-queue")).await;
+    let lost = pending_because(&hub, "k-lost", "UnknownQueue").await;
+    assert_eq!(lost.message, "LocalQueue no-such-queue doesn't exist");
+}
+
 #[tokio::test]
 async fn a_queue_with_a_quota_it_cannot_read_admits_nothing_and_says_which_field_while_others_run() {
     let p = playground(fast()).await;

@@ -16,7 +16,7 @@ use super::{
     MemberConditionWrite, Moved, Placed, PlacementWrite, Plan, Redispatch, StatusWrite, Tally, WriteEffect, conditions,
     key,
 };
-use crate::plan;
+use crate::{plan, translate};
 
 /// Victims chosen this cycle: gang id → (cluster, preemptor id, its priority).
 pub(super) type Evictions = BTreeMap<String, (String, String, i32)>;
@@ -98,6 +98,12 @@ pub(super) fn placements(
             Ok((_, Decision::Pending(Reason::UnknownQueue { queue }))) if queues.inactive.contains_key(queue) => {
                 let message = format!("queue {queue} is inactive: {}", queues.inactive[queue]);
                 conditions::upsert(&mut conds, conditions::waiting("QueueInactive", message, now));
+                None
+            }
+            Ok((_, Decision::Pending(Reason::UnknownQueue { queue }))) if translate::queue_from_kueue(job.tj) => {
+                // Kueue's words for a queue-name label naming no queue (its Workload's message).
+                let message = format!("LocalQueue {queue} doesn't exist");
+                conditions::upsert(&mut conds, conditions::waiting("UnknownQueue", message, now));
                 None
             }
             Ok((_, Decision::Pending(reason))) => {
