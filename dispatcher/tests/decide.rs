@@ -464,13 +464,7 @@ fn a_blocked_trainjob_gets_a_reservation_from_running_deadlines_and_only_a_short
     o.trainjobs.push(trainjob("short", "us", 1, -40, json!({"stowage.dev/expected-runtime-seconds": "60"}), json!({})));
     o.trainjobs.push(trainjob("unknown", "uu", 1, -30, json!({}), json!({})));
     let plan = decide(&o, &Config::stowage(), &settings(), Time(now()));
-    let pending = |name: &str| {
-        plan.statuses
-            .iter()
-            .find(|s| s.name == name)
-            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Pending"))
-            .cloned()
-    };
+    let pending = |name: &str| pending_of(&plan, name);
     let reserved = pending("whole-rack").expect("pending");
     assert_eq!(reserved.reason, "Reserved");
     assert!(
@@ -511,6 +505,12 @@ fn with_the_batch_optimiser_a_trainjob_moves_over_so_one_that_needs_its_gpus_fit
 
 fn suspend(o: &mut Observed, yes: bool) {
     o.trainjobs[0].spec.suspend = Some(yes);
+}
+
+/// The `Pending` condition the plan writes on TrainJob `name`.
+fn pending_of(plan: &Plan, name: &str) -> Option<Condition> {
+    let status = plan.statuses.iter().find(|s| s.name == name)?;
+    status.conditions.iter().find(|c| c.type_ == "Pending").cloned()
 }
 
 fn condition<'a>(plan: &'a Plan, type_: &str) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
@@ -882,14 +882,7 @@ fn kueues_queue_name_label_selects_the_queue_and_an_unknown_one_waits_in_kueues_
     let plan = decide(&o, &Config::stowage(), &settings(), Time(now()));
     let placed: Vec<&str> = plan.placements.iter().map(|w| w.name.as_str()).collect();
     assert_eq!(placed, ["first"], "team-k's 8 GPUs hold one of its two TrainJobs");
-    let pending = |name: &str| {
-        plan.statuses
-            .iter()
-            .find(|s| s.name == name)
-            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Pending"))
-            .cloned()
-            .unwrap_or_else(|| panic!("{name} pending"))
-    };
+    let pending = |name: &str| pending_of(&plan, name).unwrap_or_else(|| panic!("{name} pending"));
     let second = pending("second");
     assert_eq!(second.reason, "QuotaExceeded");
     assert!(second.message.contains("queue team-k"), "{}", second.message);
