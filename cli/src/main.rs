@@ -260,9 +260,15 @@ struct SimulateArgs {
     /// Drop rows that do not parse (and report how many) instead of failing.
     #[arg(long)]
     skip_bad_rows: bool,
-    /// Policies to compare, comma-separated (also: stowage-fair, ours with fair sharing).
-    /// Default: ours and the three baselines.
-    #[arg(long, value_delimiter = ',', default_value = "stowage,fifo-firstfit,kueue-multikueue,volcano-binpack")]
+    /// Policies to compare, comma-separated: ours (stowage; stowage-fair with fair sharing,
+    /// stowage-batch with the batch optimiser) and the peers'. Default: ours and the three
+    /// baselines.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_parser = policies(),
+        default_value = "stowage,fifo-firstfit,kueue-multikueue,volcano-binpack"
+    )]
     policy: Vec<Policy>,
     /// Seed for everything random (node failures).
     #[arg(long, default_value_t = 1)]
@@ -361,6 +367,12 @@ fn parse_patience(s: &str) -> Result<Patience, String> {
         return Err(format!("{s:?}: the wider hold ({wider}) ends before the exact one ({exact})"));
     }
     Ok(Patience(Some(scheduler_core::Patience { exact_ms: exact_s * 1000, wider_ms: wider_s * 1000 })))
+}
+
+/// Every policy by name, so `--help` lists them all and stays in step with `Policy::ALL`.
+fn policies() -> impl clap::builder::TypedValueParser<Value = Policy> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(Policy::ALL.map(Policy::name)).try_map(|s| s.parse::<Policy>())
 }
 
 fn parse_duration_s(s: &str) -> Result<u64, String> {

@@ -152,6 +152,20 @@ fn an_unknown_trace_format_lists_the_valid_ones() {
     assert!(stderr(&o).contains("expected native, philly or openb"), "{}", stderr(&o));
 }
 
+/// `--help` and a wrong `--policy` name every policy there is, `stowage-batch` too (it was
+/// left out of the help's words once).
+#[test]
+fn every_policy_is_listed_in_the_help_and_when_one_is_misspelt() {
+    let help = stdout(&stowage(&["simulate", "--help"]));
+    let wrong = stowage(&["simulate", "--policy", "stowage,nope"]);
+    assert!(!wrong.status.success());
+    for p in simulator::policy::Policy::ALL {
+        assert!(help.contains(p.name()), "--help lacks {}:\n{help}", p.name());
+        assert!(stderr(&wrong).contains(p.name()), "{}", stderr(&wrong));
+    }
+    assert!(stderr(&wrong).contains("invalid value 'nope' for '--policy <POLICY>'"), "{}", stderr(&wrong));
+}
+
 fn write_trace(dir: &Path, rows: &str) -> PathBuf {
     let path = dir.join("trace.csv");
     std::fs::write(&path, format!("id,submit_s,duration_s,pods,gpus_per_pod,topology\n{rows}")).expect("write");

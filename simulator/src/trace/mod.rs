@@ -287,14 +287,28 @@ pub(crate) fn whole_or<T: FromStr>(column: &str, v: &Option<String>, default: T)
     value(v).map_or(Ok(default), |text| number(column, text, WHOLE))
 }
 
-/// Required seconds: a finite number ≥ 0, fractions allowed (callers round), within `limit`
-/// ([`input_limits::TRACE_TIME`] for a point in time, [`input_limits::TRACE_DURATION`] for a
-/// run time).
-pub(crate) fn seconds(column: &str, v: &Option<String>, limit: input_limits::Limit) -> Result<f64, BadRow> {
-    let expected = "a number of seconds ≥ 0";
+/// Required seconds to a point in time: a finite number ≥ 0, fractions allowed (callers
+/// round), within [`input_limits::TRACE_TIME`].
+pub(crate) fn seconds(column: &str, v: &Option<String>) -> Result<f64, BadRow> {
+    bounded_seconds(column, v, "a number of seconds ≥ 0", |s| s >= 0.0, input_limits::TRACE_TIME)
+}
+
+/// A required run time in seconds: a finite number > 0, fractions allowed (callers round up),
+/// within [`input_limits::TRACE_DURATION`].
+pub(crate) fn run_seconds(column: &str, v: &Option<String>) -> Result<f64, BadRow> {
+    bounded_seconds(column, v, "a number of seconds > 0", |s| s > 0.0, input_limits::TRACE_DURATION)
+}
+
+fn bounded_seconds(
+    column: &str,
+    v: &Option<String>,
+    expected: &str,
+    allowed: fn(f64) -> bool,
+    limit: input_limits::Limit,
+) -> Result<f64, BadRow> {
     let text = required(column, v)?;
     match number::<f64>(column, text, expected)? {
-        s if s.is_finite() && s >= 0.0 => {
+        s if s.is_finite() && allowed(s) => {
             limit.check_seconds(s, text).map_err(|over| BadRow::new(column, over.to_string()))
         }
         _ => Err(BadRow::new(column, format!("expected {expected}, got {text:?}"))),

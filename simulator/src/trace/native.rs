@@ -57,7 +57,7 @@ use serde_json::Value;
 
 use super::{
     BadRow, Collector, LoadOptions, Trace, TraceError, TraceJob, TracePodSet, deserialize, flavor_list, number,
-    read_csv, required, seconds, value, whole, whole_or,
+    read_csv, required, run_seconds, seconds, value, whole, whole_or,
 };
 
 /// All columns, in the order `write_csv` writes them.
@@ -150,11 +150,8 @@ fn json_row(line: &str) -> Result<Row, BadRow> {
 /// Checks one row and builds its job.
 fn job(row: Row) -> Result<TraceJob, BadRow> {
     let id = required("id", &row.id)?.to_string();
-    let submit_s = seconds("submit_s", &row.submit_s, input_limits::TRACE_TIME)?.floor() as u64;
-    let duration_s = seconds("duration_s", &row.duration_s, input_limits::TRACE_DURATION)?.ceil() as u64;
-    if duration_s == 0 {
-        return Err(BadRow::new("duration_s", "must be greater than 0"));
-    }
+    let submit_s = seconds("submit_s", &row.submit_s)?.floor() as u64;
+    let duration_s = run_seconds("duration_s", &row.duration_s)?.ceil() as u64;
     let pods = whole_or("pods", &row.pods, 1)?;
     if pods == 0 {
         return Err(BadRow::new("pods", "must be at least 1"));
@@ -323,6 +320,10 @@ mod tests {
                 "submit_s: 18446744073709551616 is above the limit of 4102444800 s (MAX_TRACE_TIME_S)",
             ),
             ("x,1e300,10,1,1,,,,,,\n", "submit_s: 1e300 is above the limit"),
+            // A run time is > 0, said the same for a negative one as for zero.
+            ("x,0,-5,1,1,,,,,,\n", "duration_s: expected a number of seconds > 0, got \"-5\""),
+            ("x,0,0,1,1,,,,,,\n", "duration_s: expected a number of seconds > 0, got \"0\""),
+            ("x,-1,10,1,1,,,,,,\n", "submit_s: expected a number of seconds ≥ 0, got \"-1\""),
         ];
         for (row, want) in cases {
             let err = load(&format!("{HEADER}{ok}{row}")).expect_err(want);

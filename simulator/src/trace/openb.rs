@@ -83,9 +83,7 @@ fn pod(row: Row) -> Result<Option<TraceJob>, BadRow> {
             return Err(BadRow::new("qos", "expected LS, BE, Burstable or Guaranteed"));
         }
     };
-    let time = |column: &str, v: &Option<String>| {
-        Ok::<_, BadRow>(seconds(column, v, input_limits::TRACE_TIME)?.floor() as u64)
-    };
+    let time = |column: &str, v: &Option<String>| Ok::<_, BadRow>(seconds(column, v)?.floor() as u64);
     let submit_s = time("creation_time", &row.creation_time)?;
     let deleted = time("deletion_time", &row.deletion_time)?;
     let pod_set = TracePodSet {
