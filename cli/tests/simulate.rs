@@ -291,4 +291,11 @@ fn public_traces_replay_on_fleets_built_from_their_machine_lists() {
     ]);
     assert!(openb.status.success(), "{}", stderr(&openb));
     assert!(stdout(&openb).contains("6212 GPUs"), "{}", stdout(&openb));
+    // The header says what the trace left out and how it was replayed.
+    let header = stdout(&openb).lines().next().unwrap_or("").to_string();
+    assert!(header.contains(" withdrawn before they ran, left out)"), "{header}");
+    assert!(!header.contains("--load-scale"), "at the trace's own load: {header}");
+    let scaled = stowage(&["simulate", "--policy", "fifo-firstfit", "--load-scale", "1.5"]);
+    let header = stdout(&scaled).lines().next().unwrap_or("").to_string();
+    assert!(header.ends_with("| load ×1.5 (--load-scale)"), "{header}");
 }

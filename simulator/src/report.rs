@@ -383,20 +383,30 @@ pub fn table(report: &Report) -> String {
     let widths: Vec<usize> =
         (0..p.len()).map(|i| rows.iter().map(|r| r.1[i].len()).chain([p[i].name.len()]).max().unwrap_or(0)).collect();
     let mut out = String::new();
+    // What was left out of the trace, and how it was replayed: a figure read without them
+    // misleads (8,152 openb pods replay as 7,255 jobs; 3× load is not the trace's own).
+    let mut notes = Vec::new();
+    if report.trace.withdrawn > 0 {
+        notes.push(format!("{} withdrawn before they ran, left out", report.trace.withdrawn));
+    }
+    if report.trace.skipped_rows > 0 {
+        notes.push(format!("{} bad rows skipped", report.trace.skipped_rows));
+    }
+    let notes = if notes.is_empty() { String::new() } else { format!(" ({})", notes.join(", ")) };
+    let load = if report.options.load_scale == 1.0 {
+        String::new()
+    } else {
+        format!(" | load ×{} (--load-scale)", report.options.load_scale)
+    };
     let _ = writeln!(
         out,
-        "fleet {}: {} clusters, {} nodes, {} GPUs | trace {}: {} jobs{}",
+        "fleet {}: {} clusters, {} nodes, {} GPUs | trace {}: {} jobs{notes}{load}",
         report.fleet.name,
         report.fleet.clusters,
         report.fleet.nodes,
         report.fleet.gpus,
         report.trace.name,
         report.trace.jobs,
-        if report.trace.skipped_rows > 0 {
-            format!(" ({} bad rows skipped)", report.trace.skipped_rows)
-        } else {
-            String::new()
-        }
     );
     let _ = write!(out, "{:first$}", "policy");
     for (r, w) in p.iter().zip(&widths) {

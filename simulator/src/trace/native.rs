@@ -108,6 +108,17 @@ pub(super) fn is_jsonl_text(text: &str) -> bool {
 
 pub(super) fn parse(text: &str, path: &Path, jsonl: bool, opts: &LoadOptions) -> Result<Trace, TraceError> {
     let mut jobs = Collector::new(path, opts, "id");
+    // One JSON array is not JSON Lines: Philly's job log is one, and `--trace-format` is easy
+    // to forget. Said once for the file, whatever --skip-bad-rows says.
+    if jsonl && text.trim_start().starts_with('[') {
+        return Err(TraceError::Record {
+            path: path.into(),
+            line: 1,
+            problem: "one JSON array, not JSON Lines (a native trace has one JSON object per line): \
+                      a Philly job log? Pass --trace-format philly"
+                .into(),
+        });
+    }
     if jsonl {
         for (i, line) in text.lines().enumerate() {
             if !line.trim().is_empty() {
@@ -332,6 +343,14 @@ mod tests {
         let at_limits = format!("{HEADER}a,4102444800,31536000,1,1,,,,,,\n");
         let job = &load(&at_limits).expect("the limits themselves are allowed").jobs[0];
         assert_eq!(job.duration_s, 31_536_000);
+    }
+
+    #[test]
+    fn a_json_array_says_it_is_not_json_lines_and_names_the_flag_for_philly() {
+        let err =
+            parse("[\n  {\"id\": \"a\"}\n]\n", Path::new(PATH), true, &LoadOptions::default()).expect_err("an array");
+        assert!(err.to_string().ends_with("Pass --trace-format philly"), "{err}");
+        assert_eq!(err.kind(), "record");
     }
 
     #[test]
