@@ -454,6 +454,10 @@ impl Sim<'_> {
 
     fn schedule(&mut self, t: u64) -> Result<(), SimError> {
         if self.pending_gangs.is_empty() {
+            // Gangs end after the queue has drained too: the curve goes on to the last one.
+            if self.run.busy.last().is_none_or(|&(_, b)| b != self.busy_gpus) {
+                self.run.busy.push((t, self.busy_gpus));
+            }
             return Ok(());
         }
         let _span =
@@ -679,6 +683,15 @@ mod tests {
         assert!(run.node_failures > 0);
         assert!(run.jobs.iter().map(|j| j.restarts).sum::<u32>() > 0, "some gang was hit");
         assert!(run.jobs.iter().all(|j| j.outcome == Outcome::Completed), "all finish despite failures");
+    }
+
+    /// The busy series (the utilisation plot) goes on after the queue has drained, to the last
+    /// gang's end: it used to stop at the last cycle with a gang waiting.
+    #[test]
+    fn the_busy_series_runs_to_the_last_end_and_ends_idle() {
+        let run = simulate(&fleet(), &trace(), Policy::Stowage, &SimOptions::default(), &mut |_, _| {}).expect("runs");
+        let last_end = run.jobs.iter().filter_map(|j| j.end_s).max().expect("jobs end");
+        assert_eq!(run.busy.last(), Some(&(last_end, 0)), "{:?}", &run.busy[run.busy.len().saturating_sub(3)..]);
     }
 
     #[test]

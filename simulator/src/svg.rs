@@ -47,7 +47,8 @@ fn utilisation(path: &Path, runs: &[PolicyRun], total_gpus: u64) -> DrawResult {
         .margin(10)
         .x_label_area_size(40)
         .y_label_area_size(50)
-        .build_cartesian_2d(0.0..end_days, 0.0..1.0)?;
+        // Headroom above 100 % for the legend, clear of every curve.
+        .build_cartesian_2d(0.0..end_days, 0.0..1.3)?;
     chart.configure_mesh().x_desc("days").y_desc("share of GPUs busy").draw()?;
     for (i, run) in runs.iter().enumerate() {
         let colour = COLOURS[i % COLOURS.len()];
@@ -73,7 +74,12 @@ fn utilisation(path: &Path, runs: &[PolicyRun], total_gpus: u64) -> DrawResult {
             .label(run.policy.name())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
     }
-    chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
     root.present()?;
     Ok(())
 }
@@ -110,7 +116,13 @@ fn delay_cdf(path: &Path, runs: &[PolicyRun]) -> DrawResult {
             .label(run.policy.name())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
     }
-    chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
+    // Lower right: a CDF's curves are near 1 there, so the box covers none.
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
     root.present()?;
     Ok(())
 }
