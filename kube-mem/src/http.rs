@@ -249,11 +249,11 @@ async fn serve(
         return Ok(r);
     }
     let target = match route(&shared, &path)? {
-        Route::Json(v) if method == Method::GET => return Ok(json_response(200, &v)),
+        Route::Resource(t) => *t,
         Route::Json(_) | Route::PodLog { .. } if method != Method::GET => {
             return Err(ApiError::method_not_allowed(format!("{method} is not allowed on {path}")));
         }
-        Route::Json(_) => unreachable!("a GET of a JSON route is answered above"),
+        Route::Json(v) => return Ok(json_response(200, &v)),
         Route::PodLog { namespace, name } => {
             shared.faults.record(|| Access {
                 user: token.clone(),
@@ -267,7 +267,6 @@ async fn serve(
             });
             return pod_log(shared, namespace, name, &q, req.uri().query().unwrap_or("")).await;
         }
-        Route::Resource(t) => *t,
     };
     let opts = WriteOptions {
         strict: q.get("fieldValidation").is_some_and(|v| v == "Strict"),

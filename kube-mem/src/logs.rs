@@ -86,6 +86,11 @@ impl ContainerLogs {
         (log.lines.iter().skip(skip).cloned().collect(), log.written)
     }
 
+    /// How many lines the container has written, kept or rotated away.
+    pub fn written(&self, key: &LogKey) -> u64 {
+        self.logs.get(key).map_or(0, |l| l.written)
+    }
+
     /// The pod is gone: so are its logs.
     pub fn forget_pod(&mut self, namespace: &str, pod: &str) {
         self.logs.retain(|k, _| k.namespace != namespace || k.pod != pod);
@@ -251,7 +256,7 @@ mod tests {
             logs.write(key(), 2, &long);
         }
         let (lines, next) = logs.read(&key(), 0);
-        assert_eq!(next, 103);
+        assert_eq!((next, logs.written(&key())), (103, 103));
         assert!(lines.iter().all(|l| l.text.len() == MAX_LINE_BYTES), "a line is cut at 16 KiB");
         assert!(lines.len() * (MAX_LINE_BYTES + 1) <= MAX_BYTES_PER_CONTAINER, "bounded: {}", lines.len());
         logs.forget_pod("ml", "p");

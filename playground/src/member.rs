@@ -624,7 +624,7 @@ fn write_log(store: &mut Store, pod: &Value, text: &str) {
             pod: name_of(pod),
             container: c["name"].as_str().unwrap_or("").to_string(),
         };
-        if store.logs.read(&key, 0).1 == 0 {
+        if store.logs.written(&key) == 0 {
             let words: Vec<&str> = ["command", "args"]
                 .iter()
                 .flat_map(|k| c[k].as_array().into_iter().flatten())

@@ -36,6 +36,17 @@ pub fn write(dir: &Path, runs: &[PolicyRun], total_gpus: u64) -> Result<Vec<Path
 
 type DrawResult = Result<(), Box<dyn std::error::Error>>;
 
+/// The policies' names and colours, boxed at `at`.
+fn legend<'a, DB, CT>(chart: &mut ChartContext<'a, DB, CT>, at: SeriesLabelPosition) -> DrawResult
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    CT: CoordTranslate,
+{
+    chart.configure_series_labels().position(at).background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
+    Ok(())
+}
+
 /// Step series of busy share, in days, at most ~2,000 points per policy (a running maximum
 /// per bucket keeps short peaks visible).
 fn utilisation(path: &Path, runs: &[PolicyRun], total_gpus: u64) -> DrawResult {
@@ -74,12 +85,8 @@ fn utilisation(path: &Path, runs: &[PolicyRun], total_gpus: u64) -> DrawResult {
             .label(run.policy.name())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
+    // In the headroom above 100 %, clear of every curve.
+    legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     root.present()?;
     Ok(())
 }
@@ -117,12 +124,7 @@ fn delay_cdf(path: &Path, runs: &[PolicyRun]) -> DrawResult {
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
     }
     // Lower right: a CDF's curves are near 1 there, so the box covers none.
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
+    legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     root.present()?;
     Ok(())
 }
