@@ -4,6 +4,8 @@
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
 use crate::Extra;
 
 pub const PODSET_REQUIRED_TOPOLOGY: &str = "kueue.x-k8s.io/podset-required-topology";
@@ -53,10 +55,92 @@ pub struct WorkloadPodSet {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkloadStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub admission_checks: Vec<AdmissionCheckState>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nominated_cluster_names: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_name: Option<String>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// Workload condition types Stowage reads (`apis/kueue/v1beta2/workload_types.go`).
+pub const QUOTA_RESERVED: &str = "QuotaReserved";
+pub const ADMITTED: &str = "Admitted";
+pub const EVICTED: &str = "Evicted";
+pub const FINISHED: &str = "Finished";
+
+/// The conditions Kueue writes as [`ADMISSION_FIELD_MANAGER`], with the rest of its admission
+/// status (`pkg/workload/workload.go`, `admissionManagedConditions`, v0.19): the set an
+/// external dispatcher applies back unchanged.
+pub const ADMISSION_MANAGED_CONDITIONS: [&str; 7] =
+    [QUOTA_RESERVED, EVICTED, ADMITTED, "Preempted", "Requeued", "DeactivationTarget", FINISHED];
+
+/// The status fields besides conditions that Kueue applies as [`ADMISSION_FIELD_MANAGER`].
+pub const ADMISSION_MANAGED_FIELDS: [&str; 5] =
+    ["admission", "requeueState", "resourceRequests", "accumulatedPastExecutionTimeSeconds", "schedulingStats"];
+
+/// One admission check's state on a Workload.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionCheckState {
+    pub name: String,
+    /// `Pending`, `Ready`, `Retry` or `Rejected`.
+    #[serde(default)]
+    pub state: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `spec.controllerName` of MultiKueue's AdmissionChecks.
+pub const MULTIKUEUE_CONTROLLER: &str = "kueue.x-k8s.io/multikueue";
+/// On a MultiKueueCluster: the MemberCluster it is, when the names differ.
+pub const MEMBER_CLUSTER_ANNOTATION: &str = "stowage.dev/member-cluster";
+
+/// Kueue's AdmissionCheck (cluster-scoped): which controller decides it, with what parameters.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[kube(group = "kueue.x-k8s.io", version = "v1beta2", kind = "AdmissionCheck", schema = "disabled")]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionCheckSpec {
+    #[serde(default)]
+    pub controller_name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<ParametersReference>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ParametersReference {
+    #[serde(default)]
+    pub api_group: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub name: String,
+}
+
+/// MultiKueue's worker-cluster list (cluster-scoped): names of MultiKueueCluster objects.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[kube(group = "kueue.x-k8s.io", version = "v1beta2", kind = "MultiKueueConfig", schema = "disabled")]
+#[serde(rename_all = "camelCase")]
+pub struct MultiKueueConfigSpec {
+    #[serde(default)]
+    pub clusters: Vec<String>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// One MultiKueue worker cluster (cluster-scoped): how Kueue reaches it. Stowage reads only its
+/// name and [`MEMBER_CLUSTER_ANNOTATION`].
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[kube(group = "kueue.x-k8s.io", version = "v1beta2", kind = "MultiKueueCluster", schema = "disabled")]
+#[serde(rename_all = "camelCase")]
+pub struct MultiKueueClusterSpec {
     #[serde(flatten)]
     pub extra: Extra,
 }

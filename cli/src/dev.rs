@@ -26,7 +26,12 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DevError + '_ {
     move |source| DevError::Io { path: path.display().to_string(), source }
 }
 
-pub async fn run(fleet_file: Option<&Path>, dir: &Path, metrics_addr: SocketAddr) -> Result<(), DevError> {
+pub async fn run(
+    fleet_file: Option<&Path>,
+    dir: &Path,
+    metrics_addr: SocketAddr,
+    settings: dispatcher::decide::Settings,
+) -> Result<(), DevError> {
     let spec = match fleet_file {
         Some(p) => FleetSpec::load(p)?,
         None => FleetSpec::parse(DEV_FLEET_YAML, "built-in dev fleet")?,
@@ -39,6 +44,7 @@ pub async fn run(fleet_file: Option<&Path>, dir: &Path, metrics_addr: SocketAddr
     let options = PlaygroundOptions {
         dispatcher_metrics: dispatcher::metrics::Metrics::register(&mut registry, &shared),
         agent_metrics: member_agent::metrics::Metrics::register(&mut registry, &shared),
+        settings,
         ..PlaygroundOptions::default()
     };
     let ready = options.dispatcher_metrics.ready.clone();
@@ -58,6 +64,11 @@ pub async fn run(fleet_file: Option<&Path>, dir: &Path, metrics_addr: SocketAddr
         println!("  {:<14} {}   kubeconfig {}", m.name, m.sim.server.url(), path.display());
     }
     println!("  metrics        http://{metrics_addr}/metrics   (dispatcher and agents; /healthz, /readyz)");
+    if settings.kueue == dispatcher::decide::KueueMode::MultiKueue {
+        println!("  kueue          MultiKueue's external dispatcher: Kueue's CRDs are installed on the hub and");
+        println!("                 Stowage nominates a member for each Workload; Kueue itself does not run here");
+        println!("                 (docs/kueue.md plays its part with kubectl)");
+    }
     println!("\nEach agent's own hub credentials (what it may do: write its own member's Placement");
     println!("statuses and MemberCluster status; the hub's admission policy refuses the rest):");
     for (name, path) in &files.agents {

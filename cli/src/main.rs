@@ -139,6 +139,39 @@ struct DispatcherArgs {
     /// than greedy (docs/policy.md); 0: off. Costs up to about 0.15 s per cycle on 2 cores.
     #[arg(long, value_name = "JOBS", default_value_t = 0)]
     batch_window: usize,
+    #[command(flatten)]
+    kueue: KueueArgs,
+}
+
+/// Kueue's part on the hub (docs/kueue.md).
+#[derive(Debug, Args)]
+struct KueueArgs {
+    /// labels: no Kueue on the hub; Stowage queues every TrainJob and reads Kueue's queue and
+    /// priority labels. multikueue: Kueue runs on the hub and queues the TrainJobs that carry its
+    /// queue label; Stowage is MultiKueue's external dispatcher and nominates the one member
+    /// each Workload runs on (Kueue's Configuration: multiKueue.dispatcherName).
+    #[arg(long, value_enum, default_value = "labels")]
+    kueue: KueueModeArg,
+    /// A Workload nominated to a member that Kueue has not admitted there within this long is
+    /// nominated again: seconds or 90s, 10m, 2h.
+    #[arg(long, value_parser = parse_duration_s, default_value = "5m")]
+    nomination_timeout: u64,
+}
+
+impl KueueArgs {
+    fn apply(&self, settings: &mut dispatcher::decide::Settings) {
+        settings.kueue = match self.kueue {
+            KueueModeArg::Labels => dispatcher::decide::KueueMode::Labels,
+            KueueModeArg::Multikueue => dispatcher::decide::KueueMode::MultiKueue,
+        };
+        settings.nomination_timeout = Duration::from_secs(self.nomination_timeout.max(1));
+    }
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum KueueModeArg {
+    Labels,
+    Multikueue,
 }
 
 #[derive(Debug, Args)]
@@ -205,6 +238,8 @@ struct DevArgs {
     /// /readyz.
     #[arg(long, default_value = "127.0.0.1:9400")]
     metrics_addr: std::net::SocketAddr,
+    #[command(flatten)]
+    kueue: KueueArgs,
 }
 
 #[derive(Debug, Args)]
@@ -581,10 +616,14 @@ fn dispatcher_command(args: DispatcherArgs) -> Result<(), CliError> {
             ttl: Duration::from_secs(args.lease_seconds.max(2)),
         });
         let opts = dispatcher::controller::Options {
-            settings: dispatcher::decide::Settings {
-                member_grace: Duration::from_secs(args.member_grace_seconds),
-                backoff: Duration::from_secs(args.backoff_seconds),
-                ..Default::default()
+            settings: {
+                let mut settings = dispatcher::decide::Settings {
+                    member_grace: Duration::from_secs(args.member_grace_seconds),
+                    backoff: Duration::from_secs(args.backoff_seconds),
+                    ..Default::default()
+                };
+                args.kueue.apply(&mut settings);
+                settings
             },
             leader,
             metrics,
@@ -701,7 +740,9 @@ fn explain_command(args: ExplainArgs) -> Result<(), CliError> {
 
 fn dev_command(args: DevArgs) -> Result<(), CliError> {
     let rt = tokio::runtime::Runtime::new().map_err(CliError::Runtime)?;
-    rt.block_on(dev::run(args.fleet.as_deref(), &args.dir, args.metrics_addr))?;
+    let mut settings = dispatcher::decide::Settings::default();
+    args.kueue.apply(&mut settings);
+    rt.block_on(dev::run(args.fleet.as_deref(), &args.dir, args.metrics_addr, settings))?;
     Ok(())
 }
 

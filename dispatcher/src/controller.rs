@@ -1,7 +1,7 @@
 //! The dispatcher's shell: watch the hub, call [`decide`](crate::decide::decide), write.
 //!
 //! Reflectors keep caches of the eight kinds it reads (nine where the hub serves Kueue's
-//! WorkloadPriorityClass); any change (or the resync tick, which
+//! WorkloadPriorityClass, four more of Kueue's with `--kueue multikueue`); any change (or the resync tick, which
 //! drives time-based decisions such as a member's grace period) wakes a cycle. It keeps nothing
 //! between cycles but the writes its caches have not caught up with yet and since when each
 //! placement reported Running has gone uncounted, so a restart or a new leader rebuilds
@@ -13,7 +13,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use api::kueue::WorkloadPriorityClass;
+use api::kueue::{
+    ADMISSION_FIELD_MANAGER, AdmissionCheck, MultiKueueCluster, MultiKueueConfig, Workload, WorkloadPriorityClass,
+};
 use api::stowage::{MemberCluster, Placement, Queue};
 use api::trainer::{ClusterTrainingRuntime, TrainJob, TrainingRuntime};
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
@@ -28,8 +30,9 @@ use kube_shell::watch::{self, Watches};
 use serde_json::json;
 
 use crate::decide::events::{self, EventWrite};
+use crate::decide::workloads::{NominationWrite, WorkloadEvent};
 use crate::decide::{
-    MemberConditionWrite, Observed, PlacementWrite, Plan, QueueStatusWrite, Settings, StatusWrite, decide,
+    KueueMode, MemberConditionWrite, Observed, PlacementWrite, Plan, QueueStatusWrite, Settings, StatusWrite, decide,
 };
 use crate::leader::{self, LeaderConfig, Leadership};
 use crate::metrics::Metrics;
@@ -88,12 +91,28 @@ struct Caches {
     priority_classes: Store<PriorityClass>,
     /// Kueue's WorkloadPriorityClasses, watched only where the hub serves them (found at start).
     workload_priority_classes: Option<Store<WorkloadPriorityClass>>,
+    /// What MultiKueue's external dispatcher reads (`--kueue multikueue`).
+    multikueue: Option<MultiKueueCaches>,
+}
+
+struct MultiKueueCaches {
+    workloads: Store<Workload>,
+    admission_checks: Store<AdmissionCheck>,
+    configs: Store<MultiKueueConfig>,
+    clusters: Store<MultiKueueCluster>,
 }
 
 impl Caches {
-    fn start(hub: &Client, watches: &mut Watches, kueue_priorities: bool) -> Self {
+    fn start(hub: &Client, watches: &mut Watches, kueue_priorities: bool, kueue: KueueMode) -> Self {
         let all = watcher::Config::default;
+        let multikueue = (kueue == KueueMode::MultiKueue).then(|| MultiKueueCaches {
+            workloads: watches.watch(Api::all(hub.clone()), all()),
+            admission_checks: watches.watch(Api::all(hub.clone()), all()),
+            configs: watches.watch(Api::all(hub.clone()), all()),
+            clusters: watches.watch(Api::all(hub.clone()), all()),
+        });
         Caches {
+            multikueue,
             trainjobs: watches.watch(Api::all(hub.clone()), all()),
             cluster_runtimes: watches.watch(Api::all(hub.clone()), all()),
             runtimes: watches.watch(Api::all(hub.clone()), all()),
@@ -120,6 +139,14 @@ impl Caches {
         if let Some(s) = &self.workload_priority_classes {
             let _ = s.wait_until_ready().await;
         }
+        if let Some(k) = &self.multikueue {
+            let _ = tokio::join!(
+                k.workloads.wait_until_ready(),
+                k.admission_checks.wait_until_ready(),
+                k.configs.wait_until_ready(),
+                k.clusters.wait_until_ready(),
+            );
+        }
     }
 
     fn observe(&self) -> Observed {
@@ -133,7 +160,16 @@ impl Caches {
             namespaces: watch::snapshot(&self.namespaces),
             priority_classes: watch::snapshot(&self.priority_classes),
             workload_priority_classes: self.workload_priority_classes.as_ref().map(watch::snapshot).unwrap_or_default(),
+            workloads: self.multikueue.as_ref().map(|k| watch::snapshot(&k.workloads)).unwrap_or_default(),
+            admission_checks: self
+                .multikueue
+                .as_ref()
+                .map(|k| watch::snapshot(&k.admission_checks))
+                .unwrap_or_default(),
+            multikueue_configs: self.multikueue.as_ref().map(|k| watch::snapshot(&k.configs)).unwrap_or_default(),
+            multikueue_clusters: self.multikueue.as_ref().map(|k| watch::snapshot(&k.clusters)).unwrap_or_default(),
             uncounted_since: BTreeMap::new(),
+            kueue_memory: BTreeMap::new(),
         }
     }
 }
@@ -150,12 +186,17 @@ struct Written {
     /// The last cycle's memory of placements reported Running and not counted (see
     /// [`Observed::uncounted_since`]); forgotten with the leadership.
     uncounted_since: BTreeMap<api::stowage::PlacementKey, k8s_openapi::jiff::Timestamp>,
+    /// Workloads as the nominations applied left them, by the resourceVersion they replaced.
+    workloads: BTreeMap<(String, String), (Option<String>, Workload)>,
+    /// The last cycle's memory of the Workloads it nominates.
+    kueue_memory: BTreeMap<crate::decide::workloads::WorkloadKey, crate::decide::workloads::Remembered>,
 }
 
 impl Written {
     /// Lays unseen writes over the observed objects, forgetting those the caches now show.
     fn overlay(&mut self, o: &mut Observed) {
         o.uncounted_since = self.uncounted_since.clone();
+        o.kueue_memory = self.kueue_memory.clone();
         let key =
             |m: &kube::api::ObjectMeta| (m.namespace.clone().unwrap_or_default(), m.name.clone().unwrap_or_default());
         self.placements.retain(|k, ours| match o.placements.iter_mut().find(|p| key(&p.metadata) == *k) {
@@ -178,6 +219,15 @@ impl Written {
             status.conditions = conditions.clone();
             status.jobs_status = jobs.clone();
             true
+        });
+        // A cached Workload still at the version a nomination replaced is shown as written.
+        self.workloads.retain(|k, (replaced, ours)| {
+            let Some(seen) = o.workloads.iter_mut().find(|w| key(&w.metadata) == *k) else { return false };
+            let stale = seen.metadata.resource_version == *replaced;
+            if stale {
+                *seen = ours.clone();
+            }
+            stale
         });
     }
 }
@@ -202,6 +252,29 @@ async fn write_placement(hub: &Client, w: &PlacementWrite) -> Result<Option<Plac
         Err(source) => {
             Err(Error::Write { what: "Placement", namespace: w.namespace.clone(), name: w.name.clone(), source })
         }
+    }
+}
+
+/// Applies a nomination as Kueue writes its admission status: as `kueue-admission`, forced (its
+/// fields are Kueue's), at the observed resourceVersion. A conflict means the Workload changed
+/// since: the next cycle decides on what it is now.
+async fn write_nomination(hub: &Client, n: &NominationWrite) -> Result<Option<Workload>, Error> {
+    let pp = PatchParams::apply(ADMISSION_FIELD_MANAGER).force();
+    match Api::<Workload>::namespaced(hub.clone(), &n.namespace)
+        .patch_status(&n.name, &pp, &Patch::Apply(&n.apply))
+        .await
+    {
+        Ok(w) => Ok(Some(w)),
+        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
+            tracing::debug!(workload = %format!("{}/{}", n.namespace, n.name), "changed since observed; next cycle");
+            Ok(None)
+        }
+        Err(source) => Err(Error::Write {
+            what: "Workload nomination",
+            namespace: n.namespace.clone(),
+            name: n.name.clone(),
+            source,
+        }),
     }
 }
 
@@ -339,8 +412,45 @@ async fn apply(hub: &Client, plan: &Plan, written: &mut Written, metrics: &Metri
             first_error = first_error.or(Some(e));
         }
     }
-    kube_shell::events::record_all(hub, events.into_iter().map(record_of).collect(), CONCURRENT_WRITES).await;
+    for n in &plan.nominations {
+        match write_nomination(hub, n).await {
+            Ok(Some(w)) => {
+                let workload = format!("{}/{}", n.namespace, n.name);
+                match n.clusters.first() {
+                    Some(cluster) => tracing::info!(%workload, %cluster, "nominated"),
+                    None => tracing::info!(%workload, "nomination withdrawn"),
+                }
+                let replaced =
+                    n.apply.pointer("/metadata/resourceVersion").and_then(|v| v.as_str()).map(str::to_string);
+                written.workloads.insert((n.namespace.clone(), n.name.clone()), (replaced, w));
+            }
+            Ok(None) => {}
+            Err(e) => first_error = first_error.or(Some(e)),
+        }
+    }
+    let records = events.into_iter().map(record_of).chain(plan.workload_events.iter().map(workload_record));
+    kube_shell::events::record_all(hub, records.collect(), CONCURRENT_WRITES).await;
     first_error.map_or(Ok(()), Err)
+}
+
+/// An Event about a Workload or its TrainJob, as the shell records it.
+fn workload_record(e: &WorkloadEvent) -> kube_shell::events::Record {
+    kube_shell::events::Record {
+        name: e.name.clone(),
+        involved: ObjectReference {
+            api_version: Some(e.api_version.clone()),
+            kind: Some(e.kind.clone()),
+            name: Some(e.object.clone()),
+            namespace: Some(e.namespace.clone()),
+            uid: Some(e.uid.clone()),
+            ..Default::default()
+        },
+        type_: if e.warning { "Warning" } else { "Normal" }.into(),
+        reason: e.reason.clone(),
+        message: e.message.clone(),
+        times: 1,
+        component: FIELD_MANAGER.into(),
+    }
 }
 
 /// One cycle over an observed hub: decide and write.
@@ -349,6 +459,7 @@ async fn cycle(hub: &Client, observed: &Observed, opts: &Options, written: &mut 
     let started = std::time::Instant::now();
     let plan = decide(observed, &opts.config, &opts.settings, Time(k8s_openapi::jiff::Timestamp::now()));
     written.uncounted_since = plan.uncounted_since.clone();
+    written.kueue_memory = plan.kueue_memory.clone();
     let result = apply(hub, &plan, written, &opts.metrics).await;
     opts.metrics.cycles.inc();
     opts.metrics.cycle_duration.observe(started.elapsed().as_secs_f64());
@@ -389,7 +500,7 @@ pub async fn observe_once(hub: &Client) -> Result<Observed, kube::Error> {
         namespaces: all(hub).await?,
         priority_classes: all(hub).await?,
         workload_priority_classes,
-        uncounted_since: BTreeMap::new(),
+        ..Observed::default()
     })
 }
 
@@ -408,7 +519,7 @@ pub async fn run(hub: Client, opts: Options) {
     });
     let mut watches = Watches::new();
     let kueue_priorities = serves::<WorkloadPriorityClass>(&hub).await;
-    let caches = Caches::start(&hub, &mut watches, kueue_priorities);
+    let caches = Caches::start(&hub, &mut watches, kueue_priorities, opts.settings.kueue);
     let mut campaign = tokio::task::JoinSet::new();
     if let Some(cfg) = opts.leader.clone() {
         campaign.spawn(leader::campaign(hub.clone(), cfg, leadership.clone()));

@@ -140,7 +140,7 @@ pub fn gang(trainjob: &TrainJob, runtime: &Runtime) -> Result<(Gang, PrioritySou
 
 /// What a pod asks of its node: its node selector (the GPU product is its flavor, not a label
 /// the hub matches), required node affinity and tolerations.
-fn requirement_of(p: &PodSpec) -> NodeRequirement {
+pub(crate) fn requirement_of(p: &PodSpec) -> NodeRequirement {
     let selector = p
         .node_selector
         .iter()
@@ -216,7 +216,7 @@ fn class_of(report: &NodeClassReport) -> NodeClass {
 
 /// Per-pod requests by the Kubernetes rule (containers summed, the largest init container,
 /// overhead), in the core's units. A GPU is any resource whose name contains "gpu".
-fn shape_of(p: &PodSpec) -> PodShape {
+pub(crate) fn shape_of(p: &PodSpec) -> PodShape {
     let get = |c: &k8s_openapi::api::core::v1::Container, pred: &dyn Fn(&str) -> bool| -> Milli {
         c.resources
             .as_ref()

@@ -63,6 +63,7 @@ fn settings() -> Settings {
         member_grace: std::time::Duration::from_secs(120),
         backoff: std::time::Duration::from_secs(60),
         max_backoff: std::time::Duration::from_secs(600),
+        ..Settings::default()
     }
 }
 

@@ -212,6 +212,11 @@ impl Playground {
         for (name, yaml) in api::stowage::crds() {
             install(&crds, &yaml, &name).await?;
         }
+        if options.settings.kueue == dispatcher::decide::KueueMode::MultiKueue {
+            for f in upstream::KUEUE_CRDS {
+                install(&crds, f.text, f.path).await?;
+            }
+        }
         let runtimes: Api<api::trainer::ClusterTrainingRuntime> = Api::all(hub.clone());
         for f in upstream::RUNTIMES {
             install(&runtimes, f.text, f.path).await?;

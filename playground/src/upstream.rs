@@ -40,7 +40,20 @@ pub const MEMBER_CRDS: [File; 4] = files![
     "kai/scheduling.run.ai_podgroups.yaml",
 ];
 
+/// Kueue's CRDs (v0.19.2), installed on the hub of `stowage dev --kueue multikueue`, where a
+/// test double plays Kueue (the dispatcher nominates, the double admits).
+pub const KUEUE_CRDS: [File; 8] = files![
+    "kueue/kueue.x-k8s.io_workloads.yaml",
+    "kueue/kueue.x-k8s.io_admissionchecks.yaml",
+    "kueue/kueue.x-k8s.io_multikueueconfigs.yaml",
+    "kueue/kueue.x-k8s.io_multikueueclusters.yaml",
+    "kueue/kueue.x-k8s.io_localqueues.yaml",
+    "kueue/kueue.x-k8s.io_clusterqueues.yaml",
+    "kueue/kueue.x-k8s.io_resourceflavors.yaml",
+    "kueue/kueue.x-k8s.io_workloadpriorityclasses.yaml",
+];
+
 /// Every bundled file.
 pub fn all() -> impl Iterator<Item = File> {
-    TRAINER_CRDS.into_iter().chain(RUNTIMES).chain(MEMBER_CRDS)
+    TRAINER_CRDS.into_iter().chain(RUNTIMES).chain(MEMBER_CRDS).chain(KUEUE_CRDS)
 }

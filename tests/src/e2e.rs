@@ -30,6 +30,7 @@ pub fn fast() -> PlaygroundOptions {
             member_grace: Duration::from_secs(5),
             backoff: Duration::from_secs(120),
             max_backoff: Duration::from_secs(120),
+            ..Settings::default()
         },
         lease_ttl: Duration::from_secs(2),
         resync: Duration::from_millis(200),

@@ -11,7 +11,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use scheduler_core::{Config, Decision, Reason};
 
 use super::intake::{Job, JobState};
-use super::members::Members;
 use super::schedule::{self, Schedule};
 use super::{Observed, Settings, key};
 use crate::plan::camel;
@@ -149,6 +148,12 @@ pub fn explain(
         });
         out.state = match finished {
             Some(c) => format!("finished: {} ({})", c.type_, c.message),
+            None if super::intake::managed_elsewhere(tj, settings.kueue)
+                && tj.spec.managed_by.as_deref() != Some(api::trainer::KUEUE_MULTIKUEUE_MANAGED_BY) =>
+            {
+                "Kueue's (kueue.x-k8s.io/queue-name, --kueue multikueue): Stowage nominates its Workload's cluster"
+                    .into()
+            }
             None => "left to another controller (spec.managedBy)".into(),
         };
         return Some(out);
@@ -178,20 +183,25 @@ pub fn explain(
             });
             let at = order.iter().position(|g| g.id == w.gang.id).map_or(0, |p| p + 1);
             out.position = Some((at, order.len()));
-            let decision = decision_of(&state.members, &state.queues.queues, &state.jobs, config, now_ms, i);
+            let decision = decision_of(&state, &state.jobs, config, now_ms, i);
             out.eta = match &decision {
                 Some(Decision::Pending(Reason::Reserved { cluster, in_s, .. })) => {
                     Some(Eta { cluster: cluster.clone(), in_s: *in_s, basis: Basis::Reserved })
                 }
-                Some(Decision::Pending(_)) => {
-                    schedule::projection(&state.members, &state.queues.queues, &state.jobs, config, now_ms, i).map(
-                        |(p, cluster, unknown_ms)| Eta {
-                            cluster,
-                            in_s: p.start_ms.saturating_sub(now_ms) / 1000,
-                            basis: Basis::Projected { ahead: p.ahead, unknown_s: unknown_ms / 1000 },
-                        },
-                    )
-                }
+                Some(Decision::Pending(_)) => schedule::projection(
+                    &state.members,
+                    &state.queues.queues,
+                    &state.jobs,
+                    &state.candidates,
+                    config,
+                    now_ms,
+                    i,
+                )
+                .map(|(p, cluster, unknown_ms)| Eta {
+                    cluster,
+                    in_s: p.start_ms.saturating_sub(now_ms) / 1000,
+                    basis: Basis::Projected { ahead: p.ahead, unknown_s: unknown_ms / 1000 },
+                }),
                 _ => None,
             };
             out.members = per_member(&state, config, now_ms, i);
@@ -208,15 +218,14 @@ pub fn explain(
 
 /// What the cycle decides for waiting job `i` (in TrainJob order).
 fn decision_of(
-    members: &Members<'_>,
-    queues: &scheduler_core::Queues,
+    state: &super::Observation<'_>,
     jobs: &[Job<'_>],
     config: &Config,
     now_ms: u64,
     i: usize,
 ) -> Option<Decision> {
     let at = schedule::waiting(jobs).position(|(j, _)| std::ptr::eq(j, &jobs[i]))?;
-    match schedule::run(members, queues, jobs, config, now_ms) {
+    match schedule::run(&state.members, &state.queues.queues, jobs, &state.candidates, config, now_ms) {
         Schedule::Decided { mut decisions, .. } => Some(decisions.swap_remove(at)),
         // No member reported a readable capacity: the TrainJob's condition says so.
         Schedule::NoCapacity(_) | Schedule::Idle => None,
@@ -238,7 +247,7 @@ fn per_member(state: &super::Observation<'_>, config: &Config, now_ms: u64, i: u
             }
             w.gang.clusters.only = Some(vec![name.clone()]);
         }
-        let why = match decision_of(&state.members, &state.queues.queues, &jobs, config, now_ms, i) {
+        let why = match decision_of(state, &jobs, config, now_ms, i) {
             Some(Decision::Admit(_)) => "fits now".to_string(),
             Some(Decision::Preempt { victims, .. }) => format!("fits by preempting {}", victims.join(", ")),
             Some(Decision::Pending(r)) => format!("{}: {r}", camel(r.kind())),

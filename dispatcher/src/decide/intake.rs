@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use api::kueue::QUEUE_NAME_LABEL;
 use api::stowage::{
     CHECKPOINT_ANNOTATION, CLUSTER_LABEL, ClusterBackoff, Placement, PlacementKey, PlacementPhase, PlacementStatus,
 };
@@ -16,7 +17,7 @@ use super::members::Members;
 use super::namespaces;
 use super::priorities::Priorities;
 use super::queues::QueueSet;
-use super::{Moved, Observed, Redispatch, Settings, conditions, key};
+use super::{KueueMode, Moved, Observed, Redispatch, Settings, conditions, key};
 use crate::translate;
 
 /// One unfinished TrainJob, its status as this cycle will have it, and its state.
@@ -84,9 +85,14 @@ pub(super) struct Waiting<'a> {
     pub(super) evicting: Option<Active<'a>>,
 }
 
-/// Left to another controller, as Trainer leaves it: `spec.managedBy` names MultiKueue.
-pub(super) fn managed_elsewhere(tj: &TrainJob) -> bool {
+/// Left to another controller: `spec.managedBy` names MultiKueue (as Trainer leaves it), or
+/// Kueue runs on the hub and the TrainJob carries its queue label (Kueue defaults `managedBy`
+/// only where the queue has a MultiKueue check; either way the job is Kueue's, and Stowage acts
+/// on it only through its Workload's nomination).
+pub(super) fn managed_elsewhere(tj: &TrainJob, kueue: KueueMode) -> bool {
+    let kueue_label = || tj.metadata.labels.as_ref().is_some_and(|l| l.contains_key(QUEUE_NAME_LABEL));
     tj.spec.managed_by.as_deref() == Some(KUEUE_MULTIKUEUE_MANAGED_BY)
+        || (kueue == KueueMode::MultiKueue && kueue_label())
 }
 
 pub(super) fn finished(tj: &TrainJob) -> bool {

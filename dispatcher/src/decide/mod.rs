@@ -16,6 +16,10 @@
 //! 5. [`queues`]: each Queue's status.
 //! 6. [`figures`]: what the metrics show of the cycle (the shell sets its gauges from them).
 //!
+//! With `--kueue multikueue`, [`workloads`] reads Kueue's Workloads into the same cycle (those
+//! to nominate wait beside the TrainJobs, those nominated hold their room) and writes their
+//! nominations.
+//!
 //! Every condition is made in [`conditions`].
 
 mod conditions;
@@ -28,6 +32,7 @@ mod namespaces;
 mod priorities;
 mod queues;
 mod schedule;
+pub mod workloads;
 mod writes;
 
 use std::collections::BTreeMap;
@@ -59,6 +64,14 @@ pub struct Observed {
     pub priority_classes: Vec<PriorityClass>,
     /// Kueue's, where the hub serves them.
     pub workload_priority_classes: Vec<api::kueue::WorkloadPriorityClass>,
+    /// Kueue's Workloads, AdmissionChecks and MultiKueue objects, read with `--kueue multikueue`.
+    pub workloads: Vec<api::kueue::Workload>,
+    pub admission_checks: Vec<api::kueue::AdmissionCheck>,
+    pub multikueue_configs: Vec<api::kueue::MultiKueueConfig>,
+    pub multikueue_clusters: Vec<api::kueue::MultiKueueCluster>,
+    /// The dispatcher's own memory of the Workloads it nominates (the last cycle's
+    /// [`Plan::kueue_memory`]).
+    pub kueue_memory: BTreeMap<workloads::WorkloadKey, workloads::Remembered>,
     /// The dispatcher's own memory, not a hub object: since when each placement reported
     /// Running has not been counted by its member (the last cycle's [`Plan::uncounted_since`]).
     /// A new leader starts with none, and so waits a whole grace period before acting.
@@ -75,6 +88,11 @@ pub struct Settings {
     /// doubles with each repeat on the same member, up to `max_backoff`.
     pub backoff: Duration,
     pub max_backoff: Duration,
+    /// What Kueue does on the hub, and so what Stowage leaves to it.
+    pub kueue: KueueMode,
+    /// A Workload nominated to a member that Kueue has not admitted there for this long is
+    /// nominated again.
+    pub nomination_timeout: Duration,
 }
 
 impl Default for Settings {
@@ -83,8 +101,21 @@ impl Default for Settings {
             member_grace: Duration::from_secs(120),
             backoff: Duration::from_secs(60),
             max_backoff: Duration::from_secs(30 * 60),
+            kueue: KueueMode::Labels,
+            nomination_timeout: Duration::from_secs(300),
         }
     }
+}
+
+/// Kueue's part on the hub (`--kueue`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KueueMode {
+    /// No Kueue on the hub: Stowage queues every TrainJob, reading Kueue's labels.
+    #[default]
+    Labels,
+    /// Kueue queues the TrainJobs that carry its queue label, and Stowage is MultiKueue's
+    /// external dispatcher for their Workloads: it nominates, Kueue admits.
+    MultiKueue,
 }
 
 /// One Placement to write.
@@ -229,6 +260,12 @@ pub struct Plan {
     pub uncounted_since: BTreeMap<PlacementKey, Timestamp>,
     /// What the metrics show of this cycle.
     pub figures: figures::Figures,
+    /// Workloads' nominations to write (`--kueue multikueue`).
+    pub nominations: Vec<workloads::NominationWrite>,
+    /// Events about Workloads and their TrainJobs: why one waits, where it was nominated.
+    pub workload_events: Vec<workloads::WorkloadEvent>,
+    /// For the next cycle's [`Observed::kueue_memory`].
+    pub kueue_memory: BTreeMap<workloads::WorkloadKey, workloads::Remembered>,
 }
 
 /// One MemberCluster's conditions to write (the dispatcher owns `status.conditions` there; the
@@ -252,6 +289,8 @@ struct Observation<'a> {
     members: members::Members<'a>,
     queues: queues::QueueSet,
     jobs: Vec<intake::Job<'a>>,
+    /// Kueue's Workloads the cycle acts on (`--kueue multikueue`).
+    candidates: Vec<workloads::Candidate<'a>>,
 }
 
 fn observe<'a>(o: &'a Observed, settings: &Settings, now: &Time) -> Observation<'a> {
@@ -264,26 +303,28 @@ fn observe<'a>(o: &'a Observed, settings: &Settings, now: &Time) -> Observation<
     let jobs: Vec<intake::Job<'_>> = o
         .trainjobs
         .iter()
-        .filter(|tj| !intake::finished(tj) && !intake::managed_elsewhere(tj))
+        .filter(|tj| !intake::finished(tj) && !intake::managed_elsewhere(tj, settings.kueue))
         .map(|tj| {
             let scope =
                 intake::Scope { members: &members, queues: &queues, namespaces: &namespaces, priorities: &priorities };
             intake::job(o, &scope, tj, placements.get(&key(&tj.metadata)).copied(), settings, now)
         })
         .collect();
-    Observation { members, queues, jobs }
+    let candidates = workloads::read(o, &members, settings, now.0);
+    Observation { members, queues, jobs, candidates }
 }
 
 pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> Plan {
-    let Observation { members, queues, jobs } = observe(o, settings, &now);
+    let Observation { members, queues, jobs, candidates } = observe(o, settings, &now);
     let mut plan =
         Plan { uncounted_since: jobs.iter().filter_map(|j| j.uncounted.clone()).collect(), ..Plan::default() };
     writes::members(&mut plan, &members, &now);
     let mut tally = Tally::new();
     writes::settled(&mut plan, &jobs, &mut tally);
     let now_ms = now.0.as_millisecond().max(0) as u64;
-    let schedule = schedule::run(&members, &queues.queues, &jobs, config, now_ms);
+    let schedule = schedule::run(&members, &queues.queues, &jobs, &candidates, config, now_ms);
     let evictions = writes::placements(&mut plan, &jobs, &schedule, &queues, &now, &mut tally);
+    workloads::writes(&mut plan, o, &candidates, &schedule, now.0);
     writes::evictions(&mut plan, &jobs, &evictions, &now);
     plan.queues = queues::statuses(o, &queues, &tally, &now);
     plan.figures = figures::Figures::of(o, &members, &queues, &jobs, &plan, now.0);

@@ -65,6 +65,9 @@ pub(super) fn read(o: &Observed) -> QueueSet {
     if !specs.iter().any(|q| q.name == translate::DEFAULT_QUEUE) && !inactive.contains_key(translate::DEFAULT_QUEUE) {
         specs.push(QueueSpec::unlimited(translate::DEFAULT_QUEUE));
     }
+    if !o.workloads.is_empty() {
+        specs.push(QueueSpec::unlimited(crate::workload::KUEUE_QUEUE));
+    }
     // Each spec is valid alone and names are unique (object names), so this cannot fail.
     let queues = Queues::new(specs).unwrap_or_else(|_| {
         Queues::new(vec![QueueSpec::unlimited(translate::DEFAULT_QUEUE)])

@@ -1,7 +1,10 @@
 //! The cycle proper: the fleet as live members report it, the quota running TrainJobs hold,
 //! then two passes of the core. First the assumed pass: placed TrainJobs whose pods their
 //! member does not count yet take their room, as they are. Then the waiting TrainJobs, with
-//! the running ones as possible victims and their expected ends as releases.
+//! the running ones as possible victims and their expected ends as releases. Kueue's
+//! Workloads (`--kueue multikueue`) take part: nominated ones hold their room in the assumed
+//! pass, pinned to their member; those to nominate (and those that no longer fit where they
+//! were nominated) wait beside the TrainJobs.
 
 use scheduler_core::project::{Ending, Projection, project};
 use scheduler_core::{
@@ -10,6 +13,7 @@ use scheduler_core::{
 
 use super::intake::{Active, Job, JobState, Waiting};
 use super::members::Members;
+use super::workloads::{Candidate, State};
 use crate::translate;
 
 #[derive(Debug)]
@@ -18,8 +22,18 @@ pub(super) enum Schedule {
     Idle,
     /// No live member reported a capacity the hub can read.
     NoCapacity(String),
-    /// One decision per waiting TrainJob, in TrainJob order.
-    Decided { fleet: Box<Fleet>, decisions: Vec<Decision>, batch: Option<BatchReport> },
+    /// One decision per waiting TrainJob, in TrainJob order, and one per Workload to nominate.
+    Decided { fleet: Box<Fleet>, decisions: Vec<Decision>, nominations: Vec<Nominating>, batch: Option<BatchReport> },
+}
+
+/// The cycle's decision for a Workload to nominate.
+#[derive(Debug)]
+pub(super) struct Nominating {
+    /// Its index among the cycle's candidates.
+    pub(super) candidate: usize,
+    pub(super) decision: Decision,
+    /// Why its nomination is withdrawn, if it had one.
+    pub(super) withdrawn: Option<String>,
 }
 
 /// The waiting TrainJobs, in order.
@@ -50,6 +64,8 @@ struct Ground<'j, 'a> {
     admissions: Vec<(&'j Active<'a>, Admission)>,
     /// The assumed TrainJobs and where the assumed pass put them.
     assumed: Vec<(Gang, Decision)>,
+    /// The Workloads holding room (by candidate index) and whether it is still theirs.
+    held: Vec<(usize, Decision)>,
 }
 
 /// `None` with why when no live member reported a capacity the hub can read. `where_bound`:
@@ -58,6 +74,7 @@ fn ground<'j, 'a>(
     members: &Members<'_>,
     queues: &Queues,
     jobs: &'j [Job<'a>],
+    candidates: &[Candidate<'_>],
     config: &Config,
     now_ms: u64,
     where_bound: bool,
@@ -76,9 +93,13 @@ fn ground<'j, 'a>(
             _ => None,
         })
         .collect();
+    let held: Vec<(usize, Gang)> =
+        candidates.iter().enumerate().filter_map(|(i, c)| Some((i, c.state.held()?))).collect();
+    let pass: Vec<Gang> = assumed.iter().cloned().chain(held.iter().map(|(_, g)| g.clone())).collect();
     let snapshot =
         Snapshot { fleet: &fleet, queues, capacity, usage, now_ms, releases: Vec::new(), running: Vec::new() };
-    let taken = cycle(snapshot, &assumed, &config.as_placed());
+    let mut taken = cycle(snapshot, &pass, &config.as_placed());
+    let held = held.into_iter().map(|(i, _)| i).zip(taken.decisions.split_off(assumed.len())).collect();
     let admissions: Vec<(&Active<'_>, Admission)> = if where_bound {
         let bound = translate::bound(&hosts, &live);
         running
@@ -92,16 +113,23 @@ fn ground<'j, 'a>(
         Vec::new()
     };
     let assumed = assumed.into_iter().zip(taken.decisions).collect();
-    Ok(Ground { capacity: taken.capacity, usage: taken.usage, admissions, assumed, fleet })
+    Ok(Ground { capacity: taken.capacity, usage: taken.usage, admissions, assumed, held, fleet })
 }
 
-pub(super) fn run(members: &Members<'_>, queues: &Queues, jobs: &[Job<'_>], config: &Config, now_ms: u64) -> Schedule {
-    if waiting(jobs).next().is_none() {
+pub(super) fn run(
+    members: &Members<'_>,
+    queues: &Queues,
+    jobs: &[Job<'_>],
+    candidates: &[Candidate<'_>],
+    config: &Config,
+    now_ms: u64,
+) -> Schedule {
+    if waiting(jobs).next().is_none() && !candidates.iter().any(|c| c.state.schedules()) {
         return Schedule::Idle;
     }
     let where_bound = config.preemption.is_some() || config.reservations;
-    let Ground { fleet, capacity, usage, admissions, .. } =
-        match ground(members, queues, jobs, config, now_ms, where_bound) {
+    let Ground { fleet, capacity, usage, admissions, held, .. } =
+        match ground(members, queues, jobs, candidates, config, now_ms, where_bound) {
             Ok(g) => g,
             Err(why) => return Schedule::NoCapacity(why),
         };
@@ -132,9 +160,17 @@ pub(super) fn run(members: &Members<'_>, queues: &Queues, jobs: &[Job<'_>], conf
             })
             .collect()
     };
-    let gangs: Vec<Gang> = waiting(jobs).map(|(_, w)| w.gang.clone()).collect();
+    let mut gangs: Vec<Gang> = waiting(jobs).map(|(_, w)| w.gang.clone()).collect();
+    let trainjobs = gangs.len();
+    let to_nominate = to_nominate(candidates, &held);
+    gangs.extend(to_nominate.iter().map(|(_, g, _)| g.clone()));
     let snapshot = Snapshot { fleet: &fleet, queues, capacity, usage, now_ms, releases, running: victims };
-    let out = cycle(snapshot, &gangs, config);
+    let mut out = cycle(snapshot, &gangs, config);
+    let nominations = to_nominate
+        .into_iter()
+        .zip(out.decisions.split_off(trainjobs))
+        .map(|((candidate, _, withdrawn), decision)| Nominating { candidate, decision, withdrawn })
+        .collect();
     if let Some(b) = &out.batch {
         tracing::debug!(
             window = b.window,
@@ -147,7 +183,35 @@ pub(super) fn run(members: &Members<'_>, queues: &Queues, jobs: &[Job<'_>], conf
             "batch optimiser"
         );
     }
-    Schedule::Decided { decisions: out.decisions, batch: out.batch, fleet: Box::new(fleet) }
+    Schedule::Decided { decisions: out.decisions, nominations, batch: out.batch, fleet: Box::new(fleet) }
+}
+
+/// The Workloads to nominate: those that need one, and those nominated to a member where the
+/// assumed pass found their gang no longer fits. With their candidate index and why the
+/// nomination they have goes.
+fn to_nominate(candidates: &[Candidate<'_>], held: &[(usize, Decision)]) -> Vec<(usize, Gang, Option<String>)> {
+    let unfit: std::collections::BTreeMap<usize, String> = held
+        .iter()
+        .filter_map(|(i, d)| match (d, &candidates[*i].state) {
+            (Decision::Pending(reason), State::Nominated { cluster, .. }) => {
+                Some((*i, format!("its gang no longer fits on {cluster}: {reason}")))
+            }
+            _ => None,
+        })
+        .collect();
+    candidates
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| match &c.state {
+            State::Nominate { gang, withdrawn } => Some((i, gang.clone(), withdrawn.clone())),
+            State::Nominated { gang, cluster, .. } => unfit.get(&i).map(|why| {
+                let mut gang = gang.clone();
+                gang.clusters.avoid.push(cluster.clone());
+                (i, gang, Some(why.clone()))
+            }),
+            _ => None,
+        })
+        .collect()
 }
 
 /// How far ahead a projection looks.
@@ -176,12 +240,13 @@ pub(super) fn projection(
     members: &Members<'_>,
     queues: &Queues,
     jobs: &[Job<'_>],
+    candidates: &[Candidate<'_>],
     config: &Config,
     now_ms: u64,
     i: usize,
 ) -> Option<(Projection, String, u64)> {
     let JobState::Waiting(target) = &jobs[i].state else { return None };
-    let g = ground(members, queues, jobs, config, now_ms, true).ok()?;
+    let g = ground(members, queues, jobs, candidates, config, now_ms, true).ok()?;
     let mut lengths: Vec<u64> =
         g.admissions.iter().map(|(a, _)| expected_end(a, now_ms).saturating_sub(a.started_ms)).collect();
     lengths.sort_unstable();

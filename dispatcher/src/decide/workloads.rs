@@ -1,0 +1,376 @@
+//! MultiKueue's external dispatcher (`--kueue multikueue`): Kueue on the hub queues a Workload
+//! and reserves its quota; MultiKueue copies it only to the worker clusters its
+//! `status.nominatedClusterNames` lists. Stowage nominates exactly one, the member the cycle
+//! places its gang on, decided in the same cycle and snapshot as the TrainJobs.
+//!
+//! A Workload is to be nominated when its MultiKueue check is `Pending`, Kueue has reserved
+//! quota (`QuotaReserved=True`), it is neither Evicted nor Finished, its other checks are
+//! `Ready` and `status.clusterName` is unset (`ShouldSkipClusterNomination` and the incremental
+//! dispatcher's rule, kueue v0.19). A nomination stands while its member is live, the gang
+//! still fits there (an assumed pass pinned to it holds its room, as for a placed TrainJob) and
+//! Kueue admits it within the timeout; otherwise the list is replaced, or emptied when nothing
+//! fits, and an Event says why. Admitted (`clusterName` set), it holds its room there for a
+//! grace period, by when its member's report counts its pods.
+//!
+//! Written as Kueue writes it: its whole admission status applied as `kueue-admission` at the
+//! observed resourceVersion, with the list changed ([`admission_status`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use api::kueue::{
+    ADMISSION_MANAGED_CONDITIONS, ADMISSION_MANAGED_FIELDS, ADMITTED, EVICTED, FINISHED, MEMBER_CLUSTER_ANNOTATION,
+    MULTIKUEUE_CONTROLLER, QUOTA_RESERVED, Workload,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::Timestamp;
+use kube::Resource;
+use scheduler_core::{ClusterFilter, Decision, Gang};
+use serde_json::{Value, json};
+
+use super::members::Members;
+use super::schedule::Schedule;
+use super::{KueueMode, Observed, Plan, Settings, key};
+use crate::plan::camel;
+use crate::workload::{self, Levels};
+
+/// A Workload's namespace and name.
+pub type WorkloadKey = (String, String);
+
+/// What the dispatcher remembers of a Workload between cycles: not a hub object, so a new
+/// leader starts with none (a nomination it finds gets a whole timeout from then, and the
+/// reason it waits is told once more).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Remembered {
+    /// The cluster it nominated, and since when.
+    pub nominated: Option<(String, Timestamp)>,
+    /// What its last Event said (reason), so that each is told once.
+    pub told: Option<String>,
+}
+
+/// A Workload the cycle acts on.
+#[derive(Debug)]
+pub(super) struct Candidate<'a> {
+    pub(super) w: &'a Workload,
+    pub(super) key: WorkloadKey,
+    pub(super) state: State,
+}
+
+#[derive(Debug)]
+pub(super) enum State {
+    /// Needs a nomination; with why the one it has is withdrawn, if it has one.
+    Nominate { gang: Gang, withdrawn: Option<String> },
+    /// Nominated and waiting for Kueue to admit it there: its room there is held.
+    Nominated { gang: Gang, cluster: String, since: Timestamp },
+    /// Admitted there a moment ago: its room there is held until its member counts its pods.
+    Admitted { gang: Gang, cluster: String },
+    /// Its pod sets make no gang: why, naming the field.
+    Invalid(String),
+}
+
+impl State {
+    /// The gang holding room on a cluster this cycle, pinned there.
+    pub(super) fn held(&self) -> Option<Gang> {
+        match self {
+            State::Nominated { gang, cluster, .. } | State::Admitted { gang, cluster } => {
+                let mut g = gang.clone();
+                g.clusters = ClusterFilter { only: Some(vec![cluster.clone()]), ..ClusterFilter::default() };
+                Some(g)
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the cycle has anything to decide for it.
+    pub(super) fn schedules(&self) -> bool {
+        matches!(self, State::Nominate { .. } | State::Nominated { .. })
+    }
+}
+
+/// The Workloads to nominate, nominated, or just admitted, in key order.
+pub(super) fn read<'a>(
+    o: &'a Observed,
+    members: &Members<'_>,
+    settings: &Settings,
+    now: Timestamp,
+) -> Vec<Candidate<'a>> {
+    if settings.kueue != KueueMode::MultiKueue {
+        return Vec::new();
+    }
+    let checks = multikueue_checks(o);
+    let live: BTreeSet<&str> = members.live.iter().filter_map(|m| m.metadata.name.as_deref()).collect();
+    let levels = Levels::of(&members.live);
+    let mut workloads: Vec<&Workload> = o.workloads.iter().collect();
+    workloads.sort_by_key(|w| key(&w.metadata));
+    workloads
+        .into_iter()
+        .filter_map(|w| {
+            let state = state(o, w, &checks, &live, &levels, settings, now)?;
+            Some(Candidate { w, key: key(&w.metadata), state })
+        })
+        .collect()
+}
+
+fn state(
+    o: &Observed,
+    w: &Workload,
+    checks: &BTreeMap<&str, Vec<String>>,
+    live: &BTreeSet<&str>,
+    levels: &Levels,
+    settings: &Settings,
+    now: Timestamp,
+) -> Option<State> {
+    let status = w.status.as_ref()?;
+    let (check, clusters) =
+        status.admission_checks.iter().find_map(|c| Some((c, checks.get(c.name.as_str())?.clone())))?;
+    if is_true(&status.conditions, FINISHED) || is_true(&status.conditions, EVICTED) {
+        return None;
+    }
+    let gang = |clusters| workload::gang(w, levels, clusters).map_err(|e| e.to_string());
+    if let Some(cluster) = &status.cluster_name {
+        let admitted = find(&status.conditions, ADMITTED).filter(|c| c.status == "True")?;
+        let age = now.duration_since(admitted.last_transition_time.0).unsigned_abs();
+        return (age <= settings.member_grace)
+            .then(|| gang(vec![cluster.clone()]).ok())
+            .flatten()
+            .map(|gang| State::Admitted { gang, cluster: cluster.clone() });
+    }
+    let others_ready = status.admission_checks.iter().all(|c| c.name == check.name || c.state == "Ready");
+    if !is_true(&status.conditions, QUOTA_RESERVED) || check.state != "Pending" || !others_ready {
+        return None;
+    }
+    let gang = match gang(clusters) {
+        Ok(g) => g,
+        Err(why) => return Some(State::Invalid(why)),
+    };
+    let nominated = status.nominated_cluster_names.as_deref().unwrap_or_default();
+    let remembered = o.kueue_memory.get(&key(&w.metadata)).and_then(|r| r.nominated.as_ref());
+    Some(match nominated {
+        [] => State::Nominate { gang, withdrawn: None },
+        [cluster] => {
+            let since = remembered.filter(|(c, _)| c == cluster).map_or(now, |(_, t)| *t);
+            let waited = now.duration_since(since).unsigned_abs();
+            let withdrawn = if !live.contains(cluster.as_str()) {
+                Some(format!("member {cluster} is not live"))
+            } else if waited > settings.nomination_timeout {
+                Some(format!("Kueue did not admit it on {cluster} within {} s", settings.nomination_timeout.as_secs()))
+            } else {
+                None
+            };
+            match withdrawn {
+                None => State::Nominated { gang, cluster: cluster.clone(), since },
+                Some(why) => {
+                    // Not straight back to where it was not admitted: elsewhere, or nowhere
+                    // this cycle (the next one may nominate it there again).
+                    let mut gang = gang;
+                    gang.clusters.avoid.push(cluster.clone());
+                    State::Nominate { gang, withdrawn: Some(why) }
+                }
+            }
+        }
+        many => State::Nominate {
+            gang,
+            withdrawn: Some(format!("{} clusters were nominated; Stowage nominates one", many.len())),
+        },
+    })
+}
+
+/// MultiKueue AdmissionChecks by name, with the members their MultiKueueConfig lists (a
+/// MultiKueueCluster is the MemberCluster of its name, or the one its annotation names).
+fn multikueue_checks(o: &Observed) -> BTreeMap<&str, Vec<String>> {
+    let member_of: BTreeMap<&str, String> = o
+        .multikueue_clusters
+        .iter()
+        .filter_map(|c| {
+            let name = c.metadata.name.as_deref()?;
+            let member = c.metadata.annotations.as_ref().and_then(|a| a.get(MEMBER_CLUSTER_ANNOTATION));
+            Some((name, member.cloned().unwrap_or_else(|| name.to_string())))
+        })
+        .collect();
+    let configs: BTreeMap<&str, &[String]> = o
+        .multikueue_configs
+        .iter()
+        .filter_map(|c| Some((c.metadata.name.as_deref()?, c.spec.clusters.as_slice())))
+        .collect();
+    o.admission_checks
+        .iter()
+        .filter(|ac| ac.spec.controller_name == MULTIKUEUE_CONTROLLER)
+        .filter_map(|ac| {
+            let config = ac.spec.parameters.as_ref().filter(|p| p.kind == "MultiKueueConfig")?;
+            let clusters = configs.get(config.name.as_str()).copied().unwrap_or_default();
+            let members = clusters.iter().filter_map(|c| member_of.get(c.as_str()).cloned()).collect();
+            Some((ac.metadata.name.as_deref()?, members))
+        })
+        .collect()
+}
+
+fn find<'c>(conditions: &'c [Condition], type_: &str) -> Option<&'c Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    find(conditions, type_).is_some_and(|c| c.status == "True")
+}
+
+/// One nomination to write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NominationWrite {
+    pub namespace: String,
+    pub name: String,
+    /// Empty: the nomination is withdrawn.
+    pub clusters: Vec<String>,
+    /// What is applied to its status subresource as `kueue-admission` ([`admission_status`]).
+    pub apply: Value,
+}
+
+/// An Event about a Workload, and the same on the TrainJob that owns it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkloadEvent {
+    pub namespace: String,
+    /// The Event's name: its object's, then what happened.
+    pub name: String,
+    pub api_version: String,
+    pub kind: String,
+    pub object: String,
+    pub uid: String,
+    pub warning: bool,
+    /// A pending reason as TrainJobs' conditions name it (`NoDomain`), or `Nominated`.
+    pub reason: String,
+    pub message: String,
+}
+
+/// The Workload's admission status as Kueue applies it (`PrepareWorkloadPatch`, strict): the
+/// fields Kueue manages as `kueue-admission`, at the observed resourceVersion, with
+/// `nominatedClusterNames` set to `clusters` (left out when empty, so the apply removes it).
+/// Applying less as that manager would delete what is left out: Kueue's reservation.
+pub fn admission_status(w: &Workload, clusters: &[String]) -> Value {
+    let status = serde_json::to_value(w.status.clone().unwrap_or_default()).unwrap_or_default();
+    let mut out = serde_json::Map::new();
+    for field in ADMISSION_MANAGED_FIELDS {
+        if let Some(v) = status.get(field) {
+            out.insert(field.into(), v.clone());
+        }
+    }
+    // Of the scheduling stats, Kueue applies its evictions only.
+    if let Some(evictions) = status.pointer("/schedulingStats/evictions") {
+        out.insert("schedulingStats".into(), json!({ "evictions": evictions }));
+    }
+    let conditions: Vec<&Value> = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["type"].as_str().is_some_and(|t| ADMISSION_MANAGED_CONDITIONS.contains(&t)))
+        .collect();
+    if !conditions.is_empty() {
+        out.insert("conditions".into(), json!(conditions));
+    }
+    for field in ["admissionChecks", "clusterName"] {
+        if let Some(v) = status.get(field) {
+            out.insert(field.into(), v.clone());
+        }
+    }
+    if !clusters.is_empty() {
+        out.insert("nominatedClusterNames".into(), json!(clusters));
+    }
+    json!({
+        "apiVersion": Workload::api_version(&()),
+        "kind": Workload::kind(&()),
+        "metadata": {
+            "name": w.metadata.name,
+            "namespace": w.metadata.namespace,
+            "resourceVersion": w.metadata.resource_version,
+        },
+        "status": out,
+    })
+}
+
+/// Each candidate's nomination by the cycle's decision, the Events telling why it waits (once
+/// per reason), and what to remember of it.
+pub(super) fn writes(plan: &mut Plan, o: &Observed, candidates: &[Candidate<'_>], schedule: &Schedule, now: Timestamp) {
+    let decided: BTreeMap<usize, (&Decision, Option<&String>)> = match schedule {
+        Schedule::Decided { nominations, .. } => {
+            nominations.iter().map(|n| (n.candidate, (&n.decision, n.withdrawn.as_ref()))).collect()
+        }
+        _ => BTreeMap::new(),
+    };
+    for (i, c) in candidates.iter().enumerate() {
+        let mut memory = o.kueue_memory.get(&c.key).cloned().unwrap_or_default();
+        let nominated = c.w.status.as_ref().and_then(|s| s.nominated_cluster_names.clone()).unwrap_or_default();
+        let (clusters, told) = match (&c.state, decided.get(&i), schedule) {
+            (State::Nominated { cluster, since, .. }, None, _) => {
+                memory.nominated = Some((cluster.clone(), *since));
+                (None, None)
+            }
+            (State::Admitted { .. }, ..) => {
+                memory = Remembered::default();
+                (None, None)
+            }
+            (State::Invalid(why), ..) => (Some(Vec::new()), Some(("Invalid".to_string(), why.clone()))),
+            (_, Some((decision, withdrawn)), Schedule::Decided { fleet, .. }) => {
+                let withdrawn = withdrawn.map(|w| format!(" (the nomination was withdrawn: {w})")).unwrap_or_default();
+                match decision {
+                    Decision::Admit(a) => {
+                        let cluster = fleet.cluster(a.cluster).name.clone();
+                        memory.nominated = Some((cluster.clone(), now));
+                        let message = format!("nominated to member {cluster}{withdrawn}");
+                        (Some(vec![cluster]), Some(("Nominated".to_string(), message)))
+                    }
+                    Decision::Preempt { .. } => {
+                        let message = format!("fits only if running jobs are preempted{withdrawn}");
+                        (Some(Vec::new()), Some(("Preempting".to_string(), message)))
+                    }
+                    Decision::Pending(reason) => {
+                        (Some(Vec::new()), Some((camel(reason.kind()), format!("{reason}{withdrawn}"))))
+                    }
+                }
+            }
+            (_, _, Schedule::NoCapacity(why)) => {
+                (Some(Vec::new()), Some(("NoMemberCapacity".to_string(), format!("no member capacity: {why}"))))
+            }
+            _ => (None, None),
+        };
+        if let Some(clusters) = clusters.filter(|c| *c != nominated) {
+            if clusters.is_empty() {
+                memory.nominated = None;
+            }
+            plan.nominations.push(NominationWrite {
+                namespace: c.key.0.clone(),
+                name: c.key.1.clone(),
+                apply: admission_status(c.w, &clusters),
+                clusters,
+            });
+        }
+        if let Some((reason, message)) = told {
+            let said = format!("{reason}: {message}");
+            if memory.told.as_ref() != Some(&said) {
+                plan.workload_events.extend(events(c.w, &reason, &message));
+                memory.told = Some(said);
+            }
+        }
+        plan.kueue_memory.insert(c.key.clone(), memory);
+    }
+}
+
+/// The Event on the Workload, and on its owning TrainJob when it has one.
+fn events(w: &Workload, reason: &str, message: &str) -> Vec<WorkloadEvent> {
+    let (namespace, name) = key(&w.metadata);
+    let warning = reason != "Nominated";
+    let event = |kind: &str, api_version: String, object: &str, uid: &str| WorkloadEvent {
+        namespace: namespace.clone(),
+        name: format!("{object}.nomination-{}", reason.to_ascii_lowercase()),
+        api_version,
+        kind: kind.into(),
+        object: object.into(),
+        uid: uid.into(),
+        warning,
+        reason: reason.into(),
+        message: message.into(),
+    };
+    let uid = w.metadata.uid.clone().unwrap_or_default();
+    let mut out = vec![event("Workload", Workload::api_version(&()).into_owned(), &name, &uid)];
+    let owner =
+        w.metadata.owner_references.iter().flatten().find(|r| r.kind == "TrainJob" && r.controller == Some(true));
+    if let Some(r) = owner {
+        out.push(event("TrainJob", r.api_version.clone(), &r.name, &r.uid));
+    }
+    out
+}

@@ -1,0 +1,186 @@
+//! A Kueue Workload into a scheduler-core gang, pure: one pod set per `spec.podSets[]` (`count`
+//! pods of its template's requests, node selector, affinity and tolerations), its
+//! `topologyRequest` read against the topology levels the members report, its priority as Kueue
+//! resolved it into `spec.priority`.
+
+use std::collections::BTreeMap;
+
+use api::kueue::{Workload, WorkloadPodSet};
+use api::stowage::{GPU_PRODUCT_LABEL, MemberCluster};
+use k8s_openapi::api::core::v1::PodSpec;
+use scheduler_core::{ClusterFilter, Gang, Level, PodSet, Slice, TopologyConstraint};
+
+use crate::translate::{requirement_of, shape_of};
+
+/// The queue Workloads' gangs are scheduled in: unlimited, preempting nothing, since Kueue
+/// reserved their quota and does its own preemption. Not a valid object name, so no Queue of
+/// the hub's can share it.
+pub const KUEUE_QUEUE: &str = "kueue.x-k8s.io/multikueue";
+
+/// Why a Workload's pod sets make no gang, naming the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct WorkloadError {
+    pub field: String,
+    pub problem: String,
+}
+
+/// The topology levels members report, by the node label that carries each. Kueue's
+/// `topologyRequest` names node labels; the core reasons in levels.
+#[derive(Debug, Clone, Default)]
+pub struct Levels(BTreeMap<String, Level>);
+
+impl Levels {
+    pub fn of(members: &[&MemberCluster]) -> Self {
+        let mut by_label = BTreeMap::from([("kubernetes.io/hostname".to_string(), Level::Host)]);
+        for m in members {
+            for l in m.status.iter().flat_map(|s| &s.topology_levels) {
+                if let Ok(level) = l.level.parse::<Level>() {
+                    by_label.entry(l.node_label.clone()).or_insert(level);
+                }
+            }
+        }
+        Levels(by_label)
+    }
+
+    fn level(&self, label: &str, field: String) -> Result<Level, WorkloadError> {
+        self.0.get(label).copied().ok_or_else(|| WorkloadError {
+            field,
+            problem: format!("node label {label:?} is not a topology level any member reports"),
+        })
+    }
+}
+
+/// The Workload's gang, its id `Workload <namespace>/<name>` (apart from TrainJobs'), allowed
+/// only on `clusters`.
+pub fn gang(w: &Workload, levels: &Levels, clusters: Vec<String>) -> Result<Gang, WorkloadError> {
+    let meta = &w.metadata;
+    let ns = meta.namespace.clone().unwrap_or_default();
+    let pod_sets = w
+        .spec
+        .pod_sets
+        .iter()
+        .enumerate()
+        .filter(|(_, ps)| ps.count > 0)
+        .map(|(i, ps)| pod_set(ps, levels, i))
+        .collect::<Result<Vec<_>, _>>()?;
+    if pod_sets.is_empty() {
+        return Err(WorkloadError { field: "spec.podSets".into(), problem: "no pod set has pods".into() });
+    }
+    // Kueue's own limit on how long an admitted Workload runs: its run time at most.
+    let runtime_ms = w
+        .spec
+        .extra
+        .get("maximumExecutionTimeSeconds")
+        .and_then(serde_json::Value::as_u64)
+        .filter(|&s| s > 0)
+        .map(|s| s.saturating_mul(1000));
+    Ok(Gang {
+        id: format!("Workload {ns}/{}", meta.name.clone().unwrap_or_default()),
+        queue: KUEUE_QUEUE.into(),
+        priority: w.spec.priority.unwrap_or(0),
+        submitted_ms: meta.creation_timestamp.as_ref().map(|t| t.0.as_millisecond().max(0) as u64).unwrap_or(0),
+        pod_sets,
+        clusters: ClusterFilter { only: Some(clusters), ..ClusterFilter::default() },
+        runtime_ms,
+    })
+}
+
+fn pod_set(ps: &WorkloadPodSet, levels: &Levels, i: usize) -> Result<PodSet, WorkloadError> {
+    let at = |f: &str| format!("spec.podSets[{i}].{f}");
+    let spec = ps.template.get("spec").cloned().unwrap_or_default();
+    let pod: PodSpec = serde_json::from_value(spec)
+        .map_err(|e| WorkloadError { field: at("template.spec"), problem: e.to_string() })?;
+    let pods = u32::try_from(ps.count)
+        .map_err(|_| WorkloadError { field: at("count"), problem: format!("{} is not a pod count", ps.count) })?;
+    let request = ps.topology_request.as_ref();
+    let label = |f: &str| request.and_then(|r| r.get(f)).and_then(serde_json::Value::as_str);
+    let topology = match (label("required"), label("preferred")) {
+        (Some(l), _) => TopologyConstraint::Required(levels.level(l, at("topologyRequest.required"))?),
+        (None, Some(l)) => TopologyConstraint::Preferred(levels.level(l, at("topologyRequest.preferred"))?),
+        (None, None) => TopologyConstraint::Unconstrained,
+    };
+    let slice = match (label("podSetSliceRequiredTopology"), request.and_then(|r| r.get("podSetSliceSize"))) {
+        (Some(l), Some(size)) => Some(Slice {
+            size: size.as_u64().and_then(|s| u32::try_from(s).ok()).filter(|&s| s > 0).ok_or_else(|| {
+                WorkloadError { field: at("topologyRequest.podSetSliceSize"), problem: format!("{size} is not a size") }
+            })?,
+            level: levels.level(l, at("topologyRequest.podSetSliceRequiredTopology"))?,
+        }),
+        _ => None,
+    };
+    Ok(PodSet {
+        name: ps.name.clone(),
+        pods,
+        shape: shape_of(&pod),
+        flavors: pod.node_selector.as_ref().and_then(|s| s.get(GPU_PRODUCT_LABEL)).cloned().into_iter().collect(),
+        nodes: requirement_of(&pod),
+        topology,
+        slice,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workload(yaml: &str) -> Workload {
+        input_limits::yaml::from_str(yaml).expect("workload")
+    }
+
+    const TRAINJOB_WORKLOAD: &str = r#"
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Workload
+metadata: {name: trainjob-t1-3f2a1, namespace: team-a}
+spec:
+  queueName: team-a
+  priority: 100
+  podSets:
+  - name: node
+    count: 4
+    topologyRequest:
+      required: topology.example.com/rack
+      podIndexLabel: batch.kubernetes.io/job-completion-index
+      subGroupIndexLabel: jobset.sigs.k8s.io/job-index
+      subGroupCount: 4
+    template:
+      spec:
+        nodeSelector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3, pool: train}
+        tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+        containers:
+        - name: node
+          resources: {requests: {nvidia.com/gpu: "8", cpu: "32", memory: 256Gi}}
+"#;
+
+    fn levels() -> Levels {
+        Levels(BTreeMap::from([("topology.example.com/rack".to_string(), Level::Rack)]))
+    }
+
+    #[test]
+    fn a_trainjob_workload_becomes_its_gang() {
+        let g = gang(&workload(TRAINJOB_WORKLOAD), &levels(), vec!["east".into()]).expect("gang");
+        assert_eq!(g.id, "Workload team-a/trainjob-t1-3f2a1");
+        assert_eq!((g.queue.as_str(), g.priority), (KUEUE_QUEUE, 100));
+        assert_eq!(g.clusters.only, Some(vec!["east".to_string()]));
+        let ps = &g.pod_sets[0];
+        assert_eq!((ps.pods, ps.shape.gpus, ps.shape.cpu_milli, ps.shape.memory_mib), (4, 8, 32_000, 256 * 1024));
+        assert_eq!(ps.flavors, vec!["NVIDIA-H100-80GB-HBM3".to_string()]);
+        assert_eq!(ps.topology, TopologyConstraint::Required(Level::Rack));
+        // The GPU product is the flavor; the rest of the selector is what a node must carry.
+        assert!(format!("{:?}", ps.nodes).contains("pool"), "{:?}", ps.nodes);
+    }
+
+    #[test]
+    fn a_topology_label_no_member_reports_is_named() {
+        let err = gang(&workload(TRAINJOB_WORKLOAD), &Levels::default(), vec![]).expect_err("unknown level");
+        assert_eq!(err.field, "spec.podSets[0].topologyRequest.required");
+        assert!(err.problem.contains("topology.example.com/rack"), "{err}");
+    }
+
+    #[test]
+    fn a_template_that_is_no_pod_spec_is_named() {
+        let bad = TRAINJOB_WORKLOAD.replace("containers:", "containers: 7\n        x:");
+        let err = gang(&workload(&bad), &levels(), vec![]).expect_err("bad template");
+        assert_eq!(err.field, "spec.podSets[0].template.spec");
+    }
+}
