@@ -25,29 +25,38 @@ pub struct WorkloadError {
     pub problem: String,
 }
 
-/// The topology levels members report, by the node label that carries each. Kueue's
-/// `topologyRequest` names node labels; the core reasons in levels.
+/// The topology levels each member reports, by the node label that carries each. Kueue's
+/// `topologyRequest` names node labels; the core reasons in levels, and a member whose nodes
+/// lack the label cannot hold the pod set at all.
 #[derive(Debug, Clone, Default)]
-pub struct Levels(BTreeMap<String, Level>);
+pub struct Levels(BTreeMap<String, BTreeMap<String, Level>>);
 
 impl Levels {
     pub fn of(members: &[&MemberCluster]) -> Self {
-        let mut by_label = BTreeMap::from([("kubernetes.io/hostname".to_string(), Level::Host)]);
-        for m in members {
-            for l in m.status.iter().flat_map(|s| &s.topology_levels) {
-                if let Ok(level) = l.level.parse::<Level>() {
-                    by_label.entry(l.node_label.clone()).or_insert(level);
+        let levels = members
+            .iter()
+            .filter_map(|m| {
+                let mut by_label = BTreeMap::from([("kubernetes.io/hostname".to_string(), Level::Host)]);
+                for l in m.status.iter().flat_map(|s| &s.topology_levels) {
+                    if let Ok(level) = l.level.parse::<Level>() {
+                        by_label.insert(l.node_label.clone(), level);
+                    }
                 }
-            }
-        }
-        Levels(by_label)
+                Some((m.metadata.name.clone()?, by_label))
+            })
+            .collect();
+        Levels(levels)
     }
 
-    fn level(&self, label: &str, field: String) -> Result<Level, WorkloadError> {
-        self.0.get(label).copied().ok_or_else(|| WorkloadError {
+    /// The level `label` carries on the members that have it, and which they are.
+    fn level(&self, label: &str, field: String) -> Result<(Level, Vec<&str>), WorkloadError> {
+        let having: Vec<(&str, Level)> =
+            self.0.iter().filter_map(|(m, by)| Some((m.as_str(), *by.get(label)?))).collect();
+        let level = having.first().map(|(_, l)| *l).ok_or_else(|| WorkloadError {
             field,
             problem: format!("node label {label:?} is not a topology level any member reports"),
-        })
+        })?;
+        Ok((level, having.into_iter().map(|(m, _)| m).collect()))
     }
 }
 
@@ -56,14 +65,16 @@ impl Levels {
 pub fn gang(w: &Workload, levels: &Levels, clusters: Vec<String>) -> Result<Gang, WorkloadError> {
     let meta = &w.metadata;
     let ns = meta.namespace.clone().unwrap_or_default();
-    let pod_sets = w
-        .spec
-        .pod_sets
-        .iter()
-        .enumerate()
-        .filter(|(_, ps)| ps.count > 0)
-        .map(|(i, ps)| pod_set(ps, levels, i))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut clusters = clusters;
+    let mut pod_sets = Vec::new();
+    for (i, ps) in w.spec.pod_sets.iter().enumerate().filter(|(_, ps)| ps.count > 0) {
+        let (pod_set, members) = pod_set(ps, levels, i)?;
+        // Only members whose nodes carry the levels it names.
+        for having in members {
+            clusters.retain(|c| having.contains(&c.as_str()));
+        }
+        pod_sets.push(pod_set);
+    }
     if pod_sets.is_empty() {
         return Err(WorkloadError { field: "spec.podSets".into(), problem: "no pod set has pods".into() });
     }
@@ -86,7 +97,12 @@ pub fn gang(w: &Workload, levels: &Levels, clusters: Vec<String>) -> Result<Gang
     })
 }
 
-fn pod_set(ps: &WorkloadPodSet, levels: &Levels, i: usize) -> Result<PodSet, WorkloadError> {
+/// The pod set, and for each topology label it names the members that have it.
+fn pod_set<'l>(
+    ps: &WorkloadPodSet,
+    levels: &'l Levels,
+    i: usize,
+) -> Result<(PodSet, Vec<Vec<&'l str>>), WorkloadError> {
     let at = |f: &str| format!("spec.podSets[{i}].{f}");
     let spec = ps.template.get("spec").cloned().unwrap_or_default();
     let pod: PodSpec = serde_json::from_value(spec)
@@ -95,9 +111,20 @@ fn pod_set(ps: &WorkloadPodSet, levels: &Levels, i: usize) -> Result<PodSet, Wor
         .map_err(|_| WorkloadError { field: at("count"), problem: format!("{} is not a pod count", ps.count) })?;
     let request = ps.topology_request.as_ref();
     let label = |f: &str| request.and_then(|r| r.get(f)).and_then(serde_json::Value::as_str);
+    let mut members = Vec::new();
+    let mut level = |l: &str, f: &str| {
+        levels.level(l, at(f)).map(|(level, having)| {
+            members.push(having);
+            level
+        })
+    };
     let topology = match (label("required"), label("preferred")) {
-        (Some(l), _) => TopologyConstraint::Required(levels.level(l, at("topologyRequest.required"))?),
-        (None, Some(l)) => TopologyConstraint::Preferred(levels.level(l, at("topologyRequest.preferred"))?),
+        (Some(l), _) => TopologyConstraint::Required(level(l, "topologyRequest.required")?),
+        // Preferred: a member without the level may still spread it.
+        (None, Some(l)) => match levels.level(l, at("topologyRequest.preferred")) {
+            Ok((l, _)) => TopologyConstraint::Preferred(l),
+            Err(_) => TopologyConstraint::Unconstrained,
+        },
         (None, None) => TopologyConstraint::Unconstrained,
     };
     let slice = match (label("podSetSliceRequiredTopology"), request.and_then(|r| r.get("podSetSliceSize"))) {
@@ -105,11 +132,11 @@ fn pod_set(ps: &WorkloadPodSet, levels: &Levels, i: usize) -> Result<PodSet, Wor
             size: size.as_u64().and_then(|s| u32::try_from(s).ok()).filter(|&s| s > 0).ok_or_else(|| {
                 WorkloadError { field: at("topologyRequest.podSetSliceSize"), problem: format!("{size} is not a size") }
             })?,
-            level: levels.level(l, at("topologyRequest.podSetSliceRequiredTopology"))?,
+            level: level(l, "topologyRequest.podSetSliceRequiredTopology")?,
         }),
         _ => None,
     };
-    Ok(PodSet {
+    let pod_set = PodSet {
         name: ps.name.clone(),
         pods,
         shape: shape_of(&pod),
@@ -117,7 +144,8 @@ fn pod_set(ps: &WorkloadPodSet, levels: &Levels, i: usize) -> Result<PodSet, Wor
         nodes: requirement_of(&pod),
         topology,
         slice,
-    })
+    };
+    Ok((pod_set, members))
 }
 
 #[cfg(test)]
@@ -153,7 +181,11 @@ spec:
 "#;
 
     fn levels() -> Levels {
-        Levels(BTreeMap::from([("topology.example.com/rack".to_string(), Level::Rack)]))
+        let rack = |label: &str| BTreeMap::from([(label.to_string(), Level::Rack)]);
+        Levels(BTreeMap::from([
+            ("east".to_string(), rack("topology.example.com/rack")),
+            ("west".to_string(), rack("topology.kubernetes.io/rack")),
+        ]))
     }
 
     #[test]
@@ -168,6 +200,16 @@ spec:
         assert_eq!(ps.topology, TopologyConstraint::Required(Level::Rack));
         // The GPU product is the flavor; the rest of the selector is what a node must carry.
         assert!(format!("{:?}", ps.nodes).contains("pool"), "{:?}", ps.nodes);
+    }
+
+    #[test]
+    fn only_members_whose_nodes_carry_the_required_level_label_are_candidates() {
+        let g = gang(&workload(TRAINJOB_WORKLOAD), &levels(), vec!["east".into(), "west".into()]).expect("gang");
+        assert_eq!(g.clusters.only, Some(vec!["east".to_string()]));
+        let preferred = TRAINJOB_WORKLOAD.replace("required: topology", "preferred: topology");
+        let g = gang(&workload(&preferred), &levels(), vec!["east".into(), "west".into()]).expect("gang");
+        assert_eq!(g.clusters.only, Some(vec!["east".to_string(), "west".to_string()]));
+        assert_eq!(g.pod_sets[0].topology, TopologyConstraint::Preferred(Level::Rack));
     }
 
     #[test]
