@@ -19,14 +19,16 @@ impl Drop for Killed {
     }
 }
 
-#[test]
-fn dev_runs_from_the_root_directory_with_the_upstream_objects_compiled_in() {
-    let dir: PathBuf = std::env::temp_dir().join(format!("stowage-dev-from-root-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+/// Starts `stowage dev` from `/` with `args`, writing into `dir`; returns it (killed when
+/// dropped), its banner once every kubeconfig is written, and its stderr.
+fn start_dev(dir: &std::path::Path, args: &[&str]) -> (Killed, String, std::process::ChildStderr) {
+    let _ = std::fs::remove_dir_all(dir);
     let mut child = Command::new(env!("CARGO_BIN_EXE_stowage"))
         // Any free port for the metrics: tests run side by side.
-        .args(["dev", "--metrics-addr", "127.0.0.1:0", "--dir"])
-        .arg(&dir)
+        .args(["dev", "--metrics-addr", "127.0.0.1:0"])
+        .args(args)
+        .arg("--dir")
+        .arg(dir)
         .current_dir("/")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -35,7 +37,7 @@ fn dev_runs_from_the_root_directory_with_the_upstream_objects_compiled_in() {
         .expect("stowage dev starts");
     let stdout = child.stdout.take().expect("stdout");
     let stderr = child.stderr.take().expect("stderr");
-    let _guard = Killed(child);
+    let guard = Killed(child);
     // The banner ends with how to stop it: by then every kubeconfig is written.
     let mut banner = String::new();
     for line in BufReader::new(stdout).lines() {
@@ -46,6 +48,13 @@ fn dev_runs_from_the_root_directory_with_the_upstream_objects_compiled_in() {
             break;
         }
     }
+    (guard, banner, stderr)
+}
+
+#[test]
+fn dev_runs_from_the_root_directory_with_the_upstream_objects_compiled_in() {
+    let dir: PathBuf = std::env::temp_dir().join(format!("stowage-dev-from-root-{}", std::process::id()));
+    let (_guard, banner, stderr) = start_dev(&dir, &[]);
     let hub = dir.join("hub.kubeconfig");
     assert!(
         hub.is_file(),
@@ -246,4 +255,88 @@ fn kubectl(config: &std::path::Path, args: &[&str]) -> (bool, String) {
     let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
     text.push_str(&String::from_utf8_lossy(&out.stderr));
     (out.status.success(), text)
+}
+
+/// Polls kubectl until its output satisfies `done` (60 s at most); returns the last output.
+fn kubectl_until(config: &std::path::Path, args: &[&str], done: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (ok, out) = kubectl(config, args);
+        if ok && done(&out) || Instant::now() > deadline {
+            return out;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Kueue reserving quota for a Workload, as docs/kueue.md's walk-through plays it.
+fn reserve(config: &std::path::Path, workload: &str, count: u32) -> (bool, String) {
+    let t = "2026-11-26T10:00:00Z";
+    let status = format!(
+        r#"{{"status": {{"conditions": [{{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
+            "message": "Quota reserved in ClusterQueue team-a", "lastTransitionTime": "{t}"}}],
+          "admission": {{"clusterQueue": "team-a", "podSetAssignments": [{{"name": "node", "count": {count}, "flavors": {{"nvidia.com/gpu": "h100"}}}}]}},
+          "admissionChecks": [{{"name": "multikueue", "state": "Pending", "message": "", "lastTransitionTime": "{t}"}}]}}}}"#
+    );
+    let args = [
+        "patch",
+        "workload",
+        workload,
+        "--subresource=status",
+        "--type=merge",
+        "--field-manager=kueue-admission",
+        "-p",
+    ];
+    kubectl(config, &[&args[..], &[status.as_str()]].concat())
+}
+
+#[test]
+fn the_kueue_walk_through_runs_on_dev_as_docs_kueue_md_says() {
+    let dir: PathBuf = std::env::temp_dir().join(format!("stowage-dev-kueue-{}", std::process::id()));
+    let (_guard, banner, _) = start_dev(&dir, &["--kueue", "multikueue"]);
+    assert!(banner.contains("MultiKueue's external dispatcher"), "{banner}");
+    let hub = dir.join("hub.kubeconfig");
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/kueue/");
+    for f in ["multikueue.yaml", "workload.yaml"] {
+        let (ok, out) = kubectl(&hub, &["apply", "-f", &format!("{examples}{f}")]);
+        assert!(ok, "{f}: {out}");
+    }
+    // The members' first reports take a moment; until then there is nothing to nominate from.
+    let (ok, out) = reserve(&hub, "trainjob-llm-4b1c2", 4);
+    assert!(ok, "{out}");
+    let jsonpath = ["get", "workload", "trainjob-llm-4b1c2", "-o", "jsonpath={.status.nominatedClusterNames}"];
+    // Only east-h100's nodes carry the rack label the Workload requires.
+    let nominated = kubectl_until(&hub, &jsonpath, |o| o.contains("east-h100"));
+    assert_eq!(nominated, r#"["east-h100"]"#);
+    let managed = kubectl(&hub, &["get", "workload", "trainjob-llm-4b1c2", "--show-managed-fields", "-o", "yaml"]).1;
+    assert!(managed.contains("f:nominatedClusterNames") && managed.contains("manager: kueue-admission"), "{managed}");
+    let events = kubectl(&hub, &["get", "events", "--field-selector", "involvedObject.kind=Workload"]).1;
+    assert!(events.contains("nominated to member east-h100"), "{events}");
+
+    // Kueue admits it there: clusterName set, the list dropped in the same write.
+    let admit = r#"{"status": {"clusterName": "east-h100", "nominatedClusterNames": null}}"#;
+    let args = ["patch", "workload", "trainjob-llm-4b1c2", "--subresource=status", "--type=merge"];
+    let (ok, out) = kubectl(&hub, &[&args[..], &["--field-manager=kueue-admission", "-p", admit]].concat());
+    assert!(ok, "{out}");
+    // Both at once is refused by the CRD's rule.
+    let both = r#"{"status": {"nominatedClusterNames": ["west-a100"]}}"#;
+    let (ok, out) = kubectl(&hub, &[&args[..], &["-p", both]].concat());
+    assert!(!ok && out.contains("mutually exclusive"), "{out}");
+
+    // Nine nodes in one rack: nowhere. No nomination, and an Event that says why.
+    let text = std::fs::read_to_string(format!("{examples}workload.yaml")).expect("example");
+    let huge = dir.join("huge.yaml");
+    std::fs::write(&huge, text.replace("trainjob-llm-4b1c2", "trainjob-huge-1").replace("count: 4", "count: 9"))
+        .expect("write");
+    let (ok, out) = kubectl(&hub, &["apply", "-f", huge.to_str().expect("utf-8")]);
+    assert!(ok, "{out}");
+    assert!(reserve(&hub, "trainjob-huge-1", 9).0);
+    let why = kubectl_until(&hub, &["get", "events", "--field-selector", "involvedObject.name=trainjob-huge-1"], |o| {
+        o.contains("NeverFits")
+    });
+    assert!(why.contains("no rack in any cluster has 9 free slots"), "{why}");
+    let nominated =
+        kubectl(&hub, &["get", "workload", "trainjob-huge-1", "-o", "jsonpath={.status.nominatedClusterNames}"]);
+    assert_eq!(nominated, (true, String::new()));
+    let _ = std::fs::remove_dir_all(&dir);
 }
