@@ -194,6 +194,10 @@ struct AgentArgs {
     /// Pin with node affinity, or with Kueue TAS annotations when the member runs Kueue.
     #[arg(long, default_value = "affinity")]
     topology_mode: TopologyModeArg,
+    /// With --topology-mode kueue: the member's LocalQueue (in each TrainJob's namespace) that
+    /// its JobSets are labelled for, so the member's Kueue admits them (docs/kueue.md).
+    #[arg(long, value_name = "LOCALQUEUE")]
+    kueue_local_queue: Option<String>,
     /// Address for /healthz, /readyz and /metrics.
     #[arg(long, default_value = "0.0.0.0:8081")]
     health_addr: std::net::SocketAddr,
@@ -259,6 +263,9 @@ struct RenderArgs {
     /// How placed pod sets are pinned: node affinity, or Kueue TAS annotations (plus affinity).
     #[arg(long, default_value = "affinity")]
     topology_mode: TopologyModeArg,
+    /// With --topology-mode kueue: the member's LocalQueue the JobSet is labelled for.
+    #[arg(long, value_name = "LOCALQUEUE")]
+    kueue_local_queue: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -666,6 +673,12 @@ fn agent_command(args: AgentArgs) -> Result<(), CliError> {
         .collect::<Result<Vec<_>, CliError>>()?;
     let node_labels = member_agent::config::node_label_keys(&args.node_labels)
         .map_err(|e| CliError::Setup { what: "--node-labels".into(), message: e.to_string() })?;
+    if args.kueue_local_queue.is_some() && !matches!(args.topology_mode, TopologyModeArg::Kueue) {
+        return Err(CliError::Setup {
+            what: "--kueue-local-queue".into(),
+            message: "names the member's Kueue LocalQueue: it needs --topology-mode kueue".into(),
+        });
+    }
     let rt = tokio::runtime::Runtime::new().map_err(CliError::Runtime)?;
     let kubelet = match args.log_relay_kubelet.as_deref() {
         Some(k) => Some(member_agent::mirror::KubeletEndpoint::parse(k).ok_or_else(|| CliError::Setup {
@@ -688,6 +701,7 @@ fn agent_command(args: AgentArgs) -> Result<(), CliError> {
             capabilities: trainer_render::Capabilities {
                 gang_scheduler: gang_scheduler(args.gang_scheduler),
                 topology_mode: topology_mode(args.topology_mode),
+                kueue_local_queue: args.kueue_local_queue,
                 ..Default::default()
             },
             timing: member_agent::Timing {
@@ -754,7 +768,12 @@ fn render(args: RenderArgs) -> Result<(), CliError> {
     let placement = args.placement.as_deref().map(manifest::placement).transpose()?;
     let gang_scheduler = gang_scheduler(args.gang_scheduler);
     let topology_mode = topology_mode(args.topology_mode);
-    let caps = Capabilities { gang_scheduler, topology_mode, ..Capabilities::default() };
+    let caps = Capabilities {
+        gang_scheduler,
+        topology_mode,
+        kueue_local_queue: args.kueue_local_queue,
+        ..Capabilities::default()
+    };
     let is_mpi = runtime.spec().ml_policy.as_ref().is_some_and(|p| p.mpi.is_some());
     let key = if is_mpi { Some(trainer_render::sshkey::generate()?) } else { None };
     let input = render::Input {

@@ -113,6 +113,7 @@ fn capabilities() -> &'static [Capabilities] {
                 gang_scheduler: GangScheduler::Kai,
                 topology_mode: TopologyMode::Kueue,
                 kai_topology: Some("fuzz-topology".into()),
+                kueue_local_queue: Some("fuzz-queue".into()),
                 ..Capabilities::default()
             },
             Capabilities {

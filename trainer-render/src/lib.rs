@@ -51,7 +51,9 @@ pub enum TopologyMode {
     /// Node affinity on the domain's topology label.
     #[default]
     Affinity,
-    /// Kueue TAS pod-set annotations (the member runs Kueue), plus the same node affinity.
+    /// Kueue TAS pod-set annotations (the member runs Kueue) at the chosen level, with a node
+    /// selector on that level's label holding Stowage's chosen domain (the annotation asks for
+    /// *some* domain and Kueue's TAS filters nodes by selector), plus the same node affinity.
     Kueue,
 }
 
@@ -64,6 +66,9 @@ pub struct Capabilities {
     pub volcano_tiers: BTreeMap<String, i32>,
     /// KAI Topology object name, for KAI topology constraints.
     pub kai_topology: Option<String>,
+    /// With [`TopologyMode::Kueue`]: the member's LocalQueue, whose label the JobSet carries so
+    /// that the member's Kueue admits it.
+    pub kueue_local_queue: Option<String>,
 }
 
 /// The MPI SSH key pair Trainer generates; the caller makes it (render stays deterministic).

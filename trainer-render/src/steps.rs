@@ -797,7 +797,15 @@ pub(crate) fn pinning(input: &Input<'_>, draft: &mut Draft) -> Result<(), Render
             let key =
                 if ps.required { api::kueue::PODSET_REQUIRED_TOPOLOGY } else { api::kueue::PODSET_PREFERRED_TOPOLOGY };
             pod_meta_mut(j).annotations.get_or_insert_with(BTreeMap::new).insert(key.into(), d.node_label.clone());
+            // The annotation lets Kueue pick any domain of the level; the selector keeps ours.
+            pod_spec_mut(j)
+                .node_selector
+                .get_or_insert_with(BTreeMap::new)
+                .insert(d.node_label.clone(), d.value.clone());
         }
+    }
+    if let (TopologyMode::Kueue, Some(queue)) = (caps.topology_mode, &caps.kueue_local_queue) {
+        draft.labels.insert(api::kueue::QUEUE_NAME_LABEL.into(), queue.clone());
     }
     // The gang's widest placed level, for schedulers that take one constraint per group.
     let widest = placement

@@ -275,7 +275,9 @@ fn golden(name: &str, runtime_file: &str, scheduler: GangScheduler, mode: Topolo
     let (_, rt) = runtimes().into_iter().find(|(f, _)| f.ends_with(runtime_file)).expect("runtime");
     let tj = trainjob_for(&rt);
     let placement = placement_for(&rt, true);
-    let caps = Capabilities { gang_scheduler: scheduler, topology_mode: mode, ..Capabilities::default() };
+    let kueue_local_queue = (mode == TopologyMode::Kueue).then(|| "gpu-queue".to_string());
+    let caps =
+        Capabilities { gang_scheduler: scheduler, topology_mode: mode, kueue_local_queue, ..Capabilities::default() };
     let runtime = Runtime::Cluster(rt);
     let input = Input {
         trainjob: &tj,
@@ -331,4 +333,69 @@ fn golden_torchtune_initializers_placed_for_coscheduling_under_kueue() {
 #[test]
 fn golden_mpi_placed_for_kai() {
     golden("mpi-kai-placed.yaml", "mpi_distributed.yaml", GangScheduler::Kai, TopologyMode::Affinity, true);
+}
+
+/// For a member running Kueue (`--topology-mode kueue`), the JobSet is what Kueue's jobset
+/// integration reads: the member's LocalQueue as its queue label, and on each placed pod
+/// template the TAS annotation at the chosen level with a node selector holding the chosen
+/// domain (the annotation asks for some domain of the level; the selector keeps Stowage's).
+#[test]
+fn under_kueue_the_jobset_names_the_members_local_queue_and_holds_the_chosen_domain() {
+    let (_, rt) = runtimes().into_iter().find(|(f, _)| f.ends_with("torch_distributed.yaml")).expect("runtime");
+    let tj = trainjob_for(&rt);
+    let runtime = Runtime::Cluster(rt.clone());
+    for required in [true, false] {
+        let placement = placement_for(&rt, required);
+        let caps = Capabilities {
+            topology_mode: TopologyMode::Kueue,
+            kueue_local_queue: Some("gpu-queue".into()),
+            ..Capabilities::default()
+        };
+        let input = Input {
+            trainjob: &tj,
+            runtime: &runtime,
+            placement: Some(&placement),
+            capabilities: &caps,
+            ssh_key: None,
+            jobset_uid: None,
+        };
+        let objects = render(&input).expect("renders");
+        let Some(Object::JobSet(js)) = objects.first() else { panic!("JobSet first: {objects:?}") };
+        let labels = js.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(labels.get("kueue.x-k8s.io/queue-name").map(String::as_str), Some("gpu-queue"));
+        let annotation = if required {
+            "kueue.x-k8s.io/podset-required-topology"
+        } else {
+            "kueue.x-k8s.io/podset-preferred-topology"
+        };
+        for j in &js.spec.replicated_jobs {
+            let pod = &j.template.spec.as_ref().expect("job spec").template;
+            let annotations = pod.metadata.as_ref().and_then(|m| m.annotations.clone()).unwrap_or_default();
+            assert_eq!(
+                annotations.get(annotation).map(String::as_str),
+                Some("cloud.google.com/gce-topology-subblock"),
+                "{}",
+                j.name
+            );
+            let selector = pod.spec.as_ref().and_then(|s| s.node_selector.clone()).unwrap_or_default();
+            assert_eq!(selector.get("cloud.google.com/gce-topology-subblock").map(String::as_str), Some("b0-r1"));
+        }
+    }
+    // Pinned by affinity alone, the JobSet is no Kueue's and carries no selector on the level.
+    let placement = placement_for(&rt, true);
+    let caps = Capabilities::default();
+    let input = Input {
+        trainjob: &tj,
+        runtime: &runtime,
+        placement: Some(&placement),
+        capabilities: &caps,
+        ssh_key: None,
+        jobset_uid: None,
+    };
+    let objects = render(&input).expect("renders");
+    let Some(Object::JobSet(js)) = objects.first() else { panic!("JobSet first") };
+    assert!(!js.metadata.labels.clone().unwrap_or_default().contains_key("kueue.x-k8s.io/queue-name"));
+    let pod = &js.spec.replicated_jobs[0].template.spec.as_ref().expect("job spec").template;
+    let selector = pod.spec.as_ref().and_then(|s| s.node_selector.clone()).unwrap_or_default();
+    assert!(!selector.contains_key("cloud.google.com/gce-topology-subblock"), "{selector:?}");
 }
