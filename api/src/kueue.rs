@@ -185,3 +185,88 @@ impl kube::Resource for WorkloadPriorityClass {
         &mut self.metadata
     }
 }
+
+/// Kueue's LocalQueue (namespaced): the name a TrainJob's queue label gives, pointing at a
+/// ClusterQueue.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[kube(group = "kueue.x-k8s.io", version = "v1beta2", kind = "LocalQueue", namespaced, schema = "disabled")]
+#[serde(rename_all = "camelCase")]
+pub struct LocalQueueSpec {
+    #[serde(default)]
+    pub cluster_queue: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// Kueue's ClusterQueue (cluster-scoped): quotas per resource flavor, cohort, fair-sharing
+/// weight, preemption and which namespaces may use it. Quantities are kept as written
+/// (integers or strings).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[kube(group = "kueue.x-k8s.io", version = "v1beta2", kind = "ClusterQueue", schema = "disabled")]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterQueueSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cohort_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queueing_strategy: Option<String>,
+    #[serde(default)]
+    pub resource_groups: Vec<ResourceGroup>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    /// The same fields as Stowage's Queue `spec.preemption`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption: Option<crate::stowage::QueuePreemption>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fair_sharing: Option<FairSharing>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceGroup {
+    #[serde(default)]
+    pub covered_resources: Vec<String>,
+    #[serde(default)]
+    pub flavors: Vec<FlavorQuotas>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct FlavorQuotas {
+    /// A ResourceFlavor's name.
+    pub name: String,
+    #[serde(default)]
+    pub resources: Vec<ResourceQuota>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceQuota {
+    pub name: String,
+    #[serde(default)]
+    pub nominal_quota: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrowing_limit: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lending_limit: Option<serde_json::Value>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct FairSharing {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<serde_json::Value>,
+}
+
+/// Kueue's ResourceFlavor (cluster-scoped): the node labels that make a flavor. Its
+/// `nvidia.com/gpu.product` label, where it has one, is the GPU flavor Stowage knows it by.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[kube(group = "kueue.x-k8s.io", version = "v1beta2", kind = "ResourceFlavor", schema = "disabled")]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceFlavorSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_labels: Option<std::collections::BTreeMap<String, String>>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}

@@ -1,20 +1,23 @@
 //! The dispatcher's shell: watch the hub, call [`decide`](crate::decide::decide), write.
 //!
-//! Reflectors keep caches of the eight kinds it reads (nine where the hub serves Kueue's
-//! WorkloadPriorityClass, four more of Kueue's with `--kueue multikueue`); any change (or the resync tick, which
-//! drives time-based decisions such as a member's grace period) wakes a cycle. It keeps nothing
-//! between cycles but the writes its caches have not caught up with yet and since when each
-//! placement reported Running has gone uncounted, so a restart or a new leader rebuilds
-//! everything from hub objects (and waits a grace period before calling such a placement lost). Placement writes are conditional (create, or
-//! replace at the observed resourceVersion), so a deposed leader racing a new one cannot leave
-//! two answers. Failed cycles back off exponentially.
+//! Reflectors keep caches of the eight kinds it reads, and of Kueue's where the hub serves them
+//! (WorkloadPriorityClass; LocalQueue, ClusterQueue and ResourceFlavor; with `--kueue
+//! multikueue` Workload, AdmissionCheck and MultiKueue's two kinds). Any change (or the resync
+//! tick, which drives time-based decisions such as a member's grace period) wakes a cycle. It
+//! keeps nothing between cycles but the writes its caches have not caught up with yet, since
+//! when each placement reported Running has gone uncounted, and its nominations' times, so a
+//! restart or a new leader rebuilds everything from hub objects (and waits a grace period
+//! before calling such a placement lost). Placement writes are conditional (create, or replace
+//! at the observed resourceVersion), so a deposed leader racing a new one cannot leave two
+//! answers. Failed cycles back off exponentially.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use api::kueue::{
-    ADMISSION_FIELD_MANAGER, AdmissionCheck, MultiKueueCluster, MultiKueueConfig, Workload, WorkloadPriorityClass,
+    ADMISSION_FIELD_MANAGER, AdmissionCheck, ClusterQueue, LocalQueue, MultiKueueCluster, MultiKueueConfig,
+    ResourceFlavor, Workload, WorkloadPriorityClass,
 };
 use api::stowage::{MemberCluster, Placement, Queue};
 use api::trainer::{ClusterTrainingRuntime, TrainJob, TrainingRuntime};
@@ -93,6 +96,14 @@ struct Caches {
     workload_priority_classes: Option<Store<WorkloadPriorityClass>>,
     /// What MultiKueue's external dispatcher reads (`--kueue multikueue`).
     multikueue: Option<MultiKueueCaches>,
+    /// Kueue's queues, where the hub serves them and Kueue does not run there (`--kueue labels`).
+    kueue_queues: Option<KueueQueueCaches>,
+}
+
+struct KueueQueueCaches {
+    local: Store<LocalQueue>,
+    cluster: Store<ClusterQueue>,
+    flavors: Store<ResourceFlavor>,
 }
 
 struct MultiKueueCaches {
@@ -103,8 +114,13 @@ struct MultiKueueCaches {
 }
 
 impl Caches {
-    fn start(hub: &Client, watches: &mut Watches, kueue_priorities: bool, kueue: KueueMode) -> Self {
+    fn start(hub: &Client, watches: &mut Watches, served: Served, kueue: KueueMode) -> Self {
         let all = watcher::Config::default;
+        let kueue_queues = (served.kueue_queues && kueue == KueueMode::Labels).then(|| KueueQueueCaches {
+            local: watches.watch(Api::all(hub.clone()), all()),
+            cluster: watches.watch(Api::all(hub.clone()), all()),
+            flavors: watches.watch(Api::all(hub.clone()), all()),
+        });
         let multikueue = (kueue == KueueMode::MultiKueue).then(|| MultiKueueCaches {
             workloads: watches.watch(Api::all(hub.clone()), all()),
             admission_checks: watches.watch(Api::all(hub.clone()), all()),
@@ -113,6 +129,7 @@ impl Caches {
         });
         Caches {
             multikueue,
+            kueue_queues,
             trainjobs: watches.watch(Api::all(hub.clone()), all()),
             cluster_runtimes: watches.watch(Api::all(hub.clone()), all()),
             runtimes: watches.watch(Api::all(hub.clone()), all()),
@@ -121,7 +138,9 @@ impl Caches {
             queues: watches.watch(Api::all(hub.clone()), all()),
             namespaces: watches.watch(Api::all(hub.clone()), all()),
             priority_classes: watches.watch(Api::all(hub.clone()), all()),
-            workload_priority_classes: kueue_priorities.then(|| watches.watch(Api::all(hub.clone()), all())),
+            workload_priority_classes: served
+                .workload_priority_classes
+                .then(|| watches.watch(Api::all(hub.clone()), all())),
         }
     }
 
@@ -138,6 +157,10 @@ impl Caches {
         );
         if let Some(s) = &self.workload_priority_classes {
             let _ = s.wait_until_ready().await;
+        }
+        if let Some(k) = &self.kueue_queues {
+            let _ =
+                tokio::join!(k.local.wait_until_ready(), k.cluster.wait_until_ready(), k.flavors.wait_until_ready());
         }
         if let Some(k) = &self.multikueue {
             let _ = tokio::join!(
@@ -160,6 +183,9 @@ impl Caches {
             namespaces: watch::snapshot(&self.namespaces),
             priority_classes: watch::snapshot(&self.priority_classes),
             workload_priority_classes: self.workload_priority_classes.as_ref().map(watch::snapshot).unwrap_or_default(),
+            local_queues: self.kueue_queues.as_ref().map(|k| watch::snapshot(&k.local)).unwrap_or_default(),
+            cluster_queues: self.kueue_queues.as_ref().map(|k| watch::snapshot(&k.cluster)).unwrap_or_default(),
+            resource_flavors: self.kueue_queues.as_ref().map(|k| watch::snapshot(&k.flavors)).unwrap_or_default(),
             workloads: self.multikueue.as_ref().map(|k| watch::snapshot(&k.workloads)).unwrap_or_default(),
             admission_checks: self
                 .multikueue
@@ -488,8 +514,10 @@ pub async fn observe_once(hub: &Client) -> Result<Observed, kube::Error> {
     {
         Ok(Api::<K>::all(hub.clone()).list(&Default::default()).await?.items)
     }
-    let workload_priority_classes =
-        if serves::<WorkloadPriorityClass>(hub).await { all(hub).await? } else { Vec::new() };
+    let served = Served::find(hub).await;
+    let workload_priority_classes = if served.workload_priority_classes { all(hub).await? } else { Vec::new() };
+    let (local_queues, cluster_queues, resource_flavors) =
+        if served.kueue_queues { (all(hub).await?, all(hub).await?, all(hub).await?) } else { Default::default() };
     Ok(Observed {
         trainjobs: all(hub).await?,
         cluster_runtimes: all(hub).await?,
@@ -500,8 +528,29 @@ pub async fn observe_once(hub: &Client) -> Result<Observed, kube::Error> {
         namespaces: all(hub).await?,
         priority_classes: all(hub).await?,
         workload_priority_classes,
+        local_queues,
+        cluster_queues,
+        resource_flavors,
         ..Observed::default()
     })
+}
+
+/// Which of Kueue's optional kinds the hub serves (looked up once at start).
+#[derive(Debug, Clone, Copy)]
+struct Served {
+    workload_priority_classes: bool,
+    /// LocalQueue, ClusterQueue and ResourceFlavor.
+    kueue_queues: bool,
+}
+
+impl Served {
+    async fn find(hub: &Client) -> Self {
+        let queues = serves::<LocalQueue>(hub).await && serves::<ClusterQueue>(hub).await;
+        Served {
+            workload_priority_classes: serves::<WorkloadPriorityClass>(hub).await,
+            kueue_queues: queues && serves::<ResourceFlavor>(hub).await,
+        }
+    }
 }
 
 /// Whether the hub serves `K` (a CRD that may not be installed, such as Kueue's).
@@ -518,8 +567,8 @@ pub async fn run(hub: Client, opts: Options) {
         None => Leadership::always(),
     });
     let mut watches = Watches::new();
-    let kueue_priorities = serves::<WorkloadPriorityClass>(&hub).await;
-    let caches = Caches::start(&hub, &mut watches, kueue_priorities, opts.settings.kueue);
+    let served = Served::find(&hub).await;
+    let caches = Caches::start(&hub, &mut watches, served, opts.settings.kueue);
     let mut campaign = tokio::task::JoinSet::new();
     if let Some(cfg) = opts.leader.clone() {
         campaign.spawn(leader::campaign(hub.clone(), cfg, leadership.clone()));

@@ -154,6 +154,17 @@ pub(super) fn job<'a>(
             return job;
         }
     };
+    // Kueue's label may name a LocalQueue: its ClusterQueue is the queue.
+    if translate::queue_from_kueue(tj) {
+        match scope.queues.kueue_queue(&ns, &gang.queue) {
+            Some(queue) => gang.queue = queue,
+            None => {
+                let message = format!("LocalQueue {} doesn't exist", gang.queue);
+                conditions::upsert(&mut job.conditions, conditions::waiting("UnknownQueue", message, now));
+                return job;
+            }
+        }
+    }
     // A queue whose namespace selector leaves this namespace out is not this TrainJob's to use,
     // nor a priority it may not have; checked before it is placed (what already runs keeps
     // running, as in Kueue, at the priority it may have).

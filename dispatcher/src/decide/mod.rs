@@ -64,6 +64,11 @@ pub struct Observed {
     pub priority_classes: Vec<PriorityClass>,
     /// Kueue's, where the hub serves them.
     pub workload_priority_classes: Vec<api::kueue::WorkloadPriorityClass>,
+    /// Kueue's queues, where the hub serves them and Kueue does not run there (`--kueue
+    /// labels`): a TrainJob's queue label may name a LocalQueue, whose ClusterQueue it uses.
+    pub local_queues: Vec<api::kueue::LocalQueue>,
+    pub cluster_queues: Vec<api::kueue::ClusterQueue>,
+    pub resource_flavors: Vec<api::kueue::ResourceFlavor>,
     /// Kueue's Workloads, AdmissionChecks and MultiKueue objects, read with `--kueue multikueue`.
     pub workloads: Vec<api::kueue::Workload>,
     pub admission_checks: Vec<api::kueue::AdmissionCheck>,

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use api::kueue::ClusterQueue;
 use api::stowage::Queue;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -41,6 +42,15 @@ impl Selector {
     /// names the field.
     pub(super) fn of(q: &Queue) -> Result<Option<Selector>, String> {
         q.spec.namespace_selector.as_ref().map(parse).transpose()
+    }
+
+    /// A Kueue ClusterQueue's selector: as a Queue's, but none selects no namespace (Kueue's
+    /// nil selector), so a ClusterQueue without one admits nothing until it says `{}`.
+    pub(super) fn of_cluster_queue(cq: &ClusterQueue) -> Result<Selector, String> {
+        match &cq.spec.namespace_selector {
+            Some(s) => parse(s),
+            None => Ok(Selector(vec![Requirement::In(NAME_LABEL.into(), Vec::new())])),
+        }
     }
 
     pub(super) fn matches(&self, labels: &BTreeMap<String, String>) -> bool {

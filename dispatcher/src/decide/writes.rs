@@ -101,8 +101,9 @@ pub(super) fn placements(
                 None
             }
             Ok((_, Decision::Pending(Reason::UnknownQueue { queue }))) if translate::queue_from_kueue(job.tj) => {
-                // Kueue's words for a queue-name label naming no queue (its Workload's message).
-                let message = format!("LocalQueue {queue} doesn't exist");
+                // The label named a LocalQueue (else intake had said so) whose ClusterQueue is
+                // missing: Kueue's words for that (its Workload's message).
+                let message = format!("ClusterQueue {queue} doesn't exist");
                 conditions::upsert(&mut conds, conditions::waiting("UnknownQueue", message, now));
                 None
             }
