@@ -160,25 +160,25 @@ fn a_workload_with_quota_reserved_gets_one_member_that_fits_and_kueues_admission
 #[test]
 fn only_a_workload_kueue_has_reserved_and_whose_multikueue_check_is_pending_is_nominated() {
     type Edit = fn(&mut Workload);
+    fn status(w: &mut Workload) -> &mut api::kueue::WorkloadStatus {
+        w.status.as_mut().expect("status")
+    }
+    fn add_true(w: &mut Workload, type_: &str) {
+        let mut c = status(w).conditions[0].clone();
+        c.type_ = type_.into();
+        status(w).conditions.push(c);
+    }
     let cases: [(&str, Edit); 6] = [
-        ("quota not reserved", |w| w.status.as_mut().unwrap().conditions[0].status = "False".into()),
-        ("check Ready", |w| w.status.as_mut().unwrap().admission_checks[0].state = "Ready".into()),
+        ("quota not reserved", |w| status(w).conditions[0].status = "False".into()),
+        ("check Ready", |w| status(w).admission_checks[0].state = "Ready".into()),
         ("another check not Ready", |w| {
-            let mut other = w.status.as_ref().unwrap().admission_checks[0].clone();
+            let mut other = status(w).admission_checks[0].clone();
             other.name = "provisioning".into();
-            w.status.as_mut().unwrap().admission_checks.push(other);
+            status(w).admission_checks.push(other);
         }),
-        ("admitted", |w| w.status.as_mut().unwrap().cluster_name = Some("east".into())),
-        ("evicted", |w| {
-            let mut c = w.status.as_ref().unwrap().conditions[0].clone();
-            c.type_ = "Evicted".into();
-            w.status.as_mut().unwrap().conditions.push(c);
-        }),
-        ("finished", |w| {
-            let mut c = w.status.as_ref().unwrap().conditions[0].clone();
-            c.type_ = "Finished".into();
-            w.status.as_mut().unwrap().conditions.push(c);
-        }),
+        ("admitted", |w| status(w).cluster_name = Some("east".into())),
+        ("evicted", |w| add_true(w, "Evicted")),
+        ("finished", |w| add_true(w, "Finished")),
     ];
     for (what, edit) in cases {
         let mut w = workload("w1", 2);
