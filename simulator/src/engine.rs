@@ -462,6 +462,12 @@ impl Sim<'_> {
         }
         let _span =
             tracing::debug_span!("cycle", policy = %self.policy, t, pending = self.pending_gangs.len()).entered();
+        let now_ms = t.saturating_mul(1000);
+        for g in &mut self.pending_gangs {
+            if let Some(only) = self.policy.nominated(self.fleet, g, now_ms) {
+                g.clusters.only = Some(only);
+            }
+        }
         let config = self.policy.config_with(self.opts.patience);
         // Only a policy that plans reservations reads the releases: the others skip building them.
         let releases = if config.reservations { self.releases() } else { Vec::new() };
@@ -488,7 +494,7 @@ impl Sim<'_> {
             queues: self.queues,
             capacity: std::mem::take(&mut self.capacity),
             usage: std::mem::take(&mut self.usage),
-            now_ms: t.saturating_mul(1000),
+            now_ms,
             releases,
             running: victims,
         };

@@ -24,6 +24,13 @@ pub enum Policy {
     /// MultiKueue's all-at-once dispatch (the first worker that can admit wins) with Kueue
     /// TAS best-fit inside the cluster, best-effort FIFO.
     KueueMultiKueue,
+    /// MultiKueue's incremental dispatcher: the workers in name order, three more nominated
+    /// each 5-minute round a job waits (`incrementaldispatcher.go`), first to admit wins.
+    KueueIncremental,
+    /// Kueue on the manager queues (best-effort FIFO, its own preemption, not modelled), and
+    /// Stowage nominates the cluster and domain (`--kueue multikueue`): Stowage's placement,
+    /// locality patience and reservations, without Stowage's queueing or preemption.
+    StowageAsDispatcher,
     /// A job bound at submit to the least-loaded cluster that could hold it (no cross-cluster
     /// lookahead after that), then gang + bin-packing inside it.
     VolcanoBinpack,
@@ -33,14 +40,22 @@ impl Policy {
     /// What a run compares unless told otherwise.
     pub const DEFAULT: [Policy; 4] =
         [Policy::Stowage, Policy::FifoFirstFit, Policy::KueueMultiKueue, Policy::VolcanoBinpack];
-    pub const ALL: [Policy; 6] = [
+    pub const ALL: [Policy; 8] = [
         Policy::Stowage,
         Policy::StowageFair,
         Policy::StowageBatch,
+        Policy::StowageAsDispatcher,
         Policy::FifoFirstFit,
         Policy::KueueMultiKueue,
+        Policy::KueueIncremental,
         Policy::VolcanoBinpack,
     ];
+    /// The multi-cluster dispatch a Kueue user chooses between (docs/kueue.md).
+    pub const KUEUE: [Policy; 3] = [Policy::KueueMultiKueue, Policy::KueueIncremental, Policy::StowageAsDispatcher];
+    /// How long the incremental dispatcher waits before nominating the next workers, and how
+    /// many each round (`incrementalDispatcherRoundTimeout`, `batchSize`).
+    const ROUND_S: u64 = 300;
+    const ROUND_STEP: usize = 3;
 
     pub fn name(self) -> &'static str {
         match self {
@@ -49,6 +64,8 @@ impl Policy {
             Policy::StowageBatch => "stowage-batch",
             Policy::FifoFirstFit => "fifo-firstfit",
             Policy::KueueMultiKueue => "kueue-multikueue",
+            Policy::KueueIncremental => "kueue-incremental",
+            Policy::StowageAsDispatcher => "stowage-as-dispatcher",
             Policy::VolcanoBinpack => "volcano-binpack",
         }
     }
@@ -61,8 +78,11 @@ impl Policy {
             Policy::FifoFirstFit => {
                 Config::baseline(ClusterChoice::MostFree, Fill::FirstFit, Some(QueueingStrategy::StrictFifo))
             }
-            Policy::KueueMultiKueue => {
+            Policy::KueueMultiKueue | Policy::KueueIncremental => {
                 Config::baseline(ClusterChoice::InOrder, Fill::Locality, Some(QueueingStrategy::BestEffortFifo))
+            }
+            Policy::StowageAsDispatcher => {
+                Config { strategy: Some(QueueingStrategy::BestEffortFifo), preemption: None, ..Config::stowage() }
             }
             Policy::VolcanoBinpack => {
                 Config::baseline(ClusterChoice::InOrder, Fill::BinPack, Some(QueueingStrategy::BestEffortFifo))
@@ -78,6 +98,21 @@ impl Policy {
             c.patience = patience;
         }
         c
+    }
+
+    /// The clusters a waiting gang may go to at `now_ms`, for a policy that widens them as it
+    /// waits (MultiKueue's incremental dispatcher: three more, in name order, each round since
+    /// it was submitted); `None`: any.
+    pub fn nominated(self, fleet: &Fleet, gang: &Gang, now_ms: u64) -> Option<Vec<String>> {
+        if self != Policy::KueueIncremental {
+            return None;
+        }
+        let rounds = now_ms.saturating_sub(gang.submitted_ms) / (Self::ROUND_S * 1000);
+        let count = usize::try_from(rounds).unwrap_or(usize::MAX).saturating_add(1).saturating_mul(Self::ROUND_STEP);
+        let mut names: Vec<String> = fleet.clusters().iter().map(|c| c.name.clone()).collect();
+        names.sort();
+        names.truncate(count);
+        Some(names)
     }
 
     /// The cluster a job is bound to when it arrives, for a policy that binds then (Volcano
@@ -139,7 +174,7 @@ impl fmt::Display for Policy {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown policy {0:?} (expected stowage, stowage-fair, stowage-batch, fifo-firstfit, kueue-multikueue or volcano-binpack)"
+    "unknown policy {0:?} (expected stowage, stowage-fair, stowage-batch, stowage-as-dispatcher, fifo-firstfit, kueue-multikueue, kueue-incremental or volcano-binpack)"
 )]
 pub struct UnknownPolicy(pub String);
 
@@ -147,5 +182,31 @@ impl FromStr for Policy {
     type Err = UnknownPolicy;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Policy::ALL.into_iter().find(|p| p.name() == s.trim()).ok_or_else(|| UnknownPolicy(s.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use scheduler_core::fixture::{gang, uniform_cluster};
+    use scheduler_core::{FleetBuilder, Level};
+
+    #[test]
+    fn the_incremental_dispatcher_offers_three_more_workers_in_name_order_each_five_minutes() {
+        let mut b = FleetBuilder::new();
+        for name in ["e", "d", "c", "b", "a"] {
+            uniform_cluster(&mut b, name, "h100", 8, &[(Level::Host, 1)]).expect("cluster");
+        }
+        let fleet = b.build().expect("fleet");
+        let mut g = gang("g");
+        g.submitted_ms = 60_000;
+        let at = |s: u64| Policy::KueueIncremental.nominated(&fleet, &g, s * 1000);
+        let names = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(at(60), names(&["a", "b", "c"]));
+        assert_eq!(at(359), names(&["a", "b", "c"]));
+        assert_eq!(at(360), names(&["a", "b", "c", "d", "e"]));
+        for p in [Policy::KueueMultiKueue, Policy::StowageAsDispatcher, Policy::Stowage] {
+            assert_eq!(p.nominated(&fleet, &g, 0), None, "{p}");
+        }
     }
 }
