@@ -14,12 +14,13 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
 
 use super::auth::UserInfo;
+use super::managed;
 use super::patch;
 use super::protobuf;
 use super::resources::{Discovery, ResourceType};
 use super::selectors::Selector;
 use super::status::ApiError;
-use super::store::{EventType, Part, Signal, WriteOptions};
+use super::store::{ApplyOptions, EventType, Part, Signal, WriteOptions};
 use super::table;
 use super::{Access, Shared};
 
@@ -236,6 +237,7 @@ async fn serve(
     let content_type =
         req.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_string();
     let as_table = req.headers().get("accept").and_then(|v| v.to_str().ok()).and_then(table::requested);
+    let user_agent = req.headers().get("user-agent").and_then(|v| v.to_str().ok()).map(str::to_string);
     let include = table::Include::parse(q.get("includeObject").map(String::as_str));
     if path == "/openapi/v2" {
         // kubectl builds its client-side validator from this before asking (via OpenAPI v3)
@@ -303,6 +305,11 @@ async fn serve(
         let body = parse_body(&read_body(req.into_body()).await?, &content_type)?;
         return Ok(json_response(201, &token_review(&shared, body)?));
     }
+    if let Some(m) = q.get("fieldManager") {
+        managed::check_manager(m)?;
+    }
+    // Who a write that is not an apply is recorded as, in managedFields.
+    let manager = managed::manager_of(q.get("fieldManager").map(String::as_str), user_agent.as_deref());
     match (method.clone(), target.name.clone()) {
         (Method::GET, None) if is_watch => watch(shared, target, &q, token, as_table.map(|v| (v, include))),
         (Method::GET, None) => list(&shared, &target, &q, as_table.map(|v| (v, include))),
@@ -328,14 +335,14 @@ async fn serve(
             let body = parse_body(&read_body(req.into_body()).await?, &content_type)?;
             check_kind(rt, &body)?;
             let mut store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
-            Ok(json_response(201, &store.create_as(&user, rt, ns, body, &opts)?))
+            Ok(json_response(201, &store.create_by(&user, rt, ns, body, &opts, &manager)?))
         }
         (Method::PUT, Some(name)) => {
             check_content_type(&content_type, &["json", "yaml", PROTOBUF])?;
             let body = parse_body(&read_body(req.into_body()).await?, &content_type)?;
             check_kind(rt, &body)?;
             let mut store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
-            Ok(json_response(200, &store.update_as(&user, rt, ns, &name, body, target.part, &opts)?))
+            Ok(json_response(200, &store.update_by(&user, rt, ns, &name, body, target.part, &opts, &manager)?))
         }
         (Method::PATCH, Some(name)) => {
             let bytes = read_body(req.into_body()).await?;
@@ -348,30 +355,25 @@ async fn serve(
                     .get("fieldManager")
                     .cloned()
                     .ok_or_else(|| ApiError::bad_request("fieldManager is required for apply patch"))?;
-                return match current {
-                    Err(e) if e.code == 404 => {
-                        // Apply that creates is also authorized as a create, as the real server does.
-                        shared.faults.record(|| Access {
-                            user: token.clone(),
-                            username: user.username.clone(),
-                            verb: "create".into(),
-                            group: rt.group.clone(),
-                            resource: rt.plural.clone(),
-                            subresource: None,
-                            namespace: target.namespace.clone(),
-                            name: None,
-                        });
-                        let mut obj = applied;
-                        set_managed(&mut obj, &manager, rt);
-                        Ok(json_response(201, &store.create_as(&user, rt, ns, obj, &opts)?))
-                    }
-                    Err(e) => Err(e),
-                    Ok(mut obj) => {
-                        patch::strategic_merge(&mut obj, &strip_rv(applied));
-                        set_managed(&mut obj, &manager, rt);
-                        Ok(json_response(200, &store.update_as(&user, rt, ns, &name, obj, target.part, &opts)?))
-                    }
-                };
+                let force = q.get("force").and_then(|f| super::logs::query_bool(f)).unwrap_or(false);
+                match current {
+                    Err(e) if e.code != 404 => return Err(e),
+                    // Apply that creates is also authorized as a create, as the real server does.
+                    Err(_) if target.part == Part::Main => shared.faults.record(|| Access {
+                        user: token.clone(),
+                        username: user.username.clone(),
+                        verb: "create".into(),
+                        group: rt.group.clone(),
+                        resource: rt.plural.clone(),
+                        subresource: None,
+                        namespace: target.namespace.clone(),
+                        name: None,
+                    }),
+                    _ => {}
+                }
+                let apply = ApplyOptions { manager: &manager, force };
+                let (obj, created) = store.apply_as(&user, rt, ns, &name, applied, target.part, &opts, &apply)?;
+                return Ok(json_response(if created { 201 } else { 200 }, &obj));
             }
             let mut obj = current?;
             let patch_body = parse_body(&bytes, "json")?;
@@ -381,7 +383,7 @@ async fn serve(
                 "application/strategic-merge-patch+json" => patch::strategic_merge(&mut obj, &patch_body),
                 other => return Err(ApiError::unsupported_media_type(other)),
             }
-            Ok(json_response(200, &store.update_as(&user, rt, ns, &name, obj, target.part, &opts)?))
+            Ok(json_response(200, &store.update_by(&user, rt, ns, &name, obj, target.part, &opts, &manager)?))
         }
         (Method::DELETE, Some(name)) => {
             let mut store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
@@ -436,25 +438,6 @@ fn check_kind(rt: &ResourceType, body: &Value) -> Result<(), ApiError> {
         return Err(ApiError::bad_request(format!("the body is a {kind}, the URL is for {}", rt.kind)));
     }
     Ok(())
-}
-
-/// Apply carries no resourceVersion precondition unless the user put one in.
-fn strip_rv(mut v: Value) -> Value {
-    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.remove("resourceVersion");
-        m.remove("managedFields");
-    }
-    v
-}
-
-/// Records the applying manager (one entry per manager; field sets are not tracked).
-fn set_managed(obj: &mut Value, manager: &str, rt: &ResourceType) {
-    let entry = json!({"manager": manager, "operation": "Apply", "apiVersion": rt.api_version(),
-                       "time": super::time::now_rfc3339(), "fieldsType": "FieldsV1", "fieldsV1": {}});
-    let list = obj["metadata"]["managedFields"].as_array().cloned().unwrap_or_default();
-    let mut list: Vec<Value> = list.into_iter().filter(|e| e["manager"] != manager).collect();
-    list.push(entry);
-    obj["metadata"]["managedFields"] = Value::Array(list);
 }
 
 /// How a read is answered as a Table, when the client asked for one.

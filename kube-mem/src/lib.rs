@@ -1,16 +1,18 @@
 //! An in-memory Kubernetes API server over HTTP on loopback, for tests and the playground.
 //! It follows the API conventions the controllers rely on: discovery, CRDs registered from
 //! their YAML, get/list/watch with resourceVersions, bookmarks and 410 Gone, create, update
-//! with optimistic concurrency, merge / JSON / strategic-merge patches and a simplified
-//! server-side apply, the status subresource, finalizers and deletionTimestamp, ownerReference
-//! garbage collection, and CRD schema validation with the field named. Fault hooks let tests
-//! stop and restart it, partition it, slow it and make it fail. docs/testing.md has the list
-//! of what it does not do.
+//! with optimistic concurrency, merge / JSON / strategic-merge patches and server-side apply
+//! with field ownership (managedFields, conflicts, removal), the status subresource, finalizers
+//! and deletionTimestamp, ownerReference garbage collection, and CRD schema validation with the
+//! field named. Fault hooks let tests stop and restart it, partition it, slow it and make it
+//! fail. docs/testing.md has the list of what it does not do.
 
 pub mod auth;
 pub mod cel;
+pub mod fields;
 mod http;
 pub mod logs;
+pub mod managed;
 pub mod patch;
 pub mod policy;
 pub mod protobuf;
@@ -21,6 +23,7 @@ pub mod status;
 pub mod store;
 pub mod table;
 pub mod time;
+pub mod typed;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

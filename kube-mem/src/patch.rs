@@ -1,6 +1,6 @@
 //! The PATCH flavours: JSON merge patch (RFC 7386), JSON patch (RFC 6902), strategic merge
-//! patch (merge keys as Kubernetes declares them for the fields controllers use) and the
-//! simplified server-side apply docs/testing.md describes.
+//! patch (merge keys as Kubernetes declares them for the fields controllers use). Server-side
+//! apply merges by these keys too, for built-in kinds (see [`crate::typed`]).
 
 use serde_json::Value;
 
@@ -123,7 +123,7 @@ pub fn json_patch(doc: &mut Value, ops: &Value) -> Result<(), ApiError> {
 /// The `patchMergeKey` of a list field of the built-in kinds, by the field's name: the lists
 /// kube-apiserver merges item by item under a strategic merge patch. Lists not named here are
 /// replaced whole, as upstream does for lists without a merge key (tolerations, args).
-fn merge_key(field: &str) -> Option<&'static str> {
+pub(crate) fn merge_key(field: &str) -> Option<&'static str> {
     match field {
         "containers"
         | "initContainers"

@@ -2,6 +2,23 @@
 
 use serde_json::{Value, json};
 
+/// Why each cause of an error is one (a byte: errors are returned everywhere and stay small).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CauseReason {
+    FieldValueInvalid,
+    /// Server-side apply: another manager owns the field.
+    FieldManagerConflict,
+}
+
+impl CauseReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CauseReason::FieldValueInvalid => "FieldValueInvalid",
+            CauseReason::FieldManagerConflict => "FieldManagerConflict",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{code} {reason}: {message}")]
 pub struct ApiError {
@@ -10,12 +27,21 @@ pub struct ApiError {
     pub message: String,
     /// Field causes for `Invalid`.
     pub causes: Vec<(String, String)>,
+    /// The causes' `reason`.
+    pub cause_reason: CauseReason,
     pub details: Option<(String, String)>,
 }
 
 impl ApiError {
     fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        ApiError { code, reason, message: message.into(), causes: Vec::new(), details: None }
+        ApiError {
+            code,
+            reason,
+            message: message.into(),
+            causes: Vec::new(),
+            cause_reason: CauseReason::FieldValueInvalid,
+            details: None,
+        }
     }
 
     pub fn not_found(kind: &str, name: &str) -> Self {
@@ -39,6 +65,29 @@ impl ApiError {
             ),
         );
         e.details = Some((kind.to_string(), name.to_string()));
+        e
+    }
+
+    /// Server-side apply refused: fields other managers own would change. `conflicts` are
+    /// (manager as kube-apiserver prints it, field path); the message is kube-apiserver's.
+    pub fn apply_conflicts(mut conflicts: Vec<(String, String)>) -> Self {
+        conflicts.sort_by(|a, b| a.0.cmp(&b.0));
+        let message = match conflicts.as_slice() {
+            [(manager, field)] => format!("Apply failed with 1 conflict: conflict with {manager}: {field}"),
+            _ => {
+                let mut lines: Vec<String> = Vec::new();
+                for (i, (manager, field)) in conflicts.iter().enumerate() {
+                    if i == 0 || conflicts[i - 1].0 != *manager {
+                        lines.push(format!("conflicts with {manager}:"));
+                    }
+                    lines.push(format!("- {field}"));
+                }
+                format!("Apply failed with {} conflicts: {}", conflicts.len(), lines.join("\n"))
+            }
+        };
+        let mut e = Self::new(409, "Conflict", message);
+        e.causes = conflicts.into_iter().map(|(manager, field)| (field, format!("conflict with {manager}"))).collect();
+        e.cause_reason = CauseReason::FieldManagerConflict;
         e
     }
 
@@ -122,7 +171,7 @@ impl ApiError {
             details["causes"] = self
                 .causes
                 .iter()
-                .map(|(f, m)| json!({"reason": "FieldValueInvalid", "field": f, "message": m}))
+                .map(|(f, m)| json!({"reason": self.cause_reason.as_str(), "field": f, "message": m}))
                 .collect();
         }
         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": self.message,

@@ -8,11 +8,13 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use super::auth::UserInfo;
+use super::managed::{self, Writer};
 use super::policy::{self, Attributes, Operation};
 use super::resources::{self, ResourceKey, ResourceType};
 use super::schema;
 use super::status::ApiError;
 use super::time::now_rfc3339;
+use super::typed::Ty;
 
 /// How many events watches can resume from; older resourceVersions get 410 Gone.
 pub const HISTORY: usize = input_limits::WATCH_HISTORY_EVENTS;
@@ -162,6 +164,34 @@ pub enum Part {
 pub struct WriteOptions {
     pub strict: bool,
     pub dry_run: bool,
+}
+
+/// A server-side apply request's manager and whether it takes fields from others by force.
+#[derive(Debug, Clone, Copy)]
+pub struct ApplyOptions<'a> {
+    pub manager: &'a str,
+    pub force: bool,
+}
+
+/// How a write's field ownership lands in `metadata.managedFields`.
+#[derive(Debug, Clone, Copy)]
+enum Record<'a> {
+    /// As the object carries it (in-process controllers' writes are not tracked).
+    Keep,
+    /// An `Update` by this manager.
+    Update(&'a str),
+    /// Computed by server-side apply already, carried by the object.
+    Applied,
+}
+
+impl Part {
+    /// The subresource managedFields entries name: `""` for the main resource.
+    fn subresource(self) -> &'static str {
+        match self {
+            Part::Main => "",
+            Part::Status => "status",
+        }
+    }
 }
 
 impl Store {
@@ -399,14 +429,41 @@ impl Store {
         self.create_as(&UserInfo::in_process(), rt, ns, obj, opts)
     }
 
-    /// Creates on behalf of `user`, whom admission (ValidatingAdmissionPolicies) sees.
+    /// Creates on behalf of `user`, whom admission (ValidatingAdmissionPolicies) sees. The
+    /// object's managedFields are kept as they come.
     pub fn create_as(
+        &mut self,
+        user: &UserInfo,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        obj: Value,
+        opts: &WriteOptions,
+    ) -> Result<Value, ApiError> {
+        self.create_recorded(user, rt, ns, obj, opts, Record::Keep)
+    }
+
+    /// Creates on behalf of `user`, recorded in managedFields as an Update by `manager`, as a
+    /// client's create through the API is.
+    pub fn create_by(
+        &mut self,
+        user: &UserInfo,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        obj: Value,
+        opts: &WriteOptions,
+        manager: &str,
+    ) -> Result<Value, ApiError> {
+        self.create_recorded(user, rt, ns, obj, opts, Record::Update(manager))
+    }
+
+    fn create_recorded(
         &mut self,
         user: &UserInfo,
         rt: &ResourceType,
         ns: Option<&str>,
         mut obj: Value,
         opts: &WriteOptions,
+        record: Record<'_>,
     ) -> Result<Value, ApiError> {
         self.check_namespace(rt, ns)?;
         if !obj.is_object() {
@@ -438,6 +495,20 @@ impl Store {
             return Err(ApiError::already_exists(&rt.display_name(), &name));
         }
         Self::admit(rt, &mut obj, opts.strict)?;
+        if let Record::Update(manager) = record {
+            let base = managed::update_base(None, obj.pointer("/metadata/managedFields"), "");
+            let writer = Writer { manager, subresource: "", api_version: &rt.api_version() };
+            let reset = managed::reset_fields(rt.status_subresource, "");
+            managed::update(
+                &json!({}),
+                &mut obj,
+                base,
+                &writer,
+                Ty::Root(rt.schema.as_deref()),
+                &reset,
+                &now_rfc3339(),
+            );
+        }
         Self::check_rules(rt, &obj, None, &name)?;
         self.review(&Review { rt, namespace: ns, object: &obj, old: None })?;
         policy::admit(
@@ -523,9 +594,41 @@ impl Store {
         self.update_as(&UserInfo::in_process(), rt, ns, name, obj, part, opts)
     }
 
-    /// Replaces on behalf of `user` (see [`Store::create_as`]).
+    /// Replaces on behalf of `user` (see [`Store::create_as`]); managedFields as the object
+    /// carries them.
     #[allow(clippy::too_many_arguments)]
     pub fn update_as(
+        &mut self,
+        user: &UserInfo,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        obj: Value,
+        part: Part,
+        opts: &WriteOptions,
+    ) -> Result<Value, ApiError> {
+        self.update_recorded(user, rt, ns, name, obj, part, opts, Record::Keep)
+    }
+
+    /// Replaces on behalf of `user`, recorded in managedFields as an Update by `manager` (PUT
+    /// and the patches other than apply).
+    #[allow(clippy::too_many_arguments)]
+    pub fn update_by(
+        &mut self,
+        user: &UserInfo,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        obj: Value,
+        part: Part,
+        opts: &WriteOptions,
+        manager: &str,
+    ) -> Result<Value, ApiError> {
+        self.update_recorded(user, rt, ns, name, obj, part, opts, Record::Update(manager))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn update_recorded(
         &mut self,
         user: &UserInfo,
         rt: &ResourceType,
@@ -534,6 +637,7 @@ impl Store {
         mut obj: Value,
         part: Part,
         opts: &WriteOptions,
+        record: Record<'_>,
     ) -> Result<Value, ApiError> {
         let key = (ns.unwrap_or("").to_string(), name.to_string());
         let display = rt.display_name();
@@ -561,6 +665,9 @@ impl Store {
                 meta_str(&obj, "name").unwrap_or("")
             )));
         }
+        // What the client sent (or apply computed), before a status write starts from the old
+        // object.
+        let sent_managed = obj.pointer("/metadata/managedFields").cloned();
         // Status and spec are written separately where a status subresource exists.
         if rt.status_subresource {
             match part {
@@ -598,6 +705,7 @@ impl Store {
             }
         }
         Self::admit(rt, &mut obj, opts.strict)?;
+        Self::record(rt, old, &mut obj, part, sent_managed, record);
         Self::check_rules(rt, &obj, Some(old), name)?;
         if part == Part::Main {
             self.review(&Review { rt, namespace: ns, object: &obj, old: Some(old) })?;
@@ -641,6 +749,63 @@ impl Store {
             self.remove(rt, &key);
         }
         Ok(obj)
+    }
+
+    /// Writes the object's managedFields for an update, as `record` says.
+    fn record(rt: &ResourceType, old: &Value, obj: &mut Value, part: Part, sent: Option<Value>, record: Record<'_>) {
+        match record {
+            Record::Keep => {}
+            Record::Applied => match (sent, obj.get_mut("metadata").and_then(Value::as_object_mut)) {
+                (Some(list), Some(meta)) => {
+                    meta.insert("managedFields".into(), list);
+                }
+                (None, Some(meta)) => {
+                    meta.remove("managedFields");
+                }
+                _ => {}
+            },
+            Record::Update(manager) => {
+                let sub = part.subresource();
+                let base = managed::update_base(Some(old), sent.as_ref(), sub);
+                let writer = Writer { manager, subresource: sub, api_version: &rt.api_version() };
+                let reset = managed::reset_fields(rt.status_subresource, sub);
+                managed::update(old, obj, base, &writer, Ty::Root(rt.schema.as_deref()), &reset, &now_rfc3339());
+            }
+        }
+    }
+
+    /// Server-side apply of `config` by `apply.manager` to the object or its status: see
+    /// [`managed`]. The configuration's `metadata.resourceVersion`, if any, is a precondition.
+    /// Creates the object when there is none (the boolean says so).
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply_as(
+        &mut self,
+        user: &UserInfo,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        config: Value,
+        part: Part,
+        opts: &WriteOptions,
+        apply: &ApplyOptions<'_>,
+    ) -> Result<(Value, bool), ApiError> {
+        let key = (ns.unwrap_or("").to_string(), name.to_string());
+        let live = self.bucket(rt).and_then(|b| b.get(&key)).map(|o| Self::present(rt, o));
+        if live.is_none() && part == Part::Status {
+            return Err(ApiError::not_found(&rt.display_name(), name));
+        }
+        let config = applied_config(rt, ns, name, config, part, live.as_ref(), opts)?;
+        let sub = part.subresource();
+        let api_version = rt.api_version();
+        let writer = Writer { manager: apply.manager, subresource: sub, api_version: &api_version };
+        let reset = managed::reset_fields(rt.status_subresource, sub);
+        let ty = Ty::Root(rt.schema.as_deref());
+        let base = live.clone().unwrap_or_else(|| json!({}));
+        let applied = managed::apply(&base, &config, &writer, apply.force, ty, &reset, &now_rfc3339())?;
+        match live {
+            None => Ok((self.create_recorded(user, rt, ns, applied, opts, Record::Applied)?, true)),
+            Some(_) => Ok((self.update_recorded(user, rt, ns, name, applied, part, opts, Record::Applied)?, false)),
+        }
     }
 
     /// Deletes: with finalizers, marks the object (deletionTimestamp) and waits for them to be
@@ -770,6 +935,84 @@ impl Default for Store {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// An apply request's configuration made ready to merge: checked (an object, no managedFields,
+/// this resource's apiVersion, the resourceVersion precondition), named as the URL names it, cut
+/// to the part written (only `status` through the status subresource; no `status` through the
+/// main resource where a status subresource exists) and, unless validation is strict (which
+/// refuses them later, naming them), without the fields the schema does not declare.
+fn applied_config(
+    rt: &ResourceType,
+    ns: Option<&str>,
+    name: &str,
+    mut config: Value,
+    part: Part,
+    live: Option<&Value>,
+    opts: &WriteOptions,
+) -> Result<Value, ApiError> {
+    let Some(obj) = config.as_object_mut() else { return Err(ApiError::bad_request("the body must be a JSON object")) };
+    let api_version = rt.api_version();
+    match obj.get("apiVersion") {
+        None => {
+            obj.insert("apiVersion".into(), api_version.into());
+        }
+        Some(v) if v.as_str() == Some(api_version.as_str()) => {}
+        Some(v) => {
+            return Err(ApiError::bad_request(format!(
+                "Incorrect version specified in apply patch. Specified patch version: {}, expected: {api_version}",
+                v.as_str().unwrap_or("")
+            )));
+        }
+    }
+    obj.insert("kind".into(), rt.kind.clone().into());
+    let meta = obj.entry("metadata").or_insert_with(|| json!({}));
+    let Some(meta) = meta.as_object_mut() else { return Err(ApiError::bad_request("metadata must be an object")) };
+    if meta.get("managedFields").is_some_and(|m| !m.is_null()) {
+        return Err(ApiError::bad_request("metadata.managedFields must be nil"));
+    }
+    meta.remove("managedFields");
+    if let Some(rv) = meta.remove("resourceVersion").filter(|rv| rv.as_str().is_some_and(|s| !s.is_empty())) {
+        let current = live.and_then(|l| meta_str(l, "resourceVersion"));
+        if rv.as_str() != current {
+            return Err(ApiError::conflict(&rt.display_name(), name));
+        }
+    }
+    match meta.get("name").and_then(Value::as_str) {
+        Some(n) if n != name => {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({n}) does not match the name on the URL ({name})"
+            )));
+        }
+        _ => {
+            meta.insert("name".into(), name.into());
+        }
+    }
+    if let Some(n) = ns {
+        meta.entry("namespace").or_insert_with(|| n.into());
+    }
+    if rt.status_subresource {
+        match part {
+            Part::Status => {
+                let identity: serde_json::Map<String, Value> = meta
+                    .iter()
+                    .filter(|(k, _)| matches!(k.as_str(), "name" | "namespace"))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                obj.retain(|k, _| matches!(k.as_str(), "apiVersion" | "kind" | "status"));
+                obj.insert("metadata".into(), Value::Object(identity));
+            }
+            // A create keeps the status it is given, as kube-mem's creates do.
+            Part::Main if live.is_some() => {
+                obj.remove("status");
+            }
+            Part::Main => {}
+        }
+    }
+    if let Some(schema) = rt.schema.as_deref().filter(|_| !opts.strict) {
+        schema::prune(schema, &mut config);
+    }
+    Ok(config)
 }
 
 /// RFC 1123 subdomain: what most object names must be.

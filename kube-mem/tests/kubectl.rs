@@ -212,3 +212,43 @@ async fn kubectl_creates_built_in_objects_as_users_type_them() {
     let (ok, _, err) = k.run(&["create", "namespace", "team-a"]).await;
     assert!(!ok && err.contains("AlreadyExists") || err.contains("already exists"), "{err}");
 }
+
+const SETTINGS: &str = "apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, labels: {team: a}}
+data: {lr: '0.1', batch: '32'}
+";
+
+/// `kubectl apply --server-side`: the manager `kubectl` owns what the file sets, a field dropped
+/// from the file goes, and another manager's change is a conflict kubectl reports until it is
+/// forced.
+#[tokio::test]
+async fn kubectl_applies_server_side_with_ownership() {
+    let server = ApiServer::start().await.expect("server");
+    let k = Kubectl::new(&server, "ssa");
+    let file = k.config.with_file_name("settings.yaml");
+    let path = file.to_str().expect("utf-8");
+    std::fs::write(&file, SETTINGS).expect("write");
+    let (ok, out, err) = k.run(&["apply", "--server-side", "-f", path]).await;
+    assert!(ok && out.contains("configmap/settings serverside-applied"), "apply: {out} {err}");
+    let (ok, out, err) = k.run(&["get", "configmap", "settings", "-o", "yaml", "--show-managed-fields"]).await;
+    assert!(ok && out.contains("manager: kubectl") && out.contains("operation: Apply"), "{out} {err}");
+    assert!(out.contains("f:lr: {}") && out.contains("f:team: {}"), "{out}");
+
+    // The label and batch dropped from the file: kubectl owned them alone, so they go.
+    std::fs::write(&file, SETTINGS.replace(", labels: {team: a}", "").replace(", batch: '32'", "")).expect("write");
+    let (ok, out, err) = k.run(&["apply", "--server-side", "-f", path]).await;
+    assert!(ok, "re-apply: {out} {err}");
+    let (_, out, _) = k.run(&["get", "configmap", "settings", "-o", "jsonpath={.data}|{.metadata.labels}"]).await;
+    assert_eq!(out, r#"{"lr":"0.1"}|"#);
+
+    // Another manager changing kubectl's field conflicts, named; forced, it takes the field.
+    std::fs::write(&file, SETTINGS.replace("'0.1'", "'0.2'")).expect("write");
+    let other = ["apply", "--server-side", "--field-manager=tuner", "-f", path];
+    let (ok, out, err) = k.run(&other).await;
+    assert!(!ok && err.contains("conflict with \"kubectl\"") && err.contains(".data.lr"), "{out} {err}");
+    let (ok, out, err) = k.run(&[&other[..], &["--force-conflicts"]].concat()).await;
+    assert!(ok, "forced: {out} {err}");
+    let (_, out, _) = k.run(&["get", "configmap", "settings", "-o", "jsonpath={.data.lr}"]).await;
+    assert_eq!(out, "0.2");
+}
