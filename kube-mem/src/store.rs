@@ -81,11 +81,17 @@ pub struct Store {
 
 /// A validating admission step, as a ValidatingWebhookConfiguration (or a validating admission
 /// policy) is on a real API server: asked about every create and update of the kinds it
-/// applies to (not status writes), after defaulting and schema validation, with the store as
-/// it stands so it can look up what the object refers to. Its error is the answer the client
-/// gets, status code, reason and message as they are.
+/// applies to (status writes only where it [reviews status](Validator::reviews_status)), after
+/// defaulting and schema validation, with the store as it stands so it can look up what the
+/// object refers to. Its error is the answer the client gets, status code, reason and message
+/// as they are.
 pub trait Validator: Send + Sync + std::fmt::Debug {
     fn applies_to(&self, rt: &ResourceType) -> bool;
+    /// Whether it also reviews writes to the status subresource (a webhook whose rules name
+    /// `<resource>/status`, as Kueue's Workload webhook does).
+    fn reviews_status(&self) -> bool {
+        false
+    }
     fn validate(&self, store: &Store, review: &Review<'_>) -> Result<(), ApiError>;
 }
 
@@ -200,8 +206,12 @@ impl Store {
         self.validators.push(v);
     }
 
-    fn review(&self, review: &Review<'_>) -> Result<(), ApiError> {
-        self.validators.iter().filter(|v| v.applies_to(review.rt)).try_for_each(|v| v.validate(self, review))
+    /// The validators' review of a write; of a status write, only theirs that review status.
+    fn review(&self, review: &Review<'_>, status: bool) -> Result<(), ApiError> {
+        self.validators
+            .iter()
+            .filter(|v| v.applies_to(review.rt) && (!status || v.reviews_status()))
+            .try_for_each(|v| v.validate(self, review))
     }
 
     pub fn new() -> Self {
@@ -510,7 +520,7 @@ impl Store {
             );
         }
         Self::check_rules(rt, &obj, None, &name)?;
-        self.review(&Review { rt, namespace: ns, object: &obj, old: None })?;
+        self.review(&Review { rt, namespace: ns, object: &obj, old: None }, false)?;
         policy::admit(
             self,
             &Attributes {
@@ -707,9 +717,7 @@ impl Store {
         Self::admit(rt, &mut obj, opts.strict)?;
         Self::record(rt, old, &mut obj, part, sent_managed, record);
         Self::check_rules(rt, &obj, Some(old), name)?;
-        if part == Part::Main {
-            self.review(&Review { rt, namespace: ns, object: &obj, old: Some(old) })?;
-        }
+        self.review(&Review { rt, namespace: ns, object: &obj, old: Some(old) }, part == Part::Status)?;
         policy::admit(
             self,
             &Attributes {

@@ -16,7 +16,7 @@ fn bundled_upstream_files_are_the_shared_ones() {
         assert!(reference == file.text, "playground/upstream/{} differs from shared/upstream/{}", file.path, file.path);
         checked += 1;
     }
-    assert_eq!(checked, 13);
+    assert_eq!(checked, 21);
 }
 
 #[test]
