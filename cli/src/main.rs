@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 
 mod dev;
 mod logs;
+mod whatif;
 use simulator::engine::SimOptions;
 use simulator::fleet_file::{FleetFileError, FleetSpec};
 use simulator::machines::{MachineListFormat, fleet_from_machine_list};
@@ -315,9 +316,20 @@ struct SimulateArgs {
     /// Seed for everything random (node failures).
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Stop at this simulated time: seconds, or with a unit (90m, 36h, 14d). Default: run to the end.
+    /// Stop at this simulated time: seconds, or with a unit (90m, 36h, 14d). Default: run to the end
+    /// (with --from: 24h).
     #[arg(long, value_parser = parse_duration_s)]
     horizon: Option<u64>,
+    /// What-if on a live hub: snapshot the hub of this kubeconfig (members' capacity, Queues,
+    /// running and waiting TrainJobs) and run it forward with the dispatcher's own cycle: when
+    /// each TrainJob is expected to start and end, per queue (docs/simulator.md).
+    #[arg(long, value_name = "KUBECONFIG", conflicts_with_all = ["fleet", "machines", "trace", "bench", "gpu_sharing"])]
+    from: Option<PathBuf>,
+    /// With --from: an edit to try, shown beside the hub as it is: `add-pool cluster=X flavor=F
+    /// nodes=N [gpus-per-node=G]`, `remove-cluster X`, `quota queue=Q flavor=F gpus=N`. Repeat
+    /// for several at once.
+    #[arg(long = "what-if", value_name = "EDIT", requires = "from")]
+    what_if: Vec<dispatcher::decide::whatif::Edit>,
     /// Compress arrivals in time by this factor ("what if demand grows 1.5x").
     #[arg(long, default_value_t = 1.0)]
     load_scale: f64,
@@ -472,6 +484,20 @@ fn main() -> ExitCode {
 fn simulate(args: SimulateArgs) -> Result<(), CliError> {
     if let Some(dir) = &args.gpu_sharing {
         return gpu_sharing(dir, &args);
+    }
+    if let Some(kubeconfig) = &args.from {
+        let rt = tokio::runtime::Runtime::new().map_err(CliError::Runtime)?;
+        let observed = rt.block_on(async {
+            let hub = kube_client(Some(kubeconfig), "--from kubeconfig").await?;
+            dispatcher::controller::observe_once(&hub)
+                .await
+                .map_err(|e| CliError::Setup { what: "reading the hub".into(), message: e.to_string() })
+        })?;
+        let horizon = Duration::from_secs(args.horizon.unwrap_or(86_400));
+        let text = whatif::report(&observed, &args.what_if, horizon)
+            .map_err(|e| CliError::Setup { what: "--what-if".into(), message: e.to_string() })?;
+        print!("{text}");
+        return Ok(());
     }
     let (spec, fleet_name) = match (&args.fleet, &args.machines) {
         (Some(path), _) => (FleetSpec::load(path)?, path.display().to_string()),

@@ -340,3 +340,67 @@ fn the_kueue_walk_through_runs_on_dev_as_docs_kueue_md_says() {
     assert_eq!(nominated, (true, String::new()));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A TrainJob of `nodes` 8-GPU nodes that says it runs for `seconds` (and runs that long on
+/// the simulated members).
+fn long_trainjob(name: &str, nodes: u32, seconds: u32) -> String {
+    format!(
+        "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata:\n  name: {name}\n  annotations:\n    \
+         stowage.dev/expected-runtime-seconds: \"{seconds}\"\n    stowage.dev/simulated-duration-seconds: \"{seconds}\"\n\
+         spec:\n  runtimeRef: {{name: torch-distributed}}\n  trainer:\n    numNodes: {nodes}\n    \
+         resourcesPerNode: {{requests: {{nvidia.com/gpu: \"8\"}}}}\n"
+    )
+}
+
+#[test]
+fn what_if_on_the_dev_hub_says_when_each_trainjob_starts_and_what_a_new_pool_changes() {
+    let dir: PathBuf = std::env::temp_dir().join(format!("stowage-dev-what-if-{}", std::process::id()));
+    let (_guard, _, _) = start_dev(&dir, &[]);
+    let hub = dir.join("hub.kubeconfig");
+    // east-h100's 64 nodes are the only ones that hold a 64-node gang: `first` takes them for
+    // an hour, `second` waits for them.
+    for (name, nodes) in [("first", 64), ("second", 64)] {
+        let file = dir.join(format!("{name}.yaml"));
+        std::fs::write(&file, long_trainjob(name, nodes, 3600)).expect("write");
+        let (ok, out) = kubectl(&hub, &["apply", "-f", file.to_str().expect("utf-8")]);
+        assert!(ok, "{out}");
+    }
+    kubectl_until(&hub, &["get", "placements", "first", "-o", "jsonpath={.spec.cluster}"], |o| o == "east-h100");
+    let simulate = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_stowage"))
+            .args(["simulate", "--from"])
+            .arg(&hub)
+            .args(extra)
+            .output()
+            .expect("stowage simulate runs");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    // As the hub is, once east-h100 has reported where first's pods are: second starts when
+    // first's hour is up, on east-h100.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (ok, text) = loop {
+        let (ok, text) = simulate(&[]);
+        let known = text.lines().any(|l| l.contains("default/first") && l.contains("ends in"));
+        if !ok || known || Instant::now() > deadline {
+            break (ok, text);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(ok, "{text}");
+    let second = text.lines().find(|l| l.contains("default/second")).unwrap_or_default();
+    assert!(second.contains("starts in 59m on east-h100") || second.contains("starts in 1h00m on east-h100"), "{text}");
+    // With a second pool of 64 H100 nodes, it starts now, an hour sooner.
+    let (ok, text) = simulate(&["--what-if", "add-pool cluster=east-h100 flavor=nvidia-h100-80gb nodes=64"]);
+    assert!(ok, "{text}");
+    let second = text.lines().find(|l| l.contains("default/second")).unwrap_or_default();
+    assert!(second.contains("starts now on east-h100") && second.contains("sooner"), "{text}");
+    // Without east-h100, neither fits anywhere within the horizon.
+    let (ok, text) = simulate(&["--what-if", "remove-cluster east-h100"]);
+    assert!(ok, "{text}");
+    assert!(text.lines().find(|l| l.contains("default/first")).is_some_and(|l| l.contains("waits again")), "{text}");
+    // A bad edit is refused, naming it.
+    let (ok, text) = simulate(&["--what-if", "add-pool cluster=x nodes=lots"]);
+    assert!(!ok && text.contains("nodes=lots is not a positive number"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

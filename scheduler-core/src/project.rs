@@ -32,6 +32,17 @@ pub struct Projection {
     pub ahead: usize,
 }
 
+/// When and where a pending gang is expected to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Forecast {
+    pub id: String,
+    pub start_ms: u64,
+    pub end_ms: u64,
+    pub cluster: ClusterId,
+    /// Gangs expected to start before it.
+    pub ahead: usize,
+}
+
 /// When gang `target` of `pending` is expected to start, from `snapshot` (its capacity and
 /// usage with `holding`'s gangs in them) and when each gang holding capacity ends. A gang
 /// started on the way runs its `runtime_ms`, else `unknown_runtime_ms`. `None`: not within
@@ -46,13 +57,45 @@ pub fn project<'a>(
     unknown_runtime_ms: u64,
     horizon_ms: u64,
 ) -> Option<Projection> {
+    if !pending.iter().any(|g| g.id == target) {
+        return None;
+    }
+    let run = forward(snapshot, pending, config, holding, unknown_runtime_ms, horizon_ms, Some(target));
+    let f = run.into_iter().find(|f| f.id == target)?;
+    Some(Projection { start_ms: f.start_ms, cluster: f.cluster, ahead: f.ahead })
+}
+
+/// When each of `pending` is expected to start and end, and where, by the same rules as
+/// [`project`]: those that start within `horizon_ms`, in the order they start. The gangs not
+/// in it do not start within the horizon (or within [`MAX_STEPS`] cycles).
+pub fn forecast<'a>(
+    snapshot: Snapshot<'a>,
+    pending: &'a [Gang],
+    config: &Config,
+    holding: Vec<Ending<'a>>,
+    unknown_runtime_ms: u64,
+    horizon_ms: u64,
+) -> Vec<Forecast> {
+    forward(snapshot, pending, config, holding, unknown_runtime_ms, horizon_ms, None)
+}
+
+/// The cycle run forward, stopping once `until` has started (all of them when `None`).
+fn forward<'a>(
+    snapshot: Snapshot<'a>,
+    pending: &'a [Gang],
+    config: &Config,
+    holding: Vec<Ending<'a>>,
+    unknown_runtime_ms: u64,
+    horizon_ms: u64,
+    until: Option<&str>,
+) -> Vec<Forecast> {
     let config = Config { preemption: None, batch: None, ..*config };
     let Snapshot { fleet, queues, mut capacity, mut usage, now_ms, .. } = snapshot;
     let horizon = now_ms.saturating_add(horizon_ms);
     let mut now = now_ms;
     let mut endings = holding;
     let mut waiting: Vec<&'a Gang> = pending.iter().collect();
-    let mut ahead = 0;
+    let mut started = Vec::new();
     for _ in 0..MAX_STEPS {
         let releases: Vec<Release> =
             endings.iter().map(|e| Release::of(e.gang, &e.admission, e.end_ms.max(now))).collect();
@@ -63,25 +106,33 @@ pub fn project<'a>(
         let mut still = Vec::with_capacity(waiting.len());
         for (g, d) in waiting.into_iter().zip(c.decisions) {
             match d {
-                Decision::Admit(admission) if g.id == target => {
-                    return Some(Projection { start_ms: now, cluster: admission.cluster, ahead });
-                }
                 Decision::Admit(admission) => {
-                    ahead += 1;
                     let end_ms = now.saturating_add(g.runtime_ms.unwrap_or(unknown_runtime_ms).max(1));
+                    let ahead = started.len();
+                    started.push(Forecast {
+                        id: g.id.clone(),
+                        start_ms: now,
+                        end_ms,
+                        cluster: admission.cluster,
+                        ahead,
+                    });
+                    if until == Some(g.id.as_str()) {
+                        return started;
+                    }
                     endings.push(Ending { gang: g, admission, end_ms });
                 }
                 _ => still.push(g),
             }
         }
         waiting = still;
-        if !waiting.iter().any(|g| g.id == target) {
-            return None;
+        if waiting.is_empty() {
+            break;
         }
         // On to the next end: everything ending by then gives its room back.
-        let next = endings.iter().map(|e| e.end_ms).min()?.max(now.saturating_add(1));
+        let Some(next) = endings.iter().map(|e| e.end_ms).min() else { break };
+        let next = next.max(now.saturating_add(1));
         if next > horizon {
-            return None;
+            break;
         }
         now = next;
         let (done, rest): (Vec<Ending<'a>>, Vec<Ending<'a>>) = endings.into_iter().partition(|e| e.end_ms <= now);
@@ -90,7 +141,7 @@ pub fn project<'a>(
         }
         endings = rest;
     }
-    None
+    started
 }
 
 #[cfg(test)]
@@ -131,5 +182,11 @@ mod tests {
         assert_eq!(when("nobody", 86_400_000), None);
         let never = [fixture::gang("huge").pods(5).gpus(8).submitted(3)];
         assert_eq!(project(snapshot.clone(), &never, &config, "huge", holding(), 1, u64::MAX), None);
+        // The whole forecast: b, then c after it, each ending after its run time.
+        let all = forecast(snapshot.clone(), &pending, &config, holding(), 3_600_000, 86_400_000);
+        let when: Vec<(&str, u64, u64, usize)> =
+            all.iter().map(|f| (f.id.as_str(), f.start_ms, f.end_ms, f.ahead)).collect();
+        assert_eq!(when, vec![("b", 100_000, 150_000, 0), ("c", 150_000, 3_750_000, 1)]);
+        assert!(forecast(snapshot, &never, &config, holding(), 1, u64::MAX).is_empty());
     }
 }

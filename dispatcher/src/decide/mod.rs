@@ -32,6 +32,7 @@ mod namespaces;
 mod priorities;
 mod queues;
 mod schedule;
+pub mod whatif;
 pub mod workloads;
 mod writes;
 

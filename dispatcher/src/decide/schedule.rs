@@ -6,7 +6,7 @@
 //! pass, pinned to their member; those to nominate (and those that no longer fit where they
 //! were nominated) wait beside the TrainJobs.
 
-use scheduler_core::project::{Ending, Projection, project};
+use scheduler_core::project::{Ending, Projection, forecast, project};
 use scheduler_core::{
     Admission, BatchReport, Config, Decision, Fleet, Gang, Queues, QuotaUsage, Release, Running, Snapshot, cycle,
 };
@@ -232,20 +232,21 @@ pub(super) fn expected_end(a: &Active<'_>, now_ms: u64) -> u64 {
     }
 }
 
-/// When waiting TrainJob `i` (in TrainJob order) is expected to start: the cycle run forward
-/// from now ([`scheduler_core::project`]), running TrainJobs ending as [`expected_end`] says and
-/// those started on the way running their stated time, else the median expected length of the
-/// running ones (an hour when none runs). With how long that assumed length is.
-pub(super) fn projection(
+/// The cycle run forward from now: `run` gets the snapshot after the assumed pass, the waiting
+/// gangs (in TrainJob order), what holds capacity and when it ends (running TrainJobs as
+/// [`expected_end`] says, assumed ones after their stated time), the run time assumed of gangs
+/// that state none (the median expected length of the running ones, an hour when none runs),
+/// and the fleet. `None` when no live member reported a capacity the hub can read.
+#[allow(clippy::too_many_arguments)]
+fn forward<R>(
     members: &Members<'_>,
     queues: &Queues,
     jobs: &[Job<'_>],
     candidates: &[Candidate<'_>],
     config: &Config,
     now_ms: u64,
-    i: usize,
-) -> Option<(Projection, String, u64)> {
-    let JobState::Waiting(target) = &jobs[i].state else { return None };
+    run: impl FnOnce(Snapshot<'_>, &[Gang], Vec<Ending<'_>>, u64) -> R,
+) -> Option<R> {
     let g = ground(members, queues, jobs, candidates, config, now_ms, true).ok()?;
     let mut lengths: Vec<u64> =
         g.admissions.iter().map(|(a, _)| expected_end(a, now_ms).saturating_sub(a.started_ms)).collect();
@@ -268,13 +269,70 @@ pub(super) fn projection(
     let snapshot = Snapshot {
         fleet: &g.fleet,
         queues,
-        capacity: g.capacity,
-        usage: g.usage,
+        capacity: g.capacity.clone(),
+        usage: g.usage.clone(),
         now_ms,
         releases: Vec::new(),
         running: Vec::new(),
     };
-    let p = project(snapshot, &gangs, config, &target.gang.id, holding, unknown_ms, HORIZON_MS)?;
-    let cluster = g.fleet.cluster(p.cluster).name.clone();
-    Some((p, cluster, unknown_ms))
+    Some(run(snapshot, &gangs, holding, unknown_ms))
+}
+
+/// When waiting TrainJob `i` (in TrainJob order) is expected to start
+/// ([`scheduler_core::project`], run [`forward`]), on which cluster, and the run time assumed
+/// of gangs that state none.
+pub(super) fn projection(
+    members: &Members<'_>,
+    queues: &Queues,
+    jobs: &[Job<'_>],
+    candidates: &[Candidate<'_>],
+    config: &Config,
+    now_ms: u64,
+    i: usize,
+) -> Option<(Projection, String, u64)> {
+    let JobState::Waiting(target) = &jobs[i].state else { return None };
+    forward(members, queues, jobs, candidates, config, now_ms, |snapshot, gangs, holding, unknown_ms| {
+        let fleet = snapshot.fleet;
+        let p = project(snapshot, gangs, config, &target.gang.id, holding, unknown_ms, HORIZON_MS)?;
+        let cluster = fleet.cluster(p.cluster).name.clone();
+        Some((p, cluster, unknown_ms))
+    })
+    .flatten()
+}
+
+/// Where each waiting TrainJob (by gang id) is expected to run, from when to when, among those
+/// starting within `horizon_ms` ([`scheduler_core::forecast`], run [`forward`]); and when each
+/// running one is expected to end.
+pub(super) fn outlook(
+    members: &Members<'_>,
+    queues: &Queues,
+    jobs: &[Job<'_>],
+    candidates: &[Candidate<'_>],
+    config: &Config,
+    now_ms: u64,
+    horizon_ms: u64,
+) -> Option<Outlook> {
+    forward(members, queues, jobs, candidates, config, now_ms, |snapshot, gangs, holding, unknown_ms| {
+        let fleet = snapshot.fleet;
+        let ending = holding.iter().map(|e| (e.gang.id.clone(), e.end_ms)).collect();
+        let starting = forecast(snapshot, gangs, config, holding, unknown_ms, horizon_ms)
+            .into_iter()
+            .map(|f| {
+                let cluster = fleet.cluster(f.cluster).name.clone();
+                (f.id, (cluster, f.start_ms, f.end_ms))
+            })
+            .collect();
+        Outlook { starting, ending, unknown_ms }
+    })
+}
+
+/// What [`outlook`] expects.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Outlook {
+    /// Waiting gang id → (cluster, start, end).
+    pub(super) starting: std::collections::BTreeMap<String, (String, u64, u64)>,
+    /// Running (or assumed) gang id → its expected end.
+    pub(super) ending: std::collections::BTreeMap<String, u64>,
+    /// The run time assumed of gangs that state none.
+    pub(super) unknown_ms: u64,
 }
