@@ -297,6 +297,11 @@ struct SimulateArgs {
     /// Job trace. Default: the built-in Philly Sep-Oct 2017 trace.
     #[arg(long)]
     trace: Option<PathBuf>,
+    /// Instead of a trace, this many jobs of the synthetic scale mix (docs/performance.md: 60 %
+    /// 1-GPU, 25 % 8-GPU, 15 % rack-preferring gangs of 2-4 x 8 GPUs, 1 min-4 h, 90 s apart),
+    /// seeded by --seed.
+    #[arg(long, value_name = "JOBS", conflicts_with = "trace")]
+    synthetic: Option<usize>,
     /// Format of --trace: native, philly or openb.
     #[arg(long, default_value = "native")]
     trace_format: TraceFormat,
@@ -323,7 +328,7 @@ struct SimulateArgs {
     /// What-if on a live hub: snapshot the hub of this kubeconfig (members' capacity, Queues,
     /// running and waiting TrainJobs) and run it forward with the dispatcher's own cycle: when
     /// each TrainJob is expected to start and end, per queue (docs/simulator.md).
-    #[arg(long, value_name = "KUBECONFIG", conflicts_with_all = ["fleet", "machines", "trace", "bench", "gpu_sharing"])]
+    #[arg(long, value_name = "KUBECONFIG", conflicts_with_all = ["fleet", "machines", "trace", "synthetic", "bench", "gpu_sharing"])]
     from: Option<PathBuf>,
     /// With --from: an edit to try, shown beside the hub as it is: `add-pool cluster=X flavor=F
     /// nodes=N [gpus-per-node=G]`, `remove-cluster X`, `quota queue=Q flavor=F gpus=N`. Repeat
@@ -509,9 +514,18 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
     };
     let fleet = spec.build(&fleet_name)?;
     let load = LoadOptions { skip_bad_rows: args.skip_bad_rows };
-    let (trace, trace_name) = match &args.trace {
-        Some(path) => (simulator::trace::load(path, args.trace_format, &load)?, path.display().to_string()),
-        None => (builtin_trace()?, simulator::run::DEFAULT_TRACE_NAME.to_string()),
+    let (trace, trace_name) = match (&args.trace, args.synthetic) {
+        (Some(path), _) => (simulator::trace::load(path, args.trace_format, &load)?, path.display().to_string()),
+        (None, Some(n)) => {
+            if n == 0 || n > simulator::trace::synthetic::MAX_JOBS {
+                return Err(CliError::Setup {
+                    what: "--synthetic".into(),
+                    message: format!("{n} jobs: from 1 to {}", simulator::trace::synthetic::MAX_JOBS),
+                });
+            }
+            (simulator::trace::synthetic::mix(n, args.seed), format!("synthetic mix of {n} jobs (seed {})", args.seed))
+        }
+        (None, None) => (builtin_trace()?, simulator::run::DEFAULT_TRACE_NAME.to_string()),
     };
     let trace = match args.bench {
         Some(n) => repeat_trace(&trace, n.max(1)),

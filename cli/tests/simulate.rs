@@ -299,3 +299,16 @@ fn public_traces_replay_on_fleets_built_from_their_machine_lists() {
     let header = stdout(&scaled).lines().next().unwrap_or("").to_string();
     assert!(header.ends_with("| load ×1.5 (--load-scale)"), "{header}");
 }
+
+#[test]
+fn a_synthetic_scale_trace_replays_and_a_size_out_of_range_is_refused() {
+    let o = stowage(&["simulate", "--synthetic", "300", "--policy", "stowage,fifo-firstfit"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("synthetic mix of 300 jobs (seed 1)") && out.contains("300 jobs"), "{out}");
+    for bad in ["0", "10000001"] {
+        let o = stowage(&["simulate", "--synthetic", bad]);
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains("--synthetic") && stderr(&o).contains("from 1 to 10000000"), "{}", stderr(&o));
+    }
+}

@@ -7,6 +7,7 @@
 mod native;
 mod openb;
 mod philly;
+pub mod synthetic;
 
 use std::collections::BTreeSet;
 use std::fmt;
