@@ -298,8 +298,8 @@ struct SimulateArgs {
     #[arg(long)]
     trace: Option<PathBuf>,
     /// Instead of a trace, this many jobs of the synthetic scale mix (docs/performance.md: 60 %
-    /// 1-GPU, 25 % 8-GPU, 15 % rack-preferring gangs of 2-4 x 8 GPUs, 1 min-4 h, 90 s apart),
-    /// seeded by --seed.
+    /// 1-GPU, 25 % 8-GPU, 15 % rack-preferring gangs of 2-4 x 8 GPUs, 1 min-4 h uniform, 90 s
+    /// apart: about 86 % of the built-in fleet), seeded by --seed.
     #[arg(long, value_name = "JOBS", conflicts_with = "trace")]
     synthetic: Option<usize>,
     /// Format of --trace: native, philly or openb.
