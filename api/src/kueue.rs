@@ -79,9 +79,10 @@ pub const FINISHED: &str = "Finished";
 pub const ADMISSION_MANAGED_CONDITIONS: [&str; 7] =
     [QUOTA_RESERVED, EVICTED, ADMITTED, "Preempted", "Requeued", "DeactivationTarget", FINISHED];
 
-/// The status fields besides conditions that Kueue applies as [`ADMISSION_FIELD_MANAGER`].
-pub const ADMISSION_MANAGED_FIELDS: [&str; 5] =
-    ["admission", "requeueState", "resourceRequests", "accumulatedPastExecutionTimeSeconds", "schedulingStats"];
+/// The status fields besides conditions, admission checks and the cluster fields that Kueue
+/// applies whole as [`ADMISSION_FIELD_MANAGER`] (of `schedulingStats`, only its evictions).
+pub const ADMISSION_MANAGED_FIELDS: [&str; 4] =
+    ["admission", "requeueState", "resourceRequests", "accumulatedPastExecutionTimeSeconds"];
 
 /// One admission check's state on a Workload.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]

@@ -313,3 +313,21 @@ fn with_kueue_on_the_hub_a_trainjob_with_its_queue_label_is_kueues_and_not_place
     let messages: Vec<&str> = plan.statuses.iter().flat_map(|s| &s.conditions).map(|c| c.message.as_str()).collect();
     assert!(messages.contains(&"LocalQueue team-a doesn't exist"), "{messages:?}");
 }
+
+#[test]
+fn a_workload_that_makes_no_gang_is_told_why_naming_the_field_and_a_list_of_several_is_replaced_by_one() {
+    let mut bad = workload("bad", 2);
+    bad.spec.pod_sets[0].template["spec"]["containers"] = json!("not a list");
+    let mut many = workload("many", 2);
+    many.status.as_mut().expect("status").nominated_cluster_names = Some(vec!["east".into(), "west".into()]);
+    let o = observed(vec![member("east", &[]), member("west", &[])], vec![bad, many]);
+    let plan = cycle(&o, 0);
+    assert!(nomination(&plan, "bad").is_none(), "{:?}", plan.nominations);
+    let e = plan.workload_events.iter().find(|e| e.object == "bad" && e.kind == "Workload").expect("event");
+    assert_eq!(e.reason, "Invalid");
+    assert!(e.message.starts_with("spec.podSets[0].template.spec:"), "{}", e.message);
+    let n = nomination(&plan, "many").expect("replaced");
+    assert_eq!(n.clusters.len(), 1, "{n:?}");
+    let said = plan.workload_events.iter().find(|e| e.object == "many" && e.kind == "Workload").expect("event");
+    assert!(said.message.contains("2 clusters were nominated; Stowage nominates one"), "{}", said.message);
+}

@@ -188,20 +188,13 @@ pub fn explain(
                 Some(Decision::Pending(Reason::Reserved { cluster, in_s, .. })) => {
                     Some(Eta { cluster: cluster.clone(), in_s: *in_s, basis: Basis::Reserved })
                 }
-                Some(Decision::Pending(_)) => schedule::projection(
-                    &state.members,
-                    &state.queues.queues,
-                    &state.jobs,
-                    &state.candidates,
-                    config,
-                    now_ms,
-                    i,
-                )
-                .map(|(p, cluster, unknown_ms)| Eta {
-                    cluster,
-                    in_s: p.start_ms.saturating_sub(now_ms) / 1000,
-                    basis: Basis::Projected { ahead: p.ahead, unknown_s: unknown_ms / 1000 },
-                }),
+                Some(Decision::Pending(_)) => {
+                    schedule::projection(&state, config, now_ms, i).map(|(p, cluster, unknown_ms)| Eta {
+                        cluster,
+                        in_s: p.start_ms.saturating_sub(now_ms) / 1000,
+                        basis: Basis::Projected { ahead: p.ahead, unknown_s: unknown_ms / 1000 },
+                    })
+                }
                 _ => None,
             };
             out.members = per_member(&state, config, now_ms, i);

@@ -11,6 +11,7 @@ use scheduler_core::{
     Admission, BatchReport, Config, Decision, Fleet, Gang, Queues, QuotaUsage, Release, Running, Snapshot, cycle,
 };
 
+use super::Observation;
 use super::intake::{Active, Job, JobState, Waiting};
 use super::members::Members;
 use super::workloads::{Candidate, State};
@@ -235,19 +236,16 @@ pub(super) fn expected_end(a: &Active<'_>, now_ms: u64) -> u64 {
 /// The cycle run forward from now: `run` gets the snapshot after the assumed pass, the waiting
 /// gangs (in TrainJob order), what holds capacity and when it ends (running TrainJobs as
 /// [`expected_end`] says, assumed ones after their stated time), the run time assumed of gangs
-/// that state none (the median expected length of the running ones, an hour when none runs),
-/// and the fleet. `None` when no live member reported a capacity the hub can read.
-#[allow(clippy::too_many_arguments)]
+/// that state none (the median expected length of the running ones, an hour when none runs).
+/// `None` when no live member reported a capacity the hub can read.
 fn forward<R>(
-    members: &Members<'_>,
-    queues: &Queues,
-    jobs: &[Job<'_>],
-    candidates: &[Candidate<'_>],
+    state: &Observation<'_>,
     config: &Config,
     now_ms: u64,
     run: impl FnOnce(Snapshot<'_>, &[Gang], Vec<Ending<'_>>, u64) -> R,
 ) -> Option<R> {
-    let g = ground(members, queues, jobs, candidates, config, now_ms, true).ok()?;
+    let (queues, jobs) = (&state.queues.queues, state.jobs.as_slice());
+    let g = ground(&state.members, queues, jobs, &state.candidates, config, now_ms, true).ok()?;
     let mut lengths: Vec<u64> =
         g.admissions.iter().map(|(a, _)| expected_end(a, now_ms).saturating_sub(a.started_ms)).collect();
     lengths.sort_unstable();
@@ -282,16 +280,13 @@ fn forward<R>(
 /// ([`scheduler_core::project`], run [`forward`]), on which cluster, and the run time assumed
 /// of gangs that state none.
 pub(super) fn projection(
-    members: &Members<'_>,
-    queues: &Queues,
-    jobs: &[Job<'_>],
-    candidates: &[Candidate<'_>],
+    state: &Observation<'_>,
     config: &Config,
     now_ms: u64,
     i: usize,
 ) -> Option<(Projection, String, u64)> {
-    let JobState::Waiting(target) = &jobs[i].state else { return None };
-    forward(members, queues, jobs, candidates, config, now_ms, |snapshot, gangs, holding, unknown_ms| {
+    let JobState::Waiting(target) = &state.jobs[i].state else { return None };
+    forward(state, config, now_ms, |snapshot, gangs, holding, unknown_ms| {
         let fleet = snapshot.fleet;
         let p = project(snapshot, gangs, config, &target.gang.id, holding, unknown_ms, HORIZON_MS)?;
         let cluster = fleet.cluster(p.cluster).name.clone();
@@ -303,16 +298,8 @@ pub(super) fn projection(
 /// Where each waiting TrainJob (by gang id) is expected to run, from when to when, among those
 /// starting within `horizon_ms` ([`scheduler_core::forecast`], run [`forward`]); and when each
 /// running one is expected to end.
-pub(super) fn outlook(
-    members: &Members<'_>,
-    queues: &Queues,
-    jobs: &[Job<'_>],
-    candidates: &[Candidate<'_>],
-    config: &Config,
-    now_ms: u64,
-    horizon_ms: u64,
-) -> Option<Outlook> {
-    forward(members, queues, jobs, candidates, config, now_ms, |snapshot, gangs, holding, unknown_ms| {
+pub(super) fn outlook(state: &Observation<'_>, config: &Config, now_ms: u64, horizon_ms: u64) -> Option<Outlook> {
+    forward(state, config, now_ms, |snapshot, gangs, holding, unknown_ms| {
         let fleet = snapshot.fleet;
         let ending = holding.iter().map(|e| (e.gang.id.clone(), e.end_ms)).collect();
         let starting = forecast(snapshot, gangs, config, holding, unknown_ms, horizon_ms)

@@ -110,18 +110,16 @@ impl Edit {
         match self {
             Edit::AddPool { cluster, flavor, nodes, gpus_per_node } => {
                 let at = o.members.iter().position(|m| m.metadata.name.as_deref() == Some(cluster));
-                let m = match at {
-                    Some(i) => &mut o.members[i],
-                    None => {
-                        let mut m = MemberCluster::new(cluster, MemberClusterSpec::default());
-                        m.status = Some(MemberClusterStatus {
-                            heartbeat_time: Some(now.0.to_string()),
-                            ..MemberClusterStatus::default()
-                        });
-                        o.members.push(m);
-                        o.members.last_mut().expect("just pushed")
-                    }
-                };
+                let at = at.unwrap_or_else(|| {
+                    let mut m = MemberCluster::new(cluster, MemberClusterSpec::default());
+                    m.status = Some(MemberClusterStatus {
+                        heartbeat_time: Some(now.0.to_string()),
+                        ..MemberClusterStatus::default()
+                    });
+                    o.members.push(m);
+                    o.members.len() - 1
+                });
+                let m = &mut o.members[at];
                 let status = m.status.get_or_insert_with(Default::default);
                 // A domain of its own at every level the member reports.
                 let path = (0..status.topology_levels.len()).map(|l| format!("what-if-{l}")).collect();
@@ -208,16 +206,7 @@ pub fn outlook(
     let state = observe(o, settings, &now);
     let now_ms = now.0.as_millisecond().max(0) as u64;
     let horizon_ms = u64::try_from(horizon.as_millis()).unwrap_or(u64::MAX);
-    let run = schedule::outlook(
-        &state.members,
-        &state.queues.queues,
-        &state.jobs,
-        &state.candidates,
-        config,
-        now_ms,
-        horizon_ms,
-    )
-    .unwrap_or_default();
+    let run = schedule::outlook(&state, config, now_ms, horizon_ms).unwrap_or_default();
     let secs = |ms: u64| ms.saturating_sub(now_ms) / 1000;
     let mut out: Vec<JobOutlook> = state
         .jobs
