@@ -38,9 +38,20 @@ pub struct Config {
     /// Assign the gangs at the head of the queue jointly with an ILP, and keep its answer when
     /// it beats the greedy one (see `batch`); `None`: greedy only.
     pub batch: Option<Batch>,
+    /// Queue depth: a cycle looks at the first `depth` gangs of each queue in queue order (of
+    /// the one global order without fair sharing); the rest wait, `BeyondDepth`, until those
+    /// ahead move. It bounds a cycle's cost by what it must look at, not by the queue's length,
+    /// as Slurm's `default_queue_depth` and `bf_max_job_test` do (Kueue looks at each queue's
+    /// head only). Gangs already placed (`as_placed`) are never cut off.
+    pub depth: u32,
 }
 
 impl Config {
+    /// The default queue depth, the same for every policy. Deep enough that a cycle backfills
+    /// past a long blocked head (Slurm tests 500 jobs per backfill pass by default), shallow
+    /// enough that a cycle costs microseconds per gang looked at, not per gang waiting.
+    pub const DEPTH: u32 = 256;
+
     /// Stowage's own policy, as the dispatcher runs it and the simulator measures it.
     pub fn stowage() -> Self {
         Config {
@@ -52,6 +63,7 @@ impl Config {
             reservations: true,
             preemption: Some(Preemption::DEFAULT),
             batch: None,
+            depth: Self::DEPTH,
         }
     }
 
@@ -69,13 +81,14 @@ impl Config {
             reservations: false,
             preemption: None,
             batch: None,
+            depth: Self::DEPTH,
         }
     }
 
     /// This policy as it places gangs already placed elsewhere, whose room is to be counted
     /// (assumed) before anything new: as they are, never held, never preempting, no batch.
     pub fn as_placed(&self) -> Self {
-        Config { patience: None, reservations: false, preemption: None, batch: None, ..*self }
+        Config { patience: None, reservations: false, preemption: None, batch: None, depth: u32::MAX, ..*self }
     }
 }
 

@@ -20,7 +20,7 @@ use crate::queue::{QueueId, QueueingStrategy, QuotaUsage};
 use crate::reason::Reason;
 use crate::reserve::{self, Reservation};
 use crate::run::{Run, held};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Reserved, Snapshot};
 
 #[derive(Debug, Clone)]
 pub struct Cycle {
@@ -31,6 +31,8 @@ pub struct Cycle {
     pub stats: CycleStats,
     /// What the batch optimiser did this cycle, when it ran.
     pub batch: Option<BatchReport>,
+    /// The reservation it made, to hand the next cycle (`Snapshot::reserved`).
+    pub reserved: Option<Reserved>,
 }
 
 /// Runs one cycle. See the module docs.
@@ -68,7 +70,7 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
 
 /// One greedy pass; with a `plan`, its pins are admitted when the pass reaches the plan's window.
 fn greedy<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config, mut plan: Option<&Plan>) -> Cycle {
-    let Snapshot { fleet, queues, capacity, usage, now_ms, releases, running } = snapshot;
+    let Snapshot { fleet, queues, capacity, usage, now_ms, releases, running, reserved: last } = snapshot;
     // Each gang as it is held this cycle: preferences its patience still holds it to become
     // requirements (see `Patience`).
     let held: Vec<Cow<'_, Gang>> = pending.iter().map(|g| held(config, g, now_ms)).collect();
@@ -77,7 +79,7 @@ fn greedy<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config, m
     // The optimiser's assignments take their room when the cycle reaches its window: gangs
     // ahead of the window (higher priority) are served first, exactly as without it.
     let mut blocked: BTreeMap<QueueId, &str> = BTreeMap::new();
-    let mut order = FairOrder::new(pending, queues, fleet, config.fair_sharing);
+    let mut order = FairOrder::new(pending, queues, fleet, config.fair_sharing, config.depth);
     let mut reservation: Option<Reservation> = None;
     // A gang being evicted is fair game for anyone, as if of the lowest priority.
     let lowest_running =
@@ -111,8 +113,8 @@ fn greedy<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config, m
                     // Preempt only for a gang that fits nowhere as written: one merely holding
                     // out for locality while it could run spread out waits instead. It preempts
                     // for its held form, so its victims free the domain it holds out for.
-                    let may = config.preemption.is_some()
-                        && !running.is_empty()
+                    let may = !running.is_empty()
+                        && preempt::might_evict(&run, &held[i], lowest_running)
                         && match &reason {
                             r if r.may_preempt() => true,
                             Reason::HoldingForLocality { .. } => !run.fits_anywhere(gang),
@@ -125,7 +127,16 @@ fn greedy<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config, m
                             let victims = victims.iter().map(|&v| running[v].gang.id.clone()).collect();
                             Decision::Preempt { admission, victims }
                         }
-                        None => reserve::no_room(&mut run, gang, &held[i], reason, now_ms, &releases, &mut reservation),
+                        None => reserve::no_room(
+                            &mut run,
+                            gang,
+                            &held[i],
+                            reason,
+                            now_ms,
+                            &releases,
+                            last.as_ref(),
+                            &mut reservation,
+                        ),
                     }
                 }
             },
@@ -148,7 +159,19 @@ fn greedy<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config, m
         // The held capacity is not used by anything admitted: the cycle returns it.
         reserve::unhold(&mut run, r);
     }
-    let decisions = decisions.into_iter().flatten().collect();
+    // What the order left undecided is beyond the queue depth.
+    let decisions = decisions
+        .into_iter()
+        .zip(pending)
+        .map(|(d, gang)| {
+            d.unwrap_or_else(|| {
+                run.txn.stats.pending += 1;
+                let queue = config.fair_sharing.then(|| gang.queue.clone());
+                Decision::Pending(Reason::BeyondDepth { queue, depth: config.depth })
+            })
+        })
+        .collect();
     let (capacity, usage, stats) = run.txn.finish();
-    Cycle { decisions, capacity, usage, stats, batch: None }
+    let reserved = reservation.map(|r| Reserved { gang: r.gang, start_ms: r.start_ms });
+    Cycle { decisions, capacity, usage, stats, batch: None, reserved }
 }

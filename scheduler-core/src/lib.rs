@@ -50,5 +50,5 @@ pub use queue::{
     Resource, WithinQueue,
 };
 pub use reason::{Reason, Shortfall};
-pub use snapshot::{Release, Running, Snapshot};
+pub use snapshot::{Release, Reserved, Running, Snapshot};
 pub use topology::{Level, TopologyConstraint};

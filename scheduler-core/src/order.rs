@@ -44,8 +44,9 @@ pub struct FairOrder {
 }
 
 impl FairOrder {
-    /// Without fair sharing, one lane: the global order of priority, submit time and id.
-    pub fn new(pending: &[Gang], queues: &Queues, fleet: &Fleet, fair: bool) -> Self {
+    /// Without fair sharing, one lane: the global order of priority, submit time and id. Each
+    /// lane holds at most `depth` gangs; the rest are never returned.
+    pub fn new(pending: &[Gang], queues: &Queues, fleet: &Fleet, fair: bool, depth: u32) -> Self {
         let mut lanes: Vec<Lane> = Vec::new();
         for i in queue_order(pending) {
             let queue = if fair { queues.id(&pending[i].queue) } else { None };
@@ -53,6 +54,10 @@ impl FairOrder {
                 Some(l) => l.gangs.push(i),
                 None => lanes.push(Lane { queue, gangs: vec![i], next: 0 }),
             }
+        }
+        let depth = usize::try_from(depth).unwrap_or(usize::MAX);
+        for l in &mut lanes {
+            l.gangs.truncate(depth);
         }
         let mut totals = [0u64; 3];
         for (_, n) in fleet.hosts() {

@@ -29,6 +29,17 @@ enum Via {
 /// A victim set on one cluster: (GPU-ms lost, victims, cluster, scope), lower is better.
 type Choice = (u64, usize, ClusterId, DomainId, Vec<usize>);
 
+/// Whether `gang` may evict anything at all, settled without looking at each running gang:
+/// not when its queue's policy only evicts lower priorities and nothing running is of lower
+/// priority (the common case).
+pub(crate) fn might_evict(run: &Run<'_>, gang: &Gang, lowest_running: i32) -> bool {
+    let Some(queue) = run.queues.id(&gang.queue) else { return false };
+    let policy = run.queues.spec(queue).preemption;
+    let lower_only = !matches!(policy.within_queue, WithinQueue::LowerOrNewerEqualPriority)
+        && policy.reclaim_within_cohort != ReclaimWithinCohort::Any;
+    run.config.preemption.is_some() && !(lower_only && lowest_running >= gang.priority)
+}
+
 /// Evicts the victims that let `gang` start, if some cluster has them, and admits it in
 /// their place; `lowest_running` is the lowest priority among `running`. Gangs already
 /// chosen as victims this cycle are not chosen again.
@@ -41,12 +52,7 @@ pub(crate) fn preempt<'a>(
 ) -> Option<(Admission, Vec<usize>)> {
     let knobs = run.config.preemption?;
     let queue = run.queues.id(&gang.queue)?;
-    // The common case, settled without looking at each running gang: a policy that only
-    // evicts lower priorities, and nothing running is of lower priority.
-    let policy = run.queues.spec(queue).preemption;
-    let lower_only = !matches!(policy.within_queue, WithinQueue::LowerOrNewerEqualPriority)
-        && policy.reclaim_within_cohort != ReclaimWithinCohort::Any;
-    if lower_only && lowest_running >= gang.priority {
+    if !might_evict(run, gang, lowest_running) {
         return None;
     }
     let mut victims: Vec<(u64, i32, Reverse<u64>, usize, Via)> = running

@@ -90,7 +90,7 @@ fn forward<'a>(
     until: Option<&str>,
 ) -> Vec<Forecast> {
     let config = Config { preemption: None, batch: None, ..*config };
-    let Snapshot { fleet, queues, mut capacity, mut usage, now_ms, .. } = snapshot;
+    let Snapshot { fleet, queues, mut capacity, mut usage, now_ms, mut reserved, .. } = snapshot;
     let horizon = now_ms.saturating_add(horizon_ms);
     let mut now = now_ms;
     let mut endings = holding;
@@ -100,9 +100,9 @@ fn forward<'a>(
         let releases: Vec<Release> =
             endings.iter().map(|e| Release::of(e.gang, &e.admission, e.end_ms.max(now))).collect();
         let gangs: Vec<Gang> = waiting.iter().map(|g| (*g).clone()).collect();
-        let snap = Snapshot { fleet, queues, capacity, usage, now_ms: now, releases, running: Vec::new() };
+        let snap = Snapshot { fleet, queues, capacity, usage, now_ms: now, releases, running: Vec::new(), reserved };
         let c = cycle(snap, &gangs, &config);
-        (capacity, usage) = (c.capacity, c.usage);
+        (capacity, usage, reserved) = (c.capacity, c.usage, c.reserved);
         let mut still = Vec::with_capacity(waiting.len());
         for (g, d) in waiting.into_iter().zip(c.decisions) {
             match d {

@@ -19,6 +19,12 @@ pub enum Reason {
         queue: String,
         gang: String,
     },
+    /// Not looked at this cycle: `depth` gangs are ahead of it in its queue (`None`: in the one
+    /// global order), all a cycle considers (`Config::depth`).
+    BeyondDepth {
+        queue: Option<String>,
+        depth: u32,
+    },
     /// The queue has quota for none of the flavors the pod set accepts.
     NoQuotaForFlavor {
         queue: String,
@@ -88,6 +94,7 @@ impl Reason {
             Reason::Invalid(_) => "invalid",
             Reason::UnknownQueue { .. } => "unknown-queue",
             Reason::WaitingBehind { .. } => "waiting-behind",
+            Reason::BeyondDepth { .. } => "beyond-depth",
             Reason::NoQuotaForFlavor { .. } => "no-quota-for-flavor",
             Reason::QuotaExceeded { .. } => "quota-exceeded",
             Reason::NoFlavor { .. } => "no-flavor",
@@ -151,6 +158,10 @@ impl fmt::Display for Reason {
             Reason::UnknownQueue { queue } => write!(f, "queue {queue} does not exist"),
             Reason::WaitingBehind { queue, gang } => {
                 write!(f, "waiting behind gang {gang} at the head of StrictFIFO queue {queue}")
+            }
+            Reason::BeyondDepth { queue, depth } => {
+                let of = queue.as_ref().map_or_else(|| "in queue order".to_string(), |q| format!("of queue {q}"));
+                write!(f, "not looked at this cycle: behind the first {depth} gangs {of}, all a cycle considers")
             }
             Reason::NoQuotaForFlavor { queue, pod_set, flavors } => {
                 write!(f, "pod set {pod_set}: queue {queue} has no quota for {}", any_of(flavors))

@@ -9,14 +9,14 @@ use crate::fleet::{ClusterId, DomainId};
 use crate::gang::Gang;
 use crate::reason::Reason;
 use crate::run::Run;
-use crate::snapshot::Release;
+use crate::snapshot::{Release, Reserved};
 
 /// Capacity set aside this cycle for one gang expected to start at `start_ms`.
 #[derive(Debug)]
 pub(crate) struct Reservation {
-    gang: String,
+    pub(crate) gang: String,
     cluster: ClusterId,
-    start_ms: u64,
+    pub(crate) start_ms: u64,
     /// What it will need on each host, and how much of that is free now and held.
     want: Vec<(DomainId, u32, PodShape)>,
     held: Vec<(DomainId, u32, PodShape)>,
@@ -24,6 +24,7 @@ pub(crate) struct Reservation {
 
 /// A gang that does not fit now: it backfills in front of the reservation if it may, or stays
 /// pending, with a reservation of its own when it is the first that cannot start.
+#[allow(clippy::too_many_arguments)] // the cycle's state, each read or changed here
 pub(crate) fn no_room<'a>(
     run: &mut Run<'a>,
     gang: &'a Gang,
@@ -31,6 +32,7 @@ pub(crate) fn no_room<'a>(
     reason: Reason,
     now_ms: u64,
     releases: &[Release],
+    last: Option<&Reserved>,
     reservation: &mut Option<Reservation>,
 ) -> Decision {
     if let Some(admission) = backfill(run, gang, held, now_ms, reservation.as_mut()) {
@@ -40,7 +42,8 @@ pub(crate) fn no_room<'a>(
     if !(run.config.reservations && reservation.is_none() && capacity_bound) {
         return Decision::Pending(reason);
     }
-    match reserve(run, held, releases) {
+    let hint = last.filter(|l| l.gang == gang.id).map(|l| l.start_ms);
+    match reserve(run, held, releases, hint) {
         Some(r) => {
             let reason = Reason::Reserved {
                 cluster: run.fleet.cluster(r.cluster).name.clone(),
@@ -57,7 +60,8 @@ pub(crate) fn no_room<'a>(
 /// Where and when `gang` would start, from what running gangs release in order of their
 /// expected ends: the first release after which it fits. Holds what of that placement is free
 /// now, so later gangs cannot take it unless they end before (`backfill`).
-fn reserve<'a>(run: &mut Run<'a>, gang: &'a Gang, releases: &[Release]) -> Option<Reservation> {
+/// `hint`: when the last cycle's reservation for this gang started, where the search starts.
+fn reserve<'a>(run: &mut Run<'a>, gang: &'a Gang, releases: &[Release], hint: Option<u64>) -> Option<Reservation> {
     if releases.is_empty() {
         return None;
     }
@@ -66,8 +70,7 @@ fn reserve<'a>(run: &mut Run<'a>, gang: &'a Gang, releases: &[Release]) -> Optio
     order.sort_by_key(|r| r.end_ms);
     // Where the gang goes once the first `k` releases happened: tried on the future capacity
     // and rolled back whole (capacity, memo, usage, counters). Fitting only gets easier as k
-    // grows, so the first k that fits is found by bisection: a few placements per cycle, not
-    // one per running gang.
+    // grows, so the first k that fits can be searched for.
     let fits_after = |run: &mut Run<'a>, k: usize| -> Option<Admission> {
         let sp = run.txn.checkpoint();
         for r in &order[..k] {
@@ -81,15 +84,75 @@ fn reserve<'a>(run: &mut Run<'a>, gang: &'a Gang, releases: &[Release]) -> Optio
         run.txn.rollback(sp);
         placed
     };
+    // No release can make room before the fleet has as many GPUs free as the gang asks for:
+    // the first `k` worth a placement is counted, not tried.
+    let need = gang.total_gpus();
+    let mut free: u64 = run
+        .fleet
+        .clusters()
+        .iter()
+        .flat_map(|c| c.flavors.iter().map(|&f| run.txn.cap.free_gpus(run.fleet, c.root, f)))
+        .sum();
+    let mut first = 0;
+    while free < need {
+        let r = order.get(first)?;
+        free += r.hosts.iter().map(|&(_, n, shape)| u64::from(n) * u64::from(shape.gpus)).sum::<u64>();
+        first += 1;
+    }
+    // Then from the last cycle's answer when there is one (little changes between cycles: two
+    // placements confirm it), else galloping up from the count; bisection inside the last
+    // step. A few placements per cycle, not one per running gang.
     let n = order.len();
-    let (admission, start_ms) = fits_after(run, n).and_then(|_| {
-        let (mut lo, mut hi) = (1, n);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if fits_after(run, mid).is_some() { hi = mid } else { lo = mid + 1 }
+    let mut fails = first.max(1) - 1;
+    let guess = hint.map(|t| order.partition_point(|r| r.end_ms <= t)).filter(|&g| g > fails && g <= n);
+    let guessed = match guess {
+        Some(g) => match fits_after(run, g) {
+            Some(a) => Some((g, a)),
+            None => {
+                fails = g;
+                None
+            }
+        },
+        None => None,
+    };
+    let (mut k, mut admission) = match guessed {
+        Some((g, a)) => {
+            // Down from a fit, doubling the step, until a miss.
+            let (mut k, mut admission, mut step) = (g, a, 1);
+            while k > fails + 1 {
+                let probe = k.saturating_sub(step).max(fails + 1);
+                match fits_after(run, probe) {
+                    Some(a) => (k, admission, step) = (probe, a, step * 2),
+                    None => {
+                        fails = probe;
+                        break;
+                    }
+                }
+            }
+            (k, admission)
         }
-        Some((fits_after(run, lo)?, order[lo - 1].end_ms))
-    })?;
+        None => {
+            let mut step = 1;
+            loop {
+                let k = (fails + step).min(n);
+                if k <= fails {
+                    return None;
+                }
+                if let Some(a) = fits_after(run, k) {
+                    break (k, a);
+                }
+                (fails, step) = (k, step * 2);
+            }
+        }
+    };
+    while fails + 1 < k {
+        let mid = fails + (k - fails) / 2;
+        match fits_after(run, mid) {
+            Some(a) => (k, admission) = (mid, a),
+            None => fails = mid,
+        }
+    }
+    let start_ms = order[k - 1].end_ms;
     let want: Vec<(DomainId, u32, PodShape)> = Release::of(gang, &admission, start_ms).hosts;
     let mut r = Reservation { gang: gang.id.clone(), cluster: admission.cluster, start_ms, want, held: Vec::new() };
     hold(run, &mut r);
@@ -130,9 +193,11 @@ fn backfill<'a>(
         return None;
     }
     unhold(run, r);
-    // The memo's "fits nowhere" was learnt with the hold in place; without it more fits.
-    run.txn.forget();
+    // The memo's "fits nowhere" was learnt with the hold in place; without it more fits, and
+    // what fit nowhere without it is in the other memo.
+    run.txn.swap_memos();
     let admitted = run.patient_gang(gang, held).ok();
+    run.txn.swap_memos();
     hold(run, r);
     admitted
 }

@@ -23,6 +23,10 @@ pub(crate) struct Txn<'a> {
     pub(crate) cap: Capacity,
     usage: QuotaUsage,
     memo: Memo<'a>,
+    /// The memo of the capacity with the cycle's reservation given back (`reserve::backfill`
+    /// looks there): that capacity too only shrinks as the cycle admits, so what fit nowhere
+    /// in it stays true between backfills.
+    unheld: Memo<'a>,
     evicted: BTreeSet<&'a str>,
     pub(crate) stats: CycleStats,
     undo: Vec<Undo<'a>>,
@@ -36,7 +40,8 @@ enum Undo<'a> {
     Evicted(&'a str),
     /// A memo key and what it held before.
     Memo(MemoKey<'a>, Option<Vec<MemoEntry>>),
-    MemoCleared(Memo<'a>),
+    MemoCleared(Memo<'a>, Memo<'a>),
+    MemosSwapped,
 }
 
 /// A point [`Txn::rollback`] returns to. The counters go back with the rest: work done on a
@@ -57,6 +62,7 @@ impl<'a> Txn<'a> {
             cap,
             usage,
             memo: Memo::new(),
+            unheld: Memo::new(),
             evicted: BTreeSet::new(),
             stats: CycleStats::default(),
             undo: Vec::new(),
@@ -87,7 +93,8 @@ impl<'a> Txn<'a> {
                 Undo::Memo(key, None) => {
                     self.memo.remove(&key);
                 }
-                Undo::MemoCleared(memo) => self.memo = memo,
+                Undo::MemoCleared(memo, unheld) => (self.memo, self.unheld) = (memo, unheld),
+                Undo::MemosSwapped => std::mem::swap(&mut self.memo, &mut self.unheld),
             }
         }
         self.stats = sp.stats;
@@ -121,6 +128,8 @@ impl<'a> Txn<'a> {
                 self.cap.give_back(self.fleet, host, pods, ps.shape);
             }
         }
+        // What its preemptor leaves of the room may take a shape that fit nowhere before.
+        self.forget();
         if let Some(c) = Charge::of(self.queues, r.gang, r.admission.flavors(self.fleet)) {
             self.usage.remove_charge(&c);
             self.undo.push(Undo::Discharged(c));
@@ -155,10 +164,18 @@ impl<'a> Txn<'a> {
         self.undo.push(Undo::Memo(key, old));
     }
 
-    /// Forgets the memo: capacity was given back, so what fit nowhere may fit now.
+    /// Forgets the memos: capacity was given back, so what fit nowhere may fit now.
     pub(crate) fn forget(&mut self) {
         let memo = std::mem::take(&mut self.memo);
-        self.undo.push(Undo::MemoCleared(memo));
+        let unheld = std::mem::take(&mut self.unheld);
+        self.undo.push(Undo::MemoCleared(memo, unheld));
+    }
+
+    /// Trades the memo in use for the other one, as the reservation's hold is given back or
+    /// taken again.
+    pub(crate) fn swap_memos(&mut self) {
+        std::mem::swap(&mut self.memo, &mut self.unheld);
+        self.undo.push(Undo::MemosSwapped);
     }
 }
 
@@ -243,6 +260,13 @@ mod tests {
         txn.forget();
         txn.stats.attempts += 5;
         assert_ne!(state(&txn), before, "the changes are visible inside the savepoint");
+        txn.rollback(sp);
+        assert_eq!(state(&txn), before);
+
+        // The other memo (the reservation's hold given back) is a swap away, and back.
+        let sp = txn.checkpoint();
+        txn.swap_memos();
+        assert_eq!(txn.memo(&key).len(), 0, "the other memo knows nothing yet");
         txn.rollback(sp);
         assert_eq!(state(&txn), before);
 

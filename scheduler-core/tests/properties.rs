@@ -8,7 +8,7 @@ use scheduler_core::invariants;
 use scheduler_core::{
     Admission, Batch, BorrowWithinCohort, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang,
     Level, Patience, Preemption, QueuePreemption, QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage,
-    ReclaimWithinCohort, Release, Resource, Running, Snapshot, Solver, WithinQueue, cycle, release,
+    ReclaimWithinCohort, Release, Reserved, Resource, Running, Snapshot, Solver, WithinQueue, cycle, release,
 };
 
 fn arb_fleet() -> impl Strategy<Value = Fleet> {
@@ -112,8 +112,10 @@ fn arb_config() -> impl Strategy<Value = Config> {
         // The batch optimiser with small windows and node limits, so answers cut short are
         // exercised too.
         prop::option::of((2usize..12, 1usize..6, 0u32..50)),
+        // A queue depth that cuts the queue short, and the default.
+        prop::sample::select(vec![1u32, 3, Config::DEPTH]),
     )
-        .prop_map(|(choice, fill, fair_sharing, patience, reservations, preemption, batch)| Config {
+        .prop_map(|(choice, fill, fair_sharing, patience, reservations, preemption, batch, depth)| Config {
             choice,
             fill,
             strategy: None,
@@ -128,6 +130,7 @@ fn arb_config() -> impl Strategy<Value = Config> {
                 max_nodes,
                 solver: Solver::Highs,
             }),
+            depth,
         })
 }
 
@@ -142,6 +145,7 @@ proptest! {
         // (gang, admission, started at)
         let mut running: Vec<(Gang, Admission, u64)> = Vec::new();
         let mut pending = gangs;
+        let mut last = None;
         for round in 0..4 {
             // Running gangs end in the order they started, one second apart; gangs run 1–3 s.
             let releases = running.iter().enumerate().map(|(i, (g, a, _))| Release::of(g, a, 1_000 * (i as u64 + 1))).collect();
@@ -154,10 +158,18 @@ proptest! {
                 .enumerate()
                 .map(|(i, (gang, admission, started_ms))| Running { gang, admission, started_ms: *started_ms, checkpoint_ms: (i % 2 == 0).then_some(now_ms), evicting: false })
                 .collect();
-            let snapshot = Snapshot { fleet: &fleet, queues: &queues, capacity: capacity.clone(), usage: usage.clone(), now_ms, releases, running: victims };
+            let snapshot = Snapshot { fleet: &fleet, queues: &queues, capacity: capacity.clone(), usage: usage.clone(), now_ms, releases, running: victims, reserved: None };
             let again = cycle(snapshot.clone(), &pending, &config);
+            // The last reservation is a hint only: the last round's, or one off the mark for
+            // the head gang, and the cycle finds the same.
+            let from_last = cycle(Snapshot { reserved: last.clone(), ..snapshot.clone() }, &pending, &config);
+            let off = pending.first().map(|g| Reserved { gang: g.id.clone(), start_ms: 1_000 * (round % 3) + 500 });
+            let from_off = cycle(Snapshot { reserved: off, ..snapshot.clone() }, &pending, &config);
             let out = cycle(snapshot, &pending, &config);
             prop_assert_eq!(&out.decisions, &again.decisions, "same snapshot, same decisions");
+            prop_assert_eq!((&out.decisions, &out.reserved), (&from_last.decisions, &from_last.reserved));
+            prop_assert_eq!((&out.decisions, &out.reserved), (&from_off.decisions, &from_off.reserved));
+            last = out.reserved.clone();
             prop_assert_eq!(out.decisions.len(), pending.len());
             capacity = out.capacity;
             usage = out.usage;

@@ -160,6 +160,7 @@ fn multikueue_emulation_takes_the_first_cluster_that_admits() {
         reservations: false,
         preemption: None,
         batch: None,
+        depth: Config::DEPTH,
     };
     let out = run_with(f, &default_queues(), vec![gang("a").pods(2).gpus(8).preferred(Rack)], config);
     assert_eq!(out.admitted("a").map(|a| a.0), Some("c-flat".into()));
@@ -284,6 +285,7 @@ fn fragmented_racks(g: Gang, now_ms: u64) -> (Fleet, Decision) {
         now_ms,
         releases: Vec::new(),
         running: Vec::new(),
+        reserved: None,
     };
     let decision = cycle(snapshot, std::slice::from_ref(&g), &config).decisions.remove(0);
     (f, decision)
@@ -354,6 +356,32 @@ fn two_equal_weight_queues_get_equal_shares_under_fair_sharing() {
 }
 
 #[test]
+fn a_cycle_looks_only_as_deep_as_its_queue_depth() {
+    // 16 nodes, 32 one-node gangs, a depth of 4: only the first four of the order are looked
+    // at (and admitted); the rest say why they were not, whatever room is left.
+    let small = fleet(&[("c1", "h100", 8, &[(Rack, 2), (Host, 8)])]);
+    let queues = Queues::new(vec![QueueSpec::unlimited("a"), QueueSpec::unlimited("b")]).expect("queues");
+    let gangs: Vec<Gang> = (0..16)
+        .map(|i| gang(&format!("a-{i:02}")).gpus(8).queue("a").submitted(i))
+        .chain((0..16).map(|i| gang(&format!("b-{i:02}")).gpus(8).queue("b").submitted(100 + i)))
+        .collect();
+    let global =
+        run_with(small.clone(), &queues, gangs.clone(), Config { depth: 4, ..scheduler_core::fixture::greedy() });
+    assert_eq!((admitted_of(&global, "a"), admitted_of(&global, "b")), (4, 0));
+    assert_eq!(global.reason("a-04"), &Reason::BeyondDepth { queue: None, depth: 4 });
+    assert_eq!(
+        global.reason("b-00").to_string(),
+        "not looked at this cycle: behind the first 4 gangs in queue order, all a cycle considers"
+    );
+    // With fair sharing the depth is per queue.
+    let fair =
+        run_with(small, &queues, gangs, Config { depth: 4, fair_sharing: true, ..scheduler_core::fixture::greedy() });
+    assert_eq!((admitted_of(&fair, "a"), admitted_of(&fair, "b")), (4, 4));
+    assert_eq!(fair.reason("b-04"), &Reason::BeyondDepth { queue: Some("b".into()), depth: 4 });
+    assert_eq!(fair.result.stats.pending, 24);
+}
+
+#[test]
 fn a_queue_with_twice_the_weight_gets_twice_the_share() {
     let small = fleet(&[("c1", "h100", 8, &[(Rack, 2), (Host, 6)])]);
     let heavy = QueueSpec { weight: 2, ..QueueSpec::unlimited("a") };
@@ -395,6 +423,7 @@ fn behind_a_reservation(config: Config, head_priority: i32) -> (Vec<Gang>, Vec<D
         now_ms: 0,
         releases,
         running: Vec::new(),
+        reserved: None,
     };
     let out = cycle(snapshot, &gangs, &config);
     // The hold is given back at the end of the cycle: host 3 is free unless a gang took it.
@@ -487,6 +516,7 @@ impl World {
             now_ms,
             releases: Vec::new(),
             running,
+            reserved: None,
         };
         let config = Config { preemption: Some(knobs), ..Config::stowage() };
         let out = cycle(snapshot, pending, &config);
@@ -672,6 +702,7 @@ fn a_gang_already_being_evicted_is_picked_again_at_no_cost_so_nothing_more_is_ev
         now_ms: HOUR,
         releases: Vec::new(),
         running,
+        reserved: None,
     };
     // Even under `Never` and at equal priority: lo-6 is going anyway.
     let config = Config { preemption: Some(KNOBS), ..Config::stowage() };

@@ -8,11 +8,12 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use scheduler_core::invariants::{self, Violation};
 use scheduler_core::{
     Admission, Capacity, ClusterFilter, Decision, DomainId, Fleet, Gang, Level, NodeRequirement, PodSet, PodShape,
-    QueuePreemption, QueueSpec, Queues, QuotaUsage, Reason, Release, Running as Victim, Snapshot, WithinQueue, cycle,
-    release,
+    QueuePreemption, QueueSpec, Queues, QuotaUsage, Reason, Release, Reserved, Running as Victim, Snapshot,
+    WithinQueue, cycle, release,
 };
 
 use crate::cost::TopologyCost;
+use crate::pending::Pending;
 use crate::policy::Policy;
 use crate::rng::{SplitMix64, fnv1a};
 use crate::trace::{Trace, TraceJob};
@@ -216,8 +217,9 @@ struct Sim<'a> {
     seq: u64,
     capacity: Capacity,
     usage: QuotaUsage,
-    pending_gangs: Vec<Gang>,
-    pending_jobs: Vec<usize>,
+    pending: Pending,
+    /// The last cycle's reservation, handed to the next (where its search starts).
+    reserved: Option<Reserved>,
     running: BTreeMap<usize, Running>,
     attempts: Vec<u32>,
     /// Per job: seconds of its trace run time already done and checkpointed.
@@ -255,8 +257,8 @@ pub fn simulate(
         seq: 0,
         capacity: Capacity::empty(fleet),
         usage: QuotaUsage::default(),
-        pending_gangs: Vec::new(),
-        pending_jobs: Vec::new(),
+        pending: Pending::default(),
+        reserved: None,
         running: BTreeMap::new(),
         attempts: vec![0; trace.jobs.len()],
         progress_s: vec![0.0; trace.jobs.len()],
@@ -267,9 +269,11 @@ pub fn simulate(
             .iter()
             .map(|j| {
                 let submit_s = (j.submit_s as f64 / opts.load_scale).floor() as u64;
+                let queue = queue_of(j, opts.tenants);
                 JobRecord {
                     id: j.id.clone(),
-                    queue: queue_of(j, opts.tenants),
+                    outcome: Outcome::Pending(not_looked_at(policy, &queue)),
+                    queue,
                     gpus: j.pod_sets.iter().map(|p| u64::from(p.pods) * u64::from(p.gpus_per_pod)).sum(),
                     submit_s,
                     duration_s: j.duration_s,
@@ -280,7 +284,6 @@ pub fn simulate(
                     preemptions: 0,
                     lost_gpu_s: 0,
                     placement: None,
-                    outcome: Outcome::Pending(Reason::WaitingBehind { queue: String::new(), gang: String::new() }),
                 }
             })
             .collect(),
@@ -335,7 +338,7 @@ pub fn simulate(
         progress(arrived, total);
     }
     let end = match opts.horizon_s {
-        Some(h) if !sim.pending_jobs.is_empty() || !sim.running.is_empty() => h,
+        Some(h) if !sim.pending.is_empty() || !sim.running.is_empty() => h,
         _ => last_t,
     };
     sim.account(last_t, end);
@@ -383,15 +386,14 @@ impl Sim<'_> {
                     self.fleet,
                     self.queues,
                     &self.capacity,
-                    &self.pending_gangs,
+                    &|c| self.pending.bound_gpus(c),
                     &gang,
                     &config,
                 );
                 if let Some(c) = bound {
                     gang.clusters.only = Some(vec![c]);
                 }
-                self.pending_gangs.push(gang);
-                self.pending_jobs.push(i);
+                self.pending.push(i, gang);
             }
             Event::Finish { job, attempt } => {
                 if self.attempts[job] == attempt
@@ -435,8 +437,7 @@ impl Sim<'_> {
                 self.stop(&r);
                 let gang = self.interrupt(t, j, r).0;
                 self.records[j].restarts += 1;
-                self.pending_gangs.push(gang);
-                self.pending_jobs.push(j);
+                self.pending.push(j, gang);
             }
         }
         if let Some(spec) = self.fleet.domain(host).node {
@@ -453,22 +454,28 @@ impl Sim<'_> {
     }
 
     fn schedule(&mut self, t: u64) -> Result<(), SimError> {
-        if self.pending_gangs.is_empty() {
+        if self.pending.is_empty() {
             // Gangs end after the queue has drained too: the curve goes on to the last one.
             if self.run.busy.last().is_none_or(|&(_, b)| b != self.busy_gpus) {
                 self.run.busy.push((t, self.busy_gpus));
             }
             return Ok(());
         }
-        let _span =
-            tracing::debug_span!("cycle", policy = %self.policy, t, pending = self.pending_gangs.len()).entered();
+        let _span = tracing::debug_span!("cycle", policy = %self.policy, t, pending = self.pending.len()).entered();
         let now_ms = t.saturating_mul(1000);
-        for g in &mut self.pending_gangs {
+        let config = self.policy.config_with(self.opts.patience);
+        // The cycle looks at no more than the first `depth` of each queue: only those are
+        // handed to it. The others wait another cycle, as the cycle would have told them.
+        let (jobs, mut gangs) = self.pending.heads(config.depth);
+        let unseen = self.pending.len() - gangs.len();
+        if unseen > 0 {
+            *self.run.pending_reason_cycles.entry(not_looked_at(self.policy, "").kind()).or_default() += unseen as u64;
+        }
+        for g in &mut gangs {
             if let Some(only) = self.policy.nominated(self.fleet, g, now_ms) {
                 g.clusters.only = Some(only);
             }
         }
-        let config = self.policy.config_with(self.opts.patience);
         // Only a policy that plans reservations reads the releases: the others skip building them.
         let releases = if config.reservations { self.releases() } else { Vec::new() };
         // Only a policy that preempts reads the running gangs as possible victims.
@@ -497,8 +504,9 @@ impl Sim<'_> {
             now_ms,
             releases,
             running: victims,
+            reserved: self.reserved.take(),
         };
-        let out = cycle(snapshot, &self.pending_gangs, &config);
+        let out = cycle(snapshot, &gangs, &config);
         self.run.cycles += 1;
         if let Some(b) = &out.batch {
             self.run.batch_cycles += 1;
@@ -506,12 +514,15 @@ impl Sim<'_> {
         }
         self.capacity = out.capacity;
         self.usage = out.usage;
-        let gangs = std::mem::take(&mut self.pending_gangs);
-        let jobs = std::mem::take(&mut self.pending_jobs);
+        self.reserved = out.reserved;
         for ((gang, j), decision) in gangs.into_iter().zip(jobs).zip(out.decisions) {
             match decision {
-                Decision::Admit(admission) => self.start(t, j, gang, admission),
+                Decision::Admit(admission) => {
+                    self.pending.done(&gang);
+                    self.start(t, j, gang, admission);
+                }
                 Decision::Preempt { admission, victims } => {
+                    self.pending.done(&gang);
                     for v in victims {
                         let victim = victim_jobs.iter().copied().find(|&vj| self.records[vj].id == v);
                         if let Some(vj) = victim {
@@ -521,13 +532,13 @@ impl Sim<'_> {
                     self.start(t, j, gang, admission);
                 }
                 Decision::Pending(reason) if reason.is_permanent() => {
+                    self.pending.done(&gang);
                     self.records[j].outcome = Outcome::Rejected(reason);
                 }
                 Decision::Pending(reason) => {
                     *self.run.pending_reason_cycles.entry(reason.kind()).or_default() += 1;
                     self.records[j].outcome = Outcome::Pending(reason);
-                    self.pending_gangs.push(gang);
-                    self.pending_jobs.push(j);
+                    self.pending.put_back(j, gang);
                 }
             }
         }
@@ -546,9 +557,8 @@ impl Sim<'_> {
             rec.restarts += 1;
             rec.preemptions += 1;
             rec.lost_gpu_s += gpus * lost_s;
-            rec.outcome = Outcome::Pending(Reason::WaitingBehind { queue: String::new(), gang: String::new() });
-            self.pending_gangs.push(gang);
-            self.pending_jobs.push(j);
+            rec.outcome = Outcome::Pending(not_looked_at(self.policy, &rec.queue));
+            self.pending.push(j, gang);
         }
     }
 
@@ -610,6 +620,12 @@ impl Sim<'_> {
         invariants::check(self.fleet, self.queues, &running, &down, &self.capacity, &self.usage)
             .map_err(|violation| SimError::Invariant { policy: self.policy, time_s: t, violation })
     }
+}
+
+/// A waiting gang's reason until a cycle has looked at it, as the cycle words it.
+fn not_looked_at(policy: Policy, queue: &str) -> Reason {
+    let config = policy.config();
+    Reason::BeyondDepth { queue: config.fair_sharing.then(|| queue.to_string()), depth: config.depth }
 }
 
 fn whole(spec: &scheduler_core::fleet::NodeSpec) -> PodShape {

@@ -6,6 +6,7 @@ pub mod cost;
 pub mod engine;
 pub mod fleet_file;
 pub mod machines;
+pub mod pending;
 pub mod policy;
 pub mod report;
 pub mod rng;

@@ -125,7 +125,7 @@ impl Policy {
         fleet: &Fleet,
         queues: &Queues,
         capacity: &Capacity,
-        pending: &[Gang],
+        bound_gpus: &dyn Fn(&str) -> u64,
         gang: &Gang,
         config: &Config,
     ) -> Option<String> {
@@ -144,6 +144,7 @@ impl Policy {
                 now_ms: gang.submitted_ms,
                 releases: Vec::new(),
                 running: Vec::new(),
+                reserved: None,
             };
             let fits = matches!(
                 cycle(empty, std::slice::from_ref(&probe), config).decisions.first(),
@@ -151,12 +152,7 @@ impl Policy {
             );
             if fits {
                 let free: u64 = c.flavors.iter().map(|&f| capacity.free_gpus(fleet, c.root, f)).sum();
-                let bound: u64 = pending
-                    .iter()
-                    .filter(|g| g.clusters.only.as_deref() == Some(std::slice::from_ref(&c.name)))
-                    .map(Gang::total_gpus)
-                    .sum();
-                let load = free as i64 - bound as i64;
+                let load = free as i64 - bound_gpus(&c.name) as i64;
                 if best.as_ref().is_none_or(|(b, _)| load > *b) {
                     best = Some((load, c.name.clone()));
                 }

@@ -97,8 +97,16 @@ fn ground<'j, 'a>(
     let held: Vec<(usize, Gang)> =
         candidates.iter().enumerate().filter_map(|(i, c)| Some((i, c.state.held()?))).collect();
     let pass: Vec<Gang> = assumed.iter().cloned().chain(held.iter().map(|(_, g)| g.clone())).collect();
-    let snapshot =
-        Snapshot { fleet: &fleet, queues, capacity, usage, now_ms, releases: Vec::new(), running: Vec::new() };
+    let snapshot = Snapshot {
+        fleet: &fleet,
+        queues,
+        capacity,
+        usage,
+        now_ms,
+        releases: Vec::new(),
+        running: Vec::new(),
+        reserved: None,
+    };
     let mut taken = cycle(snapshot, &pass, &config.as_placed());
     let held = held.into_iter().map(|(i, _)| i).zip(taken.decisions.split_off(assumed.len())).collect();
     let admissions: Vec<(&Active<'_>, Admission)> = if where_bound {
@@ -165,7 +173,8 @@ pub(super) fn run(
     let trainjobs = gangs.len();
     let to_nominate = to_nominate(candidates, &held);
     gangs.extend(to_nominate.iter().map(|(_, g, _)| g.clone()));
-    let snapshot = Snapshot { fleet: &fleet, queues, capacity, usage, now_ms, releases, running: victims };
+    let snapshot =
+        Snapshot { fleet: &fleet, queues, capacity, usage, now_ms, releases, running: victims, reserved: None };
     let mut out = cycle(snapshot, &gangs, config);
     let nominations = to_nominate
         .into_iter()
@@ -272,6 +281,7 @@ fn forward<R>(
         now_ms,
         releases: Vec::new(),
         running: Vec::new(),
+        reserved: None,
     };
     Some(run(snapshot, &gangs, holding, unknown_ms))
 }
