@@ -466,15 +466,15 @@ impl Sim<'_> {
         let config = self.policy.config_with(self.opts.patience);
         // The cycle looks at no more than the first `depth` of each queue: only those are
         // handed to it. The others wait another cycle, as the cycle would have told them.
-        let (jobs, mut gangs) = self.pending.heads(config.depth);
-        let unseen = self.pending.len() - gangs.len();
-        if unseen > 0 {
-            *self.run.pending_reason_cycles.entry(not_looked_at(self.policy, "").kind()).or_default() += unseen as u64;
-        }
-        for g in &mut gangs {
-            if let Some(only) = self.policy.nominated(self.fleet, g, now_ms) {
+        let policy = self.policy;
+        for g in self.pending.lend(config.depth) {
+            if let Some(only) = policy.nominated(self.fleet, g, now_ms) {
                 g.clusters.only = Some(only);
             }
+        }
+        let unseen = self.pending.len() - self.pending.lent().len();
+        if unseen > 0 {
+            *self.run.pending_reason_cycles.entry(not_looked_at(self.policy, "").kind()).or_default() += unseen as u64;
         }
         // Only a policy that plans reservations reads the releases: the others skip building them.
         let releases = if config.reservations { self.releases() } else { Vec::new() };
@@ -506,7 +506,7 @@ impl Sim<'_> {
             running: victims,
             reserved: self.reserved.take(),
         };
-        let out = cycle(snapshot, &gangs, &config);
+        let out = cycle(snapshot, self.pending.lent(), &config);
         self.run.cycles += 1;
         if let Some(b) = &out.batch {
             self.run.batch_cycles += 1;
@@ -515,14 +515,33 @@ impl Sim<'_> {
         self.capacity = out.capacity;
         self.usage = out.usage;
         self.reserved = out.reserved;
-        for ((gang, j), decision) in gangs.into_iter().zip(jobs).zip(out.decisions) {
-            match decision {
-                Decision::Admit(admission) => {
-                    self.pending.done(&gang);
-                    self.start(t, j, gang, admission);
+        let decided: Vec<bool> =
+            out.decisions.iter().map(|d| !matches!(d, Decision::Pending(r) if !r.is_permanent())).collect();
+        let jobs = self.pending.jobs().to_vec();
+        let mut taken = self.pending.take_decided(&decided).into_iter();
+        // Reasons counted by kind, a run of the same kind at a time: most of a cycle's share one.
+        let mut run_of: Option<(&'static str, u64)> = None;
+        for (j, decision) in jobs.into_iter().zip(out.decisions) {
+            let decision = match decision {
+                Decision::Pending(reason) if !reason.is_permanent() => {
+                    let kind = reason.kind();
+                    match &mut run_of {
+                        Some((k, n)) if std::ptr::eq(*k, kind) => *n += 1,
+                        _ => {
+                            if let Some((k, n)) = run_of.replace((kind, 1)) {
+                                *self.run.pending_reason_cycles.entry(k).or_default() += n;
+                            }
+                        }
+                    }
+                    self.records[j].outcome = Outcome::Pending(reason);
+                    continue;
                 }
+                decided => decided,
+            };
+            let Some((_, gang)) = taken.next() else { break };
+            match decision {
+                Decision::Admit(admission) => self.start(t, j, gang, admission),
                 Decision::Preempt { admission, victims } => {
-                    self.pending.done(&gang);
                     for v in victims {
                         let victim = victim_jobs.iter().copied().find(|&vj| self.records[vj].id == v);
                         if let Some(vj) = victim {
@@ -531,16 +550,11 @@ impl Sim<'_> {
                     }
                     self.start(t, j, gang, admission);
                 }
-                Decision::Pending(reason) if reason.is_permanent() => {
-                    self.pending.done(&gang);
-                    self.records[j].outcome = Outcome::Rejected(reason);
-                }
-                Decision::Pending(reason) => {
-                    *self.run.pending_reason_cycles.entry(reason.kind()).or_default() += 1;
-                    self.records[j].outcome = Outcome::Pending(reason);
-                    self.pending.put_back(j, gang);
-                }
+                Decision::Pending(reason) => self.records[j].outcome = Outcome::Rejected(reason),
             }
+        }
+        if let Some((k, n)) = run_of {
+            *self.run.pending_reason_cycles.entry(k).or_default() += n;
         }
         self.run.busy.push((t, self.busy_gpus));
         Ok(())

@@ -1,8 +1,9 @@
 //! The simulator's waiting gangs, kept per queue in the order a cycle considers them
 //! (`scheduler_core::queue_order`: priority, then submit time, then id), so each cycle is handed
 //! only the first `Config::depth` of every queue: what it would look at anyway. A cycle then
-//! costs what its depth costs, however long the queues grow: the gangs it looks at are lent
-//! to it and come back to their slots, and only the decided ones leave their queue.
+//! costs what its depth costs, however long the queues grow. Those first gangs stay lent out
+//! between cycles (the window): a cycle usually decides a few of them, and the rest are moved
+//! within one contiguous vector, not fetched from their slots again.
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
@@ -16,17 +17,24 @@ type Place = (Reverse<i32>, u64, String);
 pub struct Pending {
     /// Queue name → place → job index: every waiting job, in order.
     queues: BTreeMap<String, BTreeMap<Place, usize>>,
-    /// Job index → its gang while it waits and is not lent to a cycle: a slot per job, so a
-    /// gang is moved in and out, never shifted about as a map's nodes split and merge.
-    gangs: Vec<Option<Gang>>,
+    /// Job index → its gang while it waits outside the window: a slot per job, so a gang is
+    /// moved in and out, never shifted about as a map's nodes split and merge.
+    slots: Vec<Option<Gang>>,
+    /// The window: the gangs handed to cycles, in queue order per queue, with their jobs.
+    window: Vec<Gang>,
+    window_jobs: Vec<usize>,
+    /// Per job: in the window; and where in it, as `lend` last found it.
+    lent: Vec<bool>,
+    at: Vec<usize>,
     len: usize,
-    /// GPUs of the waiting gangs bound to one cluster, per cluster (what a spreader that binds
-    /// at submit remembers having sent there).
+    /// Per job bound to one cluster at push: the cluster and its GPUs, summed per cluster in
+    /// `bound` (what a spreader that binds at submit remembers having sent there).
+    bound_job: BTreeMap<usize, (String, u64)>,
     bound: BTreeMap<String, u64>,
 }
 
 impl Pending {
-    /// How many jobs wait, lent to a cycle or not.
+    /// How many jobs wait, in the window or not.
     pub fn len(&self) -> usize {
         self.len
     }
@@ -35,53 +43,94 @@ impl Pending {
         self.len == 0
     }
 
-    /// A job starts waiting.
+    /// A job starts waiting. It enters the window at the next `lend` if it belongs there.
     pub fn push(&mut self, job: usize, gang: Gang) {
+        if let Some(c) = bound_to(&gang) {
+            let gpus = gang.total_gpus();
+            *self.bound.entry(c.to_string()).or_default() += gpus;
+            self.bound_job.insert(job, (c.to_string(), gpus));
+        }
         let place = (Reverse(gang.priority), gang.submitted_ms, gang.id.clone());
         if self.queues.entry(gang.queue.clone()).or_default().insert(place, job).is_none() {
             self.len += 1;
         }
-        self.put_back(job, gang);
+        if self.slots.len() <= job {
+            self.slots.resize_with(job + 1, || None);
+            self.lent.resize(job + 1, false);
+            self.at.resize(job + 1, 0);
+        }
+        self.slots[job] = Some(gang);
     }
 
-    /// GPUs of the waiting gangs bound to `cluster` alone.
+    /// GPUs of the waiting gangs bound to `cluster` alone when they arrived.
     pub fn bound_gpus(&self, cluster: &str) -> u64 {
         self.bound.get(cluster).copied().unwrap_or(0)
     }
 
-    /// Lends out the first `depth` gangs of every queue, queue by queue in name order, each
-    /// in queue order. Each comes back with `put_back` (still waiting) or `done` (decided).
-    pub fn heads(&mut self, depth: u32) -> (Vec<usize>, Vec<Gang>) {
+    /// Makes the window the first `depth` gangs of every queue, in queue order (a cycle
+    /// sorts what it is handed: sorted, that is one pass), and hands it out; `jobs()` names
+    /// each one's job.
+    pub fn lend(&mut self, depth: u32) -> &mut [Gang] {
         let depth = usize::try_from(depth).unwrap_or(usize::MAX);
-        let jobs: Vec<usize> = self.queues.values().flat_map(|places| places.values().take(depth).copied()).collect();
-        let gangs = jobs
-            .iter()
-            .map(|&j| {
-                let gang = self.gangs[j].take().expect("a waiting job's gang is in its slot");
-                if let Some(c) = bound_to(&gang)
-                    && let Some(gpus) = self.bound.get_mut(c)
-                {
-                    *gpus -= gang.total_gpus();
-                }
-                gang
+        let wanted: Vec<usize> = self.queues.values().flat_map(|places| places.values().take(depth).copied()).collect();
+        let mut old: Vec<Option<Gang>> = std::mem::take(&mut self.window).into_iter().map(Some).collect();
+        let old_jobs = std::mem::take(&mut self.window_jobs);
+        for (at, &j) in old_jobs.iter().enumerate() {
+            self.at[j] = at;
+        }
+        for &j in &wanted {
+            let gang = if self.lent[j] { old[self.at[j]].take() } else { self.slots[j].take() };
+            self.lent[j] = true;
+            self.window.push(gang.expect("a waiting job's gang is in its slot or the window"));
+            self.window_jobs.push(j);
+        }
+        // Those overtaken (by a gang of higher priority, or by a queue's new head) go back.
+        for (j, gang) in old_jobs.into_iter().zip(old) {
+            if let Some(gang) = gang {
+                self.lent[j] = false;
+                self.slots[j] = Some(gang);
+            }
+        }
+        &mut self.window
+    }
+
+    /// The window as last lent.
+    pub fn lent(&self) -> &[Gang] {
+        &self.window
+    }
+
+    /// The job of each gang of the window, in its order.
+    pub fn jobs(&self) -> &[usize] {
+        &self.window_jobs
+    }
+
+    /// Takes the gangs of the window at the positions `decided` names (started, or refused for
+    /// good) out of their queues, in window order, with their jobs.
+    pub fn take_decided(&mut self, decided: &[bool]) -> Vec<(usize, Gang)> {
+        let mut i = 0;
+        let gangs: Vec<Gang> = self
+            .window
+            .extract_if(.., |_| {
+                i += 1;
+                decided[i - 1]
             })
             .collect();
-        (jobs, gangs)
+        let mut i = 0;
+        let jobs: Vec<usize> = self
+            .window_jobs
+            .extract_if(.., |_| {
+                i += 1;
+                decided[i - 1]
+            })
+            .collect();
+        for (&j, gang) in jobs.iter().zip(&gangs) {
+            self.lent[j] = false;
+            self.leave(j, gang);
+        }
+        jobs.into_iter().zip(gangs).collect()
     }
 
-    /// A lent gang still waits, in its place.
-    pub fn put_back(&mut self, job: usize, gang: Gang) {
-        if let Some(c) = bound_to(&gang) {
-            *self.bound.entry(c.to_string()).or_default() += gang.total_gpus();
-        }
-        if self.gangs.len() <= job {
-            self.gangs.resize_with(job + 1, || None);
-        }
-        self.gangs[job] = Some(gang);
-    }
-
-    /// A lent gang was decided (started or refused for good): it leaves its queue.
-    pub fn done(&mut self, gang: &Gang) {
+    fn leave(&mut self, job: usize, gang: &Gang) {
         let place = (Reverse(gang.priority), gang.submitted_ms, gang.id.clone());
         if let Some(places) = self.queues.get_mut(&gang.queue)
             && places.remove(&place).is_some()
@@ -90,6 +139,11 @@ impl Pending {
             if places.is_empty() {
                 self.queues.remove(&gang.queue);
             }
+        }
+        if let Some((c, gpus)) = self.bound_job.remove(&job)
+            && let Some(sum) = self.bound.get_mut(&c)
+        {
+            *sum -= gpus;
         }
     }
 }
@@ -107,28 +161,37 @@ mod tests {
     use super::*;
     use scheduler_core::fixture::{GangExt, gang};
 
+    fn ids(p: &Pending) -> Vec<&str> {
+        let mut ids: Vec<&str> = p.lent().iter().map(|g| g.id.as_str()).collect();
+        ids.sort();
+        ids
+    }
+
     #[test]
-    fn heads_come_out_per_queue_in_queue_order_and_the_rest_stay() {
+    fn the_window_is_the_first_of_each_queue_and_follows_arrivals_and_decisions() {
         let mut p = Pending::default();
         let g = |id: &str, queue: &str, priority: i32, submitted: u64| {
             gang(id).gpus(1).queue(queue).priority(priority).submitted(submitted)
         };
         p.push(0, g("a-late", "a", 0, 30));
         p.push(1, g("a-early", "a", 0, 10));
-        p.push(2, g("a-urgent", "a", 5, 50));
         p.push(3, g("b-only", "b", 0, 0));
-        let (jobs, gangs) = p.heads(2);
-        assert_eq!(jobs, vec![2, 1, 3]);
-        assert_eq!(gangs.iter().map(|x| x.id.as_str()).collect::<Vec<_>>(), ["a-urgent", "a-early", "b-only"]);
-        assert_eq!(p.len(), 4, "lent gangs still wait");
-        let mut gangs = gangs.into_iter();
-        let urgent = gangs.next().expect("lent");
-        p.done(&urgent);
-        p.put_back(1, gangs.next().expect("lent"));
-        p.done(&gangs.next().expect("lent"));
+        assert_eq!(p.lend(2).len(), 3);
+        assert_eq!(ids(&p), ["a-early", "a-late", "b-only"]);
+        // A more urgent arrival overtakes a-late, which goes back to wait outside.
+        p.push(2, g("a-urgent", "a", 5, 50));
+        p.lend(2);
+        assert_eq!(ids(&p), ["a-early", "a-urgent", "b-only"]);
+        assert_eq!(p.len(), 4);
+        let decided: Vec<bool> = p.lent().iter().map(|x| x.id != "a-early").collect();
+        let taken = p.take_decided(&decided);
+        let mut taken_jobs: Vec<usize> = taken.iter().map(|(j, _)| *j).collect();
+        taken_jobs.sort();
+        assert_eq!(taken_jobs, [2, 3]);
         assert_eq!(p.len(), 2);
-        let (jobs, _) = p.heads(2);
-        assert_eq!(jobs, vec![1, 0]);
+        p.lend(2);
+        assert_eq!(ids(&p), ["a-early", "a-late"]);
+        assert_eq!(p.jobs().len(), 2);
     }
 
     #[test]
@@ -141,9 +204,10 @@ mod tests {
         p.push(0, bound);
         p.push(1, two);
         assert_eq!((p.bound_gpus("east"), p.bound_gpus("west")), (16, 0));
-        let (_, lent) = p.heads(1);
-        assert_eq!(p.bound_gpus("east"), 0);
-        p.done(&lent[0]);
+        p.lend(1);
+        assert_eq!(p.bound_gpus("east"), 16, "lent gangs still wait");
+        let decided: Vec<bool> = p.lent().iter().map(|g| g.id == "x").collect();
+        p.take_decided(&decided);
         assert_eq!(p.bound_gpus("east"), 0);
     }
 }
