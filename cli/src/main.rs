@@ -291,7 +291,8 @@ struct SimulateArgs {
     /// Build the fleet from a trace's machine list instead (racks and blocks synthesised).
     #[arg(long)]
     machines: Option<PathBuf>,
-    /// Format of --machines: philly-revised, philly-listed or openb.
+    /// Format of --machines: philly-revised, philly-listed, openb or pai (the CSV, or the
+    /// .tar.gz it ships in).
     #[arg(long, default_value = "philly-revised")]
     machines_format: MachineListFormat,
     /// Job trace. Default: the built-in Philly Sep-Oct 2017 trace.
@@ -523,7 +524,9 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
                     message: format!("{n} jobs: from 1 to {}", simulator::trace::synthetic::MAX_JOBS),
                 });
             }
-            (simulator::trace::synthetic::mix(n, args.seed), format!("synthetic mix of {n} jobs (seed {})", args.seed))
+            let gpus: u64 = fleet.hosts().map(|(_, node)| u64::from(node.gpus)).sum();
+            let trace = simulator::trace::synthetic::mix(n, args.seed, gpus);
+            (trace, format!("synthetic mix of {n} jobs (seed {}, paced for {gpus} GPUs)", args.seed))
         }
         (None, None) => (builtin_trace()?, simulator::run::DEFAULT_TRACE_NAME.to_string()),
     };

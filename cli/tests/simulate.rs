@@ -301,11 +301,37 @@ fn public_traces_replay_on_fleets_built_from_their_machine_lists() {
 }
 
 #[test]
+fn the_pai_fleet_replays_the_synthetic_mix_paced_for_its_gpus() {
+    let pai = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/traces/alibaba-gpu-v2020-pai/pai_machine_spec.tar.gz");
+    let o = stowage(&[
+        "simulate",
+        "--machines",
+        pai,
+        "--machines-format",
+        "pai",
+        "--synthetic",
+        "400",
+        "--policy",
+        "stowage,kueue-multikueue",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("1897 nodes, 6742 GPUs"), "{out}");
+    assert!(out.contains("synthetic mix of 400 jobs (seed 1, paced for 6742 GPUs)"), "{out}");
+    let wrong = stowage(&["simulate", "--machines", pai, "--machines-format", "alibaba"]);
+    assert!(!wrong.status.success());
+    assert!(stderr(&wrong).contains("philly-revised, philly-listed, openb or pai"), "{}", stderr(&wrong));
+}
+
+#[test]
 fn a_synthetic_scale_trace_replays_and_a_size_out_of_range_is_refused() {
     let o = stowage(&["simulate", "--synthetic", "300", "--policy", "stowage,fifo-firstfit"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
-    assert!(out.contains("synthetic mix of 300 jobs (seed 1)") && out.contains("300 jobs"), "{out}");
+    assert!(
+        out.contains("synthetic mix of 300 jobs (seed 1, paced for 576 GPUs)") && out.contains("300 jobs"),
+        "{out}"
+    );
     for bad in ["0", "10000001"] {
         let o = stowage(&["simulate", "--synthetic", bad]);
         assert!(!o.status.success());

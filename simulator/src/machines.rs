@@ -15,6 +15,11 @@
 //!   lowercased; nodes without GPUs become pools without a flavor. CPU and memory are rounded
 //!   down to whole cores and GiB.
 //!
+//! - Alibaba PAI 2020 `pai_machine_spec.csv` (`machine,gpu_type,cap_cpu,cap_mem,cap_gpu`, with
+//!   or without that header: the published file has none), or the `pai_machine_spec.tar.gz` it
+//!   ships in, read in place: flavor = `gpu_type` lowercased (`p100`, `t4`, `v100`, `v100m32`,
+//!   `misc`); `CPU` machines become pools without a flavor. `cap_mem` is in GB.
+//!
 //! Pools are named `FLAVOR-xGPUS` (`p100-12gb-x2`; `cpu` for CPU-only nodes), with
 //! `-CORESc-MEMg` appended when machines of one name differ in CPU or memory, and sorted by name.
 
@@ -41,17 +46,24 @@ pub enum MachineListFormat {
     PhillyListed,
     /// openb `openb_node_list_gpu_node.csv` / `openb_node_list_all_node.csv`.
     Openb,
+    /// Alibaba PAI 2020 `pai_machine_spec.csv`, or its `.tar.gz`.
+    Pai,
 }
 
 impl MachineListFormat {
-    pub const ALL: [MachineListFormat; 3] =
-        [MachineListFormat::PhillyRevised, MachineListFormat::PhillyListed, MachineListFormat::Openb];
+    pub const ALL: [MachineListFormat; 4] = [
+        MachineListFormat::PhillyRevised,
+        MachineListFormat::PhillyListed,
+        MachineListFormat::Openb,
+        MachineListFormat::Pai,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             MachineListFormat::PhillyRevised => "philly-revised",
             MachineListFormat::PhillyListed => "philly-listed",
             MachineListFormat::Openb => "openb",
+            MachineListFormat::Pai => "pai",
         }
     }
 
@@ -60,12 +72,14 @@ impl MachineListFormat {
         match self {
             MachineListFormat::PhillyRevised | MachineListFormat::PhillyListed => "philly",
             MachineListFormat::Openb => "openb",
+            MachineListFormat::Pai => "pai",
         }
     }
 
     fn id_column(self) -> &'static str {
         match self {
             MachineListFormat::Openb => "sn",
+            MachineListFormat::Pai => "machine",
             _ => MACHINE_ID,
         }
     }
@@ -75,6 +89,7 @@ impl MachineListFormat {
             MachineListFormat::PhillyRevised => &[MACHINE_ID, PHILLY_GPUS],
             MachineListFormat::PhillyListed => &[MACHINE_ID, PHILLY_GPUS, PHILLY_MEMORY],
             MachineListFormat::Openb => &["sn", "cpu_milli", "memory_mib", "gpu", "model"],
+            MachineListFormat::Pai => &PAI_COLUMNS,
         }
     }
 }
@@ -86,7 +101,7 @@ impl fmt::Display for MachineListFormat {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown machine list format {0:?} (expected philly-revised, philly-listed or openb)")]
+#[error("unknown machine list format {0:?} (expected philly-revised, philly-listed, openb or pai)")]
 pub struct UnknownMachineListFormat(pub String);
 
 impl FromStr for MachineListFormat {
@@ -102,6 +117,17 @@ impl FromStr for MachineListFormat {
 const MACHINE_ID: &str = "machineId";
 const PHILLY_GPUS: &str = "number of GPUs";
 const PHILLY_MEMORY: &str = "single GPU mem";
+/// The published file has no header row; `pai_machine_spec.header` names its columns.
+const PAI_COLUMNS: [&str; 5] = ["machine", "gpu_type", "cap_cpu", "cap_mem", "cap_gpu"];
+
+#[derive(Debug, Deserialize)]
+struct PaiRow {
+    machine: Option<String>,
+    gpu_type: Option<String>,
+    cap_cpu: Option<String>,
+    cap_mem: Option<String>,
+    cap_gpu: Option<String>,
+}
 
 #[derive(Debug, Deserialize)]
 struct PhillyRow {
@@ -133,11 +159,50 @@ struct Shape {
 
 /// Reads a machine list into a one-cluster fleet. The first bad row is an error.
 pub fn fleet_from_machine_list(path: &Path, format: MachineListFormat) -> Result<FleetSpec, TraceError> {
-    parse_machine_list(&crate::trace::read(path)?, path, format)
+    let name = path.file_name().map(|n| n.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
+    let text = if name.ends_with(".tar.gz") || name.ends_with(".tgz") {
+        csv_in_tar_gz(path).map_err(|source| TraceError::Io { path: path.into(), source })?
+    } else {
+        crate::trace::read(path)?
+    };
+    parse_machine_list(&text, path, format)
+}
+
+/// The first `.csv` file in a gzip'd tar, at most `MAX_TRACE_FILE_BYTES` of it decompressed:
+/// a small archive that inflates without end is refused, not read.
+fn csv_in_tar_gz(path: &Path) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind, Read};
+    let limit = input_limits::TRACE_FILE_BYTES;
+    let file = std::fs::File::open(path)?;
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(file.take(limit.max)));
+    for entry in archive.entries()? {
+        let entry = entry?;
+        if !entry.path()?.to_string_lossy().ends_with(".csv") {
+            continue;
+        }
+        let mut text = String::new();
+        entry.take(limit.max.saturating_add(1)).read_to_string(&mut text)?;
+        if text.len() as u64 > limit.max {
+            let problem = format!("its CSV is larger than {} {} ({})", limit.max, limit.unit, limit.name);
+            return Err(Error::new(ErrorKind::FileTooLarge, problem));
+        }
+        return Ok(text);
+    }
+    Err(Error::new(ErrorKind::InvalidData, "the archive holds no .csv file"))
 }
 
 /// As [`fleet_from_machine_list`], on text in memory; `path` only names it in errors.
 pub fn parse_machine_list(text: &str, path: &Path, format: MachineListFormat) -> Result<FleetSpec, TraceError> {
+    // PAI's list as published has no header row: give it one, and its rows their own lines.
+    let headerless = format == MachineListFormat::Pai
+        && text.trim_start().split(',').next().is_none_or(|first| first.trim() != PAI_COLUMNS[0]);
+    let with_header;
+    let (text, shift) = if headerless {
+        with_header = format!("{}\n{text}", PAI_COLUMNS.join(","));
+        (with_header.as_str(), 1)
+    } else {
+        (text, 0)
+    };
     let (headers, rows) = read_csv(text, path, format.columns(), None)?;
     let mut ids = BTreeSet::new();
     let mut shapes: BTreeMap<Shape, u32> = BTreeMap::new();
@@ -145,6 +210,7 @@ pub fn parse_machine_list(text: &str, path: &Path, format: MachineListFormat) ->
         let machine = record
             .and_then(|r| match format {
                 MachineListFormat::Openb => openb(deserialize(&r, &headers)?),
+                MachineListFormat::Pai => pai(deserialize(&r, &headers)?),
                 _ => philly(deserialize(&r, &headers)?, format == MachineListFormat::PhillyListed),
             })
             .and_then(|m| match m {
@@ -153,7 +219,7 @@ pub fn parse_machine_list(text: &str, path: &Path, format: MachineListFormat) ->
                 }
                 m => Ok(m),
             })
-            .map_err(|bad| bad.at(path, line))?;
+            .map_err(|bad| bad.at(path, line - shift))?;
         if let Some((_, shape)) = machine {
             *shapes.entry(shape).or_default() += 1;
         }
@@ -204,6 +270,23 @@ fn openb(row: OpenbRow) -> Result<Option<(String, Shape)>, BadRow> {
         gpus,
         cpu_cores: whole::<u32>("cpu_milli", &row.cpu_milli)? / 1000,
         memory_gib: whole::<u32>("memory_mib", &row.memory_mib)? / 1024,
+    };
+    Ok(Some((id.to_string(), shape)))
+}
+
+fn pai(row: PaiRow) -> Result<Option<(String, Shape)>, BadRow> {
+    let id = required("machine", &row.machine)?;
+    let gpu_type = required("gpu_type", &row.gpu_type)?;
+    let gpus = whole::<u32>("cap_gpu", &row.cap_gpu)?;
+    let cpu_only = gpu_type.eq_ignore_ascii_case("CPU");
+    if cpu_only && gpus > 0 {
+        return Err(BadRow::new("cap_gpu", format!("a CPU machine with {gpus} GPUs")));
+    }
+    let shape = Shape {
+        flavor: (!cpu_only && gpus > 0).then(|| gpu_type.to_ascii_lowercase()),
+        gpus,
+        cpu_cores: whole::<u32>("cap_cpu", &row.cap_cpu)?,
+        memory_gib: whole::<u32>("cap_mem", &row.cap_mem)?,
     };
     Ok(Some((id.to_string(), shape)))
 }
@@ -350,6 +433,56 @@ mod tests {
         )
         .expect_err("no GPU machines");
         assert_eq!(err.kind(), "empty");
+    }
+
+    #[test]
+    fn the_pai_fleet_loads_from_its_archive_with_its_published_counts() {
+        let pai = real("alibaba-gpu-v2020-pai/pai_machine_spec.tar.gz", MachineListFormat::Pai);
+        assert_eq!(pai.name, "pai");
+        let machines: u32 = pai.pools.iter().map(|p| p.nodes).sum();
+        let gpus: u32 = pai.pools.iter().map(|p| p.nodes * p.gpus_per_node).sum();
+        assert_eq!((machines, gpus), (1_897, 6_742), "the README's counts");
+        let per_flavor = |f: &str| -> u32 {
+            pai.pools.iter().filter(|p| p.gpu_flavor.as_deref() == Some(f)).map(|p| p.nodes * p.gpus_per_node).sum()
+        };
+        assert_eq!(
+            ["misc", "p100", "v100m32", "t4", "v100"].map(per_flavor),
+            [2_240, 1_596, 1_080, 994, 832],
+            "MISC, P100, V100M32, T4 and V100 as the README counts them"
+        );
+        let cpu_only: u32 = pai.pools.iter().filter(|p| p.gpu_flavor.is_none()).map(|p| p.nodes).sum();
+        assert_eq!(cpu_only, 83);
+    }
+
+    #[test]
+    fn a_headerless_pai_list_keeps_its_line_numbers_and_a_bad_row_is_named() {
+        let ok = parse_machine_list("m0,V100,96,512,8\nm1,CPU,64,384,0\n", Path::new("p.csv"), MachineListFormat::Pai)
+            .expect("loads");
+        assert_eq!(ok.clusters[0].pools.len(), 2);
+        let with_header = "machine,gpu_type,cap_cpu,cap_mem,cap_gpu\nm0,V100,96,512,8\n";
+        assert!(parse_machine_list(with_header, Path::new("p.csv"), MachineListFormat::Pai).is_ok());
+        let cases = [
+            ("m0,V100,96,512,8\nm1,T4,96,512,two\n", "p.csv:2: column cap_gpu: "),
+            ("m0,CPU,96,512,8\n", "p.csv:1: column cap_gpu: a CPU machine with 8 GPUs"),
+            ("m0,V100,96,512,8\nm0,V100,96,512,8\n", "p.csv:2: column machine: duplicate machine"),
+            ("machine,gpu_type,cap_cpu,cap_mem,cap_gpu\nm0,,96,512,8\n", "p.csv:2: column gpu_type: "),
+        ];
+        for (text, start) in cases {
+            let err = parse_machine_list(text, Path::new("p.csv"), MachineListFormat::Pai).expect_err(start);
+            assert!(err.to_string().starts_with(start), "{err}");
+        }
+    }
+
+    #[test]
+    fn an_archive_without_a_csv_or_not_gzip_is_an_io_error_naming_the_file() {
+        let dir = std::env::temp_dir().join(format!("stowage-pai-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let bogus = dir.join("machines.tar.gz");
+        std::fs::write(&bogus, b"not gzip at all").expect("write");
+        let err = fleet_from_machine_list(&bogus, MachineListFormat::Pai).expect_err("not gzip");
+        assert_eq!(err.kind(), "io");
+        assert!(err.to_string().contains("machines.tar.gz"), "{err}");
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! A synthetic trace of any length for scale runs (#20's million-job target): a documented mix,
 //! not a real workload. 60 % of jobs are one GPU, 25 % one 8-GPU pod, 15 % gangs of 2–4 pods of
 //! 8 GPUs that prefer one rack; run times are uniform between 1 minute and 4 hours (mean 2 h
-//! 0.5 m); arrivals are Poisson with a 90 s mean gap. That is 6.2 GPUs per job on average for
-//! 7,230 s every 90 s: about 498 GPUs busy, 86 % of the built-in fleet's 576. Seeded: the same
-//! `n` and `seed` give the same trace on every machine.
+//! 0.5 m); arrivals are Poisson with a 90 s mean gap on the built-in fleet. That is 6.2 GPUs
+//! per job on average for 7,230 s every 90 s: about 498 GPUs busy, 86 % of the built-in fleet's
+//! 576. On another fleet the gap scales with its GPUs (90 s × 576 / GPUs), for the same 86 %.
+//! Seeded: the same `n`, `seed` and fleet size give the same trace on every machine.
 
 use scheduler_core::{Level, TopologyConstraint};
 
@@ -13,17 +14,21 @@ use crate::rng::SplitMix64;
 /// The most jobs a synthetic trace holds: 10 million (about 2 GB of jobs in memory).
 pub const MAX_JOBS: usize = 10_000_000;
 
-/// The mix's mean gap between arrivals, seconds.
+/// The mix's mean gap between arrivals on the built-in fleet, seconds.
 pub const MEAN_GAP_S: f64 = 90.0;
 
-/// `n` jobs (at most [`MAX_JOBS`]) of the mix, in submit order.
-pub fn mix(n: usize, seed: u64) -> Trace {
+/// The built-in fleet's GPUs, which [`MEAN_GAP_S`] is for.
+pub const BUILTIN_GPUS: u64 = 576;
+
+/// `n` jobs (at most [`MAX_JOBS`]) of the mix for a fleet of `fleet_gpus` GPUs, in submit order.
+pub fn mix(n: usize, seed: u64, fleet_gpus: u64) -> Trace {
+    let gap_s = MEAN_GAP_S * BUILTIN_GPUS as f64 / fleet_gpus.max(1) as f64;
     let mut rng = SplitMix64::new(seed);
     let (min_s, max_s) = (60.0_f64, 4.0 * 3600.0_f64);
     let mut t = 0.0_f64;
     let jobs = (0..n.min(MAX_JOBS))
         .map(|i| {
-            t += rng.exponential(MEAN_GAP_S);
+            t += rng.exponential(gap_s);
             let duration_s = (min_s + (max_s - min_s) * rng.next_f64()).round() as u64;
             let kind = rng.next_f64();
             let (pods, gpus_per_pod, topology) = if kind < 0.60 {
@@ -60,9 +65,9 @@ mod tests {
 
     #[test]
     fn the_mix_is_as_documented_and_the_same_for_the_same_seed() {
-        let trace = mix(20_000, 7);
-        assert_eq!(trace, mix(20_000, 7));
-        assert_ne!(trace, mix(20_000, 8));
+        let trace = mix(20_000, 7, BUILTIN_GPUS);
+        assert_eq!(trace, mix(20_000, 7, BUILTIN_GPUS));
+        assert_ne!(trace, mix(20_000, 8, BUILTIN_GPUS));
         let n = trace.jobs.len() as f64;
         let share = |f: &dyn Fn(&TraceJob) -> bool| trace.jobs.iter().filter(|j| f(j)).count() as f64 / n;
         let one = share(&|j| j.pod_sets[0].gpus_per_pod == 1);
@@ -75,5 +80,9 @@ mod tests {
         let last = trace.jobs.last().expect("jobs").submit_s as f64;
         assert!((last / n - MEAN_GAP_S).abs() < 5.0, "mean gap {}", last / n);
         assert!(trace.jobs.windows(2).all(|w| w[0].submit_s <= w[1].submit_s));
+        // Ten times the GPUs, a tenth of the gap: the same load.
+        let big = mix(20_000, 7, 10 * BUILTIN_GPUS);
+        let gap = big.jobs.last().expect("jobs").submit_s as f64 / n;
+        assert!((gap - MEAN_GAP_S / 10.0).abs() < 0.5, "mean gap {gap}");
     }
 }
