@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::capacity::{Capacity, PodShape};
+use crate::capacity::{Capacity, NodeFree};
 use crate::decision::Admission;
 use crate::fleet::{DomainId, Fleet};
 use crate::gang::Gang;
@@ -39,30 +39,32 @@ pub fn check(
     capacity: &Capacity,
     usage: &QuotaUsage,
 ) -> Result<(), Violation> {
-    let mut recomputed = fleet.allocatable().clone();
+    // What is in use per host, recomputed from the running gangs and the hosts down.
+    let mut used: BTreeMap<DomainId, NodeFree> = BTreeMap::new();
     let mut recomputed_usage = QuotaUsage::default();
     for &host in down {
         if let Some(spec) = fleet.domain(host).node {
-            let all = PodShape { gpus: spec.gpus, cpu_milli: spec.cpu_milli, memory_mib: spec.memory_mib };
-            recomputed.take(fleet, host, 1, all);
+            used.insert(host, NodeFree { gpus: spec.gpus, cpu_milli: spec.cpu_milli, memory_mib: spec.memory_mib });
         }
     }
     for &(gang, admission) in running {
         check_gang(fleet, gang, admission)?;
         for (ps, p) in gang.pod_sets.iter().zip(&admission.pod_sets) {
             for &(host, pods) in &p.hosts {
-                if recomputed.node_free(host).pods(&ps.shape) < pods {
+                let u = used.entry(host).or_default();
+                let n = u64::from(pods);
+                u.gpus = u.gpus.saturating_add(ps.shape.gpus.saturating_mul(pods));
+                u.cpu_milli = u.cpu_milli.saturating_add(ps.shape.cpu_milli.saturating_mul(n));
+                u.memory_mib = u.memory_mib.saturating_add(ps.shape.memory_mib.saturating_mul(n));
+                let all = fleet.allocatable().node_free(host);
+                if u.gpus > all.gpus || u.cpu_milli > all.cpu_milli || u.memory_mib > all.memory_mib {
                     return Err(Violation::OverCommitted { host: fleet.path(host), gang: gang.id.clone() });
                 }
-                recomputed.take(fleet, host, pods, ps.shape);
             }
         }
         recomputed_usage.charge(queues, gang, admission.flavors(fleet));
     }
-    recomputed.commit();
-    let mut tracked = capacity.clone();
-    tracked.commit();
-    if recomputed != tracked {
+    if !capacity.is_empty_less(fleet, &used) {
         return Err(Violation::CapacityDrift);
     }
     if &recomputed_usage != usage {
@@ -146,4 +148,57 @@ fn check_quota(queues: &Queues, usage: &QuotaUsage) -> Result<(), Violation> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capacity::PodShape;
+    use crate::cycle::cycle;
+    use crate::decision::Decision;
+    use crate::fixture::{GangExt, gang, greedy, uniform_cluster};
+    use crate::fleet::FleetBuilder;
+    use crate::queue::QueueSpec;
+    use crate::snapshot::Snapshot;
+    use crate::topology::Level;
+
+    /// Two clusters of two racks of four 8-GPU hosts; one two-pod gang placed by a cycle.
+    #[test]
+    fn drift_anywhere_and_over_commitment_are_caught_without_copying_the_fleet() {
+        let mut b = FleetBuilder::new();
+        for name in ["east", "west"] {
+            uniform_cluster(&mut b, name, "h100", 8, &[(Level::Rack, 2), (Level::Host, 4)]).expect("cluster");
+        }
+        let fleet = b.build().expect("fleet");
+        let queues = Queues::new(vec![QueueSpec::unlimited("default")]).expect("queues");
+        let g = gang("a").pods(2).gpus(8);
+        let out = cycle(Snapshot::idle(&fleet, &queues), std::slice::from_ref(&g), &greedy());
+        let Decision::Admit(a) = &out.decisions[0] else { panic!("admitted: {:?}", out.decisions[0]) };
+        let running = [(&g, a)];
+        assert_eq!(check(&fleet, &queues, &running, &[], &out.capacity, &out.usage), Ok(()));
+
+        let whole = PodShape { gpus: 8, cpu_milli: 0, memory_mib: 0 };
+        let in_use = a.pod_sets[0].hosts[0].0;
+        let west_host = fleet.clusters()[1].hosts()[3];
+        // A GPU taken on a host nothing runs on, in a cluster nothing runs in: its root shows it.
+        let mut drifted = out.capacity.clone();
+        drifted.take(&fleet, west_host, 1, PodShape { gpus: 1, ..whole });
+        assert_eq!(check(&fleet, &queues, &running, &[], &drifted, &out.usage), Err(Violation::CapacityDrift));
+        // Given back on a host in use.
+        let mut drifted = out.capacity.clone();
+        drifted.give_back(&fleet, in_use, 1, whole);
+        assert_eq!(check(&fleet, &queues, &running, &[], &drifted, &out.usage), Err(Violation::CapacityDrift));
+        // A host down that the capacity still counts free.
+        assert_eq!(
+            check(&fleet, &queues, &running, &[west_host], &out.capacity, &out.usage),
+            Err(Violation::CapacityDrift)
+        );
+        // A second gang on the same hosts: more than they have.
+        let twin = gang("b").pods(2).gpus(8);
+        let both = [(&g, a), (&twin, a)];
+        assert!(matches!(
+            check(&fleet, &queues, &both, &[], &out.capacity, &out.usage),
+            Err(Violation::OverCommitted { gang, .. }) if gang == "b"
+        ));
+    }
 }
