@@ -35,6 +35,9 @@ impl NodeFree {
     }
 }
 
+/// Above this many domains, `is_empty_less` compares only what is in use and the roots.
+pub const DENSE_CHECK_DOMAINS: usize = 16_384;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Change {
     host: DomainId,
@@ -230,26 +233,60 @@ impl Capacity {
         self.journal.clear();
     }
 
-    /// Whether this is the empty fleet with `used` taken (per host: what is in use there),
-    /// checked exactly on every host in use and every domain above one, and at every cluster's
-    /// root, where any other difference would show in the totals. It costs the hosts in use
-    /// times the depth, not the fleet's size, so it can run after every event on a fleet of
-    /// 100,000 nodes. A host using more than it has is never the empty fleet less `used`.
+    /// Whether this is the empty fleet with `used` taken (per host: what is in use there). On a
+    /// fleet of up to `DENSE_CHECK_DOMAINS` domains, compared whole; on a larger one, exactly on
+    /// every host in use and every domain above one, and at every cluster's root, where any
+    /// other difference would show in the totals: that costs the hosts in use times the depth,
+    /// not the fleet's size, so it can run after every event on a fleet of 100,000 nodes. A
+    /// host using more than it has is never the empty fleet less `used`.
     pub fn is_empty_less(&self, fleet: &Fleet, used: &BTreeMap<DomainId, NodeFree>) -> bool {
+        let empty = fleet.allocatable();
+        let left = |host: DomainId, u: &NodeFree| {
+            let all = empty.node_free[host.idx()];
+            Some(NodeFree {
+                gpus: all.gpus.checked_sub(u.gpus)?,
+                cpu_milli: all.cpu_milli.checked_sub(u.cpu_milli)?,
+                memory_mib: all.memory_mib.checked_sub(u.memory_mib)?,
+            })
+        };
+        // A small fleet is cheapest copied and compared whole.
+        if fleet.domains_len() <= DENSE_CHECK_DOMAINS {
+            return self.is_empty_less_whole(fleet, used, &left);
+        }
+        self.is_empty_less_in_use(fleet, used, &left)
+    }
+
+    fn is_empty_less_whole(
+        &self,
+        fleet: &Fleet,
+        used: &BTreeMap<DomainId, NodeFree>,
+        left: &dyn Fn(DomainId, &NodeFree) -> Option<NodeFree>,
+    ) -> bool {
+        let mut expected = fleet.allocatable().clone();
+        for (&host, u) in used {
+            if left(host, u).is_none() {
+                return false;
+            }
+            let all = PodShape { gpus: u.gpus, cpu_milli: u.cpu_milli, memory_mib: u.memory_mib };
+            expected.adjust(fleet, host, 1, all, true);
+        }
+        (&expected.node_free, &expected.hist, &expected.free_cpu_milli, &expected.free_memory_mib)
+            == (&self.node_free, &self.hist, &self.free_cpu_milli, &self.free_memory_mib)
+    }
+
+    fn is_empty_less_in_use(
+        &self,
+        fleet: &Fleet,
+        used: &BTreeMap<DomainId, NodeFree>,
+        left: &dyn Fn(DomainId, &NodeFree) -> Option<NodeFree>,
+    ) -> bool {
         let empty = fleet.allocatable();
         // Per domain: CPU and memory in use under it; per histogram entry: the change in count.
         let mut taken: BTreeMap<DomainId, (u64, u64)> = BTreeMap::new();
         let mut moved: BTreeMap<usize, i64> = BTreeMap::new();
         for (&host, u) in used {
             let all = empty.node_free[host.idx()];
-            let (Some(gpus), Some(cpu_milli), Some(memory_mib)) = (
-                all.gpus.checked_sub(u.gpus),
-                all.cpu_milli.checked_sub(u.cpu_milli),
-                all.memory_mib.checked_sub(u.memory_mib),
-            ) else {
-                return false;
-            };
-            let after = NodeFree { gpus, cpu_milli, memory_mib };
+            let Some(after) = left(host, u) else { return false };
             if self.node_free[host.idx()] != after {
                 return false;
             }
@@ -280,5 +317,56 @@ impl Capacity {
                     .into_iter()
                     .all(|h| i64::from(empty.hist[h]) + moved.get(&h).copied().unwrap_or(0) == i64::from(self.hist[h]))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixture::uniform_cluster;
+    use crate::fleet::FleetBuilder;
+    use crate::topology::Level;
+
+    /// Both ways of checking agree: on the capacity as it should be, and on each kind of drift.
+    #[test]
+    fn the_whole_and_the_in_use_checks_agree() {
+        let mut b = FleetBuilder::new();
+        for name in ["east", "west"] {
+            uniform_cluster(&mut b, name, "h100", 8, &[(Level::Rack, 2), (Level::Host, 4)]).expect("cluster");
+        }
+        let fleet = b.build().expect("fleet");
+        let (east, west) = (fleet.clusters()[0].hosts().to_vec(), fleet.clusters()[1].hosts().to_vec());
+        let whole = PodShape { gpus: 8, cpu_milli: 4_000, memory_mib: 1_024 };
+        let mut tracked = Capacity::empty(&fleet);
+        tracked.take(&fleet, east[0], 1, whole);
+        tracked.take(&fleet, east[5], 1, PodShape { gpus: 3, ..whole });
+        let used = BTreeMap::from([
+            (east[0], NodeFree { gpus: 8, cpu_milli: 4_000, memory_mib: 1_024 }),
+            (east[5], NodeFree { gpus: 3, cpu_milli: 4_000, memory_mib: 1_024 }),
+        ]);
+        let empty = fleet.allocatable();
+        let left = |host: DomainId, u: &NodeFree| {
+            let all = empty.node_free(host);
+            Some(NodeFree {
+                gpus: all.gpus.checked_sub(u.gpus)?,
+                cpu_milli: all.cpu_milli.checked_sub(u.cpu_milli)?,
+                memory_mib: all.memory_mib.checked_sub(u.memory_mib)?,
+            })
+        };
+        let both = |cap: &Capacity, used: &BTreeMap<DomainId, NodeFree>| {
+            (cap.is_empty_less_whole(&fleet, used, &left), cap.is_empty_less_in_use(&fleet, used, &left))
+        };
+        assert_eq!(both(&tracked, &used), (true, true));
+        let mut idle_drift = tracked.clone();
+        idle_drift.take(&fleet, west[2], 1, PodShape { gpus: 1, cpu_milli: 0, memory_mib: 0 });
+        assert_eq!(both(&idle_drift, &used), (false, false), "a GPU gone on an idle cluster");
+        let mut cpu_drift = tracked.clone();
+        cpu_drift.take(&fleet, east[7], 1, PodShape { gpus: 0, cpu_milli: 1, memory_mib: 0 });
+        assert_eq!(both(&cpu_drift, &used), (false, false), "a milli-CPU gone on a host not in use");
+        let mut in_use_drift = tracked.clone();
+        in_use_drift.give_back(&fleet, east[5], 1, PodShape { gpus: 1, cpu_milli: 0, memory_mib: 0 });
+        assert_eq!(both(&in_use_drift, &used), (false, false), "a GPU too many on a host in use");
+        let over = BTreeMap::from([(east[0], NodeFree { gpus: 9, cpu_milli: 0, memory_mib: 0 })]);
+        assert_eq!(both(&tracked, &over), (false, false), "more than the host has");
     }
 }

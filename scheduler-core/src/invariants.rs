@@ -164,7 +164,7 @@ mod tests {
 
     /// Two clusters of two racks of four 8-GPU hosts; one two-pod gang placed by a cycle.
     #[test]
-    fn drift_anywhere_and_over_commitment_are_caught_without_copying_the_fleet() {
+    fn drift_anywhere_and_over_commitment_are_caught() {
         let mut b = FleetBuilder::new();
         for name in ["east", "west"] {
             uniform_cluster(&mut b, name, "h100", 8, &[(Level::Rack, 2), (Level::Host, 4)]).expect("cluster");

@@ -216,6 +216,8 @@ struct Sim<'a> {
     events: BinaryHeap<Reverse<(u64, u64, Event)>>,
     seq: u64,
     capacity: Capacity,
+    /// The empty fleet's capacity, lent to a spreader's probes (`Policy::bind_at_submit`).
+    empty: Capacity,
     usage: QuotaUsage,
     pending: Pending,
     /// The last cycle's reservation, handed to the next (where its search starts).
@@ -256,6 +258,7 @@ pub fn simulate(
         events: BinaryHeap::new(),
         seq: 0,
         capacity: Capacity::empty(fleet),
+        empty: fleet.allocatable().clone(),
         usage: QuotaUsage::default(),
         pending: Pending::default(),
         reserved: None,
@@ -386,6 +389,7 @@ impl Sim<'_> {
                     self.fleet,
                     self.queues,
                     &self.capacity,
+                    &mut self.empty,
                     &|c| self.pending.bound_gpus(c),
                     &gang,
                     &config,

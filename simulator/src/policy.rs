@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use scheduler_core::{
     Batch, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, Gang, Patience, QueueingStrategy, Queues,
-    QuotaUsage, Snapshot, cycle,
+    QuotaUsage, Snapshot, cycle, release,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -120,11 +120,15 @@ impl Policy {
     /// run on an empty fleet, the one with the most free GPUs less those already bound there
     /// and still waiting (a spreader that remembers what it sent). `None`: not bound, or fits
     /// nowhere (it then fails on its own, with its reason).
+    /// `empty` is the empty fleet's capacity, lent to each probe and returned as it was: a copy
+    /// per probe would cost the fleet's size per arrival.
+    #[allow(clippy::too_many_arguments)] // the spreader's view: fleet, queues, now and empty
     pub fn bind_at_submit(
         self,
         fleet: &Fleet,
         queues: &Queues,
         capacity: &Capacity,
+        empty: &mut Capacity,
         bound_gpus: &dyn Fn(&str) -> u64,
         gang: &Gang,
         config: &Config,
@@ -136,20 +140,27 @@ impl Policy {
         for c in fleet.clusters() {
             let mut probe = gang.clone();
             probe.clusters.only = Some(vec![c.name.clone()]);
-            let empty = Snapshot {
+            let snapshot = Snapshot {
                 fleet,
                 queues,
-                capacity: fleet.allocatable().clone(),
+                capacity: std::mem::take(empty),
                 usage: QuotaUsage::default(),
                 now_ms: gang.submitted_ms,
                 releases: Vec::new(),
                 running: Vec::new(),
                 reserved: None,
             };
-            let fits = matches!(
-                cycle(empty, std::slice::from_ref(&probe), config).decisions.first(),
-                Some(Decision::Admit(_))
-            );
+            let mut out = cycle(snapshot, std::slice::from_ref(&probe), config);
+            let fits = match out.decisions.first() {
+                Some(Decision::Admit(a)) => {
+                    release(fleet, queues, &mut out.capacity, &mut out.usage, &probe, a);
+                    out.capacity.commit();
+                    true
+                }
+                _ => false,
+            };
+            *empty = out.capacity;
+            debug_assert!(empty == fleet.allocatable(), "a probe returns the empty fleet as it was");
             if fits {
                 let free: u64 = c.flavors.iter().map(|&f| capacity.free_gpus(fleet, c.root, f)).sum();
                 let load = free as i64 - bound_gpus(&c.name) as i64;
