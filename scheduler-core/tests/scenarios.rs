@@ -329,13 +329,17 @@ fn a_gang_that_could_never_fit_its_preferred_level_is_not_held() {
 
 /// Queue `a` submitted 16 whole-node gangs before queue `b` submitted 16, on 16 nodes.
 fn two_tenants(fair_sharing: bool) -> Outcome {
+    two_tenants_with(Config { fair_sharing, ..scheduler_core::fixture::greedy() })
+}
+
+fn two_tenants_with(config: Config) -> Outcome {
     let small = fleet(&[("c1", "h100", 8, &[(Rack, 2), (Host, 8)])]);
     let queues = Queues::new(vec![QueueSpec::unlimited("a"), QueueSpec::unlimited("b")]).expect("queues");
     let gangs: Vec<Gang> = (0..16)
         .map(|i| gang(&format!("a-{i:02}")).gpus(8).queue("a").submitted(i))
         .chain((0..16).map(|i| gang(&format!("b-{i:02}")).gpus(8).queue("b").submitted(100 + i)))
         .collect();
-    run_with(small, &queues, gangs, Config { fair_sharing, ..scheduler_core::fixture::greedy() })
+    run_with(small, &queues, gangs, config)
 }
 
 fn admitted_of(out: &Outcome, queue: &str) -> usize {
@@ -359,14 +363,7 @@ fn two_equal_weight_queues_get_equal_shares_under_fair_sharing() {
 fn a_cycle_looks_only_as_deep_as_its_queue_depth() {
     // 16 nodes, 32 one-node gangs, a depth of 4: only the first four of the order are looked
     // at (and admitted); the rest say why they were not, whatever room is left.
-    let small = fleet(&[("c1", "h100", 8, &[(Rack, 2), (Host, 8)])]);
-    let queues = Queues::new(vec![QueueSpec::unlimited("a"), QueueSpec::unlimited("b")]).expect("queues");
-    let gangs: Vec<Gang> = (0..16)
-        .map(|i| gang(&format!("a-{i:02}")).gpus(8).queue("a").submitted(i))
-        .chain((0..16).map(|i| gang(&format!("b-{i:02}")).gpus(8).queue("b").submitted(100 + i)))
-        .collect();
-    let global =
-        run_with(small.clone(), &queues, gangs.clone(), Config { depth: 4, ..scheduler_core::fixture::greedy() });
+    let global = two_tenants_with(Config { depth: 4, ..scheduler_core::fixture::greedy() });
     assert_eq!((admitted_of(&global, "a"), admitted_of(&global, "b")), (4, 0));
     assert_eq!(global.reason("a-04"), &Reason::BeyondDepth { queue: None, depth: 4 });
     assert_eq!(
@@ -374,8 +371,7 @@ fn a_cycle_looks_only_as_deep_as_its_queue_depth() {
         "not looked at this cycle: behind the first 4 gangs in queue order, all a cycle considers"
     );
     // With fair sharing the depth is per queue.
-    let fair =
-        run_with(small, &queues, gangs, Config { depth: 4, fair_sharing: true, ..scheduler_core::fixture::greedy() });
+    let fair = two_tenants_with(Config { depth: 4, fair_sharing: true, ..scheduler_core::fixture::greedy() });
     assert_eq!((admitted_of(&fair, "a"), admitted_of(&fair, "b")), (4, 4));
     assert_eq!(fair.reason("b-04"), &Reason::BeyondDepth { queue: Some("b".into()), depth: 4 });
     assert_eq!(fair.result.stats.pending, 24);

@@ -107,22 +107,8 @@ impl Pending {
     /// Takes the gangs of the window at the positions `decided` names (started, or refused for
     /// good) out of their queues, in window order, with their jobs.
     pub fn take_decided(&mut self, decided: &[bool]) -> Vec<(usize, Gang)> {
-        let mut i = 0;
-        let gangs: Vec<Gang> = self
-            .window
-            .extract_if(.., |_| {
-                i += 1;
-                decided[i - 1]
-            })
-            .collect();
-        let mut i = 0;
-        let jobs: Vec<usize> = self
-            .window_jobs
-            .extract_if(.., |_| {
-                i += 1;
-                decided[i - 1]
-            })
-            .collect();
+        let gangs = extract_marked(&mut self.window, decided);
+        let jobs = extract_marked(&mut self.window_jobs, decided);
         for (&j, gang) in jobs.iter().zip(&gangs) {
             self.lent[j] = false;
             self.leave(j, gang);
@@ -146,6 +132,17 @@ impl Pending {
             *sum -= gpus;
         }
     }
+}
+
+/// Takes out the items at the positions `marked` names, in order.
+fn extract_marked<T>(items: &mut Vec<T>, marked: &[bool]) -> Vec<T> {
+    let mut i = 0;
+    items
+        .extract_if(.., |_| {
+            i += 1;
+            marked[i - 1]
+        })
+        .collect()
 }
 
 /// The one cluster `gang` is bound to, if it is bound to exactly one.
