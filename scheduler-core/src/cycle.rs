@@ -1,5 +1,6 @@
 //! One scheduling cycle: take a snapshot and the pending gangs, return one decision per gang.
-//! Greedy, in queue order (`order`); every gang is tried on the cycle's transaction (`txn`)
+//! Greedy, in queue order (`order`), as deep into each queue as `Config::depth` (the rest wait,
+//! `BeyondDepth`); every gang is tried on the cycle's transaction (`txn`)
 //! and committed whole or rolled back (`run`); a gang that fits nowhere may preempt
 //! (`preempt`), backfill in front of the cycle's reservation or take one (`reserve`). With
 //! the batch optimiser on, a second pass realises its plan for the head of the queue and the
