@@ -25,6 +25,15 @@ pub struct PodShape {
 }
 
 impl NodeFree {
+    /// What is left of this when `used` is taken, if it holds that much.
+    pub fn less(&self, used: &NodeFree) -> Option<NodeFree> {
+        Some(NodeFree {
+            gpus: self.gpus.checked_sub(used.gpus)?,
+            cpu_milli: self.cpu_milli.checked_sub(used.cpu_milli)?,
+            memory_mib: self.memory_mib.checked_sub(used.memory_mib)?,
+        })
+    }
+
     /// How many pods of `shape` fit here.
     pub fn pods(&self, shape: &PodShape) -> u32 {
         let by = |free: u64, need: u64| free.checked_div(need).unwrap_or(u64::from(u32::MAX));
@@ -240,31 +249,17 @@ impl Capacity {
     /// not the fleet's size, so it can run after every event on a fleet of 100,000 nodes. A
     /// host using more than it has is never the empty fleet less `used`.
     pub fn is_empty_less(&self, fleet: &Fleet, used: &BTreeMap<DomainId, NodeFree>) -> bool {
-        let empty = fleet.allocatable();
-        let left = |host: DomainId, u: &NodeFree| {
-            let all = empty.node_free[host.idx()];
-            Some(NodeFree {
-                gpus: all.gpus.checked_sub(u.gpus)?,
-                cpu_milli: all.cpu_milli.checked_sub(u.cpu_milli)?,
-                memory_mib: all.memory_mib.checked_sub(u.memory_mib)?,
-            })
-        };
         // A small fleet is cheapest copied and compared whole.
         if fleet.domains_len() <= DENSE_CHECK_DOMAINS {
-            return self.is_empty_less_whole(fleet, used, &left);
+            return self.is_empty_less_whole(fleet, used);
         }
-        self.is_empty_less_in_use(fleet, used, &left)
+        self.is_empty_less_in_use(fleet, used)
     }
 
-    fn is_empty_less_whole(
-        &self,
-        fleet: &Fleet,
-        used: &BTreeMap<DomainId, NodeFree>,
-        left: &dyn Fn(DomainId, &NodeFree) -> Option<NodeFree>,
-    ) -> bool {
+    fn is_empty_less_whole(&self, fleet: &Fleet, used: &BTreeMap<DomainId, NodeFree>) -> bool {
         let mut expected = fleet.allocatable().clone();
         for (&host, u) in used {
-            if left(host, u).is_none() {
+            if expected.node_free[host.idx()].less(u).is_none() {
                 return false;
             }
             let all = PodShape { gpus: u.gpus, cpu_milli: u.cpu_milli, memory_mib: u.memory_mib };
@@ -274,19 +269,14 @@ impl Capacity {
             == (&self.node_free, &self.hist, &self.free_cpu_milli, &self.free_memory_mib)
     }
 
-    fn is_empty_less_in_use(
-        &self,
-        fleet: &Fleet,
-        used: &BTreeMap<DomainId, NodeFree>,
-        left: &dyn Fn(DomainId, &NodeFree) -> Option<NodeFree>,
-    ) -> bool {
+    fn is_empty_less_in_use(&self, fleet: &Fleet, used: &BTreeMap<DomainId, NodeFree>) -> bool {
         let empty = fleet.allocatable();
         // Per domain: CPU and memory in use under it; per histogram entry: the change in count.
         let mut taken: BTreeMap<DomainId, (u64, u64)> = BTreeMap::new();
         let mut moved: BTreeMap<usize, i64> = BTreeMap::new();
         for (&host, u) in used {
             let all = empty.node_free[host.idx()];
-            let Some(after) = left(host, u) else { return false };
+            let Some(after) = all.less(u) else { return false };
             if self.node_free[host.idx()] != after {
                 return false;
             }
@@ -344,17 +334,8 @@ mod tests {
             (east[0], NodeFree { gpus: 8, cpu_milli: 4_000, memory_mib: 1_024 }),
             (east[5], NodeFree { gpus: 3, cpu_milli: 4_000, memory_mib: 1_024 }),
         ]);
-        let empty = fleet.allocatable();
-        let left = |host: DomainId, u: &NodeFree| {
-            let all = empty.node_free(host);
-            Some(NodeFree {
-                gpus: all.gpus.checked_sub(u.gpus)?,
-                cpu_milli: all.cpu_milli.checked_sub(u.cpu_milli)?,
-                memory_mib: all.memory_mib.checked_sub(u.memory_mib)?,
-            })
-        };
         let both = |cap: &Capacity, used: &BTreeMap<DomainId, NodeFree>| {
-            (cap.is_empty_less_whole(&fleet, used, &left), cap.is_empty_less_in_use(&fleet, used, &left))
+            (cap.is_empty_less_whole(&fleet, used), cap.is_empty_less_in_use(&fleet, used))
         };
         assert_eq!(both(&tracked, &used), (true, true));
         let mut idle_drift = tracked.clone();

@@ -56,8 +56,7 @@ pub fn check(
                 u.gpus = u.gpus.saturating_add(ps.shape.gpus.saturating_mul(pods));
                 u.cpu_milli = u.cpu_milli.saturating_add(ps.shape.cpu_milli.saturating_mul(n));
                 u.memory_mib = u.memory_mib.saturating_add(ps.shape.memory_mib.saturating_mul(n));
-                let all = fleet.allocatable().node_free(host);
-                if u.gpus > all.gpus || u.cpu_milli > all.cpu_milli || u.memory_mib > all.memory_mib {
+                if fleet.allocatable().node_free(host).less(u).is_none() {
                     return Err(Violation::OverCommitted { host: fleet.path(host), gang: gang.id.clone() });
                 }
             }

@@ -89,12 +89,15 @@ pub struct Shortfall {
 }
 
 impl Reason {
+    /// `BeyondDepth`'s kind, for a caller counting gangs it never handed a cycle.
+    pub const BEYOND_DEPTH: &'static str = "beyond-depth";
+
     pub fn kind(&self) -> &'static str {
         match self {
             Reason::Invalid(_) => "invalid",
             Reason::UnknownQueue { .. } => "unknown-queue",
             Reason::WaitingBehind { .. } => "waiting-behind",
-            Reason::BeyondDepth { .. } => "beyond-depth",
+            Reason::BeyondDepth { .. } => Self::BEYOND_DEPTH,
             Reason::NoQuotaForFlavor { .. } => "no-quota-for-flavor",
             Reason::QuotaExceeded { .. } => "quota-exceeded",
             Reason::NoFlavor { .. } => "no-flavor",

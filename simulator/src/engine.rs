@@ -478,7 +478,7 @@ impl Sim<'_> {
         }
         let unseen = self.pending.len() - self.pending.lent().len();
         if unseen > 0 {
-            *self.run.pending_reason_cycles.entry(not_looked_at(self.policy, "").kind()).or_default() += unseen as u64;
+            *self.run.pending_reason_cycles.entry(Reason::BEYOND_DEPTH).or_default() += unseen as u64;
         }
         // Only a policy that plans reservations reads the releases: the others skip building them.
         let releases = if config.reservations { self.releases() } else { Vec::new() };
