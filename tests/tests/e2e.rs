@@ -428,9 +428,13 @@ async fn suspend_stops_a_running_trainjob_and_frees_its_gpus_resume_places_it_an
         store.get(&rt, Some("default"), "sleeper").is_ok()
     };
     assert!(jobset_on(&member));
-    // Running: the conditions read as Trainer's (none of Stowage's own).
-    let tj = api.get("sleeper").await.expect("trainjob");
-    assert_eq!(tj.status.expect("status").conditions, Vec::new());
+    // Running: the conditions read as Trainer's (none of Stowage's own). The dispatcher mirrors
+    // the Placement's phase onto the TrainJob on its own cycle, so wait for it.
+    eventually("the TrainJob's own conditions cleared", || async {
+        let tj = api.get("sleeper").await.expect("trainjob");
+        tj.status.is_some_and(|s| s.conditions.is_empty()).then_some(())
+    })
+    .await;
 
     let suspend = |yes: bool| json!({"spec": {"suspend": yes}});
     api.patch("sleeper", &PatchParams::default(), &Patch::Merge(suspend(true))).await.expect("suspend");
