@@ -131,6 +131,12 @@ struct DispatcherArgs {
     /// level, then until when for the next wider one (EXACT,WIDER: 7d,14d), or none.
     #[arg(long, value_parser = parse_patience, default_value = "7d,14d")]
     locality_patience: Patience,
+    /// What crossing each topology level costs a TrainJob's run time, in percent (NVLINK,RACK,
+    /// BLOCK,ZONE): a multi-node TrainJob with an expected run time holds out for its preferred
+    /// level only while the expected wait is shorter than what running spread would add; none:
+    /// locality patience alone decides (docs/policy.md).
+    #[arg(long, value_parser = parse_locality_cost, default_value = "20,5,15,100")]
+    locality_cost: LocalityCost,
     /// A running TrainJob younger than this is never evicted for a higher-priority one (whom a
     /// TrainJob may evict is its Queue's `spec.preemption`): seconds or 90s, 10m, 2h.
     #[arg(long, value_parser = parse_duration_s, default_value = "10m")]
@@ -355,6 +361,12 @@ struct SimulateArgs {
     /// preferred level, then until when for the next wider one (EXACT,WIDER: 7d,14d), or none.
     #[arg(long, value_parser = parse_patience, default_value = "7d,14d")]
     locality_patience: Patience,
+    /// What crossing each topology level costs a gang's run time, in percent (NVLINK,RACK,
+    /// BLOCK,ZONE), as the stowage policy weighs holding a gang for locality against starting
+    /// it spread; none: patience alone decides. The simulated world's slowdowns stay the
+    /// defaults (docs/simulator.md).
+    #[arg(long, value_parser = parse_locality_cost, default_value = "20,5,15,100")]
+    locality_cost: LocalityCost,
     /// Submit this percent of jobs (chosen by id and seed) at high priority: stowage preempts
     /// lower-priority gangs for them, the baselines do not.
     #[arg(long, value_name = "PERCENT", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
@@ -427,6 +439,33 @@ fn parse_patience(s: &str) -> Result<Patience, String> {
         return Err(format!("{s:?}: the wider hold ({wider}) ends before the exact one ({exact})"));
     }
     Ok(Patience(Some(scheduler_core::Patience { exact_ms: exact_s * 1000, wider_ms: wider_s * 1000 })))
+}
+
+/// Extra run time per level crossed, in percent (`NVLINK,RACK,BLOCK,ZONE`), or `none`.
+#[derive(Debug, Clone, Copy)]
+struct LocalityCost(Option<scheduler_core::Slowdown>);
+
+fn parse_locality_cost(s: &str) -> Result<LocalityCost, String> {
+    if s.trim().eq_ignore_ascii_case("none") {
+        return Ok(LocalityCost(None));
+    }
+    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+    let [nvlink, rack, block, zone] = parts[..] else {
+        return Err(format!("{s:?}: expected four percentages NVLINK,RACK,BLOCK,ZONE (e.g. 20,5,15,100) or none"));
+    };
+    // Thousandths of the run time; a level crossed can at most multiply it by 11.
+    let permille = |level: &str, v: &str| -> Result<u32, String> {
+        match v.parse::<f64>() {
+            Ok(pct) if (0.0..=1000.0).contains(&pct) => Ok((pct * 10.0).round() as u32),
+            _ => Err(format!("{s:?}: {level}: {v:?} is not a percentage from 0 to 1000")),
+        }
+    };
+    Ok(LocalityCost(Some(scheduler_core::Slowdown {
+        cross_nvlink: permille("NVLINK", nvlink)?,
+        cross_rack: permille("RACK", rack)?,
+        cross_block: permille("BLOCK", block)?,
+        cross_zone: permille("ZONE", zone)?,
+    })))
 }
 
 /// Every policy by name, so `--help` lists them all and stays in step with `Policy::ALL`.
@@ -541,6 +580,7 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
         node_failure_rate: args.node_failure_rate,
         tenants: args.tenants,
         patience: args.locality_patience.0,
+        locality_cost: args.locality_cost.0,
         urgent_percent: args.urgent,
         checkpoint_interval_s: args.checkpoint_interval,
         ..SimOptions::default()
@@ -679,6 +719,7 @@ fn dispatcher_command(args: DispatcherArgs) -> Result<(), CliError> {
             metrics,
             config: scheduler_core::Config {
                 patience: args.locality_patience.0,
+                locality_cost: args.locality_cost.0,
                 preemption: Some(scheduler_core::Preemption {
                     min_runtime_ms: args.preemption_min_runtime.saturating_mul(1000),
                     ..scheduler_core::Preemption::DEFAULT
@@ -903,5 +944,21 @@ mod tests {
         assert_eq!(parse_duration_s("1.5h"), Ok(5400));
         assert_eq!(parse_duration_s("14d"), Ok(1_209_600));
         assert!(parse_duration_s("3 weeks").is_err());
+    }
+
+    #[test]
+    fn locality_costs_are_four_percentages_or_none() {
+        let LocalityCost(Some(s)) = parse_locality_cost("20, 5,15,100").expect("valid") else { panic!("set") };
+        assert_eq!(s, scheduler_core::Slowdown::DEFAULT);
+        let LocalityCost(Some(s)) = parse_locality_cost("0,2.5,0,1000").expect("valid") else { panic!("set") };
+        assert_eq!((s.cross_rack, s.cross_zone), (25, 10_000));
+        assert!(parse_locality_cost("NONE").expect("valid").0.is_none());
+        let bad = |v: &str| parse_locality_cost(v).expect_err(v);
+        assert!(bad("20,5,15").contains("NVLINK,RACK,BLOCK,ZONE"), "{}", bad("20,5,15"));
+        for (v, field) in
+            [("20,-5,15,100", "RACK"), ("20,5,NaN,100", "BLOCK"), ("20,5,15,1e9", "ZONE"), ("x,5,15,100", "NVLINK")]
+        {
+            assert!(bad(v).contains(&format!("{field}:")), "{v}: {}", bad(v));
+        }
     }
 }

@@ -58,6 +58,22 @@ fn the_default_run_replays_the_builtin_trace_under_all_four_policies() {
             assert!(p["locality"][k].is_number(), "locality.{k}");
         }
     }
+    // Locality is weighed by cost with the documented slowdowns, and the report says so.
+    assert_eq!(v["options"]["locality_cost"]["cross_rack"].as_f64(), Some(0.05), "{}", v["options"]);
+    let off = dir.join("off.json");
+    let o = stowage(&[
+        "simulate",
+        "--policy",
+        "stowage",
+        "--locality-cost",
+        "none",
+        "--json",
+        off.to_str().expect("utf-8"),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(json(&off)["options"]["locality_cost"].is_null());
+    let o = stowage(&["simulate", "--locality-cost", "20,5,15"]);
+    assert!(!o.status.success() && stderr(&o).contains("NVLINK,RACK,BLOCK,ZONE"), "{}", stderr(&o));
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! How a cycle decides: the policy knobs, in one value. There is no `Default`: a caller says
 //! which policy it means, Stowage's own ([`Config::stowage`]) or a peer's ([`Config::baseline`]).
 
+use crate::locality::Slowdown;
 use crate::place::Fill;
 use crate::queue::QueueingStrategy;
 use crate::topology::{Level, TopologyConstraint};
@@ -23,8 +24,13 @@ pub struct Config {
     pub fill: Fill,
     /// Overrides every queue's own strategy (the baselines use this).
     pub strategy: Option<QueueingStrategy>,
-    /// How long a multi-pod set with a topology preference holds out for it; `None`: never
-    /// (a preference is met when it can be, at once).
+    /// Weigh holding a multi-pod set out for its preferred level against starting it spread, in
+    /// expected completion time, with these slowdowns (see `locality`); gangs with a run time
+    /// only, and never longer than `patience`'s first span. `None`: patience alone decides.
+    pub locality_cost: Option<Slowdown>,
+    /// How long a multi-pod set with a topology preference holds out for it when its cost cannot
+    /// be weighed (no run time, or `locality_cost` off); `None`: never (a preference is met when
+    /// it can be, at once).
     pub patience: Option<Patience>,
     /// Admit across queues by weighted dominant-resource share (see `order`); otherwise in one
     /// global order of priority and submit time.
@@ -58,6 +64,7 @@ impl Config {
             choice: ClusterChoice::Scored,
             fill: Fill::Locality,
             strategy: None,
+            locality_cost: Some(Slowdown::DEFAULT),
             patience: Some(Patience::DEFAULT),
             fair_sharing: false,
             reservations: true,
@@ -76,6 +83,7 @@ impl Config {
             choice,
             fill,
             strategy,
+            locality_cost: None,
             patience: None,
             fair_sharing: false,
             reservations: false,
@@ -88,7 +96,15 @@ impl Config {
     /// This policy as it places gangs already placed elsewhere, whose room is to be counted
     /// (assumed) before anything new: as they are, never held, never preempting, no batch.
     pub fn as_placed(&self) -> Self {
-        Config { patience: None, reservations: false, preemption: None, batch: None, depth: u32::MAX, ..*self }
+        Config {
+            locality_cost: None,
+            patience: None,
+            reservations: false,
+            preemption: None,
+            batch: None,
+            depth: u32::MAX,
+            ..*self
+        }
     }
 }
 

@@ -8,6 +8,7 @@
 //! only ordered containers, explicit tie-breaks, no clock.
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::collections::BTreeMap;
 
 use crate::batch::{self, BatchReport, Plan};
@@ -15,6 +16,7 @@ use crate::capacity::Capacity;
 use crate::config::Config;
 use crate::decision::{CycleStats, Decision};
 use crate::gang::Gang;
+use crate::locality;
 use crate::order::FairOrder;
 use crate::preempt;
 use crate::queue::{QueueId, QueueingStrategy, QuotaUsage};
@@ -75,6 +77,15 @@ fn greedy<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config, m
     // Each gang as it is held this cycle: preferences its patience still holds it to become
     // requirements (see `Patience`).
     let held: Vec<Cow<'_, Gang>> = pending.iter().map(|g| held(config, g, now_ms)).collect();
+    // The wider forms a held gang may be weighed in (`locality::weigh`), built when first needed.
+    let wider: Vec<OnceCell<Vec<Gang>>> = pending.iter().map(|_| OnceCell::new()).collect();
+    let moment = locality::Moment {
+        now_ms,
+        releases: &releases,
+        last: last.as_ref(),
+        waiting: pending.len().saturating_sub(1) as u64,
+        cluster_gpus: OnceCell::new(),
+    };
     let mut run = Run::new(fleet, queues, config, capacity, usage);
     let mut decisions: Vec<Option<Decision>> = vec![None; pending.len()];
     // The optimiser's assignments take their room when the cycle reaches its window: gangs
@@ -108,7 +119,12 @@ fn greedy<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config, m
                 queue: queues.spec(q).name.clone(),
                 gang: (*head).to_string(),
             }),
-            _ => match run.patient_gang(gang, &held[i]) {
+            _ => match run.patient_gang(gang, &held[i]).or_else(|reason| match reason {
+                Reason::HoldingForLocality { .. } => {
+                    locality::weigh(&mut run, gang, &held[i], reason, &wider[i], &moment)
+                }
+                other => Err(other),
+            }) {
                 Ok(admission) => Decision::Admit(admission),
                 Err(reason) => {
                     // Preempt only for a gang that fits nowhere as written: one merely holding

@@ -19,6 +19,7 @@ pub mod fixture;
 pub mod fleet;
 pub mod gang;
 pub mod invariants;
+pub mod locality;
 mod memo;
 pub mod nodes;
 pub mod order;
@@ -41,6 +42,7 @@ pub use cycle::{Cycle, cycle};
 pub use decision::{Admission, CycleStats, Decision, Rank, gang_charges, release};
 pub use fleet::{ClusterId, Domain, DomainId, FlavorId, Fleet, FleetBuilder, FleetError, LevelInfo, NodeInput};
 pub use gang::{ClusterFilter, Gang, GangError, PodSet, Slice};
+pub use locality::Slowdown;
 pub use nodes::{
     LabelMatch, MatchOperator, NodeClass, NodeRequirement, Taint, TaintEffect, Toleration, TolerationOperator,
 };
@@ -49,6 +51,6 @@ pub use queue::{
     BorrowWithinCohort, QueuePreemption, QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage, ReclaimWithinCohort,
     Resource, WithinQueue,
 };
-pub use reason::{Reason, Shortfall};
+pub use reason::{HoldCost, Reason, Shortfall};
 pub use snapshot::{Release, Reserved, Running, Snapshot};
 pub use topology::{Level, TopologyConstraint};

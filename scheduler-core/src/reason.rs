@@ -59,12 +59,15 @@ pub enum Reason {
     NoDomain(Shortfall),
     /// Even on an empty fleet no cluster could hold it.
     NeverFits(Shortfall),
-    /// The pod set prefers `preferred` and is still within its locality patience: it holds out
-    /// for one domain at `held` (see `cycle::Patience`), which has no room now.
+    /// The pod set prefers `preferred` and holds out for one domain at `held`, which has no
+    /// room now: waiting is expected to cost less than starting spread (`cost`, see
+    /// `locality`), or, for a gang with no run time to weigh, it is within its locality
+    /// patience (`cost: None`, see `config::Patience`).
     HoldingForLocality {
         preferred: Level,
         held: Level,
         shortfall: Shortfall,
+        cost: Option<HoldCost>,
     },
     /// Capacity is reserved for it on `cluster`, expected free in `in_s` seconds as running
     /// gangs end; smaller gangs use that capacity meanwhile only if they end before. `now` is
@@ -74,6 +77,18 @@ pub enum Reason {
         in_s: u64,
         now: Box<Reason>,
     },
+}
+
+/// Why waiting for locality was judged cheaper than starting now: a domain of the held level
+/// is expected free in `wait_s`, while starting now would cross `spread_level`, run the gang
+/// `spread_extra_s` longer and, with its GPUs held that much longer, delay the gangs waiting
+/// behind it by `others_delay_s` in all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HoldCost {
+    pub wait_s: u64,
+    pub spread_level: Level,
+    pub spread_extra_s: u64,
+    pub others_delay_s: u64,
 }
 
 /// A pod set that does not fit, with the best the fleet offers.
@@ -189,9 +204,23 @@ impl fmt::Display for Reason {
                 f,
                 "capacity reserved on cluster {cluster}, expected free in about {in_s} s as running gangs end (gangs that end sooner may use it meanwhile); now: {now}"
             ),
-            Reason::HoldingForLocality { preferred, held, shortfall } => write!(
+            Reason::HoldingForLocality { preferred, held, shortfall, cost: None } => write!(
                 f,
                 "holding out for one {held} (the pod set prefers one {preferred}; locality patience): {shortfall}"
+            ),
+            Reason::HoldingForLocality { preferred, held, shortfall, cost: Some(c) } => write!(
+                f,
+                "holding out for one {held} (the pod set prefers one {preferred}): one is expected free in about {} s; started now across {} it would run {} s longer and delay the gangs waiting behind it by about {} s in all; {shortfall}",
+                c.wait_s,
+                match c.spread_level {
+                    Level::Zone => "zones",
+                    Level::Block => "blocks",
+                    Level::Rack => "racks",
+                    Level::Nvlink => "NVLink domains",
+                    Level::Host => "hosts",
+                },
+                c.spread_extra_s,
+                c.others_delay_s,
             ),
         }
     }

@@ -58,10 +58,26 @@ pub(crate) fn no_room<'a>(
 }
 
 /// Where and when `gang` would start, from what running gangs release in order of their
-/// expected ends: the first release after which it fits. Holds what of that placement is free
-/// now, so later gangs cannot take it unless they end before (`backfill`).
-/// `hint`: when the last cycle's reservation for this gang started, where the search starts.
+/// expected ends (`earliest`). Holds what of that placement is free now, so later gangs cannot
+/// take it unless they end before (`backfill`).
 fn reserve<'a>(run: &mut Run<'a>, gang: &'a Gang, releases: &[Release], hint: Option<u64>) -> Option<Reservation> {
+    let (start_ms, admission) = earliest(run, gang, releases, hint)?;
+    let want: Vec<(DomainId, u32, PodShape)> = Release::of(gang, &admission, start_ms).hosts;
+    let mut r = Reservation { gang: gang.id.clone(), cluster: admission.cluster, start_ms, want, held: Vec::new() };
+    hold(run, &mut r);
+    Some(r)
+}
+
+/// When and where `gang` would start if nothing else were admitted meanwhile: the first
+/// release, in order of expected ends, after which it fits, and its placement then. `None`:
+/// it does not fit even once every running gang has ended. Leaves the cycle's state as it was.
+/// `hint`: when the last cycle's reservation for this gang started, where the search starts.
+pub(crate) fn earliest<'a>(
+    run: &mut Run<'a>,
+    gang: &'a Gang,
+    releases: &[Release],
+    hint: Option<u64>,
+) -> Option<(u64, Admission)> {
     if releases.is_empty() {
         return None;
     }
@@ -152,11 +168,7 @@ fn reserve<'a>(run: &mut Run<'a>, gang: &'a Gang, releases: &[Release], hint: Op
             None => fails = mid,
         }
     }
-    let start_ms = order[k - 1].end_ms;
-    let want: Vec<(DomainId, u32, PodShape)> = Release::of(gang, &admission, start_ms).hosts;
-    let mut r = Reservation { gang: gang.id.clone(), cluster: admission.cluster, start_ms, want, held: Vec::new() };
-    hold(run, &mut r);
-    Some(r)
+    Some((order[k - 1].end_ms, admission))
 }
 
 /// Takes what the reservation wants and is free now.

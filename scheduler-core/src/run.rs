@@ -18,17 +18,27 @@ use crate::reason::{Reason, Shortfall};
 use crate::topology::TopologyConstraint;
 use crate::txn::Txn;
 
-/// The gang as its patience holds it this cycle: preferences still held become requirements
-/// (see `Patience`); borrowed when nothing is held.
+/// The gang as it may be held for locality this cycle: preferences held become requirements
+/// (see `Patience`); borrowed when nothing is held. The patience bounds every hold; a gang with
+/// a run time, under `Config::locality_cost`, is held only while the cycle judges waiting
+/// cheaper than starting spread (`locality::weigh`), and without a patience it is held to its
+/// preferred level for as long as that holds.
 pub(crate) fn held<'g>(config: &Config, gang: &'g Gang, now_ms: u64) -> Cow<'g, Gang> {
-    let Some(patience) = config.patience else { return Cow::Borrowed(gang) };
     let waited = now_ms.saturating_sub(gang.submitted_ms);
-    if gang.pod_sets.iter().all(|ps| patience.hold(ps.topology, ps.pods, waited).is_none()) {
+    let by_cost = config.locality_cost.is_some() && gang.runtime_ms.is_some();
+    let hold = |ps: &PodSet| match (config.patience, ps.topology) {
+        (Some(patience), _) => patience.hold(ps.topology, ps.pods, waited),
+        (None, TopologyConstraint::Preferred(level)) if by_cost && ps.pods >= 2 => {
+            Some(TopologyConstraint::Required(level))
+        }
+        (None, _) => None,
+    };
+    if gang.pod_sets.iter().all(|ps| hold(ps).is_none()) {
         return Cow::Borrowed(gang);
     }
     let mut g = gang.clone();
     for ps in &mut g.pod_sets {
-        if let Some(c) = patience.hold(ps.topology, ps.pods, waited) {
+        if let Some(c) = hold(ps) {
             ps.topology = c;
         }
     }
@@ -82,7 +92,7 @@ impl<'a> Run<'a> {
                 let written = gang.pod_sets.iter().find(|p| p.name == shortfall.pod_set).map(|p| p.topology);
                 match (written, shortfall.level) {
                     (Some(TopologyConstraint::Preferred(preferred)), Some(held)) => {
-                        Err(Reason::HoldingForLocality { preferred, held, shortfall })
+                        Err(Reason::HoldingForLocality { preferred, held, shortfall, cost: None })
                     }
                     _ => Err(Reason::NoDomain(shortfall)),
                 }

@@ -8,7 +8,7 @@ use scheduler_core::invariants;
 use scheduler_core::{
     Admission, Batch, BorrowWithinCohort, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang,
     Level, Patience, Preemption, QueuePreemption, QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage,
-    ReclaimWithinCohort, Release, Reserved, Resource, Running, Snapshot, Solver, WithinQueue, cycle, release,
+    ReclaimWithinCohort, Release, Reserved, Resource, Running, Slowdown, Snapshot, Solver, WithinQueue, cycle, release,
 };
 
 fn arb_fleet() -> impl Strategy<Value = Fleet> {
@@ -114,24 +114,33 @@ fn arb_config() -> impl Strategy<Value = Config> {
         prop::option::of((2usize..12, 1usize..6, 0u32..50)),
         // A queue depth that cuts the queue short, and the default.
         prop::sample::select(vec![1u32, 3, Config::DEPTH]),
+        // Locality by cost, with the defaults and with crossing a rack dearer than a day's run.
+        prop::sample::select(vec![
+            None,
+            Some(Slowdown::DEFAULT),
+            Some(Slowdown { cross_rack: 2_000, ..Slowdown::DEFAULT }),
+        ]),
     )
-        .prop_map(|(choice, fill, fair_sharing, patience, reservations, preemption, batch, depth)| Config {
-            choice,
-            fill,
-            strategy: None,
-            patience: patience.map(|(a, b)| Patience { exact_ms: a, wider_ms: a + b }),
-            fair_sharing,
-            reservations,
-            preemption: preemption
-                .map(|(min_runtime_ms, prefer_checkpointed)| Preemption { min_runtime_ms, prefer_checkpointed }),
-            batch: batch.map(|(window, candidates, max_nodes)| Batch {
-                window,
-                candidates,
-                max_nodes,
-                solver: Solver::Highs,
-            }),
-            depth,
-        })
+        .prop_map(
+            |(choice, fill, fair_sharing, patience, reservations, preemption, batch, depth, locality_cost)| Config {
+                choice,
+                fill,
+                strategy: None,
+                locality_cost,
+                patience: patience.map(|(a, b)| Patience { exact_ms: a, wider_ms: a + b }),
+                fair_sharing,
+                reservations,
+                preemption: preemption
+                    .map(|(min_runtime_ms, prefer_checkpointed)| Preemption { min_runtime_ms, prefer_checkpointed }),
+                batch: batch.map(|(window, candidates, max_nodes)| Batch {
+                    window,
+                    candidates,
+                    max_nodes,
+                    solver: Solver::Highs,
+                }),
+                depth,
+            },
+        )
 }
 
 proptest! {

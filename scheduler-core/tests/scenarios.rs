@@ -5,7 +5,7 @@ use scheduler_core::invariants;
 use scheduler_core::{
     Admission, Batch, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang, Level, Patience,
     PodShape, Preemption, QueuePreemption, QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage, Reason,
-    ReclaimWithinCohort, Release, Resource, Running, Snapshot, WithinQueue, cycle,
+    ReclaimWithinCohort, Release, Resource, Running, Slowdown, Snapshot, WithinQueue, cycle,
 };
 
 use Level::{Block, Host, Rack};
@@ -155,6 +155,7 @@ fn multikueue_emulation_takes_the_first_cluster_that_admits() {
         choice: ClusterChoice::InOrder,
         fill: Fill::Locality,
         strategy: None,
+        locality_cost: None,
         patience: None,
         fair_sharing: false,
         reservations: false,
@@ -301,7 +302,7 @@ fn a_gang_within_its_patience_holds_out_for_its_preferred_rack_and_says_so() {
     let (_, d) = fragmented_racks(gang("wide").pods(4).gpus(8).preferred(Rack), 500);
     let Decision::Pending(reason) = d else { panic!("admitted: {d:?}") };
     assert!(
-        matches!(&reason, Reason::HoldingForLocality { preferred: Rack, held: Rack, shortfall } if shortfall.pods == 4),
+        matches!(&reason, Reason::HoldingForLocality { preferred: Rack, held: Rack, shortfall, cost: None } if shortfall.pods == 4),
         "{reason:?}"
     );
     assert!(reason.to_string().starts_with("holding out for one rack"), "{reason}");
@@ -317,6 +318,107 @@ fn past_the_exact_hold_a_gang_takes_one_block_and_past_the_wider_hold_anything()
     assert!(matches!(d, Decision::Pending(Reason::HoldingForLocality { held: Block, .. })), "{d:?}");
     let (f, d) = fragmented_racks(gang("huge").pods(13).gpus(8).preferred(Rack), 6_000);
     assert_eq!(span_level(&f, &d), Some(None), "{d:?}");
+}
+
+/// As `fragmented_racks`, weighed by cost: the host taken in each rack is released at
+/// `free_at_ms`, the patience (1 day, 2 days) only bounds the hold, and `others` more gangs
+/// that can never fit wait behind `g`.
+fn weighed(g: Gang, now_ms: u64, free_at_ms: u64, others: usize) -> (Fleet, Decision) {
+    let taken: Vec<(usize, u64)> = (0..8).map(|rack| (rack * 4, free_at_ms)).collect();
+    weighed_on(&taken, g, now_ms, others)
+}
+
+/// `g` weighed by cost on `one_cluster` with each (host index, release time) of `taken` in use.
+fn weighed_on(taken: &[(usize, u64)], g: Gang, now_ms: u64, others: usize) -> (Fleet, Decision) {
+    let f = one_cluster();
+    let q = default_queues();
+    let mut capacity = Capacity::empty(&f);
+    let hosts = f.clusters()[0].hosts().to_vec();
+    let shape = PodShape { gpus: 8, cpu_milli: 0, memory_mib: 0 };
+    let mut releases = Vec::new();
+    for &(h, end_ms) in taken {
+        capacity.take(&f, hosts[h], 1, shape);
+        releases.push(Release { gang: format!("running-{h}"), end_ms, hosts: vec![(hosts[h], 1, shape)] });
+    }
+    capacity.commit();
+    let config = Config {
+        locality_cost: Some(Slowdown::DEFAULT),
+        patience: Some(Patience { exact_ms: DAY_MS, wider_ms: 2 * DAY_MS }),
+        ..scheduler_core::fixture::greedy()
+    };
+    let mut pending = vec![g];
+    // Nine GPUs per pod fit no host of eight: they only wait.
+    pending.extend((0..others).map(|i| gang(&format!("other-{i}")).gpus(9).submitted(1).runtime(HOUR_MS)));
+    let snapshot = Snapshot { capacity, releases, now_ms, ..Snapshot::idle(&f, &q) };
+    let decision = cycle(snapshot, &pending, &config).decisions.remove(0);
+    (f, decision)
+}
+
+const HOUR_MS: u64 = 3_600_000;
+const DAY_MS: u64 = 24 * HOUR_MS;
+
+#[test]
+fn a_gang_waits_for_its_rack_when_the_wait_costs_less_than_running_spread() {
+    // 20 h spread over racks runs 5% (60 min) longer; a rack frees in 30 min: wait.
+    let wide = gang("wide").pods(4).gpus(8).preferred(Rack).runtime(20 * HOUR_MS);
+    let (_, d) = weighed(wide.clone(), 0, HOUR_MS / 2, 0);
+    let Decision::Pending(reason) = d else { panic!("admitted: {d:?}") };
+    let Reason::HoldingForLocality { preferred: Rack, held: Rack, cost: Some(cost), .. } = &reason else {
+        panic!("{reason:?}")
+    };
+    assert_eq!((cost.wait_s, cost.spread_level, cost.spread_extra_s, cost.others_delay_s), (1_800, Rack, 3_600, 0));
+    assert!(
+        reason.to_string().starts_with(
+            "holding out for one rack (the pod set prefers one rack): one is expected free in about 1800 s; started now across racks it would run 3600 s longer and delay the gangs waiting behind it by about 0 s in all; pod set node: no rack"
+        ),
+        "{reason}"
+    );
+    // A rack two hours away costs more than the hour spreading costs: it starts in one block now.
+    let (f, d) = weighed(wide.clone(), 0, 2 * HOUR_MS, 0);
+    assert_eq!(span_level(&f, &d), Some(Some(Block)), "{d:?}");
+    // So does a gang too short for the slowdown to matter (2 h: 6 min longer).
+    let short = gang("short").pods(4).gpus(8).preferred(Rack).runtime(2 * HOUR_MS);
+    let (f, d) = weighed(short, 0, HOUR_MS / 2, 0);
+    assert_eq!(span_level(&f, &d), Some(Some(Block)), "{d:?}");
+    // The patience bounds the hold: two days on, it starts whatever the cost says.
+    let (f, d) = weighed(wide.clone(), 2 * DAY_MS, 2 * DAY_MS + HOUR_MS / 2, 0);
+    assert_eq!(span_level(&f, &d), Some(Some(Block)), "{d:?}");
+    // A gang with no run time cannot be weighed: its patience holds it.
+    let unknown = Gang { runtime_ms: None, ..wide };
+    let (_, d) = weighed(unknown, 0, 2 * HOUR_MS, 0);
+    assert!(matches!(d, Decision::Pending(Reason::HoldingForLocality { cost: None, .. })), "{d:?}");
+}
+
+#[test]
+fn running_spread_weighs_the_gpu_time_it_takes_from_the_gangs_waiting_behind() {
+    // Alone, a rack two hours away is not worth the hour spreading costs (above). With 16
+    // gangs waiting, the spread gang's extra hour on 32 of the fleet's 256 GPUs delays each by
+    // 7.5 min: 3 h in all, more than the two-hour wait.
+    let wide = gang("wide").pods(4).gpus(8).preferred(Rack).runtime(20 * HOUR_MS);
+    let (_, d) = weighed(wide, 0, 2 * HOUR_MS, 16);
+    let Decision::Pending(Reason::HoldingForLocality { cost: Some(c), .. }) = d else { panic!("{d:?}") };
+    assert_eq!((c.wait_s, c.spread_extra_s, c.others_delay_s), (7_200, 3_600, 7_200));
+}
+
+#[test]
+fn a_gang_weighs_a_wider_domain_too_and_holds_for_the_one_that_finishes_first() {
+    // In each block: rack 0 has hosts 0 (ends in 30 min) and 1 (100 h) in use, rack 1 host 0
+    // (30 min) and 1-3 (100 h), racks 2 and 3 everything (100 h). Now each block has 2 free
+    // hosts: 4 pods would cross blocks (15%, 3 h of 20 h). In 30 min a block has 4 (crossing
+    // racks: 1 h); a rack only in 100 h. The block is the better wait.
+    let mut taken = Vec::new();
+    for block in 0..2 {
+        let at = |rack: usize, host: usize| block * 16 + rack * 4 + host;
+        taken.extend([(at(0, 0), HOUR_MS / 2), (at(0, 1), 100 * HOUR_MS), (at(1, 0), HOUR_MS / 2)]);
+        taken.extend((1..4).map(|h| (at(1, h), 100 * HOUR_MS)));
+        taken.extend((2..4).flat_map(|r| (0..4).map(move |h| (at(r, h), 100 * HOUR_MS))));
+    }
+    let wide = gang("wide").pods(4).gpus(8).preferred(Rack).runtime(20 * HOUR_MS);
+    let (_, d) = weighed_on(&taken, wide, 0, 0);
+    assert!(
+        matches!(&d, Decision::Pending(Reason::HoldingForLocality { held: Block, cost: Some(c), .. }) if c.wait_s == 1_800 && c.spread_extra_s == 3 * 3_600 && c.spread_level == Block && c.others_delay_s == 0),
+        "{d:?}"
+    );
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! simulator stretches the job's run time by the factor for the widest level its pods cross.
 //! Defaults and their sources: docs/simulator.md.
 
-use scheduler_core::{DomainId, Fleet, Level};
+use scheduler_core::{DomainId, Fleet, Level, Slowdown};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -16,8 +16,23 @@ pub struct TopologyCost {
 }
 
 impl Default for TopologyCost {
+    /// The factors Stowage's policy weighs locality with by default (`Slowdown::DEFAULT`): the
+    /// world the simulator models is the one the policy was told about, until an admin says
+    /// otherwise on either side.
     fn default() -> Self {
-        TopologyCost { cross_nvlink: 0.20, cross_rack: 0.05, cross_block: 0.15, cross_zone: 1.00 }
+        TopologyCost::from(Slowdown::DEFAULT)
+    }
+}
+
+impl From<Slowdown> for TopologyCost {
+    fn from(s: Slowdown) -> Self {
+        let f = |permille: u32| f64::from(permille) / 1000.0;
+        TopologyCost {
+            cross_nvlink: f(s.cross_nvlink),
+            cross_rack: f(s.cross_rack),
+            cross_block: f(s.cross_block),
+            cross_zone: f(s.cross_zone),
+        }
     }
 }
 
@@ -30,13 +45,7 @@ impl TopologyCost {
     /// just below the span is the widest one crossed. One host, or hosts in one rack, cost
     /// nothing extra (that is the reference the trace's durations were measured on).
     pub fn factor(&self, fleet: &Fleet, span: DomainId) -> f64 {
-        let d = fleet.domain(span);
-        let cluster = fleet.cluster(d.cluster);
-        if d.node.is_some() {
-            return 1.0;
-        }
-        let crossed = cluster.level_at(d.depth + 1).unwrap_or(Level::Host);
-        1.0 + match crossed {
+        1.0 + match scheduler_core::locality::crossed(fleet, span) {
             Level::Zone => self.cross_zone,
             Level::Block => self.cross_block,
             Level::Rack => self.cross_rack,

@@ -33,6 +33,8 @@ pub struct SimOptions {
     pub tenants: u32,
     /// Locality patience of the policies that have one (`None`: off).
     pub patience: Option<scheduler_core::Patience>,
+    /// The slowdowns those policies weigh holding for locality with (`None`: patience alone).
+    pub locality_cost: Option<scheduler_core::Slowdown>,
     /// Percent of jobs (chosen by id and seed) submitted at priority `URGENT`, on top of the
     /// trace's own: the load that makes preemption matter on traces without priorities.
     pub urgent_percent: u32,
@@ -56,6 +58,7 @@ impl Default for SimOptions {
             cost: TopologyCost::default(),
             tenants: 4,
             patience: Some(scheduler_core::Patience::DEFAULT),
+            locality_cost: Some(scheduler_core::Slowdown::DEFAULT),
             urgent_percent: 0,
             checkpoint_interval_s: None,
         }
@@ -384,7 +387,7 @@ impl Sim<'_> {
             Event::Arrival(i) => {
                 let r = &self.records[i];
                 let mut gang = gang_of(&trace.jobs[i], r.submit_s, r.priority, self.opts.tenants);
-                let config = self.policy.config_with(self.opts.patience);
+                let config = self.policy.config_with(self.opts.patience, self.opts.locality_cost);
                 let bound = self.policy.bind_at_submit(
                     self.fleet,
                     self.queues,
@@ -467,7 +470,7 @@ impl Sim<'_> {
         }
         let _span = tracing::debug_span!("cycle", policy = %self.policy, t, pending = self.pending.len()).entered();
         let now_ms = t.saturating_mul(1000);
-        let config = self.policy.config_with(self.opts.patience);
+        let config = self.policy.config_with(self.opts.patience, self.opts.locality_cost);
         // The cycle looks at no more than the first `depth` of each queue: only those are
         // handed to it. The others wait another cycle, as the cycle would have told them.
         let policy = self.policy;

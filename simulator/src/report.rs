@@ -45,6 +45,8 @@ pub struct OptionsSummary {
     /// Locality patience (seconds at the preferred level, then until this at the next wider);
     /// `None`: off.
     pub locality_patience_s: Option<(u64, u64)>,
+    /// The slowdowns the policy weighs holding for locality with (`None`: patience alone).
+    pub locality_cost: Option<crate::cost::TopologyCost>,
     /// Percent of jobs submitted at high priority (`--urgent`).
     pub urgent_percent: u32,
     /// How often jobs checkpoint (`--checkpoint-interval`); `None`: never.

@@ -67,6 +67,7 @@ pub fn run_policies(
             tenants: opts.tenants,
             topology_cost: opts.cost,
             locality_patience_s: opts.patience.map(|p| (p.exact_ms / 1000, p.wider_ms / 1000)),
+            locality_cost: opts.locality_cost.map(crate::cost::TopologyCost::from),
             urgent_percent: opts.urgent_percent,
             checkpoint_interval_s: opts.checkpoint_interval_s,
         },
@@ -130,9 +131,31 @@ mod tests {
         assert!(delay(ours) <= 0.6 * delay(fifo), "{} vs fifo {}", delay(ours), delay(fifo));
         assert!(delay(ours) <= 0.8 * delay(kueue), "{} vs kueue {}", delay(ours), delay(kueue));
         let (l, k) = (&ours.locality, &kueue.locality);
-        assert!(l.within_block >= 0.95 && l.within_rack >= 0.80, "{l:?}");
+        assert!(l.within_block >= 0.90 && l.within_rack >= 0.80, "{l:?}");
         assert!(l.within_block >= k.within_block && l.within_rack >= k.within_rack, "{l:?} vs kueue {k:?}");
         assert!(l.multi_node_gangs > 50, "the trace has multi-node gangs: {l:?}");
+    }
+
+    /// #20's policy targets on the Philly subset at every load from 1x to 4x: stowage has the
+    /// lowest mean completion time and queueing delay of the four, utilisation within a point
+    /// of the best, and keeps most gangs inside one block (locality by cost, docs/policy.md).
+    #[test]
+    fn stowage_has_the_lowest_jct_and_delay_at_every_load_and_keeps_its_locality() {
+        let fleet = FleetSpec::builtin().build("built-in").expect("fleet");
+        let trace = builtin_trace().expect("trace");
+        let inputs = Inputs { fleet: &fleet, fleet_name: "built-in", trace: &trace, trace_name: "philly" };
+        for (load, block) in [(1.0, 0.90), (2.0, 0.70), (3.0, 0.70), (4.0, 0.70)] {
+            let opts = SimOptions { load_scale: load, ..SimOptions::default() };
+            let (report, _) = run_policies(&inputs, &Policy::DEFAULT, &opts, &mut |_, _, _| {}).expect("runs");
+            let ours = &report.policies[0];
+            assert_eq!(ours.name, "stowage");
+            for p in &report.policies[1..] {
+                let at = format!("x{load}: stowage {ours:?}\nagainst {p:?}");
+                assert!(ours.jct_s.mean < p.jct_s.mean && ours.queueing_delay_s.mean < p.queueing_delay_s.mean, "{at}");
+                assert!(ours.gpu_utilisation >= p.gpu_utilisation - 0.01, "{at}");
+            }
+            assert!(ours.locality.within_block >= block, "x{load}: {:?}", ours.locality);
+        }
     }
 
     /// With a tenth of the jobs urgent, stowage preempts for them and they wait a fraction of

@@ -1,0 +1,178 @@
+//! Locality by cost: a gang that prefers a rack (or any level) and finds none free either
+//! starts now, spread wider, and runs longer for its whole run, or waits for one and runs at
+//! full speed. The cycle weighs the two in expected completion time: the extra run time of the
+//! spread placement (its `Slowdown` factor times the gang's run time) against the expected wait
+//! for a domain of the preferred level (from running gangs' expected ends, as a reservation is
+//! found). Under light load a rack frees soon and the gang waits; under heavy load the wait
+//! outgrows the slowdown and the gang starts rather than leave GPUs idle.
+
+use std::cell::OnceCell;
+
+use crate::decision::Admission;
+use crate::fleet::{DomainId, Fleet};
+use crate::gang::Gang;
+use crate::reason::{HoldCost, Reason};
+use crate::reserve;
+use crate::run::Run;
+use crate::snapshot::{Release, Reserved};
+use crate::topology::{Level, TopologyConstraint};
+
+/// How much longer a gang runs when its pods cross a level, in thousandths of its run time
+/// (50 = 5 % longer), for the widest level crossed: the level just below the pods' narrowest
+/// common domain. Pods on one host, or on the hosts of one rack, are the reference (no extra).
+/// The defaults and their sources are in docs/simulator.md ("Topology cost model"): inferences
+/// from interconnect bandwidths and published reports, not measurements. An admin who has
+/// measured their fleet's sets them (`--locality-cost`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slowdown {
+    pub cross_nvlink: u32,
+    pub cross_rack: u32,
+    pub cross_block: u32,
+    pub cross_zone: u32,
+}
+
+impl Slowdown {
+    pub const DEFAULT: Slowdown = Slowdown { cross_nvlink: 200, cross_rack: 50, cross_block: 150, cross_zone: 1000 };
+
+    /// The extra run time, in thousandths, of a gang whose pods' narrowest common domain is `span`.
+    pub fn extra_permille(&self, fleet: &Fleet, span: DomainId) -> u32 {
+        match crossed(fleet, span) {
+            Level::Zone => self.cross_zone,
+            Level::Block => self.cross_block,
+            Level::Rack => self.cross_rack,
+            Level::Nvlink => self.cross_nvlink,
+            Level::Host => 0,
+        }
+    }
+}
+
+/// The widest level a gang whose narrowest common domain is `span` crosses: the level just
+/// below `span` (`Host` when it sits on one host, or on the hosts of one rack with no level
+/// between).
+pub fn crossed(fleet: &Fleet, span: DomainId) -> Level {
+    let d = fleet.domain(span);
+    if d.node.is_some() {
+        return Level::Host;
+    }
+    fleet.cluster(d.cluster).level_at(d.depth + 1).unwrap_or(Level::Host)
+}
+
+/// What a cycle knows of its moment that weighing a hold needs: now, what running gangs
+/// release and when, the last cycle's reservation, and how contended the fleet is.
+#[derive(Debug)]
+pub(crate) struct Moment<'c> {
+    pub(crate) now_ms: u64,
+    pub(crate) releases: &'c [Release],
+    pub(crate) last: Option<&'c Reserved>,
+    /// Gangs waiting at the cycle's start, and each cluster's GPUs: a spread gang holds its
+    /// GPUs longer, and that time is taken from every gang waiting behind it.
+    pub(crate) waiting: u64,
+    /// Counted the first time a hold is weighed: most cycles weigh none.
+    pub(crate) cluster_gpus: OnceCell<Vec<u64>>,
+}
+
+impl Moment<'_> {
+    /// What running `gang` `extra_ms` longer as `admission` places it costs in completion time:
+    /// its own, and, since mean completion time is over every job, that of each gang waiting
+    /// behind it, which loses its share of the extra GPU-time on that cluster.
+    fn cost_ms(&self, fleet: &Fleet, gang: &Gang, admission: &Admission, extra_ms: u64) -> u64 {
+        let per_cluster = self.cluster_gpus.get_or_init(|| {
+            let mut gpus = vec![0; fleet.clusters().len()];
+            for (h, n) in fleet.hosts() {
+                gpus[usize::from(fleet.domain(h).cluster.0)] += u64::from(n.gpus);
+            }
+            gpus
+        });
+        let gpus = per_cluster.get(usize::from(admission.cluster.0)).copied().unwrap_or(0).max(1);
+        let others = u128::from(extra_ms) * u128::from(gang.total_gpus()) * u128::from(self.waiting) / u128::from(gpus);
+        extra_ms.saturating_add(u64::try_from(others).unwrap_or(u64::MAX))
+    }
+}
+
+/// The extra run time, in milliseconds, of running `gang` for `runtime_ms` as `admission` places it.
+fn extra_ms(run: &Run<'_>, slowdown: &Slowdown, admission: &Admission, runtime_ms: u64) -> u64 {
+    let permille = admission.span(run.fleet).map_or(0, |s| slowdown.extra_permille(run.fleet, s));
+    runtime_ms.saturating_mul(u64::from(permille)) / 1000
+}
+
+/// A gang held for its preferred level (`reason` says no domain of it is free): start it now
+/// as written if that costs less than waiting (for the preferred level or any wider one the
+/// spread placement would still cross), else keep it waiting and say what each costs. The
+/// spread admission stays taken (uncommitted) when it is returned. `wider`: this cycle's
+/// store for the gang's widened forms, built the first time they are needed.
+pub(crate) fn weigh<'a>(
+    run: &mut Run<'a>,
+    gang: &'a Gang,
+    held: &'a Gang,
+    reason: Reason,
+    wider: &'a OnceCell<Vec<Gang>>,
+    at: &Moment<'_>,
+) -> Result<Admission, Reason> {
+    let (Some(slowdown), Some(runtime_ms)) = (run.config.locality_cost, gang.runtime_ms) else { return Err(reason) };
+    let Reason::HoldingForLocality { preferred, held: level, shortfall, .. } = reason else { return Err(reason) };
+    let cp = run.txn.checkpoint();
+    // Nothing fits as written either: the gang waits whatever it prefers, for its preferred
+    // level (a reservation, if it gets one, is for that).
+    let Ok(spread) = run.gang(gang) else {
+        return Err(Reason::HoldingForLocality { preferred, held: level, shortfall, cost: None });
+    };
+    let spread_ms = extra_ms(run, &slowdown, &spread, runtime_ms);
+    if spread_ms == 0 {
+        return Ok(spread);
+    }
+    let spread_cost_ms = at.cost_ms(run.fleet, gang, &spread, spread_ms);
+    let spread_level = spread.span(run.fleet).map_or(Level::Zone, |s| crossed(run.fleet, s));
+    // Nothing is released before the first running gang ends: when even that is further off
+    // than spreading costs, no wait can win, and no search is needed.
+    let next_release = at.releases.iter().filter(|r| !run.txn.is_evicted(&r.gang)).map(|r| r.end_ms).min();
+    if next_release.is_none_or(|t| t.saturating_sub(at.now_ms) >= spread_cost_ms) {
+        return Ok(spread);
+    }
+    // The waits are found on today's capacity plus future releases, without the spread placement.
+    run.txn.rollback(cp);
+    let hint = at.last.filter(|l| l.gang == gang.id).map(|l| l.start_ms);
+    // Each level worth holding for, from the preferred one out to the one the spread placement
+    // crosses (a domain of that level would cross only the next narrower): its expected wait
+    // plus what the extra run time of the placement it would get then costs. Ties keep the
+    // narrower. (`wider` is filled once: a cycle weighs a gang once.)
+    let candidates: Vec<Level> = Level::ALL.into_iter().rev().filter(|&l| l < level && l >= spread_level).collect();
+    let wider: &'a [Gang] = wider.get_or_init(|| candidates.iter().map(|&l| widened(gang, held, l)).collect());
+    let mut best: Option<(u64, Level, u64)> = None;
+    for (candidate, form) in std::iter::once((level, held)).chain(candidates.iter().copied().zip(wider)) {
+        let hint = hint.filter(|_| candidate == level);
+        if let Some((start_ms, fits)) = reserve::earliest(run, form, at.releases, hint) {
+            let wait_ms = start_ms.saturating_sub(at.now_ms);
+            let total =
+                wait_ms.saturating_add(at.cost_ms(run.fleet, gang, &fits, extra_ms(run, &slowdown, &fits, runtime_ms)));
+            if best.is_none_or(|(t, _, _)| total < t) {
+                best = Some((total, candidate, wait_ms));
+            }
+        }
+    }
+    match best {
+        // Waiting wins only by costing less: the wait plus what the held placement's own extra
+        // run time costs must be below what the spread's costs.
+        Some((total, held_level, wait_ms)) if total < spread_cost_ms => {
+            let cost = HoldCost {
+                wait_s: wait_ms / 1000,
+                spread_level,
+                spread_extra_s: spread_ms / 1000,
+                others_delay_s: (spread_cost_ms - spread_ms) / 1000,
+            };
+            Err(Reason::HoldingForLocality { preferred, held: held_level, shortfall, cost: Some(cost) })
+        }
+        // Placing it again on the same state finds the same room.
+        _ => run.gang(gang).map_err(|_| Reason::HoldingForLocality { preferred, held: level, shortfall, cost: None }),
+    }
+}
+
+/// `held` with each pod set it holds to a level narrower than `level` held to `level` instead.
+fn widened(gang: &Gang, held: &Gang, level: Level) -> Gang {
+    let mut g = held.clone();
+    for (ps, written) in g.pod_sets.iter_mut().zip(&gang.pod_sets) {
+        if let (TopologyConstraint::Required(l), TopologyConstraint::Preferred(_)) = (ps.topology, written.topology) {
+            ps.topology = TopologyConstraint::Required(l.min(level));
+        }
+    }
+    g
+}
