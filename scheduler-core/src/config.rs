@@ -26,11 +26,11 @@ pub struct Config {
     pub strategy: Option<QueueingStrategy>,
     /// Weigh holding a multi-pod set out for its preferred level against starting it spread, in
     /// expected completion time, with these slowdowns (see `locality`); gangs with a run time
-    /// only, and never longer than `patience`'s first span. `None`: patience alone decides.
+    /// only, and never longer than `patience` would hold them. `None`: patience alone decides.
     pub locality_cost: Option<Slowdown>,
-    /// How long a multi-pod set with a topology preference holds out for it when its cost cannot
-    /// be weighed (no run time, or `locality_cost` off); `None`: never (a preference is met when
-    /// it can be, at once).
+    /// The longest a multi-pod set with a topology preference holds out for it, and how long
+    /// when its cost cannot be weighed (no run time, or `locality_cost` off); `None`: no bound
+    /// under `locality_cost`, else never (a preference is met when it can be, at once).
     pub patience: Option<Patience>,
     /// Admit across queues by weighted dominant-resource share (see `order`); otherwise in one
     /// global order of priority and submit time.
