@@ -1,7 +1,6 @@
 //! How a cycle decides: the policy knobs, in one value. There is no `Default`: a caller says
 //! which policy it means, Stowage's own ([`Config::stowage`]) or a peer's ([`Config::baseline`]).
 
-use crate::locality::Slowdown;
 use crate::place::Fill;
 use crate::queue::QueueingStrategy;
 use crate::topology::{Level, TopologyConstraint};
@@ -136,6 +135,36 @@ impl Patience {
         }
         let wider = Level::ALL.iter().rev().copied().find(|l| *l < level)?;
         (waited_ms < self.wider_ms).then_some(TopologyConstraint::Required(wider))
+    }
+}
+
+/// How much longer a gang runs when its pods cross a level, in thousandths of its run time
+/// (50 = 5 % longer), for the widest level crossed: the level just below the pods' narrowest
+/// common domain. Pods on one host, or on the hosts of one rack, are the reference (no extra).
+/// The defaults and their sources are in docs/simulator.md ("Topology cost model"): inferences
+/// from interconnect bandwidths and published reports, not measurements. An admin who has
+/// measured their fleet's sets them (`--locality-cost`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slowdown {
+    pub cross_nvlink: u32,
+    pub cross_rack: u32,
+    pub cross_block: u32,
+    pub cross_zone: u32,
+}
+
+impl Slowdown {
+    pub const DEFAULT: Slowdown = Slowdown { cross_nvlink: 200, cross_rack: 50, cross_block: 150, cross_zone: 1000 };
+
+    /// The extra run time, in thousandths, of a gang whose widest level crossed is `crossed`
+    /// (`locality::crossed`).
+    pub fn extra_permille(&self, crossed: Level) -> u32 {
+        match crossed {
+            Level::Zone => self.cross_zone,
+            Level::Block => self.cross_block,
+            Level::Rack => self.cross_rack,
+            Level::Nvlink => self.cross_nvlink,
+            Level::Host => 0,
+        }
     }
 }
 

@@ -37,12 +37,11 @@ mod txn;
 
 pub use batch::{BatchReport, Rejected};
 pub use capacity::{Capacity, PodShape};
-pub use config::{Batch, ClusterChoice, Config, Patience, Preemption, Solver};
+pub use config::{Batch, ClusterChoice, Config, Patience, Preemption, Slowdown, Solver};
 pub use cycle::{Cycle, cycle};
 pub use decision::{Admission, CycleStats, Decision, Rank, gang_charges, release};
 pub use fleet::{ClusterId, Domain, DomainId, FlavorId, Fleet, FleetBuilder, FleetError, LevelInfo, NodeInput};
 pub use gang::{ClusterFilter, Gang, GangError, PodSet, Slice};
-pub use locality::Slowdown;
 pub use nodes::{
     LabelMatch, MatchOperator, NodeClass, NodeRequirement, Taint, TaintEffect, Toleration, TolerationOperator,
 };

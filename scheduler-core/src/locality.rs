@@ -8,6 +8,7 @@
 
 use std::cell::OnceCell;
 
+use crate::config::Slowdown;
 use crate::decision::Admission;
 use crate::fleet::{DomainId, Fleet};
 use crate::gang::Gang;
@@ -16,35 +17,6 @@ use crate::reserve;
 use crate::run::Run;
 use crate::snapshot::{Release, Reserved};
 use crate::topology::{Level, TopologyConstraint};
-
-/// How much longer a gang runs when its pods cross a level, in thousandths of its run time
-/// (50 = 5 % longer), for the widest level crossed: the level just below the pods' narrowest
-/// common domain. Pods on one host, or on the hosts of one rack, are the reference (no extra).
-/// The defaults and their sources are in docs/simulator.md ("Topology cost model"): inferences
-/// from interconnect bandwidths and published reports, not measurements. An admin who has
-/// measured their fleet's sets them (`--locality-cost`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Slowdown {
-    pub cross_nvlink: u32,
-    pub cross_rack: u32,
-    pub cross_block: u32,
-    pub cross_zone: u32,
-}
-
-impl Slowdown {
-    pub const DEFAULT: Slowdown = Slowdown { cross_nvlink: 200, cross_rack: 50, cross_block: 150, cross_zone: 1000 };
-
-    /// The extra run time, in thousandths, of a gang whose pods' narrowest common domain is `span`.
-    pub fn extra_permille(&self, fleet: &Fleet, span: DomainId) -> u32 {
-        match crossed(fleet, span) {
-            Level::Zone => self.cross_zone,
-            Level::Block => self.cross_block,
-            Level::Rack => self.cross_rack,
-            Level::Nvlink => self.cross_nvlink,
-            Level::Host => 0,
-        }
-    }
-}
 
 /// The widest level a gang whose narrowest common domain is `span` crosses: the level just
 /// below `span` (`Host` when it sits on one host, or on the hosts of one rack with no level
@@ -91,7 +63,7 @@ impl Moment<'_> {
 
 /// The extra run time, in milliseconds, of running `gang` for `runtime_ms` as `admission` places it.
 fn extra_ms(run: &Run<'_>, slowdown: &Slowdown, admission: &Admission, runtime_ms: u64) -> u64 {
-    let permille = admission.span(run.fleet).map_or(0, |s| slowdown.extra_permille(run.fleet, s));
+    let permille = admission.span(run.fleet).map_or(0, |s| slowdown.extra_permille(crossed(run.fleet, s)));
     runtime_ms.saturating_mul(u64::from(permille)) / 1000
 }
 
