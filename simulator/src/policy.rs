@@ -13,7 +13,7 @@ use scheduler_core::{
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Policy {
     /// Ours: every cluster scored by locality, best fit and balance; narrowest domain first;
-    /// locality patience.
+    /// locality by cost, within its patience.
     Stowage,
     /// Ours with fair sharing: queues admit by weighted dominant-resource share.
     StowageFair,
@@ -29,7 +29,7 @@ pub enum Policy {
     KueueIncremental,
     /// Kueue on the manager queues (best-effort FIFO, its own preemption, not modelled), and
     /// Stowage nominates the cluster and domain (`--kueue multikueue`): Stowage's placement,
-    /// locality patience and reservations, without Stowage's queueing or preemption.
+    /// locality by cost and reservations, without Stowage's queueing or preemption.
     StowageAsDispatcher,
     /// A job bound at submit to the least-loaded cluster that could hold it (no cross-cluster
     /// lookahead after that), then gang + bin-packing inside it.
