@@ -79,19 +79,21 @@ fn greedy<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config, m
     let held: Vec<Cow<'_, Gang>> = pending.iter().map(|g| held(config, g, now_ms)).collect();
     // The wider forms a held gang may be weighed in (`locality::weigh`), built when first needed.
     let wider: Vec<OnceCell<Vec<Gang>>> = pending.iter().map(|_| OnceCell::new()).collect();
-    let moment = locality::Moment {
-        now_ms,
-        releases: &releases,
-        last: last.as_ref(),
-        waiting: pending.len().saturating_sub(1) as u64,
-        cluster_gpus: OnceCell::new(),
-    };
     let mut run = Run::new(fleet, queues, config, capacity, usage);
     let mut decisions: Vec<Option<Decision>> = vec![None; pending.len()];
     // The optimiser's assignments take their room when the cycle reaches its window: gangs
     // ahead of the window (higher priority) are served first, exactly as without it.
     let mut blocked: BTreeMap<QueueId, &str> = BTreeMap::new();
     let mut order = FairOrder::new(pending, queues, fleet, config.fair_sharing, config.depth);
+    // The gangs a spread gang would delay are those the cycle looks at (within the depth), so
+    // the dispatcher, handed every pending gang, and the simulator, handed the window, agree.
+    let moment = locality::Moment {
+        now_ms,
+        releases: &releases,
+        last: last.as_ref(),
+        waiting: order.considered().saturating_sub(1) as u64,
+        cluster_gpus: OnceCell::new(),
+    };
     let mut reservation: Option<Reservation> = None;
     // A gang being evicted is fair game for anyone, as if of the lowest priority.
     let lowest_running =

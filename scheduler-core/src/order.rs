@@ -67,6 +67,11 @@ impl FairOrder {
         FairOrder { lanes, totals }
     }
 
+    /// How many gangs the cycle looks at: those within the depth of each lane.
+    pub fn considered(&self) -> usize {
+        self.lanes.iter().map(|l| l.gangs.len()).sum()
+    }
+
     /// The next gang, or `None` when every lane is done.
     pub fn next(&mut self, pending: &[Gang], queues: &Queues, usage: &QuotaUsage) -> Option<usize> {
         let totals = self.totals;

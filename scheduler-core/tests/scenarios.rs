@@ -324,12 +324,17 @@ fn past_the_exact_hold_a_gang_takes_one_block_and_past_the_wider_hold_anything()
 /// `free_at_ms`, the patience (1 day, 2 days) only bounds the hold, and `others` more gangs
 /// that can never fit wait behind `g`.
 fn weighed(g: Gang, now_ms: u64, free_at_ms: u64, others: usize) -> (Fleet, Decision) {
+    weighed_deep(g, now_ms, free_at_ms, others, Config::DEPTH)
+}
+
+/// `weighed`, with a cycle that looks at only the first `depth` gangs.
+fn weighed_deep(g: Gang, now_ms: u64, free_at_ms: u64, others: usize, depth: u32) -> (Fleet, Decision) {
     let taken: Vec<(usize, u64)> = (0..8).map(|rack| (rack * 4, free_at_ms)).collect();
-    weighed_on(&taken, g, now_ms, others)
+    weighed_on(&taken, g, now_ms, others, depth)
 }
 
 /// `g` weighed by cost on `one_cluster` with each (host index, release time) of `taken` in use.
-fn weighed_on(taken: &[(usize, u64)], g: Gang, now_ms: u64, others: usize) -> (Fleet, Decision) {
+fn weighed_on(taken: &[(usize, u64)], g: Gang, now_ms: u64, others: usize, depth: u32) -> (Fleet, Decision) {
     let f = one_cluster();
     let q = default_queues();
     let mut capacity = Capacity::empty(&f);
@@ -344,6 +349,7 @@ fn weighed_on(taken: &[(usize, u64)], g: Gang, now_ms: u64, others: usize) -> (F
     let config = Config {
         locality_cost: Some(Slowdown::DEFAULT),
         patience: Some(Patience { exact_ms: DAY_MS, wider_ms: 2 * DAY_MS }),
+        depth,
         ..scheduler_core::fixture::greedy()
     };
     let mut pending = vec![g];
@@ -398,6 +404,11 @@ fn running_spread_weighs_the_gpu_time_it_takes_from_the_gangs_waiting_behind() {
     let (_, d) = weighed(wide, 0, 2 * HOUR_MS, 16);
     let Decision::Pending(Reason::HoldingForLocality { cost: Some(c), .. }) = d else { panic!("{d:?}") };
     assert_eq!((c.wait_s, c.spread_extra_s, c.others_delay_s), (7_200, 3_600, 7_200));
+    // Only the gangs a cycle looks at count: with a depth of 4, three wait behind it (1,350 s
+    // in all), and the two-hour wait is dearer than spreading.
+    let (f, d) =
+        weighed_deep(gang("wide").pods(4).gpus(8).preferred(Rack).runtime(20 * HOUR_MS), 0, 2 * HOUR_MS, 16, 4);
+    assert_eq!(span_level(&f, &d), Some(Some(Block)), "{d:?}");
 }
 
 #[test]
@@ -414,7 +425,7 @@ fn a_gang_weighs_a_wider_domain_too_and_holds_for_the_one_that_finishes_first() 
         taken.extend((2..4).flat_map(|r| (0..4).map(move |h| (at(r, h), 100 * HOUR_MS))));
     }
     let wide = gang("wide").pods(4).gpus(8).preferred(Rack).runtime(20 * HOUR_MS);
-    let (_, d) = weighed_on(&taken, wide, 0, 0);
+    let (_, d) = weighed_on(&taken, wide, 0, 0, Config::DEPTH);
     assert!(
         matches!(&d, Decision::Pending(Reason::HoldingForLocality { held: Block, cost: Some(c), .. }) if c.wait_s == 1_800 && c.spread_extra_s == 3 * 3_600 && c.spread_level == Block && c.others_delay_s == 0),
         "{d:?}"
