@@ -17,6 +17,7 @@ use simulator::machines::{MachineListFormat, fleet_from_machine_list};
 use simulator::policy::Policy;
 use simulator::report::table;
 use simulator::run::{Inputs, builtin_trace, repeat_trace, run_policies};
+use simulator::trace::synthetic::Mix;
 use simulator::trace::{LoadOptions, TraceError, TraceFormat};
 
 #[derive(Debug, Parser)]
@@ -304,11 +305,25 @@ struct SimulateArgs {
     /// Job trace. Default: the built-in Philly Sep-Oct 2017 trace.
     #[arg(long)]
     trace: Option<PathBuf>,
-    /// Instead of a trace, this many jobs of the synthetic scale mix (docs/performance.md: 60 %
-    /// 1-GPU, 25 % 8-GPU, 15 % rack-preferring gangs of 2-4 x 8 GPUs, 1 min-4 h uniform, 90 s
-    /// apart: about 86 % of the built-in fleet), seeded by --seed.
+    /// Instead of a trace, this many jobs of a synthetic mix (--mix), paced for about 86 % of
+    /// the fleet's GPUs and seeded by --seed.
     #[arg(long, value_name = "JOBS", conflicts_with = "trace")]
     synthetic: Option<usize>,
+    /// The job mix of --synthetic (docs/simulator.md): scale (60 % 1-GPU, 25 % 8-GPU, 15 %
+    /// rack-preferring gangs of 2-4 x 8 GPUs, 1 min-4 h), pai (Alibaba PAI 2020's published
+    /// shape: mostly fractional and 1-GPU requests) or helios (SenseTime Helios 2020's: 1 to
+    /// 128 GPUs, median 1).
+    #[arg(long, default_value = "scale", requires = "synthetic")]
+    mix: Mix,
+    /// A Helios virtual-cluster file (helios-2020/Venus/cluster_gpu_number.csv or
+    /// Earth/Earth_gpu_number.csv): the fleet is that cluster on --helios-day (8-GPU V100
+    /// nodes), and each VC a queue with its GPUs as quota, in one cohort that lends idle quota
+    /// and reclaims it; jobs naming no queue are spread over the VCs in proportion to quota.
+    #[arg(long, value_name = "VC_FILE", conflicts_with_all = ["fleet", "machines"])]
+    helios: Option<PathBuf>,
+    /// The day of --helios whose fleet and quotas to use (YYYY-MM-DD). Default: its first.
+    #[arg(long, value_name = "DATE", requires = "helios")]
+    helios_day: Option<String>,
     /// Format of --trace: native, philly or openb.
     #[arg(long, default_value = "native")]
     trace_format: TraceFormat,
@@ -544,13 +559,18 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
         print!("{text}");
         return Ok(());
     }
-    let (spec, fleet_name) = match (&args.fleet, &args.machines) {
-        (Some(path), _) => (FleetSpec::load(path)?, path.display().to_string()),
-        (None, Some(path)) => (
+    let helios = match &args.helios {
+        Some(path) => Some((simulator::helios::load(path, args.helios_day.as_deref())?, path)),
+        None => None,
+    };
+    let (spec, fleet_name) = match (&args.fleet, &args.machines, &helios) {
+        (Some(path), _, _) => (FleetSpec::load(path)?, path.display().to_string()),
+        (None, Some(path), _) => (
             fleet_from_machine_list(path, args.machines_format)?,
             format!("{} ({})", path.display(), args.machines_format),
         ),
-        (None, None) => (FleetSpec::builtin(), "built-in".to_string()),
+        (None, None, Some((day, path))) => (day.fleet(), format!("{} (helios, {})", path.display(), day.date)),
+        (None, None, None) => (FleetSpec::builtin(), "built-in".to_string()),
     };
     let fleet = spec.build(&fleet_name)?;
     let load = LoadOptions { skip_bad_rows: args.skip_bad_rows };
@@ -564,8 +584,8 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
                 });
             }
             let gpus: u64 = fleet.hosts().map(|(_, node)| u64::from(node.gpus)).sum();
-            let trace = simulator::trace::synthetic::mix(n, args.seed, gpus);
-            (trace, format!("synthetic mix of {n} jobs (seed {}, paced for {gpus} GPUs)", args.seed))
+            let trace = simulator::trace::synthetic::generate(args.mix, n, args.seed, gpus);
+            (trace, format!("synthetic {} mix of {n} jobs (seed {}, paced for {gpus} GPUs)", args.mix, args.seed))
         }
         (None, None) => (builtin_trace()?, simulator::run::DEFAULT_TRACE_NAME.to_string()),
     };
@@ -579,6 +599,7 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
         load_scale: args.load_scale,
         node_failure_rate: args.node_failure_rate,
         tenants: args.tenants,
+        queues: helios.as_ref().map(|(day, _)| day.queues()).unwrap_or_default(),
         patience: args.locality_patience.0,
         locality_cost: args.locality_cost.0,
         urgent_percent: args.urgent,

@@ -333,7 +333,7 @@ fn the_pai_fleet_replays_the_synthetic_mix_paced_for_its_gpus() {
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(out.contains("1897 nodes, 6742 GPUs"), "{out}");
-    assert!(out.contains("synthetic mix of 400 jobs (seed 1, paced for 6742 GPUs)"), "{out}");
+    assert!(out.contains("synthetic scale mix of 400 jobs (seed 1, paced for 6742 GPUs)"), "{out}");
     let wrong = stowage(&["simulate", "--machines", pai, "--machines-format", "alibaba"]);
     assert!(!wrong.status.success());
     assert!(stderr(&wrong).contains("philly-revised, philly-listed, openb or pai"), "{}", stderr(&wrong));
@@ -345,7 +345,7 @@ fn a_synthetic_scale_trace_replays_and_a_size_out_of_range_is_refused() {
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(
-        out.contains("synthetic mix of 300 jobs (seed 1, paced for 576 GPUs)") && out.contains("300 jobs"),
+        out.contains("synthetic scale mix of 300 jobs (seed 1, paced for 576 GPUs)") && out.contains("300 jobs"),
         "{out}"
     );
     for bad in ["0", "10000001"] {
@@ -353,4 +353,79 @@ fn a_synthetic_scale_trace_replays_and_a_size_out_of_range_is_refused() {
         assert!(!o.status.success());
         assert!(stderr(&o).contains("--synthetic") && stderr(&o).contains("from 1 to 10000000"), "{}", stderr(&o));
     }
+}
+
+const VENUS: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/traces/helios-2020/Venus/cluster_gpu_number.csv");
+
+#[test]
+fn helios_vcs_become_the_fleet_and_queues_with_quota_and_the_helios_mix_replays_on_them() {
+    let dir = scratch("helios");
+    let out_json = dir.join("out.json");
+    let o = stowage(&[
+        "simulate",
+        "--helios",
+        VENUS,
+        "--helios-day",
+        "2020-09-28",
+        "--synthetic",
+        "600",
+        "--mix",
+        "helios",
+        "--policy",
+        "stowage,fifo-firstfit",
+        "--json",
+        out_json.to_str().expect("utf-8"),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let report = json(&out_json);
+    let quotas = report["options"]["quotas_gpus"].as_object().expect("quotas in the JSON");
+    let quota: u64 = quotas.values().map(|v| v.as_u64().expect("GPUs")).sum();
+    // The last day's row: every VC with GPUs that day is a queue, and the fleet is its total.
+    assert_eq!(quota, report["fleet"]["gpus"].as_u64().expect("gpus"), "{out}");
+    assert!(out.contains(&format!("{} queues with {quota} GPUs of quota", quotas.len())), "{out}");
+    assert!(out.contains("(helios, 2020-09-28)") && out.contains("synthetic helios mix of 600 jobs"), "{out}");
+    for p in report["policies"].as_array().expect("policies") {
+        let queues = p["queues"].as_array().expect("per-queue figures");
+        assert!(queues.len() > 1 && queues.iter().all(|q| quotas.contains_key(q["name"].as_str().expect("name"))));
+    }
+
+    let bad_day = stowage(&["simulate", "--helios", VENUS, "--helios-day", "2021-01-01", "--synthetic", "10"]);
+    assert_eq!(bad_day.status.code(), Some(1));
+    assert!(
+        stderr(&bad_day).contains("column date") && stderr(&bad_day).contains("2020-04-01 to 2020-09-28"),
+        "{}",
+        stderr(&bad_day)
+    );
+    // Jobs naming a queue the VCs do not define would run unlimited: refused, naming both.
+    let trace = dir.join("queued.csv");
+    std::fs::write(&trace, "id,submit_s,duration_s,pods,gpus_per_pod,queue\nt1,0,60,1,1,team-x\n").expect("write");
+    let unknown = stowage(&["simulate", "--helios", VENUS, "--trace", trace.to_str().expect("utf-8")]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(stderr(&unknown).contains("job t1 names queue \"team-x\""), "{}", stderr(&unknown));
+    let both = stowage(&["simulate", "--helios", VENUS, "--machines", VENUS]);
+    assert!(!both.status.success() && stderr(&both).contains("cannot be used with"), "{}", stderr(&both));
+}
+
+#[test]
+fn the_pai_mix_replays_on_the_pai_fleet_and_an_unknown_mix_lists_the_known() {
+    let pai = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/traces/alibaba-gpu-v2020-pai/pai_machine_spec.tar.gz");
+    let o = stowage(&[
+        "simulate",
+        "--machines",
+        pai,
+        "--machines-format",
+        "pai",
+        "--synthetic",
+        "2000",
+        "--mix",
+        "pai",
+        "--policy",
+        "stowage,volcano-binpack",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("synthetic pai mix of 2000 jobs (seed 1, paced for 6742 GPUs)"), "{}", stdout(&o));
+    let wrong = stowage(&["simulate", "--synthetic", "10", "--mix", "philly"]);
+    assert!(!wrong.status.success() && stderr(&wrong).contains("scale, pai or helios"), "{}", stderr(&wrong));
 }

@@ -18,7 +18,7 @@ use crate::decision::{CycleStats, Decision};
 use crate::gang::Gang;
 use crate::locality;
 use crate::order::FairOrder;
-use crate::preempt;
+use crate::preempt::{self, Preempted};
 use crate::queue::{QueueId, QueueingStrategy, QuotaUsage};
 use crate::reason::Reason;
 use crate::reserve::{self, Reservation};
@@ -95,6 +95,9 @@ fn greedy<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config, m
         cluster_gpus: OnceCell::new(),
     };
     let mut reservation: Option<Reservation> = None;
+    // Gangs that found reclaiming not worth it this cycle: one asking the same of the same queue
+    // would find the same victims and the same wait, so it is not searched again.
+    let mut deferred: Vec<(&Gang, Reason)> = Vec::new();
     // A gang being evicted is fair game for anyone, as if of the lowest priority.
     let lowest_running =
         running.iter().map(|r| if r.evicting { i32::MIN } else { r.gang.priority }).min().unwrap_or(i32::MAX);
@@ -139,23 +142,43 @@ fn greedy<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config, m
                             Reason::HoldingForLocality { .. } => !run.fits_anywhere(gang),
                             _ => false,
                         };
-                    let preempted =
-                        if may { preempt::preempt(&mut run, &held[i], &running, lowest_running, now_ms) } else { None };
+                    let h = &*held[i];
+                    let like = |g: &Gang| {
+                        g.queue == h.queue
+                            && g.priority == h.priority
+                            && g.pod_sets == h.pod_sets
+                            && g.clusters == h.clusters
+                    };
+                    let preempted = match deferred.iter().find(|(g, _)| like(g)) {
+                        _ if !may => Preempted::Not,
+                        Some((_, why)) => Preempted::Deferred(why.clone()),
+                        None => {
+                            let p = preempt::preempt(&mut run, h, &running, &releases, lowest_running, &reason, now_ms);
+                            if let Preempted::Deferred(why) = &p {
+                                deferred.push((h, why.clone()));
+                            }
+                            p
+                        }
+                    };
                     match preempted {
-                        Some((admission, victims)) => {
+                        Preempted::Evicted(admission, victims) => {
                             let victims = victims.iter().map(|&v| running[v].gang.id.clone()).collect();
                             Decision::Preempt { admission, victims }
                         }
-                        None => reserve::no_room(
-                            &mut run,
-                            gang,
-                            &held[i],
-                            reason,
-                            now_ms,
-                            &releases,
-                            last.as_ref(),
-                            &mut reservation,
-                        ),
+                        other => {
+                            let reason = if let Preempted::Deferred(why) = other { why } else { reason };
+                            let last = last.as_ref();
+                            reserve::no_room(
+                                &mut run,
+                                gang,
+                                &held[i],
+                                reason,
+                                now_ms,
+                                &releases,
+                                last,
+                                &mut reservation,
+                            )
+                        }
                     }
                 }
             },

@@ -2,7 +2,11 @@
 //! may evict (`withinClusterQueue`, `reclaimWithinCohort`, `borrowWithinCohort`), and the cycle
 //! preempts only for a gang that fits no cluster as things stand. It then evicts on exactly one
 //! cluster, inside one domain at the gang's required level, the set of victims that loses the
-//! fewest GPU-hours of work, and no victim the gang could do without.
+//! fewest GPU-hours of work, and no victim the gang could do without. Where the gang outranks
+//! none of the gangs it may evict (reclaiming quota, or an equal-priority eviction), it evicts
+//! only if that throws away no more GPU-time than the gang would go without (its GPUs × its
+//! wait) by waiting for room as running gangs end: a reclaim that destroys a day of a
+//! borrower's work to save a gang ten minutes waits instead (`Reason::ReclaimDeferred`).
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
@@ -11,8 +15,10 @@ use crate::decision::Admission;
 use crate::fleet::{ClusterId, DomainId};
 use crate::gang::Gang;
 use crate::queue::{BorrowWithinCohort, QueueId, ReclaimWithinCohort, WithinQueue, quota_charges};
+use crate::reason::Reason;
+use crate::reserve::earliest_by_count;
 use crate::run::Run;
-use crate::snapshot::Running;
+use crate::snapshot::{Release, Running};
 use crate::topology::TopologyConstraint;
 
 /// How a victim may be evicted, when it may.
@@ -40,20 +46,35 @@ pub(crate) fn might_evict(run: &Run<'_>, gang: &Gang, lowest_running: i32) -> bo
     run.config.preemption.is_some() && !(lower_only && lowest_running >= gang.priority)
 }
 
-/// Evicts the victims that let `gang` start, if some cluster has them, and admits it in
-/// their place; `lowest_running` is the lowest priority among `running`. Gangs already
+/// What [`preempt`] did.
+#[derive(Debug)]
+pub(crate) enum Preempted {
+    /// Evicted these (indices into `running`) and admitted the gang in their place.
+    Evicted(Admission, Vec<usize>),
+    /// Found victims but judged waiting cheaper; the reason says why.
+    Deferred(Reason),
+    /// No victims would let it start.
+    Not,
+}
+
+/// Evicts the victims that let `gang` start, if some cluster has them and evicting them is
+/// worth it (module docs), and admits it in their place; `lowest_running` is the lowest
+/// priority among `running`; `now` is why the gang cannot start as things stand. Gangs already
 /// chosen as victims this cycle are not chosen again.
 pub(crate) fn preempt<'a>(
     run: &mut Run<'a>,
     gang: &'a Gang,
     running: &[Running<'a>],
+    releases: &[Release],
     lowest_running: i32,
+    now: &Reason,
     now_ms: u64,
-) -> Option<(Admission, Vec<usize>)> {
-    let knobs = run.config.preemption?;
-    let queue = run.queues.id(&gang.queue)?;
+) -> Preempted {
+    let (Some(knobs), Some(queue)) = (run.config.preemption, run.queues.id(&gang.queue)) else {
+        return Preempted::Not;
+    };
     if !might_evict(run, gang, lowest_running) {
-        return None;
+        return Preempted::Not;
     }
     let mut victims: Vec<(u64, i32, Reverse<u64>, usize, Via)> = running
         .iter()
@@ -68,10 +89,23 @@ pub(crate) fn preempt<'a>(
         })
         .collect();
     if victims.is_empty() {
-        return None;
+        return Preempted::Not;
     }
     // Cheapest first: least work lost, then lowest priority, then the most recently started.
     victims.sort_unstable_by_key(|v| (v.0, v.1, v.2, v.3));
+    // Outranking none of them, the gang may throw away at most the GPU-time it would go
+    // without by waiting for room (`None`: no limit, or no room expected as gangs end).
+    // The wait is counted by GPUs alone, a lower bound found without trying placements (this
+    // runs for every gang short of room, every cycle): in doubt, the running work is spared.
+    let budget = if victims.iter().all(|v| v.1 >= gang.priority) {
+        earliest_by_count(run, gang, releases, now_ms).map(|start_ms| {
+            let wait_ms = start_ms.saturating_sub(now_ms);
+            (wait_ms, gang.total_gpus().saturating_mul(wait_ms))
+        })
+    } else {
+        None
+    };
+    let mut over_budget = false;
     let via: BTreeMap<usize, Via> = victims.iter().map(|v| (v.3, v.4)).collect();
     let order: Vec<usize> = victims.iter().map(|v| v.3).collect();
     let mut best: Option<Choice> = None;
@@ -106,15 +140,33 @@ pub(crate) fn preempt<'a>(
             }
         }
         for (scope, candidates) in scopes {
-            let Some(set) = victim_set(run, gang, c, scope, &candidates, running, &via) else { continue };
-            let lost: u64 = set.iter().map(|&i| running[i].loss(now_ms, knobs.prefer_checkpointed)).sum();
+            let loss = |i: usize| running[i].loss(now_ms, knobs.prefer_checkpointed);
+            let limit = budget.map(|(_, owed)| owed);
+            let set = match victim_set(run, gang, c, scope, &candidates, running, &via, &loss, limit) {
+                Found::Set(set) => set,
+                Found::OverBudget => {
+                    over_budget = true;
+                    continue;
+                }
+                Found::None => continue,
+            };
+            let lost: u64 = set.iter().map(|&i| loss(i)).sum();
             let choice = (lost, set.len(), c, scope, set);
             if best.as_ref().is_none_or(|b| (choice.0, choice.1, choice.2, choice.3) < (b.0, b.1, b.2, b.3)) {
                 best = Some(choice);
             }
         }
     }
-    let (_, _, cluster, _, set) = best?;
+    let Some((_, _, cluster, _, set)) = best else {
+        return match budget {
+            Some((wait_ms, owed)) if over_budget => Preempted::Deferred(Reason::ReclaimDeferred {
+                owed_gpu_s: owed / 1000,
+                wait_s: wait_ms / 1000,
+                now: Box::new(now.clone()),
+            }),
+            _ => Preempted::Not,
+        };
+    };
     let sp = run.txn.checkpoint();
     for &i in &set {
         run.txn.evict(&running[i]);
@@ -124,12 +176,12 @@ pub(crate) fn preempt<'a>(
     match admission {
         Some(a) => {
             run.commit(gang, &a);
-            Some((a, set))
+            Preempted::Evicted(a, set)
         }
         None => {
             // Cannot happen (the same trial passed); undo rather than evict for nothing.
             run.txn.rollback(sp);
-            None
+            Preempted::Not
         }
     }
 }
@@ -165,9 +217,20 @@ fn may_evict(run: &Run<'_>, queue: QueueId, gang: &Gang, victim: &Running<'_>) -
     allowed.then_some(Via::Reclaim { borrowing_up_to: borrowing_up_to.filter(|&t| v <= t) })
 }
 
+/// What [`victim_set`] found.
+enum Found {
+    Set(Vec<usize>),
+    /// Victims would let it start, but only past the budget of lost work.
+    OverBudget,
+    None,
+}
+
 /// The cheapest victims among `candidates` (cheapest first) whose eviction lets the gang
 /// start on `cluster`: taken in order until it fits, then each dropped again, dearest
-/// first, if the gang still fits without evicting it.
+/// first, if the gang still fits without evicting it. With a `budget`, the search stops once
+/// the victims taken would throw away more GPU-ms than it (by `loss`): a cheaper set, if the
+/// drops would have found one, is given up for a search that does not grow with the victims.
+#[allow(clippy::too_many_arguments)]
 fn victim_set<'a>(
     run: &mut Run<'a>,
     gang: &'a Gang,
@@ -176,23 +239,30 @@ fn victim_set<'a>(
     candidates: &[usize],
     running: &[Running<'a>],
     via: &BTreeMap<usize, Via>,
-) -> Option<Vec<usize>> {
+    loss: &dyn Fn(usize) -> u64,
+    budget: Option<u64>,
+) -> Found {
     let need = gang.total_gpus();
     let cl = run.fleet.cluster(cluster);
     // GPUs only grow as victims are added: skip trials that cannot pass on count alone.
     let mut gpus: u64 = cl.flavors.iter().map(|&f| run.cap().free_gpus(run.fleet, scope, f)).sum();
     let mut chosen = Vec::new();
     let mut found = false;
+    let mut lost = 0u64;
     for &i in candidates {
         chosen.push(i);
         gpus += running[i].gang.total_gpus();
+        lost = lost.saturating_add(loss(i));
+        if budget.is_some_and(|b| lost > b) {
+            return Found::OverBudget;
+        }
         if gpus >= need && trial(run, gang, cluster, &chosen, running, via) {
             found = true;
             break;
         }
     }
     if !found {
-        return None;
+        return Found::None;
     }
     for k in (0..chosen.len()).rev() {
         let mut without = chosen.clone();
@@ -201,7 +271,7 @@ fn victim_set<'a>(
             chosen = without;
         }
     }
-    Some(chosen)
+    Found::Set(chosen)
 }
 
 /// Whether the gang would start on `cluster` with `victims` gone, and the grounds allow it.

@@ -69,6 +69,15 @@ pub enum Reason {
         shortfall: Shortfall,
         cost: Option<HoldCost>,
     },
+    /// It could start now only by evicting running gangs that do not rank below it (reclaiming
+    /// its queue's quota from borrowers), which would throw away more GPU-seconds of their work
+    /// than the `owed_gpu_s` it goes without by waiting the `wait_s` until room is expected (see
+    /// `preempt`). `now`: why it cannot start now.
+    ReclaimDeferred {
+        owed_gpu_s: u64,
+        wait_s: u64,
+        now: Box<Reason>,
+    },
     /// Capacity is reserved for it on `cluster`, expected free in `in_s` seconds as running
     /// gangs end; smaller gangs use that capacity meanwhile only if they end before. `now` is
     /// why it cannot start now.
@@ -122,6 +131,7 @@ impl Reason {
             Reason::NeverFits(_) => "never-fits",
             Reason::HoldingForLocality { .. } => "holding-for-locality",
             Reason::Reserved { .. } => "reserved",
+            Reason::ReclaimDeferred { .. } => "reclaim-deferred",
         }
     }
 
@@ -200,6 +210,11 @@ impl fmt::Display for Reason {
             ),
             Reason::NoDomain(s) => write!(f, "{s}"),
             Reason::NeverFits(s) => write!(f, "{s}, even with the fleet empty: it can never be admitted"),
+            Reason::ReclaimDeferred { owed_gpu_s, wait_s, now } => write!(
+                f,
+                "not evicting running gangs of equal or higher priority to reclaim quota: it would throw away more of their work than the {:.1} GPU-hours this gang goes without until room is expected in about {wait_s} s; now: {now}",
+                *owed_gpu_s as f64 / 3600.0,
+            ),
             Reason::Reserved { cluster, in_s, now } => write!(
                 f,
                 "capacity reserved on cluster {cluster}, expected free in about {in_s} s as running gangs end (gangs that end sooner may use it meanwhile); now: {now}"

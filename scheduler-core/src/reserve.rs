@@ -38,7 +38,8 @@ pub(crate) fn no_room<'a>(
     if let Some(admission) = backfill(run, gang, held, now_ms, reservation.as_mut()) {
         return Decision::Admit(admission);
     }
-    let capacity_bound = matches!(reason, Reason::NoDomain(_) | Reason::HoldingForLocality { .. });
+    let capacity_bound =
+        matches!(reason, Reason::NoDomain(_) | Reason::HoldingForLocality { .. } | Reason::ReclaimDeferred { .. });
     if !(run.config.reservations && reservation.is_none() && capacity_bound) {
         return Decision::Pending(reason);
     }
@@ -66,6 +67,35 @@ fn reserve<'a>(run: &mut Run<'a>, gang: &'a Gang, releases: &[Release], hint: Op
     let mut r = Reservation { gang: gang.id.clone(), cluster: admission.cluster, start_ms, want, held: Vec::new() };
     hold(run, &mut r);
     Some(r)
+}
+
+/// How many of `order`'s releases (by expected end) must happen before the fleet has as many
+/// GPUs free as `gang` asks for; `None`: not even all of them.
+fn enough_after(run: &Run<'_>, gang: &Gang, order: &[&Release]) -> Option<usize> {
+    let need = gang.total_gpus();
+    let mut free: u64 = run
+        .fleet
+        .clusters()
+        .iter()
+        .flat_map(|c| c.flavors.iter().map(|&f| run.txn.cap.free_gpus(run.fleet, c.root, f)))
+        .sum();
+    let mut first = 0;
+    while free < need {
+        let r = order.get(first)?;
+        free += r.hosts.iter().map(|&(_, n, shape)| u64::from(n) * u64::from(shape.gpus)).sum::<u64>();
+        first += 1;
+    }
+    Some(first)
+}
+
+/// The soonest `gang` could start as running gangs end, counting GPUs alone: when the fleet
+/// first has as many free as it asks for. A lower bound on [`earliest`]'s start, found
+/// without trying a placement. `None`: not even once every running gang has ended.
+pub(crate) fn earliest_by_count(run: &Run<'_>, gang: &Gang, releases: &[Release], now_ms: u64) -> Option<u64> {
+    let mut order: Vec<&Release> = releases.iter().filter(|r| !run.txn.is_evicted(&r.gang)).collect();
+    order.sort_by_key(|r| r.end_ms);
+    let k = enough_after(run, gang, &order)?;
+    Some(k.checked_sub(1).map_or(now_ms, |i| order[i].end_ms.max(now_ms)))
 }
 
 /// When and where `gang` would start if nothing else were admitted meanwhile: the first
@@ -102,19 +132,7 @@ pub(crate) fn earliest<'a>(
     };
     // No release can make room before the fleet has as many GPUs free as the gang asks for:
     // the first `k` worth a placement is counted, not tried.
-    let need = gang.total_gpus();
-    let mut free: u64 = run
-        .fleet
-        .clusters()
-        .iter()
-        .flat_map(|c| c.flavors.iter().map(|&f| run.txn.cap.free_gpus(run.fleet, c.root, f)))
-        .sum();
-    let mut first = 0;
-    while free < need {
-        let r = order.get(first)?;
-        free += r.hosts.iter().map(|&(_, n, shape)| u64::from(n) * u64::from(shape.gpus)).sum::<u64>();
-        first += 1;
-    }
+    let first = enough_after(run, gang, &order)?;
     // Then from the last cycle's answer when there is one (little changes between cycles: two
     // placements confirm it), else galloping up from the count; bisection inside the last
     // step. A few placements per cycle, not one per running gang.

@@ -606,6 +606,20 @@ impl World {
         started: impl Fn(&str) -> u64,
         checkpoint: impl Fn(&str) -> Option<u64>,
     ) -> Vec<Decision> {
+        self.preempting_until(pending, now_ms, knobs, started, checkpoint, |_| None)
+    }
+
+    /// As `preempting`, with the running gangs' expected ends (`None`: not known).
+    fn preempting_until(
+        &self,
+        pending: &[Gang],
+        now_ms: u64,
+        knobs: Preemption,
+        started: impl Fn(&str) -> u64,
+        checkpoint: impl Fn(&str) -> Option<u64>,
+        ends: impl Fn(&str) -> Option<u64>,
+    ) -> Vec<Decision> {
+        let releases = self.running.iter().filter_map(|(g, a)| ends(&g.id).map(|end| Release::of(g, a, end))).collect();
         let running = self
             .running
             .iter()
@@ -623,7 +637,7 @@ impl World {
             capacity: self.capacity.clone(),
             usage: self.usage.clone(),
             now_ms,
-            releases: Vec::new(),
+            releases,
             running,
             reserved: None,
         };
@@ -773,6 +787,55 @@ fn a_queue_reclaims_its_nominal_quota_from_a_borrowing_queue_of_its_cohort() {
     // a itself cannot reclaim from b (b borrows nothing) and has no within-queue policy.
     let d = w.preempting(&[gang("a-4").gpus(8).queue("a").priority(9)], 3 * HOUR, KNOBS, started, |_| None);
     assert!(matches!(&d[0], Decision::Pending(_)), "{d:?}");
+}
+
+/// A reclaim throws away the borrower's work since it started; it is worth it only when that
+/// is less GPU-time than the reclaiming gang would go without by waiting for room.
+#[test]
+fn a_reclaim_that_would_destroy_more_work_than_the_wait_costs_waits_instead() {
+    let f = fleet(&[("c1", "h100", 8, &[(Host, 4)])]);
+    let quota = Quota {
+        flavor: "h100".into(),
+        resource: Resource::Gpu,
+        nominal: 16,
+        borrowing_limit: None,
+        lending_limit: None,
+    };
+    let queue = |name: &str| QueueSpec {
+        name: name.into(),
+        cohort: Some("research".into()),
+        strategy: QueueingStrategy::BestEffortFifo,
+        weight: 1,
+        quotas: vec![quota.clone()],
+        preemption: QueuePreemption { reclaim_within_cohort: ReclaimWithinCohort::Any, ..QueuePreemption::default() },
+    };
+    let queues = Queues::new(vec![queue("a"), queue("b")]).expect("valid");
+    // Queue a holds all four hosts, two of them borrowed from b; a-3 started last, at 2 h.
+    let w = world(f, queues, (0..4).map(|i| gang(&format!("a-{i}")).gpus(8).queue("a")).collect());
+    let started = |id: &str| if id == "a-3" { 2 * HOUR } else { 0 };
+    let b = [gang("b-0").gpus(8).queue("b")];
+    // Now 3 h: evicting a-3 throws away 8 GPU-hours. a-0 ends in 30 minutes: waiting costs b-0
+    // 4 GPU-hours, so it waits, saying why.
+    let soon = |id: &str| Some(if id == "a-0" { 3 * HOUR + HOUR / 2 } else { 100 * HOUR });
+    let d = w.preempting_until(&b, 3 * HOUR, KNOBS, started, |_| None, soon);
+    let Decision::Pending(reason) = &d[0] else { panic!("reclaimed: {d:?}") };
+    let deferred = match reason {
+        Reason::Reserved { now, .. } => now.as_ref(),
+        other => other,
+    };
+    assert!(matches!(deferred, Reason::ReclaimDeferred { owed_gpu_s: 14_400, wait_s: 1_800, .. }), "{reason:?}");
+    assert!(reason.to_string().contains("more of their work than the 4.0 GPU-hours"), "{reason}");
+    // Every running gang ends in 10 h: waiting would cost 56 GPU-hours, so a-3 goes.
+    let late = |_: &str| Some(10 * HOUR);
+    let d = w.preempting_until(&b, 3 * HOUR, KNOBS, started, |_| None, late);
+    assert_eq!(victims(&d[0]).1, ["a-3"]);
+    // With no expected ends to weigh against, the queue's policy alone decides, as before.
+    let d = w.preempting(&b, 3 * HOUR, KNOBS, started, |_| None);
+    assert_eq!(victims(&d[0]).1, ["a-3"]);
+    // A higher-priority gang outranks its victims: it is not held to the budget.
+    let urgent = [gang("b-1").gpus(8).queue("b").priority(9)];
+    let d = w.preempting_until(&urgent, 3 * HOUR, KNOBS, started, |_| None, soon);
+    assert_eq!(victims(&d[0]).1, ["a-3"]);
 }
 
 #[test]

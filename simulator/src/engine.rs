@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use scheduler_core::invariants::{self, Violation};
 use scheduler_core::{
     Admission, Capacity, ClusterFilter, Decision, DomainId, Fleet, Gang, Level, NodeRequirement, PodSet, PodShape,
-    QueuePreemption, QueueSpec, Queues, QuotaUsage, Reason, Release, Reserved, Running as Victim, Snapshot,
+    QueuePreemption, QueueSpec, Queues, QuotaUsage, Reason, Release, Reserved, Resource, Running as Victim, Snapshot,
     WithinQueue, cycle, release,
 };
 
@@ -29,8 +29,12 @@ pub struct SimOptions {
     pub node_failure_rate: f64,
     pub repair_s: u64,
     pub cost: TopologyCost,
-    /// Jobs whose trace names no queue are spread over this many synthetic tenants by id.
+    /// Jobs whose trace names no queue are spread over this many synthetic tenants by id
+    /// (unless `queues` are defined).
     pub tenants: u32,
+    /// Queues defined for the run (the Helios VCs' quotas); empty: unlimited queues as the
+    /// trace names them, and `tenants` (`Tenancy::new`).
+    pub queues: Vec<QueueSpec>,
     /// Locality patience of the policies that have one (`None`: off).
     pub patience: Option<scheduler_core::Patience>,
     /// The slowdowns those policies weigh holding for locality with (`None`: patience alone).
@@ -57,6 +61,7 @@ impl Default for SimOptions {
             repair_s: 3600,
             cost: TopologyCost::default(),
             tenants: 4,
+            queues: Vec::new(),
             patience: Some(scheduler_core::Patience::DEFAULT),
             locality_cost: Some(scheduler_core::Slowdown::DEFAULT),
             urgent_percent: 0,
@@ -72,6 +77,8 @@ pub enum SimError {
     Invariant { policy: Policy, time_s: u64, violation: Violation },
     #[error("invalid option {option}: {problem}")]
     Option { option: &'static str, problem: String },
+    #[error("job {job} names queue {queue:?}, which is not among the queues defined for the run")]
+    UnknownQueue { job: String, queue: String },
 }
 
 /// How a job ended up by the end of the run.
@@ -156,22 +163,69 @@ struct Running {
     end_s: u64,
 }
 
-/// The queues a trace needs: one per named queue or synthetic tenant, unlimited, best-effort,
-/// where a gang may preempt gangs of lower priority (for the policies that preempt at all).
-pub fn queues_for(trace: &Trace, tenants: u32) -> Queues {
-    let names: BTreeSet<String> = trace.jobs.iter().map(|j| queue_of(j, tenants)).collect();
-    let preemption = QueuePreemption { within_queue: WithinQueue::LowerPriority, ..QueuePreemption::default() };
-    let spec = |n: &String| QueueSpec { preemption, ..QueueSpec::unlimited(n) };
-    // Names are unique by construction, so this cannot fail.
-    Queues::new(names.iter().map(spec).collect()).unwrap_or_else(|_| {
-        Queues::new(vec![QueueSpec::unlimited("default")]).unwrap_or_else(|_| unreachable!("one queue is valid"))
-    })
+/// Where a trace's jobs queue: the queues, and how the jobs that name none are spread over them.
+#[derive(Debug, Clone)]
+pub struct Tenancy {
+    pub queues: Queues,
+    /// The spread queues, each with the upper end of its share of the hash space.
+    spread: Vec<(u64, String)>,
 }
 
-fn queue_of(job: &TraceJob, tenants: u32) -> String {
-    match &job.queue {
-        Some(q) => q.clone(),
-        None => format!("tenant-{}", fnv1a(&job.id) % u64::from(tenants.max(1))),
+impl Tenancy {
+    /// With no queues defined (`opts.queues` empty): one unlimited, best-effort queue per queue
+    /// the trace names, and `opts.tenants` more (`tenant-N`) that the other jobs are spread
+    /// over evenly by id. With queues defined: those, and the jobs naming none spread over them
+    /// by id in proportion to their GPU quota (their tenants bring work in proportion to what
+    /// they were given); a job naming another queue is an error, as it would run unlimited.
+    /// Either way a gang may preempt gangs of lower priority in its queue (for the policies
+    /// that preempt at all).
+    pub fn new(trace: &Trace, opts: &SimOptions) -> Result<Self, SimError> {
+        let preemption = QueuePreemption { within_queue: WithinQueue::LowerPriority, ..QueuePreemption::default() };
+        let mut specs: BTreeMap<String, QueueSpec> = opts.queues.iter().map(|q| (q.name.clone(), q.clone())).collect();
+        let mut spread = Vec::new();
+        let mut end = 0u64;
+        if specs.is_empty() {
+            for job in &trace.jobs {
+                if let Some(q) = &job.queue {
+                    specs.entry(q.clone()).or_insert_with(|| QueueSpec { preemption, ..QueueSpec::unlimited(q) });
+                }
+            }
+            for t in 0..opts.tenants.max(1) {
+                end += 1;
+                spread.push((end, format!("tenant-{t}")));
+            }
+        } else {
+            if let Some((job, queue)) =
+                trace.jobs.iter().find_map(|j| j.queue.as_ref().filter(|q| !specs.contains_key(*q)).map(|q| (j, q)))
+            {
+                return Err(SimError::UnknownQueue { job: job.id.clone(), queue: queue.clone() });
+            }
+            for q in &opts.queues {
+                let gpus: u64 =
+                    q.quotas.iter().filter(|quota| quota.resource == Resource::Gpu).map(|quota| quota.nominal).sum();
+                end += gpus.max(1);
+                spread.push((end, q.name.clone()));
+            }
+        }
+        if trace.jobs.iter().any(|j| j.queue.is_none()) {
+            for (_, name) in &spread {
+                specs.entry(name.clone()).or_insert_with(|| QueueSpec { preemption, ..QueueSpec::unlimited(name) });
+            }
+        }
+        let queues = Queues::new(specs.into_values().collect())
+            .map_err(|e| SimError::Option { option: "queues", problem: e.to_string() })?;
+        Ok(Tenancy { queues, spread })
+    }
+
+    /// The queue `job` goes to.
+    pub fn queue_of<'a>(&'a self, job: &'a TraceJob) -> &'a str {
+        if let Some(q) = &job.queue {
+            return q;
+        }
+        let end = self.spread.last().map_or(1, |(e, _)| *e);
+        let at = fnv1a(&job.id) % end;
+        let i = self.spread.partition_point(|(e, _)| *e <= at);
+        self.spread.get(i).map_or("default", |(_, name)| name.as_str())
     }
 }
 
@@ -186,10 +240,10 @@ fn priority_of(job: &TraceJob, opts: &SimOptions) -> i32 {
 }
 
 /// The gang a trace job asks for, submitted at `submit_s` with `priority`.
-pub fn gang_of(job: &TraceJob, submit_s: u64, priority: i32, tenants: u32) -> Gang {
+pub fn gang_of(job: &TraceJob, queue: String, submit_s: u64, priority: i32) -> Gang {
     Gang {
         id: job.id.clone(),
-        queue: queue_of(job, tenants),
+        queue,
         priority,
         submitted_ms: submit_s.saturating_mul(1000),
         runtime_ms: Some(job.duration_s.saturating_mul(1000)),
@@ -251,10 +305,11 @@ pub fn simulate(
     if !(opts.node_failure_rate.is_finite() && opts.node_failure_rate >= 0.0) {
         return Err(SimError::Option { option: "--node-failure-rate", problem: "must be zero or more".into() });
     }
-    let queues = queues_for(trace, opts.tenants);
+    let tenancy = Tenancy::new(trace, opts)?;
+    let queues = &tenancy.queues;
     let mut sim = Sim {
         fleet,
-        queues: &queues,
+        queues,
         policy,
         opts,
         rng: SplitMix64::new(opts.seed),
@@ -275,7 +330,7 @@ pub fn simulate(
             .iter()
             .map(|j| {
                 let submit_s = (j.submit_s as f64 / opts.load_scale).floor() as u64;
-                let queue = queue_of(j, opts.tenants);
+                let queue = tenancy.queue_of(j).to_string();
                 JobRecord {
                     id: j.id.clone(),
                     outcome: Outcome::Pending(not_looked_at(policy, &queue)),
@@ -386,7 +441,7 @@ impl Sim<'_> {
         match ev {
             Event::Arrival(i) => {
                 let r = &self.records[i];
-                let mut gang = gang_of(&trace.jobs[i], r.submit_s, r.priority, self.opts.tenants);
+                let mut gang = gang_of(&trace.jobs[i], r.queue.clone(), r.submit_s, r.priority);
                 let config = self.policy.config_with(self.opts.patience, self.opts.locality_cost);
                 let bound = self.policy.bind_at_submit(
                     self.fleet,
@@ -717,6 +772,80 @@ mod tests {
             })
             .collect();
         Trace { jobs, skipped_rows: 0, withdrawn: 0 }
+    }
+
+    /// Two teams sharing 128 GPUs as Kueue would set it up: 64 each in one cohort.
+    fn team_queues() -> Vec<QueueSpec> {
+        let preemption = QueuePreemption {
+            reclaim_within_cohort: scheduler_core::ReclaimWithinCohort::Any,
+            ..QueuePreemption::default()
+        };
+        ["team-a", "team-b"]
+            .map(|name| QueueSpec {
+                cohort: Some("org".into()),
+                quotas: vec![scheduler_core::Quota {
+                    flavor: "h100".into(),
+                    resource: Resource::Gpu,
+                    nominal: if name == "team-a" { 96 } else { 32 },
+                    borrowing_limit: None,
+                    lending_limit: None,
+                }],
+                preemption,
+                ..QueueSpec::unlimited(name)
+            })
+            .into()
+    }
+
+    #[test]
+    fn defined_queues_take_unqueued_jobs_in_proportion_to_quota_and_refuse_unknown_names() {
+        let opts = SimOptions { queues: team_queues(), ..SimOptions::default() };
+        let jobs: Vec<TraceJob> =
+            (0..4000).map(|i| job(&format!("j{i}"), i, 60, 1, 1, TopologyConstraint::Unconstrained)).collect();
+        let trace = Trace { jobs, skipped_rows: 0, withdrawn: 0 };
+        let tenancy = Tenancy::new(&trace, &opts).expect("valid");
+        let to_a = trace.jobs.iter().filter(|j| tenancy.queue_of(j) == "team-a").count() as f64 / 4000.0;
+        assert!((to_a - 0.75).abs() < 0.03, "96 of 128 GPUs of quota: {to_a}");
+        assert_eq!(tenancy.queues.specs().len(), 2, "no tenant queues beside the defined ones");
+
+        let mut named = trace.clone();
+        named.jobs[7].queue = Some("team-c".into());
+        let err = Tenancy::new(&named, &opts).expect_err("team-c is not defined");
+        assert_eq!(err.to_string(), "job j7 names queue \"team-c\", which is not among the queues defined for the run");
+        named.jobs[7].queue = Some("team-b".into());
+        let tenancy = Tenancy::new(&named, &opts).expect("team-b is");
+        assert_eq!(tenancy.queue_of(&named.jobs[7]), "team-b");
+
+        // Without defined queues: the trace's own names and `tenants` evenly, as before.
+        let plain = Tenancy::new(&named, &SimOptions::default()).expect("valid");
+        let names: Vec<&str> = plain.queues.specs().iter().map(|q| q.name.as_str()).collect();
+        assert_eq!(names, ["team-b", "tenant-0", "tenant-1", "tenant-2", "tenant-3"]);
+        assert_eq!(plain.queue_of(&named.jobs[0]), format!("tenant-{}", fnv1a("j0") % 4));
+    }
+
+    #[test]
+    fn a_team_gets_its_quota_back_from_a_borrower_under_stowage_and_waits_under_fifo() {
+        // team-a borrows the whole fleet for 10 h; team-b's jobs arrive 10 minutes later.
+        let mut jobs: Vec<TraceJob> =
+            (0..16).map(|i| job(&format!("a{i:02}"), 0, 36_000, 1, 8, TopologyConstraint::Unconstrained)).collect();
+        jobs.extend((0..4).map(|i| job(&format!("b{i}"), 600, 3_600, 1, 8, TopologyConstraint::Unconstrained)));
+        for j in &mut jobs {
+            j.queue = Some(if j.id.starts_with('a') { "team-a" } else { "team-b" }.into());
+        }
+        let trace = Trace { jobs, skipped_rows: 0, withdrawn: 0 };
+        let opts = SimOptions { queues: team_queues(), ..SimOptions::default() };
+        let b_starts = |policy| {
+            let run = simulate(&fleet(), &trace, policy, &opts, &mut |_, _| {}).expect("runs");
+            assert!(run.jobs.iter().all(|j| j.outcome == Outcome::Completed), "{policy}");
+            let preempted: u32 = run.jobs.iter().map(|j| j.preemptions).sum();
+            let starts: Vec<u64> =
+                run.jobs.iter().filter(|j| j.queue == "team-b").filter_map(|j| j.first_start_s).collect();
+            (starts, preempted)
+        };
+        let (starts, preempted) = b_starts(Policy::Stowage);
+        assert!(starts.len() == 4 && starts.iter().all(|&s| s == 600), "reclaimed at once: {starts:?}");
+        assert_eq!(preempted, 4, "exactly team-b's 32 GPUs taken back");
+        let (starts, preempted) = b_starts(Policy::FifoFirstFit);
+        assert!(starts.iter().all(|&s| s >= 36_000) && preempted == 0, "fifo never preempts: {starts:?}");
     }
 
     #[test]

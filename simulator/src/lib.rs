@@ -5,6 +5,7 @@
 pub mod cost;
 pub mod engine;
 pub mod fleet_file;
+pub mod helios;
 pub mod machines;
 pub mod pending;
 pub mod policy;

@@ -150,11 +150,11 @@ struct OpenbRow {
 
 /// One machine's shape: machines of equal shape share a pool.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct Shape {
-    flavor: Option<String>,
-    gpus: u32,
-    cpu_cores: u32,
-    memory_gib: u32,
+pub(crate) struct Shape {
+    pub(crate) flavor: Option<String>,
+    pub(crate) gpus: u32,
+    pub(crate) cpu_cores: u32,
+    pub(crate) memory_gib: u32,
 }
 
 /// Reads a machine list into a one-cluster fleet. The first bad row is an error.
@@ -291,7 +291,8 @@ fn pai(row: PaiRow) -> Result<Option<(String, Shape)>, BadRow> {
     Ok(Some((id.to_string(), shape)))
 }
 
-fn cluster(name: &str, shapes: BTreeMap<Shape, u32>) -> ClusterSpec {
+/// One cluster of `shapes` (machines per shape), pooled and laid out as the module says.
+pub(crate) fn cluster(name: &str, shapes: BTreeMap<Shape, u32>) -> ClusterSpec {
     let base = |s: &Shape| match &s.flavor {
         Some(flavor) => format!("{flavor}-x{}", s.gpus),
         None => "cpu".to_string(),

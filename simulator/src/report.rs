@@ -41,6 +41,9 @@ pub struct OptionsSummary {
     pub load_scale: f64,
     pub node_failure_rate: f64,
     pub tenants: u32,
+    /// GPU quota of each queue defined for the run (`--helios`), by name; empty: none.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub quotas_gpus: BTreeMap<String, u64>,
     pub topology_cost: crate::cost::TopologyCost,
     /// Locality patience (seconds at the preferred level, then until this at the next wider);
     /// `None`: off.
@@ -400,9 +403,15 @@ pub fn table(report: &Report) -> String {
     } else {
         format!(" | load ×{} (--load-scale)", report.options.load_scale)
     };
+    let quotas = &report.options.quotas_gpus;
+    let quotas = if quotas.is_empty() {
+        String::new()
+    } else {
+        format!(" | {} queues with {} GPUs of quota", quotas.len(), quotas.values().sum::<u64>())
+    };
     let _ = writeln!(
         out,
-        "fleet {}: {} clusters, {} nodes, {} GPUs | trace {}: {} jobs{notes}{load}",
+        "fleet {}: {} clusters, {} nodes, {} GPUs | trace {}: {} jobs{notes}{load}{quotas}",
         report.fleet.name,
         report.fleet.clusters,
         report.fleet.nodes,

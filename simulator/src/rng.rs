@@ -27,6 +27,20 @@ impl SplitMix64 {
         -mean * (1.0 - self.next_f64()).ln()
     }
 
+    /// Standard normal (Box–Muller).
+    pub fn normal(&mut self) -> f64 {
+        let u = 1.0 - self.next_f64(); // (0, 1]: ln is finite
+        let v = self.next_f64();
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    }
+
+    /// Log-normal with the given median and mean (mean > median > 0): σ² = 2 ln(mean / median),
+    /// the fit published job-size summaries (a median and a mean) allow.
+    pub fn log_normal(&mut self, median: f64, mean: f64) -> f64 {
+        let sigma = (2.0 * (mean / median).ln()).max(0.0).sqrt();
+        median * (sigma * self.normal()).exp()
+    }
+
     pub fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n.max(1) as u64) as usize
     }
