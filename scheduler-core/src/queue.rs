@@ -87,6 +87,11 @@ impl QueueSpec {
             preemption: QueuePreemption::default(),
         }
     }
+
+    /// Its nominal GPU quota over all flavors (0 for an unlimited queue).
+    pub fn nominal_gpus(&self) -> u64 {
+        self.quotas.iter().filter(|q| q.resource == Resource::Gpu).map(|q| q.nominal).sum()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -836,6 +836,14 @@ fn a_reclaim_that_would_destroy_more_work_than_the_wait_costs_waits_instead() {
     let urgent = [gang("b-1").gpus(8).queue("b").priority(9)];
     let d = w.preempting_until(&urgent, 3 * HOUR, KNOBS, started, |_| None, soon);
     assert_eq!(victims(&d[0]).1, ["a-3"]);
+
+    // Eight GPUs free, but two on each host: counting says room now, placing says in 7 h
+    // (everything ends at 10 h). The wait is the placement's, so the borrower goes.
+    let f = fleet(&[("c1", "h100", 8, &[(Host, 4)])]);
+    let queues = Queues::new(vec![queue("a"), queue("b")]).expect("valid");
+    let w = world(f, queues, (0..4).map(|i| gang(&format!("a-{i}")).gpus(6).queue("a")).collect());
+    let d = w.preempting_until(&b, 3 * HOUR, KNOBS, started, |_| None, late);
+    assert_eq!(victims(&d[0]).1, ["a-3"]);
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use scheduler_core::invariants::{self, Violation};
 use scheduler_core::{
     Admission, Capacity, ClusterFilter, Decision, DomainId, Fleet, Gang, Level, NodeRequirement, PodSet, PodShape,
-    QueuePreemption, QueueSpec, Queues, QuotaUsage, Reason, Release, Reserved, Resource, Running as Victim, Snapshot,
+    QueuePreemption, QueueSpec, Queues, QuotaUsage, Reason, Release, Reserved, Running as Victim, Snapshot,
     WithinQueue, cycle, release,
 };
 
@@ -201,9 +201,7 @@ impl Tenancy {
                 return Err(SimError::UnknownQueue { job: job.id.clone(), queue: queue.clone() });
             }
             for q in &opts.queues {
-                let gpus: u64 =
-                    q.quotas.iter().filter(|quota| quota.resource == Resource::Gpu).map(|quota| quota.nominal).sum();
-                end += gpus.max(1);
+                end += q.nominal_gpus().max(1);
                 spread.push((end, q.name.clone()));
             }
         }
@@ -785,7 +783,7 @@ mod tests {
                 cohort: Some("org".into()),
                 quotas: vec![scheduler_core::Quota {
                     flavor: "h100".into(),
-                    resource: Resource::Gpu,
+                    resource: scheduler_core::Resource::Gpu,
                     nominal: if name == "team-a" { 96 } else { 32 },
                     borrowing_limit: None,
                     lending_limit: None,

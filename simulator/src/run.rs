@@ -65,14 +65,7 @@ pub fn run_policies(
             load_scale: opts.load_scale,
             node_failure_rate: opts.node_failure_rate,
             tenants: opts.tenants,
-            quotas_gpus: opts
-                .queues
-                .iter()
-                .map(|q| {
-                    let gpus = q.quotas.iter().filter(|x| x.resource == scheduler_core::Resource::Gpu);
-                    (q.name.clone(), gpus.map(|x| x.nominal).sum())
-                })
-                .collect(),
+            quotas_gpus: opts.queues.iter().map(|q| (q.name.clone(), q.nominal_gpus())).collect(),
             topology_cost: opts.cost,
             locality_patience_s: opts.patience.map(|p| (p.exact_ms / 1000, p.wider_ms / 1000)),
             locality_cost: opts.locality_cost.map(crate::cost::TopologyCost::from),
