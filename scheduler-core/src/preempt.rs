@@ -16,7 +16,7 @@ use crate::fleet::{ClusterId, DomainId};
 use crate::gang::Gang;
 use crate::queue::{BorrowWithinCohort, QueueId, ReclaimWithinCohort, WithinQueue, quota_charges};
 use crate::reason::Reason;
-use crate::reserve::{earliest, earliest_by_count};
+use crate::reserve::earliest_by_count;
 use crate::run::Run;
 use crate::snapshot::{Release, Running};
 use crate::topology::TopologyConstraint;
@@ -97,13 +97,11 @@ pub(crate) fn preempt<'a>(
     // without by waiting for room (`None`: no limit, or no room expected as gangs end).
     // The wait is counted by GPUs alone, a lower bound found without trying placements (this
     // runs for every gang short of room, every cycle): in doubt, the running work is spared.
-    // Where enough GPUs are free already but scattered, the count says nothing, and the
-    // placements are tried.
+    // Where enough GPUs are free already but scattered, the count says "now" and the gang
+    // waits for room as gangs end (and for the cycle's reservation) rather than evict: trying
+    // the placements instead made a quota'd replay many times slower.
     let budget = if victims.iter().all(|v| v.1 >= gang.priority) {
-        let start = earliest_by_count(run, gang, releases, now_ms).and_then(|by_count| {
-            if by_count > now_ms { Some(by_count) } else { earliest(run, gang, releases, None).map(|(s, _)| s) }
-        });
-        start.map(|start_ms| {
+        earliest_by_count(run, gang, releases, now_ms).map(|start_ms| {
             let wait_ms = start_ms.saturating_sub(now_ms);
             (wait_ms, gang.total_gpus().saturating_mul(wait_ms))
         })

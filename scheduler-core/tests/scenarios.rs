@@ -837,13 +837,13 @@ fn a_reclaim_that_would_destroy_more_work_than_the_wait_costs_waits_instead() {
     let d = w.preempting_until(&urgent, 3 * HOUR, KNOBS, started, |_| None, soon);
     assert_eq!(victims(&d[0]).1, ["a-3"]);
 
-    // Eight GPUs free, but two on each host: counting says room now, placing says in 7 h
-    // (everything ends at 10 h). The wait is the placement's, so the borrower goes.
+    // Eight GPUs free, but two on each host: counting GPUs says room now, so nothing is worth
+    // destroying; it waits (and takes the cycle's reservation) rather than evict.
     let f = fleet(&[("c1", "h100", 8, &[(Host, 4)])]);
     let queues = Queues::new(vec![queue("a"), queue("b")]).expect("valid");
     let w = world(f, queues, (0..4).map(|i| gang(&format!("a-{i}")).gpus(6).queue("a")).collect());
     let d = w.preempting_until(&b, 3 * HOUR, KNOBS, started, |_| None, late);
-    assert_eq!(victims(&d[0]).1, ["a-3"]);
+    assert!(matches!(&d[0], Decision::Pending(r) if r.to_string().contains("0.0 GPU-hours")), "{d:?}");
 }
 
 #[test]
