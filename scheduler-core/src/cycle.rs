@@ -95,9 +95,6 @@ fn greedy<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config, m
         cluster_gpus: OnceCell::new(),
     };
     let mut reservation: Option<Reservation> = None;
-    // Gangs that found reclaiming not worth it this cycle: one asking the same of the same queue
-    // would find the same victims and the same wait, so it is not searched again.
-    let mut deferred: Vec<(&Gang, Reason)> = Vec::new();
     // A gang being evicted is fair game for anyone, as if of the lowest priority.
     let lowest_running =
         running.iter().map(|r| if r.evicting { i32::MIN } else { r.gang.priority }).min().unwrap_or(i32::MAX);
@@ -142,23 +139,10 @@ fn greedy<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config, m
                             Reason::HoldingForLocality { .. } => !run.fits_anywhere(gang),
                             _ => false,
                         };
-                    let h = &*held[i];
-                    let like = |g: &Gang| {
-                        g.queue == h.queue
-                            && g.priority == h.priority
-                            && g.pod_sets == h.pod_sets
-                            && g.clusters == h.clusters
-                    };
-                    let preempted = match deferred.iter().find(|(g, _)| like(g)) {
-                        _ if !may => Preempted::Not,
-                        Some((_, why)) => Preempted::Deferred(why.clone()),
-                        None => {
-                            let p = preempt::preempt(&mut run, h, &running, &releases, lowest_running, &reason, now_ms);
-                            if let Preempted::Deferred(why) = &p {
-                                deferred.push((h, why.clone()));
-                            }
-                            p
-                        }
+                    let preempted = if may {
+                        preempt::preempt(&mut run, &held[i], &running, &releases, lowest_running, &reason, now_ms)
+                    } else {
+                        Preempted::Not
                     };
                     match preempted {
                         Preempted::Evicted(admission, victims) => {
