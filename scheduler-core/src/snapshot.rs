@@ -2,6 +2,8 @@
 //! already running, and, for reservations and preemption, what the running gangs will give
 //! back and which of them could be evicted.
 
+use std::borrow::Cow;
+
 use crate::capacity::{Capacity, PodShape};
 use crate::decision::Admission;
 use crate::fleet::{DomainId, Fleet};
@@ -19,8 +21,9 @@ pub struct Snapshot<'a> {
     /// no clock).
     pub now_ms: u64,
     /// What running gangs will give back and when they are expected to: reservations are
-    /// planned on it. Empty: no reservations.
-    pub releases: Vec<Release>,
+    /// planned on it. Empty: no reservations. Borrowed where the caller keeps them between
+    /// cycles (the simulator), so a cycle does not copy every running gang's hosts.
+    pub releases: Cow<'a, [Release]>,
     /// The running gangs preemption may choose victims among. Empty: no preemption.
     pub running: Vec<Running<'a>>,
     /// The last cycle's reservation (`Cycle::reserved`): this cycle's search for the same
@@ -45,7 +48,7 @@ impl<'a> Snapshot<'a> {
             capacity: Capacity::empty(fleet),
             usage: QuotaUsage::default(),
             now_ms: 0,
-            releases: Vec::new(),
+            releases: Cow::Borrowed(&[]),
             running: Vec::new(),
             reserved: None,
         }

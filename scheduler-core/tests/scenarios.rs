@@ -284,7 +284,7 @@ fn fragmented_racks(g: Gang, now_ms: u64) -> (Fleet, Decision) {
         capacity,
         usage: QuotaUsage::default(),
         now_ms,
-        releases: Vec::new(),
+        releases: Vec::new().into(),
         running: Vec::new(),
         reserved: None,
     };
@@ -355,7 +355,7 @@ fn weighed_on(taken: &[(usize, u64)], g: Gang, now_ms: u64, others: usize, depth
     let mut pending = vec![g];
     // Nine GPUs per pod fit no host of eight: they only wait.
     pending.extend((0..others).map(|i| gang(&format!("other-{i}")).gpus(9).submitted(1).runtime(HOUR_MS)));
-    let snapshot = Snapshot { capacity, releases, now_ms, ..Snapshot::idle(&f, &q) };
+    let snapshot = Snapshot { capacity, releases: releases.into(), now_ms, ..Snapshot::idle(&f, &q) };
     let decision = cycle(snapshot, &pending, &config).decisions.remove(0);
     (f, decision)
 }
@@ -530,7 +530,7 @@ fn behind_a_reservation(config: Config, head_priority: i32) -> (Vec<Gang>, Vec<D
         capacity,
         usage: QuotaUsage::default(),
         now_ms: 0,
-        releases,
+        releases: releases.into(),
         running: Vec::new(),
         reserved: None,
     };
@@ -619,7 +619,8 @@ impl World {
         checkpoint: impl Fn(&str) -> Option<u64>,
         ends: impl Fn(&str) -> Option<u64>,
     ) -> Vec<Decision> {
-        let releases = self.running.iter().filter_map(|(g, a)| ends(&g.id).map(|end| Release::of(g, a, end))).collect();
+        let releases: Vec<Release> =
+            self.running.iter().filter_map(|(g, a)| ends(&g.id).map(|end| Release::of(g, a, end))).collect();
         let running = self
             .running
             .iter()
@@ -637,7 +638,7 @@ impl World {
             capacity: self.capacity.clone(),
             usage: self.usage.clone(),
             now_ms,
-            releases,
+            releases: releases.into(),
             running,
             reserved: None,
         };
@@ -880,7 +881,7 @@ fn a_gang_already_being_evicted_is_picked_again_at_no_cost_so_nothing_more_is_ev
         capacity: w.capacity.clone(),
         usage: w.usage.clone(),
         now_ms: HOUR,
-        releases: Vec::new(),
+        releases: Vec::new().into(),
         running,
         reserved: None,
     };

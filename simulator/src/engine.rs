@@ -8,14 +8,15 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use scheduler_core::invariants::{self, Violation};
 use scheduler_core::{
     Admission, Capacity, ClusterFilter, Decision, DomainId, Fleet, Gang, Level, NodeRequirement, PodSet, PodShape,
-    QueuePreemption, QueueSpec, Queues, QuotaUsage, Reason, Release, Reserved, Running as Victim, Snapshot,
-    WithinQueue, cycle, release,
+    QueuePreemption, QueueSpec, Queues, QuotaUsage, Reason, Reserved, Running as Victim, Snapshot, WithinQueue, cycle,
+    release,
 };
 
 use crate::cost::TopologyCost;
 use crate::pending::Pending;
 use crate::policy::Policy;
 use crate::rng::{SplitMix64, fnv1a};
+use crate::running::{Running, RunningSet};
 use crate::trace::{Trace, TraceJob};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -153,16 +154,6 @@ enum Event {
     NodeRepair(DomainId),
 }
 
-struct Running {
-    gang: Gang,
-    admission: Admission,
-    start_s: u64,
-    /// Run-time factor of its placement (the topology cost).
-    slowdown: f64,
-    /// When it will finish (this simulation knows; production estimates).
-    end_s: u64,
-}
-
 /// Where a trace's jobs queue: the queues, and how the jobs that name none are spread over them.
 #[derive(Debug, Clone)]
 pub struct Tenancy {
@@ -277,7 +268,7 @@ struct Sim<'a> {
     pending: Pending,
     /// The last cycle's reservation, handed to the next (where its search starts).
     reserved: Option<Reserved>,
-    running: BTreeMap<usize, Running>,
+    running: RunningSet,
     attempts: Vec<u32>,
     /// Per job: seconds of its trace run time already done and checkpointed.
     progress_s: Vec<f64>,
@@ -318,7 +309,7 @@ pub fn simulate(
         usage: QuotaUsage::default(),
         pending: Pending::default(),
         reserved: None,
-        running: BTreeMap::new(),
+        running: RunningSet::default(),
         attempts: vec![0; trace.jobs.len()],
         progress_s: vec![0.0; trace.jobs.len()],
         down: BTreeSet::new(),
@@ -403,7 +394,7 @@ pub fn simulate(
     sim.account(last_t, end);
     sim.run.end_s = end;
     for (i, r) in sim.records.iter_mut().enumerate() {
-        if sim.running.contains_key(&i) {
+        if sim.running.contains(i) {
             r.outcome = Outcome::Running;
         }
     }
@@ -457,7 +448,7 @@ impl Sim<'_> {
             }
             Event::Finish { job, attempt } => {
                 if self.attempts[job] == attempt
-                    && let Some(r) = self.running.remove(&job)
+                    && let Some(r) = self.running.remove(job)
                 {
                     self.stop(&r);
                     self.records[job].end_s = Some(t);
@@ -490,10 +481,10 @@ impl Sim<'_> {
             .running
             .iter()
             .filter(|(_, r)| r.admission.pod_sets.iter().any(|p| p.hosts.iter().any(|h| h.0 == host)))
-            .map(|(&j, _)| j)
+            .map(|(j, _)| j)
             .collect();
         for j in hit {
-            if let Some(r) = self.running.remove(&j) {
+            if let Some(r) = self.running.remove(j) {
                 self.stop(&r);
                 let gang = self.interrupt(t, j, r).0;
                 self.records[j].restarts += 1;
@@ -537,12 +528,12 @@ impl Sim<'_> {
             *self.run.pending_reason_cycles.entry(Reason::BEYOND_DEPTH).or_default() += unseen as u64;
         }
         // Only a policy that plans reservations reads the releases: the others skip building them.
-        let releases = if config.reservations { self.releases() } else { Vec::new() };
+        let releases = if config.reservations { self.running.releases() } else { &[] };
         // Only a policy that preempts reads the running gangs as possible victims.
         let (victims, victim_jobs): (Vec<Victim<'_>>, Vec<usize>) = if config.preemption.is_some() {
             self.running
                 .iter()
-                .map(|(&j, r)| {
+                .map(|(j, r)| {
                     let v = Victim {
                         gang: &r.gang,
                         admission: &r.admission,
@@ -562,7 +553,7 @@ impl Sim<'_> {
             capacity: std::mem::take(&mut self.capacity),
             usage: std::mem::take(&mut self.usage),
             now_ms,
-            releases,
+            releases: releases.into(),
             running: victims,
             reserved: self.reserved.take(),
         };
@@ -623,7 +614,7 @@ impl Sim<'_> {
     /// A gang evicted for a preemptor: back to the queue, its work lost. The cycle's capacity
     /// and usage already count it gone.
     fn evicted(&mut self, t: u64, j: usize) {
-        if let Some(r) = self.running.remove(&j) {
+        if let Some(r) = self.running.remove(j) {
             let gpus = r.gang.total_gpus();
             self.busy_gpus -= gpus;
             let (gang, lost_s) = self.interrupt(t, j, r);
@@ -658,11 +649,6 @@ impl Sim<'_> {
         let interval = self.opts.checkpoint_interval_s.filter(|&i| i > 0)?;
         let saved = now_s.saturating_sub(r.start_s) / interval * interval;
         (saved > 0).then(|| (r.start_s + saved).saturating_mul(1000))
-    }
-
-    /// What the running gangs give back, at their expected ends.
-    fn releases(&self) -> Vec<Release> {
-        self.running.values().map(|r| Release::of(&r.gang, &r.admission, r.end_s.saturating_mul(1000))).collect()
     }
 
     fn start(&mut self, t: u64, j: usize, gang: Gang, admission: Admission) {

@@ -12,6 +12,7 @@ pub mod policy;
 pub mod report;
 pub mod rng;
 pub mod run;
+mod running;
 pub mod sharing;
 pub mod svg;
 pub mod trace;

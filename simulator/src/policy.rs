@@ -149,7 +149,7 @@ impl Policy {
                 capacity: std::mem::take(empty),
                 usage: QuotaUsage::default(),
                 now_ms: gang.submitted_ms,
-                releases: Vec::new(),
+                releases: Vec::new().into(),
                 running: Vec::new(),
                 reserved: None,
             };

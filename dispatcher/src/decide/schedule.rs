@@ -103,7 +103,7 @@ fn ground<'j, 'a>(
         capacity,
         usage,
         now_ms,
-        releases: Vec::new(),
+        releases: Vec::new().into(),
         running: Vec::new(),
         reserved: None,
     };
@@ -173,8 +173,16 @@ pub(super) fn run(
     let trainjobs = gangs.len();
     let to_nominate = to_nominate(candidates, &held);
     gangs.extend(to_nominate.iter().map(|(_, g, _)| g.clone()));
-    let snapshot =
-        Snapshot { fleet: &fleet, queues, capacity, usage, now_ms, releases, running: victims, reserved: None };
+    let snapshot = Snapshot {
+        fleet: &fleet,
+        queues,
+        capacity,
+        usage,
+        now_ms,
+        releases: releases.into(),
+        running: victims,
+        reserved: None,
+    };
     let mut out = cycle(snapshot, &gangs, config);
     let nominations = to_nominate
         .into_iter()
@@ -279,7 +287,7 @@ fn forward<R>(
         capacity: g.capacity.clone(),
         usage: g.usage.clone(),
         now_ms,
-        releases: Vec::new(),
+        releases: Vec::new().into(),
         running: Vec::new(),
         reserved: None,
     };

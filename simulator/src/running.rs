@@ -1,0 +1,96 @@
+//! The simulator's running gangs by job and, beside them in the same order, what each gives
+//! back at its expected end: a cycle that plans a reservation borrows those releases instead
+//! of having every running gang's hosts copied out again after every event.
+
+use std::collections::BTreeMap;
+
+use scheduler_core::{Admission, Gang, Release};
+
+pub(crate) struct Running {
+    pub gang: Gang,
+    pub admission: Admission,
+    pub start_s: u64,
+    /// Run-time factor of its placement (the topology cost).
+    pub slowdown: f64,
+    /// When it will finish (this simulation knows; production estimates).
+    pub end_s: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct RunningSet {
+    by_job: BTreeMap<usize, Running>,
+    /// The jobs of `releases`, ascending: the order `by_job` iterates in.
+    jobs: Vec<usize>,
+    releases: Vec<Release>,
+}
+
+impl RunningSet {
+    pub fn insert(&mut self, job: usize, r: Running) {
+        let release = Release::of(&r.gang, &r.admission, r.end_s.saturating_mul(1000));
+        let at = self.jobs.partition_point(|&j| j < job);
+        if self.by_job.insert(job, r).is_some() {
+            self.releases[at] = release;
+        } else {
+            self.jobs.insert(at, job);
+            self.releases.insert(at, release);
+        }
+    }
+
+    pub fn remove(&mut self, job: usize) -> Option<Running> {
+        let r = self.by_job.remove(&job)?;
+        let at = self.jobs.partition_point(|&j| j < job);
+        self.jobs.remove(at);
+        self.releases.remove(at);
+        Some(r)
+    }
+
+    /// What the running gangs give back at their expected ends, in job order.
+    pub fn releases(&self) -> &[Release] {
+        &self.releases
+    }
+
+    pub fn contains(&self, job: usize) -> bool {
+        self.by_job.contains_key(&job)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_job.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (usize, &Running)> {
+        self.by_job.iter().map(|(&j, r)| (j, r))
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &Running> {
+        self.by_job.values()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use scheduler_core::ClusterId;
+    use scheduler_core::fixture::{GangExt, gang};
+
+    fn running(id: &str, end_s: u64) -> Running {
+        let admission = Admission { cluster: ClusterId(0), pod_sets: Vec::new(), ranking: Vec::new() };
+        Running { gang: gang(id).pods(1).gpus(1), admission, start_s: 0, slowdown: 1.0, end_s }
+    }
+
+    /// The releases follow the running gangs through starts and ends in any order.
+    #[test]
+    fn releases_stay_in_job_order_beside_the_gangs() {
+        let mut set = RunningSet::default();
+        for (job, end) in [(5, 50), (1, 10), (3, 30), (9, 90)] {
+            set.insert(job, running(&format!("j{job}"), end));
+        }
+        assert!(set.remove(3).is_some());
+        assert!(set.remove(3).is_none());
+        set.insert(2, running("j2", 20));
+        set.insert(5, running("j5", 55));
+        let seen: Vec<(&str, u64)> = set.releases().iter().map(|r| (r.gang.as_str(), r.end_ms)).collect();
+        assert_eq!(seen, [("j1", 10_000), ("j2", 20_000), ("j5", 55_000), ("j9", 90_000)]);
+        let jobs: Vec<usize> = set.iter().map(|(j, _)| j).collect();
+        assert_eq!(jobs, [1, 2, 5, 9]);
+    }
+}
