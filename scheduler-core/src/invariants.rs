@@ -39,6 +39,24 @@ pub fn check(
     capacity: &Capacity,
     usage: &QuotaUsage,
 ) -> Result<(), Violation> {
+    for &(gang, admission) in running {
+        check_gang(fleet, gang, admission)?;
+    }
+    check_totals(fleet, queues, running, down, capacity, usage)
+}
+
+/// The invariants of the whole: no host over-committed, the tracked capacity and usage what
+/// the running gangs and the hosts down add up to, every queue within its quota. With
+/// [`check_gang`] once per admission (a running gang's placement does not change), this is
+/// [`check`].
+pub fn check_totals(
+    fleet: &Fleet,
+    queues: &Queues,
+    running: &[(&Gang, &Admission)],
+    down: &[DomainId],
+    capacity: &Capacity,
+    usage: &QuotaUsage,
+) -> Result<(), Violation> {
     // What is in use per host, recomputed from the running gangs and the hosts down.
     let mut used: BTreeMap<DomainId, NodeFree> = BTreeMap::new();
     let mut recomputed_usage = QuotaUsage::default();
@@ -48,7 +66,6 @@ pub fn check(
         }
     }
     for &(gang, admission) in running {
-        check_gang(fleet, gang, admission)?;
         for (ps, p) in gang.pod_sets.iter().zip(&admission.pod_sets) {
             for &(host, pods) in &p.hosts {
                 let u = used.entry(host).or_default();

@@ -124,9 +124,9 @@ pub(crate) fn earliest<'a>(
                 run.txn.cap.give_back(run.fleet, h, n, shape);
             }
         }
-        // The memo holds what fits nowhere *now*; more fits on future capacity.
-        run.txn.forget();
-        let placed = run.gang(gang).ok();
+        // `place`, not `gang`: the memo holds what fits nowhere *now*, and the words of a miss
+        // are not wanted here.
+        let placed = run.place(gang);
         run.txn.rollback(sp);
         placed
     };

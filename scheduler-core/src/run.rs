@@ -145,11 +145,7 @@ impl<'a> Run<'a> {
     }
 
     pub(crate) fn gang(&mut self, gang: &'a Gang) -> Result<Admission, Reason> {
-        gang.validate().map_err(Reason::Invalid)?;
-        let queue = self.queues.id(&gang.queue).ok_or_else(|| Reason::UnknownQueue { queue: gang.queue.clone() })?;
-        let resolved: Vec<Resolved> =
-            gang.pod_sets.iter().map(|ps| self.resolve(queue, ps)).collect::<Result<_, _>>()?;
-        let candidates = self.candidates(gang, &resolved)?;
+        let (queue, resolved, candidates) = self.prepare(gang)?;
         for (ps, r) in gang.pod_sets.iter().zip(&resolved) {
             let memo = self.txn.memo(&memo::key(gang, ps));
             if let Some((words_fit, reason)) =
@@ -163,30 +159,10 @@ impl<'a> Run<'a> {
                 });
             }
         }
-        let (order, mut ranking) = self.cluster_order(gang, &candidates, &resolved);
-        let mut failed_pod_set = 0usize;
-        let mut quota_reason = None;
-        for c in order {
-            self.txn.stats.attempts += 1;
-            let cp = self.txn.checkpoint();
-            match self.try_cluster(c, gang, &resolved, None) {
-                Ok(mut admission) => match self.check_quota(queue, gang, &admission) {
-                    Ok(()) => {
-                        self.commit(gang, &admission);
-                        admission.ranking = std::mem::take(&mut ranking);
-                        return Ok(admission);
-                    }
-                    Err(reason) => {
-                        self.txn.rollback(cp);
-                        quota_reason.get_or_insert(reason);
-                    }
-                },
-                Err(failed) => {
-                    self.txn.rollback(cp);
-                    failed_pod_set = failed_pod_set.max(failed);
-                }
-            }
-        }
+        let (failed_pod_set, quota_reason) = match self.search(gang, queue, &resolved, &candidates) {
+            Ok(admission) => return Ok(admission),
+            Err(miss) => miss,
+        };
         if let Some(reason) = quota_reason {
             return Err(reason);
         }
@@ -214,6 +190,61 @@ impl<'a> Run<'a> {
             self.txn.remember(memo::key(gang, ps), entry);
         }
         Err(reason)
+    }
+
+    /// Where [`Self::gang`] would admit the gang, without the words for a miss (or the memo's
+    /// answers, which are for the capacity of now): for a search over future capacity, which
+    /// asks only whether and where.
+    pub(crate) fn place(&mut self, gang: &'a Gang) -> Option<Admission> {
+        let (queue, resolved, candidates) = self.prepare(gang).ok()?;
+        self.search(gang, queue, &resolved, &candidates).ok()
+    }
+
+    /// The gang's queue, its pod sets resolved and the clusters it may use; or why it has none.
+    fn prepare(&self, gang: &Gang) -> Result<(QueueId, Vec<Resolved>, Vec<ClusterId>), Reason> {
+        gang.validate().map_err(Reason::Invalid)?;
+        let queue = self.queues.id(&gang.queue).ok_or_else(|| Reason::UnknownQueue { queue: gang.queue.clone() })?;
+        let resolved: Vec<Resolved> =
+            gang.pod_sets.iter().map(|ps| self.resolve(queue, ps)).collect::<Result<_, _>>()?;
+        let candidates = self.candidates(gang, &resolved)?;
+        Ok((queue, resolved, candidates))
+    }
+
+    /// Each candidate cluster in order, tried whole: the admission, committed, from the first
+    /// that holds the gang within its queue's quota; or the last pod set that failed and the
+    /// first quota refusal.
+    fn search(
+        &mut self,
+        gang: &'a Gang,
+        queue: QueueId,
+        resolved: &[Resolved],
+        candidates: &[ClusterId],
+    ) -> Result<Admission, (usize, Option<Reason>)> {
+        let (order, mut ranking) = self.cluster_order(gang, candidates, resolved);
+        let mut failed_pod_set = 0usize;
+        let mut quota_reason = None;
+        for c in order {
+            self.txn.stats.attempts += 1;
+            let cp = self.txn.checkpoint();
+            match self.try_cluster(c, gang, resolved, None) {
+                Ok(mut admission) => match self.check_quota(queue, gang, &admission) {
+                    Ok(()) => {
+                        self.commit(gang, &admission);
+                        admission.ranking = std::mem::take(&mut ranking);
+                        return Ok(admission);
+                    }
+                    Err(reason) => {
+                        self.txn.rollback(cp);
+                        quota_reason.get_or_insert(reason);
+                    }
+                },
+                Err(failed) => {
+                    self.txn.rollback(cp);
+                    failed_pod_set = failed_pod_set.max(failed);
+                }
+            }
+        }
+        Err((failed_pod_set, quota_reason))
     }
 
     /// The gang admitted as placed: its capacity stays taken, its quota is charged.

@@ -269,6 +269,8 @@ struct Sim<'a> {
     /// The last cycle's reservation, handed to the next (where its search starts).
     reserved: Option<Reserved>,
     running: RunningSet,
+    /// Jobs started since the last invariant check: their placements are checked once.
+    started: Vec<usize>,
     attempts: Vec<u32>,
     /// Per job: seconds of its trace run time already done and checkpointed.
     progress_s: Vec<f64>,
@@ -310,6 +312,7 @@ pub fn simulate(
         pending: Pending::default(),
         reserved: None,
         running: RunningSet::default(),
+        started: Vec::new(),
         attempts: vec![0; trace.jobs.len()],
         progress_s: vec![0.0; trace.jobs.len()],
         down: BTreeSet::new(),
@@ -672,13 +675,22 @@ impl Sim<'_> {
         let end_s = t + run_s.max(1);
         self.push(end_s, Event::Finish { job: j, attempt });
         self.running.insert(j, Running { gang, admission, start_s: t, slowdown, end_s });
+        self.started.push(j);
     }
 
-    fn check(&self, t: u64) -> Result<(), SimError> {
+    /// The invariants after an instant: each placement made since the last check, once (it
+    /// does not change while it runs), and the totals against every running gang.
+    fn check(&mut self, t: u64) -> Result<(), SimError> {
+        let violated = |violation| SimError::Invariant { policy: self.policy, time_s: t, violation };
+        for j in self.started.drain(..) {
+            if let Some(r) = self.running.get(j) {
+                invariants::check_gang(self.fleet, &r.gang, &r.admission).map_err(violated)?;
+            }
+        }
         let running: Vec<(&Gang, &Admission)> = self.running.values().map(|r| (&r.gang, &r.admission)).collect();
         let down: Vec<DomainId> = self.down.iter().copied().collect();
-        invariants::check(self.fleet, self.queues, &running, &down, &self.capacity, &self.usage)
-            .map_err(|violation| SimError::Invariant { policy: self.policy, time_s: t, violation })
+        invariants::check_totals(self.fleet, self.queues, &running, &down, &self.capacity, &self.usage)
+            .map_err(violated)
     }
 }
 

@@ -49,6 +49,10 @@ impl RunningSet {
         &self.releases
     }
 
+    pub fn get(&self, job: usize) -> Option<&Running> {
+        self.by_job.get(&job)
+    }
+
     pub fn contains(&self, job: usize) -> bool {
         self.by_job.contains_key(&job)
     }
