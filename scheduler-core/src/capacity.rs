@@ -242,13 +242,14 @@ impl Capacity {
         self.journal.clear();
     }
 
-    /// Whether this is the empty fleet with `used` taken (per host: what is in use there). On a
+    /// Whether this is the empty fleet with `used` taken (per host, each once: what is in use
+    /// there). On a
     /// fleet of up to `DENSE_CHECK_DOMAINS` domains, compared whole; on a larger one, exactly on
     /// every host in use and every domain above one, and at every cluster's root, where any
     /// other difference would show in the totals: that costs the hosts in use times the depth,
     /// not the fleet's size, so it can run after every event on a fleet of 100,000 nodes. A
     /// host using more than it has is never the empty fleet less `used`.
-    pub fn is_empty_less(&self, fleet: &Fleet, used: &BTreeMap<DomainId, NodeFree>) -> bool {
+    pub fn is_empty_less(&self, fleet: &Fleet, used: &[(DomainId, NodeFree)]) -> bool {
         // A small fleet is cheapest copied and compared whole.
         if fleet.domains_len() <= DENSE_CHECK_DOMAINS {
             return self.is_empty_less_whole(fleet, used);
@@ -256,25 +257,25 @@ impl Capacity {
         self.is_empty_less_in_use(fleet, used)
     }
 
-    fn is_empty_less_whole(&self, fleet: &Fleet, used: &BTreeMap<DomainId, NodeFree>) -> bool {
+    fn is_empty_less_whole(&self, fleet: &Fleet, used: &[(DomainId, NodeFree)]) -> bool {
         let mut expected = fleet.allocatable().clone();
-        for (&host, u) in used {
+        for (host, u) in used {
             if expected.node_free[host.idx()].less(u).is_none() {
                 return false;
             }
             let all = PodShape { gpus: u.gpus, cpu_milli: u.cpu_milli, memory_mib: u.memory_mib };
-            expected.adjust(fleet, host, 1, all, true);
+            expected.adjust(fleet, *host, 1, all, true);
         }
         (&expected.node_free, &expected.hist, &expected.free_cpu_milli, &expected.free_memory_mib)
             == (&self.node_free, &self.hist, &self.free_cpu_milli, &self.free_memory_mib)
     }
 
-    fn is_empty_less_in_use(&self, fleet: &Fleet, used: &BTreeMap<DomainId, NodeFree>) -> bool {
+    fn is_empty_less_in_use(&self, fleet: &Fleet, used: &[(DomainId, NodeFree)]) -> bool {
         let empty = fleet.allocatable();
         // Per domain: CPU and memory in use under it; per histogram entry: the change in count.
         let mut taken: BTreeMap<DomainId, (u64, u64)> = BTreeMap::new();
         let mut moved: BTreeMap<usize, i64> = BTreeMap::new();
-        for (&host, u) in used {
+        for &(host, ref u) in used {
             let all = empty.node_free[host.idx()];
             let Some(after) = all.less(u) else { return false };
             if self.node_free[host.idx()] != after {
@@ -330,11 +331,11 @@ mod tests {
         let mut tracked = Capacity::empty(&fleet);
         tracked.take(&fleet, east[0], 1, whole);
         tracked.take(&fleet, east[5], 1, PodShape { gpus: 3, ..whole });
-        let used = BTreeMap::from([
+        let used = [
             (east[0], NodeFree { gpus: 8, cpu_milli: 4_000, memory_mib: 1_024 }),
             (east[5], NodeFree { gpus: 3, cpu_milli: 4_000, memory_mib: 1_024 }),
-        ]);
-        let both = |cap: &Capacity, used: &BTreeMap<DomainId, NodeFree>| {
+        ];
+        let both = |cap: &Capacity, used: &[(DomainId, NodeFree)]| {
             (cap.is_empty_less_whole(&fleet, used), cap.is_empty_less_in_use(&fleet, used))
         };
         assert_eq!(both(&tracked, &used), (true, true));
@@ -347,7 +348,7 @@ mod tests {
         let mut in_use_drift = tracked.clone();
         in_use_drift.give_back(&fleet, east[5], 1, PodShape { gpus: 1, cpu_milli: 0, memory_mib: 0 });
         assert_eq!(both(&in_use_drift, &used), (false, false), "a GPU too many on a host in use");
-        let over = BTreeMap::from([(east[0], NodeFree { gpus: 9, cpu_milli: 0, memory_mib: 0 })]);
+        let over = [(east[0], NodeFree { gpus: 9, cpu_milli: 0, memory_mib: 0 })];
         assert_eq!(both(&tracked, &over), (false, false), "more than the host has");
     }
 }

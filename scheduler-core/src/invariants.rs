@@ -57,28 +57,47 @@ pub fn check_totals(
     capacity: &Capacity,
     usage: &QuotaUsage,
 ) -> Result<(), Violation> {
-    // What is in use per host, recomputed from the running gangs and the hosts down.
-    let mut used: BTreeMap<DomainId, NodeFree> = BTreeMap::new();
-    let mut recomputed_usage = QuotaUsage::default();
+    // What is in use per host, recomputed from the hosts down and the running gangs: every
+    // placement's share of a host (with who placed it, 0 for down), summed host by host.
+    let mut parts: Vec<(DomainId, usize, NodeFree)> = Vec::new();
     for &host in down {
         if let Some(spec) = fleet.domain(host).node {
-            used.insert(host, NodeFree { gpus: spec.gpus, cpu_milli: spec.cpu_milli, memory_mib: spec.memory_mib });
+            parts.push((host, 0, NodeFree { gpus: spec.gpus, cpu_milli: spec.cpu_milli, memory_mib: spec.memory_mib }));
         }
     }
-    for &(gang, admission) in running {
+    let mut recomputed_usage = QuotaUsage::default();
+    for (i, &(gang, admission)) in running.iter().enumerate() {
         for (ps, p) in gang.pod_sets.iter().zip(&admission.pod_sets) {
             for &(host, pods) in &p.hosts {
-                let u = used.entry(host).or_default();
                 let n = u64::from(pods);
-                u.gpus = u.gpus.saturating_add(ps.shape.gpus.saturating_mul(pods));
-                u.cpu_milli = u.cpu_milli.saturating_add(ps.shape.cpu_milli.saturating_mul(n));
-                u.memory_mib = u.memory_mib.saturating_add(ps.shape.memory_mib.saturating_mul(n));
-                if fleet.allocatable().node_free(host).less(u).is_none() {
-                    return Err(Violation::OverCommitted { host: fleet.path(host), gang: gang.id.clone() });
-                }
+                let s = &ps.shape;
+                let takes = NodeFree {
+                    gpus: s.gpus.saturating_mul(pods),
+                    cpu_milli: s.cpu_milli.saturating_mul(n),
+                    memory_mib: s.memory_mib.saturating_mul(n),
+                };
+                parts.push((host, i + 1, takes));
             }
         }
         recomputed_usage.charge(queues, gang, admission.flavors(fleet));
+    }
+    parts.sort_unstable_by_key(|&(host, by, _)| (host, by));
+    let mut used: Vec<(DomainId, NodeFree)> = Vec::with_capacity(parts.len());
+    for (host, by, takes) in parts {
+        let u = match used.last_mut() {
+            Some((h, u)) if *h == host => u,
+            _ => {
+                used.push((host, NodeFree::default()));
+                &mut used.last_mut().expect("just pushed").1
+            }
+        };
+        u.gpus = u.gpus.saturating_add(takes.gpus);
+        u.cpu_milli = u.cpu_milli.saturating_add(takes.cpu_milli);
+        u.memory_mib = u.memory_mib.saturating_add(takes.memory_mib);
+        if fleet.allocatable().node_free(host).less(u).is_none() {
+            let gang = by.checked_sub(1).map_or_else(|| "(host down)".to_string(), |i| running[i].0.id.clone());
+            return Err(Violation::OverCommitted { host: fleet.path(host), gang });
+        }
     }
     if !capacity.is_empty_less(fleet, &used) {
         return Err(Violation::CapacityDrift);
