@@ -114,6 +114,8 @@ pub(crate) fn earliest<'a>(
     // A gang evicted this cycle has given its capacity back already.
     let mut order: Vec<&Release> = releases.iter().filter(|r| !run.txn.is_evicted(&r.gang)).collect();
     order.sort_by_key(|r| r.end_ms);
+    // Releases give capacity back, not quota: what the gang may use is the same at every k.
+    let prepared = run.prepare(gang).ok()?;
     // Where the gang goes once the first `k` releases happened: tried on the future capacity
     // and rolled back whole (capacity, memo, usage, counters). Fitting only gets easier as k
     // grows, so the first k that fits can be searched for.
@@ -124,9 +126,9 @@ pub(crate) fn earliest<'a>(
                 run.txn.cap.give_back(run.fleet, h, n, shape);
             }
         }
-        // `place`, not `gang`: the memo holds what fits nowhere *now*, and the words of a miss
-        // are not wanted here.
-        let placed = run.place(gang);
+        // A search, not `gang`: the memo holds what fits nowhere *now*, and the words of a
+        // miss are not wanted here.
+        let placed = run.search(gang, &prepared).ok();
         run.txn.rollback(sp);
         placed
     };

@@ -51,6 +51,14 @@ pub(crate) struct Resolved {
     pub(crate) flavors: Vec<Option<FlavorId>>,
 }
 
+/// A gang made ready for placement: its queue, its pod sets resolved, its candidate clusters.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    queue: QueueId,
+    resolved: Vec<Resolved>,
+    candidates: Vec<ClusterId>,
+}
+
 /// One cycle's placer: the fleet, queues and policy, over the cycle's transaction.
 #[derive(Debug)]
 pub(crate) struct Run<'a> {
@@ -145,8 +153,9 @@ impl<'a> Run<'a> {
     }
 
     pub(crate) fn gang(&mut self, gang: &'a Gang) -> Result<Admission, Reason> {
-        let (queue, resolved, candidates) = self.prepare(gang)?;
-        for (ps, r) in gang.pod_sets.iter().zip(&resolved) {
+        let prepared = self.prepare(gang)?;
+        let Prepared { resolved, candidates, .. } = &prepared;
+        for (ps, r) in gang.pod_sets.iter().zip(resolved) {
             let memo = self.txn.memo(&memo::key(gang, ps));
             if let Some((words_fit, reason)) =
                 memo.iter().find(|e| e.answers(ps, &r.flavors)).map(|e| (e.words_fit(ps), e.reason(ps)))
@@ -155,11 +164,11 @@ impl<'a> Run<'a> {
                 return Err(if words_fit {
                     reason
                 } else {
-                    Reason::NoDomain(self.shortfall(&self.txn.cap, &candidates, ps, r).0)
+                    Reason::NoDomain(self.shortfall(&self.txn.cap, candidates, ps, r).0)
                 });
             }
         }
-        let (failed_pod_set, quota_reason) = match self.search(gang, queue, &resolved, &candidates) {
+        let (failed_pod_set, quota_reason) = match self.search(gang, &prepared) {
             Ok(admission) => return Ok(admission),
             Err(miss) => miss,
         };
@@ -171,17 +180,17 @@ impl<'a> Run<'a> {
         let empty = self.fleet.allocatable();
         let failed = (0..gang.pod_sets.len())
             .find(|&i| {
-                self.largest(&self.txn.cap, &candidates, &gang.pod_sets[i], &resolved[i]).0 < gang.pod_sets[i].pods
+                self.largest(&self.txn.cap, candidates, &gang.pod_sets[i], &resolved[i]).0 < gang.pod_sets[i].pods
             })
             .unwrap_or(failed_pod_set);
         let (ps, r) = (&gang.pod_sets[failed], &resolved[failed]);
-        let (now, named_room) = self.shortfall(&self.txn.cap, &candidates, ps, r);
+        let (now, named_room) = self.shortfall(&self.txn.cap, candidates, ps, r);
         let entry = MemoEntry {
             flavors: r.flavors.clone(),
             min_pods: ps.pods,
             now,
             named_room,
-            empty: self.shortfall_of(empty, &candidates, ps, r),
+            empty: self.shortfall_of(empty, candidates, ps, r),
         };
         let reason = entry.reason(ps);
         if failed == 0 {
@@ -192,34 +201,23 @@ impl<'a> Run<'a> {
         Err(reason)
     }
 
-    /// Where [`Self::gang`] would admit the gang, without the words for a miss (or the memo's
-    /// answers, which are for the capacity of now): for a search over future capacity, which
-    /// asks only whether and where.
-    pub(crate) fn place(&mut self, gang: &'a Gang) -> Option<Admission> {
-        let (queue, resolved, candidates) = self.prepare(gang).ok()?;
-        self.search(gang, queue, &resolved, &candidates).ok()
-    }
-
     /// The gang's queue, its pod sets resolved and the clusters it may use; or why it has none.
-    fn prepare(&self, gang: &Gang) -> Result<(QueueId, Vec<Resolved>, Vec<ClusterId>), Reason> {
+    /// Depends on the queue's usage, not on the capacity: a search over future capacity
+    /// prepares once and [`Self::search`]es as often as it likes.
+    pub(crate) fn prepare(&self, gang: &Gang) -> Result<Prepared, Reason> {
         gang.validate().map_err(Reason::Invalid)?;
         let queue = self.queues.id(&gang.queue).ok_or_else(|| Reason::UnknownQueue { queue: gang.queue.clone() })?;
         let resolved: Vec<Resolved> =
             gang.pod_sets.iter().map(|ps| self.resolve(queue, ps)).collect::<Result<_, _>>()?;
         let candidates = self.candidates(gang, &resolved)?;
-        Ok((queue, resolved, candidates))
+        Ok(Prepared { queue, resolved, candidates })
     }
 
     /// Each candidate cluster in order, tried whole: the admission, committed, from the first
     /// that holds the gang within its queue's quota; or the last pod set that failed and the
     /// first quota refusal.
-    fn search(
-        &mut self,
-        gang: &'a Gang,
-        queue: QueueId,
-        resolved: &[Resolved],
-        candidates: &[ClusterId],
-    ) -> Result<Admission, (usize, Option<Reason>)> {
+    pub(crate) fn search(&mut self, gang: &'a Gang, prepared: &Prepared) -> Result<Admission, (usize, Option<Reason>)> {
+        let Prepared { queue, resolved, candidates } = prepared;
         let (order, mut ranking) = self.cluster_order(gang, candidates, resolved);
         let mut failed_pod_set = 0usize;
         let mut quota_reason = None;
@@ -227,7 +225,7 @@ impl<'a> Run<'a> {
             self.txn.stats.attempts += 1;
             let cp = self.txn.checkpoint();
             match self.try_cluster(c, gang, resolved, None) {
-                Ok(mut admission) => match self.check_quota(queue, gang, &admission) {
+                Ok(mut admission) => match self.check_quota(*queue, gang, &admission) {
                     Ok(()) => {
                         self.commit(gang, &admission);
                         admission.ranking = std::mem::take(&mut ranking);
