@@ -67,18 +67,7 @@ pub fn check_totals(
     }
     let mut recomputed_usage = QuotaUsage::default();
     for (i, &(gang, admission)) in running.iter().enumerate() {
-        for (ps, p) in gang.pod_sets.iter().zip(&admission.pod_sets) {
-            for &(host, pods) in &p.hosts {
-                let n = u64::from(pods);
-                let s = &ps.shape;
-                let takes = NodeFree {
-                    gpus: s.gpus.saturating_mul(pods),
-                    cpu_milli: s.cpu_milli.saturating_mul(n),
-                    memory_mib: s.memory_mib.saturating_mul(n),
-                };
-                parts.push((host, i + 1, takes));
-            }
-        }
+        parts.extend(takes(gang, admission).map(|(host, takes)| (host, i + 1, takes)));
         recomputed_usage.charge(queues, gang, admission.flavors(fleet));
     }
     parts.sort_unstable_by_key(|&(host, by, _)| (host, by));
@@ -106,6 +95,102 @@ pub fn check_totals(
         return Err(Violation::UsageDrift);
     }
     check_quota(queues, usage)
+}
+
+/// What the running gangs add up to, kept as each starts and ends: per host what is in use,
+/// and the quota usage. A replay checks the tracked capacity and usage against it after every
+/// event at the cost of the hosts in use, where [`check_totals`] adds up every running gang's
+/// pods again; the two agree (tested).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ledger {
+    /// By host, each once, none at zero.
+    in_use: Vec<(DomainId, NodeFree)>,
+    usage: QuotaUsage,
+}
+
+impl Ledger {
+    /// A gang starts: what it takes on each host, and its charge. A host it over-commits is a
+    /// violation.
+    pub fn add(&mut self, fleet: &Fleet, queues: &Queues, gang: &Gang, admission: &Admission) -> Result<(), Violation> {
+        for (host, takes) in takes(gang, admission) {
+            let at = match self.in_use.binary_search_by_key(&host, |e| e.0) {
+                Ok(at) => at,
+                Err(at) => {
+                    self.in_use.insert(at, (host, NodeFree::default()));
+                    at
+                }
+            };
+            let u = &mut self.in_use[at].1;
+            u.gpus = u.gpus.saturating_add(takes.gpus);
+            u.cpu_milli = u.cpu_milli.saturating_add(takes.cpu_milli);
+            u.memory_mib = u.memory_mib.saturating_add(takes.memory_mib);
+            if fleet.allocatable().node_free(host).less(u).is_none() {
+                return Err(Violation::OverCommitted { host: fleet.path(host), gang: gang.id.clone() });
+            }
+        }
+        self.usage.charge(queues, gang, admission.flavors(fleet));
+        Ok(())
+    }
+
+    /// A gang ends (or is evicted): what [`Self::add`] counted for it is given back.
+    pub fn remove(&mut self, fleet: &Fleet, queues: &Queues, gang: &Gang, admission: &Admission) {
+        for (host, takes) in takes(gang, admission) {
+            if let Ok(at) = self.in_use.binary_search_by_key(&host, |e| e.0) {
+                let u = &mut self.in_use[at].1;
+                u.gpus = u.gpus.saturating_sub(takes.gpus);
+                u.cpu_milli = u.cpu_milli.saturating_sub(takes.cpu_milli);
+                u.memory_mib = u.memory_mib.saturating_sub(takes.memory_mib);
+                if *u == NodeFree::default() {
+                    self.in_use.remove(at);
+                }
+            }
+        }
+        self.usage.discharge(queues, gang, admission.flavors(fleet));
+    }
+
+    /// [`check_totals`] for the gangs added and not removed, plus hosts that are `down`.
+    pub fn check(
+        &self,
+        fleet: &Fleet,
+        queues: &Queues,
+        down: &[DomainId],
+        capacity: &Capacity,
+        usage: &QuotaUsage,
+    ) -> Result<(), Violation> {
+        let mut used = std::borrow::Cow::Borrowed(&self.in_use[..]);
+        for &host in down {
+            let Some(spec) = fleet.domain(host).node else { continue };
+            let whole = NodeFree { gpus: spec.gpus, cpu_milli: spec.cpu_milli, memory_mib: spec.memory_mib };
+            match used.binary_search_by_key(&host, |e| e.0) {
+                // A host down that a gang still runs on.
+                Ok(_) => return Err(Violation::OverCommitted { host: fleet.path(host), gang: "(host down)".into() }),
+                Err(at) => used.to_mut().insert(at, (host, whole)),
+            }
+        }
+        if !capacity.is_empty_less(fleet, &used) {
+            return Err(Violation::CapacityDrift);
+        }
+        if &self.usage != usage {
+            return Err(Violation::UsageDrift);
+        }
+        check_quota(queues, usage)
+    }
+}
+
+/// What `gang` takes on each host `admission` places it on (a host once per pod set).
+fn takes<'g>(gang: &'g Gang, admission: &'g Admission) -> impl Iterator<Item = (DomainId, NodeFree)> + 'g {
+    gang.pod_sets.iter().zip(&admission.pod_sets).flat_map(|(ps, p)| {
+        p.hosts.iter().map(move |&(host, pods)| {
+            let n = u64::from(pods);
+            let s = &ps.shape;
+            let takes = NodeFree {
+                gpus: s.gpus.saturating_mul(pods),
+                cpu_milli: s.cpu_milli.saturating_mul(n),
+                memory_mib: s.memory_mib.saturating_mul(n),
+            };
+            (host, takes)
+        })
+    })
 }
 
 /// A gang's own invariants: whole, on its flavor, inside its required domains.
@@ -234,6 +319,86 @@ mod tests {
         assert!(matches!(
             check(&fleet, &queues, &both, &[], &out.capacity, &out.usage),
             Err(Violation::OverCommitted { gang, .. }) if gang == "b"
+        ));
+    }
+
+    /// The ledger, kept gang by gang, answers as the totals added up from scratch: as gangs
+    /// start and end, with a host down, and on each kind of drift.
+    #[test]
+    fn the_ledger_agrees_with_the_totals_added_up_again() {
+        let mut b = FleetBuilder::new();
+        uniform_cluster(&mut b, "east", "h100", 8, &[(Level::Rack, 2), (Level::Host, 4)]).expect("cluster");
+        let fleet = b.build().expect("fleet");
+        let queues = Queues::new(vec![QueueSpec::unlimited("default")]).expect("queues");
+        let gangs = [gang("a").pods(2).gpus(8), gang("b").pods(3).gpus(2), gang("c").pods(1).gpus(4)];
+        let out = cycle(Snapshot::idle(&fleet, &queues), &gangs, &greedy());
+        let admitted: Vec<(&Gang, &Admission)> = gangs
+            .iter()
+            .zip(&out.decisions)
+            .map(|(g, d)| match d {
+                Decision::Admit(a) => (g, a),
+                other => panic!("{} admitted: {other:?}", g.id),
+            })
+            .collect();
+        let mut ledger = Ledger::default();
+        for &(g, a) in &admitted {
+            ledger.add(&fleet, &queues, g, a).expect("no host over-committed");
+        }
+        let agree = |ledger: &Ledger, running: &[(&Gang, &Admission)], down: &[DomainId], cap: &Capacity, usage| {
+            let (kept, added) = (
+                ledger.check(&fleet, &queues, down, cap, usage),
+                check_totals(&fleet, &queues, running, down, cap, usage),
+            );
+            assert_eq!(kept.is_ok(), added.is_ok(), "kept {kept:?}, added up {added:?}");
+            kept
+        };
+        assert_eq!(agree(&ledger, &admitted, &[], &out.capacity, &out.usage), Ok(()));
+
+        // "b" ends: given back in the capacity, the usage and the ledger alike.
+        let (mut cap, mut usage) = (out.capacity.clone(), out.usage.clone());
+        crate::decision::release(&fleet, &queues, &mut cap, &mut usage, admitted[1].0, admitted[1].1);
+        ledger.remove(&fleet, &queues, admitted[1].0, admitted[1].1);
+        let left = [admitted[0], admitted[2]];
+        assert_eq!(agree(&ledger, &left, &[], &cap, &usage), Ok(()));
+
+        // A host nothing runs on goes down.
+        let idle = fleet.clusters()[0]
+            .hosts()
+            .iter()
+            .copied()
+            .find(|h| left.iter().all(|(_, a)| a.pod_sets.iter().all(|p| p.hosts.iter().all(|&(x, _)| x != *h))));
+        let idle = idle.expect("an idle host");
+        let whole = PodShape { gpus: 8, cpu_milli: 0, memory_mib: 0 };
+        assert_eq!(
+            agree(&ledger, &left, &[idle], &cap, &usage),
+            Err(Violation::CapacityDrift),
+            "down but counted free"
+        );
+        let mut down_cap = cap.clone();
+        let spec = fleet.domain(idle).node.expect("a host");
+        down_cap.take(
+            &fleet,
+            idle,
+            1,
+            PodShape { gpus: spec.gpus, cpu_milli: spec.cpu_milli, memory_mib: spec.memory_mib },
+        );
+        assert_eq!(agree(&ledger, &left, &[idle], &down_cap, &usage), Ok(()));
+
+        // Drift: a GPU taken where nothing runs, a GPU given back where something does, usage
+        // that forgot "b" had ended.
+        let mut drifted = cap.clone();
+        drifted.take(&fleet, idle, 1, PodShape { gpus: 1, ..whole });
+        assert_eq!(agree(&ledger, &left, &[], &drifted, &usage), Err(Violation::CapacityDrift));
+        let mut drifted = cap.clone();
+        drifted.give_back(&fleet, left[0].1.pod_sets[0].hosts[0].0, 1, PodShape { gpus: 1, ..whole });
+        assert_eq!(agree(&ledger, &left, &[], &drifted, &usage), Err(Violation::CapacityDrift));
+        assert_eq!(agree(&ledger, &left, &[], &cap, &out.usage), Err(Violation::UsageDrift));
+
+        // A gang placed on a host already full is refused as it is counted.
+        let twin = gang("twin").pods(2).gpus(8);
+        assert!(matches!(
+            ledger.clone().add(&fleet, &queues, &twin, admitted[0].1),
+            Err(Violation::OverCommitted { gang, .. }) if gang == "twin"
         ));
     }
 }

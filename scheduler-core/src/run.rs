@@ -178,13 +178,18 @@ impl<'a> Run<'a> {
         // Name the first pod set that fits no span on its own; if each would fit alone but not
         // all together, the one that failed last.
         let empty = self.fleet.allocatable();
-        let failed = (0..gang.pod_sets.len())
-            .find(|&i| {
-                self.largest(&self.txn.cap, candidates, &gang.pod_sets[i], &resolved[i]).0 < gang.pod_sets[i].pods
-            })
-            .unwrap_or(failed_pod_set);
+        let cap = &self.txn.cap;
+        let (failed, best) = (0..gang.pod_sets.len())
+            .map(|i| (i, self.largest(cap, candidates, &gang.pod_sets[i], &resolved[i])))
+            .find(|&(i, best)| best.0 < gang.pod_sets[i].pods)
+            .unwrap_or_else(|| {
+                (
+                    failed_pod_set,
+                    self.largest(cap, candidates, &gang.pod_sets[failed_pod_set], &resolved[failed_pod_set]),
+                )
+            });
         let (ps, r) = (&gang.pod_sets[failed], &resolved[failed]);
-        let (now, named_room) = self.shortfall(&self.txn.cap, candidates, ps, r);
+        let (now, named_room) = self.shortfall_from(best, cap, candidates, ps, r);
         let entry = MemoEntry {
             flavors: r.flavors.clone(),
             min_pods: ps.pods,
@@ -515,9 +520,20 @@ impl<'a> Run<'a> {
     /// too small ever to take it. The second value is how many pods the named cluster and
     /// flavor could take when empty.
     fn shortfall(&self, cap: &Capacity, candidates: &[ClusterId], ps: &PodSet, r: &Resolved) -> (Shortfall, u32) {
+        self.shortfall_from(self.largest(cap, candidates, ps, r), cap, candidates, ps, r)
+    }
+
+    /// [`Self::shortfall`] given what has most room now (`largest`'s answer on `cap`).
+    fn shortfall_from(
+        &self,
+        best: (u32, ClusterId, Option<FlavorId>),
+        cap: &Capacity,
+        candidates: &[ClusterId],
+        ps: &PodSet,
+        r: &Resolved,
+    ) -> (Shortfall, u32) {
         let empty = View { fleet: self.fleet, cap: self.fleet.allocatable(), fill: self.config.fill };
         let room = |(c, f): (ClusterId, Option<FlavorId>)| empty.largest(c, &ask(self.fleet, c, ps, f));
-        let best = self.largest(cap, candidates, ps, r);
         let best_room = room((best.1, best.2));
         if best_room >= ps.pods {
             // The usual case, and the cheap one: what has most room now could hold it all.

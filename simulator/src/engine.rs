@@ -269,8 +269,6 @@ struct Sim<'a> {
     /// The last cycle's reservation, handed to the next (where its search starts).
     reserved: Option<Reserved>,
     running: RunningSet,
-    /// Jobs started since the last invariant check: their placements are checked once.
-    started: Vec<usize>,
     attempts: Vec<u32>,
     /// Per job: seconds of its trace run time already done and checkpointed.
     progress_s: Vec<f64>,
@@ -312,7 +310,6 @@ pub fn simulate(
         pending: Pending::default(),
         reserved: None,
         running: RunningSet::default(),
-        started: Vec::new(),
         attempts: vec![0; trace.jobs.len()],
         progress_s: vec![0.0; trace.jobs.len()],
         down: BTreeSet::new(),
@@ -451,7 +448,7 @@ impl Sim<'_> {
             }
             Event::Finish { job, attempt } => {
                 if self.attempts[job] == attempt
-                    && let Some(r) = self.running.remove(job)
+                    && let Some(r) = self.running.remove(self.fleet, self.queues, job)
                 {
                     self.stop(&r);
                     self.records[job].end_s = Some(t);
@@ -487,7 +484,7 @@ impl Sim<'_> {
             .map(|(j, _)| j)
             .collect();
         for j in hit {
-            if let Some(r) = self.running.remove(j) {
+            if let Some(r) = self.running.remove(self.fleet, self.queues, j) {
                 self.stop(&r);
                 let gang = self.interrupt(t, j, r).0;
                 self.records[j].restarts += 1;
@@ -573,6 +570,17 @@ impl Sim<'_> {
             out.decisions.iter().map(|d| !matches!(d, Decision::Pending(r) if !r.is_permanent())).collect();
         let jobs = self.pending.jobs().to_vec();
         let mut taken = self.pending.take_decided(&decided).into_iter();
+        // Every eviction before any start: the cycle decides in its own order, not the window's,
+        // so a gang earlier in the window may have been given what a later preemptor's victims free.
+        for d in &out.decisions {
+            if let Decision::Preempt { victims, .. } = d {
+                for v in victims {
+                    if let Some(vj) = victim_jobs.iter().copied().find(|&vj| self.records[vj].id == *v) {
+                        self.evicted(t, vj);
+                    }
+                }
+            }
+        }
         // Reasons counted by kind, a run of the same kind at a time: most of a cycle's share one.
         let mut run_of: Option<(&'static str, u64)> = None;
         for (j, decision) in jobs.into_iter().zip(out.decisions) {
@@ -594,16 +602,8 @@ impl Sim<'_> {
             };
             let Some((_, gang)) = taken.next() else { break };
             match decision {
-                Decision::Admit(admission) => self.start(t, j, gang, admission),
-                Decision::Preempt { admission, victims } => {
-                    for v in victims {
-                        let victim = victim_jobs.iter().copied().find(|&vj| self.records[vj].id == v);
-                        if let Some(vj) = victim {
-                            self.evicted(t, vj);
-                        }
-                    }
-                    self.start(t, j, gang, admission);
-                }
+                Decision::Admit(admission) => self.start(t, j, gang, admission)?,
+                Decision::Preempt { admission, .. } => self.start(t, j, gang, admission)?,
                 Decision::Pending(reason) => self.records[j].outcome = Outcome::Rejected(reason),
             }
         }
@@ -617,7 +617,7 @@ impl Sim<'_> {
     /// A gang evicted for a preemptor: back to the queue, its work lost. The cycle's capacity
     /// and usage already count it gone.
     fn evicted(&mut self, t: u64, j: usize) {
-        if let Some(r) = self.running.remove(j) {
+        if let Some(r) = self.running.remove(self.fleet, self.queues, j) {
             let gpus = r.gang.total_gpus();
             self.busy_gpus -= gpus;
             let (gang, lost_s) = self.interrupt(t, j, r);
@@ -654,7 +654,12 @@ impl Sim<'_> {
         (saved > 0).then(|| (r.start_s + saved).saturating_mul(1000))
     }
 
-    fn start(&mut self, t: u64, j: usize, gang: Gang, admission: Admission) {
+    /// Starts job `j` as admitted; its placement's own invariants are checked here, once (it
+    /// does not change while it runs).
+    fn start(&mut self, t: u64, j: usize, gang: Gang, admission: Admission) -> Result<(), SimError> {
+        let policy = self.policy;
+        let violated = move |violation| SimError::Invariant { policy, time_s: t, violation };
+        invariants::check_gang(self.fleet, &gang, &admission).map_err(violated)?;
         let span = admission.span(self.fleet);
         let slowdown = span.map_or(1.0, |s| self.opts.cost.factor(self.fleet, s));
         let run_s = (self.remaining_s(j) * slowdown).ceil() as u64;
@@ -674,23 +679,18 @@ impl Sim<'_> {
         let attempt = self.attempts[j];
         let end_s = t + run_s.max(1);
         self.push(end_s, Event::Finish { job: j, attempt });
-        self.running.insert(j, Running { gang, admission, start_s: t, slowdown, end_s });
-        self.started.push(j);
+        let running = Running { gang, admission, start_s: t, slowdown, end_s };
+        self.running.insert(self.fleet, self.queues, j, running).map_err(violated)
     }
 
-    /// The invariants after an instant: each placement made since the last check, once (it
-    /// does not change while it runs), and the totals against every running gang.
-    fn check(&mut self, t: u64) -> Result<(), SimError> {
-        let violated = |violation| SimError::Invariant { policy: self.policy, time_s: t, violation };
-        for j in self.started.drain(..) {
-            if let Some(r) = self.running.get(j) {
-                invariants::check_gang(self.fleet, &r.gang, &r.admission).map_err(violated)?;
-            }
-        }
-        let running: Vec<(&Gang, &Admission)> = self.running.values().map(|r| (&r.gang, &r.admission)).collect();
+    /// The invariants of the whole after an instant: the tracked capacity and usage against
+    /// what the running gangs and the hosts down add up to, and every queue within its quota.
+    fn check(&self, t: u64) -> Result<(), SimError> {
         let down: Vec<DomainId> = self.down.iter().copied().collect();
-        invariants::check_totals(self.fleet, self.queues, &running, &down, &self.capacity, &self.usage)
-            .map_err(violated)
+        self.running
+            .ledger()
+            .check(self.fleet, self.queues, &down, &self.capacity, &self.usage)
+            .map_err(|violation| SimError::Invariant { policy: self.policy, time_s: t, violation })
     }
 }
 

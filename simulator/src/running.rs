@@ -1,10 +1,12 @@
 //! The simulator's running gangs by job and, beside them in the same order, what each gives
 //! back at its expected end: a cycle that plans a reservation borrows those releases instead
-//! of having every running gang's hosts copied out again after every event.
+//! of having every running gang's hosts copied out again after every event. What they add up
+//! to is kept too (`Ledger`), for the invariant check after every event.
 
 use std::collections::BTreeMap;
 
-use scheduler_core::{Admission, Gang, Release};
+use scheduler_core::invariants::{Ledger, Violation};
+use scheduler_core::{Admission, Fleet, Gang, Queues, Release};
 
 pub(crate) struct Running {
     pub gang: Gang,
@@ -22,10 +24,14 @@ pub(crate) struct RunningSet {
     /// The jobs of `releases`, ascending: the order `by_job` iterates in.
     jobs: Vec<usize>,
     releases: Vec<Release>,
+    ledger: Ledger,
 }
 
 impl RunningSet {
-    pub fn insert(&mut self, job: usize, r: Running) {
+    /// A gang starts; a host it would over-commit is a violation (and it runs nonetheless: the
+    /// replay stops on it).
+    pub fn insert(&mut self, fleet: &Fleet, queues: &Queues, job: usize, r: Running) -> Result<(), Violation> {
+        let counted = self.ledger.add(fleet, queues, &r.gang, &r.admission);
         let release = Release::of(&r.gang, &r.admission, r.end_s.saturating_mul(1000));
         let at = self.jobs.partition_point(|&j| j < job);
         if self.by_job.insert(job, r).is_some() {
@@ -34,10 +40,12 @@ impl RunningSet {
             self.jobs.insert(at, job);
             self.releases.insert(at, release);
         }
+        counted
     }
 
-    pub fn remove(&mut self, job: usize) -> Option<Running> {
+    pub fn remove(&mut self, fleet: &Fleet, queues: &Queues, job: usize) -> Option<Running> {
         let r = self.by_job.remove(&job)?;
+        self.ledger.remove(fleet, queues, &r.gang, &r.admission);
         let at = self.jobs.partition_point(|&j| j < job);
         self.jobs.remove(at);
         self.releases.remove(at);
@@ -49,8 +57,9 @@ impl RunningSet {
         &self.releases
     }
 
-    pub fn get(&self, job: usize) -> Option<&Running> {
-        self.by_job.get(&job)
+    /// What the running gangs add up to.
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
     }
 
     pub fn contains(&self, job: usize) -> bool {
@@ -63,10 +72,6 @@ impl RunningSet {
 
     pub fn iter(&self) -> impl Iterator<Item = (usize, &Running)> {
         self.by_job.iter().map(|(&j, r)| (j, r))
-    }
-
-    pub fn values(&self) -> impl Iterator<Item = &Running> {
-        self.by_job.values()
     }
 }
 
