@@ -73,12 +73,15 @@ impl Pending {
     pub fn lend(&mut self, depth: u32) -> &mut [Gang] {
         let depth = usize::try_from(depth).unwrap_or(usize::MAX);
         let wanted: Vec<usize> = self.queues.values().flat_map(|places| places.values().take(depth).copied()).collect();
-        let mut old: Vec<Option<Gang>> = std::mem::take(&mut self.window).into_iter().map(Some).collect();
-        let old_jobs = std::mem::take(&mut self.window_jobs);
+        // The part the window already holds in place stays (most of it, most cycles: the gangs
+        // a cycle left waiting, ahead of the arrivals); only the rest is moved.
+        let kept = wanted.iter().zip(&self.window_jobs).take_while(|(w, o)| w == o).count();
+        let mut old: Vec<Option<Gang>> = self.window.drain(kept..).map(Some).collect();
+        let old_jobs = self.window_jobs.split_off(kept);
         for (at, &j) in old_jobs.iter().enumerate() {
             self.at[j] = at;
         }
-        for &j in &wanted {
+        for &j in &wanted[kept..] {
             let gang = if self.lent[j] { old[self.at[j]].take() } else { self.slots[j].take() };
             self.lent[j] = true;
             self.window.push(gang.expect("a waiting job's gang is in its slot or the window"));
