@@ -59,6 +59,14 @@ pub(crate) struct Prepared {
     candidates: Vec<ClusterId>,
 }
 
+/// Why a search admitted the gang nowhere: the last pod set that failed to fit, and the first
+/// quota refusal, if any.
+#[derive(Debug)]
+pub(crate) struct Miss {
+    failed_pod_set: usize,
+    quota_reason: Option<Box<Reason>>,
+}
+
 /// One cycle's placer: the fleet, queues and policy, over the cycle's transaction.
 #[derive(Debug)]
 pub(crate) struct Run<'a> {
@@ -168,13 +176,11 @@ impl<'a> Run<'a> {
                 });
             }
         }
-        let (failed_pod_set, quota_reason) = match self.search(gang, &prepared) {
+        let failed_pod_set = match self.search(gang, &prepared) {
             Ok(admission) => return Ok(admission),
-            Err(miss) => miss,
+            Err(Miss { quota_reason: Some(reason), .. }) => return Err(*reason),
+            Err(Miss { failed_pod_set, .. }) => failed_pod_set,
         };
-        if let Some(reason) = quota_reason {
-            return Err(reason);
-        }
         // Name the first pod set that fits no span on its own; if each would fit alone but not
         // all together, the one that failed last.
         let empty = self.fleet.allocatable();
@@ -221,7 +227,7 @@ impl<'a> Run<'a> {
     /// Each candidate cluster in order, tried whole: the admission, committed, from the first
     /// that holds the gang within its queue's quota; or the last pod set that failed and the
     /// first quota refusal.
-    pub(crate) fn search(&mut self, gang: &'a Gang, prepared: &Prepared) -> Result<Admission, (usize, Option<Reason>)> {
+    pub(crate) fn search(&mut self, gang: &'a Gang, prepared: &Prepared) -> Result<Admission, Miss> {
         let Prepared { queue, resolved, candidates } = prepared;
         let (order, mut ranking) = self.cluster_order(gang, candidates, resolved);
         let mut failed_pod_set = 0usize;
@@ -238,7 +244,7 @@ impl<'a> Run<'a> {
                     }
                     Err(reason) => {
                         self.txn.rollback(cp);
-                        quota_reason.get_or_insert(reason);
+                        quota_reason.get_or_insert_with(|| Box::new(reason));
                     }
                 },
                 Err(failed) => {
@@ -247,7 +253,7 @@ impl<'a> Run<'a> {
                 }
             }
         }
-        Err((failed_pod_set, quota_reason))
+        Err(Miss { failed_pod_set, quota_reason })
     }
 
     /// The gang admitted as placed: its capacity stays taken, its quota is charged.

@@ -157,7 +157,7 @@ proptest! {
         let mut last = None;
         for round in 0..4 {
             // Running gangs end in the order they started, one second apart; gangs run 1–3 s.
-            let releases = running.iter().enumerate().map(|(i, (g, a, _))| Release::of(g, a, 1_000 * (i as u64 + 1))).collect();
+            let releases: Vec<Release> = running.iter().enumerate().map(|(i, (g, a, _))| Release::of(g, a, 1_000 * (i as u64 + 1))).collect();
             let now_ms = 1_000 * round;
             for (i, g) in pending.iter_mut().enumerate() {
                 g.runtime_ms = Some(1_000 * (i as u64 % 3 + 1));

@@ -78,28 +78,45 @@ impl RunningSet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use scheduler_core::ClusterId;
-    use scheduler_core::fixture::{GangExt, gang};
+    use scheduler_core::fixture::{GangExt, gang, greedy, uniform_cluster};
+    use scheduler_core::{Decision, FleetBuilder, Level, QueueSpec, Snapshot, cycle};
 
-    fn running(id: &str, end_s: u64) -> Running {
-        let admission = Admission { cluster: ClusterId(0), pod_sets: Vec::new(), ranking: Vec::new() };
-        Running { gang: gang(id).pods(1).gpus(1), admission, start_s: 0, slowdown: 1.0, end_s }
-    }
-
-    /// The releases follow the running gangs through starts and ends in any order.
+    /// The releases and the ledger follow the running gangs through starts and ends in any
+    /// order: the ledger ends as one counted afresh from the gangs left.
     #[test]
-    fn releases_stay_in_job_order_beside_the_gangs() {
+    fn releases_and_ledger_follow_the_gangs() {
+        let mut b = FleetBuilder::new();
+        uniform_cluster(&mut b, "east", "h100", 8, &[(Level::Host, 4)]).expect("cluster");
+        let fleet = b.build().expect("fleet");
+        let queues = Queues::new(vec![QueueSpec::unlimited("default")]).expect("queues");
+        let jobs = [5, 1, 3, 9, 2];
+        let gangs: Vec<Gang> = jobs.iter().map(|j| gang(&format!("j{j}")).pods(1).gpus(4)).collect();
+        let out = cycle(Snapshot::idle(&fleet, &queues), &gangs, &greedy());
+        let mut started: Vec<(usize, Running)> = jobs
+            .iter()
+            .zip(gangs)
+            .zip(out.decisions)
+            .map(|((&j, gang), d)| {
+                let Decision::Admit(admission) = d else { panic!("j{j} admitted: {d:?}") };
+                (j, Running { gang, admission, start_s: 0, slowdown: 1.0, end_s: 10 * j as u64 })
+            })
+            .collect();
+        let j2 = started.pop().expect("j2");
         let mut set = RunningSet::default();
-        for (job, end) in [(5, 50), (1, 10), (3, 30), (9, 90)] {
-            set.insert(job, running(&format!("j{job}"), end));
+        for (j, r) in started {
+            set.insert(&fleet, &queues, j, r).expect("room");
         }
-        assert!(set.remove(3).is_some());
-        assert!(set.remove(3).is_none());
-        set.insert(2, running("j2", 20));
-        set.insert(5, running("j5", 55));
+        assert!(set.remove(&fleet, &queues, 3).is_some());
+        assert!(set.remove(&fleet, &queues, 3).is_none());
+        set.insert(&fleet, &queues, j2.0, j2.1).expect("room");
         let seen: Vec<(&str, u64)> = set.releases().iter().map(|r| (r.gang.as_str(), r.end_ms)).collect();
-        assert_eq!(seen, [("j1", 10_000), ("j2", 20_000), ("j5", 55_000), ("j9", 90_000)]);
-        let jobs: Vec<usize> = set.iter().map(|(j, _)| j).collect();
-        assert_eq!(jobs, [1, 2, 5, 9]);
+        assert_eq!(seen, [("j1", 10_000), ("j2", 20_000), ("j5", 50_000), ("j9", 90_000)]);
+        let left: Vec<usize> = set.iter().map(|(j, _)| j).collect();
+        assert_eq!(left, [1, 2, 5, 9]);
+        let mut afresh = Ledger::default();
+        for (_, r) in set.iter() {
+            afresh.add(&fleet, &queues, &r.gang, &r.admission).expect("room");
+        }
+        assert_eq!(set.ledger(), &afresh);
     }
 }
