@@ -22,7 +22,10 @@ pub fn queue_order(pending: &[Gang]) -> Vec<usize> {
     // The keys side by side, not behind each gang: a sort compares them many times.
     let mut keyed: Vec<(Reverse<i32>, u64, &str, usize)> =
         pending.iter().enumerate().map(|(i, g)| (Reverse(g.priority), g.submitted_ms, g.id.as_str(), i)).collect();
-    keyed.sort_unstable();
+    // Callers hand their gangs in runs already in order (the simulator's window: one run per
+    // queue): the stable sort finds and merges the runs, where the unstable one partitioned
+    // them again. The keys are unique (the index), so both give the same order.
+    keyed.sort();
     keyed.into_iter().map(|k| k.3).collect()
 }
 
