@@ -57,50 +57,18 @@ pub fn check_totals(
     capacity: &Capacity,
     usage: &QuotaUsage,
 ) -> Result<(), Violation> {
-    // What is in use per host, recomputed from the hosts down and the running gangs: every
-    // placement's share of a host (with who placed it, 0 for down), summed host by host.
-    let mut parts: Vec<(DomainId, usize, NodeFree)> = Vec::new();
-    for &host in down {
-        if let Some(spec) = fleet.domain(host).node {
-            parts.push((host, 0, NodeFree { gpus: spec.gpus, cpu_milli: spec.cpu_milli, memory_mib: spec.memory_mib }));
-        }
+    // Counted afresh, gang by gang, the way a replay keeps it.
+    let mut ledger = Ledger::default();
+    for &(gang, admission) in running {
+        ledger.add(fleet, queues, gang, admission)?;
     }
-    let mut recomputed_usage = QuotaUsage::default();
-    for (i, &(gang, admission)) in running.iter().enumerate() {
-        parts.extend(takes(gang, admission).map(|(host, takes)| (host, i + 1, takes)));
-        recomputed_usage.charge(queues, gang, admission.flavors(fleet));
-    }
-    parts.sort_unstable_by_key(|&(host, by, _)| (host, by));
-    let mut used: Vec<(DomainId, NodeFree)> = Vec::with_capacity(parts.len());
-    for (host, by, takes) in parts {
-        let u = match used.last_mut() {
-            Some((h, u)) if *h == host => u,
-            _ => {
-                used.push((host, NodeFree::default()));
-                &mut used.last_mut().expect("just pushed").1
-            }
-        };
-        u.gpus = u.gpus.saturating_add(takes.gpus);
-        u.cpu_milli = u.cpu_milli.saturating_add(takes.cpu_milli);
-        u.memory_mib = u.memory_mib.saturating_add(takes.memory_mib);
-        if fleet.allocatable().node_free(host).less(u).is_none() {
-            let gang = by.checked_sub(1).map_or_else(|| "(host down)".to_string(), |i| running[i].0.id.clone());
-            return Err(Violation::OverCommitted { host: fleet.path(host), gang });
-        }
-    }
-    if !capacity.is_empty_less(fleet, &used) {
-        return Err(Violation::CapacityDrift);
-    }
-    if &recomputed_usage != usage {
-        return Err(Violation::UsageDrift);
-    }
-    check_quota(queues, usage)
+    ledger.check(fleet, queues, down, capacity, usage)
 }
 
 /// What the running gangs add up to, kept as each starts and ends: per host what is in use,
-/// and the quota usage. A replay checks the tracked capacity and usage against it after every
-/// event at the cost of the hosts in use, where [`check_totals`] adds up every running gang's
-/// pods again; the two agree (tested).
+/// and the quota usage. A replay keeps one as gangs start and end and checks the tracked
+/// capacity and usage against it after every event, at the cost of the hosts in use;
+/// [`check_totals`] counts one afresh from the running gangs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Ledger {
     /// By host, each once, none at zero.
@@ -322,8 +290,8 @@ mod tests {
         ));
     }
 
-    /// The ledger, kept gang by gang, answers as the totals added up from scratch: as gangs
-    /// start and end, with a host down, and on each kind of drift.
+    /// A ledger kept as gangs start and end equals one counted afresh from the gangs left, and
+    /// it catches a host down counted free, each kind of drift and an over-committed host.
     #[test]
     fn the_ledger_agrees_with_the_totals_added_up_again() {
         let mut b = FleetBuilder::new();
@@ -359,6 +327,11 @@ mod tests {
         crate::decision::release(&fleet, &queues, &mut cap, &mut usage, admitted[1].0, admitted[1].1);
         ledger.remove(&fleet, &queues, admitted[1].0, admitted[1].1);
         let left = [admitted[0], admitted[2]];
+        let mut afresh = Ledger::default();
+        for &(g, a) in &left {
+            afresh.add(&fleet, &queues, g, a).expect("no host over-committed");
+        }
+        assert_eq!(ledger, afresh, "what an ended gang held is given back whole");
         assert_eq!(agree(&ledger, &left, &[], &cap, &usage), Ok(()));
 
         // A host nothing runs on goes down.
