@@ -14,7 +14,7 @@ pub struct Slice {
     pub level: Level,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PodSet {
     pub name: String,
     pub pods: u32,

@@ -47,8 +47,8 @@ pub use nodes::{
 };
 pub use place::{Fill, PodSetPlacement};
 pub use queue::{
-    BorrowWithinCohort, QueuePreemption, QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage, ReclaimWithinCohort,
-    Resource, WithinQueue,
+    BorrowWithinCohort, QueueId, QueuePreemption, QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage,
+    ReclaimWithinCohort, Resource, WithinQueue,
 };
 pub use reason::{HoldCost, Reason, Shortfall};
 pub use snapshot::{Release, Reserved, Running, Snapshot};

@@ -115,12 +115,14 @@ pub struct Shortfall {
 impl Reason {
     /// `BeyondDepth`'s kind, for a caller counting gangs it never handed a cycle.
     pub const BEYOND_DEPTH: &'static str = "beyond-depth";
+    /// `WaitingBehind`'s kind, likewise.
+    pub const WAITING_BEHIND: &'static str = "waiting-behind";
 
     pub fn kind(&self) -> &'static str {
         match self {
             Reason::Invalid(_) => "invalid",
             Reason::UnknownQueue { .. } => "unknown-queue",
-            Reason::WaitingBehind { .. } => "waiting-behind",
+            Reason::WaitingBehind { .. } => Self::WAITING_BEHIND,
             Reason::BeyondDepth { .. } => Self::BEYOND_DEPTH,
             Reason::NoQuotaForFlavor { .. } => "no-quota-for-flavor",
             Reason::QuotaExceeded { .. } => "quota-exceeded",

@@ -13,6 +13,7 @@ use scheduler_core::{
 };
 
 use crate::cost::TopologyCost;
+use crate::cut::{self, Classes, Group, Told};
 use crate::pending::Pending;
 use crate::policy::Policy;
 use crate::rng::{SplitMix64, fnv1a};
@@ -47,6 +48,9 @@ pub struct SimOptions {
     /// its last checkpoint, and preemption prefers victims that checkpointed recently. `None`:
     /// no checkpoints, every restart starts over.
     pub checkpoint_interval_s: Option<u64>,
+    /// Hand every cycle its whole window, even where the cut (`cut`) proves what the gangs
+    /// left out would be told: the same report, slower. For tests and measurements.
+    pub uncut: bool,
 }
 
 /// The priority `urgent_percent` gives its jobs.
@@ -67,6 +71,7 @@ impl Default for SimOptions {
             locality_cost: Some(scheduler_core::Slowdown::DEFAULT),
             urgent_percent: 0,
             checkpoint_interval_s: None,
+            uncut: false,
         }
     }
 }
@@ -144,6 +149,10 @@ pub struct PolicyRun {
     /// Cycles the batch optimiser solved a model in, and those whose answer the cycle kept.
     pub batch_cycles: u64,
     pub batch_kept: u64,
+    /// Cycles shown only part of their window (`cut`), and those of them run again whole
+    /// because the part proved nothing.
+    pub cut_cycles: u64,
+    pub cut_undone: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -266,6 +275,10 @@ struct Sim<'a> {
     empty: Capacity,
     usage: QuotaUsage,
     pending: Pending,
+    /// Whether cycles are shown only what they must see (`cut`), and each waiting job's group.
+    cutting: bool,
+    classes: Classes,
+    groups: Vec<Option<Group>>,
     /// The last cycle's reservation, handed to the next (where its search starts).
     reserved: Option<Reserved>,
     running: RunningSet,
@@ -308,6 +321,11 @@ pub fn simulate(
         empty: fleet.allocatable().clone(),
         usage: QuotaUsage::default(),
         pending: Pending::default(),
+        cutting: !opts.uncut
+            && !policy.nominates()
+            && cut::applies(&policy.config_with(opts.patience, opts.locality_cost)),
+        classes: Classes::default(),
+        groups: vec![None; trace.jobs.len()],
         reserved: None,
         running: RunningSet::default(),
         attempts: vec![0; trace.jobs.len()],
@@ -348,6 +366,8 @@ pub fn simulate(
             pending_reason_cycles: BTreeMap::new(),
             batch_cycles: 0,
             batch_kept: 0,
+            cut_cycles: 0,
+            cut_undone: 0,
             node_failures: 0,
         },
     };
@@ -444,7 +464,7 @@ impl Sim<'_> {
                 if let Some(c) = bound {
                     gang.clusters.only = Some(vec![c]);
                 }
-                self.pending.push(i, gang);
+                self.wait(i, gang);
             }
             Event::Finish { job, attempt } => {
                 if self.attempts[job] == attempt
@@ -488,7 +508,7 @@ impl Sim<'_> {
                 self.stop(&r);
                 let gang = self.interrupt(t, j, r).0;
                 self.records[j].restarts += 1;
-                self.pending.push(j, gang);
+                self.wait(j, gang);
             }
         }
         if let Some(spec) = self.fleet.domain(host).node {
@@ -496,6 +516,15 @@ impl Sim<'_> {
             self.capacity.commit();
         }
         self.down.insert(host);
+    }
+
+    /// Job `j` waits (again), in the group a cut cycle decides it with.
+    fn wait(&mut self, j: usize, gang: Gang) {
+        if self.cutting {
+            let config = self.policy.config_with(self.opts.patience, self.opts.locality_cost);
+            self.groups[j] = self.classes.group(self.queues, &config, &gang);
+        }
+        self.pending.push(j, gang);
     }
 
     fn stop(&mut self, r: &Running) {
@@ -518,10 +547,15 @@ impl Sim<'_> {
         // The cycle looks at no more than the first `depth` of each queue: only those are
         // handed to it. The others wait another cycle, as the cycle would have told them.
         let policy = self.policy;
-        for g in self.pending.lend(config.depth) {
+        for g in self.pending.lend(config.depth, config.fair_sharing) {
             if let Some(only) = policy.nominated(self.fleet, g, now_ms) {
                 g.clusters.only = Some(only);
             }
+        }
+        // Overtaken, they are not looked at: the cycle would have said so.
+        for &j in self.pending.overtaken() {
+            let queue = config.fair_sharing.then(|| self.records[j].queue.clone());
+            self.records[j].outcome = Outcome::Pending(Reason::BeyondDepth { queue, depth: config.depth });
         }
         let unseen = self.pending.len() - self.pending.lent().len();
         if unseen > 0 {
@@ -547,17 +581,50 @@ impl Sim<'_> {
         } else {
             (Vec::new(), Vec::new())
         };
-        let snapshot = Snapshot {
+        let make = |capacity, usage, reserved| Snapshot {
             fleet: self.fleet,
             queues: self.queues,
-            capacity: std::mem::take(&mut self.capacity),
-            usage: std::mem::take(&mut self.usage),
+            capacity,
+            usage,
             now_ms,
             releases: releases.into(),
-            running: victims,
-            reserved: self.reserved.take(),
+            running: victims.clone(),
+            reserved,
         };
-        let out = cycle(snapshot, self.pending.lent(), &config);
+        let (capacity, usage, reserved) =
+            (std::mem::take(&mut self.capacity), std::mem::take(&mut self.usage), self.reserved.take());
+        let every = |n: usize| (0..n).map(Told::Decided).collect::<Vec<_>>();
+        let cut = if self.cutting {
+            let members =
+                self.pending.lent().iter().zip(self.pending.jobs()).map(|(g, &j)| (self.groups[j], g.total_gpus()));
+            cut::plan(members, free_gpus(self.fleet, &capacity))
+        } else {
+            None
+        };
+        let (out, told) = match cut {
+            None => {
+                let out = cycle(make(capacity, usage, reserved), self.pending.lent(), &config);
+                let told = every(out.decisions.len());
+                (out, told)
+            }
+            Some(cut) => {
+                self.run.cut_cycles += 1;
+                // Kept to run the cycle again on the whole window if the cut proves nothing.
+                let spare = (capacity.clone(), usage.clone(), reserved.clone());
+                let at: Vec<usize> = cut.handed().collect();
+                let out = cycle(make(capacity, usage, reserved), self.pending.front(&at), &config);
+                self.pending.unfront(&at);
+                match cut.word(&out.decisions) {
+                    Some(told) => (out, told),
+                    None => {
+                        self.run.cut_undone += 1;
+                        let out = cycle(make(spare.0, spare.1, spare.2), self.pending.lent(), &config);
+                        let told = every(out.decisions.len());
+                        (out, told)
+                    }
+                }
+            }
+        };
         self.run.cycles += 1;
         if let Some(b) = &out.batch {
             self.run.batch_cycles += 1;
@@ -566,8 +633,9 @@ impl Sim<'_> {
         self.capacity = out.capacity;
         self.usage = out.usage;
         self.reserved = out.reserved;
+        let waiting = |d: &Decision| matches!(d, Decision::Pending(r) if !r.is_permanent());
         let decided: Vec<bool> =
-            out.decisions.iter().map(|d| !matches!(d, Decision::Pending(r) if !r.is_permanent())).collect();
+            told.iter().map(|t| matches!(*t, Told::Decided(k) if !waiting(&out.decisions[k]))).collect();
         let jobs = self.pending.jobs().to_vec();
         let mut taken = self.pending.take_decided(&decided).into_iter();
         // Every eviction before any start: the cycle decides in its own order, not the window's,
@@ -581,30 +649,58 @@ impl Sim<'_> {
                 }
             }
         }
+        let mut decisions: Vec<Option<Decision>> = out.decisions.into_iter().map(Some).collect();
         // Reasons counted by kind, a run of the same kind at a time: most of a cycle's share one.
         let mut run_of: Option<(&'static str, u64)> = None;
-        for (j, decision) in jobs.into_iter().zip(out.decisions) {
-            let decision = match decision {
-                Decision::Pending(reason) if !reason.is_permanent() => {
-                    let kind = reason.kind();
-                    match &mut run_of {
-                        Some((k, n)) if std::ptr::eq(*k, kind) => *n += 1,
-                        _ => {
-                            if let Some((k, n)) = run_of.replace((kind, 1)) {
-                                *self.run.pending_reason_cycles.entry(k).or_default() += n;
-                            }
-                        }
+        for (&j, &told) in jobs.iter().zip(&told) {
+            let kind = match told {
+                Told::Decided(k) => match decisions[k].take() {
+                    Some(Decision::Pending(reason)) if !reason.is_permanent() => {
+                        let kind = reason.kind();
+                        self.records[j].outcome = Outcome::Pending(reason);
+                        kind
                     }
-                    self.records[j].outcome = Outcome::Pending(reason);
-                    continue;
+                    Some(decision) => {
+                        let Some((_, gang)) = taken.next() else { break };
+                        match decision {
+                            Decision::Admit(admission) => self.start(t, j, gang, admission)?,
+                            Decision::Preempt { admission, .. } => self.start(t, j, gang, admission)?,
+                            Decision::Pending(reason) => self.records[j].outcome = Outcome::Rejected(reason),
+                        }
+                        continue;
+                    }
+                    None => continue,
+                },
+                // The words are the cycle's; written only when they change (most cycles, a
+                // gang left out is told what it was told the cycle before).
+                Told::Behind(at) => {
+                    let (blocker, rec) = (&self.records[jobs[at]].id, &self.records[j]);
+                    let told_so = matches!(&rec.outcome,
+                        Outcome::Pending(Reason::WaitingBehind { queue, gang }) if *queue == rec.queue && gang == blocker);
+                    if !told_so {
+                        let reason = Reason::WaitingBehind { queue: rec.queue.clone(), gang: blocker.clone() };
+                        self.records[j].outcome = Outcome::Pending(reason);
+                    }
+                    Reason::WAITING_BEHIND
                 }
-                decided => decided,
+                Told::Like(at) => {
+                    let Outcome::Pending(reason) = &self.records[jobs[at]].outcome else {
+                        unreachable!("a class's first gang left waiting is recorded pending before the rest")
+                    };
+                    let kind = reason.kind();
+                    if self.records[j].outcome != self.records[jobs[at]].outcome {
+                        self.records[j].outcome = self.records[jobs[at]].outcome.clone();
+                    }
+                    kind
+                }
             };
-            let Some((_, gang)) = taken.next() else { break };
-            match decision {
-                Decision::Admit(admission) => self.start(t, j, gang, admission)?,
-                Decision::Preempt { admission, .. } => self.start(t, j, gang, admission)?,
-                Decision::Pending(reason) => self.records[j].outcome = Outcome::Rejected(reason),
+            match &mut run_of {
+                Some((k, n)) if std::ptr::eq(*k, kind) => *n += 1,
+                _ => {
+                    if let Some((k, n)) = run_of.replace((kind, 1)) {
+                        *self.run.pending_reason_cycles.entry(k).or_default() += n;
+                    }
+                }
             }
         }
         if let Some((k, n)) = run_of {
@@ -626,7 +722,7 @@ impl Sim<'_> {
             rec.preemptions += 1;
             rec.lost_gpu_s += gpus * lost_s;
             rec.outcome = Outcome::Pending(not_looked_at(self.policy, &rec.queue));
-            self.pending.push(j, gang);
+            self.wait(j, gang);
         }
     }
 
@@ -702,6 +798,11 @@ fn not_looked_at(policy: Policy, queue: &str) -> Reason {
 
 fn whole(spec: &scheduler_core::fleet::NodeSpec) -> PodShape {
     PodShape { gpus: spec.gpus, cpu_milli: spec.cpu_milli, memory_mib: spec.memory_mib }
+}
+
+/// GPUs free across the fleet.
+fn free_gpus(fleet: &Fleet, cap: &Capacity) -> u64 {
+    fleet.clusters().iter().flat_map(|c| c.flavors.iter().map(move |&f| cap.free_gpus(fleet, c.root, f))).sum()
 }
 
 /// (free GPUs on nodes that are partly used, all free GPUs), from the cluster roots'
@@ -790,6 +891,47 @@ mod tests {
                 ..QueueSpec::unlimited(name)
             })
             .into()
+    }
+
+    /// The cut (`cut`) changes nothing but speed: every record, reason count and curve is the
+    /// same as with every cycle shown its whole window, for each policy it applies to, on a deep
+    /// backlog with tenants, with quotas, with failing nodes and with gangs refused for good.
+    #[test]
+    fn cut_cycles_decide_as_whole_ones() {
+        let fleet = fleet();
+        let mut trace = crate::trace::synthetic::generate(crate::trace::synthetic::Mix::Scale, 1500, 7, 128);
+        for (i, j) in trace.jobs.iter_mut().enumerate() {
+            j.submit_s /= 2;
+            if i % 97 == 5 {
+                // 32 pods of 8 GPUs in one rack of 4 nodes: never fits, refused at first look.
+                j.pod_sets[0].pods = 32;
+                j.pod_sets[0].gpus_per_pod = 8;
+                j.pod_sets[0].topology = TopologyConstraint::Required(Level::Rack);
+            }
+        }
+        let cases = [
+            SimOptions::default(),
+            SimOptions { tenants: 1, ..SimOptions::default() },
+            SimOptions { queues: team_queues(), ..SimOptions::default() },
+            SimOptions { node_failure_rate: 1.0, seed: 5, ..SimOptions::default() },
+        ];
+        let (mut cut, mut undone) = (0, 0);
+        for opts in cases {
+            for policy in [Policy::FifoFirstFit, Policy::KueueMultiKueue, Policy::VolcanoBinpack] {
+                let run = |uncut| {
+                    let opts = SimOptions { uncut, ..opts.clone() };
+                    simulate(&fleet, &trace, policy, &opts, &mut |_, _| {}).expect("runs")
+                };
+                let (a, b) = (run(false), run(true));
+                assert_eq!(a.jobs, b.jobs, "{policy}");
+                assert_eq!(a.pending_reason_cycles, b.pending_reason_cycles, "{policy}");
+                assert_eq!((a.busy, a.cycles, a.end_s), (b.busy, b.cycles, b.end_s), "{policy}");
+                assert_eq!(a.fragmentation_integral.to_bits(), b.fragmentation_integral.to_bits(), "{policy}");
+                assert_eq!(b.cut_cycles, 0);
+                (cut, undone) = (cut + a.cut_cycles, undone + a.cut_undone);
+            }
+        }
+        assert!(cut > 1000 && undone > 0, "the cut and its undoing were both exercised: {cut}, {undone}");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! only at its edges (fleet file, trace) and never the clock.
 
 pub mod cost;
+mod cut;
 pub mod engine;
 pub mod fleet_file;
 pub mod helios;

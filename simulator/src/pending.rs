@@ -1,12 +1,13 @@
 //! The simulator's waiting gangs, kept per queue in the order a cycle considers them
 //! (`scheduler_core::queue_order`: priority, then submit time, then id), so each cycle is handed
-//! only the first `Config::depth` of every queue: what it would look at anyway. A cycle then
+//! only what it would look at anyway: the first `Config::depth` of every queue under fair
+//! sharing (a lane per queue), else the first `depth` of all queues together (one lane). A cycle then
 //! costs what its depth costs, however long the queues grow. Those first gangs stay lent out
 //! between cycles (the window): a cycle usually decides a few of them, and the rest are moved
 //! within one contiguous vector, not fetched from their slots again.
 
 use std::cmp::Reverse;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BinaryHeap};
 
 use scheduler_core::Gang;
 
@@ -26,6 +27,8 @@ pub struct Pending {
     /// Per job: in the window; and where in it, as `lend` last found it.
     lent: Vec<bool>,
     at: Vec<usize>,
+    /// The jobs the last `lend` took out of the window while they still wait.
+    overtaken: Vec<usize>,
     len: usize,
     /// Per job bound to one cluster at push: the cluster and its GPUs, summed per cluster in
     /// `bound` (what a spreader that binds at submit remembers having sent there).
@@ -67,12 +70,16 @@ impl Pending {
         self.bound.get(cluster).copied().unwrap_or(0)
     }
 
-    /// Makes the window the first `depth` gangs of every queue, in queue order (a cycle
-    /// sorts what it is handed: sorted, that is one pass), and hands it out; `jobs()` names
-    /// each one's job.
-    pub fn lend(&mut self, depth: u32) -> &mut [Gang] {
+    /// Makes the window the first `depth` gangs of each lane (`per_queue`: a lane per queue,
+    /// else one), in queue order within each queue (a cycle sorts what it is handed: sorted
+    /// runs, that is one pass), and hands it out; `jobs()` names each one's job.
+    pub fn lend(&mut self, depth: u32, per_queue: bool) -> &mut [Gang] {
         let depth = usize::try_from(depth).unwrap_or(usize::MAX);
-        let wanted: Vec<usize> = self.queues.values().flat_map(|places| places.values().take(depth).copied()).collect();
+        let wanted: Vec<usize> = if per_queue {
+            self.queues.values().flat_map(|places| places.values().take(depth).copied()).collect()
+        } else {
+            self.first_of_all(depth)
+        };
         // The part the window already holds in place stays (most of it, most cycles: the gangs
         // a cycle left waiting, ahead of the arrivals); only the rest is moved.
         let kept = wanted.iter().zip(&self.window_jobs).take_while(|(w, o)| w == o).count();
@@ -88,13 +95,60 @@ impl Pending {
             self.window_jobs.push(j);
         }
         // Those overtaken (by a gang of higher priority, or by a queue's new head) go back.
+        self.overtaken.clear();
         for (j, gang) in old_jobs.into_iter().zip(old) {
             if let Some(gang) = gang {
                 self.lent[j] = false;
                 self.slots[j] = Some(gang);
+                self.overtaken.push(j);
             }
         }
         &mut self.window
+    }
+
+    /// The first `depth` waiting jobs of all queues in queue order: the queues merged.
+    fn first_of_all(&self, depth: usize) -> Vec<usize> {
+        let mut heads: BinaryHeap<Reverse<(&Place, usize, usize)>> = BinaryHeap::new();
+        let mut iters: Vec<_> = self.queues.values().map(|places| places.iter()).collect();
+        for (q, it) in iters.iter_mut().enumerate() {
+            if let Some((place, &job)) = it.next() {
+                heads.push(Reverse((place, job, q)));
+            }
+        }
+        let mut wanted = Vec::with_capacity(depth.min(self.len));
+        while wanted.len() < depth
+            && let Some(Reverse((_, job, q))) = heads.pop()
+        {
+            wanted.push(job);
+            if let Some((place, &next)) = iters[q].next() {
+                heads.push(Reverse((place, next, q)));
+            }
+        }
+        wanted
+    }
+
+    /// The jobs the last `lend` took out of the window that still wait: no cycle looks at
+    /// them until they are back.
+    pub fn overtaken(&self) -> &[usize] {
+        &self.overtaken
+    }
+
+    /// Moves the gangs of the window at positions `at` (ascending) to its front, in order, and
+    /// hands them out: a cycle shown only those (`cut`). `unfront` puts them back.
+    pub fn front(&mut self, at: &[usize]) -> &[Gang] {
+        for (k, &i) in at.iter().enumerate() {
+            self.window.swap(k, i);
+            self.window_jobs.swap(k, i);
+        }
+        &self.window[..at.len()]
+    }
+
+    /// Undoes `front(at)`: the swaps in reverse.
+    pub fn unfront(&mut self, at: &[usize]) {
+        for (k, &i) in at.iter().enumerate().rev() {
+            self.window.swap(k, i);
+            self.window_jobs.swap(k, i);
+        }
     }
 
     /// The window as last lent.
@@ -176,12 +230,13 @@ mod tests {
         p.push(0, g("a-late", "a", 0, 30));
         p.push(1, g("a-early", "a", 0, 10));
         p.push(3, g("b-only", "b", 0, 0));
-        assert_eq!(p.lend(2).len(), 3);
+        assert_eq!(p.lend(2, true).len(), 3);
         assert_eq!(ids(&p), ["a-early", "a-late", "b-only"]);
         // A more urgent arrival overtakes a-late, which goes back to wait outside.
         p.push(2, g("a-urgent", "a", 5, 50));
-        p.lend(2);
+        p.lend(2, true);
         assert_eq!(ids(&p), ["a-early", "a-urgent", "b-only"]);
+        assert_eq!(p.overtaken(), [0]);
         assert_eq!(p.len(), 4);
         let decided: Vec<bool> = p.lent().iter().map(|x| x.id != "a-early").collect();
         let taken = p.take_decided(&decided);
@@ -189,9 +244,47 @@ mod tests {
         taken_jobs.sort();
         assert_eq!(taken_jobs, [2, 3]);
         assert_eq!(p.len(), 2);
-        p.lend(2);
+        p.lend(2, true);
         assert_eq!(ids(&p), ["a-early", "a-late"]);
         assert_eq!(p.jobs().len(), 2);
+    }
+
+    #[test]
+    fn one_lane_is_the_first_of_all_queues_merged_in_queue_order() {
+        let mut p = Pending::default();
+        let g = |id: &str, queue: &str, priority: i32, submitted: u64| {
+            gang(id).gpus(1).queue(queue).priority(priority).submitted(submitted)
+        };
+        p.push(0, g("a1", "a", 0, 10));
+        p.push(1, g("a2", "a", 0, 40));
+        p.push(2, g("b1", "b", 0, 20));
+        p.push(3, g("b2", "b", 0, 30));
+        p.push(4, g("c1", "c", 9, 50));
+        let order = |p: &Pending| p.lent().iter().map(|g| g.id.clone()).collect::<Vec<_>>();
+        p.lend(3, false);
+        assert_eq!(order(&p), ["c1", "a1", "b1"]);
+        p.lend(4, false);
+        assert_eq!(order(&p), ["c1", "a1", "b1", "b2"]);
+        p.push(5, g("a0", "a", 0, 0));
+        p.lend(4, false);
+        assert_eq!(order(&p), ["c1", "a0", "a1", "b1"]);
+        assert_eq!(p.overtaken(), [3]);
+    }
+
+    #[test]
+    fn front_hands_the_chosen_in_order_and_unfront_restores_the_window() {
+        let mut p = Pending::default();
+        for (j, id) in ["a", "b", "c", "d", "e"].into_iter().enumerate() {
+            p.push(j, gang(id).gpus(1).submitted(j as u64));
+        }
+        p.lend(8, true);
+        let order = |p: &Pending| p.lent().iter().map(|g| g.id.clone()).collect::<Vec<_>>();
+        let before = (order(&p), p.jobs().to_vec());
+        let front: Vec<&str> = p.front(&[1, 3, 4]).iter().map(|g| g.id.as_str()).collect();
+        assert_eq!(front, ["b", "d", "e"]);
+        assert_eq!(&p.jobs()[..3], [1, 3, 4]);
+        p.unfront(&[1, 3, 4]);
+        assert_eq!((order(&p), p.jobs().to_vec()), before);
     }
 
     #[test]
@@ -204,7 +297,7 @@ mod tests {
         p.push(0, bound);
         p.push(1, two);
         assert_eq!((p.bound_gpus("east"), p.bound_gpus("west")), (16, 0));
-        p.lend(1);
+        p.lend(1, true);
         assert_eq!(p.bound_gpus("east"), 16, "lent gangs still wait");
         let decided: Vec<bool> = p.lent().iter().map(|g| g.id == "x").collect();
         p.take_decided(&decided);

@@ -103,11 +103,16 @@ impl Policy {
         c
     }
 
+    /// Whether it widens a waiting gang's clusters as time passes (`nominated`).
+    pub fn nominates(self) -> bool {
+        self == Policy::KueueIncremental
+    }
+
     /// The clusters a waiting gang may go to at `now_ms`, for a policy that widens them as it
     /// waits (MultiKueue's incremental dispatcher: three more, in name order, each round since
     /// it was submitted); `None`: any.
     pub fn nominated(self, fleet: &Fleet, gang: &Gang, now_ms: u64) -> Option<Vec<String>> {
-        if self != Policy::KueueIncremental {
+        if !self.nominates() {
             return None;
         }
         let rounds = now_ms.saturating_sub(gang.submitted_ms) / (Self::ROUND_S * 1000);
