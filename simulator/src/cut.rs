@@ -7,9 +7,11 @@
 //!   before it, are more than the free GPUs: were every one before it admitted, it could not
 //!   be, so the queue blocks there or sooner and the rest wait behind the blocker;
 //! - in a best-effort queue without quota, a class (gangs of one queue asking the same pod sets
-//!   of the same clusters) is handed likewise: once one of a class is not admitted, no later
-//!   one is, for the same reason (capacity only shrinks within a cycle: the core's memo rests on
-//!   the same fact), and without quota that reason cannot turn into another.
+//!   of the same clusters) is handed likewise, against the GPUs its pods could take in the
+//!   clusters it may use (a node with 7 free holds no pod of 8):
+//!   once one of a class is not admitted, no later one is, for the same reason (capacity only
+//!   shrinks within a cycle: the core's memo rests on the same fact), and without quota that
+//!   reason cannot turn into another.
 //!
 //! The gangs left out are told what the cycle would have told them ([`Told`]). If no handed
 //! gang of a group was left waiting (some were refused for good, which takes no room), the cut
@@ -19,7 +21,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use scheduler_core::{ClusterFilter, Config, Decision, Gang, PodSet, QueueId, QueueingStrategy, Queues};
+use scheduler_core::{ClusterFilter, Config, Decision, Fleet, Gang, PodSet, QueueId, QueueingStrategy, Queues};
 
 /// Gangs a cycle decides alike, in queue order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -41,16 +43,19 @@ pub fn applies(config: &Config) -> bool {
         && !config.fair_sharing
 }
 
-/// The classes met so far, numbered in the order met.
+/// The classes met so far, numbered in the order met, with the clusters each may use and the
+/// fewest GPUs any of its pods asks.
 #[derive(Debug, Default)]
 pub struct Classes {
     ids: HashMap<(String, ClusterFilter, Vec<PodSet>), u32>,
+    clusters: Vec<Vec<usize>>,
+    gpus_per_pod: Vec<u32>,
 }
 
 impl Classes {
     /// The group `gang` is decided with; `None`: it is always handed (an unknown queue, a
     /// best-effort queue with quota, whose reasons can change as others take the quota).
-    pub fn group(&mut self, queues: &Queues, config: &Config, gang: &Gang) -> Option<Group> {
+    pub fn group(&mut self, fleet: &Fleet, queues: &Queues, config: &Config, gang: &Gang) -> Option<Group> {
         let q = queues.id(&gang.queue)?;
         if config.strategy.unwrap_or(queues.spec(q).strategy) == QueueingStrategy::StrictFifo {
             return Some(Group::Queue(q));
@@ -60,7 +65,25 @@ impl Classes {
         }
         let next = u32::try_from(self.ids.len()).ok()?;
         let key = (gang.queue.clone(), gang.clusters.clone(), gang.pod_sets.clone());
-        Some(Group::Class(*self.ids.entry(key).or_insert(next)))
+        let id = *self.ids.entry(key).or_insert(next);
+        if id == next {
+            let allowed = fleet.clusters().iter().enumerate();
+            let allowed = allowed.filter(|(_, c)| !c.cordoned && gang.clusters.allows(&c.name, &c.labels));
+            self.clusters.push(allowed.map(|(i, _)| i).collect());
+            let asking = gang.pod_sets.iter().map(|p| p.shape.gpus).filter(|&g| g > 0);
+            self.gpus_per_pod.push(asking.min().unwrap_or(0));
+        }
+        Some(Group::Class(id))
+    }
+
+    /// The indices (in `Fleet::clusters`) of the clusters class `id` may use.
+    pub fn clusters(&self, id: u32) -> &[usize] {
+        self.clusters.get(id as usize).map_or(&[], Vec::as_slice)
+    }
+
+    /// The fewest GPUs a pod of class `id` asks (0: none asks any).
+    pub fn gpus_per_pod(&self, id: u32) -> u32 {
+        self.gpus_per_pod.get(id as usize).copied().unwrap_or(0)
     }
 }
 
@@ -83,23 +106,24 @@ pub enum Told {
 }
 
 /// Splits a window, given each gang's group and GPUs in window order (queue order within a
-/// queue), and the GPUs free as the cycle starts; `None` when nothing would be left out.
-pub fn plan(members: impl Iterator<Item = (Option<Group>, u64)>, free_gpus: u64) -> Option<Cut> {
-    // Per group: the GPUs handed so far, or `None` once past the free GPUs.
-    let mut asked: BTreeMap<Group, Option<u64>> = BTreeMap::new();
+/// queue), and the GPUs free as the cycle starts where a group may go (`room`, asked once per
+/// group); `None` when nothing would be left out.
+pub fn plan(members: impl Iterator<Item = (Option<Group>, u64)>, room: impl Fn(Group) -> u64) -> Option<Cut> {
+    // Per group: its room, and the GPUs handed so far, or `None` once past the room.
+    let mut asked: BTreeMap<Group, (u64, Option<u64>)> = BTreeMap::new();
     let mut cut = Cut { handed: Vec::new(), left: Vec::new() };
     for (i, (group, gpus)) in members.enumerate() {
         let Some(g) = group else {
             cut.handed.push((i, None));
             continue;
         };
-        let sum = asked.entry(g).or_insert(Some(0));
+        let (free, sum) = asked.entry(g).or_insert_with(|| (room(g), Some(0)));
         match sum {
             None => cut.left.push((i, g)),
             Some(s) => {
                 cut.handed.push((i, group));
                 *s = s.saturating_add(gpus);
-                if *s > free_gpus {
+                if *s > *free {
                     *sum = None;
                 }
             }
@@ -179,15 +203,18 @@ mod tests {
         // 8 GPUs free: the queue's 4 + 4 fit, the third would not; class A's 8 + 1 crosses at
         // its second; ungrouped gangs are always handed.
         let members = [(Q, 4), (A, 8), (Q, 4), (None, 64), (A, 1), (Q, 1), (A, 1), (Q, 9)];
-        let cut = plan(members.into_iter(), 8).expect("some are left out");
+        let cut = plan(members.into_iter(), |_| 8).expect("some are left out");
         assert_eq!(cut.handed().collect::<Vec<_>>(), [0, 1, 2, 3, 4, 5]);
         assert_eq!(cut.left, [(6, CLASS), (7, QUEUE)]);
-        assert_eq!(plan([(Q, 4), (Q, 4)].into_iter(), 8), None, "nothing left out, nothing cut");
+        assert_eq!(plan([(Q, 4), (Q, 4)].into_iter(), |_| 8), None, "nothing left out, nothing cut");
+        // Each group against its own room.
+        let cut = plan([(A, 1), (B, 1), (A, 1), (B, 1)].into_iter(), |g| if g == CLASS { 0 } else { 1 });
+        assert_eq!(cut.expect("A past its room").left, [(2, CLASS)], "B holds both in its room");
     }
 
     #[test]
     fn the_left_out_are_told_their_blocker_or_their_class_s_reason_or_the_cut_is_undone() {
-        let cut = plan([(Q, 1), (A, 1), (Q, 1), (A, 1), (Q, 1), (A, 1)].into_iter(), 1).expect("two left out");
+        let cut = plan([(Q, 1), (A, 1), (Q, 1), (A, 1), (Q, 1), (A, 1)].into_iter(), |_| 1).expect("two left out");
         assert_eq!(cut.handed().collect::<Vec<_>>(), [0, 1, 2, 3]);
         // The queue admits its first and blocks at its second; class A admits one, then waits.
         let told = cut.word(&[admit(), admit(), waits(), waits()]).expect("both groups left one waiting");
@@ -195,9 +222,9 @@ mod tests {
         assert_eq!(told, [Decided(0), Decided(1), Decided(2), Decided(3), Behind(2), Like(3)]);
         // Refused for good takes no room: nothing is proved about those after it.
         assert_eq!(cut.word(&[admit(), admit(), refused(), waits()]), None);
-        let cut = plan([(B, 1), (B, 1), (B, 1)].into_iter(), 1).expect("one left out");
+        let cut = plan([(B, 1), (B, 1), (B, 1)].into_iter(), |_| 1).expect("one left out");
         assert_eq!(cut.word(&[admit(), refused()]), None);
         // A class not past the free GPUs is handed whole.
-        assert_eq!(plan([(B, 0), (B, 0)].into_iter(), 0), None);
+        assert_eq!(plan([(B, 0), (B, 0)].into_iter(), |_| 0), None);
     }
 }

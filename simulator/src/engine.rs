@@ -522,7 +522,7 @@ impl Sim<'_> {
     fn wait(&mut self, j: usize, gang: Gang) {
         if self.cutting {
             let config = self.policy.config_with(self.opts.patience, self.opts.locality_cost);
-            self.groups[j] = self.classes.group(self.queues, &config, &gang);
+            self.groups[j] = self.classes.group(self.fleet, self.queues, &config, &gang);
         }
         self.pending.push(j, gang);
     }
@@ -597,7 +597,18 @@ impl Sim<'_> {
         let cut = if self.cutting {
             let members =
                 self.pending.lent().iter().zip(self.pending.jobs()).map(|(g, &j)| (self.groups[j], g.total_gpus()));
-            cut::plan(members, free_gpus(self.fleet, &capacity))
+            let (fleet, classes) = (self.fleet, &self.classes);
+            cut::plan(members, |g| match g {
+                Group::Queue(_) => fleet.clusters().iter().map(|c| free_gpus(fleet, &capacity, c, 1)).sum(),
+                Group::Class(c) => {
+                    let per_pod = classes.gpus_per_pod(c);
+                    classes
+                        .clusters(c)
+                        .iter()
+                        .map(|&i| free_gpus(fleet, &capacity, &fleet.clusters()[i], per_pod))
+                        .sum()
+                }
+            })
         } else {
             None
         };
@@ -800,9 +811,12 @@ fn whole(spec: &scheduler_core::fleet::NodeSpec) -> PodShape {
     PodShape { gpus: spec.gpus, cpu_milli: spec.cpu_milli, memory_mib: spec.memory_mib }
 }
 
-/// GPUs free across the fleet.
-fn free_gpus(fleet: &Fleet, cap: &Capacity) -> u64 {
-    fleet.clusters().iter().flat_map(|c| c.flavors.iter().map(move |&f| cap.free_gpus(fleet, c.root, f))).sum()
+/// The GPUs free in `cluster` for pods of `per_pod` GPUs each (at least 1): what such pods
+/// could take of each node's free GPUs, from the cluster's histograms.
+fn free_gpus(fleet: &Fleet, cap: &Capacity, cluster: &scheduler_core::fleet::Cluster, per_pod: u32) -> u64 {
+    let per_pod = u64::from(per_pod.max(1));
+    let hists = cluster.flavors.iter().map(|&f| cap.histogram(fleet, cluster.root, f));
+    hists.flat_map(|h| h.iter().enumerate()).map(|(k, &n)| k as u64 / per_pod * per_pod * u64::from(n)).sum()
 }
 
 /// (free GPUs on nodes that are partly used, all free GPUs), from the cluster roots'
