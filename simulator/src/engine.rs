@@ -544,8 +544,9 @@ impl Sim<'_> {
         let _span = tracing::debug_span!("cycle", policy = %self.policy, t, pending = self.pending.len()).entered();
         let now_ms = t.saturating_mul(1000);
         let config = self.policy.config_with(self.opts.patience, self.opts.locality_cost);
-        // The cycle looks at no more than the first `depth` of each queue: only those are
-        // handed to it. The others wait another cycle, as the cycle would have told them.
+        // The cycle looks at no more than the first `depth` of each lane (each queue under fair
+        // sharing, else all together): only those are lent. The others wait another cycle, as
+        // the cycle would have told them; under the baselines it is shown even fewer (`cut`).
         let policy = self.policy;
         for g in self.pending.lend(config.depth, config.fair_sharing) {
             if let Some(only) = policy.nominated(self.fleet, g, now_ms) {
