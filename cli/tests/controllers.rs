@@ -4,6 +4,9 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+mod common;
+use common::Scratch;
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("port")
 }
@@ -25,8 +28,7 @@ async fn the_dispatcher_leads_and_serves_health_and_metrics_against_a_hub() {
     let p = Playground::start(&fleet, PlaygroundOptions { dispatchers: 0, ..Default::default() })
         .await
         .expect("playground");
-    let dir = std::env::temp_dir().join(format!("stowage-ctl-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = Scratch::new("ctl");
     let kubeconfig = dir.join("hub.kubeconfig");
     std::fs::write(&kubeconfig, p.hub_server.kubeconfig("dispatcher")).expect("write");
     let port = free_port();
@@ -54,7 +56,6 @@ async fn the_dispatcher_leads_and_serves_health_and_metrics_against_a_hub() {
     }
     let _ = child.kill();
     let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&dir);
     let (health, leader, cycles) = seen;
     assert_eq!(health.as_deref(), Some("ok"));
     assert_eq!(leader, Some(1.0), "the only replica leads");

@@ -3,12 +3,11 @@
 //! that kubectl can use.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::http_get;
+use common::{Scratch, http_get};
 
 struct Killed(Child);
 
@@ -53,7 +52,7 @@ fn start_dev(dir: &std::path::Path, args: &[&str]) -> (Killed, String, std::proc
 
 #[test]
 fn dev_runs_from_the_root_directory_with_the_upstream_objects_compiled_in() {
-    let dir: PathBuf = std::env::temp_dir().join(format!("stowage-dev-from-root-{}", std::process::id()));
+    let dir = Scratch::new("dev-from-root");
     let (_guard, banner, stderr) = start_dev(&dir, &[]);
     let hub = dir.join("hub.kubeconfig");
     assert!(
@@ -235,7 +234,6 @@ fn dev_runs_from_the_root_directory_with_the_upstream_objects_compiled_in() {
     };
     // Each family once, whatever number of agents record into it.
     assert_eq!(metrics.matches("# TYPE stowage_agent_jobsets gauge").count(), 1, "{metrics}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The message of the Event of `type_` and `reason` in `kubectl describe` output.
@@ -292,7 +290,7 @@ fn reserve(config: &std::path::Path, workload: &str, count: u32) -> (bool, Strin
 
 #[test]
 fn the_kueue_walk_through_runs_on_dev_as_docs_kueue_md_says() {
-    let dir: PathBuf = std::env::temp_dir().join(format!("stowage-dev-kueue-{}", std::process::id()));
+    let dir = Scratch::new("dev-kueue");
     let (_guard, banner, _) = start_dev(&dir, &["--kueue", "multikueue"]);
     assert!(banner.contains("MultiKueue's external dispatcher"), "{banner}");
     let hub = dir.join("hub.kubeconfig");
@@ -338,7 +336,6 @@ fn the_kueue_walk_through_runs_on_dev_as_docs_kueue_md_says() {
     let nominated =
         kubectl(&hub, &["get", "workload", "trainjob-huge-1", "-o", "jsonpath={.status.nominatedClusterNames}"]);
     assert_eq!(nominated, (true, String::new()));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A TrainJob of `nodes` 8-GPU nodes that says it runs for `seconds` (and runs that long on
@@ -354,7 +351,7 @@ fn long_trainjob(name: &str, nodes: u32, seconds: u32) -> String {
 
 #[test]
 fn what_if_on_the_dev_hub_says_when_each_trainjob_starts_and_what_a_new_pool_changes() {
-    let dir: PathBuf = std::env::temp_dir().join(format!("stowage-dev-what-if-{}", std::process::id()));
+    let dir = Scratch::new("dev-what-if");
     let (_guard, _, _) = start_dev(&dir, &[]);
     let hub = dir.join("hub.kubeconfig");
     // east-h100's 64 nodes are the only ones that hold a 64-node gang: `first` takes them for
@@ -402,5 +399,4 @@ fn what_if_on_the_dev_hub_says_when_each_trainjob_starts_and_what_a_new_pool_cha
     // A bad edit is refused, naming it.
     let (ok, text) = simulate(&["--what-if", "add-pool cluster=x nodes=lots"]);
     assert!(!ok && text.contains("nodes=lots is not a positive number"), "{text}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

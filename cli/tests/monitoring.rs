@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::http_get;
+use common::{Scratch, http_get};
 
 use serde_json::Value;
 
@@ -40,11 +40,8 @@ fn have(tool: &str) -> bool {
     found
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("stowage-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+fn scratch(name: &str) -> Scratch {
+    Scratch::new(name)
 }
 
 /// The PrometheusRule's `spec`: a plain Prometheus rule file (written as JSON, which YAML
@@ -92,7 +89,6 @@ fn the_alert_rules_check_and_every_alert_fires_and_holds_in_its_unit_test() {
     }
     let (ok, out) = run(Command::new("promtool").args(["test", "rules"]).arg(dir.join("rules-test.yaml")));
     assert!(ok, "promtool test rules:\n{out}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Every query of the dashboard, with its variables set as Grafana would for "All".
@@ -229,7 +225,6 @@ fn a_real_prometheus_scrapes_stowage_dev_loads_the_rules_and_every_dashboard_que
         .collect();
     assert_eq!(loaded.len(), alert_names(&self::rules()).len(), "{rules}");
     assert!(loaded.iter().all(|r| r["health"] == "ok"), "{rules}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// docs/operations.md stays true to the files: a runbook per alert, a line per dashboard panel.

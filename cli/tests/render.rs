@@ -1,7 +1,9 @@
 //! `stowage render` as a user runs it: a YAML stream on success, a field-naming error on bad input.
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
+
+mod common;
+use common::Scratch;
 
 const RUNTIMES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/upstream/trainer/runtimes");
 
@@ -9,10 +11,8 @@ fn stowage(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_stowage")).args(args).output().expect("runs")
 }
 
-fn scratch(name: &str, files: &[(&str, &str)]) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("stowage-render-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+fn scratch(name: &str, files: &[(&str, &str)]) -> Scratch {
+    let dir = Scratch::new(&format!("render-{name}"));
     for (f, text) in files {
         std::fs::write(dir.join(f), text).expect("write");
     }

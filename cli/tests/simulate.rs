@@ -3,6 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod common;
+use common::Scratch;
+
 const SHARED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/traces");
 
 fn stowage(args: &[&str]) -> Output {
@@ -17,11 +20,8 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("stowage-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+fn scratch(name: &str) -> Scratch {
+    Scratch::new(&format!("cli-{name}"))
 }
 
 fn json(path: &Path) -> serde_json::Value {

@@ -12,15 +12,16 @@ const UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/upstre
 
 struct Kubectl {
     config: std::path::PathBuf,
+    // Holds the kubeconfig (and kubectl's $HOME) until the test ends, then removed.
+    _dir: tempfile::TempDir,
 }
 
 impl Kubectl {
     fn new(server: &ApiServer, name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("stowage-kubectl-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let config = dir.join("kubeconfig");
+        let dir = tempfile::Builder::new().prefix(&format!("stowage-kubectl-{name}-")).tempdir().expect("dir");
+        let config = dir.path().join("kubeconfig");
         std::fs::write(&config, server.kubeconfig("test")).expect("kubeconfig");
-        Kubectl { config }
+        Kubectl { config, _dir: dir }
     }
 
     fn cmd(&self, args: &[&str]) -> Command {

@@ -1,6 +1,27 @@
 //! What more than one of the CLI's test binaries needs.
+// Each test binary compiles this module and uses part of it.
+#![allow(dead_code)]
 
 use std::io::{Read, Write};
+use std::path::Path;
+
+/// A test's scratch directory (`$TMPDIR/stowage-NAME-XXXXXX`), removed when dropped, whether
+/// the test passed or not; read as the `Path` it is.
+pub struct Scratch(tempfile::TempDir);
+
+impl Scratch {
+    pub fn new(name: &str) -> Self {
+        Scratch(tempfile::Builder::new().prefix(&format!("stowage-{name}-")).tempdir().expect("scratch dir"))
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        self.0.path()
+    }
+}
 
 /// `url`'s body (`http://HOST:PORT/PATH`), with the standard library alone (HTTP/1.0: no
 /// chunked answers); empty when it cannot be had.
