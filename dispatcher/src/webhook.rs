@@ -162,6 +162,13 @@ pub async fn serve(addr: SocketAddr, tls: tokio_rustls::rustls::ServerConfig, hu
             if req.uri().path() != PATH {
                 return plain(StatusCode::NOT_FOUND, "not found");
             }
+            // A declared length over the limit is refused before any of the body is read: a
+            // client waiting for `100 Continue` then sends nothing and reads the answer, where
+            // reading part of the body and closing could reset the connection under it.
+            let declared = req.headers().get(hyper::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
+            if declared.is_some_and(|n: u64| n > MAX_REVIEW_BYTES as u64) {
+                return plain(StatusCode::PAYLOAD_TOO_LARGE, "review too large");
+            }
             let body = match Limited::new(req.into_body(), MAX_REVIEW_BYTES).collect().await {
                 Ok(b) => b.to_bytes(),
                 Err(_) => return plain(StatusCode::PAYLOAD_TOO_LARGE, "review too large"),

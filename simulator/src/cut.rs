@@ -53,9 +53,14 @@ pub struct Classes {
 }
 
 impl Classes {
-    /// The group `gang` is decided with; `None`: it is always handed (an unknown queue, a
-    /// best-effort queue with quota, whose reasons can change as others take the quota).
+    /// The group `gang` is decided with; `None`: it is always handed (no id, an unknown queue,
+    /// a best-effort queue with quota, whose reasons can change as others take the quota).
     pub fn group(&mut self, fleet: &Fleet, queues: &Queues, config: &Config, gang: &Gang) -> Option<Group> {
+        // A gang's own id is the one thing of it (beyond its class) `Gang::validate` reads:
+        // one without is refused on its own, never decided like another.
+        if gang.id.is_empty() {
+            return None;
+        }
         let q = queues.id(&gang.queue)?;
         if config.strategy.unwrap_or(queues.spec(q).strategy) == QueueingStrategy::StrictFifo {
             return Some(Group::Queue(q));
