@@ -215,6 +215,11 @@ mod tests {
     use super::*;
     use scheduler_core::fixture::{GangExt, gang};
 
+    /// A one-GPU gang of `queue` at `priority`, submitted at `submitted`.
+    fn g(id: &str, queue: &str, priority: i32, submitted: u64) -> Gang {
+        gang(id).gpus(1).queue(queue).priority(priority).submitted(submitted)
+    }
+
     fn ids(p: &Pending) -> Vec<&str> {
         let mut ids: Vec<&str> = p.lent().iter().map(|g| g.id.as_str()).collect();
         ids.sort();
@@ -224,9 +229,6 @@ mod tests {
     #[test]
     fn the_window_is_the_first_of_each_queue_and_follows_arrivals_and_decisions() {
         let mut p = Pending::default();
-        let g = |id: &str, queue: &str, priority: i32, submitted: u64| {
-            gang(id).gpus(1).queue(queue).priority(priority).submitted(submitted)
-        };
         p.push(0, g("a-late", "a", 0, 30));
         p.push(1, g("a-early", "a", 0, 10));
         p.push(3, g("b-only", "b", 0, 0));
@@ -252,9 +254,6 @@ mod tests {
     #[test]
     fn one_lane_is_the_first_of_all_queues_merged_in_queue_order() {
         let mut p = Pending::default();
-        let g = |id: &str, queue: &str, priority: i32, submitted: u64| {
-            gang(id).gpus(1).queue(queue).priority(priority).submitted(submitted)
-        };
         p.push(0, g("a1", "a", 0, 10));
         p.push(1, g("a2", "a", 0, 40));
         p.push(2, g("b1", "b", 0, 20));
