@@ -130,11 +130,23 @@ impl Patience {
         if pods < 2 {
             return None;
         }
-        if waited_ms < self.exact_ms {
-            return Some(TopologyConstraint::Required(level));
+        match self.stage(waited_ms) {
+            0 => Some(TopologyConstraint::Required(level)),
+            1 => Level::ALL.iter().rev().copied().find(|l| *l < level).map(TopologyConstraint::Required),
+            _ => None,
         }
-        let wider = Level::ALL.iter().rev().copied().find(|l| *l < level)?;
-        (waited_ms < self.wider_ms).then_some(TopologyConstraint::Required(wider))
+    }
+
+    /// How far a gang that has waited `waited_ms` has come: 0 held to its preferred level, 1
+    /// to the next wider, 2 no longer held. Gangs asking alike at the same stage are held alike.
+    pub fn stage(&self, waited_ms: u64) -> u8 {
+        if waited_ms < self.exact_ms {
+            0
+        } else if waited_ms < self.wider_ms {
+            1
+        } else {
+            2
+        }
     }
 }
 

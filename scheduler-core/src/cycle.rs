@@ -73,7 +73,7 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
 
 /// One greedy pass; with a `plan`, its pins are admitted when the pass reaches the plan's window.
 fn greedy<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config, mut plan: Option<&Plan>) -> Cycle {
-    let Snapshot { fleet, queues, capacity, usage, now_ms, releases, running, reserved: last } = snapshot;
+    let Snapshot { fleet, queues, capacity, usage, now_ms, releases, running, reserved: last, unhanded } = snapshot;
     // Each gang as it is held this cycle: preferences its patience still holds it to become
     // requirements (see `Patience`).
     let held: Vec<Cow<'_, Gang>> = pending.iter().map(|g| held(config, g, now_ms)).collect();
@@ -85,13 +85,14 @@ fn greedy<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config, m
     // ahead of the window (higher priority) are served first, exactly as without it.
     let mut blocked: BTreeMap<QueueId, &str> = BTreeMap::new();
     let mut order = FairOrder::new(pending, queues, fleet, config.fair_sharing, config.depth);
-    // The gangs a spread gang would delay are those the cycle looks at (within the depth), so
-    // the dispatcher, handed every pending gang, and the simulator, handed the window, agree.
+    // The gangs a spread gang would delay are those the cycle looks at (within the depth) and
+    // those the caller knew could not start, so the dispatcher, handed every pending gang, and
+    // the simulator, handed the window or a cut of it, agree.
     let moment = locality::Moment {
         now_ms,
         releases: &releases,
         last: last.as_ref(),
-        waiting: order.considered().saturating_sub(1) as u64,
+        waiting: (order.considered() as u64).saturating_add(unhanded).saturating_sub(1),
         cluster_gpus: OnceCell::new(),
     };
     let mut reservation: Option<Reservation> = None;

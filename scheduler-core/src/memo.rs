@@ -1,6 +1,9 @@
 //! The cycle's memo of pod-set shapes that fit nowhere. Capacity only shrinks while a cycle
 //! admits, so a shape that fit in no candidate cluster cannot fit later in the same cycle with
-//! as many pods or more: later gangs of that shape are answered without a search. Whatever
+//! as many pods or more: later gangs of that shape are answered without a search. Entries are
+//! only added, never replaced, and the first that answers (and words) a gang is used: every
+//! gang of one shape and size is told the same words all cycle, whichever came between (the
+//! simulator's cut cycles rest on it). Whatever
 //! gives capacity back (a reservation released for a backfill, a look into the future) must
 //! clear it; the cycle's [`Txn`](crate::txn::Txn) journals that like any other change.
 
@@ -40,11 +43,11 @@ impl MemoEntry {
         self.flavors == flavors && ps.pods >= self.min_pods
     }
 
-    /// Whether [`MemoEntry::reason`] words `ps`'s wait right: it never fits, or what `now`
-    /// names could hold it. Else the fit is still answered (it fits nowhere now) but the words
-    /// are found again.
-    pub(crate) fn words_fit(&self, ps: &PodSet) -> bool {
-        ps.pods <= self.named_room || ps.pods > self.empty.largest
+    /// Whether [`MemoEntry::reason`] words the wait of a pod set of `pods` right: it never
+    /// fits, or what `now` names could hold it. Else the fit is still answered (it fits nowhere
+    /// now) but the words are found again.
+    pub(crate) fn words_fit(&self, pods: u32) -> bool {
+        pods <= self.named_room || pods > self.empty.largest
     }
 
     pub(crate) fn reason(&self, ps: &PodSet) -> Reason {
@@ -54,5 +57,42 @@ impl MemoEntry {
         } else {
             Reason::NoDomain(named(&self.now))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::fixture::{GangExt, gang, greedy, uniform_cluster};
+    use crate::fleet::FleetBuilder;
+    use crate::queue::{QueueSpec, Queues};
+    use crate::reason::Reason;
+    use crate::snapshot::Snapshot;
+    use crate::topology::Level;
+    use crate::{Decision, cycle};
+
+    /// A later, smaller gang of the same shape that fits nowhere adds an entry; it does not
+    /// change what the first entry tells gangs of the first one's size.
+    #[test]
+    fn gangs_of_one_shape_and_size_are_told_the_same_all_cycle() {
+        let mut b = FleetBuilder::new();
+        uniform_cluster(&mut b, "east", "h100", 8, &[(Level::Rack, 2), (Level::Host, 4)]).expect("cluster");
+        let fleet = b.build().expect("fleet");
+        let queues = Queues::new(vec![QueueSpec::unlimited("default")]).expect("queues");
+        let pending = [
+            gang("fill-6").pods(6).gpus(8).submitted(0),
+            gang("four-a").pods(4).gpus(8).submitted(1),
+            gang("fill-1").pods(1).gpus(8).submitted(2),
+            gang("three").pods(3).gpus(8).submitted(3),
+            gang("four-b").pods(4).gpus(8).submitted(4),
+        ];
+        let config = greedy();
+        let out = cycle(Snapshot::idle(&fleet, &queues), &pending, &config);
+        let largest = |i: usize| match &out.decisions[i] {
+            Decision::Pending(Reason::NoDomain(s)) => s.largest,
+            other => panic!("{} waits for room, not {other:?}", pending[i].id),
+        };
+        assert!(matches!(out.decisions[2], Decision::Admit(_)), "one host was left for fill-1");
+        assert_eq!((largest(1), largest(3)), (2, 1), "each worded as it found the fleet");
+        assert_eq!(out.decisions[4], out.decisions[1], "four-b is told what four-a was");
     }
 }

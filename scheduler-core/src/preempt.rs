@@ -11,10 +11,11 @@
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
+use crate::config::Config;
 use crate::decision::Admission;
 use crate::fleet::{ClusterId, DomainId};
 use crate::gang::Gang;
-use crate::queue::{BorrowWithinCohort, QueueId, ReclaimWithinCohort, WithinQueue, quota_charges};
+use crate::queue::{BorrowWithinCohort, QueueId, Queues, ReclaimWithinCohort, WithinQueue, quota_charges};
 use crate::reason::Reason;
 use crate::reserve::earliest_by_count;
 use crate::run::Run;
@@ -39,11 +40,16 @@ type Choice = (u64, usize, ClusterId, DomainId, Vec<usize>);
 /// not when its queue's policy only evicts lower priorities and nothing running is of lower
 /// priority (the common case).
 pub(crate) fn might_evict(run: &Run<'_>, gang: &Gang, lowest_running: i32) -> bool {
-    let Some(queue) = run.queues.id(&gang.queue) else { return false };
-    let policy = run.queues.spec(queue).preemption;
+    run.queues.id(&gang.queue).is_some_and(|q| may_evict_any(run.config, run.queues, q, gang.priority, lowest_running))
+}
+
+/// [`might_evict`] for a gang of `priority` in `queue`: what a caller that hands a cycle only
+/// some of its gangs (the simulator's cut cycles) asks of those it leaves out.
+pub fn may_evict_any(config: &Config, queues: &Queues, queue: QueueId, priority: i32, lowest_running: i32) -> bool {
+    let policy = queues.spec(queue).preemption;
     let lower_only = !matches!(policy.within_queue, WithinQueue::LowerOrNewerEqualPriority)
         && policy.reclaim_within_cohort != ReclaimWithinCohort::Any;
-    run.config.preemption.is_some() && !(lower_only && lowest_running >= gang.priority)
+    config.preemption.is_some() && !(lower_only && lowest_running >= priority)
 }
 
 /// What [`preempt`] did.

@@ -109,6 +109,7 @@ fn forward<'a>(
             releases: releases.into(),
             running: Vec::new(),
             reserved,
+            unhanded: 0,
         };
         let c = cycle(snap, &gangs, &config);
         (capacity, usage, reserved) = (c.capacity, c.usage, c.reserved);

@@ -164,16 +164,26 @@ impl<'a> Run<'a> {
         let prepared = self.prepare(gang)?;
         let Prepared { resolved, candidates, .. } = &prepared;
         for (ps, r) in gang.pod_sets.iter().zip(resolved) {
-            let memo = self.txn.memo(&memo::key(gang, ps));
-            if let Some((words_fit, reason)) =
-                memo.iter().find(|e| e.answers(ps, &r.flavors)).map(|e| (e.words_fit(ps), e.reason(ps)))
-            {
+            let key = memo::key(gang, ps);
+            let memo = self.txn.memo(&key);
+            let answering = || memo.iter().filter(|e| e.answers(ps, &r.flavors));
+            let (worded, empty) = match answering().find(|e| e.words_fit(ps.pods)) {
+                Some(e) => (Some(e.reason(ps)), None),
+                None => (None, answering().next().map(|e| e.empty.clone())),
+            };
+            if let Some(reason) = worded {
                 self.txn.stats.memo_hits += 1;
-                return Err(if words_fit {
-                    reason
-                } else {
-                    Reason::NoDomain(self.shortfall(&self.txn.cap, candidates, ps, r).0)
-                });
+                return Err(reason);
+            }
+            if let Some(empty) = empty {
+                // It fits nowhere, but what the entry names could never hold it: the words are
+                // found again, and kept, so every later gang of this size is told the same.
+                self.txn.stats.memo_hits += 1;
+                let (now, named_room) = self.shortfall(&self.txn.cap, candidates, ps, r);
+                let entry = MemoEntry { flavors: r.flavors.clone(), min_pods: ps.pods, now, named_room, empty };
+                let reason = entry.reason(ps);
+                self.txn.remember(key, entry);
+                return Err(reason);
             }
         }
         let failed_pod_set = match self.search(gang, &prepared) {

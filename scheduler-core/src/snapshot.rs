@@ -30,6 +30,11 @@ pub struct Snapshot<'a> {
     /// gang starts where it ended. A hint only: the reservation found is the same without it,
     /// found with fewer placements when little has changed.
     pub reserved: Option<Reserved>,
+    /// Gangs waiting within the cycle's depth that the caller did not hand it, knowing none of
+    /// them can start this cycle (the simulator's cut cycles). A gang started spread delays
+    /// them too, so weighing a hold counts them (`locality`). 0 when the caller hands every
+    /// gang (the dispatcher).
+    pub unhanded: u64,
 }
 
 /// A cycle's reservation: for which gang, and when it expects the room.
@@ -51,6 +56,7 @@ impl<'a> Snapshot<'a> {
             releases: Cow::Borrowed(&[]),
             running: Vec::new(),
             reserved: None,
+            unhanded: 0,
         }
     }
 }

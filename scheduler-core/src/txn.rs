@@ -147,20 +147,17 @@ impl<'a> Txn<'a> {
         self.memo.get(key).map_or(&[], Vec::as_slice)
     }
 
-    /// Records that the shape fits nowhere with as few as `entry.min_pods` pods; a smaller
-    /// count for the same flavors replaces the larger.
+    /// Records that the shape fits nowhere with as few as `entry.min_pods` pods, after the
+    /// entries already there (which keep answering whom they answered), unless one of those
+    /// answers and words it already.
     pub(crate) fn remember(&mut self, key: MemoKey<'a>, entry: MemoEntry) {
         let entries = self.memo.entry(key).or_default();
-        let i = entries.iter().position(|e| e.flavors == entry.flavors);
-        if i.is_some_and(|i| entries[i].min_pods <= entry.min_pods) {
+        let pods = entry.min_pods;
+        if entries.iter().any(|e| e.flavors == entry.flavors && e.min_pods <= pods && e.words_fit(pods)) {
             return;
         }
-        let old = entries.clone();
-        match i {
-            Some(i) => entries[i] = entry,
-            None => entries.push(entry),
-        }
-        let old = (!old.is_empty()).then_some(old);
+        let old = (!entries.is_empty()).then(|| entries.clone());
+        entries.push(entry);
         self.undo.push(Undo::Memo(key, old));
     }
 

@@ -167,7 +167,7 @@ proptest! {
                 .enumerate()
                 .map(|(i, (gang, admission, started_ms))| Running { gang, admission, started_ms: *started_ms, checkpoint_ms: (i % 2 == 0).then_some(now_ms), evicting: false })
                 .collect();
-            let snapshot = Snapshot { fleet: &fleet, queues: &queues, capacity: capacity.clone(), usage: usage.clone(), now_ms, releases: releases.into(), running: victims, reserved: None };
+            let snapshot = Snapshot { fleet: &fleet, queues: &queues, capacity: capacity.clone(), usage: usage.clone(), now_ms, releases: releases.into(), running: victims, reserved: None, unhanded: 0 };
             let again = cycle(snapshot.clone(), &pending, &config);
             // The last reservation is a hint only: the last round's, or one off the mark for
             // the head gang, and the cycle finds the same.

@@ -287,6 +287,7 @@ fn fragmented_racks(g: Gang, now_ms: u64) -> (Fleet, Decision) {
         releases: Vec::new().into(),
         running: Vec::new(),
         reserved: None,
+        unhanded: 0,
     };
     let decision = cycle(snapshot, std::slice::from_ref(&g), &config).decisions.remove(0);
     (f, decision)
@@ -533,6 +534,7 @@ fn behind_a_reservation(config: Config, head_priority: i32) -> (Vec<Gang>, Vec<D
         releases: releases.into(),
         running: Vec::new(),
         reserved: None,
+        unhanded: 0,
     };
     let out = cycle(snapshot, &gangs, &config);
     // The hold is given back at the end of the cycle: host 3 is free unless a gang took it.
@@ -641,6 +643,7 @@ impl World {
             releases: releases.into(),
             running,
             reserved: None,
+            unhanded: 0,
         };
         let config = Config { preemption: Some(knobs), ..Config::stowage() };
         let out = cycle(snapshot, pending, &config);
@@ -884,6 +887,7 @@ fn a_gang_already_being_evicted_is_picked_again_at_no_cost_so_nothing_more_is_ev
         releases: Vec::new().into(),
         running,
         reserved: None,
+        unhanded: 0,
     };
     // Even under `Never` and at equal priority: lo-6 is going anyway.
     let config = Config { preemption: Some(KNOBS), ..Config::stowage() };

@@ -1,60 +1,88 @@
-//! What a cycle need not be shown. Under a policy whose decisions depend only on the capacity,
-//! the quota usage and the order of the gangs (no clock, reservation, preemption, locality
-//! patience or optimiser: the baselines), a gang that is not admitted changes nothing, and a
-//! cycle admits no more GPUs than are free when it starts. So of the window, per group:
+//! What a cycle need not be shown. A gang that is not admitted changes nothing (no capacity,
+//! no quota), and a cycle admits no more GPUs than are free when it starts. So of the window,
+//! per group:
 //!
 //! - a strict FIFO queue is handed up to the first gang whose GPUs, with those of the gangs
 //!   before it, are more than the free GPUs: were every one before it admitted, it could not
 //!   be, so the queue blocks there or sooner and the rest wait behind the blocker;
-//! - in a best-effort queue without quota, a class (gangs of one queue asking the same pod sets
-//!   of the same clusters) is handed likewise, against the GPUs its pods could take in the
-//!   clusters it may use (a node with 7 free holds no pod of 8):
-//!   once one of a class is not admitted, no later one is, for the same reason (capacity only
-//!   shrinks within a cycle: the core's memo rests on the same fact), and without quota that
-//!   reason cannot turn into another.
+//! - in a best-effort queue without quota, a class (gangs of one queue and priority asking the
+//!   same pod sets of the same clusters, with a run time or without, held alike this cycle) is
+//!   handed likewise, against the GPUs its pods could take in the clusters it may use (a node
+//!   with 7 free holds no pod of 8). Once one of a class is left waiting because neither its
+//!   held nor its written form fits, no later one fits either (capacity only shrinks within a
+//!   cycle: the core's memo rests on the same fact), and it is told the same words (the memo's).
+//!
+//! Stowage's additions are why "because neither form fits" matters. A gang held out for
+//! locality by weighing costs (`HoldCost`) had room to start spread: its run time decided, so
+//! it proves nothing for the next. A gang that ends before the cycle's reservation starts may
+//! backfill into the reservation's room: only a class-mate that was tried without the hold (one
+//! decided before the reservation was made, the one that made it, or one that tried to
+//! backfill) proves it cannot. A class that might preempt is always handed, and an eviction
+//! (which gives capacity back) proves nothing. Each left-out gang is still counted as waiting
+//! where the cycle weighs a hold (`Snapshot::unhanded`).
 //!
 //! The gangs left out are told what the cycle would have told them ([`Told`]). If no handed
-//! gang of a group was left waiting (some were refused for good, which takes no room), the cut
+//! gang of a group proves the rest (some were refused for good, which takes no room), the cut
 //! proves nothing and [`Cut::word`] says so: the cycle is run again on the whole window.
 //! On a deep backlog this hands a cycle a few gangs per group instead of `Config::depth` per
-//! queue; the reports are byte-identical with and without it (`SimOptions::uncut`).
+//! queue; the reports are byte-identical with and without it (`SimOptions::uncut`). The words
+//! rest on the core's memo: every gang of one shape and size that fits nowhere is told the same
+//! all cycle (`scheduler_core::memo`), which holds for gangs of one pod set.
 
 use std::collections::{BTreeMap, HashMap};
 
-use scheduler_core::{ClusterFilter, Config, Decision, Fleet, Gang, PodSet, QueueId, QueueingStrategy, Queues};
+use scheduler_core::preempt::may_evict_any;
+use scheduler_core::{
+    ClusterFilter, Config, Decision, Fleet, Gang, PodSet, QueueId, QueueingStrategy, Queues, Reason, Reserved,
+    TopologyConstraint,
+};
 
 /// Gangs a cycle decides alike, in queue order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Group {
     /// A strict FIFO queue: the first gang left waiting blocks the rest.
     Queue(QueueId),
-    /// A class in a best-effort queue without quota ([`Classes`]).
-    Class(u32),
+    /// A class in a best-effort queue without quota ([`Classes`]), at a stage of its locality
+    /// patience (`Patience::stage`; 0 when nothing of it is held), split by whether its gangs
+    /// could backfill in front of the last cycle's reservation (see [`backfills`]).
+    Class { class: u32, stage: u8, short: bool },
 }
 
-/// Whether cycles under `config` decide as the cut assumes (see the module docs). The policy
-/// must not widen a gang's clusters with time either (`Policy::nominates`).
+/// Whether cycles under `config` decide as the cut assumes (see the module docs): in one
+/// order (no fair sharing, whose order moves with each admission's share) and greedily (no
+/// optimiser). The policy must not widen a gang's clusters with time either
+/// (`Policy::nominates`).
 pub fn applies(config: &Config) -> bool {
-    config.patience.is_none()
-        && config.locality_cost.is_none()
-        && !config.reservations
-        && config.preemption.is_none()
-        && config.batch.is_none()
-        && !config.fair_sharing
+    config.batch.is_none() && !config.fair_sharing
 }
 
-/// The classes met so far, numbered in the order met, with the clusters each may use and the
-/// fewest GPUs any of its pods asks.
+/// A class: what a cycle's decision for a gang reads of it, beyond its id, run time and age.
+type ClassKey = (String, ClusterFilter, Vec<PodSet>, i32, bool);
+
+/// What a cut needs to know of a class.
+#[derive(Debug)]
+struct Class {
+    queue: QueueId,
+    priority: i32,
+    /// Indices (in `Fleet::clusters`) of the clusters it may use.
+    clusters: Vec<usize>,
+    /// The fewest GPUs any of its pods asks (0: none asks any).
+    gpus_per_pod: u32,
+    /// Whether locality patience can hold any of its pod sets.
+    held: bool,
+}
+
+/// The classes met so far, numbered in the order met.
 #[derive(Debug, Default)]
 pub struct Classes {
-    ids: HashMap<(String, ClusterFilter, Vec<PodSet>), u32>,
-    clusters: Vec<Vec<usize>>,
-    gpus_per_pod: Vec<u32>,
+    ids: HashMap<ClassKey, u32>,
+    classes: Vec<Class>,
 }
 
 impl Classes {
-    /// The group `gang` is decided with; `None`: it is always handed (no id, an unknown queue,
-    /// a best-effort queue with quota, whose reasons can change as others take the quota).
+    /// The group `gang` is decided with as it waits; `None`: it is always handed (no id, an
+    /// unknown queue, a best-effort queue with quota, more than one pod set). A class's stage
+    /// is the cycle's to say ([`Self::at`]).
     pub fn group(&mut self, fleet: &Fleet, queues: &Queues, config: &Config, gang: &Gang) -> Option<Group> {
         // A gang's own id is the one thing of it (beyond its class) `Gang::validate` reads:
         // one without is refused on its own, never decided like another.
@@ -65,30 +93,70 @@ impl Classes {
         if config.strategy.unwrap_or(queues.spec(q).strategy) == QueueingStrategy::StrictFifo {
             return Some(Group::Queue(q));
         }
-        if !queues.is_unlimited(q) {
+        // With quota, reasons can change as others take it; with more than one pod set, the
+        // words of a gang whose later set fails are not kept (the memo keeps the first set's).
+        if !queues.is_unlimited(q) || gang.pod_sets.len() != 1 {
             return None;
         }
         let next = u32::try_from(self.ids.len()).ok()?;
-        let key = (gang.queue.clone(), gang.clusters.clone(), gang.pod_sets.clone());
-        let id = *self.ids.entry(key).or_insert(next);
-        if id == next {
+        let key = (
+            gang.queue.clone(),
+            gang.clusters.clone(),
+            gang.pod_sets.clone(),
+            gang.priority,
+            gang.runtime_ms.is_some(),
+        );
+        let class = *self.ids.entry(key).or_insert(next);
+        if class == next {
             let allowed = fleet.clusters().iter().enumerate();
             let allowed = allowed.filter(|(_, c)| !c.cordoned && gang.clusters.allows(&c.name, &c.labels));
-            self.clusters.push(allowed.map(|(i, _)| i).collect());
             let asking = gang.pod_sets.iter().map(|p| p.shape.gpus).filter(|&g| g > 0);
-            self.gpus_per_pod.push(asking.min().unwrap_or(0));
+            let held =
+                gang.pod_sets.iter().any(|p| matches!(p.topology, TopologyConstraint::Preferred(_)) && p.pods >= 2);
+            self.classes.push(Class {
+                queue: q,
+                priority: gang.priority,
+                clusters: allowed.map(|(i, _)| i).collect(),
+                gpus_per_pod: asking.min().unwrap_or(0),
+                held,
+            });
         }
-        Some(Group::Class(id))
+        Some(Group::Class { class, stage: 0, short: false })
+    }
+
+    /// `group` (of `gang`, from [`Self::group`]) as a cycle at `now_ms` decides it: a class at
+    /// the stage of patience the gang has reached, and whether it could backfill in front of
+    /// `reserved` (the last cycle's reservation, likely this one's too); or `None` (handed)
+    /// when the class might preempt some running gang, the lowest of whose priorities is
+    /// `lowest_running`.
+    pub fn at(
+        &self,
+        group: Option<Group>,
+        gang: &Gang,
+        (config, queues): (&Config, &Queues),
+        (now_ms, reserved): (u64, Option<&Reserved>),
+        lowest_running: Option<i32>,
+    ) -> Option<Group> {
+        let Some(Group::Class { class, .. }) = group else { return group };
+        let c = self.classes.get(class as usize)?;
+        if lowest_running.is_some_and(|low| may_evict_any(config, queues, c.queue, c.priority, low)) {
+            return None;
+        }
+        let stage = match config.patience {
+            Some(p) if c.held => p.stage(now_ms.saturating_sub(gang.submitted_ms)),
+            _ => 0,
+        };
+        Some(Group::Class { class, stage, short: backfills(gang, now_ms, reserved) })
     }
 
     /// The indices (in `Fleet::clusters`) of the clusters class `id` may use.
     pub fn clusters(&self, id: u32) -> &[usize] {
-        self.clusters.get(id as usize).map_or(&[], Vec::as_slice)
+        self.classes.get(id as usize).map_or(&[], |c| c.clusters.as_slice())
     }
 
     /// The fewest GPUs a pod of class `id` asks (0: none asks any).
     pub fn gpus_per_pod(&self, id: u32) -> u32 {
-        self.gpus_per_pod.get(id as usize).copied().unwrap_or(0)
+        self.classes.get(id as usize).map_or(0, |c| c.gpus_per_pod)
     }
 }
 
@@ -106,8 +174,40 @@ pub enum Told {
     Decided(usize),
     /// It waits behind the gang at this window position, its strict queue's blocker.
     Behind(usize),
-    /// Left waiting as the gang at this window position was, its class's first left waiting.
+    /// Left waiting as the gang at this window position was, a class-mate whose forms fit
+    /// nowhere (without the words of a reservation it made: `Told::words`).
     Like(usize),
+}
+
+impl Told {
+    /// The words a gang told `Like` one whose reason is `reason` is given: that reason, less
+    /// the reservation the other made.
+    pub fn words(reason: &Reason) -> &Reason {
+        match reason {
+            Reason::Reserved { now, .. } => now,
+            other => other,
+        }
+    }
+}
+
+/// Whether `gang`, decided at `now_ms`, may backfill in front of `reserved`: it states a run
+/// time that ends before the reservation starts, and is not the gang it is for (as the core's
+/// `reserve::backfill` asks).
+pub fn backfills(gang: &Gang, now_ms: u64, reserved: Option<&Reserved>) -> bool {
+    reserved.is_some_and(|r| {
+        gang.id != r.gang && gang.runtime_ms.is_some_and(|run| now_ms.saturating_add(run) <= r.start_ms)
+    })
+}
+
+/// Whether a gang left waiting with `reason` proves that none of its class after it fits:
+/// neither its held form nor (where it was tried) its written form fit. A hold weighed by cost
+/// had room to start spread; a reservation's own words wrap the reason it had.
+fn fits_nowhere(reason: &Reason) -> bool {
+    match reason {
+        Reason::NoDomain(_) | Reason::HoldingForLocality { cost: None, .. } => true,
+        Reason::Reserved { now, .. } => fits_nowhere(now),
+        _ => false,
+    }
 }
 
 /// Splits a window, given each gang's group and GPUs in window order (queue order within a
@@ -143,17 +243,42 @@ impl Cut {
         self.handed.iter().map(|&(i, _)| i)
     }
 
-    /// What each gang of the window is told, given the cycle's `decisions` for the handed ones;
-    /// `None` when a group that left gangs out had none of its handed ones left waiting.
-    pub fn word(&self, decisions: &[Decision]) -> Option<Vec<Told>> {
-        let waiting = |d: &Decision| matches!(d, Decision::Pending(r) if !r.is_permanent());
-        // Each group's first handed gang left waiting, by its index among the handed.
-        let mut first: BTreeMap<Group, usize> = BTreeMap::new();
-        for (k, (&(_, group), d)) in self.handed.iter().zip(decisions).enumerate() {
-            if let Some(g) = group
-                && waiting(d)
-            {
-                first.entry(g).or_insert(k);
+    /// How many gangs of the window are left out.
+    pub fn left(&self) -> usize {
+        self.left.len()
+    }
+
+    /// What each gang of the window is told, given the cycle's `decisions` for the handed ones,
+    /// which of them were decided without a reservation's hold in their way (`unheld`, by window
+    /// position), and which of the left out could backfill in front of the cycle's reservation
+    /// (`short`); `None` when the handed prove nothing of some left out.
+    pub fn word(
+        &self,
+        decisions: &[Decision],
+        unheld: impl Fn(usize) -> bool,
+        short: impl Fn(usize) -> bool,
+    ) -> Option<Vec<Told>> {
+        if decisions.iter().any(|d| matches!(d, Decision::Preempt { .. })) {
+            // Evictions give capacity back: what fit nowhere may fit after them.
+            return None;
+        }
+        // Per group, window positions: a strict queue's blocker; a class's first gang whose
+        // forms fit nowhere, and its first that fit nowhere without the hold either.
+        let mut blocker: BTreeMap<Group, usize> = BTreeMap::new();
+        let mut nowhere: BTreeMap<Group, (usize, Option<usize>)> = BTreeMap::new();
+        for (&(i, group), d) in self.handed.iter().zip(decisions) {
+            let (Some(g), Decision::Pending(reason)) = (group, d) else { continue };
+            match g {
+                Group::Queue(_) if !reason.is_permanent() => {
+                    blocker.entry(g).or_insert(i);
+                }
+                Group::Class { .. } if fits_nowhere(reason) => {
+                    let (_, without_hold) = nowhere.entry(g).or_insert((i, None));
+                    if unheld(i) {
+                        without_hold.get_or_insert(i);
+                    }
+                }
+                _ => {}
             }
         }
         let mut told = vec![Told::Decided(0); self.handed.len() + self.left.len()];
@@ -161,10 +286,12 @@ impl Cut {
             told[i] = Told::Decided(k);
         }
         for &(i, g) in &self.left {
-            let k = *first.get(&g)?;
             told[i] = match g {
-                Group::Queue(_) => Told::Behind(self.handed[k].0),
-                Group::Class(_) => Told::Like(self.handed[k].0),
+                Group::Queue(_) => Told::Behind(*blocker.get(&g)?),
+                Group::Class { .. } => {
+                    let &(first, without_hold) = nowhere.get(&g)?;
+                    Told::Like(if short(i) { without_hold? } else { first })
+                }
             };
         }
         Some(told)
@@ -174,10 +301,10 @@ impl Cut {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use scheduler_core::{Admission, ClusterId, Reason, Shortfall};
+    use scheduler_core::{Admission, ClusterId, HoldCost, Level, Reason, Shortfall};
 
-    fn waits() -> Decision {
-        let s = Shortfall {
+    fn shortfall() -> Shortfall {
+        Shortfall {
             pod_set: "w".into(),
             level: None,
             pods: 1,
@@ -185,8 +312,21 @@ mod tests {
             flavor: None,
             largest: 0,
             cluster: "c".into(),
-        };
-        Decision::Pending(Reason::NoDomain(s))
+        }
+    }
+
+    fn waits() -> Decision {
+        Decision::Pending(Reason::NoDomain(shortfall()))
+    }
+
+    fn holds(cost: Option<HoldCost>) -> Decision {
+        let shortfall = shortfall();
+        Decision::Pending(Reason::HoldingForLocality { preferred: Level::Rack, held: Level::Rack, shortfall, cost })
+    }
+
+    fn reserves(now: Decision) -> Decision {
+        let Decision::Pending(now) = now else { unreachable!("a reservation wraps a pending reason") };
+        Decision::Pending(Reason::Reserved { cluster: "c".into(), in_s: 60, now: Box::new(now) })
     }
 
     fn admit() -> Decision {
@@ -198,10 +338,10 @@ mod tests {
     }
 
     const QUEUE: Group = Group::Queue(QueueId(0));
-    const CLASS: Group = Group::Class(0);
+    const CLASS: Group = Group::Class { class: 0, stage: 0, short: false };
     const Q: Option<Group> = Some(QUEUE);
     const A: Option<Group> = Some(CLASS);
-    const B: Option<Group> = Some(Group::Class(1));
+    const B: Option<Group> = Some(Group::Class { class: 1, stage: 0, short: false });
 
     #[test]
     fn each_group_is_handed_up_to_the_first_gang_past_the_free_gpus() {
@@ -222,14 +362,54 @@ mod tests {
         let cut = plan([(Q, 1), (A, 1), (Q, 1), (A, 1), (Q, 1), (A, 1)].into_iter(), |_| 1).expect("two left out");
         assert_eq!(cut.handed().collect::<Vec<_>>(), [0, 1, 2, 3]);
         // The queue admits its first and blocks at its second; class A admits one, then waits.
-        let told = cut.word(&[admit(), admit(), waits(), waits()]).expect("both groups left one waiting");
+        let told = word(&cut, &[admit(), admit(), waits(), waits()]).expect("both groups left one waiting");
         use Told::*;
         assert_eq!(told, [Decided(0), Decided(1), Decided(2), Decided(3), Behind(2), Like(3)]);
         // Refused for good takes no room: nothing is proved about those after it.
-        assert_eq!(cut.word(&[admit(), admit(), refused(), waits()]), None);
+        assert_eq!(word(&cut, &[admit(), admit(), refused(), waits()]), None);
         let cut = plan([(B, 1), (B, 1), (B, 1)].into_iter(), |_| 1).expect("one left out");
-        assert_eq!(cut.word(&[admit(), refused()]), None);
+        assert_eq!(word(&cut, &[admit(), refused()]), None);
         // A class not past the free GPUs is handed whole.
         assert_eq!(plan([(B, 0), (B, 0)].into_iter(), |_| 0), None);
+    }
+
+    /// `Cut::word` with every handed gang decided without a hold and none left out short.
+    fn word(cut: &Cut, decisions: &[Decision]) -> Option<Vec<Told>> {
+        cut.word(decisions, |_| true, |_| false)
+    }
+
+    #[test]
+    fn only_a_class_mate_that_fit_nowhere_words_the_left_out() {
+        use Told::*;
+        let cut = plan([(A, 1), (A, 1), (A, 1), (A, 1)].into_iter(), |_| 1).expect("two left out");
+        let cost = HoldCost { wait_s: 60, spread_level: Level::Block, spread_extra_s: 6, others_delay_s: 0 };
+        // Held by cost, the first had room to start spread: the second words the rest.
+        let told = word(&cut, &[holds(Some(cost)), holds(None)]).expect("the second fit nowhere");
+        assert_eq!(told, [Decided(0), Decided(1), Like(1), Like(1)]);
+        assert_eq!(word(&cut, &[holds(Some(cost)), admit()]), None, "no gang fit nowhere");
+        // The reservation's own words are not the rest's.
+        let told = word(&cut, &[reserves(waits()), waits()]).expect("a reservation wraps where it fit nowhere");
+        assert_eq!(told[2], Like(0));
+        let Decision::Pending(reserved) = reserves(holds(None)) else { unreachable!() };
+        assert_eq!(
+            Told::words(&reserved),
+            &Reason::HoldingForLocality {
+                preferred: Level::Rack,
+                held: Level::Rack,
+                shortfall: shortfall(),
+                cost: None
+            }
+        );
+        // One that could backfill needs a class-mate tried without the hold.
+        let short = |i: usize| i == 3;
+        assert_eq!(cut.word(&[waits(), waits()], |_| false, short), None);
+        let told = cut.word(&[waits(), waits()], |i| i == 1, short).expect("the second was tried without the hold");
+        assert_eq!(told, [Decided(0), Decided(1), Like(0), Like(1)]);
+        // An eviction gives capacity back: nothing is proved.
+        let evicts = Decision::Preempt {
+            admission: Admission { cluster: ClusterId(0), pod_sets: Vec::new(), ranking: Vec::new() },
+            victims: vec!["v".into()],
+        };
+        assert_eq!(word(&cut, &[evicts, waits()]), None);
     }
 }

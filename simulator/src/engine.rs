@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use scheduler_core::invariants::{self, Violation};
 use scheduler_core::{
-    Admission, Capacity, ClusterFilter, Decision, DomainId, Fleet, Gang, Level, NodeRequirement, PodSet, PodShape,
-    QueuePreemption, QueueSpec, Queues, QuotaUsage, Reason, Reserved, Running as Victim, Snapshot, WithinQueue, cycle,
-    release,
+    Admission, Capacity, ClusterFilter, Cycle, Decision, DomainId, Fleet, Gang, Level, NodeRequirement, PodSet,
+    PodShape, QueuePreemption, QueueSpec, Queues, QuotaUsage, Reason, Reserved, Running as Victim, Snapshot,
+    WithinQueue, cycle, release,
 };
 
 use crate::cost::TopologyCost;
@@ -51,6 +51,9 @@ pub struct SimOptions {
     /// Hand every cycle its whole window, even where the cut (`cut`) proves what the gangs
     /// left out would be told: the same report, slower. For tests and measurements.
     pub uncut: bool,
+    /// Run every cut cycle on the whole window too, and stop at the first gang told otherwise
+    /// (`SimError::CutDiffers`). For tests: a report shows a waiting gang's words only at its end.
+    pub check_cut: bool,
 }
 
 /// The priority `urgent_percent` gives its jobs.
@@ -72,6 +75,7 @@ impl Default for SimOptions {
             urgent_percent: 0,
             checkpoint_interval_s: None,
             uncut: false,
+            check_cut: false,
         }
     }
 }
@@ -85,6 +89,9 @@ pub enum SimError {
     Option { option: &'static str, problem: String },
     #[error("job {job} names queue {queue:?}, which is not among the queues defined for the run")]
     UnknownQueue { job: String, queue: String },
+    /// `SimOptions::check_cut` found a cut cycle that decided a gang otherwise than the whole.
+    #[error("policy {policy}: at t={time_s}s the cut cycle told job {job} {cut}, the whole window {whole}")]
+    CutDiffers { policy: Policy, time_s: u64, job: String, cut: String, whole: String },
 }
 
 /// How a job ended up by the end of the run.
@@ -582,7 +589,7 @@ impl Sim<'_> {
         } else {
             (Vec::new(), Vec::new())
         };
-        let make = |capacity, usage, reserved| Snapshot {
+        let make = |capacity, usage, reserved, unhanded| Snapshot {
             fleet: self.fleet,
             queues: self.queues,
             capacity,
@@ -591,17 +598,22 @@ impl Sim<'_> {
             releases: releases.into(),
             running: victims.clone(),
             reserved,
+            unhanded,
         };
         let (capacity, usage, reserved) =
             (std::mem::take(&mut self.capacity), std::mem::take(&mut self.usage), self.reserved.take());
         let every = |n: usize| (0..n).map(Told::Decided).collect::<Vec<_>>();
         let cut = if self.cutting {
-            let members =
-                self.pending.lent().iter().zip(self.pending.jobs()).map(|(g, &j)| (self.groups[j], g.total_gpus()));
+            let lowest_running = victims.iter().map(|v| v.gang.priority).min();
             let (fleet, classes) = (self.fleet, &self.classes);
+            let members = self.pending.lent().iter().zip(self.pending.jobs()).map(|(g, &j)| {
+                let group =
+                    classes.at(self.groups[j], g, (&config, self.queues), (now_ms, reserved.as_ref()), lowest_running);
+                (group, g.total_gpus())
+            });
             cut::plan(members, |g| match g {
                 Group::Queue(_) => fleet.clusters().iter().map(|c| free_gpus(fleet, &capacity, c, 1)).sum(),
-                Group::Class(c) => {
+                Group::Class { class: c, .. } => {
                     let per_pod = classes.gpus_per_pod(c);
                     classes
                         .clusters(c)
@@ -615,7 +627,7 @@ impl Sim<'_> {
         };
         let (out, told) = match cut {
             None => {
-                let out = cycle(make(capacity, usage, reserved), self.pending.lent(), &config);
+                let out = cycle(make(capacity, usage, reserved, 0), self.pending.lent(), &config);
                 let told = every(out.decisions.len());
                 (out, told)
             }
@@ -624,13 +636,28 @@ impl Sim<'_> {
                 // Kept to run the cycle again on the whole window if the cut proves nothing.
                 let spare = (capacity.clone(), usage.clone(), reserved.clone());
                 let at: Vec<usize> = cut.handed().collect();
-                let out = cycle(make(capacity, usage, reserved), self.pending.front(&at), &config);
+                let out = cycle(make(capacity, usage, reserved, cut.left() as u64), self.pending.front(&at), &config);
                 self.pending.unfront(&at);
-                match cut.word(&out.decisions) {
-                    Some(told) => (out, told),
+                let window = self.pending.lent();
+                // Who could backfill in front of the cycle's reservation, and from where on its
+                // hold stood in the way (the cycle decides in window order).
+                let reserved = out.reserved.as_ref();
+                let short = |i: usize| cut::backfills(&window[i], now_ms, reserved);
+                let held_from = match reserved {
+                    None => usize::MAX,
+                    Some(r) => at.iter().copied().find(|&i| window[i].id == r.gang).unwrap_or(0),
+                };
+                match cut.word(&out.decisions, |i| i <= held_from || short(i), short) {
+                    Some(told) => {
+                        if self.opts.check_cut {
+                            let whole = cycle(make(spare.0, spare.1, spare.2, 0), window, &config);
+                            self.compare_cut(t, &out, &told, &whole)?;
+                        }
+                        (out, told)
+                    }
                     None => {
                         self.run.cut_undone += 1;
-                        let out = cycle(make(spare.0, spare.1, spare.2), self.pending.lent(), &config);
+                        let out = cycle(make(spare.0, spare.1, spare.2, 0), self.pending.lent(), &config);
                         let told = every(out.decisions.len());
                         (out, told)
                     }
@@ -699,9 +726,10 @@ impl Sim<'_> {
                     let Outcome::Pending(reason) = &self.records[jobs[at]].outcome else {
                         unreachable!("a class's first gang left waiting is recorded pending before the rest")
                     };
-                    let kind = reason.kind();
-                    if self.records[j].outcome != self.records[jobs[at]].outcome {
-                        self.records[j].outcome = self.records[jobs[at]].outcome.clone();
+                    let words = Told::words(reason);
+                    let kind = words.kind();
+                    if !matches!(&self.records[j].outcome, Outcome::Pending(r) if r == words) {
+                        self.records[j].outcome = Outcome::Pending(words.clone());
                     }
                     kind
                 }
@@ -719,6 +747,51 @@ impl Sim<'_> {
             *self.run.pending_reason_cycles.entry(k).or_default() += n;
         }
         self.run.busy.push((t, self.busy_gpus));
+        Ok(())
+    }
+
+    /// `SimOptions::check_cut`: what a cut cycle (`out`, `told`) tells each gang of the window,
+    /// against what the `whole` window's cycle does, and the state each leaves.
+    fn compare_cut(&self, t: u64, out: &Cycle, told: &[Told], whole: &Cycle) -> Result<(), SimError> {
+        let window = self.pending.lent();
+        let pending = |d: &Decision| match d {
+            Decision::Pending(r) => Some(r.clone()),
+            _ => None,
+        };
+        for (i, (&told, want)) in told.iter().zip(&whole.decisions).enumerate() {
+            let got = match told {
+                Told::Decided(k) => out.decisions[k].clone(),
+                Told::Behind(at) => {
+                    let queue = self.records[self.pending.jobs()[i]].queue.clone();
+                    Decision::Pending(Reason::WaitingBehind { queue, gang: window[at].id.clone() })
+                }
+                Told::Like(at) => match pending(&whole.decisions[at]) {
+                    Some(r) => Decision::Pending(Told::words(&r).clone()),
+                    None => Decision::Pending(Reason::BeyondDepth { queue: None, depth: 0 }),
+                },
+            };
+            if got != *want {
+                let words = |d: &Decision| pending(d).map_or_else(|| format!("{d:?}"), |r| format!("{r:?}"));
+                return Err(SimError::CutDiffers {
+                    policy: self.policy,
+                    time_s: t,
+                    job: window[i].id.clone(),
+                    cut: words(&got),
+                    whole: words(want),
+                });
+            }
+        }
+        if (&out.capacity, &out.usage, &out.reserved) != (&whole.capacity, &whole.usage, &whole.reserved) {
+            let job = out.reserved.as_ref().map_or_else(String::new, |r| r.gang.clone());
+            let state = |c: &Cycle| format!("{:?}", c.reserved);
+            return Err(SimError::CutDiffers {
+                policy: self.policy,
+                time_s: t,
+                job,
+                cut: state(out),
+                whole: state(whole),
+            });
+        }
         Ok(())
     }
 
@@ -846,7 +919,7 @@ mod tests {
     use super::*;
     use crate::fleet_file::FleetSpec;
     use crate::trace::TracePodSet;
-    use scheduler_core::TopologyConstraint;
+    use scheduler_core::{Patience, TopologyConstraint};
 
     fn job(id: &str, submit_s: u64, duration_s: u64, pods: u32, gpus: u32, topology: TopologyConstraint) -> TraceJob {
         TraceJob {
@@ -922,19 +995,65 @@ mod tests {
                 j.pod_sets[0].pods = 32;
                 j.pod_sets[0].gpus_per_pod = 8;
                 j.pod_sets[0].topology = TopologyConstraint::Required(Level::Rack);
+            } else if i % 13 == 2 {
+                // A launcher and its workers: two pod sets.
+                let mut workers = j.pod_sets[0].clone();
+                (workers.name, workers.pods, workers.gpus_per_pod) = ("worker".into(), 3, 8);
+                workers.topology = TopologyConstraint::Preferred(Level::Rack);
+                (j.pod_sets[0].pods, j.pod_sets[0].gpus_per_pod) = (1, 1);
+                j.pod_sets.push(workers);
+            } else if i % 4 == 1 {
+                // More gangs that would rather share a rack: stowage weighs holding them.
+                j.pod_sets[0].pods = 2 + (i % 3) as u32;
+                j.pod_sets[0].gpus_per_pod = 8;
+                j.pod_sets[0].topology = TopologyConstraint::Preferred(Level::Rack);
             }
         }
+        let baselines = [Policy::FifoFirstFit, Policy::KueueMultiKueue, Policy::VolcanoBinpack];
+        let hour = 3_600_000;
         let cases = [
-            SimOptions::default(),
-            SimOptions { tenants: 1, ..SimOptions::default() },
-            SimOptions { queues: team_queues(), ..SimOptions::default() },
-            SimOptions { node_failure_rate: 1.0, seed: 5, ..SimOptions::default() },
+            (SimOptions::default(), &baselines[..]),
+            (SimOptions { tenants: 1, ..SimOptions::default() }, &baselines),
+            (SimOptions { horizon_s: Some(trace.jobs[900].submit_s), ..SimOptions::default() }, &baselines),
+            (SimOptions { queues: team_queues(), ..SimOptions::default() }, &baselines),
+            (SimOptions { node_failure_rate: 1.0, seed: 5, ..SimOptions::default() }, &baselines),
+            // Stowage: holds weighed by cost, reservations and backfill; patience short enough
+            // that gangs pass its stages; urgent jobs that preempt; failing nodes; no cost model.
+            (SimOptions::default(), &[Policy::Stowage]),
+            // Stopped with a backlog: each waiting job's last words are compared too.
+            (SimOptions { horizon_s: Some(trace.jobs[900].submit_s), ..SimOptions::default() }, &[Policy::Stowage]),
+            (
+                SimOptions { patience: Some(Patience { exact_ms: hour, wider_ms: 3 * hour }), ..SimOptions::default() },
+                &[Policy::Stowage],
+            ),
+            (
+                SimOptions {
+                    urgent_percent: 10,
+                    checkpoint_interval_s: Some(600),
+                    tenants: 2,
+                    ..SimOptions::default()
+                },
+                &[Policy::Stowage],
+            ),
+            (
+                SimOptions { node_failure_rate: 1.0, seed: 5, queues: team_queues(), ..SimOptions::default() },
+                &[Policy::Stowage],
+            ),
+            (
+                SimOptions {
+                    locality_cost: None,
+                    patience: Some(Patience { exact_ms: hour, wider_ms: 2 * hour }),
+                    ..SimOptions::default()
+                },
+                &[Policy::Stowage],
+            ),
         ];
-        let (mut cut, mut undone) = (0, 0);
-        for opts in cases {
-            for policy in [Policy::FifoFirstFit, Policy::KueueMultiKueue, Policy::VolcanoBinpack] {
+        // Per family (the baselines, stowage): cut cycles and cuts undone.
+        let (mut cut, mut undone) = ([0; 2], [0; 2]);
+        for (opts, policies) in cases {
+            for &policy in policies {
                 let run = |uncut| {
-                    let opts = SimOptions { uncut, ..opts.clone() };
+                    let opts = SimOptions { uncut, check_cut: !uncut, ..opts.clone() };
                     simulate(&fleet, &trace, policy, &opts, &mut |_, _| {}).expect("runs")
                 };
                 let (a, b) = (run(false), run(true));
@@ -943,10 +1062,14 @@ mod tests {
                 assert_eq!((a.busy, a.cycles, a.end_s), (b.busy, b.cycles, b.end_s), "{policy}");
                 assert_eq!(a.fragmentation_integral.to_bits(), b.fragmentation_integral.to_bits(), "{policy}");
                 assert_eq!(b.cut_cycles, 0);
-                (cut, undone) = (cut + a.cut_cycles, undone + a.cut_undone);
+                let i = usize::from(policy == Policy::Stowage);
+                (cut[i], undone[i]) = (cut[i] + a.cut_cycles, undone[i] + a.cut_undone);
             }
         }
-        assert!(cut > 1000 && undone > 0, "the cut and its undoing were both exercised: {cut}, {undone}");
+        for i in 0..2 {
+            let (cut, undone) = (cut[i], undone[i]);
+            assert!(cut > 1000 && undone > 0, "the cut and its undoing were both exercised ({i}): {cut}, {undone}");
+        }
     }
 
     #[test]

@@ -157,6 +157,7 @@ impl Policy {
                 releases: Vec::new().into(),
                 running: Vec::new(),
                 reserved: None,
+                unhanded: 0,
             };
             let mut out = cycle(snapshot, std::slice::from_ref(&probe), config);
             let fits = match out.decisions.first() {

@@ -106,6 +106,7 @@ fn ground<'j, 'a>(
         releases: Vec::new().into(),
         running: Vec::new(),
         reserved: None,
+        unhanded: 0,
     };
     let mut taken = cycle(snapshot, &pass, &config.as_placed());
     let held = held.into_iter().map(|(i, _)| i).zip(taken.decisions.split_off(assumed.len())).collect();
@@ -182,6 +183,7 @@ pub(super) fn run(
         releases: releases.into(),
         running: victims,
         reserved: None,
+        unhanded: 0,
     };
     let mut out = cycle(snapshot, &gangs, config);
     let nominations = to_nominate
@@ -290,6 +292,7 @@ fn forward<R>(
         releases: Vec::new().into(),
         running: Vec::new(),
         reserved: None,
+        unhanded: 0,
     };
     Some(run(snapshot, &gangs, holding, unknown_ms))
 }
