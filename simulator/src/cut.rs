@@ -57,7 +57,9 @@ pub fn applies(config: &Config) -> bool {
 }
 
 /// A class: what a cycle's decision for a gang reads of it, beyond its id, run time and age.
-type ClassKey = (String, ClusterFilter, Vec<PodSet>, i32, bool);
+/// Its queue is read only for whom it may evict: best-effort queues without quota that evict
+/// alike (the first of them stands for all) decide their gangs alike.
+type ClassKey = (QueueId, ClusterFilter, Vec<PodSet>, i32, bool);
 
 /// What a cut needs to know of a class.
 #[derive(Debug)]
@@ -99,13 +101,14 @@ impl Classes {
             return None;
         }
         let next = u32::try_from(self.ids.len()).ok()?;
-        let key = (
-            gang.queue.clone(),
-            gang.clusters.clone(),
-            gang.pod_sets.clone(),
-            gang.priority,
-            gang.runtime_ms.is_some(),
-        );
+        // The first best-effort queue without quota that evicts as this one does.
+        let best_effort =
+            |id: QueueId| config.strategy.unwrap_or(queues.spec(id).strategy) != QueueingStrategy::StrictFifo;
+        let evicts = queues.spec(q).preemption;
+        let alike = (0..queues.specs().len())
+            .filter_map(|i| u32::try_from(i).ok().map(QueueId))
+            .find(|&id| queues.spec(id).preemption == evicts && queues.is_unlimited(id) && best_effort(id))?;
+        let key = (alike, gang.clusters.clone(), gang.pod_sets.clone(), gang.priority, gang.runtime_ms.is_some());
         let class = *self.ids.entry(key).or_insert(next);
         if class == next {
             let allowed = fleet.clusters().iter().enumerate();
@@ -114,7 +117,7 @@ impl Classes {
             let held =
                 gang.pod_sets.iter().any(|p| matches!(p.topology, TopologyConstraint::Preferred(_)) && p.pods >= 2);
             self.classes.push(Class {
-                queue: q,
+                queue: alike,
                 priority: gang.priority,
                 clusters: allowed.map(|(i, _)| i).collect(),
                 gpus_per_pod: asking.min().unwrap_or(0),
