@@ -198,7 +198,7 @@ impl Told {
 /// `reserve::backfill` asks).
 pub fn backfills(gang: &Gang, now_ms: u64, reserved: Option<&Reserved>) -> bool {
     reserved.is_some_and(|r| {
-        gang.id != r.gang && gang.runtime_ms.is_some_and(|run| now_ms.saturating_add(run) <= r.start_ms)
+        gang.runtime_ms.is_some_and(|run| now_ms.saturating_add(run) <= r.start_ms) && gang.id != r.gang
     })
 }
 

@@ -7,7 +7,7 @@
 //! within one contiguous vector, not fetched from their slots again.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use scheduler_core::Gang;
 
@@ -18,6 +18,9 @@ type Place = (Reverse<i32>, u64, String);
 pub struct Pending {
     /// Queue name → place → job index: every waiting job, in order.
     queues: BTreeMap<String, BTreeMap<Place, usize>>,
+    /// The same jobs, all queues in one order (ties, which only jobs of one id in two queues
+    /// could make, by job): the one lane without fair sharing, read off rather than merged.
+    all: BTreeSet<(Place, usize)>,
     /// Job index → its gang while it waits outside the window: a slot per job, so a gang is
     /// moved in and out, never shifted about as a map's nodes split and merge.
     slots: Vec<Option<Gang>>,
@@ -54,9 +57,10 @@ impl Pending {
             self.bound_job.insert(job, (c.to_string(), gpus));
         }
         let place = (Reverse(gang.priority), gang.submitted_ms, gang.id.clone());
-        if self.queues.entry(gang.queue.clone()).or_default().insert(place, job).is_none() {
+        if self.queues.entry(gang.queue.clone()).or_default().insert(place.clone(), job).is_none() {
             self.len += 1;
         }
+        self.all.insert((place, job));
         if self.slots.len() <= job {
             self.slots.resize_with(job + 1, || None);
             self.lent.resize(job + 1, false);
@@ -106,25 +110,9 @@ impl Pending {
         &mut self.window
     }
 
-    /// The first `depth` waiting jobs of all queues in queue order: the queues merged.
+    /// The first `depth` waiting jobs of all queues in queue order.
     fn first_of_all(&self, depth: usize) -> Vec<usize> {
-        let mut heads: BinaryHeap<Reverse<(&Place, usize, usize)>> = BinaryHeap::new();
-        let mut iters: Vec<_> = self.queues.values().map(|places| places.iter()).collect();
-        for (q, it) in iters.iter_mut().enumerate() {
-            if let Some((place, &job)) = it.next() {
-                heads.push(Reverse((place, job, q)));
-            }
-        }
-        let mut wanted = Vec::with_capacity(depth.min(self.len));
-        while wanted.len() < depth
-            && let Some(Reverse((_, job, q))) = heads.pop()
-        {
-            wanted.push(job);
-            if let Some((place, &next)) = iters[q].next() {
-                heads.push(Reverse((place, next, q)));
-            }
-        }
-        wanted
+        self.all.iter().take(depth).map(|&(_, job)| job).collect()
     }
 
     /// The jobs the last `lend` took out of the window that still wait: no cycle looks at
@@ -174,7 +162,9 @@ impl Pending {
     }
 
     fn leave(&mut self, job: usize, gang: &Gang) {
-        let place = (Reverse(gang.priority), gang.submitted_ms, gang.id.clone());
+        let key = ((Reverse(gang.priority), gang.submitted_ms, gang.id.clone()), job);
+        self.all.remove(&key);
+        let (place, _) = key;
         if let Some(places) = self.queues.get_mut(&gang.queue)
             && places.remove(&place).is_some()
         {
