@@ -29,7 +29,9 @@
 //! rest on the core's memo: every gang of one shape and size that fits nowhere is told the same
 //! all cycle (`scheduler_core::memo`), which holds for gangs of one pod set.
 
+use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
 
 use scheduler_core::preempt::may_evict_any;
 use scheduler_core::{
@@ -64,6 +66,7 @@ type ClassKey = (QueueId, ClusterFilter, Vec<PodSet>, i32, bool);
 /// What a cut needs to know of a class.
 #[derive(Debug)]
 struct Class {
+    key: ClassKey,
     queue: QueueId,
     priority: i32,
     /// Indices (in `Fleet::clusters`) of the clusters it may use.
@@ -77,7 +80,8 @@ struct Class {
 /// The classes met so far, numbered in the order met.
 #[derive(Debug, Default)]
 pub struct Classes {
-    ids: HashMap<ClassKey, u32>,
+    /// Hash of a class's key → the classes of that hash.
+    ids: HashMap<u64, Vec<u32>>,
     classes: Vec<Class>,
 }
 
@@ -100,7 +104,7 @@ impl Classes {
         if !queues.is_unlimited(q) || gang.pod_sets.len() != 1 {
             return None;
         }
-        let next = u32::try_from(self.ids.len()).ok()?;
+        let next = u32::try_from(self.classes.len()).ok()?;
         // The first best-effort queue without quota that evicts as this one does.
         let best_effort =
             |id: QueueId| config.strategy.unwrap_or(queues.spec(id).strategy) != QueueingStrategy::StrictFifo;
@@ -108,15 +112,27 @@ impl Classes {
         let alike = (0..queues.specs().len())
             .filter_map(|i| u32::try_from(i).ok().map(QueueId))
             .find(|&id| queues.spec(id).preemption == evicts && queues.is_unlimited(id) && best_effort(id))?;
-        let key = (alike, gang.clusters.clone(), gang.pod_sets.clone(), gang.priority, gang.runtime_ms.is_some());
-        let class = *self.ids.entry(key).or_insert(next);
+        // Looked up by a hash of the gang's own fields: a key is copied once per class, not
+        // once per push.
+        let runs = gang.runtime_ms.is_some();
+        let mut h = DefaultHasher::new();
+        (alike, &gang.clusters, &gang.pod_sets, gang.priority, runs).hash(&mut h);
+        let bucket = self.ids.entry(h.finish()).or_default();
+        let found = bucket.iter().copied().find(|&id| {
+            let (q, clusters, pod_sets, priority, r) = &self.classes[id as usize].key;
+            (*q, clusters, pod_sets.as_slice(), *priority, *r)
+                == (alike, &gang.clusters, gang.pod_sets.as_slice(), gang.priority, runs)
+        });
+        let class = found.unwrap_or(next);
         if class == next {
+            bucket.push(next);
             let allowed = fleet.clusters().iter().enumerate();
             let allowed = allowed.filter(|(_, c)| !c.cordoned && gang.clusters.allows(&c.name, &c.labels));
             let asking = gang.pod_sets.iter().map(|p| p.shape.gpus).filter(|&g| g > 0);
             let held =
                 gang.pod_sets.iter().any(|p| matches!(p.topology, TopologyConstraint::Preferred(_)) && p.pods >= 2);
             self.classes.push(Class {
+                key: (alike, gang.clusters.clone(), gang.pod_sets.clone(), gang.priority, runs),
                 queue: alike,
                 priority: gang.priority,
                 clusters: allowed.map(|(i, _)| i).collect(),

@@ -609,7 +609,7 @@ impl Sim<'_> {
             let members = self.pending.lent().iter().zip(self.pending.jobs()).map(|(g, &j)| {
                 let group =
                     classes.at(self.groups[j], g, (&config, self.queues), (now_ms, reserved.as_ref()), lowest_running);
-                (group, g.total_gpus())
+                (group, self.records[j].gpus)
             });
             cut::plan(members, |g| match g {
                 Group::Queue(_) => fleet.clusters().iter().map(|c| free_gpus(fleet, &capacity, c, 1)).sum(),
