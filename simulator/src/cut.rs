@@ -66,9 +66,8 @@ type ClassKey = (QueueId, ClusterFilter, Vec<PodSet>, i32, bool);
 /// What a cut needs to know of a class.
 #[derive(Debug)]
 struct Class {
+    /// Its queue (the first that evicts alike) and priority are read for whom it may evict.
     key: ClassKey,
-    queue: QueueId,
-    priority: i32,
     /// Indices (in `Fleet::clusters`) of the clusters it may use.
     clusters: Vec<usize>,
     /// The fewest GPUs any of its pods asks (0: none asks any).
@@ -133,8 +132,6 @@ impl Classes {
                 gang.pod_sets.iter().any(|p| matches!(p.topology, TopologyConstraint::Preferred(_)) && p.pods >= 2);
             self.classes.push(Class {
                 key: (alike, gang.clusters.clone(), gang.pod_sets.clone(), gang.priority, runs),
-                queue: alike,
-                priority: gang.priority,
                 clusters: allowed.map(|(i, _)| i).collect(),
                 gpus_per_pod: asking.min().unwrap_or(0),
                 held,
@@ -158,7 +155,8 @@ impl Classes {
     ) -> Option<Group> {
         let Some(Group::Class { class, .. }) = group else { return group };
         let c = self.classes.get(class as usize)?;
-        if lowest_running.is_some_and(|low| may_evict_any(config, queues, c.queue, c.priority, low)) {
+        let (queue, _, _, priority, _) = c.key;
+        if lowest_running.is_some_and(|low| may_evict_any(config, queues, queue, priority, low)) {
             return None;
         }
         let stage = match config.patience {
