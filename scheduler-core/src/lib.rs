@@ -51,5 +51,6 @@ pub use queue::{
     ReclaimWithinCohort, Resource, WithinQueue,
 };
 pub use reason::{HoldCost, Reason, Shortfall};
+pub use reserve::may_backfill;
 pub use snapshot::{Release, Reserved, Running, Snapshot};
 pub use topology::{Level, TopologyConstraint};

@@ -3,9 +3,9 @@
 //! as many pods or more: later gangs of that shape are answered without a search. Entries are
 //! only added, never replaced, and the first that answers (and words) a gang is used: every
 //! gang of one shape and size is told the same words all cycle, whichever came between (the
-//! simulator's cut cycles rest on it). Whatever
-//! gives capacity back (a reservation released for a backfill, a look into the future) must
-//! clear it; the cycle's [`Txn`](crate::txn::Txn) journals that like any other change.
+//! simulator's cut cycles rest on it). Whatever gives capacity back (a reservation released
+//! for a backfill, a look into the future) must clear it; the cycle's
+//! [`Txn`](crate::txn::Txn) journals that like any other change.
 
 use std::collections::BTreeMap;
 

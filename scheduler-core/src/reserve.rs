@@ -191,6 +191,12 @@ pub(crate) fn earliest<'a>(
     Some((order[k - 1].end_ms, admission))
 }
 
+/// Whether `gang`, decided at `now_ms`, may use the room of a reservation for `reserved_for`
+/// starting at `start_ms`: it states a run time that ends by then, and is not that gang.
+pub fn may_backfill(gang: &Gang, now_ms: u64, start_ms: u64, reserved_for: &str) -> bool {
+    gang.runtime_ms.is_some_and(|run| now_ms.saturating_add(run) <= start_ms) && gang.id != reserved_for
+}
+
 /// Takes what the reservation wants and is free now.
 fn hold(run: &mut Run<'_>, r: &mut Reservation) {
     r.held.clear();
@@ -220,8 +226,7 @@ fn backfill<'a>(
     reservation: Option<&mut Reservation>,
 ) -> Option<Admission> {
     let r = reservation?;
-    let ends = now_ms.saturating_add(gang.runtime_ms?);
-    if ends > r.start_ms || r.gang == gang.id {
+    if !may_backfill(gang, now_ms, r.start_ms, &r.gang) {
         return None;
     }
     unhold(run, r);

@@ -33,6 +33,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 
+use scheduler_core::may_backfill;
 use scheduler_core::preempt::may_evict_any;
 use scheduler_core::{
     ClusterFilter, Config, Decision, Fleet, Gang, PodSet, QueueId, QueueingStrategy, Queues, Reason, Reserved,
@@ -207,13 +208,9 @@ impl Told {
     }
 }
 
-/// Whether `gang`, decided at `now_ms`, may backfill in front of `reserved`: it states a run
-/// time that ends before the reservation starts, and is not the gang it is for (as the core's
-/// `reserve::backfill` asks).
+/// Whether `gang`, decided at `now_ms`, may backfill in front of `reserved`, as the core asks.
 pub fn backfills(gang: &Gang, now_ms: u64, reserved: Option<&Reserved>) -> bool {
-    reserved.is_some_and(|r| {
-        gang.runtime_ms.is_some_and(|run| now_ms.saturating_add(run) <= r.start_ms) && gang.id != r.gang
-    })
+    reserved.is_some_and(|r| may_backfill(gang, now_ms, r.start_ms, &r.gang))
 }
 
 /// Whether a gang left waiting with `reason` proves that none of its class after it fits:

@@ -89,9 +89,10 @@ pub enum SimError {
     Option { option: &'static str, problem: String },
     #[error("job {job} names queue {queue:?}, which is not among the queues defined for the run")]
     UnknownQueue { job: String, queue: String },
-    /// `SimOptions::check_cut` found a cut cycle that decided a gang otherwise than the whole.
-    #[error("policy {policy}: at t={time_s}s the cut cycle told job {job} {cut}, the whole window {whole}")]
-    CutDiffers { policy: Policy, time_s: u64, job: String, cut: String, whole: String },
+    /// `SimOptions::check_cut` found a cut cycle that decided a gang (or left the capacity,
+    /// usage or reservation) otherwise than the whole window's.
+    #[error("policy {policy}: at t={time_s}s the cut cycle left {what} as {cut}, the whole window as {whole}")]
+    CutDiffers { policy: Policy, time_s: u64, what: String, cut: String, whole: String },
 }
 
 /// How a job ended up by the end of the run.
@@ -643,6 +644,8 @@ impl Sim<'_> {
                 // hold stood in the way (the cycle decides in window order).
                 let reserved = out.reserved.as_ref();
                 let short = |i: usize| cut::backfills(&window[i], now_ms, reserved);
+                // The reserver is always handed; were it not found, only the first gang decided
+                // is known to have had no hold before it.
                 let held_from = match reserved {
                     None => usize::MAX,
                     Some(r) => at.iter().copied().find(|&i| window[i].id == r.gang).unwrap_or(0),
@@ -765,32 +768,40 @@ impl Sim<'_> {
                     let queue = self.records[self.pending.jobs()[i]].queue.clone();
                     Decision::Pending(Reason::WaitingBehind { queue, gang: window[at].id.clone() })
                 }
+                // Told like a gang the whole cycle did not leave waiting: shown as that decision.
                 Told::Like(at) => match pending(&whole.decisions[at]) {
                     Some(r) => Decision::Pending(Told::words(&r).clone()),
-                    None => Decision::Pending(Reason::BeyondDepth { queue: None, depth: 0 }),
+                    None => whole.decisions[at].clone(),
                 },
             };
             if got != *want {
                 let words = |d: &Decision| pending(d).map_or_else(|| format!("{d:?}"), |r| format!("{r:?}"));
+                let what = format!("job {}", window[i].id);
                 return Err(SimError::CutDiffers {
                     policy: self.policy,
                     time_s: t,
-                    job: window[i].id.clone(),
+                    what,
                     cut: words(&got),
                     whole: words(want),
                 });
             }
         }
-        if (&out.capacity, &out.usage, &out.reserved) != (&whole.capacity, &whole.usage, &whole.reserved) {
-            let job = out.reserved.as_ref().map_or_else(String::new, |r| r.gang.clone());
-            let state = |c: &Cycle| format!("{:?}", c.reserved);
-            return Err(SimError::CutDiffers {
-                policy: self.policy,
-                time_s: t,
-                job,
-                cut: state(out),
-                whole: state(whole),
-            });
+        let differs = |what: &str, cut: String, whole: String| SimError::CutDiffers {
+            policy: self.policy,
+            time_s: t,
+            what: what.into(),
+            cut,
+            whole,
+        };
+        if out.reserved != whole.reserved {
+            return Err(differs("the reservation", format!("{:?}", out.reserved), format!("{:?}", whole.reserved)));
+        }
+        if out.usage != whole.usage {
+            return Err(differs("the quota usage", format!("{:?}", out.usage), format!("{:?}", whole.usage)));
+        }
+        if out.capacity != whole.capacity {
+            let free = |c: &Cycle| format!("{} GPUs free", fragmented_free(self.fleet, &c.capacity).1);
+            return Err(differs("the capacity left", free(out), free(whole)));
         }
         Ok(())
     }
