@@ -21,7 +21,7 @@ use crate::order::FairOrder;
 use crate::preempt::{self, Preempted};
 use crate::queue::{QueueId, QueueingStrategy, QuotaUsage};
 use crate::reason::Reason;
-use crate::reserve::{self, Reservation};
+use crate::reserve::{self, Releases, Reservation};
 use crate::run::{Run, held};
 use crate::snapshot::{Reserved, Snapshot};
 
@@ -88,6 +88,7 @@ fn greedy<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config, m
     // The gangs a spread gang would delay are those the cycle looks at (within the depth) and
     // those the caller knew could not start, so the dispatcher, handed every pending gang, and
     // the simulator, handed the window or a cut of it, agree.
+    let releases = Releases::new(&releases);
     let moment = locality::Moment {
         now_ms,
         releases: &releases,

@@ -80,9 +80,17 @@ pub struct Cluster {
     /// Per depth, the most hosts any one domain of that depth holds: a cheap bound that lets
     /// a search skip levels whose domains are all too small for a pod set.
     pub(crate) max_hosts: Vec<u32>,
+    /// Per depth, the domains at that depth in tree order (a leaf above it counts for every
+    /// depth below): one level of the whole cluster, listed once rather than walked per ask.
+    by_depth: Vec<Vec<DomainId>>,
 }
 
 impl Cluster {
+    /// The domains at `depth` (hosts, below the host depth), in tree order.
+    pub(crate) fn at_depth(&self, depth: u8) -> &[DomainId] {
+        self.by_depth.get(usize::from(depth)).or(self.by_depth.last()).map_or(&[], Vec::as_slice)
+    }
+
     /// Whether some domain at `depth` could hold `gpus` GPUs when empty (an upper bound).
     pub(crate) fn depth_could_hold(&self, depth: u8, gpus: u64) -> bool {
         let per_node = u64::from(self.hist_width.saturating_sub(1));
@@ -472,6 +480,16 @@ impl FleetBuilder {
                 let depth = domains[root.idx() + i].depth as usize;
                 max_hosts[depth] = max_hosts[depth].max(n);
             }
+            let mut by_depth = vec![Vec::new(); pc.levels.len() + 1];
+            let mut stack = vec![root];
+            while let Some(d) = stack.pop() {
+                let dom = &domains[d.idx()];
+                let leaf_below = if dom.children.is_empty() { by_depth.len() } else { usize::from(dom.depth) + 1 };
+                for list in &mut by_depth[usize::from(dom.depth)..leaf_below] {
+                    list.push(d);
+                }
+                stack.extend(dom.children.iter().rev());
+            }
             let hist_width = max_gpus + 1;
             let row = flavors.len() * hist_width as usize;
             for d in &mut domains[root.idx()..] {
@@ -489,6 +507,7 @@ impl FleetBuilder {
                 hist_width,
                 hosts,
                 max_hosts,
+                by_depth,
             });
         }
         let (flavors, flavor_classes) = keys.into_iter().unzip();

@@ -14,8 +14,9 @@ use crate::fleet::{DomainId, Fleet};
 use crate::gang::Gang;
 use crate::reason::{HoldCost, Reason};
 use crate::reserve;
+use crate::reserve::Releases;
 use crate::run::Run;
-use crate::snapshot::{Release, Reserved};
+use crate::snapshot::Reserved;
 use crate::topology::{Level, TopologyConstraint};
 
 /// The widest level a gang whose narrowest common domain is `span` crosses: the level just
@@ -34,7 +35,7 @@ pub fn crossed(fleet: &Fleet, span: DomainId) -> Level {
 #[derive(Debug)]
 pub(crate) struct Moment<'c> {
     pub(crate) now_ms: u64,
-    pub(crate) releases: &'c [Release],
+    pub(crate) releases: &'c Releases<'c>,
     pub(crate) last: Option<&'c Reserved>,
     /// Gangs waiting at the cycle's start, and each cluster's GPUs: a spread gang holds its
     /// GPUs longer, and that time is taken from every gang waiting behind it.
@@ -96,7 +97,7 @@ pub(crate) fn weigh<'a>(
     let spread_level = spread.span(run.fleet).map_or(Level::Zone, |s| crossed(run.fleet, s));
     // Nothing is released before the first running gang ends: when even that is further off
     // than spreading costs, no wait can win, and no search is needed.
-    let next_release = at.releases.iter().filter(|r| !run.txn.is_evicted(&r.gang)).map(|r| r.end_ms).min();
+    let next_release = at.releases.live(run).first().map(|r| r.end_ms);
     if next_release.is_none_or(|t| t.saturating_sub(at.now_ms) >= spread_cost_ms) {
         return Ok(spread);
     }

@@ -180,10 +180,11 @@ impl View<'_> {
 
     /// The most pods of this pod set that one allowed span of `cluster` could take now.
     pub fn largest(&self, cluster: ClusterId, ask: &Ask) -> u32 {
-        let root = self.fleet.cluster(cluster).root;
-        self.domains_at(root, ask.widest_depth, &|_, _| true)
-            .into_iter()
-            .map(|d| match ask.slice {
+        self.fleet
+            .cluster(cluster)
+            .at_depth(ask.widest_depth)
+            .iter()
+            .map(|&d| match ask.slice {
                 Some((size, depth)) if self.fleet.domain(d).depth < depth => {
                     self.slice_count(d, ask, size, depth) * size
                 }

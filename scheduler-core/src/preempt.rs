@@ -17,9 +17,9 @@ use crate::fleet::{ClusterId, DomainId};
 use crate::gang::Gang;
 use crate::queue::{BorrowWithinCohort, QueueId, Queues, ReclaimWithinCohort, WithinQueue, quota_charges};
 use crate::reason::Reason;
-use crate::reserve::earliest_by_count;
+use crate::reserve::{Releases, earliest_by_count};
 use crate::run::Run;
-use crate::snapshot::{Release, Running};
+use crate::snapshot::Running;
 use crate::topology::TopologyConstraint;
 
 /// How a victim may be evicted, when it may.
@@ -71,7 +71,7 @@ pub(crate) fn preempt<'a>(
     run: &mut Run<'a>,
     gang: &'a Gang,
     running: &[Running<'a>],
-    releases: &[Release],
+    releases: &Releases<'_>,
     lowest_running: i32,
     now: &Reason,
     now_ms: u64,

@@ -3,6 +3,9 @@
 //! held, and a later gang may use it only if it states a run time that ends before the
 //! reservation starts (EASY backfilling, as Slurm).
 
+use std::borrow::Cow;
+use std::cell::OnceCell;
+
 use crate::capacity::PodShape;
 use crate::decision::{Admission, Decision};
 use crate::fleet::{ClusterId, DomainId};
@@ -10,6 +13,36 @@ use crate::gang::Gang;
 use crate::reason::Reason;
 use crate::run::Run;
 use crate::snapshot::{Release, Reserved};
+use crate::txn::Savepoint;
+
+/// What running gangs release, in order of expected end (ties in the snapshot's order):
+/// sorted once a cycle, the first time it is needed, since most cycles need it not at all.
+#[derive(Debug)]
+pub(crate) struct Releases<'c> {
+    all: &'c [Release],
+    by_end: OnceCell<Vec<&'c Release>>,
+}
+
+impl<'c> Releases<'c> {
+    pub(crate) fn new(all: &'c [Release]) -> Self {
+        Releases { all, by_end: OnceCell::new() }
+    }
+
+    /// Those of gangs not evicted this cycle (an evicted gang has given its capacity back
+    /// already), by expected end.
+    pub(crate) fn live(&self, run: &Run<'_>) -> Cow<'_, [&'c Release]> {
+        let by_end = self.by_end.get_or_init(|| {
+            let mut v: Vec<&Release> = self.all.iter().collect();
+            v.sort_by_key(|r| r.end_ms);
+            v
+        });
+        if run.txn.evicts_none() {
+            Cow::Borrowed(by_end)
+        } else {
+            Cow::Owned(by_end.iter().copied().filter(|r| !run.txn.is_evicted(&r.gang)).collect())
+        }
+    }
+}
 
 /// Capacity set aside this cycle for one gang expected to start at `start_ms`.
 #[derive(Debug)]
@@ -31,7 +64,7 @@ pub(crate) fn no_room<'a>(
     held: &'a Gang,
     reason: Reason,
     now_ms: u64,
-    releases: &[Release],
+    releases: &Releases<'_>,
     last: Option<&Reserved>,
     reservation: &mut Option<Reservation>,
 ) -> Decision {
@@ -61,7 +94,7 @@ pub(crate) fn no_room<'a>(
 /// Where and when `gang` would start, from what running gangs release in order of their
 /// expected ends (`earliest`). Holds what of that placement is free now, so later gangs cannot
 /// take it unless they end before (`backfill`).
-fn reserve<'a>(run: &mut Run<'a>, gang: &'a Gang, releases: &[Release], hint: Option<u64>) -> Option<Reservation> {
+fn reserve<'a>(run: &mut Run<'a>, gang: &'a Gang, releases: &Releases<'_>, hint: Option<u64>) -> Option<Reservation> {
     let (start_ms, admission) = earliest(run, gang, releases, hint)?;
     let want: Vec<(DomainId, u32, PodShape)> = Release::of(gang, &admission, start_ms).hosts;
     let mut r = Reservation { gang: gang.id.clone(), cluster: admission.cluster, start_ms, want, held: Vec::new() };
@@ -91,9 +124,8 @@ fn enough_after(run: &Run<'_>, gang: &Gang, order: &[&Release]) -> Option<usize>
 /// The soonest `gang` could start as running gangs end, counting GPUs alone: when the fleet
 /// first has as many free as it asks for. A lower bound on [`earliest`]'s start, found
 /// without trying a placement. `None`: not even once every running gang has ended.
-pub(crate) fn earliest_by_count(run: &Run<'_>, gang: &Gang, releases: &[Release], now_ms: u64) -> Option<u64> {
-    let mut order: Vec<&Release> = releases.iter().filter(|r| !run.txn.is_evicted(&r.gang)).collect();
-    order.sort_by_key(|r| r.end_ms);
+pub(crate) fn earliest_by_count(run: &Run<'_>, gang: &Gang, releases: &Releases<'_>, now_ms: u64) -> Option<u64> {
+    let order = releases.live(run);
     let k = enough_after(run, gang, &order)?;
     Some(k.checked_sub(1).map_or(now_ms, |i| order[i].end_ms.max(now_ms)))
 }
@@ -105,36 +137,31 @@ pub(crate) fn earliest_by_count(run: &Run<'_>, gang: &Gang, releases: &[Release]
 pub(crate) fn earliest<'a>(
     run: &mut Run<'a>,
     gang: &'a Gang,
-    releases: &[Release],
+    releases: &Releases<'_>,
     hint: Option<u64>,
 ) -> Option<(u64, Admission)> {
-    if releases.is_empty() {
+    let order = releases.live(run);
+    if order.is_empty() {
         return None;
     }
-    // A gang evicted this cycle has given its capacity back already.
-    let mut order: Vec<&Release> = releases.iter().filter(|r| !run.txn.is_evicted(&r.gang)).collect();
-    order.sort_by_key(|r| r.end_ms);
     // Releases give capacity back, not quota: what the gang may use is the same at every k.
     let prepared = run.prepare(gang).ok()?;
+    // No release can make room before the fleet has as many GPUs free as the gang asks for:
+    // the first `k` worth a placement is counted, not tried.
+    let first = enough_after(run, gang, &order)?;
     // Where the gang goes once the first `k` releases happened: tried on the future capacity
     // and rolled back whole (capacity, memo, usage, counters). Fitting only gets easier as k
     // grows, so the first k that fits can be searched for.
-    let fits_after = |run: &mut Run<'a>, k: usize| -> Option<Admission> {
+    let mut future = Future::new(run, &order);
+    let mut fits_after = |run: &mut Run<'a>, k: usize| -> Option<Admission> {
+        future.to(run, k);
         let sp = run.txn.checkpoint();
-        for r in &order[..k] {
-            for &(h, n, shape) in &r.hosts {
-                run.txn.cap.give_back(run.fleet, h, n, shape);
-            }
-        }
         // A search, not `gang`: the memo holds what fits nowhere *now*, and the words of a
         // miss are not wanted here.
         let placed = run.search(gang, &prepared).ok();
         run.txn.rollback(sp);
         placed
     };
-    // No release can make room before the fleet has as many GPUs free as the gang asks for:
-    // the first `k` worth a placement is counted, not tried.
-    let first = enough_after(run, gang, &order)?;
     // Then from the last cycle's answer when there is one (little changes between cycles: two
     // placements confirm it), else galloping up from the count; bisection inside the last
     // step. A few placements per cycle, not one per running gang.
@@ -151,7 +178,7 @@ pub(crate) fn earliest<'a>(
         },
         None => None,
     };
-    let (mut k, mut admission) = match guessed {
+    let found = match guessed {
         Some((g, a)) => {
             // Down from a fit, doubling the step, until a miss.
             let (mut k, mut admission, mut step) = (g, a, 1);
@@ -165,30 +192,68 @@ pub(crate) fn earliest<'a>(
                     }
                 }
             }
-            (k, admission)
+            Some((k, admission))
         }
         None => {
             let mut step = 1;
             loop {
                 let k = (fails + step).min(n);
                 if k <= fails {
-                    return None;
+                    break None;
                 }
                 if let Some(a) = fits_after(run, k) {
-                    break (k, a);
+                    break Some((k, a));
                 }
                 (fails, step) = (k, step * 2);
             }
         }
     };
-    while fails + 1 < k {
-        let mid = fails + (k - fails) / 2;
-        match fits_after(run, mid) {
-            Some(a) => (k, admission) = (mid, a),
-            None => fails = mid,
+    let found = found.map(|(mut k, mut admission)| {
+        while fails + 1 < k {
+            let mid = fails + (k - fails) / 2;
+            match fits_after(run, mid) {
+                Some(a) => (k, admission) = (mid, a),
+                None => fails = mid,
+            }
+        }
+        (order[k - 1].end_ms, admission)
+    });
+    future.undo(run);
+    found
+}
+
+/// The capacity once the first `k` of `order`'s releases have happened, for one `k` after
+/// another: a search probes `k`s near each other, so each move gives back (or rolls back)
+/// only the releases between the last `k` and the next, not the first `k` all again.
+struct Future<'o, 'r> {
+    order: &'o [&'r Release],
+    /// `marks[k]`: where the transaction stood with the first `k` releases given back.
+    marks: Vec<Savepoint>,
+}
+
+impl<'o, 'r> Future<'o, 'r> {
+    fn new(run: &Run<'_>, order: &'o [&'r Release]) -> Self {
+        Future { order, marks: vec![run.txn.checkpoint()] }
+    }
+
+    /// Leaves the capacity as it is once the first `k` releases have happened.
+    fn to(&mut self, run: &mut Run<'_>, k: usize) {
+        if self.marks.len() > k + 1 {
+            run.txn.rollback(self.marks[k]);
+            self.marks.truncate(k + 1);
+        }
+        while self.marks.len() <= k {
+            for &(h, n, shape) in &self.order[self.marks.len() - 1].hosts {
+                run.txn.cap.give_back(run.fleet, h, n, shape);
+            }
+            self.marks.push(run.txn.checkpoint());
         }
     }
-    Some((order[k - 1].end_ms, admission))
+
+    /// The capacity as it is now, with no release given back.
+    fn undo(self, run: &mut Run<'_>) {
+        run.txn.rollback(self.marks[0]);
+    }
 }
 
 /// Whether `gang`, decided at `now_ms`, may use the room of a reservation for `reserved_for`

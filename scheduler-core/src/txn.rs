@@ -143,6 +143,10 @@ impl<'a> Txn<'a> {
         self.evicted.contains(gang)
     }
 
+    pub(crate) fn evicts_none(&self) -> bool {
+        self.evicted.is_empty()
+    }
+
     pub(crate) fn memo(&self, key: &MemoKey<'a>) -> &[MemoEntry] {
         self.memo.get(key).map_or(&[], Vec::as_slice)
     }
