@@ -1,5 +1,5 @@
-//! The simulator's running gangs by job and, beside them in the same order, what each gives
-//! back at its expected end: a cycle that plans a reservation borrows those releases instead
+//! The simulator's running gangs by job and, beside them in order of expected end, what each
+//! gives back then: a cycle that plans a reservation borrows those releases instead
 //! of having every running gang's hosts copied out again after every event. What they add up
 //! to is kept too (`Ledger`), for the invariant check after every event.
 
@@ -21,8 +21,9 @@ pub(crate) struct Running {
 #[derive(Default)]
 pub(crate) struct RunningSet {
     by_job: BTreeMap<usize, Running>,
-    /// The jobs of `releases`, ascending: the order `by_job` iterates in.
-    jobs: Vec<usize>,
+    /// The expected end and job of each of `releases`, ascending: the order a reservation
+    /// searches them in, so the core's sort finds them sorted already.
+    ends: Vec<(u64, usize)>,
     releases: Vec<Release>,
     ledger: Ledger,
 }
@@ -31,28 +32,33 @@ impl RunningSet {
     /// A gang starts; a host it would over-commit is a violation (and it runs nonetheless: the
     /// replay stops on it).
     pub fn insert(&mut self, fleet: &Fleet, queues: &Queues, job: usize, r: Running) -> Result<(), Violation> {
+        // Started again while still running: the old run gives back what it held first.
+        self.remove(fleet, queues, job);
         let counted = self.ledger.add(fleet, queues, &r.gang, &r.admission);
         let release = Release::of(&r.gang, &r.admission, r.end_s.saturating_mul(1000));
-        let at = self.jobs.partition_point(|&j| j < job);
-        if self.by_job.insert(job, r).is_some() {
-            self.releases[at] = release;
-        } else {
-            self.jobs.insert(at, job);
-            self.releases.insert(at, release);
-        }
+        let end = (release.end_ms, job);
+        self.by_job.insert(job, r);
+        let at = self.ends.partition_point(|&e| e < end);
+        self.ends.insert(at, end);
+        self.releases.insert(at, release);
         counted
     }
 
     pub fn remove(&mut self, fleet: &Fleet, queues: &Queues, job: usize) -> Option<Running> {
         let r = self.by_job.remove(&job)?;
         self.ledger.remove(fleet, queues, &r.gang, &r.admission);
-        let at = self.jobs.partition_point(|&j| j < job);
-        self.jobs.remove(at);
-        self.releases.remove(at);
+        self.forget((r.end_s.saturating_mul(1000), job));
         Some(r)
     }
 
-    /// What the running gangs give back at their expected ends, in job order.
+    fn forget(&mut self, end: (u64, usize)) {
+        let at = self.ends.partition_point(|&e| e < end);
+        self.ends.remove(at);
+        self.releases.remove(at);
+    }
+
+    /// What the running gangs give back at their expected ends, in order of those ends (ties
+    /// in job order).
     pub fn releases(&self) -> &[Release] {
         &self.releases
     }
@@ -81,8 +87,9 @@ mod tests {
     use scheduler_core::fixture::{GangExt, gang, greedy, uniform_cluster};
     use scheduler_core::{Decision, FleetBuilder, Level, QueueSpec, Snapshot, cycle};
 
-    /// The releases and the ledger follow the running gangs through starts and ends in any
-    /// order: the ledger ends as one counted afresh from the gangs left.
+    /// The releases and the ledger follow the running gangs through starts, restarts and ends
+    /// in any order: the releases stay in order of expected end (ties in job order), the
+    /// ledger ends as one counted afresh from the gangs left.
     #[test]
     fn releases_and_ledger_follow_the_gangs() {
         let mut b = FleetBuilder::new();
@@ -90,15 +97,17 @@ mod tests {
         let fleet = b.build().expect("fleet");
         let queues = Queues::new(vec![QueueSpec::unlimited("default")]).expect("queues");
         let jobs = [5, 1, 3, 9, 2];
+        let ends_s = [20, 50, 30, 20, 10];
         let gangs: Vec<Gang> = jobs.iter().map(|j| gang(&format!("j{j}")).pods(1).gpus(4)).collect();
         let out = cycle(Snapshot::idle(&fleet, &queues), &gangs, &greedy());
         let mut started: Vec<(usize, Running)> = jobs
             .iter()
             .zip(gangs)
             .zip(out.decisions)
-            .map(|((&j, gang), d)| {
+            .zip(ends_s)
+            .map(|(((&j, gang), d), end_s)| {
                 let Decision::Admit(admission) = d else { panic!("j{j} admitted: {d:?}") };
-                (j, Running { gang, admission, start_s: 0, slowdown: 1.0, end_s: 10 * j as u64 })
+                (j, Running { gang, admission, start_s: 0, slowdown: 1.0, end_s })
             })
             .collect();
         let j2 = started.pop().expect("j2");
@@ -109,8 +118,17 @@ mod tests {
         assert!(set.remove(&fleet, &queues, 3).is_some());
         assert!(set.remove(&fleet, &queues, 3).is_none());
         set.insert(&fleet, &queues, j2.0, j2.1).expect("room");
-        let seen: Vec<(&str, u64)> = set.releases().iter().map(|r| (r.gang.as_str(), r.end_ms)).collect();
-        assert_eq!(seen, [("j1", 10_000), ("j2", 20_000), ("j5", 50_000), ("j9", 90_000)]);
+        let seen = |set: &RunningSet| -> Vec<(String, u64)> {
+            set.releases().iter().map(|r| (r.gang.clone(), r.end_ms)).collect()
+        };
+        let want = |v: &[(&str, u64)]| -> Vec<(String, u64)> { v.iter().map(|&(g, t)| (g.to_string(), t)).collect() };
+        assert_eq!(seen(&set), want(&[("j2", 10_000), ("j5", 20_000), ("j9", 20_000), ("j1", 50_000)]));
+        // Started again (restarted elsewhere, say) with another expected end: it moves.
+        let mut j9 = set.remove(&fleet, &queues, 9).expect("j9 runs");
+        set.insert(&fleet, &queues, 9, Running { end_s: 60, ..clone_running(&j9) }).expect("room");
+        j9.end_s = 5;
+        set.insert(&fleet, &queues, 9, j9).expect("room");
+        assert_eq!(seen(&set), want(&[("j9", 5_000), ("j2", 10_000), ("j5", 20_000), ("j1", 50_000)]));
         let left: Vec<usize> = set.iter().map(|(j, _)| j).collect();
         assert_eq!(left, [1, 2, 5, 9]);
         let mut afresh = Ledger::default();
@@ -118,5 +136,9 @@ mod tests {
             afresh.add(&fleet, &queues, &r.gang, &r.admission).expect("room");
         }
         assert_eq!(set.ledger(), &afresh);
+    }
+
+    fn clone_running(r: &Running) -> Running {
+        Running { gang: r.gang.clone(), admission: r.admission.clone(), ..*r }
     }
 }
