@@ -1,6 +1,7 @@
 //! How a cycle decides: the policy knobs, in one value. There is no `Default`: a caller says
 //! which policy it means, Stowage's own ([`Config::stowage`]) or a peer's ([`Config::baseline`]).
 
+use crate::gang::PodSet;
 use crate::place::Fill;
 use crate::queue::QueueingStrategy;
 use crate::topology::{Level, TopologyConstraint};
@@ -125,11 +126,8 @@ impl Patience {
     pub const DEFAULT: Patience = Patience { exact_ms: 7 * 86_400_000, wider_ms: 14 * 86_400_000 };
 
     /// The constraint a pod set is held to after waiting `waited_ms`, when it differs from its own.
-    pub fn hold(&self, constraint: TopologyConstraint, pods: u32, waited_ms: u64) -> Option<TopologyConstraint> {
-        let TopologyConstraint::Preferred(level) = constraint else { return None };
-        if pods < 2 {
-            return None;
-        }
+    pub fn hold(&self, ps: &PodSet, waited_ms: u64) -> Option<TopologyConstraint> {
+        let level = ps.holdable()?;
         match self.stage(waited_ms) {
             0 => Some(TopologyConstraint::Required(level)),
             1 => Level::ALL.iter().rev().copied().find(|l| *l < level).map(TopologyConstraint::Required),

@@ -28,6 +28,17 @@ pub struct PodSet {
     pub slice: Option<Slice>,
 }
 
+impl PodSet {
+    /// The level it prefers, when it may be held to it: a lone pod sits on one host anyway, so
+    /// only a pod set of two or more is ever held for its locality (by patience or by cost).
+    pub fn holdable(&self) -> Option<Level> {
+        match self.topology {
+            TopologyConstraint::Preferred(level) if self.pods >= 2 => Some(level),
+            _ => None,
+        }
+    }
+}
+
 /// Which clusters a gang may go to, beyond capacity and flavor.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct ClusterFilter {

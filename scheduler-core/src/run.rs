@@ -26,12 +26,10 @@ use crate::txn::Txn;
 pub(crate) fn held<'g>(config: &Config, gang: &'g Gang, now_ms: u64) -> Cow<'g, Gang> {
     let waited = now_ms.saturating_sub(gang.submitted_ms);
     let by_cost = config.locality_cost.is_some() && gang.runtime_ms.is_some();
-    let hold = |ps: &PodSet| match (config.patience, ps.topology) {
-        (Some(patience), _) => patience.hold(ps.topology, ps.pods, waited),
-        (None, TopologyConstraint::Preferred(level)) if by_cost && ps.pods >= 2 => {
-            Some(TopologyConstraint::Required(level))
-        }
-        (None, _) => None,
+    let hold = |ps: &PodSet| match config.patience {
+        Some(patience) => patience.hold(ps, waited),
+        None if by_cost => ps.holdable().map(TopologyConstraint::Required),
+        None => None,
     };
     if gang.pod_sets.iter().all(|ps| hold(ps).is_none()) {
         return Cow::Borrowed(gang);

@@ -37,7 +37,6 @@ use scheduler_core::may_backfill;
 use scheduler_core::preempt::may_evict_any;
 use scheduler_core::{
     ClusterFilter, Config, Decision, Fleet, Gang, PodSet, QueueId, QueueingStrategy, Queues, Reason, Reserved,
-    TopologyConstraint,
 };
 
 /// Gangs a cycle decides alike, in queue order.
@@ -129,8 +128,7 @@ impl Classes {
             let allowed = fleet.clusters().iter().enumerate();
             let allowed = allowed.filter(|(_, c)| !c.cordoned && gang.clusters.allows(&c.name, &c.labels));
             let asking = gang.pod_sets.iter().map(|p| p.shape.gpus).filter(|&g| g > 0);
-            let held =
-                gang.pod_sets.iter().any(|p| matches!(p.topology, TopologyConstraint::Preferred(_)) && p.pods >= 2);
+            let held = gang.pod_sets.iter().any(|p| p.holdable().is_some());
             self.classes.push(Class {
                 key: (alike, gang.clusters.clone(), gang.pod_sets.clone(), gang.priority, runs),
                 clusters: allowed.map(|(i, _)| i).collect(),
