@@ -5,14 +5,16 @@
 
 use std::borrow::Cow;
 use std::cell::OnceCell;
+use std::collections::BTreeMap;
 
 use crate::capacity::PodShape;
 use crate::decision::{Admission, Decision};
-use crate::fleet::{ClusterId, DomainId};
-use crate::gang::Gang;
+use crate::fleet::{ClusterId, DomainId, FlavorId};
+use crate::gang::{Gang, PodSet};
 use crate::reason::Reason;
-use crate::run::Run;
+use crate::run::{Prepared, Resolved, Run};
 use crate::snapshot::{Release, Reserved};
+use crate::topology::TopologyConstraint;
 use crate::txn::Savepoint;
 
 /// What running gangs release, in order of expected end (ties in the snapshot's order):
@@ -121,6 +123,66 @@ fn enough_after(run: &Run<'_>, gang: &Gang, order: &[&Release]) -> Option<usize>
     Some(first)
 }
 
+/// How many of `order`'s releases (by expected end) must happen before `gang` could fit: the
+/// fleet has as many GPUs free as it asks for ([`enough_after`]), and each pod set a domain of
+/// the level it requires (its cluster, when it requires none), in a cluster it may use, with as
+/// many GPUs free, of the flavors it may take, as it asks for. Necessary, not sufficient: a
+/// lower bound on the release a placement is first found after, counted rather than tried.
+/// `None`: not even after all of them.
+fn room_after(run: &Run<'_>, gang: &Gang, prepared: &Prepared, order: &[&Release]) -> Option<usize> {
+    let mut first = enough_after(run, gang, order)?;
+    for (ps, r) in gang.pod_sets.iter().zip(prepared.resolved()) {
+        first = first.max(domain_room_after(run, ps, r, prepared.candidates(), order)?);
+    }
+    Some(first)
+}
+
+/// [`room_after`] for one pod set's domain.
+fn domain_room_after(
+    run: &Run<'_>,
+    ps: &PodSet,
+    r: &Resolved,
+    candidates: &[ClusterId],
+    order: &[&Release],
+) -> Option<usize> {
+    let need = u64::from(ps.shape.gpus) * u64::from(ps.pods);
+    if need == 0 {
+        return Some(0);
+    }
+    let (fleet, cap) = (run.fleet, &run.txn.cap);
+    let flavors: Vec<FlavorId> = r.flavors.iter().flatten().copied().collect();
+    let depth = |c: ClusterId| match ps.topology {
+        TopologyConstraint::Required(level) => fleet.cluster(c).depth_for(level),
+        _ => 0,
+    };
+    let free = |d: DomainId| flavors.iter().map(|&f| cap.free_gpus(fleet, d, f)).sum::<u64>();
+    if candidates.iter().any(|&c| fleet.cluster(c).at_depth(depth(c)).iter().any(|&d| free(d) >= need)) {
+        return Some(0);
+    }
+    // Free GPUs of the domains releases reach, from what is free now.
+    let mut freed: BTreeMap<DomainId, u64> = BTreeMap::new();
+    for (k, release) in order.iter().enumerate() {
+        for &(h, n, shape) in &release.hosts {
+            let host = fleet.domain(h);
+            let usable = host.node.and_then(|s| s.gpu_flavor).is_some_and(|f| flavors.contains(&f));
+            if !usable || !candidates.contains(&host.cluster) {
+                continue;
+            }
+            let at = depth(host.cluster);
+            let mut d = h;
+            while let Some(parent) = fleet.domain(d).parent.filter(|_| fleet.domain(d).depth > at) {
+                d = parent;
+            }
+            let total = freed.entry(d).or_insert_with(|| free(d));
+            *total += u64::from(n) * u64::from(shape.gpus);
+            if *total >= need {
+                return Some(k + 1);
+            }
+        }
+    }
+    None
+}
+
 /// The soonest `gang` could start as running gangs end, counting GPUs alone: when the fleet
 /// first has as many free as it asks for. A lower bound on [`earliest`]'s start, found
 /// without trying a placement. `None`: not even once every running gang has ended.
@@ -146,9 +208,9 @@ pub(crate) fn earliest<'a>(
     }
     // Releases give capacity back, not quota: what the gang may use is the same at every k.
     let prepared = run.prepare(gang).ok()?;
-    // No release can make room before the fleet has as many GPUs free as the gang asks for:
-    // the first `k` worth a placement is counted, not tried.
-    let first = enough_after(run, gang, &order)?;
+    // No release can make room before the fleet, and a domain each pod set may sit in, has as
+    // many GPUs free as it asks for: the first `k` worth a placement is counted, not tried.
+    let first = room_after(run, gang, &prepared, &order)?;
     // Where the gang goes once the first `k` releases happened: tried on the future capacity
     // and rolled back whole (capacity, memo, usage, counters). Fitting only gets easier as k
     // grows, so the first k that fits can be searched for.
@@ -302,4 +364,101 @@ fn backfill<'a>(
     run.txn.swap_memos();
     hold(run, r);
     admitted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixture::{GangExt, gang, greedy, uniform_cluster};
+    use crate::fleet::{Fleet, FleetBuilder};
+    use crate::queue::{QueueSpec, Queues};
+    use crate::snapshot::Snapshot;
+    use crate::topology::Level;
+    use crate::{Decision, cycle};
+
+    /// A small deterministic generator: the states differ by seed, and stay the same run to run.
+    struct Lcg(u64);
+
+    impl Lcg {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (self.0 >> 33) % n
+        }
+    }
+
+    fn fleet() -> Fleet {
+        let mut b = FleetBuilder::new();
+        uniform_cluster(&mut b, "east", "h100", 8, &[(Level::Rack, 3), (Level::Host, 2)]).expect("east");
+        uniform_cluster(&mut b, "west", "a100", 4, &[(Level::Block, 2), (Level::Rack, 2), (Level::Host, 2)])
+            .expect("west");
+        b.build().expect("fleet")
+    }
+
+    fn any_gang(rng: &mut Lcg, id: String) -> Gang {
+        let g = gang(&id).pods(1 + rng.below(4) as u32).gpus([1, 2, 4, 8][rng.below(4) as usize]);
+        let g = match rng.below(5) {
+            0 => g.required(Level::Rack),
+            1 => g.required(Level::Host),
+            2 => g.required(Level::Block),
+            3 => g.preferred(Level::Rack),
+            _ => g,
+        };
+        if rng.below(4) == 0 { g.flavor(["h100", "a100"][rng.below(2) as usize]) } else { g }
+    }
+
+    /// The first `k` (from 1) after whose releases `gang` is found a place, tried one by one.
+    fn by_trying_each<'a>(run: &mut Run<'a>, gang: &'a Gang, order: &[&Release]) -> Option<(u64, Admission)> {
+        let prepared = run.prepare(gang).ok()?;
+        (1..=order.len()).find_map(|k| {
+            let sp = run.txn.checkpoint();
+            for r in &order[..k] {
+                for &(h, n, shape) in &r.hosts {
+                    run.txn.cap.give_back(run.fleet, h, n, shape);
+                }
+            }
+            let placed = run.search(gang, &prepared).ok();
+            run.txn.rollback(sp);
+            placed.map(|a| (order[k - 1].end_ms, a))
+        })
+    }
+
+    /// The counted bound, the galloping, the bisection, the hint and the moves of the future
+    /// capacity between probes find what trying every release in turn finds, from every hint,
+    /// and leave the capacity as it was.
+    #[test]
+    fn the_earliest_start_is_the_first_release_after_which_the_gang_fits() {
+        let fleet = fleet();
+        let queues = Queues::new(vec![QueueSpec::unlimited("default")]).expect("queues");
+        let config = greedy();
+        let mut checked = 0;
+        for seed in 0..40 {
+            let mut rng = Lcg(seed);
+            let fillers: Vec<Gang> = (0..24).map(|i| any_gang(&mut rng, format!("run-{i}"))).collect();
+            let out = cycle(Snapshot::idle(&fleet, &queues), &fillers, &config);
+            // Ends drawn with ties, so the order by end is not the order of starts.
+            let releases: Vec<Release> = fillers
+                .iter()
+                .zip(&out.decisions)
+                .filter_map(|(g, d)| match d {
+                    Decision::Admit(a) => Some(Release::of(g, a, 1_000 * (1 + rng.below(12)))),
+                    _ => None,
+                })
+                .collect();
+            let releases = Releases::new(&releases);
+            let targets: Vec<Gang> = (0..8).map(|i| any_gang(&mut rng, format!("wait-{i}"))).collect();
+            for target in &targets {
+                let mut run = Run::new(&fleet, &queues, &config, out.capacity.clone(), out.usage.clone());
+                let order: Vec<&Release> = releases.live(&run).into_owned();
+                let want = by_trying_each(&mut run, target, &order);
+                let hints = std::iter::once(None).chain(order.iter().map(|r| Some(r.end_ms))).chain([Some(0)]);
+                for hint in hints {
+                    let got = earliest(&mut run, target, &releases, hint);
+                    assert_eq!(got, want, "seed {seed}, {target:?}, hint {hint:?}");
+                    assert_eq!(run.cap(), &out.capacity, "seed {seed}: the capacity is left as it was");
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 1_000, "{checked} searches");
+    }
 }

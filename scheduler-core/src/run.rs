@@ -57,6 +57,18 @@ pub(crate) struct Prepared {
     candidates: Vec<ClusterId>,
 }
 
+impl Prepared {
+    /// Each pod set's flavors, in the gang's order.
+    pub(crate) fn resolved(&self) -> &[Resolved] {
+        &self.resolved
+    }
+
+    /// The clusters it may use.
+    pub(crate) fn candidates(&self) -> &[ClusterId] {
+        &self.candidates
+    }
+}
+
 /// Why a search admitted the gang nowhere: the last pod set that failed to fit, and the first
 /// quota refusal, if any.
 #[derive(Debug)]
