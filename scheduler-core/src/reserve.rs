@@ -374,7 +374,7 @@ mod tests {
     use crate::queue::{QueueSpec, Queues};
     use crate::snapshot::Snapshot;
     use crate::topology::Level;
-    use crate::{Decision, cycle};
+    use crate::{ClusterChoice, Config, Decision, Fill, cycle};
 
     /// A small deterministic generator: the states differ by seed, and stay the same run to run.
     struct Lcg(u64);
@@ -394,8 +394,8 @@ mod tests {
         b.build().expect("fleet")
     }
 
-    fn any_gang(rng: &mut Lcg, id: String) -> Gang {
-        let g = gang(&id).pods(1 + rng.below(4) as u32).gpus([1, 2, 4, 8][rng.below(4) as usize]);
+    fn any_pod_set(rng: &mut Lcg, id: &str) -> Gang {
+        let g = gang(id).pods(1 + rng.below(4) as u32).gpus([0, 1, 2, 4, 8, 8][rng.below(6) as usize]);
         let g = match rng.below(5) {
             0 => g.required(Level::Rack),
             1 => g.required(Level::Host),
@@ -404,6 +404,17 @@ mod tests {
             _ => g,
         };
         if rng.below(4) == 0 { g.flavor(["h100", "a100"][rng.below(2) as usize]) } else { g }
+    }
+
+    /// One pod set, or (one in three) two of their own shapes and constraints.
+    fn any_gang(rng: &mut Lcg, id: String) -> Gang {
+        let mut g = any_pod_set(rng, &id);
+        if rng.below(3) == 0 {
+            let mut second = any_pod_set(rng, &id).pod_sets.remove(0);
+            second.name = "worker".into();
+            g.pod_sets.push(second);
+        }
+        g
     }
 
     /// The first `k` (from 1) after whose releases `gang` is found a place, tried one by one.
@@ -424,17 +435,21 @@ mod tests {
 
     /// The counted bound, the galloping, the bisection, the hint and the moves of the future
     /// capacity between probes find what trying every release in turn finds, from every hint,
-    /// and leave the capacity as it was.
+    /// and leave the capacity as it was: gangs of one pod set or two, with and without GPUs,
+    /// flavors and levels, under Stowage's placement and a first-fit baseline's.
     #[test]
     fn the_earliest_start_is_the_first_release_after_which_the_gang_fits() {
         let fleet = fleet();
         let queues = Queues::new(vec![QueueSpec::unlimited("default")]).expect("queues");
-        let config = greedy();
+        let configs = [greedy(), Config::baseline(ClusterChoice::MostFree, Fill::FirstFit, None)];
         let mut checked = 0;
-        for seed in 0..40 {
+        // Gangs of one and of two pod sets that do fit at some release.
+        let mut found = [0; 2];
+        for seed in 0..60 {
+            let config = &configs[seed as usize % configs.len()];
             let mut rng = Lcg(seed);
             let fillers: Vec<Gang> = (0..24).map(|i| any_gang(&mut rng, format!("run-{i}"))).collect();
-            let out = cycle(Snapshot::idle(&fleet, &queues), &fillers, &config);
+            let out = cycle(Snapshot::idle(&fleet, &queues), &fillers, config);
             // Ends drawn with ties, so the order by end is not the order of starts.
             let releases: Vec<Release> = fillers
                 .iter()
@@ -447,9 +462,12 @@ mod tests {
             let releases = Releases::new(&releases);
             let targets: Vec<Gang> = (0..8).map(|i| any_gang(&mut rng, format!("wait-{i}"))).collect();
             for target in &targets {
-                let mut run = Run::new(&fleet, &queues, &config, out.capacity.clone(), out.usage.clone());
+                let mut run = Run::new(&fleet, &queues, config, out.capacity.clone(), out.usage.clone());
                 let order: Vec<&Release> = releases.live(&run).into_owned();
                 let want = by_trying_each(&mut run, target, &order);
+                if want.is_some() {
+                    found[target.pod_sets.len() - 1] += 1;
+                }
                 let hints = std::iter::once(None).chain(order.iter().map(|r| Some(r.end_ms))).chain([Some(0)]);
                 for hint in hints {
                     let got = earliest(&mut run, target, &releases, hint);
@@ -459,6 +477,6 @@ mod tests {
                 }
             }
         }
-        assert!(checked > 1_000, "{checked} searches");
+        assert!(checked > 1_000 && found[0] > 100 && found[1] > 40, "{checked} searches, {found:?} found");
     }
 }

@@ -53,6 +53,8 @@ impl RunningSet {
 
     fn forget(&mut self, end: (u64, usize)) {
         let at = self.ends.partition_point(|&e| e < end);
+        // A running job's end does not change while it runs: its key is there.
+        debug_assert_eq!(self.ends.get(at), Some(&end), "the release of job {} ending at {} ms", end.1, end.0);
         self.ends.remove(at);
         self.releases.remove(at);
     }
