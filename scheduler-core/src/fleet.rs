@@ -80,8 +80,9 @@ pub struct Cluster {
     /// Per depth, the most hosts any one domain of that depth holds: a cheap bound that lets
     /// a search skip levels whose domains are all too small for a pod set.
     pub(crate) max_hosts: Vec<u32>,
-    /// Per depth, the domains at that depth in tree order (a leaf above it counts for every
-    /// depth below): one level of the whole cluster, listed once rather than walked per ask.
+    /// Per depth, the domains at that depth in tree order (every node's path names each level,
+    /// so all hosts sit at the last): one level of the whole cluster, listed once rather than
+    /// walked per ask.
     by_depth: Vec<Vec<DomainId>>,
 }
 
@@ -484,10 +485,7 @@ impl FleetBuilder {
             let mut stack = vec![root];
             while let Some(d) = stack.pop() {
                 let dom = &domains[d.idx()];
-                let leaf_below = if dom.children.is_empty() { by_depth.len() } else { usize::from(dom.depth) + 1 };
-                for list in &mut by_depth[usize::from(dom.depth)..leaf_below] {
-                    list.push(d);
-                }
+                by_depth[usize::from(dom.depth)].push(d);
                 stack.extend(dom.children.iter().rev());
             }
             let hist_width = max_gpus + 1;

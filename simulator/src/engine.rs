@@ -761,6 +761,13 @@ impl Sim<'_> {
             Decision::Pending(r) => Some(r.clone()),
             _ => None,
         };
+        let differs = |what: &str, cut: String, whole: String| SimError::CutDiffers {
+            policy: self.policy,
+            time_s: t,
+            what: what.into(),
+            cut,
+            whole,
+        };
         for (i, (&told, want)) in told.iter().zip(&whole.decisions).enumerate() {
             let got = match told {
                 Told::Decided(k) => out.decisions[k].clone(),
@@ -776,23 +783,9 @@ impl Sim<'_> {
             };
             if got != *want {
                 let words = |d: &Decision| pending(d).map_or_else(|| format!("{d:?}"), |r| format!("{r:?}"));
-                let what = format!("job {}", window[i].id);
-                return Err(SimError::CutDiffers {
-                    policy: self.policy,
-                    time_s: t,
-                    what,
-                    cut: words(&got),
-                    whole: words(want),
-                });
+                return Err(differs(&format!("job {}", window[i].id), words(&got), words(want)));
             }
         }
-        let differs = |what: &str, cut: String, whole: String| SimError::CutDiffers {
-            policy: self.policy,
-            time_s: t,
-            what: what.into(),
-            cut,
-            whole,
-        };
         if out.reserved != whole.reserved {
             return Err(differs("the reservation", format!("{:?}", out.reserved), format!("{:?}", whole.reserved)));
         }
