@@ -164,7 +164,7 @@ cluster() {
   # Fake nodes: kwok keeps them Ready and plays the kubelet for their pods.
   local stages=$KWOK_MOD/kustomize/stage
   {
-    printf 'apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions: {}\n'
+    # No KwokConfiguration document: kwok's defaults hold only when there is none.
     for f in "$stages/node/fast/node-initialize.yaml" "$stages/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml" \
       "$stages/pod/fast/pod-ready.yaml" "$stages/pod/fast/pod-delete.yaml" "$here/kwok/pod-complete.yaml"; do
       printf -- '---\n'; cat "$f"
@@ -172,7 +172,8 @@ cluster() {
     # Every container's log, for `kubectl logs` on the member (and through the relay, the hub).
     printf -- '---\nkind: ClusterLogs\napiVersion: kwok.x-k8s.io/v1alpha1\nmetadata: {name: testbed}\nspec:\n  logs:\n  - logsFile: %s\n' "$c/container.log"
   } >"$c/kwok.yaml"
-  echo "stowage-testbed: a kwok container on $name" >"$c/container.log"
+  # In the CRI log format kwok reads (time, stream, tag, line), as a kubelet keeps logs.
+  echo "$(date -u +%Y-%m-%dT%H:%M:%S.%NZ) stdout F stowage-testbed: a kwok container on $name" >"$c/container.log"
   local kubelet_port
   kubelet_port=$(free_port)
   start "$name-kwok" "$bin/kwok" --kubeconfig "$c/admin.kubeconfig" --config "$c/kwok.yaml" \
@@ -251,6 +252,11 @@ up() {
   # The hub as an admin sets it up: Trainer's CRDs and runtimes, Stowage's manifests.
   $hk apply --server-side -f "$root/playground/upstream/trainer/" >/dev/null
   $hk apply --server-side -f "$root/playground/upstream/trainer/runtimes/" >/dev/null 2>&1 || true
+  # As docs/operations.md installs the hub: Stowage's CRDs first, established, then the rest
+  # (kubectl cannot map the default Queue before its CRD is established).
+  $hk apply --server-side -k "$root/manifests/crds" >/dev/null
+  $hk wait --for=condition=Established --timeout 60s \
+    crd/memberclusters.stowage.dev crd/placements.stowage.dev crd/queues.stowage.dev >/dev/null
   $hk apply --server-side -k "$root/manifests/hub" >/dev/null
   # No scheduler runs on the hub: the Deployments' pods would wait forever. Stowage runs below as
   # processes with the same ServiceAccounts.

@@ -64,7 +64,7 @@ impl Milli {
         // value = mantissa / scale * num / den, in milli-units, rounded up as Kubernetes does.
         let numerator = mantissa.checked_mul(num).and_then(|v| v.checked_mul(1000)).ok_or_else(bad)?;
         let denominator = scale * den;
-        let value = (numerator + denominator - 1) / denominator;
+        let value = numerator.checked_add(denominator - 1).ok_or_else(bad)? / denominator;
         Ok(Milli(sign * value))
     }
 

@@ -110,6 +110,8 @@ pub enum GangScheduler {
     Coscheduling,
     Volcano,
     Kai,
+    /// Kubernetes' own workload-aware scheduling (`scheduling.k8s.io/v1beta1` PodGroup, 1.37+).
+    Native,
     #[default]
     None,
 }
@@ -376,6 +378,10 @@ pub struct PlacementSpec {
     pub cluster: Option<String>,
     /// Fencing token: raised on every re-placement; an agent deletes what it made for older ones.
     pub epoch: i64,
+    /// The queue it was admitted under. While placed it is charged to this queue, whatever its
+    /// labels say later: a relabel can neither move its quota charge nor drop it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pod_sets: Vec<PodSetPlacement>,
     /// Members this TrainJob stays away from for a while, after it could not run there.
@@ -516,10 +522,38 @@ pub fn crds() -> Vec<(String, String)> {
         .into_iter()
         .map(|crd| {
             let name = crd.metadata.name.clone().unwrap_or_default();
-            let yaml = input_limits::yaml::to_string(&crd).unwrap_or_default();
+            let mut value = serde_json::to_value(&crd).unwrap_or_default();
+            drop_unknown_formats(&mut value);
+            let yaml = input_limits::yaml::to_string(&value).unwrap_or_default();
             (format!("{name}.yaml"), yaml)
         })
         .collect()
+}
+
+/// Removes the `format`s schemars writes for unsigned integers (`uint32`, `uint64`, ...): an API
+/// server knows none of them and warns "unrecognized format" on every apply (seen on the real
+/// testbed). Their `minimum: 0` stays, and a 32-bit one keeps its upper bound as a `maximum`.
+fn drop_unknown_formats(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(map) => {
+            let format = map.get("format").and_then(|f| f.as_str()).map(str::to_string);
+            if let Some(f) = format.filter(|f| f.starts_with("uint")) {
+                map.remove("format");
+                let max = match f.as_str() {
+                    "uint8" => Some(u64::from(u8::MAX)),
+                    "uint16" => Some(u64::from(u16::MAX)),
+                    "uint32" => Some(u64::from(u32::MAX)),
+                    _ => None,
+                };
+                if let Some(max) = max {
+                    map.entry("maximum").or_insert(max.into());
+                }
+            }
+            map.values_mut().for_each(drop_unknown_formats);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(drop_unknown_formats),
+        _ => {}
+    }
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ pub async fn run(
     dir: &Path,
     metrics_addr: SocketAddr,
     settings: dispatcher::decide::Settings,
+    kueue_crds: bool,
 ) -> Result<(), DevError> {
     let spec = match fleet_file {
         Some(p) => FleetSpec::load(p)?,
@@ -45,6 +46,7 @@ pub async fn run(
         dispatcher_metrics: dispatcher::metrics::Metrics::register(&mut registry, &shared),
         agent_metrics: member_agent::metrics::Metrics::register(&mut registry, &shared),
         settings,
+        kueue_crds,
         ..PlaygroundOptions::default()
     };
     let ready = options.dispatcher_metrics.ready.clone();
@@ -68,6 +70,9 @@ pub async fn run(
         println!("  kueue          MultiKueue's external dispatcher: Kueue's CRDs are installed on the hub and");
         println!("                 Stowage nominates a member for each Workload; Kueue itself does not run here");
         println!("                 (docs/kueue.md plays its part with kubectl)");
+    } else if kueue_crds {
+        println!("  kueue          labels: Kueue's CRDs are installed; LocalQueues, ClusterQueues, ResourceFlavors");
+        println!("                 and WorkloadPriorityClasses you create are read as Kueue would (docs/kueue.md)");
     }
     println!("\nEach agent's own hub credentials (what it may do: write its own member's Placement");
     println!("statuses and MemberCluster status; the hub's admission policy refuses the rest):");

@@ -70,18 +70,39 @@ impl Step {
     }
 
     /// The step's pod among a TrainJob's: the newest one of its replicated job and index (a
-    /// TrainJob placed again, or restarted, has had others).
+    /// TrainJob placed again, or restarted, has had others). Where there is a launcher (MPI and
+    /// DeepSpeed), the SDK numbers it `node-0` and the workers from `node-1`.
     pub fn pick<'a>(&self, pods: &'a [Pod]) -> Option<&'a Pod> {
-        let index = self.index.to_string();
+        let (rjob, index) = match (self.replicated_job.as_str(), has_launcher(pods)) {
+            ("node", true) if self.index == 0 => ("launcher", 0),
+            ("node", true) => ("node", self.index - 1),
+            (rjob, _) => (rjob, self.index),
+        };
+        let index = index.to_string();
         pods.iter()
             .filter(|p| {
                 let l = p.labels();
-                l.get("jobset.sigs.k8s.io/replicatedjob-name") == Some(&self.replicated_job)
+                l.get("jobset.sigs.k8s.io/replicatedjob-name").map(String::as_str) == Some(rjob)
                     && l.get("batch.kubernetes.io/job-completion-index").is_none_or(|i| *i == index)
                     && p.metadata.deletion_timestamp.is_none()
             })
             .max_by_key(|p| (p.creation_timestamp().map(|t| t.0), p.name_any()))
     }
+}
+
+fn has_launcher(pods: &[Pod]) -> bool {
+    pods.iter().any(|p| p.labels().get("jobset.sigs.k8s.io/replicatedjob-name").map(String::as_str) == Some("launcher"))
+}
+
+/// How many `node-N` steps a TrainJob's pods make, as the SDK counts them: one per completion
+/// index of its nodes, and its launcher.
+pub fn node_steps(pods: &[Pod]) -> u32 {
+    let indexes: std::collections::BTreeSet<&str> = pods
+        .iter()
+        .filter(|p| p.labels().get("jobset.sigs.k8s.io/replicatedjob-name").map(String::as_str) == Some("node"))
+        .filter_map(|p| p.labels().get("batch.kubernetes.io/job-completion-index").map(String::as_str))
+        .collect();
+    indexes.len() as u32 + u32::from(has_launcher(pods))
 }
 
 pub fn logs_command(args: LogsArgs) -> Result<(), CliError> {
@@ -103,6 +124,14 @@ pub fn logs_command(args: LogsArgs) -> Result<(), CliError> {
             .list(&ListParams::default().labels(&format!("jobset.sigs.k8s.io/jobset-name={name}")))
             .await
             .map_err(reading)?;
+        let steps = node_steps(&listed.items);
+        if step.replicated_job == "node" && steps > 0 && step.index >= steps {
+            return Err(setup(format!(
+                "TrainJob {ns}/{name} has steps node-0 to node-{}: {} is not one of them",
+                steps - 1,
+                step.name()
+            )));
+        }
         let pod = step.pick(&listed.items).ok_or_else(|| {
             setup(format!(
                 "TrainJob {ns}/{name} has no pod for step {} yet: it has not started, or its member's agent \
@@ -120,7 +149,10 @@ pub fn logs_command(args: LogsArgs) -> Result<(), CliError> {
         let failed = |source| CliError::Log { pod: format!("{ns}/{pod_name}"), source: Box::new(source) };
         let mut lines = pods.log_stream(&pod_name, &params).await.map_err(failed)?.lines();
         while let Some(line) = lines.try_next().await.map_err(|e| failed(kube::Error::ReadEvents(e)))? {
-            println!("{line}");
+            // A reader that stopped (`| head`) wants no more, even of a followed log.
+            if !crate::print_stdout(&format!("{line}\n"))? {
+                break;
+            }
         }
         Ok(())
     })
@@ -239,5 +271,23 @@ mod tests {
             Some("a-node-0-1")
         );
         assert!(Step::parse("launcher").expect("launcher").pick(&pods).is_none());
+        assert_eq!(node_steps(&pods), 2);
+    }
+
+    #[test]
+    fn with_a_launcher_node_0_is_the_launcher_and_the_workers_follow_as_in_the_sdk() {
+        let pods = [
+            pod("m-launcher-0-0", "launcher", "0", 10),
+            pod("m-node-0-0", "node", "0", 10),
+            pod("m-node-0-1", "node", "1", 10),
+            pod("m-node-0-2", "node", "2", 10),
+        ];
+        let name = |s: &str| Step::parse(s).expect("step").pick(&pods).map(|p| p.name_any());
+        assert_eq!(name("node-0").as_deref(), Some("m-launcher-0-0"));
+        assert_eq!(name("node-1").as_deref(), Some("m-node-0-0"));
+        assert_eq!(name("node-3").as_deref(), Some("m-node-0-2"));
+        assert_eq!(name("node-4"), None);
+        assert_eq!(node_steps(&pods), 4, "node-0 to node-3");
+        assert_eq!(name("launcher").as_deref(), Some("m-launcher-0-0"));
     }
 }

@@ -68,6 +68,29 @@ enum Command {
     /// Serve the members' pod logs to the hub's API server (as their virtual Nodes' kubelet),
     /// over connections the members' agents make (manifests/hub-relay).
     Relay(logs::RelayArgs),
+    /// Print the Node objects a fleet file describes (topology labels, GPU product, capacity),
+    /// as a List for `kubectl apply -f -`: fake nodes for kwok, a kind cluster or a dry run.
+    Nodes(NodesArgs),
+}
+
+#[derive(Debug, Args)]
+struct NodesArgs {
+    /// Fleet file (the simulator's format); default: `stowage dev`'s built-in fleet.
+    #[arg(long)]
+    fleet: Option<PathBuf>,
+    /// Only this member's nodes; default: every member's.
+    #[arg(long)]
+    member: Option<String>,
+    /// Annotate them `kwok.x-k8s.io/node: fake`, the annotation kwok manages nodes by.
+    #[arg(long)]
+    kwok: bool,
+    /// Print the members' names instead, one a line.
+    #[arg(long, conflicts_with = "levels")]
+    list_members: bool,
+    /// Print each member's topology levels instead, as `stowage agent --levels` takes them
+    /// (LEVEL=NODE_LABEL,...), one member a line.
+    #[arg(long)]
+    levels: bool,
 }
 
 #[derive(Debug, Args)]
@@ -257,6 +280,11 @@ struct DevArgs {
     metrics_addr: std::net::SocketAddr,
     #[command(flatten)]
     kueue: KueueArgs,
+    /// Install Kueue's CRDs on the hub (LocalQueue, ClusterQueue, ResourceFlavor,
+    /// WorkloadPriorityClass and the rest) in labels mode too, so its queues can be tried there
+    /// (`--kueue multikueue` always installs them).
+    #[arg(long)]
+    with_kueue_crds: bool,
 }
 
 #[derive(Debug, Args)]
@@ -286,6 +314,8 @@ enum GangSchedulerArg {
     Coscheduling,
     Volcano,
     Kai,
+    /// Kubernetes' own PodGroup (scheduling.k8s.io/v1beta1; 1.37+ with the GenericWorkload gate).
+    Native,
     None,
 }
 
@@ -536,6 +566,7 @@ fn main() -> ExitCode {
         Command::Webhook(args) => webhook_command(args),
         Command::Logs(args) => logs::logs_command(args),
         Command::Relay(args) => logs::relay_command(args),
+        Command::Nodes(args) => nodes_command(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -544,6 +575,68 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Writes `text` to stdout; `false` when the reader stopped reading (`| head`): the rest is not
+/// wanted, and that is no error (Rust's `print!` would panic on the closed pipe).
+pub(crate) fn print_stdout(text: &str) -> Result<bool, CliError> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(CliError::Write { path: PathBuf::from("(standard output)"), source: e }),
+    }
+}
+
+fn nodes_command(args: NodesArgs) -> Result<(), CliError> {
+    let spec = match &args.fleet {
+        Some(p) => FleetSpec::load(p)?,
+        None => FleetSpec::parse(playground::DEV_FLEET_YAML, "built-in dev fleet")?,
+    };
+    let members: Vec<_> = spec.clusters.iter().filter(|c| args.member.as_ref().is_none_or(|m| &c.name == m)).collect();
+    if let (Some(m), true) = (&args.member, members.is_empty()) {
+        let known: Vec<&str> = spec.clusters.iter().map(|c| c.name.as_str()).collect();
+        return Err(CliError::Setup {
+            what: format!("--member {m}"),
+            message: format!("the fleet has no such member (it has {})", known.join(", ")),
+        });
+    }
+    if args.list_members || args.levels {
+        let lines: Vec<String> = members
+            .iter()
+            .map(|c| match args.levels {
+                true => playground::levels(c)
+                    .iter()
+                    .map(|l| format!("{}={}", l.level, l.node_label))
+                    .collect::<Vec<_>>()
+                    .join(","),
+                false => c.name.clone(),
+            })
+            .collect();
+        return print_stdout(&(lines.join("\n") + "\n")).map(|_| ());
+    }
+    let mut items = Vec::new();
+    for cluster in members {
+        let nodes = playground::member::nodes(cluster).map_err(|e| CliError::Setup {
+            what: format!("member {}'s nodes", cluster.name),
+            message: e.to_string(),
+        })?;
+        for mut node in nodes {
+            if args.kwok {
+                node["metadata"]["annotations"] = serde_json::json!({"kwok.x-k8s.io/node": "fake"});
+                node["spec"] = serde_json::json!({"taints": []});
+                // kwok initialises a node not yet Ready: its conditions, addresses and kubelet
+                // port (without which nothing can read a pod's log there).
+                if let Some(status) = node["status"].as_object_mut() {
+                    status.remove("conditions");
+                }
+            }
+            items.push(node);
+        }
+    }
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
+    print_stdout(&input_limits::yaml::to_string(&list).unwrap_or_default()).map(|_| ())
 }
 
 fn simulate(args: SimulateArgs) -> Result<(), CliError> {
@@ -561,8 +654,7 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
         let horizon = Duration::from_secs(args.horizon.unwrap_or(86_400));
         let text = whatif::report(&observed, &args.what_if, horizon)
             .map_err(|e| CliError::Setup { what: "--what-if".into(), message: e.to_string() })?;
-        print!("{text}");
-        return Ok(());
+        return print_stdout(&text).map(|_| ());
     }
     let helios = match &args.helios {
         Some(path) => Some((simulator::helios::load(path, args.helios_day.as_deref())?, path)),
@@ -625,7 +717,7 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
     })?;
     timings[last.0] = last.1.elapsed();
     progress.finish();
-    print!("{}", table(&report));
+    print_stdout(&table(&report))?;
     if args.bench.is_some() {
         print_bench(&args.policy, &timings, trace.jobs.len());
     }
@@ -650,7 +742,7 @@ fn gpu_sharing(dir: &std::path::Path, args: &SimulateArgs) -> Result<(), CliErro
     if results.exists() {
         report.published = sharing::published(&results, &inputs.workload)?;
     }
-    print!("{}", sharing::table(&report));
+    print_stdout(&sharing::table(&report))?;
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report).unwrap_or_default() + "\n";
         std::fs::write(path, text).map_err(|source| CliError::Write { path: path.clone(), source })?;
@@ -684,6 +776,7 @@ fn gang_scheduler(arg: Option<GangSchedulerArg>) -> trainer_render::GangSchedule
         Some(GangSchedulerArg::Coscheduling) => GangScheduler::Coscheduling,
         Some(GangSchedulerArg::Volcano) => GangScheduler::Volcano,
         Some(GangSchedulerArg::Kai) => GangScheduler::Kai,
+        Some(GangSchedulerArg::Native) => GangScheduler::Native,
         Some(GangSchedulerArg::None) => GangScheduler::None,
     }
 }
@@ -851,10 +944,7 @@ fn explain_command(args: ExplainArgs) -> Result<(), CliError> {
     let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
     let config = scheduler_core::Config::stowage();
     match dispatcher::decide::explain::explain(&observed, &config, &settings, now, &args.namespace, &args.name) {
-        Some(e) => {
-            print!("{e}");
-            Ok(())
-        }
+        Some(e) => print_stdout(&e.to_string()).map(|_| ()),
         None => Err(CliError::Setup {
             what: "explain".into(),
             message: format!("no TrainJob {}/{} on the hub", args.namespace, args.name),
@@ -866,7 +956,7 @@ fn dev_command(args: DevArgs) -> Result<(), CliError> {
     let rt = tokio::runtime::Runtime::new().map_err(CliError::Runtime)?;
     let mut settings = dispatcher::decide::Settings::default();
     args.kueue.apply(&mut settings);
-    rt.block_on(dev::run(args.fleet.as_deref(), &args.dir, args.metrics_addr, settings))?;
+    rt.block_on(dev::run(args.fleet.as_deref(), &args.dir, args.metrics_addr, settings, args.with_kueue_crds))?;
     Ok(())
 }
 
@@ -905,8 +995,7 @@ fn render(args: RenderArgs) -> Result<(), CliError> {
         out.push_str("---\n");
         out.push_str(&input_limits::yaml::to_string(&o.to_value()).unwrap_or_default());
     }
-    print!("{out}");
-    Ok(())
+    print_stdout(&out).map(|_| ())
 }
 
 /// Replay speed per policy, and each as a ratio to the first policy measured in this run.

@@ -441,7 +441,7 @@ async fn the_controllers_need_no_permission_the_manifests_do_not_grant() {
         let tj: TrainJob = serde_json::from_value(serde_json::json!({"apiVersion": "trainer.kubeflow.org/v1alpha1",
             "kind": "TrainJob", "metadata": {"name": name, "annotations": {"stowage.dev/simulated-duration-seconds": "1"}},
             "spec": {"runtimeRef": {"name": runtime}, "trainer": {"numNodes": 2,
-                     "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8"}}}}}))
+                     "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}}}))
         .expect("trainjob");
         tjs.create(&PostParams::default(), &tj).await.expect("create");
     }

@@ -144,6 +144,44 @@ impl Caches {
         }
     }
 
+    /// Whether a Kueue kind this mode reads is not watched yet: the hub did not serve it at start
+    /// (Kueue's CRDs not installed yet).
+    fn missing(&self, kueue: KueueMode) -> bool {
+        self.workload_priority_classes.is_none() || (kueue == KueueMode::Labels && self.kueue_queues.is_none())
+    }
+
+    /// Starts the caches of the Kueue kinds the hub serves now but did not before (an admin
+    /// installed Kueue's CRDs on a running hub), each waited for a while to fill. Whether any
+    /// started.
+    async fn grow(&mut self, hub: &Client, watches: &mut Watches, kueue: KueueMode) -> bool {
+        let served = Served::find(hub).await;
+        let all = watcher::Config::default;
+        let mut grown = false;
+        if self.workload_priority_classes.is_none() && served.workload_priority_classes {
+            let store: Store<WorkloadPriorityClass> = watches.watch(Api::all(hub.clone()), all());
+            let _ = tokio::time::timeout(GROW_WAIT, store.wait_until_ready()).await;
+            self.workload_priority_classes = Some(store);
+            grown = true;
+        }
+        if self.kueue_queues.is_none() && served.kueue_queues && kueue == KueueMode::Labels {
+            let k = KueueQueueCaches {
+                local: watches.watch(Api::all(hub.clone()), all()),
+                cluster: watches.watch(Api::all(hub.clone()), all()),
+                flavors: watches.watch(Api::all(hub.clone()), all()),
+            };
+            let filled = async {
+                tokio::join!(k.local.wait_until_ready(), k.cluster.wait_until_ready(), k.flavors.wait_until_ready())
+            };
+            let _ = tokio::time::timeout(GROW_WAIT, filled).await;
+            self.kueue_queues = Some(k);
+            grown = true;
+        }
+        if grown {
+            tracing::info!(?served, "the hub serves Kueue's kinds now: watching them");
+        }
+        grown
+    }
+
     async fn ready(&self) {
         let _ = tokio::join!(
             self.trainjobs.wait_until_ready(),
@@ -195,6 +233,7 @@ impl Caches {
             multikueue_configs: self.multikueue.as_ref().map(|k| watch::snapshot(&k.configs)).unwrap_or_default(),
             multikueue_clusters: self.multikueue.as_ref().map(|k| watch::snapshot(&k.clusters)).unwrap_or_default(),
             uncounted_since: BTreeMap::new(),
+            epochs: BTreeMap::new(),
             kueue_memory: BTreeMap::new(),
         }
     }
@@ -212,6 +251,8 @@ struct Written {
     /// The last cycle's memory of placements reported Running and not counted (see
     /// [`Observed::uncounted_since`]); forgotten with the leadership.
     uncounted_since: BTreeMap<api::stowage::PlacementKey, k8s_openapi::jiff::Timestamp>,
+    /// The last cycle's memory of each TrainJob's highest epoch (see [`Observed::epochs`]).
+    epochs: BTreeMap<String, i64>,
     /// Workloads as the nominations applied left them, by the resourceVersion they replaced.
     workloads: BTreeMap<(String, String), (Option<String>, Workload)>,
     /// The last cycle's memory of the Workloads it nominates.
@@ -222,6 +263,7 @@ impl Written {
     /// Lays unseen writes over the observed objects, forgetting those the caches now show.
     fn overlay(&mut self, o: &mut Observed) {
         o.uncounted_since = self.uncounted_since.clone();
+        o.epochs = self.epochs.clone();
         o.kueue_memory = self.kueue_memory.clone();
         let key =
             |m: &kube::api::ObjectMeta| (m.namespace.clone().unwrap_or_default(), m.name.clone().unwrap_or_default());
@@ -485,6 +527,7 @@ async fn cycle(hub: &Client, observed: &Observed, opts: &Options, written: &mut 
     let started = std::time::Instant::now();
     let plan = decide(observed, &opts.config, &opts.settings, Time(k8s_openapi::jiff::Timestamp::now()));
     written.uncounted_since = plan.uncounted_since.clone();
+    written.epochs = plan.epochs.clone();
     written.kueue_memory = plan.kueue_memory.clone();
     let result = apply(hub, &plan, written, &opts.metrics).await;
     opts.metrics.cycles.inc();
@@ -535,7 +578,13 @@ pub async fn observe_once(hub: &Client) -> Result<Observed, kube::Error> {
     })
 }
 
-/// Which of Kueue's optional kinds the hub serves (looked up once at start).
+/// How often a hub without Kueue's CRDs is asked again whether it serves them now.
+const GROW_EVERY: Duration = Duration::from_secs(10);
+/// How long a cache started later is waited for before a cycle reads it.
+const GROW_WAIT: Duration = Duration::from_secs(10);
+
+/// Which of Kueue's optional kinds the hub serves (looked up at start, and again while some are
+/// not: [`Caches::grow`]).
 #[derive(Debug, Clone, Copy)]
 struct Served {
     workload_priority_classes: bool,
@@ -544,19 +593,24 @@ struct Served {
 }
 
 impl Served {
+    /// From the hub's discovery of Kueue's group alone: a hub without it answers with its group
+    /// list, not one 404 per kind (a dispatcher asks again every [`GROW_EVERY`] while a kind is
+    /// missing).
     async fn find(hub: &Client) -> Self {
-        let queues = serves::<LocalQueue>(hub).await && serves::<ClusterQueue>(hub).await;
+        let group = LocalQueue::group(&()).into_owned();
+        let found = kube::Discovery::new(hub.clone()).filter(&[group.as_str()]).run().await;
+        let serves = |gvk: kube::api::GroupVersionKind| found.as_ref().is_ok_and(|d| d.resolve_gvk(&gvk).is_some());
         Served {
-            workload_priority_classes: serves::<WorkloadPriorityClass>(hub).await,
-            kueue_queues: queues && serves::<ResourceFlavor>(hub).await,
+            workload_priority_classes: serves(gvk::<WorkloadPriorityClass>()),
+            kueue_queues: serves(gvk::<LocalQueue>())
+                && serves(gvk::<ClusterQueue>())
+                && serves(gvk::<ResourceFlavor>()),
         }
     }
 }
 
-/// Whether the hub serves `K` (a CRD that may not be installed, such as Kueue's).
-async fn serves<K: kube::Resource<DynamicType = ()>>(hub: &Client) -> bool {
-    let gvk = kube::api::GroupVersionKind::gvk(&K::group(&()), &K::version(&()), &K::kind(&()));
-    kube::discovery::pinned_kind(hub, &gvk).await.is_ok()
+fn gvk<K: kube::Resource<DynamicType = ()>>() -> kube::api::GroupVersionKind {
+    kube::api::GroupVersionKind::gvk(&K::group(&()), &K::version(&()), &K::kind(&()))
 }
 
 /// Runs until dropped: campaigns for leadership if configured, and while leading runs a cycle on
@@ -568,7 +622,8 @@ pub async fn run(hub: Client, opts: Options) {
     });
     let mut watches = Watches::new();
     let served = Served::find(&hub).await;
-    let caches = Caches::start(&hub, &mut watches, served, opts.settings.kueue);
+    let mut caches = Caches::start(&hub, &mut watches, served, opts.settings.kueue);
+    let mut looked = tokio::time::Instant::now();
     let mut campaign = tokio::task::JoinSet::new();
     if let Some(cfg) = opts.leader.clone() {
         campaign.spawn(leader::campaign(hub.clone(), cfg, leadership.clone()));
@@ -589,6 +644,10 @@ pub async fn run(hub: Client, opts: Options) {
             // The leader's figures are the fleet's; a follower shows none.
             opts.metrics.show(&crate::decide::figures::Figures::default());
             continue;
+        }
+        if caches.missing(opts.settings.kueue) && looked.elapsed() >= GROW_EVERY {
+            looked = tokio::time::Instant::now();
+            caches.grow(&hub, &mut watches, opts.settings.kueue).await;
         }
         let mut observed = caches.observe();
         written.overlay(&mut observed);

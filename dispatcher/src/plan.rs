@@ -68,6 +68,7 @@ pub fn placement(fleet: &Fleet, gang: &Gang, admission: &Admission, train_job_ui
         train_job_uid: train_job_uid.to_string(),
         cluster: Some(cluster.name.clone()),
         epoch,
+        queue: Some(gang.queue.clone()),
         pod_sets,
         backoff: Vec::new(),
         ranking,

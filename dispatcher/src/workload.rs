@@ -107,6 +107,8 @@ fn pod_set<'l>(
     let spec = ps.template.get("spec").cloned().unwrap_or_default();
     let pod: PodSpec = serde_json::from_value(spec)
         .map_err(|e| WorkloadError { field: at("template.spec"), problem: e.to_string() })?;
+    whole_gpus(&pod)
+        .map_err(|(path, problem)| WorkloadError { field: at(&format!("template.spec.{path}")), problem })?;
     let pods = u32::try_from(ps.count)
         .map_err(|_| WorkloadError { field: at("count"), problem: format!("{} is not a pod count", ps.count) })?;
     let request = ps.topology_request.as_ref();
@@ -146,6 +148,33 @@ fn pod_set<'l>(
         slice,
     };
     Ok((pod_set, members))
+}
+
+/// GPUs are an extended resource: Kubernetes refuses a pod asking a fraction of one, so a
+/// Workload that does would be placed and never run. The first such request, by path.
+fn whole_gpus(pod: &PodSpec) -> Result<(), (String, String)> {
+    let lists =
+        [("initContainers", pod.init_containers.as_deref().unwrap_or_default()), ("containers", &pod.containers)];
+    for (list, containers) in lists {
+        for (c, container) in containers.iter().enumerate() {
+            let Some(r) = &container.resources else { continue };
+            for (kind, map) in [("requests", &r.requests), ("limits", &r.limits)] {
+                for (name, q) in map.iter().flatten().filter(|(k, _)| k.to_ascii_lowercase().contains("gpu")) {
+                    let whole = api::quantity::Milli::parse(&q.0).is_ok_and(|m| m.0 % 1000 == 0 && m.0 >= 0);
+                    if !whole {
+                        return Err((
+                            format!("{list}[{c}].resources.{kind}[{name}]"),
+                            format!(
+                                "{:?}: must be a whole number of GPUs (an extended resource is not divisible)",
+                                q.0
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -200,6 +229,23 @@ spec:
         assert_eq!(ps.topology, TopologyConstraint::Required(Level::Rack));
         // The GPU product is the flavor; the rest of the selector is what a node must carry.
         assert!(format!("{:?}", ps.nodes).contains("pool"), "{:?}", ps.nodes);
+    }
+
+    #[test]
+    fn a_fraction_of_a_gpu_is_refused_naming_the_field() {
+        for (request, ok) in [("\"0.5\"", false), ("500m", false), ("\"1\"", true), ("2", true)] {
+            let text = TRAINJOB_WORKLOAD.replace("nvidia.com/gpu: \"8\"", &format!("nvidia.com/gpu: {request}"));
+            let result = gang(&workload(&text), &levels(), vec!["east".into()]);
+            match (result, ok) {
+                (Ok(_), true) => {}
+                (Err(e), false) => assert_eq!(
+                    e.to_string().split(": ").next(),
+                    Some("spec.podSets[0].template.spec.containers[0].resources.requests[nvidia.com/gpu]"),
+                    "{e}"
+                ),
+                (r, _) => panic!("{request}: {r:?}"),
+            }
+        }
     }
 
     #[test]

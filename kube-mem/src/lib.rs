@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
+use kube_shell::listen::{Accepted, Limits, Listener};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
@@ -227,13 +228,18 @@ impl ApiServer {
         let thread = std::thread::Builder::new().name(format!("apiserver-{}", addr.port())).spawn(move || {
             runtime.block_on(async move {
                 let Ok(listener) = TcpListener::from_std(listener) else { return };
+                // Within limits, as kube-apiserver: idle or half-sent connections are closed
+                // after the head timeout, an accept error never ends the loop.
+                let listener = Listener::new(listener, Limits::API);
                 let mut conns = JoinSet::new();
                 let accept = async {
-                    while let Ok((stream, _)) = listener.accept().await {
+                    loop {
+                        let Accepted { stream, permit } = listener.accept().await;
                         if s.faults.is_partitioned() {
                             drop(stream);
                             continue;
                         }
+                        let http = listener.http1();
                         let s = s.clone();
                         let s2 = s.clone();
                         conns.spawn(async move {
@@ -243,14 +249,14 @@ impl ApiServer {
                                 // a broken network (an error status would be retried instead).
                                 async move { http::handle(s, req).await.ok_or(http::Partitioned) }
                             });
-                            let conn =
-                                hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
+                            let conn = http.serve_connection(TokioIo::new(stream), svc);
                             let cut = s2.faults.cut.notified();
                             tokio::select! {
                                 biased;
                                 _ = cut => {}
                                 _ = conn => {}
                             }
+                            drop(permit);
                         });
                         while conns.try_join_next().is_some() {}
                     }

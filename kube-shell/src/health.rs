@@ -11,6 +11,8 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use prometheus_client::registry::Registry;
 
+use crate::listen::{Accepted, Limits, Listener};
+
 /// Whether the controller is ready: its caches have synced. Cloned into the controller, which
 /// sets it; `/readyz` answers 503 until then.
 #[derive(Debug, Clone, Default)]
@@ -55,16 +57,21 @@ pub async fn serve(addr: SocketAddr, registry: Arc<Registry>, ready: Readiness) 
     }
 }
 
-/// [`serve`] on a listener already bound (the caller reports a bind error as its own).
+/// [`serve`] on a listener already bound (the caller reports a bind error as its own); within
+/// [`Limits::HEALTH`] (see [`crate::listen`]).
 pub async fn serve_on(listener: tokio::net::TcpListener, registry: Arc<Registry>, ready: Readiness) {
-    while let Ok((stream, _)) = listener.accept().await {
+    let listener = Listener::new(listener, Limits::HEALTH);
+    loop {
+        let Accepted { stream, permit } = listener.accept().await;
         let (registry, ready) = (registry.clone(), ready.clone());
+        let http = listener.http1();
         tokio::spawn(async move {
             let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
                 let r = answer(req.uri().path(), &registry, &ready);
                 async move { Ok::<_, std::convert::Infallible>(r) }
             });
-            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+            let _ = http.serve_connection(TokioIo::new(stream), svc).await;
+            drop(permit);
         });
     }
 }

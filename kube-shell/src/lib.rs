@@ -1,7 +1,8 @@
 //! What every controller shell of Stowage needs and none of them should write twice: watches
 //! that keep caches and wake the controller ([`watch`]), the back-off after a failed round
 //! ([`backoff`]), Events counted as kubectl shows them ([`events`]), the `/healthz`, `/readyz`, `/metrics` endpoint ([`health`]), the metrics
-//! every controller shares ([`metrics`]) and the HTTP(S) endpoints the cluster calls ([`serve`]).
+//! every controller shares ([`metrics`]), the HTTP(S) endpoints the cluster calls ([`serve`]) and
+//! the accept loop under limits that every server of Stowage uses ([`listen`]).
 //!
 //! No Stowage types and no decisions live here: the dispatcher and the agent are peers that both
 //! sit on this crate; neither depends on the other.
@@ -9,6 +10,7 @@
 pub mod backoff;
 pub mod events;
 pub mod health;
+pub mod listen;
 pub mod metrics;
 pub mod serve;
 pub mod watch;

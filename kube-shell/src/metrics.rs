@@ -47,6 +47,11 @@ impl Shared {
             "Dispatcher cycles and agent rounds that failed (each retried with back-off)",
             s.reconcile_errors.clone(),
         );
+        registry.register(
+            "stowage_accept_errors",
+            "Connections a listener of this process failed to accept (out of file descriptors, reset), each retried",
+            crate::listen::accept_errors(),
+        );
         s
     }
 

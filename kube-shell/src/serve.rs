@@ -19,6 +19,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio_rustls::rustls::{self, ServerConfig};
 
+use crate::listen::{Accepted, Limits, Listener};
+
 /// A response body: whole or streamed.
 pub type Body = BoxBody<Bytes, Infallible>;
 /// What answers each request.
@@ -97,18 +99,19 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
 }
 
 /// Answers every connection `listener` accepts with `handler`, over TLS when `tls` is given,
-/// until the task is dropped.
+/// until the task is dropped; within [`Limits::ENDPOINT`] (see [`crate::listen`]).
 pub async fn serve(listener: TcpListener, tls: Option<Arc<ServerConfig>>, handler: Handler) {
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+    let listener = Listener::new(listener, Limits::ENDPOINT);
     loop {
-        let Ok((stream, _)) = listener.accept().await else { continue };
+        let Accepted { stream, permit } = listener.accept().await;
         let (acceptor, handler) = (acceptor.clone(), handler.clone());
+        let http = listener.http1();
         tokio::spawn(async move {
             let svc = service_fn(move |req| {
                 let handler = handler.clone();
                 async move { Ok::<_, Infallible>(handler(req).await) }
             });
-            let http = hyper::server::conn::http1::Builder::new();
             match acceptor {
                 None => {
                     let _ = http.serve_connection(TokioIo::new(stream), svc).await;
@@ -121,6 +124,7 @@ pub async fn serve(listener: TcpListener, tls: Option<Arc<ServerConfig>>, handle
                     let _ = http.serve_connection(TokioIo::new(stream), svc).await;
                 }
             }
+            drop(permit);
         });
     }
 }

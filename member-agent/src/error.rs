@@ -24,6 +24,12 @@ pub enum Error {
     },
     #[error("making the MPI SSH key")]
     Key(#[from] KeyError),
+    /// An object the placement renders is already on the member and was not made for it.
+    #[error("{kind} {namespace}/{name} already exists on the member and was not made by Stowage for this TrainJob")]
+    NameTaken { kind: &'static str, namespace: String, name: String },
+    /// What an earlier TrainJob of the same name left on the member is being deleted.
+    #[error("{kind} {namespace}/{name} left by an earlier TrainJob of that name is being deleted")]
+    Leftover { kind: &'static str, namespace: String, name: String },
     #[error("sync took longer than {0:?}")]
     Timeout(Duration),
 }
@@ -35,6 +41,8 @@ impl Error {
             Error::Kube { .. } => "kube",
             Error::Render { .. } => "render",
             Error::Key(_) => "key",
+            Error::NameTaken { .. } => "name_taken",
+            Error::Leftover { .. } => "leftover",
             Error::Timeout(_) => "timeout",
         }
     }

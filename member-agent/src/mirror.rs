@@ -169,6 +169,11 @@ pub fn copy(cluster: &str, pod: &Pod, owner: &Owner) -> Pod {
     }
 }
 
+/// Whether a hub pod is `cluster`'s copy: labelled with that member, as [`copy`] labels it.
+pub fn is_copy_of(pod: &Pod, cluster: &str) -> bool {
+    pod.labels().get(CLUSTER_LABEL).is_some_and(|c| c == cluster)
+}
+
 /// What to write to the hub's copies.
 #[derive(Debug, Default)]
 pub struct MirrorPlan {
@@ -258,6 +263,9 @@ mod tests {
         assert!(spec.containers[0].env.is_none(), "no environment (secrets) leaves the member");
         assert_eq!(c.labels()["jobset.sigs.k8s.io/jobset-name"], "t1");
         assert_eq!(c.labels()[CLUSTER_LABEL], "east");
+        assert!(is_copy_of(c, "east") && !is_copy_of(c, "west"));
+        // A pod someone made on the hub under the copy's name is not the copy.
+        assert!(!is_copy_of(&member_pod("t1-node-0-0-a", "u1", 2, "Running"), "east"));
         assert_eq!(c.owner_references()[0].uid, "u1");
         assert_eq!(c.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Running"));
         assert_eq!(plan.delete, [("ml".to_string(), "gone".to_string())]);

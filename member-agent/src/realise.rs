@@ -1,10 +1,11 @@
 //! Realising one placement: the TrainJob and its runtime read from the hub, rendered, and
 //! applied to the member with server-side apply.
 
-use api::stowage::Placement;
+use api::stowage::{Placement, TRAINJOB_UID_LABEL};
 use api::trainer::{ClusterTrainingRuntime, Runtime, TrainJob, TrainingRuntime};
-use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -55,13 +56,6 @@ pub(crate) async fn realise(
         .map_err(kube_err(format!("reading TrainJob {ns}/{name}")))?;
     let rt = runtime(hub, caches, &tj).await?;
     let is_mpi = rt.spec().ml_policy.as_ref().is_some_and(|m| m.mpi.is_some());
-    let secret_name = format!("{name}-mpi-ssh-auth");
-    let secret_exists = is_mpi
-        && Api::<Secret>::namespaced(member.clone(), &ns)
-            .get_opt(&secret_name)
-            .await
-            .map_err(kube_err("reading secret"))?
-            .is_some();
     let key = if is_mpi { Some(trainer_render::sshkey::generate()?) } else { None };
     let input = Input {
         trainjob: &tj,
@@ -73,10 +67,41 @@ pub(crate) async fn realise(
     };
     let objects =
         render::render(&input).map_err(|source| Error::Render { namespace: ns.clone(), name: name.clone(), source })?;
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    // Every name is checked before anything is applied: an object of that name the agent did
+    // not make for this TrainJob is someone else's, and is neither changed nor adopted.
+    let mut made = Vec::with_capacity(objects.len());
     for o in &objects {
+        let obj_name = o.to_value()["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let api = Api::<DynamicObject>::namespaced_with(member.clone(), &ns, &resource_of(o));
+        let existing =
+            api.get_opt(&obj_name).await.map_err(kube_err(format!("reading {} {ns}/{obj_name}", o.kind())))?;
+        match existing.as_ref().map(|e| (owner_of(&e.metadata, &p.spec.train_job_uid), e)) {
+            None => made.push(false),
+            Some((Owner::This, _)) => made.push(true),
+            // An earlier TrainJob of that name (two never live at once) left it: it goes, that
+            // very object (its UID a precondition), and this is tried again once it is gone.
+            Some((Owner::Earlier, e)) => {
+                let that = Preconditions { uid: e.metadata.uid.clone(), resource_version: None };
+                let dp = DeleteParams { preconditions: Some(that), ..DeleteParams::background() };
+                match api.delete(&obj_name, &dp).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                    Err(source) => {
+                        let what = format!("deleting the leftover {} {ns}/{obj_name}", o.kind());
+                        return Err(Error::Kube { action: what, source });
+                    }
+                }
+                return Err(Error::Leftover { kind: o.kind(), namespace: ns, name: obj_name });
+            }
+            Some((Owner::Someone, _)) => {
+                return Err(Error::NameTaken { kind: o.kind(), namespace: ns, name: obj_name });
+            }
+        }
+    }
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    for (o, exists) in objects.iter().zip(made) {
         // The SSH Secret is immutable and made once: keep the first key.
-        if matches!(o, Object::Secret(_)) && secret_exists {
+        if matches!(o, Object::Secret(_)) && exists {
             continue;
         }
         let v = o.to_value();
@@ -87,6 +112,27 @@ pub(crate) async fn realise(
             .map_err(kube_err(format!("applying {} {ns}/{obj_name}", o.kind())))?;
     }
     Ok(())
+}
+
+/// Who made an object already on the member, by the TrainJob UID label an agent puts on
+/// everything it makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Owner {
+    /// An agent, for this TrainJob (any epoch): applied over.
+    This,
+    /// An agent, for another TrainJob of the same name (deleted and made again): deleted, then
+    /// made afresh.
+    Earlier,
+    /// Someone else: never changed, adopted or deleted.
+    Someone,
+}
+
+pub(crate) fn owner_of(existing: &ObjectMeta, trainjob_uid: &str) -> Owner {
+    match existing.labels.as_ref().and_then(|l| l.get(TRAINJOB_UID_LABEL)) {
+        Some(u) if u == trainjob_uid => Owner::This,
+        Some(_) => Owner::Earlier,
+        None => Owner::Someone,
+    }
 }
 
 /// Makes the namespace on the member unless it is there.
@@ -101,4 +147,27 @@ pub(crate) async fn ensure_namespace(member: &Client, ns: &str) -> Result<(), Er
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn meta(labels: &[(&str, &str)]) -> ObjectMeta {
+        let labels: BTreeMap<String, String> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        ObjectMeta { labels: (!labels.is_empty()).then_some(labels), ..ObjectMeta::default() }
+    }
+
+    #[test]
+    fn only_what_carries_the_trainjobs_uid_is_its_own() {
+        let owner = |labels| owner_of(&meta(labels), "u1");
+        assert_eq!(owner(&[(TRAINJOB_UID_LABEL, "u1"), ("stowage.dev/placement-epoch", "3")]), Owner::This);
+        // Made for an earlier TrainJob of that name: waits for the round to delete it.
+        assert_eq!(owner(&[(TRAINJOB_UID_LABEL, "u0")]), Owner::Earlier);
+        // Another workload's object of the same name, or one whose Stowage labels were removed.
+        assert_eq!(owner(&[("app", "someone-else")]), Owner::Someone);
+        assert_eq!(owner(&[]), Owner::Someone);
+    }
 }

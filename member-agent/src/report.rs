@@ -86,7 +86,7 @@ pub(crate) async fn deliver(
         .buffer_unordered(CONCURRENT_APPLIES)
         .collect()
         .await;
-    let mut first_error = write_copies(&hub, round.mirrors).await.err();
+    let mut first_error = write_copies(&hub, &cfg.cluster, round.mirrors).await.err();
     let (records, relayed): (Vec<_>, Vec<_>) = round.relays.into_iter().map(|r| (r.record, r.seen)).unzip();
     kube_shell::events::record_all(&hub, records, CONCURRENT_APPLIES).await;
     for (ns, name, result) in written {
@@ -127,8 +127,10 @@ async fn last_log_lines(member: &Client, ns: &str, pod: &str, container: &str) -
 
 /// Writes the hub's copies of the member's TrainJob pods (`mirror`): created, then given their
 /// status (a create ignores it, as on any API server); changed, their labels and status;
-/// gone, deleted. Each write stands alone: the first error is returned once all were tried.
-async fn write_copies(hub: &Client, plan: MirrorPlan) -> Result<(), Error> {
+/// gone, deleted. Each write stands alone: the first error is returned once all were tried. A
+/// name already taken on the hub by a pod that is not this member's copy (someone made it first)
+/// is that pod's problem, not the round's: it is skipped, said once per round, and never written.
+async fn write_copies(hub: &Client, cluster: &str, plan: MirrorPlan) -> Result<(), Error> {
     let MirrorPlan { create, update, delete } = plan;
     let writes = create.into_iter().map(|p| (true, p)).chain(update.into_iter().map(|p| (false, p)));
     let written: Vec<Result<(), Error>> = futures::stream::iter(writes)
@@ -141,8 +143,14 @@ async fn write_copies(hub: &Client, plan: MirrorPlan) -> Result<(), Error> {
                 if new {
                     match api.create(&PostParams::default(), &p).await {
                         Ok(_) => {}
-                        // Made by an earlier round whose cache had not seen it yet.
-                        Err(kube::Error::Api(e)) if e.code == 409 => {}
+                        // Made by an earlier round whose cache had not seen it yet, or squatted.
+                        Err(kube::Error::Api(e)) if e.code == 409 => {
+                            let existing = api.get_opt(&name).await.map_err(kube_err(what()))?;
+                            if !existing.as_ref().is_some_and(|e| mirror::is_copy_of(e, cluster)) {
+                                tracing::warn!(pod = %format!("{ns}/{name}"), %cluster, "the hub has a pod of this copy's name that is not this member's copy: no copy made");
+                                return Ok(());
+                            }
+                        }
                         Err(e) => return Err(kube_err(what())(e)),
                     }
                 } else {
@@ -225,8 +233,19 @@ pub(crate) async fn claim(hub: &Client, cluster: &str, p: &Placement) -> Result<
         .map_err(kube_err(format!("claiming Placement {ns}/{name} (changed since seen?)")))
 }
 
-/// Which gang scheduler the member runs, from its CRDs (coscheduling first when several are).
-pub(crate) async fn detect_gang_scheduler(member: &Client) -> Result<ReportedScheduler, Error> {
+/// Which gang scheduler the member runs: the one the agent was told to render for, else from its
+/// CRDs (coscheduling first when several are).
+pub(crate) async fn detect_gang_scheduler(
+    member: &Client,
+    told: render::GangScheduler,
+) -> Result<ReportedScheduler, Error> {
+    match told {
+        render::GangScheduler::Coscheduling => return Ok(ReportedScheduler::Coscheduling),
+        render::GangScheduler::Volcano => return Ok(ReportedScheduler::Volcano),
+        render::GangScheduler::Kai => return Ok(ReportedScheduler::Kai),
+        render::GangScheduler::Native => return Ok(ReportedScheduler::Native),
+        render::GangScheduler::None | render::GangScheduler::FromRuntime => {}
+    }
     let crds: Api<CustomResourceDefinition> = Api::all(member.clone());
     for (name, scheduler) in [
         ("podgroups.scheduling.x-k8s.io", ReportedScheduler::Coscheduling),
@@ -294,7 +313,7 @@ pub(crate) async fn report(
     if scope == Scope::Heartbeat {
         write_virtual_node(hub, cfg, gpus).await?;
         status["agentVersion"] = env!("CARGO_PKG_VERSION").into();
-        status["gangScheduler"] = json!(detect_gang_scheduler(member).await?);
+        status["gangScheduler"] = json!(detect_gang_scheduler(member, cfg.capabilities.gang_scheduler).await?);
         status["kueue"] = matches!(cfg.capabilities.topology_mode, render::TopologyMode::Kueue).into();
         status["topologyLevels"] = json!(cfg.levels);
         status["bound"] = json!(crate::capacity::bound(&cfg.levels, &cfg.node_labels, &nodes, &pods));

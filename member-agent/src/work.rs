@@ -13,6 +13,19 @@ use crate::realise::{ensure_namespace, realise};
 use crate::report::{claim, write_status};
 use crate::step::Wake;
 
+/// The status of a placement whose objects' names are taken on the member: Unschedulable here,
+/// saying which object and what to do.
+pub(crate) fn name_taken(p: &Placement, taken: &Error) -> PlacementStatus {
+    PlacementStatus {
+        phase: PlacementPhase::Unschedulable,
+        observed_epoch: p.spec.epoch,
+        message: Some(format!(
+            "NameTaken: {taken}; rename the TrainJob or remove that object (Stowage never changes or deletes what it did not make)"
+        )),
+        ..Default::default()
+    }
+}
+
 /// Placements being realised, at most `CONCURRENT_APPLIES` at once: each is rendered, applied
 /// and reported Applied on its own, as soon as the agent sees it, so a burst's first placements
 /// need not wait for its last, nor for a round.
@@ -54,15 +67,22 @@ impl Work {
                         }
                     }
                     claim(&hub, &cfg.cluster, &p).await?;
-                    realise(&hub, &member, &cfg, &caches, &p).await?;
+                    let realised = realise(&hub, &member, &cfg, &caches, &p).await;
                     // The member's part is done: the next placement may start while the hub hears.
                     drop(permit);
-                    let status = PlacementStatus {
-                        phase: PlacementPhase::Applied,
-                        observed_epoch: p.spec.epoch,
-                        ..Default::default()
+                    let status = match &realised {
+                        Ok(()) => PlacementStatus {
+                            phase: PlacementPhase::Applied,
+                            observed_epoch: p.spec.epoch,
+                            ..Default::default()
+                        },
+                        // Someone else's object holds a name the gang needs: it cannot run here
+                        // as it is, and the dispatcher tells the user which object and moves it.
+                        Err(taken @ Error::NameTaken { .. }) => name_taken(&p, taken),
+                        Err(_) => return realised,
                     };
-                    write_status(&hub, &ns, &p.name_any(), &status).await
+                    write_status(&hub, &ns, &p.name_any(), &status).await?;
+                    realised
                 }
                 .await;
                 if result.is_err() {
@@ -91,5 +111,21 @@ impl Work {
     /// Drops everything queued and running: the hub is lost and nothing new may start.
     pub(crate) fn abandon(&mut self) {
         self.running.abort_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::placement;
+
+    #[test]
+    fn a_taken_name_is_reported_unschedulable_naming_the_object() {
+        let p = placement("u1", "east", None);
+        let taken = Error::NameTaken { kind: "JobSet", namespace: "team".into(), name: "train".into() };
+        let s = name_taken(&p, &taken);
+        assert_eq!((s.phase, s.observed_epoch), (PlacementPhase::Unschedulable, 1));
+        let message = s.message.unwrap_or_default();
+        assert!(message.starts_with("NameTaken: JobSet team/train already exists on the member"), "{message}");
     }
 }

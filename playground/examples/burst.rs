@@ -39,7 +39,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         serde_json::from_value(json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
             "metadata": {"name": format!("burst-{i:04}"), "annotations": {"stowage.dev/simulated-duration-seconds": "3600"}},
             "spec": {"runtimeRef": {"name": "torch-distributed"},
-                     "trainer": {"numNodes": 1, "resourcesPerNode": {"requests": {"nvidia.com/gpu": "1"}}}}}))
+                     "trainer": {"numNodes": 1, "resourcesPerNode": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}}}))
         .unwrap_or_else(|e| unreachable!("a valid TrainJob: {e}"))
     };
     // Watch the members' JobSets, as any client would, and note when each TrainJob's appears.

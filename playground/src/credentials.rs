@@ -4,12 +4,14 @@
 //! (`kubernetes-admin`); the shipped ValidatingAdmissionPolicy that ties Placement status writes
 //! to the agent of their member; and the kubeconfig files `stowage dev` writes.
 //!
-//! Tokens carry a secret drawn once per process, so another process cannot guess them; they
-//! are still plain text in the files written and on the (unencrypted) loopback connection.
+//! Each identity's token carries its own secret, drawn once per process, so another process
+//! cannot guess them and one token (an agent's kubeconfig) says nothing of another's; they are
+//! still plain text in the files written and on the (unencrypted) loopback connection.
 
+use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
 use kube::Client;
@@ -32,37 +34,42 @@ pub fn agent_service_account(member: &str) -> String {
     format!("stowage-agent-{member}")
 }
 
-/// 128 random bits, hex, drawn once per process (the standard library's randomly keyed hasher
-/// is the source: no extra dependency for a test server's tokens).
-fn secret() -> &'static str {
-    static SECRET: OnceLock<String> = OnceLock::new();
-    SECRET.get_or_init(|| {
-        let word = |salt: u64| {
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u64(salt);
-            h.finish()
-        };
-        format!("{:016x}{:016x}", word(1), word(2))
-    })
+/// 128 random bits, hex, drawn once per process for `identity` (the standard library's randomly
+/// keyed hasher is the source: each `RandomState` has fresh keys; no extra dependency for a test
+/// server's tokens).
+fn secret(identity: &str) -> String {
+    static SECRETS: OnceLock<Mutex<BTreeMap<String, String>>> = OnceLock::new();
+    let mut secrets = SECRETS.get_or_init(Mutex::default).lock().unwrap_or_else(|e| e.into_inner());
+    secrets
+        .entry(identity.to_string())
+        .or_insert_with(|| {
+            let word = |salt: u64| {
+                let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+                h.write_u64(salt);
+                h.finish()
+            };
+            format!("{:016x}{:016x}", word(1), word(2))
+        })
+        .clone()
 }
 
 pub fn agent_token(member: &str) -> String {
-    format!("agent-{member}-{}", secret())
+    format!("agent-{member}-{}", secret(&format!("agent-{member}")))
 }
 
 pub fn dispatcher_token(replica: usize) -> String {
-    format!("dispatcher-{replica}-{}", secret())
+    format!("dispatcher-{replica}-{}", secret(&format!("dispatcher-{replica}")))
 }
 
 /// The ServiceAccount the log relay runs as (manifests/hub-relay).
 pub const RELAY_SERVICE_ACCOUNT: &str = "stowage-relay";
 
 pub fn relay_token() -> String {
-    format!("relay-{}", secret())
+    format!("relay-{}", secret("relay"))
 }
 
 pub fn admin_token() -> String {
-    format!("admin-{}", secret())
+    format!("admin-{}", secret("admin"))
 }
 
 /// Registers the administrator, the dispatchers (up to 8 replicas), the log relay and every
@@ -168,4 +175,18 @@ fn owner_only(path: &Path) -> std::io::Result<()> {
 #[cfg(not(unix))]
 fn owner_only(_path: &Path) -> std::io::Result<()> {
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_identity_has_its_own_secret_stable_within_the_process() {
+        let secret_of = |token: String| token.rsplit('-').next().unwrap_or_default().to_string();
+        let tokens = [agent_token("east"), agent_token("west"), dispatcher_token(0), relay_token(), admin_token()];
+        let secrets: std::collections::BTreeSet<String> = tokens.iter().cloned().map(secret_of).collect();
+        assert_eq!(secrets.len(), tokens.len(), "one token reveals another: {tokens:?}");
+        assert_eq!(agent_token("east"), tokens[0], "the same identity keeps its token");
+    }
 }

@@ -72,6 +72,8 @@ pub struct PlaygroundOptions {
     pub config: scheduler_core::Config,
     /// Node label keys the agents report beside the well-known ones (`--node-labels`).
     pub node_labels: Vec<String>,
+    /// Install Kueue's CRDs on the hub whatever the Kueue mode (`stowage dev --with-kueue-crds`).
+    pub kueue_crds: bool,
     /// What the dispatchers and the agents record into: registered by `stowage dev`, which
     /// serves them on one endpoint; recorded and never read otherwise.
     pub dispatcher_metrics: dispatcher::metrics::Metrics,
@@ -91,6 +93,7 @@ impl Default for PlaygroundOptions {
             gang_scheduler: GangScheduler::FromRuntime,
             config: scheduler_core::Config::stowage(),
             node_labels: Vec::new(),
+            kueue_crds: false,
             dispatcher_metrics: Default::default(),
             agent_metrics: Default::default(),
         }
@@ -212,7 +215,7 @@ impl Playground {
         for (name, yaml) in api::stowage::crds() {
             install(&crds, &yaml, &name).await?;
         }
-        if options.settings.kueue == dispatcher::decide::KueueMode::MultiKueue {
+        if options.kueue_crds || options.settings.kueue == dispatcher::decide::KueueMode::MultiKueue {
             for f in upstream::KUEUE_CRDS {
                 install(&crds, f.text, f.path).await?;
             }

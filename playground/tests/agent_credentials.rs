@@ -47,7 +47,7 @@ async fn an_agents_hub_kubeconfig_writes_its_own_members_statuses_and_nothing_el
         serde_json::from_value(json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
         "metadata": {"name": "long", "annotations": {"stowage.dev/simulated-duration-seconds": "600"}},
         "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"numNodes": 1,
-                 "resourcesPerNode": {"requests": {"nvidia.com/gpu": "1"}}}}}))
+                 "resourcesPerNode": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}}}))
         .expect("trainjob");
     tjs.create(&PostParams::default(), &tj).await.expect("submit");
     let placements: Api<Placement> = Api::default_namespaced(p.hub());

@@ -29,7 +29,7 @@ fn trainjob(nodes: u32) -> TrainJob {
     serde_json::from_value(json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
         "metadata": {"name": "t", "namespace": "default", "uid": "11111111-2222-3333-4444-555555555555"},
         "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"numNodes": nodes,
-                 "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8"}}}}}))
+                 "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}}}))
     .expect("trainjob")
 }
 
@@ -51,6 +51,7 @@ fn placement(nodes: u32, rack: &str) -> Placement {
             cluster: Some("east-h100".into()),
             backoff: Vec::new(),
             ranking: Vec::new(),
+            queue: None,
             epoch: 1,
             pod_sets: vec![PodSetPlacement {
                 name: "node".into(),

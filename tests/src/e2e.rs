@@ -60,8 +60,9 @@ pub async fn playground(options: PlaygroundOptions) -> Playground {
 }
 
 /// A torch TrainJob of `nodes` 8-GPU nodes that runs for `seconds`: simulated members read the
-/// annotation; on real clusters its pods say so on their log and sleep that long (image
-/// `STOWAGE_E2E_IMAGE`, default busybox).
+/// annotation; kwok's nodes on the testbed read its pods' `pod-complete.stage.kwok.x-k8s.io/delay`
+/// (a runtime patch, as the SDK writes one); on real clusters its pods say so on their log and
+/// sleep that long (image `STOWAGE_E2E_IMAGE`, default busybox).
 pub fn trainjob(name: &str, nodes: i64, seconds: u32, annotations: serde_json::Value) -> TrainJob {
     let mut annotations = annotations;
     annotations["stowage.dev/simulated-duration-seconds"] = seconds.to_string().into();
@@ -71,7 +72,10 @@ pub fn trainjob(name: &str, nodes: i64, seconds: u32, annotations: serde_json::V
         "spec": {"runtimeRef": {"name": "torch-distributed"},
                  "trainer": {"numNodes": nodes, "image": image,
                              "command": ["sh", "-c", format!("echo stowage-e2e: {name} sleeps {seconds}s; sleep {seconds}")],
-                             "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8"}}}}}))
+                             "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}},
+                 "runtimePatches": [{"manager": "stowage.dev/e2e", "trainingRuntimeSpec": {"template": {"spec": {
+                     "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"metadata": {
+                         "annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": format!("{seconds}s")}}}}}}]}}}}]}}))
     .expect("trainjob")
 }
 

@@ -14,7 +14,8 @@ const LAYERS: [(&str, u8); 12] = [
     ("scheduler-core", 1),
     ("api", 1),
     ("kube-shell", 1),
-    ("kube-mem", 1),
+    // Serves through kube-shell's listener, as every server of Stowage does.
+    ("kube-mem", 2),
     ("trainer-render", 2),
     ("simulator", 2),
     ("dispatcher", 3),

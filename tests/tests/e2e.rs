@@ -159,6 +159,44 @@ async fn kueues_queue_name_label_counts_against_that_queue_and_an_unknown_one_wa
     assert_eq!(lost.message, "LocalQueue no-such-queue doesn't exist");
 }
 
+/// Kueue's CRDs installed on a running hub, then its queues: the dispatcher starts watching them
+/// (it asks the hub again while they are not served), so a TrainJob labelled for a LocalQueue
+/// made after start is admitted from its ClusterQueue's quota.
+#[tokio::test]
+async fn kueue_objects_made_after_the_dispatcher_started_are_seen_and_admit_from_their_quota() {
+    let p = playground(fast()).await;
+    let hub = p.hub();
+    let mut tj = trainjob("late", 2, 1, json!({"stowage.dev/gpu-flavor": "nvidia-h100-80gb"}));
+    tj.metadata.labels = Some([("kueue.x-k8s.io/queue-name".to_string(), "lq-h100".to_string())].into());
+    submit(&hub, &tj).await;
+    let lost = pending_because(&hub, "late", "UnknownQueue").await;
+    assert_eq!(lost.message, "LocalQueue lq-h100 doesn't exist");
+
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(hub.clone());
+    for f in playground::upstream::KUEUE_CRDS {
+        let crd = input_limits::yaml::from_str(f.text).expect("CRD");
+        crds.create(&Default::default(), &crd).await.expect("a Kueue CRD");
+    }
+    let apply = |yaml: &'static str| {
+        let hub = hub.clone();
+        async move {
+            let obj: kube::api::DynamicObject = input_limits::yaml::from_str(yaml).expect("object");
+            let gvk = kube::api::GroupVersionKind::try_from(obj.types.as_ref().expect("types")).expect("gvk");
+            let (ar, _) = kube::discovery::pinned_kind(&hub, &gvk).await.expect("served");
+            let api: Api<kube::api::DynamicObject> = match &obj.metadata.namespace {
+                Some(ns) => Api::namespaced_with(hub.clone(), ns, &ar),
+                None => Api::all_with(hub.clone(), &ar),
+            };
+            api.create(&Default::default(), &obj).await.expect(yaml);
+        }
+    };
+    apply("apiVersion: kueue.x-k8s.io/v1beta2\nkind: ResourceFlavor\nmetadata: {name: nvidia-h100-80gb}\nspec: {nodeLabels: {nvidia.com/gpu.product: nvidia-h100-80gb}}\n").await;
+    apply("apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: cq-h100}\nspec:\n  namespaceSelector: {}\n  resourceGroups:\n  - coveredResources: [nvidia.com/gpu]\n    flavors:\n    - name: nvidia-h100-80gb\n      resources:\n      - {name: nvidia.com/gpu, nominalQuota: 16}\n").await;
+    apply("apiVersion: kueue.x-k8s.io/v1beta2\nkind: LocalQueue\nmetadata: {name: lq-h100, namespace: default}\nspec: {clusterQueue: cq-h100}\n").await;
+    condition(&hub, "late", "Complete", "True").await;
+}
+
 #[tokio::test]
 async fn a_queue_with_a_quota_it_cannot_read_admits_nothing_and_says_which_field_while_others_run() {
     let p = playground(fast()).await;

@@ -142,3 +142,42 @@ async fn the_relay_names_a_silent_member_and_refuses_strangers() {
     assert_eq!(curl(code(format!("{kubelet}/containerLogs/default/not-a-copy/node"), "")).await, "404");
     assert_eq!(curl(code(format!("{kubelet}/containerLogs/default/..%2F..%2Fetc/node"), "")).await, "400");
 }
+
+/// One namespace's followers take at most a quarter of a member's relay streams: the next
+/// follower there is told so (503), and another namespace's reader is still served.
+#[tokio::test]
+async fn one_namespaces_followers_cannot_starve_another_namespaces_log_reads() {
+    let p = playground(fast()).await;
+    let hub = p.hub();
+    let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(hub.clone());
+    let team_b = serde_json::from_value(json!({"metadata": {"name": "team-b"}})).expect("namespace");
+    ns.create(&Default::default(), &team_b).await.expect("team-b");
+    // Both on the same member: only one has A100s.
+    let only = json!({"stowage.dev/gpu-flavor": "nvidia-a100-80gb"});
+    submit(&hub, &trainjob("noisy", 1, 120, only.clone())).await;
+    let mut quiet = trainjob("quiet", 1, 120, only);
+    quiet.metadata.namespace = Some("team-b".into());
+    Api::<api::trainer::TrainJob>::namespaced(hub.clone(), "team-b")
+        .create(&Default::default(), &quiet)
+        .await
+        .expect("quiet submitted");
+    let noisy_pods: Api<Pod> = Api::default_namespaced(hub.clone());
+    let quiet_pods: Api<Pod> = Api::namespaced(hub.clone(), "team-b");
+    let (noisy, quiet) = (node0(&noisy_pods, "noisy").await, node0(&quiet_pods, "quiet").await);
+    let follow = LogParams { follow: true, ..container("node") };
+    let mut held = Vec::new();
+    for _ in 0..member_agent::logs::relay::MAX_STREAMS_PER_NAMESPACE {
+        held.push(noisy_pods.log_stream(&noisy, &follow).await.expect("a follower"));
+    }
+    match noisy_pods.log_stream(&noisy, &follow).await {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 503, "{s:?}");
+            assert!(s.message.contains("namespace default"), "{}", s.message);
+        }
+        Err(e) => panic!("expected 503, got {e}"),
+        Ok(_) => panic!("a follower past the namespace's share was admitted"),
+    }
+    let log = quiet_pods.logs(&quiet, &container("node")).await.expect("another namespace is still served");
+    assert!(log.contains("stowage-e2e: quiet"), "{log}");
+    drop(held);
+}

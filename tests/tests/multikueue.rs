@@ -151,3 +151,30 @@ async fn a_workload_that_fits_nowhere_is_not_nominated_and_says_why_and_kueue_re
     let err = kueue::admit_on(&hub, &w, "east-h100").await.expect_err("not nominated");
     assert!(err.to_string().contains("must be one of the nominatedClusterNames"), "{err}");
 }
+
+/// A MultiKueueConfig naming only clusters that are no member: the Workload is told that, in those
+/// words, not that a selector or a back-off excluded every cluster.
+#[tokio::test]
+async fn a_multikueue_config_naming_no_member_says_so_naming_the_config_and_its_clusters() {
+    let mut options = fast();
+    options.settings.kueue = KueueMode::MultiKueue;
+    let p = playground(options).await;
+    let hub = p.hub();
+    kueue::install(&hub, &["nowhere-1", "nowhere-2"]).await.expect("multikueue set-up");
+    let (_, w) = kueue_trainjob(&hub, "lost", 1).await;
+    let events = Api::<Event>::default_namespaced(hub.clone());
+    let e = eventually("an Event on the Workload", || {
+        let events = events.clone();
+        let name = w.name_any();
+        async move {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items.into_iter().find(|e| {
+                e.involved_object.name.as_deref() == Some(&name) && e.reason.as_deref() == Some("NoMemberCluster")
+            })
+        }
+    })
+    .await;
+    let message = e.message.unwrap_or_default();
+    assert!(message.contains("MultiKueueConfig fleet names clusters (nowhere-1, nowhere-2)"), "{message}");
+    assert!(!message.contains("cordoned"), "{message}");
+}

@@ -190,8 +190,10 @@ fn soak_job(name: &str, rng: &mut Rng) -> TrainJob {
         tj.metadata.labels = Some([(QUEUE_LABEL.to_string(), CAPPED.to_string())].into());
     } else if rng.between(0, 1) == 0 {
         // Half of the rest fit the 4-GPU member too.
-        tj.spec.trainer.as_mut().expect("trainer").resources_per_node =
-            Some(serde_json::from_value(json!({"requests": {"nvidia.com/gpu": "4"}})).expect("resources"));
+        tj.spec.trainer.as_mut().expect("trainer").resources_per_node = Some(
+            serde_json::from_value(json!({"requests": {"nvidia.com/gpu": "4"}, "limits": {"nvidia.com/gpu": "4"}}))
+                .expect("resources"),
+        );
     }
     tj
 }

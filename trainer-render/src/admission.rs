@@ -20,7 +20,7 @@ use std::fmt;
 use api::trainer::{Runtime, TrainJob};
 
 use crate::field::{FieldError, Rule, aggregate};
-use crate::validate::{RefProblem, crd_rules, resolve_runtime_ref, stowage_rules, webhook_rules};
+use crate::validate::{RefProblem, crd_rules, queue_moves, resolve_runtime_ref, stowage_rules, webhook_rules};
 use crate::{Capabilities, Draft, Input, steps};
 
 /// The name Trainer registers its TrainJob validating webhook under; Kubernetes prefixes a
@@ -106,8 +106,12 @@ pub fn admit(trainjob: &TrainJob, runtime: Option<&Runtime>, old: Option<&TrainJ
         Err(RefProblem::Unsupported(key)) => return Err(Denial::UnsupportedRuntime { key }),
         Err(RefProblem::NotFound(e)) => return Err(Denial::Denied { errors: vec![e] }),
     }
-    let Some(runtime) = runtime else { return Ok(()) };
-    let own = stowage_rules(trainjob, runtime);
+    let moves = queue_moves(trainjob, old);
+    let Some(runtime) = runtime else {
+        return if moves.is_empty() { Ok(()) } else { Err(Denial::Denied { errors: moves }) };
+    };
+    let mut own = stowage_rules(trainjob, runtime);
+    own.extend(moves);
     let caps = Capabilities::default();
     let input = Input { trainjob, runtime, placement: None, capabilities: &caps, ssh_key: None, jobset_uid: None };
     let mut errors = Vec::new();

@@ -27,7 +27,7 @@ pub use validate::{CRD_RULES, crd_rules};
 use std::collections::BTreeMap;
 
 use api::jobset::{JobSet, JobSetSpec};
-use api::podgroup::{PodGroup, kai, volcano};
+use api::podgroup::{PodGroup, kai, native, volcano};
 use api::stowage::Placement;
 use api::trainer::{Runtime, TrainJob};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -42,6 +42,10 @@ pub enum GangScheduler {
     Coscheduling,
     Volcano,
     Kai,
+    /// Kubernetes' own PodGroup (`scheduling.k8s.io/v1beta1`): the member's kube-scheduler
+    /// gangs the pods (1.37+, `GenericWorkload` gate). Trainer has no such policy: only an agent
+    /// told so renders it.
+    Native,
     None,
 }
 
@@ -99,6 +103,7 @@ pub enum Object {
     Coscheduling(PodGroup),
     Volcano(volcano::PodGroup),
     Kai(kai::PodGroup),
+    Native(native::PodGroup),
     ConfigMap(ConfigMap),
     Secret(Secret),
 }
@@ -107,7 +112,7 @@ impl Object {
     pub fn kind(&self) -> &'static str {
         match self {
             Object::JobSet(_) => "JobSet",
-            Object::Coscheduling(_) | Object::Volcano(_) | Object::Kai(_) => "PodGroup",
+            Object::Coscheduling(_) | Object::Volcano(_) | Object::Kai(_) | Object::Native(_) => "PodGroup",
             Object::ConfigMap(_) => "ConfigMap",
             Object::Secret(_) => "Secret",
         }
@@ -119,6 +124,7 @@ impl Object {
             Object::Coscheduling(_) => "scheduling.x-k8s.io/v1alpha1",
             Object::Volcano(_) => "scheduling.volcano.sh/v1beta1",
             Object::Kai(_) => "scheduling.run.ai/v2alpha2",
+            Object::Native(_) => "scheduling.k8s.io/v1beta1",
             Object::ConfigMap(_) | Object::Secret(_) => "v1",
         }
     }
@@ -129,6 +135,9 @@ impl Object {
         if let Some(m) = v.as_object_mut() {
             m.insert("apiVersion".into(), self.api_version().into());
             m.insert("kind".into(), self.kind().into());
+        }
+        if let Object::JobSet(_) = self {
+            native::scheduling_group(&mut v);
         }
         v
     }

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use api::jobset::{JobSet, ReplicatedJob};
-use api::podgroup::{self, PodGroup, kai, volcano};
+use api::podgroup::{self, PodGroup, kai, native, volcano};
 use api::stowage::{EPOCH_LABEL, PodSetPlacement, TRAINJOB_UID_LABEL};
 use api::trainer::{ANCESTOR_DATASET, ANCESTOR_LABEL, ANCESTOR_MODEL, ANCESTOR_TRAINER, MpiPolicy, TrainJob};
 use k8s_openapi::ByteString;
@@ -781,6 +781,24 @@ pub(crate) fn pod_group(input: &Input<'_>, draft: &mut Draft) -> Result<(), Rend
                 },
             }));
         }
+        GangScheduler::Native => {
+            for j in &mut draft.spec.replicated_jobs {
+                pod_meta_mut(j)
+                    .labels
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(podgroup::NATIVE_POD_LABEL.into(), name.clone());
+            }
+            draft.extra.push(Object::Native(native::PodGroup {
+                metadata: meta,
+                spec: native::PodGroupSpec {
+                    scheduling_policy: native::SchedulingPolicy {
+                        gang: Some(native::Gang { min_count: min_member }),
+                        basic: None,
+                    },
+                    extra: Default::default(),
+                },
+            }));
+        }
         GangScheduler::None | GangScheduler::FromRuntime => {}
     }
     Ok(())
@@ -955,6 +973,7 @@ pub(crate) fn fencing(input: &Input<'_>, draft: &mut Draft) -> Result<(), Render
             Object::Coscheduling(o) => &mut o.metadata,
             Object::Volcano(o) => &mut o.metadata,
             Object::Kai(o) => &mut o.metadata,
+            Object::Native(o) => &mut o.metadata,
             Object::ConfigMap(o) => &mut o.metadata,
             Object::Secret(o) => &mut o.metadata,
         };
@@ -998,6 +1017,7 @@ pub(crate) fn finish(input: &Input<'_>, mut draft: Draft) -> Vec<Object> {
             Object::Coscheduling(o) => meta(&mut o.metadata),
             Object::Volcano(o) => meta(&mut o.metadata),
             Object::Kai(o) => meta(&mut o.metadata),
+            Object::Native(o) => meta(&mut o.metadata),
             Object::ConfigMap(o) => meta(&mut o.metadata),
             Object::Secret(o) => meta(&mut o.metadata),
         }
@@ -1032,7 +1052,7 @@ pub(crate) fn finish(input: &Input<'_>, mut draft: Draft) -> Vec<Object> {
     }
     // PodGroup right after the JobSet, then ConfigMaps and Secrets: a stable order.
     out[1..].sort_by_key(|o| match o {
-        Object::Coscheduling(_) | Object::Volcano(_) | Object::Kai(_) => 0,
+        Object::Coscheduling(_) | Object::Volcano(_) | Object::Kai(_) | Object::Native(_) => 0,
         Object::ConfigMap(_) => 1,
         _ => 2,
     });

@@ -880,6 +880,29 @@ fn dns1123_subdomain(host: &str) -> bool {
 // ---------------------------------------------------------------------------------------------
 // Stowage's own TrainJob checks.
 
+/// The queue labels a TrainJob is charged by (Stowage's, then Kueue's), as Kueue guards its own:
+/// fixed while the job is not suspended, so a running job cannot move its quota charge to
+/// another queue, or to none (Kueue's `validateUpdateForQueueName`). Suspend, relabel, resume.
+pub(crate) fn queue_moves(job: &TrainJob, old: Option<&TrainJob>) -> Vec<FieldError> {
+    let Some(old) = old else { return Vec::new() };
+    if job.spec.suspend == Some(true) {
+        return Vec::new();
+    }
+    let label = |tj: &TrainJob, key: &str| tj.metadata.labels.as_ref().and_then(|l| l.get(key)).cloned();
+    [api::stowage::QUEUE_LABEL, api::kueue::QUEUE_NAME_LABEL]
+        .into_iter()
+        .filter(|key| label(job, key) != label(old, key))
+        .map(|key| {
+            own(
+                ErrorType::Invalid,
+                format!("metadata.labels[{key}]"),
+                label(job, key).map_or(BadValue::Omit, BadValue::Str),
+                "field is immutable while the TrainJob is not suspended (it would move its quota charge); suspend it, change the queue, then resume it",
+            )
+        })
+        .collect()
+}
+
 /// What Stowage rejects although Trainer admits it: counts an Indexed Job or a PodGroup cannot
 /// take, a `spec.trainer` the runtime has no job for, quantities Kubernetes cannot account, and
 /// runtime patches the API server would silently change (fields the CRD does not declare, nulls).
@@ -1138,6 +1161,30 @@ fn quantity_ranges(r: &ResourceRequirements, path: &str, object: Source, errs: &
                 Ok(_) => continue,
             };
             errs.push(err(object, Rule::Stowage, ErrorType::Invalid, format!("{path}.{part}.{res}"), s(&q.0), problem));
+        }
+    }
+    // An extended resource is never overcommitted: a request needs its limit, and the two agree
+    // (`ValidateResourceRequirements`). Trainer admits the TrainJob; the Job controller's pods
+    // would be refused on the member, found there on the real testbed.
+    for (res, q) in r.requests.iter().flatten().filter(|(k, _)| extended_resource(k)) {
+        match r.limits.as_ref().and_then(|l| l.get(res)) {
+            None => errs.push(err(
+                object,
+                Rule::Stowage,
+                ErrorType::Required,
+                format!("{path}.limits"),
+                BadValue::Omit,
+                "Limit must be set for non overcommitable resources",
+            )),
+            Some(l) if Milli::parse(&l.0).ok() != Milli::parse(&q.0).ok() => errs.push(err(
+                object,
+                Rule::Stowage,
+                ErrorType::Invalid,
+                format!("{path}.requests.{res}"),
+                s(&q.0),
+                format!("must be equal to {res} limit of {}", l.0),
+            )),
+            Some(_) => {}
         }
     }
 }

@@ -118,6 +118,7 @@ fn placement(pod_sets: &[&str], epoch: i64) -> Placement {
             pod_sets,
             backoff: Vec::new(),
             ranking: Vec::new(),
+            queue: None,
         },
     )
 }
@@ -525,6 +526,12 @@ fn trainjob_cases() -> Vec<Case> {
             .rejects(T, "spec.trainer.resourcesPerNode.requests.nvidia.com/gpu", "Invalid value: \"0.5\": must be an integer"),
         Case::job("1500m GPUs", TORCH, json!({"spec": {"trainer": {"resourcesPerNode": {"limits": {"nvidia.com/gpu": "1500m"}}}}}))
             .rejects(T, "spec.trainer.resourcesPerNode.limits.nvidia.com/gpu", "must be an integer"),
+        // Found on the real testbed: Trainer admits these, and the member's Job controller then
+        // cannot create a single pod.
+        Case::job("a GPU request without its limit", TORCH, json!({"spec": {"trainer": {"resourcesPerNode": {"requests": {"nvidia.com/gpu": "8"}, "limits": null}}}}))
+            .rejects(T, "spec.trainer.resourcesPerNode.limits", "Required value: Limit must be set for non overcommitable resources"),
+        Case::job("a GPU request unlike its limit", TORCH, json!({"spec": {"trainer": {"resourcesPerNode": {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "4"}}}}}))
+            .rejects(T, "spec.trainer.resourcesPerNode.requests.nvidia.com/gpu", "Invalid value: \"8\": must be equal to nvidia.com/gpu limit of 4"),
         Case::job("env name with =", TORCH, json!({"spec": {"trainer": {"env": [{"name": "A=B", "value": "1"}]}}})).rejects(
             T,
             "spec.trainer.env[0].name",
@@ -993,7 +1000,7 @@ fn near_misses_still_render() {
                 &torch,
                 json!({"spec": {"trainer": {"resourcesPerNode": {
                     "requests": {"cpu": "500m", "memory": "1.5Gi", "ephemeral-storage": "1e3", "example.com/a": "+2"},
-                    "limits": {"cpu": ".5", "example.com/c": "1.", "example.com/d": "2k"}
+                    "limits": {"cpu": ".5", "example.com/a": "2", "example.com/c": "1.", "example.com/d": "2k"}
                 }}}}),
             ),
             None,

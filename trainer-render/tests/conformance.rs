@@ -2043,3 +2043,32 @@ fn crd_rules_are_the_api_servers_422() {
     let added = trainjob("job", "ClusterTrainingRuntime", "rt", json!({}));
     assert_eq!(admit(&old, Some(&rt), Some(&added)), Ok(()), "a field the old object lacks may be set");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Stowage's own update rule, after Kueue's `validateUpdateForQueueName`
+// (pkg/controller/jobframework/validation.go): the queue is fixed unless the job is suspended.
+
+#[test]
+fn a_queue_label_change_is_refused_unless_the_trainjob_is_suspended() {
+    let runtime = cluster_runtime("test-runtime", json!({"template": {"spec": wrapper_spec()}}));
+    let labelled = |queue: Option<&str>, key: &str, suspend: bool| {
+        let mut tj = trainjob("job", "ClusterTrainingRuntime", "test-runtime", json!({"suspend": suspend}));
+        tj.metadata.labels = queue.map(|q| [(key.to_string(), q.to_string())].into());
+        tj
+    };
+    for key in ["stowage.dev/queue", "kueue.x-k8s.io/queue-name"] {
+        let old = labelled(Some("team-a"), key, false);
+        // Moved to another queue, or to none, while it may be running: its charge would move.
+        for new in [Some("team-b"), None] {
+            let errors = denied(&labelled(new, key, false), &runtime, Some(&old));
+            assert_eq!(errors.len(), 1, "{key} -> {new:?}: {errors:?}");
+            assert!(errors[0].starts_with(&format!("metadata.labels[{key}]: ")), "{}", errors[0]);
+            assert!(errors[0].contains("field is immutable while the TrainJob is not suspended"), "{}", errors[0]);
+        }
+        // Suspended (or being suspended by this very update), it may move; unchanged, nothing to say.
+        assert_eq!(denied(&labelled(Some("team-b"), key, true), &runtime, Some(&old)), Vec::<String>::new());
+        assert_eq!(denied(&labelled(Some("team-a"), key, false), &runtime, Some(&old)), Vec::<String>::new());
+        // A create has no old object to compare with.
+        assert_eq!(denied(&labelled(Some("team-b"), key, false), &runtime, None), Vec::<String>::new());
+    }
+}

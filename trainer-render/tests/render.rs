@@ -155,6 +155,7 @@ fn placement_for(rt: &ClusterTrainingRuntime, required: bool) -> Placement {
         backoff: Vec::new(),
         ranking: Vec::new(),
         epoch: 4,
+        queue: None,
         pod_sets,
     };
     Placement::new("job-1", spec)
@@ -181,6 +182,7 @@ fn every_runtime_renders_schema_valid_objects_for_every_scheduler_and_mode() {
                 GangScheduler::Coscheduling,
                 GangScheduler::Volcano,
                 GangScheduler::Kai,
+                GangScheduler::Native,
                 GangScheduler::None,
             ] {
                 for mode in [TopologyMode::Affinity, TopologyMode::Kueue] {
@@ -215,6 +217,44 @@ fn every_runtime_renders_schema_valid_objects_for_every_scheduler_and_mode() {
         }
     }
     assert!(checked > 300, "{checked} objects checked");
+}
+
+/// Kubernetes' own gang: one `scheduling.k8s.io/v1beta1` PodGroup whose `minCount` is the gang,
+/// and every pod template naming it in `spec.schedulingGroup` (the field the JobSet CRD carries
+/// since v0.12, checked against it above).
+#[test]
+fn the_native_backend_renders_a_podgroup_and_names_it_in_every_pod_template() {
+    let (_, rt) = runtimes().into_iter().find(|(f, _)| f.ends_with("torch_distributed.yaml")).expect("torch runtime");
+    let tj = trainjob_for(&rt);
+    let runtime = Runtime::Cluster(rt.clone());
+    let placement = placement_for(&rt, true);
+    let caps = Capabilities { gang_scheduler: GangScheduler::Native, ..Capabilities::default() };
+    let input = Input {
+        trainjob: &tj,
+        runtime: &runtime,
+        placement: Some(&placement),
+        capabilities: &caps,
+        ssh_key: None,
+        jobset_uid: None,
+    };
+    let objects = render(&input).expect("renders");
+    let jobset = objects[0].to_value();
+    let group = objects.iter().find(|o| o.api_version() == "scheduling.k8s.io/v1beta1").expect("a native PodGroup");
+    let group = group.to_value();
+    let name = group["metadata"]["name"].as_str().expect("named").to_string();
+    assert_eq!(name, jobset["metadata"]["name"]);
+    let pods: i64 = jobset["spec"]["replicatedJobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| {
+            assert_eq!(j["template"]["spec"]["template"]["spec"]["schedulingGroup"]["podGroupName"], name.as_str());
+            j["template"]["spec"]["parallelism"].as_i64().unwrap_or(1) * j["replicas"].as_i64().unwrap_or(1)
+        })
+        .sum();
+    assert_eq!(group["spec"]["schedulingPolicy"]["gang"]["minCount"].as_i64(), Some(pods), "{group}");
+    // The group carries the fencing labels, so the agent deletes it with its epoch.
+    assert_eq!(group["metadata"]["labels"]["stowage.dev/trainjob-uid"], placement.spec.train_job_uid.as_str());
 }
 
 /// What the hub schedules (`pod_sets`, no SSH key, no PodGroup) is what the member runs: the

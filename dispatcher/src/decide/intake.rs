@@ -154,8 +154,12 @@ pub(super) fn job<'a>(
             return job;
         }
     };
-    // Kueue's label may name a LocalQueue: its ClusterQueue is the queue.
-    if translate::queue_from_kueue(tj) {
+    // What is placed stays charged to the queue it was admitted under (its Placement records
+    // it): a relabel the admission webhook did not see moves no charge, nor drops it. Kueue's
+    // label may name a LocalQueue: its ClusterQueue is the queue.
+    if let Some(admitted) = placement.filter(|p| p.spec.cluster.is_some()).and_then(|p| p.spec.queue.clone()) {
+        gang.queue = admitted;
+    } else if translate::queue_from_kueue(tj) {
         match scope.queues.kueue_queue(&ns, &gang.queue) {
             Some(queue) => gang.queue = queue,
             None => {
@@ -184,7 +188,13 @@ pub(super) fn job<'a>(
     }
     let t = now.0;
     let Some(p) = placement else {
-        let waiting = Waiting { gang, epoch: 1, backoff: Vec::new(), replaces: None, leaving: None, evicting: None };
+        // Never placed, or its Placement was deleted by hand: placed above any epoch it had, so
+        // epochs never go backwards (an agent fences by them) and its first admission is
+        // counted once.
+        let uid = tj.metadata.uid.as_deref().unwrap_or_default();
+        let known = o.epochs.get(uid).copied().into_iter().chain(members.bound(uid).map(|(_, k)| k.epoch));
+        let epoch = known.max().map_or(1, |e| e + 1);
+        let waiting = Waiting { gang, epoch, backoff: Vec::new(), replaces: None, leaving: None, evicting: None };
         job.state = JobState::Waiting(Box::new(waiting));
         return job;
     };

@@ -82,6 +82,11 @@ pub struct Observed {
     /// Running has not been counted by its member (the last cycle's [`Plan::uncounted_since`]).
     /// A new leader starts with none, and so waits a whole grace period before acting.
     pub uncounted_since: BTreeMap<PlacementKey, Timestamp>,
+    /// The dispatcher's own memory: the highest epoch each unfinished TrainJob (by UID) has been
+    /// placed at (the last cycle's [`Plan::epochs`]). A Placement deleted by hand is made again
+    /// above it, never at an epoch an agent has already seen. A new leader starts from the
+    /// Placements and the members' reports alone.
+    pub epochs: BTreeMap<String, i64>,
 }
 
 /// The dispatcher's timing knobs.
@@ -264,6 +269,8 @@ pub struct Plan {
     pub members: Vec<MemberConditionWrite>,
     /// For the next cycle's [`Observed::uncounted_since`].
     pub uncounted_since: BTreeMap<PlacementKey, Timestamp>,
+    /// For the next cycle's [`Observed::epochs`].
+    pub epochs: BTreeMap<String, i64>,
     /// What the metrics show of this cycle.
     pub figures: figures::Figures,
     /// Workloads' nominations to write (`--kueue multikueue`).
@@ -338,7 +345,24 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
     if let schedule::Schedule::Decided { batch, .. } = schedule {
         plan.batch = batch;
     }
+    plan.epochs = epochs(o, &jobs);
     plan
+}
+
+/// The highest epoch each unfinished TrainJob has been placed at, remembered or seen. Not what
+/// this cycle writes: a write that fails must not raise it (the next cycle would place above
+/// an epoch no Placement ever had, and again after each failure).
+fn epochs(o: &Observed, jobs: &[intake::Job<'_>]) -> BTreeMap<String, i64> {
+    let live: std::collections::BTreeSet<&str> = jobs.iter().filter_map(|j| j.tj.metadata.uid.as_deref()).collect();
+    let seen = o.placements.iter().map(|p| (&p.spec.train_job_uid, p.spec.epoch));
+    let mut epochs: BTreeMap<String, i64> = BTreeMap::new();
+    for (uid, epoch) in seen.chain(o.epochs.iter().map(|(uid, e)| (uid, *e))) {
+        if live.contains(uid.as_str()) {
+            let e = epochs.entry(uid.clone()).or_insert(epoch);
+            *e = (*e).max(epoch);
+        }
+    }
+    epochs
 }
 
 /// Each status write's Events: what its change stands for.

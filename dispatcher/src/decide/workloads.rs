@@ -65,6 +65,8 @@ pub(super) enum State {
     Admitted { gang: Gang, cluster: String },
     /// Its pod sets make no gang: why, naming the field.
     Invalid(String),
+    /// Its MultiKueueConfig names no member that reports: why, naming them.
+    NoMember(String),
 }
 
 impl State {
@@ -113,15 +115,15 @@ pub(super) fn read<'a>(
 fn state(
     o: &Observed,
     w: &Workload,
-    checks: &BTreeMap<&str, Vec<String>>,
+    checks: &BTreeMap<&str, Check>,
     live: &BTreeSet<&str>,
     levels: &Levels,
     settings: &Settings,
     now: Timestamp,
 ) -> Option<State> {
     let status = w.status.as_ref()?;
-    let (check, clusters) =
-        status.admission_checks.iter().find_map(|c| Some((c, checks.get(c.name.as_str())?.clone())))?;
+    let (check, config) = status.admission_checks.iter().find_map(|c| Some((c, checks.get(c.name.as_str())?)))?;
+    let clusters = config.members.clone();
     if is_true(&status.conditions, FINISHED) || is_true(&status.conditions, EVICTED) {
         return None;
     }
@@ -142,6 +144,9 @@ fn state(
         Ok(g) => g,
         Err(why) => return Some(State::Invalid(why)),
     };
+    if !config.members.iter().any(|m| live.contains(m.as_str())) {
+        return Some(State::NoMember(config.why_none(o)));
+    }
     let nominated = status.nominated_cluster_names.as_deref().unwrap_or_default();
     let remembered = o.kueue_memory.get(&key(&w.metadata)).and_then(|r| r.nominated.as_ref());
     Some(match nominated {
@@ -176,7 +181,34 @@ fn state(
 
 /// MultiKueue AdmissionChecks by name, with the members their MultiKueueConfig lists (a
 /// MultiKueueCluster is the MemberCluster of its name, or the one its annotation names).
-fn multikueue_checks(o: &Observed) -> BTreeMap<&str, Vec<String>> {
+/// What a MultiKueue AdmissionCheck's config names: its clusters, and the members they are.
+#[derive(Debug, Clone)]
+struct Check {
+    config: String,
+    clusters: Vec<String>,
+    members: Vec<String>,
+}
+
+impl Check {
+    /// Why none of its members can take a Workload: none exists, or none reports.
+    fn why_none(&self, o: &Observed) -> String {
+        let known: BTreeSet<&str> = o.members.iter().filter_map(|m| m.metadata.name.as_deref()).collect();
+        let clusters = self.clusters.join(", ");
+        if self.members.iter().any(|m| known.contains(m.as_str())) {
+            format!(
+                "none of MultiKueueConfig {}'s clusters ({clusters}) is a member cluster reporting now",
+                self.config
+            )
+        } else {
+            format!(
+                "MultiKueueConfig {} names clusters ({clusters}) that are no member cluster: each MultiKueueCluster must be a MemberCluster of its name (or the one its {MEMBER_CLUSTER_ANNOTATION} annotation names)",
+                self.config
+            )
+        }
+    }
+}
+
+fn multikueue_checks(o: &Observed) -> BTreeMap<&str, Check> {
     let member_of: BTreeMap<&str, String> = o
         .multikueue_clusters
         .iter()
@@ -198,7 +230,8 @@ fn multikueue_checks(o: &Observed) -> BTreeMap<&str, Vec<String>> {
             let config = ac.spec.parameters.as_ref().filter(|p| p.kind == "MultiKueueConfig")?;
             let clusters = configs.get(config.name.as_str()).copied().unwrap_or_default();
             let members = clusters.iter().filter_map(|c| member_of.get(c.as_str()).cloned()).collect();
-            Some((ac.metadata.name.as_deref()?, members))
+            let check = Check { config: config.name.clone(), clusters: clusters.to_vec(), members };
+            Some((ac.metadata.name.as_deref()?, check))
         })
         .collect()
 }
@@ -305,6 +338,7 @@ pub(super) fn writes(plan: &mut Plan, o: &Observed, candidates: &[Candidate<'_>]
                 (None, None)
             }
             (State::Invalid(why), ..) => (Some(Vec::new()), Some(("Invalid".to_string(), why.clone()))),
+            (State::NoMember(why), ..) => (Some(Vec::new()), Some(("NoMemberCluster".to_string(), why.clone()))),
             (_, Some((decision, withdrawn)), Schedule::Decided { fleet, .. }) => {
                 let withdrawn = withdrawn.map(|w| format!(" (the nomination was withdrawn: {w})")).unwrap_or_default();
                 match decision {

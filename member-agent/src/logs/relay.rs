@@ -30,6 +30,10 @@ pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const POLL_TIMEOUT: Duration = Duration::from_secs(25);
 /// Log requests waiting for one member's agent, or streaming from it, at most.
 pub const MAX_STREAMS_PER_MEMBER: usize = 64;
+/// Of those, at most this many for one namespace: the hub's API server calls the relay as
+/// itself, so the reader's identity is not known here, but its namespace is, and one tenant's
+/// followers (`kubectl logs -f` times 64) must not leave every other namespace a 503.
+pub const MAX_STREAMS_PER_NAMESPACE: usize = MAX_STREAMS_PER_MEMBER / 4;
 /// How long a TokenReview's answer is trusted.
 const REVIEW_TTL: Duration = Duration::from_secs(60);
 /// Tokens remembered at most (past it the memory starts again).
@@ -42,6 +46,7 @@ pub const AGENT_PREFIX: &str = "system:serviceaccount:stowage-system:stowage-age
 /// A log on its way: who may answer it, and where its answer goes.
 struct Stream {
     cluster: String,
+    namespace: String,
     status: Option<oneshot::Sender<StatusCode>>,
     chunks: mpsc::Sender<Bytes>,
 }
@@ -156,17 +161,30 @@ impl Relay {
             let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
             // Dead streams go first: readers that left while their follow was idle.
             streams.retain(|_, s| !s.chunks.is_closed());
-            let open = streams.values().filter(|s| s.cluster == cluster).count();
-            (open < MAX_STREAMS_PER_MEMBER).then(|| {
-                streams.insert(id, Stream { cluster: cluster.clone(), status: Some(status_tx), chunks: chunks_tx });
-            })
+            let open: Vec<&Stream> = streams.values().filter(|s| s.cluster == cluster).collect();
+            let in_namespace = open.iter().filter(|s| s.namespace == *namespace).count();
+            match (open.len() < MAX_STREAMS_PER_MEMBER, in_namespace < MAX_STREAMS_PER_NAMESPACE) {
+                (true, true) => {
+                    let stream = Stream {
+                        cluster: cluster.clone(),
+                        namespace: namespace.to_string(),
+                        status: Some(status_tx),
+                        chunks: chunks_tx,
+                    };
+                    streams.insert(id, stream);
+                    Ok(())
+                }
+                (false, _) => Err(format!("member {cluster}: {MAX_STREAMS_PER_MEMBER} logs are read already")),
+                (true, false) => Err(format!(
+                    "namespace {namespace}: {MAX_STREAMS_PER_NAMESPACE} logs on member {cluster} are read already"
+                )),
+            }
         };
-        if admitted.is_none() || queue.try_send(request).is_err() {
+        let admitted = admitted
+            .and_then(|()| queue.try_send(request).map_err(|_| format!("member {cluster}: its agent's queue is full")));
+        if let Err(why) = admitted {
             self.forget(id);
-            return Err(text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("member {cluster}: {MAX_STREAMS_PER_MEMBER} logs are read already; try again later"),
-            ));
+            return Err(text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}; try again later")));
         }
         let status = match tokio::time::timeout(ANSWER_TIMEOUT, status_rx).await {
             Ok(Ok(status)) => status,

@@ -1,0 +1,347 @@
+//! Checks that only real Kubernetes can answer, on the testbed `scripts/testbed up` starts (real
+//! kube-apiservers on etcd, kube-controller-manager, kube-scheduler with workload-aware gang
+//! scheduling, kwok nodes, JobSet; Stowage's processes with their own ServiceAccounts' tokens).
+//! Each is `#[ignore]`d in the in-memory suite and run by `scripts/test-real`, which points
+//! `STOWAGE_TESTBED_DIR` at the testbed's directory:
+//!
+//! ```sh
+//! scripts/testbed up --dir /tmp/tb && STOWAGE_TESTBED_DIR=/tmp/tb cargo test -p stowage-tests --test testbed -- --ignored
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use api::stowage::{Placement, PlacementSpec, PodSetPlacement};
+use api::trainer::{ClusterTrainingRuntime, Runtime, TrainJob};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use stowage_tests::e2e::{condition, eventually, placement, running, trainjob};
+use trainer_render::{Capabilities, GangScheduler, Input, Object};
+
+/// The testbed's directory and clients from its kubeconfigs.
+struct Testbed {
+    dir: PathBuf,
+    hub: Client,
+    members: BTreeMap<String, Client>,
+}
+
+async fn client(path: &Path) -> Client {
+    let kc = kube::config::Kubeconfig::read_from(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    Client::try_from(config).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+impl Testbed {
+    async fn open() -> Testbed {
+        let dir = PathBuf::from(
+            std::env::var("STOWAGE_TESTBED_DIR")
+                .expect("STOWAGE_TESTBED_DIR: the directory `scripts/testbed up` wrote"),
+        );
+        let names = std::fs::read_to_string(dir.join("members.txt")).expect("members.txt: is the testbed up?");
+        let mut members = BTreeMap::new();
+        for m in names.lines().filter(|l| !l.is_empty()) {
+            members.insert(m.to_string(), client(&dir.join("members").join(format!("{m}.kubeconfig"))).await);
+        }
+        Testbed { hub: client(&dir.join("hub.kubeconfig")).await, dir, members }
+    }
+
+    fn pid(&self, process: &str) -> i32 {
+        let text = std::fs::read_to_string(self.dir.join("pids").join(format!("{process}.pid")))
+            .unwrap_or_else(|e| panic!("{process}'s pid: {e}"));
+        text.trim().parse().expect("a pid")
+    }
+
+    /// Sends `signal` (STOP, CONT, KILL) to one of the testbed's processes.
+    fn signal(&self, process: &str, signal: &str) {
+        let status =
+            std::process::Command::new("kill").arg(format!("-{signal}")).arg(self.pid(process).to_string()).status();
+        assert!(status.is_ok_and(|s| s.success()), "kill -{signal} {process}");
+    }
+
+    /// Starts one of the testbed's processes again, as `up` started it.
+    fn restart(&self, process: &str) {
+        let script = self.dir.join("run").join(format!("{process}.sh"));
+        let status = std::process::Command::new("bash").arg(&script).status();
+        assert!(status.is_ok_and(|s| s.success()), "restarting {process}");
+    }
+}
+
+/// A name unique to this run, so the suite runs again on the same testbed.
+fn unique(name: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    format!("{name}-{:x}", (std::process::id() ^ nanos) & 0xfffff)
+}
+
+/// The TrainJob's JobSets live on the members: (member, epoch label) of each not finished.
+async fn live_jobsets(t: &Testbed, name: &str) -> Vec<(String, String)> {
+    let ar = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("jobset.x-k8s.io", "v1alpha2", "JobSet"),
+        "jobsets",
+    );
+    let mut live = Vec::new();
+    for (m, c) in &t.members {
+        let api = Api::<DynamicObject>::namespaced_with(c.clone(), "default", &ar);
+        if let Ok(Some(js)) = api.get_opt(name).await {
+            let done = js.data["status"]["conditions"].as_array().is_some_and(|cs| {
+                cs.iter().any(|c| (c["type"] == "Completed" || c["type"] == "Failed") && c["status"] == "True")
+            });
+            if !done && js.metadata.deletion_timestamp.is_none() {
+                live.push((m.clone(), js.labels().get("stowage.dev/placement-epoch").cloned().unwrap_or_default()));
+            }
+        }
+    }
+    live
+}
+
+/// Runs until `done` holds, failing if the TrainJob is ever live on two members at once.
+async fn never_twice(t: &Testbed, name: &str, limit: Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let live = live_jobsets(t, name).await;
+        assert!(live.len() <= 1, "{name} live on two members at once: {live:?}");
+        let tj = Api::<TrainJob>::default_namespaced(t.hub.clone()).get(name).await.expect("the TrainJob");
+        if tj.status.is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Complete" && c.status == "True")) {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{name} did not complete in {limit:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+async fn submit(hub: &Client, tj: &TrainJob) {
+    Api::<TrainJob>::default_namespaced(hub.clone()).create(&Default::default(), tj).await.expect("submitted");
+}
+
+#[tokio::test]
+#[ignore = "needs the real testbed: scripts/test-real"]
+async fn a_rack_trainjob_completes_and_kube_scheduler_bound_every_pod_to_a_kwok_node_of_that_rack() {
+    let t = Testbed::open().await;
+    let name = unique("rack");
+    submit(&t.hub, &trainjob(&name, 4, 5, json!({"stowage.dev/topology": "required:rack"}))).await;
+    condition(&t.hub, &name, "Complete", "True").await;
+    let p: Placement = placement(&t.hub, &name, |p| p.spec.cluster.is_some()).await;
+    let cluster = p.spec.cluster.clone().expect("placed");
+    let domain = p.spec.pod_sets[0].domain.clone().expect("pinned");
+    let member = &t.members[&cluster];
+    let pods = Api::<Pod>::default_namespaced(member.clone())
+        .list(&ListParams::default().labels(&format!("jobset.sigs.k8s.io/jobset-name={name}")))
+        .await
+        .expect("pods")
+        .items;
+    assert_eq!(pods.len(), 4);
+    for pod in pods {
+        let node = pod.spec.and_then(|s| s.node_name).expect("bound by kube-scheduler");
+        let node = Api::<Node>::all(member.clone()).get(&node).await.expect("node");
+        assert_eq!(node.annotations().get("kwok.x-k8s.io/node").map(String::as_str), Some("fake"));
+        assert_eq!(node.labels().get(&domain.node_label), Some(&domain.value), "outside the rack");
+        assert_eq!(pod.status.and_then(|s| s.phase).as_deref(), Some("Succeeded"));
+    }
+}
+
+/// A gang of `nodes` 8-GPU pods rendered by `stowage render --gang-scheduler native`, applied to
+/// a member by its admin; its pods as the member then holds them.
+async fn native_gang(t: &Testbed, member: &str, name: &str, nodes: i64) -> Vec<Pod> {
+    let c = &t.members[member];
+    let runtime = Api::<ClusterTrainingRuntime>::all(t.hub.clone()).get("torch-distributed").await.expect("runtime");
+    let mut tj = trainjob(name, nodes, 600, json!({}));
+    tj.metadata.uid = Some(format!("native-{name}"));
+    let placement = Placement::new(
+        name,
+        PlacementSpec {
+            train_job_uid: format!("native-{name}"),
+            cluster: Some(member.to_string()),
+            epoch: 1,
+            pod_sets: vec![PodSetPlacement { name: "node".into(), count: nodes as u32, ..Default::default() }],
+            ..Default::default()
+        },
+    );
+    let caps = Capabilities { gang_scheduler: GangScheduler::Native, ..Capabilities::default() };
+    let input = Input {
+        trainjob: &tj,
+        runtime: &Runtime::Cluster(runtime),
+        placement: Some(&placement),
+        capabilities: &caps,
+        ssh_key: None,
+        jobset_uid: None,
+    };
+    let objects = trainer_render::render(&input).expect("renders");
+    assert!(objects.iter().any(|o| matches!(o, Object::Native(_))), "a native PodGroup");
+    for o in &objects {
+        let v = o.to_value();
+        let (group, version) = o.api_version().split_once('/').unwrap_or(("", o.api_version()));
+        let plural = if o.kind() == "JobSet" { "jobsets" } else { "podgroups" };
+        let ar = kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk(group, version, o.kind()),
+            plural,
+        );
+        Api::<DynamicObject>::namespaced_with(c.clone(), "default", &ar)
+            .patch(name, &PatchParams::apply("testbed").force(), &Patch::Apply(&v))
+            .await
+            .unwrap_or_else(|e| panic!("applying {} {name}: {e}", o.kind()));
+    }
+    let selector = format!("jobset.sigs.k8s.io/jobset-name={name}");
+    let api = Api::<Pod>::default_namespaced(c.clone());
+    eventually(&format!("{nodes} pods of {name}"), || {
+        let api = api.clone();
+        let selector = selector.clone();
+        async move {
+            let pods = api.list(&ListParams::default().labels(&selector)).await.ok()?.items;
+            (pods.len() as i64 == nodes).then_some(pods)
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+#[ignore = "needs the real testbed: scripts/test-real"]
+async fn a_native_gang_larger_than_its_member_binds_none_of_its_pods_and_one_that_fits_binds_all() {
+    let t = Testbed::open().await;
+    // The smallest member, and its nodes.
+    let mut sizes = Vec::new();
+    for (m, c) in &t.members {
+        sizes.push((
+            Api::<Node>::all(c.clone()).list(&ListParams::default()).await.expect("nodes").items.len(),
+            m.clone(),
+        ));
+    }
+    sizes.sort();
+    let (nodes, member) = sizes[0].clone();
+    let (too_big, fits) = (unique("too-big"), unique("fits"));
+    let pods = native_gang(&t, &member, &too_big, nodes as i64 + 1).await;
+    assert!(pods.iter().all(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_none())));
+    // kube-scheduler has had time to bind what it could: it binds nothing of a gang that cannot
+    // fit whole, where a pod-by-pod scheduler would have filled every node.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let api = Api::<Pod>::default_namespaced(t.members[&member].clone());
+    let selector = format!("jobset.sigs.k8s.io/jobset-name={too_big}");
+    let pods = api.list(&ListParams::default().labels(&selector)).await.expect("pods").items;
+    let bound: Vec<String> =
+        pods.iter().filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some())).map(|p| p.name_any()).collect();
+    assert!(bound.is_empty(), "{} of {} pods bound: {bound:?}", bound.len(), pods.len());
+    for (kind, plural, group) in
+        [("JobSet", "jobsets", "jobset.x-k8s.io/v1alpha2"), ("PodGroup", "podgroups", "scheduling.k8s.io/v1beta1")]
+    {
+        let (g, v) = group.split_once('/').expect("group/version");
+        let ar = kube::api::ApiResource::from_gvk_with_plural(&kube::api::GroupVersionKind::gvk(g, v, kind), plural);
+        let _ = Api::<DynamicObject>::namespaced_with(t.members[&member].clone(), "default", &ar)
+            .delete(&too_big, &DeleteParams::background())
+            .await;
+    }
+    // A gang that fits binds whole.
+    let _ = native_gang(&t, &member, &fits, 2).await;
+    eventually("both pods of the gang that fits bound", || {
+        let api = api.clone();
+        let selector = format!("jobset.sigs.k8s.io/jobset-name={fits}");
+        async move {
+            let pods = api.list(&ListParams::default().labels(&selector)).await.ok()?.items;
+            pods.iter().all(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some())).then_some(())
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs the real testbed: scripts/test-real"]
+async fn an_agents_own_credential_is_refused_by_the_real_apiserver_on_another_members_placement() {
+    let t = Testbed::open().await;
+    let name = unique("guarded");
+    submit(&t.hub, &trainjob(&name, 1, 30, json!({}))).await;
+    let p = placement(&t.hub, &name, |p| p.spec.cluster.is_some()).await;
+    let owner = p.spec.cluster.clone().expect("placed");
+    let other = t.members.keys().find(|m| **m != owner).expect("a second member").clone();
+    let agent = client(&t.dir.join("agents").join(format!("{other}-on-hub.kubeconfig"))).await;
+    let forged = json!({"status": {"phase": "Failed", "observedEpoch": p.spec.epoch, "message": "forged"}});
+    let refused = Api::<Placement>::default_namespaced(agent)
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&forged))
+        .await
+        .expect_err("another member's agent may not write this Placement's status");
+    match refused {
+        kube::Error::Api(s) => assert_eq!(s.code, 403, "{s:?}"),
+        other => panic!("not a refusal: {other:?}"),
+    }
+    condition(&t.hub, &name, "Complete", "True").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the real testbed: scripts/test-real"]
+async fn a_tenant_naming_another_teams_queue_waits_saying_its_namespace_is_not_selected() {
+    let t = Testbed::open().await;
+    let queue = unique("team-b-only");
+    let q: api::stowage::Queue = serde_json::from_value(json!({
+        "apiVersion": "stowage.dev/v1alpha1", "kind": "Queue", "metadata": {"name": queue},
+        "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "team-b"}}}}))
+    .expect("queue");
+    Api::<api::stowage::Queue>::all(t.hub.clone()).create(&Default::default(), &q).await.expect("queue");
+    let tenant = client(&t.dir.join("users").join("team-a.kubeconfig")).await;
+    let name = unique("borrowed");
+    let mut tj = trainjob(&name, 1, 1, json!({}));
+    tj.metadata.namespace = Some("team-a".into());
+    tj.metadata.labels = Some([("stowage.dev/queue".to_string(), queue.clone())].into());
+    Api::<TrainJob>::namespaced(tenant.clone(), "team-a").create(&Default::default(), &tj).await.expect("submitted");
+    let tjs: Api<TrainJob> = Api::namespaced(tenant.clone(), "team-a");
+    let c = eventually("NamespaceNotAllowed", || {
+        let tjs = tjs.clone();
+        let name = name.clone();
+        async move {
+            let t = tjs.get(&name).await.ok()?;
+            t.status?.conditions.into_iter().find(|c| c.reason == "NamespaceNotAllowed")
+        }
+    })
+    .await;
+    assert!(c.message.contains(&queue), "{}", c.message);
+    // And the tenant cannot change the queue's rules itself.
+    let refused = Api::<api::stowage::Queue>::all(tenant).delete(&queue, &DeleteParams::default()).await;
+    assert!(matches!(refused, Err(kube::Error::Api(s)) if s.code == 403), "a tenant deleted a Queue");
+    let _ = Api::<TrainJob>::namespaced(t.hub.clone(), "team-a").delete(&name, &DeleteParams::default()).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the real testbed: scripts/test-real"]
+async fn faults_a_stopped_member_apiserver_a_killed_leader_a_restarted_agent_and_a_deleted_jobset_lose_nothing() {
+    let t = Testbed::open().await;
+    // A member's API server frozen for a few seconds, then resumed.
+    let names: Vec<String> = (0..3).map(|i| unique(&format!("fault-{i}"))).collect();
+    for n in &names {
+        submit(&t.hub, &trainjob(n, 1, 20, json!({}))).await;
+    }
+    let first = placement(&t.hub, &names[0], running).await;
+    let member = first.spec.cluster.clone().expect("placed");
+    t.signal(&format!("{member}-apiserver"), "STOP");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    t.signal(&format!("{member}-apiserver"), "CONT");
+
+    // The leading dispatcher killed: the other takes the Lease; started again, it follows.
+    let lease: k8s_openapi::api::coordination::v1::Lease =
+        Api::namespaced(t.hub.clone(), "stowage-system").get("stowage-dispatcher").await.expect("the Lease");
+    let leader = lease.spec.and_then(|s| s.holder_identity).expect("a leader");
+    let process = format!("stowage-{leader}");
+    t.signal(&process, "KILL");
+    // An agent restarted.
+    t.signal(&format!("stowage-agent-{member}"), "KILL");
+    t.restart(&format!("stowage-agent-{member}"));
+    t.restart(&process);
+    for n in &names {
+        never_twice(&t, n, Duration::from_secs(180)).await;
+    }
+
+    // A JobSet deleted by hand on its member: reported Lost, placed again, completes.
+    let name = unique("deleted");
+    submit(&t.hub, &trainjob(&name, 1, 30, json!({}))).await;
+    let p = placement(&t.hub, &name, running).await;
+    let c = &t.members[p.spec.cluster.as_deref().expect("placed")];
+    let ar = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("jobset.x-k8s.io", "v1alpha2", "JobSet"),
+        "jobsets",
+    );
+    Api::<DynamicObject>::namespaced_with(c.clone(), "default", &ar)
+        .delete(&name, &DeleteParams::background())
+        .await
+        .expect("deleted by hand");
+    placement(&t.hub, &name, |q| q.spec.epoch > p.spec.epoch).await;
+    never_twice(&t, &name, Duration::from_secs(180)).await;
+}
