@@ -345,7 +345,7 @@ fn long_trainjob(name: &str, nodes: u32, seconds: u32) -> String {
         "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata:\n  name: {name}\n  annotations:\n    \
          stowage.dev/expected-runtime-seconds: \"{seconds}\"\n    stowage.dev/simulated-duration-seconds: \"{seconds}\"\n\
          spec:\n  runtimeRef: {{name: torch-distributed}}\n  trainer:\n    numNodes: {nodes}\n    \
-         resourcesPerNode: {{requests: {{nvidia.com/gpu: \"8\"}}}}\n"
+         resourcesPerNode: {{requests: {{nvidia.com/gpu: \"8\"}}, limits: {{nvidia.com/gpu: \"8\"}}}}\n"
     )
 }
 

@@ -53,7 +53,7 @@ fn observed(members: Vec<MemberCluster>) -> Observed {
         serde_json::from_value(json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
         "metadata": {"name": "t", "namespace": "ml", "uid": "u1", "creationTimestamp": "2026-11-22T09:00:00Z"},
         "spec": {"runtimeRef": {"name": "torch-distributed"},
-                 "trainer": {"numNodes": 2, "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8"}}}}}))
+                 "trainer": {"numNodes": 2, "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}}}))
         .expect("trainjob");
     Observed { trainjobs: vec![tj], cluster_runtimes: vec![runtime], members, ..Observed::default() }
 }
@@ -395,7 +395,7 @@ fn trainjob(
     extra: serde_json::Value,
 ) -> TrainJob {
     let mut spec = json!({"runtimeRef": {"name": "torch-distributed"},
-        "trainer": {"numNodes": nodes, "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8"}}}});
+        "trainer": {"numNodes": nodes, "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}});
     if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
         s.extend(e.clone());
     }

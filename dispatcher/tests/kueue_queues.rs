@@ -50,7 +50,7 @@ fn trainjob(name: &str, ns: &str, queue: &str) -> TrainJob {
         "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}"),
                      "creationTimestamp": "2026-11-25T09:00:00Z", "labels": {"kueue.x-k8s.io/queue-name": queue}},
         "spec": {"runtimeRef": {"name": "torch-distributed"},
-                 "trainer": {"numNodes": 2, "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8", "cpu": "32"}}}}}))
+                 "trainer": {"numNodes": 2, "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8", "cpu": "32"}, "limits": {"nvidia.com/gpu": "8"}}}}}))
     .expect("trainjob")
 }
 

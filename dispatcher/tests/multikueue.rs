@@ -298,7 +298,7 @@ fn with_kueue_on_the_hub_a_trainjob_with_its_queue_label_is_kueues_and_not_place
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
         "metadata": {"name": "t", "namespace": "team-a", "uid": "u1", "labels": {"kueue.x-k8s.io/queue-name": "team-a"}},
         "spec": {"runtimeRef": {"name": "torch-distributed"}, "suspend": true,
-                 "trainer": {"numNodes": 2, "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8"}}}}}))
+                 "trainer": {"numNodes": 2, "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}}}))
     .expect("trainjob");
     let mut o = observed(vec![member("east", &[])], vec![]);
     o.cluster_runtimes = vec![runtime];

@@ -21,7 +21,7 @@ fn trainjob(runtime: &str, nodes: u32, annotations: serde_json::Value) -> TrainJ
         "metadata": {"name": "t", "namespace": "ml", "labels": {"stowage.dev/queue": "research"}, "annotations": annotations,
                      "creationTimestamp": "2026-11-22T01:00:00Z"},
         "spec": {"runtimeRef": {"name": runtime}, "trainer": {"numNodes": nodes,
-                 "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8", "cpu": "32", "memory": "256Gi"}}}}}))
+                 "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8", "cpu": "32", "memory": "256Gi"}, "limits": {"nvidia.com/gpu": "8"}}}}}))
     .expect("trainjob")
 }
 

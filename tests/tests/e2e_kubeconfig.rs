@@ -14,7 +14,7 @@
 use api::stowage::Placement;
 use api::trainer::TrainJob;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::Client;
+use kube::{Client, ResourceExt};
 use kube::api::{Api, DeleteParams, ListParams, LogParams};
 use serde_json::json;
 use stowage_tests::e2e::{Target, condition, pending_because, placement, submit, trainjob};
@@ -32,6 +32,13 @@ async fn delete(hub: &Client, names: &[&str]) {
     }
 }
 
+/// A JobSet's pods on a member.
+async fn pods_of(member: &Client, jobset: &str) -> Vec<Pod> {
+    let selector = format!("jobset.sigs.k8s.io/jobset-name={jobset}");
+    let pods = Api::<Pod>::default_namespaced(member.clone()).list(&ListParams::default().labels(&selector)).await;
+    pods.expect("member pods").items
+}
+
 #[tokio::test]
 async fn a_trainjob_that_requires_a_rack_runs_on_one_rack_of_one_member_and_completes() {
     let t = Target::from_env().await;
@@ -47,9 +54,7 @@ async fn a_trainjob_that_requires_a_rack_runs_on_one_rack_of_one_member_and_comp
     assert_eq!(domain.level, "rack");
     // ... and the member's own API shows every pod on a node of that rack.
     let member = t.members.get(&cluster).unwrap_or_else(|| panic!("no kubeconfig for member {cluster}"));
-    let selector = format!("jobset.sigs.k8s.io/jobset-name={name}");
-    let pods = Api::<Pod>::default_namespaced(member.clone()).list(&ListParams::default().labels(&selector)).await;
-    let pods = pods.expect("member pods").items;
+    let pods = pods_of(member, &name).await;
     assert_eq!(pods.len(), 4, "one pod per node");
     let nodes: Api<Node> = Api::all(member.clone());
     for pod in pods {
@@ -59,7 +64,14 @@ async fn a_trainjob_that_requires_a_rack_runs_on_one_rack_of_one_member_and_comp
         assert_eq!(label.as_deref(), Some(domain.value.as_str()), "pod on {node_name}, outside the rack");
     }
     // Its log reads the same from the hub (its pod copy, through the log relay) as on the member.
-    let pod = format!("{name}-node-0-0");
+    // Node 0's pod, found by its labels: the Job controller names pods with a random suffix
+    // (`<job>-<index>-<random>`), which the simulated members leave out.
+    let node0 = pods_of(member, &name)
+        .await
+        .into_iter()
+        .find(|p| p.labels().get("batch.kubernetes.io/job-completion-index").map(String::as_str) == Some("0"))
+        .expect("node 0's pod");
+    let pod = node0.name_any();
     let params = LogParams { container: Some("node".into()), ..Default::default() };
     let on_member = Api::<Pod>::default_namespaced(member.clone()).logs(&pod, &params).await.expect("member log");
     let on_hub = Api::<Pod>::default_namespaced(t.hub.clone()).logs(&pod, &params).await.expect("hub log");

@@ -172,7 +172,10 @@ async fn native_gang(t: &Testbed, member: &str, name: &str, nodes: i64) -> Vec<P
     let objects = trainer_render::render(&input).expect("renders");
     assert!(objects.iter().any(|o| matches!(o, Object::Native(_))), "a native PodGroup");
     for o in &objects {
-        let v = o.to_value();
+        let mut v = o.to_value();
+        // Applied by hand, not by an agent: without the fencing labels, or the member's agent
+        // would take the JobSet for a placement no longer there and delete it.
+        unlabel(&mut v);
         let (group, version) = o.api_version().split_once('/').unwrap_or(("", o.api_version()));
         let plural = if o.kind() == "JobSet" { "jobsets" } else { "podgroups" };
         let ar = kube::api::ApiResource::from_gvk_with_plural(
@@ -195,6 +198,21 @@ async fn native_gang(t: &Testbed, member: &str, name: &str, nodes: i64) -> Vec<P
         }
     })
     .await
+}
+
+/// Removes the fencing labels an agent puts on what it makes.
+fn unlabel(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(map) => {
+            if let Some(labels) = map.get_mut("labels").and_then(|l| l.as_object_mut()) {
+                labels.remove(api::stowage::TRAINJOB_UID_LABEL);
+                labels.remove(api::stowage::EPOCH_LABEL);
+            }
+            map.values_mut().for_each(unlabel);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(unlabel),
+        _ => {}
+    }
 }
 
 #[tokio::test]
@@ -256,7 +274,7 @@ async fn an_agents_own_credential_is_refused_by_the_real_apiserver_on_another_me
     let other = t.members.keys().find(|m| **m != owner).expect("a second member").clone();
     let agent = client(&t.dir.join("agents").join(format!("{other}-on-hub.kubeconfig"))).await;
     let forged = json!({"status": {"phase": "Failed", "observedEpoch": p.spec.epoch, "message": "forged"}});
-    let refused = Api::<Placement>::default_namespaced(agent)
+    let refused = Api::<Placement>::namespaced(agent, "default")
         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&forged))
         .await
         .expect_err("another member's agent may not write this Placement's status");

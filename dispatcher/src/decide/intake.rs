@@ -436,7 +436,7 @@ mod tests {
             serde_json::from_value(json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
             "metadata": {"name": "t", "namespace": "ml", "uid": "u1", "creationTimestamp": "2026-11-22T09:00:00Z"},
             "spec": {"runtimeRef": {"name": "torch-distributed"},
-                     "trainer": {"numNodes": 2, "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8"}}}}}))
+                     "trainer": {"numNodes": 2, "resourcesPerNode": {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}}}))
             .expect("trainjob");
         let placements = placement
             .map(|spec| {
