@@ -544,9 +544,19 @@ fn the_hub_lets_only_a_placements_agent_write_its_status() {
     assert!(
         expressions.iter().any(|e| e.contains("request.userInfo.username")
             && e.contains("oldObject.spec.cluster")
-            && e.contains("request.subResource")),
+            && e.contains("variables.subresource")),
         "no validation compares the user with the Placement's cluster: {expressions:?}"
     );
+    // A request to the object itself has no subResource key: a real API server's CEL errors on
+    // reading it (and failurePolicy Fail denies), so every read of it goes through has().
+    let variables: Vec<String> = seq_at(policy, &["spec", "variables"])
+        .iter()
+        .filter_map(|v| str_at(v, &["expression"]).map(str::to_string))
+        .chain(expressions.iter().cloned())
+        .collect();
+    for e in variables.iter().filter(|e| e.contains("request.subResource")) {
+        assert!(e.contains("has(request.subResource)"), "request.subResource read without has(): {e}");
+    }
     for v in seq_at(policy, &["spec", "validations"]) {
         assert_eq!(str_at(v, &["reason"]), Some("Forbidden"), "a validation answers other than 403");
     }

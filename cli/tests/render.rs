@@ -26,7 +26,7 @@ spec:
   runtimeRef: {name: torch-distributed}
   trainer:
     numNodes: 2
-    resourcesPerNode: {requests: {nvidia.com/gpu: '8'}, limits: {nvidia.com/gpu: "8"}}
+    resourcesPerNode: {requests: {nvidia.com/gpu: '8'}, limits: {nvidia.com/gpu: \"8\"}}
 ";
 
 const PLACEMENT: &str = "apiVersion: stowage.dev/v1alpha1

@@ -68,14 +68,23 @@ impl Attributes<'_> {
     fn request(&self) -> Value {
         let gvk = json!({"group": self.rt.group, "version": self.rt.version, "kind": self.rt.kind});
         let gvr = json!({"group": self.rt.group, "version": self.rt.version, "resource": self.rt.plural});
-        json!({
+        let mut request = json!({
             "uid": "", "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
-            "subResource": self.subresource.unwrap_or(""),
-            "name": self.name, "namespace": self.namespace.unwrap_or(""),
             "operation": self.operation.as_str(),
             "userInfo": {"username": self.user.username, "uid": "", "groups": self.user.groups},
             "dryRun": self.dry_run,
-        })
+        });
+        // As a real API server: an empty subResource, name or namespace is no key at all, and
+        // an expression reading it without has() fails (the testbed showed a policy that read
+        // request.subResource on a create deny every create there, and pass here).
+        for (key, value) in
+            [("subResource", self.subresource), ("name", Some(self.name)), ("namespace", self.namespace)]
+        {
+            if let Some(v) = value.filter(|v| !v.is_empty()) {
+                request[key] = v.into();
+            }
+        }
+        request
     }
 }
 

@@ -254,7 +254,7 @@ impl Target {
 }
 
 /// A client from a kubeconfig file, as `stowage dispatcher --kubeconfig` makes one.
-async fn client(path: &Path) -> Client {
+pub async fn client(path: &Path) -> Client {
     let kc = kube::config::Kubeconfig::read_from(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
         .await

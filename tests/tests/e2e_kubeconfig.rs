@@ -14,8 +14,8 @@
 use api::stowage::Placement;
 use api::trainer::TrainJob;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::{Client, ResourceExt};
 use kube::api::{Api, DeleteParams, ListParams, LogParams};
+use kube::{Client, ResourceExt};
 use serde_json::json;
 use stowage_tests::e2e::{Target, condition, pending_because, placement, submit, trainjob};
 

@@ -9,7 +9,7 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use api::stowage::{Placement, PlacementSpec, PodSetPlacement};
@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use stowage_tests::e2e::{condition, eventually, placement, running, trainjob};
+use stowage_tests::e2e::{client, condition, eventually, placement, running, trainjob};
 use trainer_render::{Capabilities, GangScheduler, Input, Object};
 
 /// The testbed's directory and clients from its kubeconfigs.
@@ -26,14 +26,6 @@ struct Testbed {
     dir: PathBuf,
     hub: Client,
     members: BTreeMap<String, Client>,
-}
-
-async fn client(path: &Path) -> Client {
-    let kc = kube::config::Kubeconfig::read_from(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-        .await
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    Client::try_from(config).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 impl Testbed {

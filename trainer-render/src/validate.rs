@@ -908,6 +908,9 @@ pub(crate) fn queue_moves(job: &TrainJob, old: Option<&TrainJob>) -> Vec<FieldEr
 /// runtime patches the API server would silently change (fields the CRD does not declare, nulls).
 pub(crate) fn stowage_rules(job: &TrainJob, runtime: &Runtime) -> Vec<FieldError> {
     let mut errs = Vec::new();
+    if let Some(r) = job.spec.trainer.as_ref().and_then(|t| t.resources_per_node.as_ref()) {
+        extended_limits(r, "spec.trainer.resourcesPerNode", &mut errs);
+    }
     let rspec = runtime.spec();
     if let Some(t) = &job.spec.trainer {
         if let Some(n) = t.num_nodes {
@@ -1147,6 +1150,30 @@ fn extended_resource(name: &str) -> bool {
     name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
 }
 
+/// An extended resource is never overcommitted: a request needs its limit, and the two agree
+/// (`ValidateResourceRequirements`). Trainer admits such a TrainJob and renders it; the member's
+/// Job controller then cannot create a single pod (found on the real testbed), so the hub
+/// refuses it at admission, naming the field.
+fn extended_limits(r: &ResourceRequirements, path: &str, errs: &mut Vec<FieldError>) {
+    for (res, q) in r.requests.iter().flatten().filter(|(k, _)| extended_resource(k)) {
+        match r.limits.as_ref().and_then(|l| l.get(res)) {
+            None => errs.push(own(
+                ErrorType::Required,
+                format!("{path}.limits"),
+                BadValue::Omit,
+                "Limit must be set for non overcommitable resources",
+            )),
+            Some(l) if Milli::parse(&l.0).ok() != Milli::parse(&q.0).ok() => errs.push(own(
+                ErrorType::Invalid,
+                format!("{path}.requests.{res}"),
+                s(&q.0),
+                format!("must be equal to {res} limit of {}", l.0),
+            )),
+            Some(_) => {}
+        }
+    }
+}
+
 /// Quantities that match the pattern but that Kubernetes cannot use: negative for a container,
 /// too many digits, or past the 64-bit range it accounts resources in.
 fn quantity_ranges(r: &ResourceRequirements, path: &str, object: Source, errs: &mut Vec<FieldError>) {
@@ -1161,30 +1188,6 @@ fn quantity_ranges(r: &ResourceRequirements, path: &str, object: Source, errs: &
                 Ok(_) => continue,
             };
             errs.push(err(object, Rule::Stowage, ErrorType::Invalid, format!("{path}.{part}.{res}"), s(&q.0), problem));
-        }
-    }
-    // An extended resource is never overcommitted: a request needs its limit, and the two agree
-    // (`ValidateResourceRequirements`). Trainer admits the TrainJob; the Job controller's pods
-    // would be refused on the member, found there on the real testbed.
-    for (res, q) in r.requests.iter().flatten().filter(|(k, _)| extended_resource(k)) {
-        match r.limits.as_ref().and_then(|l| l.get(res)) {
-            None => errs.push(err(
-                object,
-                Rule::Stowage,
-                ErrorType::Required,
-                format!("{path}.limits"),
-                BadValue::Omit,
-                "Limit must be set for non overcommitable resources",
-            )),
-            Some(l) if Milli::parse(&l.0).ok() != Milli::parse(&q.0).ok() => errs.push(err(
-                object,
-                Rule::Stowage,
-                ErrorType::Invalid,
-                format!("{path}.requests.{res}"),
-                s(&q.0),
-                format!("must be equal to {res} limit of {}", l.0),
-            )),
-            Some(_) => {}
         }
     }
 }

@@ -73,6 +73,22 @@ impl std::fmt::Debug for Relay {
     }
 }
 
+/// Whether one more log of `namespace` on `cluster` may be read, given the (cluster, namespace)
+/// of those open: the member's limit, then the namespace's share of it.
+fn room(open: &[(&str, &str)], cluster: &str, namespace: &str) -> Result<(), String> {
+    let on_member = open.iter().filter(|(c, _)| *c == cluster).count();
+    let in_namespace = open.iter().filter(|(c, n)| *c == cluster && *n == namespace).count();
+    if on_member >= MAX_STREAMS_PER_MEMBER {
+        return Err(format!("member {cluster}: {MAX_STREAMS_PER_MEMBER} logs are read already"));
+    }
+    if in_namespace >= MAX_STREAMS_PER_NAMESPACE {
+        return Err(format!(
+            "namespace {namespace}: {MAX_STREAMS_PER_NAMESPACE} logs on member {cluster} are read already"
+        ));
+    }
+    Ok(())
+}
+
 fn text(code: StatusCode, body: impl Into<String>) -> Response<Body> {
     let mut r = Response::new(Full::new(Bytes::from(body.into())).boxed());
     *r.status_mut() = code;
@@ -161,24 +177,17 @@ impl Relay {
             let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
             // Dead streams go first: readers that left while their follow was idle.
             streams.retain(|_, s| !s.chunks.is_closed());
-            let open: Vec<&Stream> = streams.values().filter(|s| s.cluster == cluster).collect();
-            let in_namespace = open.iter().filter(|s| s.namespace == *namespace).count();
-            match (open.len() < MAX_STREAMS_PER_MEMBER, in_namespace < MAX_STREAMS_PER_NAMESPACE) {
-                (true, true) => {
-                    let stream = Stream {
-                        cluster: cluster.clone(),
-                        namespace: namespace.to_string(),
-                        status: Some(status_tx),
-                        chunks: chunks_tx,
-                    };
-                    streams.insert(id, stream);
-                    Ok(())
-                }
-                (false, _) => Err(format!("member {cluster}: {MAX_STREAMS_PER_MEMBER} logs are read already")),
-                (true, false) => Err(format!(
-                    "namespace {namespace}: {MAX_STREAMS_PER_NAMESPACE} logs on member {cluster} are read already"
-                )),
-            }
+            let open: Vec<(&str, &str)> =
+                streams.values().map(|s| (s.cluster.as_str(), s.namespace.as_str())).collect();
+            room(&open, &cluster, namespace).map(|()| {
+                let stream = Stream {
+                    cluster: cluster.clone(),
+                    namespace: namespace.to_string(),
+                    status: Some(status_tx),
+                    chunks: chunks_tx,
+                };
+                streams.insert(id, stream);
+            })
         };
         let admitted = admitted
             .and_then(|()| queue.try_send(request).map_err(|_| format!("member {cluster}: its agent's queue is full")));
@@ -314,5 +323,24 @@ impl Relay {
             self.forget(id);
         }
         Ok(text(StatusCode::OK, ""))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_namespace_takes_at_most_its_share_of_a_members_streams() {
+        let noisy = vec![("east", "team-a"); MAX_STREAMS_PER_NAMESPACE];
+        let refused = room(&noisy, "east", "team-a").expect_err("past its share");
+        assert!(refused.starts_with("namespace team-a:"), "{refused}");
+        // Another namespace on the same member, and the same namespace on another member, read on.
+        assert_eq!(room(&noisy, "east", "team-b"), Ok(()));
+        assert_eq!(room(&noisy, "west", "team-a"), Ok(()));
+        // The member's own limit holds whatever the namespaces.
+        let full: Vec<(&str, &str)> =
+            (0..MAX_STREAMS_PER_MEMBER).map(|i| ("east", if i % 2 == 0 { "a" } else { "b" })).collect();
+        assert!(room(&full, "east", "c").expect_err("member full").starts_with("member east:"));
     }
 }
