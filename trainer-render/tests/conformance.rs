@@ -2072,30 +2072,3 @@ fn a_queue_label_change_is_refused_unless_the_trainjob_is_suspended() {
         assert_eq!(denied(&labelled(Some("team-b"), key, false), &runtime, None), Vec::<String>::new());
     }
 }
-
-/// Found on the real testbed: Trainer admits and renders these, and the member's Job controller
-/// then cannot create a single pod. Stowage's admission refuses them, naming the field.
-#[test]
-fn a_gpu_request_needs_its_equal_limit_at_admission() {
-    let runtime = cluster_runtime("test-runtime", json!({"template": {"spec": wrapper_spec()}}));
-    let with = |resources: Value| {
-        trainjob("job", "ClusterTrainingRuntime", "test-runtime", json!({"trainer": {"resourcesPerNode": resources}}))
-    };
-    assert_eq!(
-        denied(&with(json!({"requests": {"nvidia.com/gpu": "8"}})), &runtime, None),
-        ["spec.trainer.resourcesPerNode.limits: Required value: Limit must be set for non overcommitable resources"]
-    );
-    assert_eq!(
-        denied(&with(json!({"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "4"}})), &runtime, None),
-        [
-            "spec.trainer.resourcesPerNode.requests.nvidia.com/gpu: Invalid value: \"8\": must be equal to nvidia.com/gpu limit of 4"
-        ]
-    );
-    // As the SDK writes them (identical requests and limits), or limits alone (requests default
-    // to them): admitted.
-    assert_eq!(
-        denied(&with(json!({"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}})), &runtime, None),
-        Vec::<String>::new()
-    );
-    assert_eq!(denied(&with(json!({"limits": {"nvidia.com/gpu": "8"}})), &runtime, None), Vec::<String>::new());
-}
