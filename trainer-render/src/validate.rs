@@ -1147,47 +1147,6 @@ fn extended_resource(name: &str) -> bool {
     name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
 }
 
-/// An extended resource is never overcommitted: a request needs its limit, and the two agree
-/// (`ValidateResourceRequirements`). Trainer admits such a TrainJob and renders it; the member's
-/// Job controller then cannot create a single pod (found on the real testbed), so the hub
-/// refuses it at admission, naming the field (admission only: `render` renders what Trainer
-/// renders).
-#[allow(dead_code)] // Not wired yet: Trainer's own conformance cases ask GPUs without limits (note, issue 33).
-pub(crate) fn gpu_limits(job: &TrainJob) -> Vec<FieldError> {
-    let mut errs = Vec::new();
-    if let Some(r) = job.spec.trainer.as_ref().and_then(|t| t.resources_per_node.as_ref()) {
-        extended_limits(r, "spec.trainer.resourcesPerNode", &mut errs);
-    }
-    errs
-}
-
-fn extended_limits(r: &ResourceRequirements, path: &str, errs: &mut Vec<FieldError>) {
-    for (res, q) in r.requests.iter().flatten().filter(|(k, _)| extended_resource(k)) {
-        match r.limits.as_ref().and_then(|l| l.get(res)) {
-            None => errs.push(own(
-                ErrorType::Required,
-                format!("{path}.limits"),
-                BadValue::Omit,
-                "Limit must be set for non overcommitable resources",
-            )),
-            // Only whole, readable quantities are compared: the rest are refused as quantities.
-            Some(l) if whole(&q.0) && whole(&l.0) && Milli::parse(&l.0).ok() != Milli::parse(&q.0).ok() => {
-                errs.push(own(
-                    ErrorType::Invalid,
-                    format!("{path}.requests.{res}"),
-                    s(&q.0),
-                    format!("must be equal to {res} limit of {}", l.0),
-                ))
-            }
-            Some(_) => {}
-        }
-    }
-}
-
-fn whole(q: &str) -> bool {
-    Milli::parse(q).is_ok_and(|m| m.0 % 1000 == 0)
-}
-
 /// Quantities that match the pattern but that Kubernetes cannot use: negative for a container,
 /// too many digits, or past the 64-bit range it accounts resources in.
 fn quantity_ranges(r: &ResourceRequirements, path: &str, object: Source, errs: &mut Vec<FieldError>) {
