@@ -13,7 +13,10 @@ COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked -p stowage \
-    && cp target/release/stowage /usr/local/bin/stowage
+    && cp target/release/stowage /usr/local/bin/stowage \
+    && strip --strip-debug /usr/local/bin/stowage
+# The release profile keeps line tables for profiling (docs/performance.md); the image drops
+# them (about 300 MB to a fraction) and keeps the symbols, so a backtrace still names functions.
 
 FROM debian:bookworm-slim
 RUN apt-get update \

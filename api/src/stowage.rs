@@ -142,6 +142,10 @@ pub struct MemberClusterStatus {
     /// free, exactly (the dispatcher's preemption reads it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bound: Vec<BoundPlacement>,
+    /// Whether the hub can read this member's pod logs: through the log relay, or why not
+    /// (the agent runs without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logs: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -515,6 +519,23 @@ pub struct PlacementStatus {
     pub message: Option<String>,
 }
 
+impl PlacementStatus {
+    /// A merge patch setting the whole status: each field this status leaves out is cleared
+    /// (`null`), not left as an earlier epoch or a claim wrote it.
+    pub fn merge_patch(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).unwrap_or_default();
+        if let Some(fields) = v.as_object_mut() {
+            for key in PLACEMENT_STATUS_OPTIONAL {
+                fields.entry(key).or_insert(serde_json::Value::Null);
+            }
+        }
+        serde_json::json!({"status": v})
+    }
+}
+
+/// The status fields a [`PlacementStatus`] may leave out.
+const PLACEMENT_STATUS_OPTIONAL: [&str; 5] = ["conditions", "jobsStatus", "startTime", "completionTime", "message"];
+
 /// Our CRDs as YAML documents, file name first, as `manifests/crds/` holds them.
 pub fn crds() -> Vec<(String, String)> {
     use kube::CustomResourceExt;
@@ -573,5 +594,46 @@ mod tests {
             (EPOCH_LABEL.to_string(), "4".to_string()),
         ]);
         assert_eq!(PlacementKey::of_labels(&labels), Some(k));
+    }
+
+    #[test]
+    fn a_placement_status_patch_clears_every_field_it_leaves_out() {
+        // Every field set: the keys a status may leave out are exactly the listed ones.
+        let full = PlacementStatus {
+            phase: PlacementPhase::Running,
+            observed_epoch: 2,
+            conditions: vec![Condition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                reason: "R".into(),
+                message: String::new(),
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ),
+                observed_generation: None,
+            }],
+            jobs_status: vec![crate::trainer::JobStatus::default()],
+            start_time: Some("t".into()),
+            completion_time: Some("t".into()),
+            message: Some("m".into()),
+        };
+        let always = serde_json::to_value(PlacementStatus::default()).expect("json");
+        let every = serde_json::to_value(&full).expect("json");
+        let mut optional: Vec<&str> = every
+            .as_object()
+            .expect("object")
+            .keys()
+            .filter(|k| !always.as_object().expect("object").contains_key(*k))
+            .map(String::as_str)
+            .collect();
+        optional.sort_unstable();
+        let mut listed = PLACEMENT_STATUS_OPTIONAL.to_vec();
+        listed.sort_unstable();
+        assert_eq!(optional, listed);
+        let patch =
+            PlacementStatus { phase: PlacementPhase::Pending, observed_epoch: 3, ..Default::default() }.merge_patch();
+        assert_eq!(patch["status"]["message"], serde_json::Value::Null);
+        assert_eq!(patch["status"]["jobsStatus"], serde_json::Value::Null);
+        assert_eq!(patch["status"]["observedEpoch"], 3);
     }
 }

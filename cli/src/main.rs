@@ -106,6 +106,10 @@ struct ExplainArgs {
     /// The dispatcher's --member-grace-seconds, to judge members as it does.
     #[arg(long, default_value_t = 120)]
     member_grace_seconds: u64,
+    /// The dispatcher's --kueue, to judge TrainJobs as it does (one Kueue has made a Workload
+    /// for is Kueue's in either mode).
+    #[command(flatten)]
+    kueue: KueueArgs,
 }
 
 #[derive(Debug, Args)]
@@ -285,6 +289,10 @@ struct DevArgs {
     /// (`--kueue multikueue` always installs them).
     #[arg(long)]
     with_kueue_crds: bool,
+    /// Node label keys the agents report beside the well-known ones, as `stowage agent
+    /// --node-labels` does: a TrainJob's node selector on such a key can then be met.
+    #[arg(long, value_delimiter = ',')]
+    node_labels: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -385,7 +393,15 @@ struct SimulateArgs {
     /// What-if on a live hub: snapshot the hub of this kubeconfig (members' capacity, Queues,
     /// running and waiting TrainJobs) and run it forward with the dispatcher's own cycle: when
     /// each TrainJob is expected to start and end, per queue (docs/simulator.md).
-    #[arg(long, value_name = "KUBECONFIG", conflicts_with_all = ["fleet", "machines", "trace", "synthetic", "bench", "gpu_sharing"])]
+    // The what-if runs the dispatcher's own policy on the hub as it is, so the options that
+    // shape a replay (its inputs, policies, load, failures, outputs) are refused beside it
+    // rather than silently ignored.
+    #[arg(long, value_name = "KUBECONFIG", conflicts_with_all = [
+        "fleet", "machines", "trace", "synthetic", "bench", "gpu_sharing", "helios", "helios_day",
+        "trace_format", "skip_bad_rows", "policy", "seed", "load_scale", "node_failure_rate", "tenants",
+        "json", "svg", "locality_patience", "locality_cost", "urgent", "checkpoint_interval", "mix",
+        "machines_format",
+    ])]
     from: Option<PathBuf>,
     /// With --from: an edit to try, shown beside the hub as it is: `add-pool cluster=X flavor=F
     /// nodes=N [gpus-per-node=G]`, `remove-cluster X`, `quota queue=Q flavor=F gpus=N`. Repeat
@@ -892,6 +908,21 @@ fn agent_command(args: AgentArgs) -> Result<(), CliError> {
     };
     rt.block_on(async {
         let hub_config = kube_config(Some(&args.hub_kubeconfig), "hub kubeconfig").await?;
+        // The relay serves logs only; an agent whose relay cannot be set up (its CA Secret not
+        // made yet, say) still places work, and says why in status.logs.
+        let (relay, logs) = match (&args.log_relay, kubelet) {
+            (Some(url), Some(kubelet)) => {
+                match logs::relay_client(hub_config.clone(), url, args.log_relay_ca.as_deref()) {
+                    Ok(relay) => (Some(relay), member_agent::config::Logs::Relay(kubelet)),
+                    Err(e) => {
+                        let why = kube_shell::error_chain(&e);
+                        tracing::warn!(error = %why, "running without the log relay");
+                        (None, member_agent::config::Logs::Off(why))
+                    }
+                }
+            }
+            _ => (None, member_agent::config::Logs::Off("the agent runs without --log-relay".into())),
+        };
         let hub = kube::Client::try_from(hub_config.clone())
             .map_err(|e| CliError::Setup { what: "hub kubeconfig".into(), message: e.to_string() })?;
         let member = kube_client(args.member_kubeconfig.as_deref(), "member kubeconfig").await?;
@@ -913,12 +944,11 @@ fn agent_command(args: AgentArgs) -> Result<(), CliError> {
                 start_timeout: Duration::from_secs(args.start_timeout_seconds),
             },
             metrics: member_agent::metrics::Metrics::register(&mut registry, &shared),
-            kubelet,
+            logs,
         };
         let ready = cfg.metrics.ready.clone();
         tokio::spawn(kube_shell::health::serve(args.health_addr, std::sync::Arc::new(registry), ready));
-        if let Some(url) = &args.log_relay {
-            let relay = logs::relay_client(hub_config.clone(), url, args.log_relay_ca.as_deref())?;
+        if let Some(relay) = relay {
             tokio::spawn(member_agent::logs::tunnel::run(relay, member.clone(), cfg.cluster.clone()));
         }
         tokio::select! {
@@ -937,10 +967,11 @@ fn explain_command(args: ExplainArgs) -> Result<(), CliError> {
             .await
             .map_err(|e| CliError::Setup { what: "reading the hub".into(), message: e.to_string() })
     })?;
-    let settings = dispatcher::decide::Settings {
+    let mut settings = dispatcher::decide::Settings {
         member_grace: Duration::from_secs(args.member_grace_seconds),
         ..Default::default()
     };
+    args.kueue.apply(&mut settings);
     let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
     let config = scheduler_core::Config::stowage();
     match dispatcher::decide::explain::explain(&observed, &config, &settings, now, &args.namespace, &args.name) {
@@ -956,7 +987,14 @@ fn dev_command(args: DevArgs) -> Result<(), CliError> {
     let rt = tokio::runtime::Runtime::new().map_err(CliError::Runtime)?;
     let mut settings = dispatcher::decide::Settings::default();
     args.kueue.apply(&mut settings);
-    rt.block_on(dev::run(args.fleet.as_deref(), &args.dir, args.metrics_addr, settings, args.with_kueue_crds))?;
+    rt.block_on(dev::run(
+        args.fleet.as_deref(),
+        &args.dir,
+        args.metrics_addr,
+        settings,
+        args.with_kueue_crds,
+        args.node_labels,
+    ))?;
     Ok(())
 }
 

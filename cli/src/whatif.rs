@@ -14,7 +14,7 @@ pub fn report(observed: &Observed, edits: &[Edit], horizon: Duration) -> Result<
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let config = scheduler_core::Config::stowage();
     let settings = Settings::default();
-    let (before, unknown_s) = outlook(observed, &config, &settings, now.clone(), horizon);
+    let (before, unknown_s) = outlook(observed, &config, &settings, now.clone(), horizon, None);
     let after = if edits.is_empty() {
         None
     } else {
@@ -22,7 +22,7 @@ pub fn report(observed: &Observed, edits: &[Edit], horizon: Duration) -> Result<
         for e in edits {
             e.apply(&mut edited, &now)?;
         }
-        Some(outlook(&edited, &config, &settings, now, horizon).0)
+        Some(outlook(&edited, &config, &settings, now, horizon, Some(unknown_s)).0)
     };
     Ok(render(observed, edits, horizon, &before, after.as_deref(), unknown_s))
 }
@@ -58,27 +58,39 @@ fn render(
         let _ = writeln!(out, "\nno unfinished TrainJob");
         return out;
     }
+    // Each row's cells first, so that the columns are as wide as their widest cell.
+    let rows: Vec<[String; 4]> = before
+        .iter()
+        .map(|b| {
+            let a = after.map(|after| after.iter().find(|a| a.namespace == b.namespace && a.name == b.name));
+            let then = a.map(|a| a.map_or_else(|| "-".to_string(), |a| describe(&a.expected)));
+            let change = a.flatten().map(|a| change(&b.expected, &a.expected));
+            [
+                format!("{}/{}", b.namespace, b.name),
+                describe(&b.expected),
+                then.unwrap_or_default(),
+                change.unwrap_or_default(),
+            ]
+        })
+        .collect();
+    let width =
+        |i: usize, title: &str| rows.iter().map(|r| r[i].chars().count()).chain([title.len()]).max().unwrap_or(0);
+    let (job_w, now_w, after_w) = (width(0, "TRAINJOB"), width(1, "NOW"), width(2, "AFTER"));
+    let line = |cells: [&str; 4]| {
+        let text = match after {
+            None => format!("  {:<job_w$}  {}", cells[0], cells[1]),
+            Some(_) => format!("  {:<job_w$}  {:<now_w$}  {:<after_w$}  {}", cells[0], cells[1], cells[2], cells[3]),
+        };
+        text.trim_end().to_string()
+    };
     let mut queue = None;
-    for b in before {
+    for (b, row) in before.iter().zip(&rows) {
         if queue != Some(&b.queue) {
             queue = Some(&b.queue);
             let _ = writeln!(out, "\nqueue {}", b.queue);
-            let header = if after.is_some() { "  now                             after" } else { "  now" };
-            let _ = writeln!(out, "  {:<32} {header}", "TRAINJOB");
+            let _ = writeln!(out, "{}", line(["TRAINJOB", "NOW", "AFTER", "CHANGE"]));
         }
-        let job = format!("{}/{}", b.namespace, b.name);
-        let now = describe(&b.expected);
-        match after {
-            None => {
-                let _ = writeln!(out, "  {job:<32} {now}");
-            }
-            Some(after) => {
-                let a = after.iter().find(|a| a.namespace == b.namespace && a.name == b.name);
-                let then = a.map_or_else(|| "-".to_string(), |a| describe(&a.expected));
-                let change = a.map(|a| change(&b.expected, &a.expected)).unwrap_or_default();
-                let _ = writeln!(out, "  {job:<32} {now:<31} {then:<31} {change}");
-            }
-        }
+        let _ = writeln!(out, "{}", line([&row[0], &row[1], &row[2], &row[3]]));
     }
     out
 }
@@ -93,7 +105,7 @@ fn describe(e: &Expected) -> String {
             format!("starts {} on {cluster}, ends {}", when(*start), when(*end))
         }
         Expected::Waiting(None) => "not within the horizon".into(),
-        Expected::Held => "held (suspended or blocked)".into(),
+        Expected::Held(why) => format!("held: {why}"),
     }
 }
 
@@ -142,5 +154,33 @@ mod tests {
         assert_eq!(change(&at(0), &at(120)), "2m later");
         assert_eq!(change(&Expected::Waiting(None), &at(0)), "starts within the horizon");
         assert_eq!(describe(&at(0)), "starts now on east, ends in 1m");
+        let why = "pending: UnknownQueue: queue team-z does not exist";
+        assert_eq!(describe(&Expected::Held(why.into())), format!("held: {why}"));
+    }
+
+    /// Each column starts where its header does, however long the cells in it.
+    #[test]
+    fn the_columns_line_up_with_their_headers() {
+        let job = |name: &str, expected: Expected| JobOutlook {
+            namespace: "ml".into(),
+            name: name.into(),
+            queue: "team-a".into(),
+            expected,
+        };
+        let before = [
+            job("a", Expected::Waiting(Some(("east-h100".into(), 3540, 7140)))),
+            job("long-name-of-a-trainjob", Expected::Held("pending: UnknownQueue: queue team-z does not exist".into())),
+        ];
+        let after = [job("a", Expected::Waiting(Some(("east-h100".into(), 0, 3600)))), before[1].clone()];
+        let text = render(&Observed::default(), &[], Duration::from_secs(3600), &before, Some(&after), 600);
+        let lines: Vec<&str> = text.lines().skip_while(|l| !l.contains("TRAINJOB")).collect();
+        let header = lines[0];
+        for title in ["NOW", "AFTER", "CHANGE"] {
+            let col = header.find(title).expect(title);
+            for row in lines[1..].iter().filter(|r| r.len() > col) {
+                let cell = &row[col..];
+                assert!(row.as_bytes()[col - 1] == b' ' && !cell.starts_with(' '), "{title} at {col}:\n{text}");
+            }
+        }
     }
 }

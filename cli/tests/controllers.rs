@@ -85,3 +85,52 @@ fn the_agent_refuses_bad_levels_and_missing_kubeconfigs() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The example member overlay mounts the relay's CA from an optional Secret: without it the
+/// agent still runs and places work, and its MemberCluster says why the hub has no logs there.
+#[tokio::test]
+async fn an_agent_whose_relay_ca_is_missing_runs_without_the_relay_and_says_why() {
+    use api::stowage::MemberCluster;
+    use playground::{Playground, PlaygroundOptions};
+    let fleet = Playground::dev_fleet().expect("fleet");
+    let mut p = Playground::start(&fleet, PlaygroundOptions { dispatchers: 0, ..Default::default() })
+        .await
+        .expect("playground");
+    let name = p.members[0].name.clone();
+    p.stop_agent(&name);
+    let dir = Scratch::new("relay-ca");
+    let (hub, member) = (dir.join("hub.kubeconfig"), dir.join("member.kubeconfig"));
+    std::fs::write(&hub, p.agent_kubeconfig(&name)).expect("write");
+    std::fs::write(&member, p.members[0].sim.server.kubeconfig(&name)).expect("write");
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stowage"))
+        .args(["agent", "--cluster", &name, "--heartbeat-seconds", "1"])
+        .args([
+            "--hub-kubeconfig",
+            hub.to_str().expect("utf-8"),
+            "--member-kubeconfig",
+            member.to_str().expect("utf-8"),
+        ])
+        .args(["--health-addr", &format!("127.0.0.1:{port}")])
+        .args(["--log-relay", "https://127.0.0.1:1", "--log-relay-kubelet", "127.0.0.1:2"])
+        .args(["--log-relay-ca", "/nonexistent/relay/ca.crt"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starts");
+    let members: kube::Api<MemberCluster> = kube::Api::all(p.hub());
+    let mut said = None;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        said = members.get(&name).await.ok().and_then(|m| m.status?.logs);
+        if said.as_deref().is_some_and(|s| s.starts_with("not served")) {
+            break;
+        }
+    }
+    let running = child.try_wait().expect("wait").is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(running, "the agent exited");
+    let said = said.unwrap_or_default();
+    assert!(said.starts_with("not served: --log-relay: /nonexistent/relay/ca.crt"), "{said}");
+}

@@ -62,6 +62,31 @@ fn dev_runs_from_the_root_directory_with_the_upstream_objects_compiled_in() {
         std::io::read_to_string(stderr).unwrap_or_default()
     );
     assert!(!banner.contains("trainjobs,placements"), "kubectl refuses `get A,B -w`; the banner must not offer it");
+    // The example the banner offers is a file that exists, wherever the playground was started.
+    let apply = banner.lines().find(|l| l.contains(" apply -f ")).expect("an apply line");
+    let example = apply.rsplit(' ').next().expect("a path");
+    assert!(std::path::Path::new(example).is_file(), "{apply}");
+    // A second playground on the same --dir is refused, naming the running one; its kubeconfigs
+    // are left as they are.
+    let before = std::fs::read_to_string(&hub).expect("hub kubeconfig");
+    let second = Command::new(env!("CARGO_BIN_EXE_stowage"))
+        .args(["dev", "--metrics-addr", "127.0.0.1:0", "--dir"])
+        .arg(&*dir)
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success() && err.contains("a playground runs there already (pid "), "{err}");
+    assert_eq!(std::fs::read_to_string(&hub).expect("hub kubeconfig"), before);
+    // A start that fails once it has made its directory (here: a label key the agents refuse)
+    // leaves no directory behind.
+    let failed = dir.join("never");
+    let out = Command::new(env!("CARGO_BIN_EXE_stowage"))
+        .args(["dev", "--metrics-addr", "127.0.0.1:0", "--node-labels", "bad key!", "--dir"])
+        .arg(&failed)
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    assert!(!failed.exists(), "{}", String::from_utf8_lossy(&out.stderr));
 
     // The runtimes are installed from the bundled copies; wait for the hub to list them.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -399,4 +424,33 @@ fn what_if_on_the_dev_hub_says_when_each_trainjob_starts_and_what_a_new_pool_cha
     // A bad edit is refused, naming it.
     let (ok, text) = simulate(&["--what-if", "add-pool cluster=x nodes=lots"]);
     assert!(!ok && text.contains("nodes=lots is not a positive number"), "{text}");
+}
+
+/// `stowage dev --node-labels` gives the playground's agents the key, as `stowage agent
+/// --node-labels` does: a member node labelled with it is reported, so a selector on it can be
+/// met; a key Kubernetes would refuse is refused, naming the option.
+#[test]
+fn dev_passes_node_labels_to_its_agents() {
+    let dir = common::Scratch::new("dev-node-labels");
+    let out = Command::new(env!("CARGO_BIN_EXE_stowage"))
+        .args(["dev", "--metrics-addr", "127.0.0.1:0", "--node-labels", "bad key!"])
+        .arg("--dir")
+        .arg(dir.join("bad"))
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--node-labels"), "{err}");
+    let (_guard, _, _) = start_dev(&dir, &["--node-labels", "node-type"]);
+    let member = dir.join("west-a100.kubeconfig");
+    let (ok, nodes) = kubectl(&member, &["get", "nodes", "-o", "name"]);
+    assert!(ok, "{nodes}");
+    let node = nodes.lines().next().expect("a node").to_string();
+    let (ok, out) = kubectl(&member, &["label", &node, "node-type=training"]);
+    assert!(ok, "{out}");
+    let hub = dir.join("hub.kubeconfig");
+    let reported =
+        kubectl_until(&hub, &["get", "membercluster", "west-a100", "-o", "jsonpath={.status.domains}"], |o| {
+            o.contains("\"node-type\":\"training\"")
+        });
+    assert!(reported.contains("\"node-type\":\"training\""), "{reported}");
 }

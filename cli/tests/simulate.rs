@@ -242,6 +242,42 @@ fn a_horizon_leaves_work_running_or_pending_and_counts_it() {
 }
 
 #[test]
+fn a_horizon_counts_only_the_jobs_that_arrived_before_it() {
+    let dir = scratch("horizon-arrivals");
+    let trace = write_trace(&dir, "long,0,7200,1,8,none\nshort,1800,600,1,8,none\nlate,36000,600,1,8,none\n");
+    let out_json = dir.join("out.json");
+    let run = |horizon: &str| {
+        let o = stowage(&[
+            "simulate",
+            "--trace",
+            trace.to_str().expect("utf-8"),
+            "--horizon",
+            horizon,
+            "--policy",
+            "stowage",
+            "--json",
+            out_json.to_str().expect("utf-8"),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        (stdout(&o), json(&out_json)["policies"][0]["jobs"].clone())
+    };
+    // One hour: two have arrived, one finished, one runs; the third is not due for ten hours
+    // and is neither pending nor "never started".
+    let (table, jobs) = run("1h");
+    assert_eq!(jobs["submitted"].as_u64(), Some(2), "{jobs}");
+    assert_eq!(
+        (jobs["completed"].as_u64(), jobs["running"].as_u64(), jobs["pending"].as_u64()),
+        (Some(1), Some(1), Some(0))
+    );
+    assert!(!table.contains("never"), "{table}");
+    // Ten minutes: nothing has completed, so there is no JCT to show, not a zero one.
+    let (table, jobs) = run("10m");
+    assert_eq!(jobs["submitted"].as_u64(), Some(1), "{jobs}");
+    let jct = table.lines().find(|l| l.starts_with("JCT mean")).expect("a JCT row");
+    assert!(jct.trim_end().ends_with('-') && !jct.contains("0.00 h"), "{jct}");
+}
+
+#[test]
 fn load_scale_compresses_arrivals_and_queues_more() {
     let dir = scratch("load");
     let run = |scale: &str| {
@@ -273,6 +309,9 @@ fn svg_plots_are_written() {
         let text = std::fs::read_to_string(dir.join(f)).expect("svg written");
         assert!(text.contains("<svg") && text.contains("stowage") && text.contains("fifo-firstfit"), "{f}");
     }
+    // The utilisation axis stops at 100 %: the space above is the legend's, not a share.
+    let text = std::fs::read_to_string(dir.join("utilisation.svg")).expect("svg written");
+    assert!(text.contains(">100%<") && !text.contains(">110%<") && !text.contains(">120%<"), "utilisation axis");
 }
 
 #[test]
@@ -428,4 +467,48 @@ fn the_pai_mix_replays_on_the_pai_fleet_and_an_unknown_mix_lists_the_known() {
     assert!(stdout(&o).contains("synthetic pai mix of 2000 jobs (seed 1, paced for 6742 GPUs)"), "{}", stdout(&o));
     let wrong = stowage(&["simulate", "--synthetic", "10", "--mix", "philly"]);
     assert!(!wrong.status.success() && stderr(&wrong).contains("scale, pai or helios"), "{}", stderr(&wrong));
+}
+
+#[test]
+fn options_a_what_if_cannot_honour_are_refused_beside_from_naming_them() {
+    // Parsed before any hub is read: the kubeconfig need not exist.
+    for extra in
+        [&["--json", "out.json"][..], &["--load-scale", "2"], &["--policy", "fifo-firstfit"], &["--svg", "plots"]]
+    {
+        let mut args = vec!["simulate", "--from", "/nonexistent/hub.kubeconfig"];
+        args.extend_from_slice(extra);
+        let o = stowage(&args);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains("--from") && err.contains(extra[0]), "{extra:?}: {err}");
+    }
+}
+
+/// Every key of a policy's JSON figures is in docs/simulator.md's key table.
+#[test]
+fn every_policy_figure_in_the_json_is_in_the_docs_key_table() {
+    let dir = scratch("json-keys");
+    let out_json = dir.join("out.json");
+    let o = stowage(&[
+        "simulate",
+        "--horizon",
+        "2d",
+        "--policy",
+        "stowage-batch",
+        "--json",
+        out_json.to_str().expect("utf-8"),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/simulator.md")).expect("docs");
+    let rows: Vec<&str> = docs.lines().filter(|l| l.starts_with("| `policies[].")).collect();
+    let named = |key: &str| {
+        rows.iter().any(|row| {
+            let cell = row.split('`').nth(1).unwrap_or_default().trim_start_matches("policies[].");
+            let first = cell.split(['.', '[']).next().unwrap_or_default();
+            first == key || cell.trim_start_matches('{').trim_end_matches('}').split(',').any(|k| k == key)
+        })
+    };
+    let policy = json(&out_json)["policies"][0].clone();
+    let missing: Vec<&String> = policy.as_object().expect("object").keys().filter(|k| !named(k)).collect();
+    assert!(missing.is_empty(), "policies[] keys missing from docs/simulator.md: {missing:?}");
 }

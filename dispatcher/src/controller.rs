@@ -312,7 +312,22 @@ async fn write_placement(hub: &Client, w: &PlacementWrite) -> Result<Option<Plac
         Some(_) => api.replace(&w.name, &PostParams::default(), &p).await,
     };
     match result {
-        Ok(p) => Ok(Some(p)),
+        Ok(p) => match w.withdrawn_status().filter(|s| p.status.as_ref() != Some(s)) {
+            // Withdrawn: no agent writes its status any more, so the dispatcher clears what the
+            // last one wrote (a Running phase, a "being made on" message, its counts).
+            Some(status) => {
+                let patch = Patch::Merge(status.merge_patch());
+                match api.patch_status(&w.name, &PatchParams::default(), &patch).await {
+                    Ok(p) => Ok(Some(p)),
+                    Err(e) => {
+                        let placement = format!("{}/{}", w.namespace, w.name);
+                        tracing::warn!(%placement, error = %e, "clearing a withdrawn Placement's status");
+                        Ok(Some(p))
+                    }
+                }
+            }
+            None => Ok(Some(p)),
+        },
         Err(kube::Error::Api(e)) if e.code == 409 => {
             tracing::debug!(placement = %format!("{}/{}", w.namespace, w.name), "changed since observed; next cycle");
             Ok(None)
@@ -561,6 +576,8 @@ pub async fn observe_once(hub: &Client) -> Result<Observed, kube::Error> {
     let workload_priority_classes = if served.workload_priority_classes { all(hub).await? } else { Vec::new() };
     let (local_queues, cluster_queues, resource_flavors) =
         if served.kueue_queues { (all(hub).await?, all(hub).await?, all(hub).await?) } else { Default::default() };
+    // Kueue's Workloads say where a TrainJob Kueue queues stands (explain reads them).
+    let workloads = if served.workloads { all(hub).await? } else { Vec::new() };
     Ok(Observed {
         trainjobs: all(hub).await?,
         cluster_runtimes: all(hub).await?,
@@ -574,6 +591,7 @@ pub async fn observe_once(hub: &Client) -> Result<Observed, kube::Error> {
         local_queues,
         cluster_queues,
         resource_flavors,
+        workloads,
         ..Observed::default()
     })
 }
@@ -590,6 +608,7 @@ struct Served {
     workload_priority_classes: bool,
     /// LocalQueue, ClusterQueue and ResourceFlavor.
     kueue_queues: bool,
+    workloads: bool,
 }
 
 impl Served {
@@ -605,6 +624,7 @@ impl Served {
             kueue_queues: serves(gvk::<LocalQueue>())
                 && serves(gvk::<ClusterQueue>())
                 && serves(gvk::<ResourceFlavor>()),
+            workloads: serves(gvk::<api::kueue::Workload>()),
         }
     }
 }

@@ -19,11 +19,15 @@ fn member_domain(fleet: &Fleet, span: DomainId) -> &Domain {
     }
 }
 
-/// The narrowest topology level holding the whole admitted gang, as its member labels it;
-/// `None` when only the cluster does.
+/// The narrowest topology level holding the whole admitted gang: `Host` for a gang on one
+/// node (as the Placement's ranking says), else the level its member labels; `None` when only
+/// the cluster does.
 pub fn locality(fleet: &Fleet, admission: &Admission) -> Option<Level> {
     let span = admission.span(fleet)?;
-    fleet.cluster(admission.cluster).level_at(member_domain(fleet, span).depth)
+    if fleet.domain(span).node.is_some() {
+        return Some(Level::Host);
+    }
+    fleet.cluster(admission.cluster).level_at(fleet.domain(span).depth)
 }
 
 /// The Placement for an admitted gang at `epoch`.

@@ -694,6 +694,8 @@ fn each_write_says_what_it_placed_or_moved_and_each_cycle_counts_what_the_metric
     assert_eq!(f.trainjobs.get(&("default".to_string(), JobPhase::Placed)), Some(&1));
     assert_eq!(f.trainjobs.get(&(UNKNOWN_QUEUE.to_string(), JobPhase::Pending)), Some(&1));
     assert!(f.trainjobs.keys().all(|(q, _)| q != "made-up-by-a-user"));
+    // A Queue with nothing unfinished has its series too, at 0 (the dashboard lists it).
+    assert_eq!(f.trainjobs.get(&("idle".to_string(), JobPhase::Pending)), Some(&0));
     assert_eq!(f.pending.get(&(UNKNOWN_QUEUE.to_string(), "UnknownQueue".to_string())), Some(&1), "{f:#?}");
     // 16 GPUs placed on a nominal 8: 8 borrowed, lent by `idle` (within its lending limit).
     assert_eq!(
@@ -707,9 +709,9 @@ fn each_write_says_what_it_placed_or_moved_and_each_cycle_counts_what_the_metric
     // As the members report: nothing is used there until their pods are.
     assert_eq!(f.cluster_gpus[&("a".to_string(), "h100".to_string())], ClusterGpus { allocatable: 32, used: 0 });
     assert_eq!((f.heartbeat_age["a"], f.heartbeat_age["b"]), (1.0, 5.0));
-    // The stray one waits, created 10 s ago; the default queue has no one waiting.
+    // The stray one waits, created 10 s ago; the default queue has no one waiting: 0.
     assert_eq!(f.oldest_pending.get(UNKNOWN_QUEUE), Some(&10.0));
-    assert!(!f.oldest_pending.contains_key("default"));
+    assert_eq!(f.oldest_pending.get("default"), Some(&0.0));
 
     // Its member goes silent: moved, at a new epoch, as a redispatch and not a first wait.
     let mut o = written(o, &plan);
@@ -782,6 +784,63 @@ fn explain_says_why_a_trainjob_waits_where_it_stands_in_its_queue_and_what_each_
     assert!(explain(&o, &Config::stowage(), &settings(), Time(now()), "ml", "nobody").is_none());
 }
 
+/// In MultiKueue mode the TrainJob Kueue queues carries no status of Stowage's: explain says it
+/// is Kueue's and where its Workload stands, never "the next cycle places it".
+#[test]
+fn explain_tells_a_kueue_queued_trainjob_by_its_workload() {
+    use dispatcher::decide::explain::explain;
+    let mut o = observed(vec![member("a", 1)]);
+    o.trainjobs[0].metadata.labels = Some([("kueue.x-k8s.io/queue-name".to_string(), "lq".to_string())].into());
+    let multikueue = Settings { kueue: dispatcher::decide::KueueMode::MultiKueue, ..settings() };
+    // No Workload yet: Kueue's, and the likely causes.
+    let e = explain(&o, &Config::stowage(), &multikueue, Time(now()), "ml", "t").expect("explained");
+    assert!(e.state.starts_with("Kueue's") && e.state.contains("no Workload"), "{}", e.state);
+    let workload = |status: serde_json::Value| -> api::kueue::Workload {
+        serde_json::from_value(json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {"name": "trainjob-t-1a2b3", "namespace": "ml",
+                "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                                     "name": "t", "uid": "u1", "controller": true}]},
+            "spec": {"queueName": "lq", "podSets": []},
+            "status": status}))
+        .expect("workload")
+    };
+    let cases = [
+        (json!({}), "waiting for quota in LocalQueue lq: Kueue has not reserved it yet"),
+        (
+            json!({"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
+                "message": "couldn't assign flavors", "lastTransitionTime": "2026-11-22T09:00:00Z"}]}),
+            "waiting for quota in LocalQueue lq (Pending: couldn't assign flavors)",
+        ),
+        (
+            json!({"conditions": [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "",
+                "lastTransitionTime": "2026-11-22T09:00:00Z"}],
+                "admissionChecks": [{"name": "mk", "state": "Pending", "message": "",
+                    "lastTransitionTime": "2026-11-22T09:00:00Z"}]}),
+            "quota reserved, waiting for a member",
+        ),
+        (
+            json!({"conditions": [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "",
+                "lastTransitionTime": "2026-11-22T09:00:00Z"}], "nominatedClusterNames": ["a"]}),
+            "nominated by Stowage to a, waiting for MultiKueue to admit it there",
+        ),
+        (
+            json!({"conditions": [{"type": "Admitted", "status": "True", "reason": "Admitted", "message": "",
+                "lastTransitionTime": "2026-11-22T09:00:00Z"}], "clusterName": "a"}),
+            "admitted, running on a",
+        ),
+    ];
+    for (status, words) in cases {
+        o.workloads = vec![workload(status)];
+        // Kueue's whatever mode explain was told: the Workload says so.
+        for s in [&multikueue, &settings()] {
+            let e = explain(&o, &Config::stowage(), s, Time(now()), "ml", "t").expect("explained");
+            assert!(e.state.starts_with("Kueue's") && e.state.contains(words), "{words}: {}", e.state);
+            assert!(!e.state.contains("next cycle") && e.position.is_none(), "{e}");
+            assert_eq!(e.queue.as_deref(), Some("lq"));
+        }
+    }
+}
+
 /// `stowage explain` gives a waiting TrainJob a start time even when nothing running states a
 /// run time: the cycle run forward, the running TrainJob ending after as long again as it has
 /// run (at least 10 min), and one started on the way running the running ones' median length.
@@ -824,6 +883,85 @@ fn explain_projects_when_a_waiting_trainjob_starts_without_a_reservation() {
     assert_eq!(e.eta, Some(Eta { cluster: "m".into(), in_s: 500, basis: Basis::Reserved }));
 }
 
+/// A job that can never fit shows by its reason, and does not hold its queue's oldest wait
+/// (`StowageTrainJobPendingTooLong`) up forever; a job waiting for room does.
+#[test]
+fn a_job_that_never_fits_is_counted_by_its_reason_not_as_its_queues_oldest_wait() {
+    let mut o = observed(vec![member("a", 1)]);
+    o.trainjobs = vec![trainjob("huge", "uh", 100, -7200, json!({}), json!({}))];
+    let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), Time(now()));
+    let f = &plan.figures;
+    assert_eq!(f.pending.get(&("default".to_string(), "NeverFits".to_string())), Some(&1), "{f:#?}");
+    assert!(f.oldest_pending.get("default").is_none_or(|&age| age == 0.0), "{f:#?}");
+    // Beside it, one that waits for room (the rack is full) is the queue's oldest wait.
+    let mut full = member("a", 1);
+    let d = &mut full.status.as_mut().expect("status").domains[0];
+    (d.free_gpus, d.free_histogram) = (0, vec![4, 0, 0, 0, 0, 0, 0, 0, 0]);
+    o.members = vec![full];
+    o.trainjobs.push(trainjob("waits", "uw", 2, -600, json!({}), json!({})));
+    let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), Time(now()));
+    assert_eq!(plan.figures.oldest_pending.get("default"), Some(&600.0), "{:#?}", plan.figures);
+}
+
+/// `simulate --from --what-if remove-cluster`: the edited hub is read with the hub's own
+/// assumed run time. Removing member `big` removes its long-running job from the running
+/// jobs' median; without the hub's assumption every other job's expected end would move.
+#[test]
+fn a_what_if_reads_the_edited_hub_with_the_hubs_own_assumed_run_time() {
+    use dispatcher::decide::whatif::{Edit, Expected, outlook};
+    let mut o = three_of_four_nodes_busy();
+    // m's running job states no run time: 100 s in, expected 700 s in all.
+    o.trainjobs[0] = trainjob("running", "ur", 3, -200, json!({}), json!({}));
+    // big: five nodes, full, its job 10,000 s in, expected 20,000 s in all; the median of the
+    // two. Five nodes: removed with big, that job waits, and fits nowhere else (m has four).
+    let mut big = member("big", 1);
+    let status = big.status.as_mut().expect("status");
+    status.domains[0].nodes = 5;
+    status.domains[0].allocatable_gpus = 40;
+    status.domains[0].free_gpus = 0;
+    status.domains[0].free_histogram = vec![5, 0, 0, 0, 0, 0, 0, 0, 0];
+    status.counted = vec!["uo/1".into()];
+    status.bound = vec![api::stowage::BoundPlacement {
+        placement: "uo/1".into(),
+        nodes: (0..5)
+            .map(|n| api::stowage::BoundNode {
+                node: format!("b{n}"),
+                path: vec!["big-r0".into()],
+                flavor: "h100".into(),
+                class: Default::default(),
+                gpus_per_node: 8,
+                free_gpus: 0,
+                pods: vec![api::stowage::PodSetCount { pod_set: "node".into(), pods: 1 }],
+            })
+            .collect(),
+    }];
+    o.members.push(big);
+    o.trainjobs.push(trainjob("long", "uo", 5, -10_100, json!({}), json!({})));
+    let mut p = o.placements[0].clone();
+    p.metadata.name = Some("long".into());
+    p.metadata.labels = Some([(api::stowage::CLUSTER_LABEL.to_string(), "big".to_string())].into());
+    p.spec.train_job_uid = "uo".into();
+    p.spec.cluster = Some("big".into());
+    p.status.as_mut().expect("status").start_time = Some(at(-10_000).0.to_string());
+    o.placements.push(p);
+    o.trainjobs.push(trainjob("whole-rack", "ub", 4, -50, json!({"stowage.dev/topology": "required:rack"}), json!({})));
+    let horizon = std::time::Duration::from_secs(86_400);
+    let (before, assumed_s) = outlook(&o, &Config::stowage(), &settings(), Time(now()), horizon, None);
+    assert_eq!(assumed_s, 20_000, "{before:?}");
+    let waiting = |v: &[dispatcher::decide::whatif::JobOutlook]| {
+        v.iter().find(|j| j.name == "whole-rack").map(|j| j.expected.clone()).expect("whole-rack")
+    };
+    assert_eq!(waiting(&before), Expected::Waiting(Some(("m".into(), 600, 20_600))));
+    let mut edited = o.clone();
+    Edit::RemoveCluster("big".into()).apply(&mut edited, &Time(now())).expect("removed");
+    // Read alone, the edited hub assumes m's 700 s: whole-rack would "end 19,900 s sooner".
+    let (alone, alone_s) = outlook(&edited, &Config::stowage(), &settings(), Time(now()), horizon, None);
+    assert_eq!((alone_s, waiting(&alone)), (700, Expected::Waiting(Some(("m".into(), 600, 1300)))));
+    // With the hub's assumption, nothing on m changes.
+    let (after, after_s) = outlook(&edited, &Config::stowage(), &settings(), Time(now()), horizon, Some(assumed_s));
+    assert_eq!((after_s, waiting(&after)), (20_000, waiting(&before)));
+}
+
 /// A placed TrainJob's Placement says how the members were ranked when it was placed, and
 /// `stowage explain` shows it: a one-node job fits one host on either member with nothing left
 /// over there, so balance decides: the member with more GPUs free.
@@ -843,6 +981,9 @@ fn a_placement_keeps_how_the_members_were_ranked_and_explain_shows_it() {
         spec.ranking.iter().map(|r| (r.cluster.as_str(), r.leftover_gpus, r.free_gpus)).collect();
     assert_eq!(ranked, [("empty", 0, 32), ("full", 0, 8)]);
     assert_eq!(spec.ranking[0].locality.as_deref(), Some("host"), "one node: the whole gang on one host");
+    // And the placements counter says the same (stowage_placements_total{locality="host"}).
+    let placed = plan.placements[0].effect.placed.as_ref().expect("placed");
+    assert_eq!(placed.locality, Some(scheduler_core::Level::Host));
     let o = written(o, &plan);
     let e = explain(&o, &Config::stowage(), &settings(), Time(now()), "ml", "one").expect("explained");
     assert_eq!(e.chosen.as_ref().map(|(c, r)| (c.as_str(), r.len())), Some(("empty", 2)));

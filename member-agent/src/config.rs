@@ -60,9 +60,37 @@ pub struct AgentConfig {
     pub capabilities: Capabilities,
     pub timing: Timing,
     pub metrics: Metrics,
-    /// Where the hub reads this member's pod logs (the log relay), written on its virtual
-    /// Node; `None` when no relay serves them.
-    pub kubelet: Option<crate::mirror::KubeletEndpoint>,
+    /// How the hub reads this member's pod logs: the log relay's kubelet face, written on its
+    /// virtual Node, or why no relay serves them (reported as `status.logs`).
+    pub logs: Logs,
+}
+
+/// Whether the hub can read this member's pod logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Logs {
+    /// Through the log relay, whose kubelet face the hub's API server calls at this endpoint.
+    Relay(crate::mirror::KubeletEndpoint),
+    /// Not at all, for this reason (no `--log-relay`, or its CA unreadable): the agent runs and
+    /// places work without it.
+    Off(String),
+}
+
+impl Logs {
+    /// The relay's kubelet face, when a relay serves the logs.
+    pub fn kubelet(&self) -> Option<&crate::mirror::KubeletEndpoint> {
+        match self {
+            Logs::Relay(k) => Some(k),
+            Logs::Off(_) => None,
+        }
+    }
+
+    /// What `status.logs` says.
+    pub fn describe(&self) -> String {
+        match self {
+            Logs::Relay(k) => format!("served through the log relay (kubelet face {}:{})", k.address, k.port),
+            Logs::Off(why) => format!("not served: {why}"),
+        }
+    }
 }
 
 /// The agent's timers.

@@ -189,7 +189,7 @@ async fn write_copies(hub: &Client, cluster: &str, plan: MirrorPlan) -> Result<(
 /// The member's virtual Node on the hub, made or refreshed with each heartbeat: its GPUs, and
 /// Ready with the time of this report.
 async fn write_virtual_node(hub: &Client, cfg: &AgentConfig, gpus: u64) -> Result<(), Error> {
-    let node = mirror::virtual_node(&cfg.cluster, gpus, k8s_openapi::jiff::Timestamp::now(), cfg.kubelet.as_ref());
+    let node = mirror::virtual_node(&cfg.cluster, gpus, k8s_openapi::jiff::Timestamp::now(), cfg.logs.kubelet());
     let name = mirror::node_name(&cfg.cluster);
     let api = Api::<Node>::all(hub.clone());
     let what = || format!("writing the hub's virtual Node {name}");
@@ -206,7 +206,7 @@ async fn write_virtual_node(hub: &Client, cfg: &AgentConfig, gpus: u64) -> Resul
 
 pub(crate) async fn write_status(hub: &Client, ns: &str, name: &str, status: &PlacementStatus) -> Result<(), Error> {
     Api::<Placement>::namespaced(hub.clone(), ns)
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&json!({"status": status})))
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status.merge_patch()))
         .await
         .map(|_| ())
         .map_err(kube_err(format!("writing Placement {ns}/{name} status")))
@@ -225,7 +225,8 @@ pub(crate) async fn claim(hub: &Client, cluster: &str, p: &Placement) -> Result<
         message: Some(format!("being made on {cluster}")),
         ..PlacementStatus::default()
     };
-    let body = json!({"metadata": {"resourceVersion": p.resource_version()}, "status": status});
+    let mut body = status.merge_patch();
+    body["metadata"] = json!({"resourceVersion": p.resource_version()});
     Api::<Placement>::namespaced(hub.clone(), &ns)
         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
         .await
@@ -317,6 +318,7 @@ pub(crate) async fn report(
         status["kueue"] = matches!(cfg.capabilities.topology_mode, render::TopologyMode::Kueue).into();
         status["topologyLevels"] = json!(cfg.levels);
         status["bound"] = json!(crate::capacity::bound(&cfg.levels, &cfg.node_labels, &nodes, &pods));
+        status["logs"] = cfg.logs.describe().into();
     }
     Api::<MemberCluster>::all(hub.clone())
         .patch_status(&cfg.cluster, &PatchParams::default(), &Patch::Merge(&json!({"status": status})))

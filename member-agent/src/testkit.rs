@@ -71,7 +71,7 @@ pub(crate) fn config() -> AgentConfig {
         capabilities: Capabilities::default(),
         timing: Timing::default(),
         metrics: Metrics::default(),
-        kubelet: None,
+        logs: crate::config::Logs::Off("no log relay in tests".into()),
     }
 }
 

@@ -272,7 +272,7 @@ impl Playground {
                 capabilities: Capabilities { gang_scheduler: options.gang_scheduler, ..Capabilities::default() },
                 timing: options.timing,
                 metrics: options.agent_metrics.clone(),
-                kubelet: Some(member_agent::mirror::KubeletEndpoint {
+                logs: member_agent::config::Logs::Relay(member_agent::mirror::KubeletEndpoint {
                     address: log_relay.kubelet.ip().to_string(),
                     port: log_relay.kubelet.port(),
                 }),

@@ -50,9 +50,12 @@ pub enum Reason {
         requirement: String,
     },
     /// Clusters with the flavor exist, but the gang's cluster filter (selector, pinning,
-    /// back-off) or cordoning excludes them all.
+    /// back-off) or cordoning excludes them all. `allowed`: the clusters it may use, which
+    /// lack `flavors` (at most [`NAMED_CLUSTERS`] named; empty when it may use none).
     NoClusterMatches {
         pod_set: String,
+        allowed: Vec<String>,
+        flavors: Vec<String>,
     },
     /// Not enough free capacity now: no domain at `level` (whole cluster when `None`) has
     /// `pods` free slots; the largest has `largest` in `cluster`.
@@ -158,6 +161,9 @@ impl Reason {
     }
 }
 
+/// How many clusters a reason names before it stops: a reason stays a sentence on any fleet.
+pub const NAMED_CLUSTERS: usize = 8;
+
 fn any_of(flavors: &[String]) -> String {
     if flavors.is_empty() { "any GPU flavor".into() } else { format!("flavor {}", flavors.join(" or ")) }
 }
@@ -206,9 +212,15 @@ impl fmt::Display for Reason {
             Reason::NoMatchingNodes { pod_set, requirement } => {
                 write!(f, "pod set {pod_set}: no member has GPU nodes {requirement}")
             }
-            Reason::NoClusterMatches { pod_set } => write!(
+            Reason::NoClusterMatches { pod_set, allowed, .. } if allowed.is_empty() => write!(
                 f,
                 "pod set {pod_set}: every cluster with a suitable flavor is excluded by the gang's cluster selector, pinning or back-off, or is cordoned"
+            ),
+            Reason::NoClusterMatches { pod_set, allowed, flavors } => write!(
+                f,
+                "pod set {pod_set}: the clusters it may use ({}) have no {}; those that have it are excluded by the gang's cluster selector, pinning or back-off, or are cordoned",
+                allowed.join(", "),
+                any_of(flavors)
             ),
             Reason::NoDomain(s) => write!(f, "{s}"),
             Reason::NeverFits(s) => write!(f, "{s}, even with the fleet empty: it can never be admitted"),

@@ -398,15 +398,30 @@ impl<'a> Run<'a> {
             let flavors = r.flavors.iter().flatten().map(|f| self.fleet.flavor_name(*f).to_string()).collect();
             return Err(Reason::NoFlavor { pod_set: ps.name.clone(), flavors });
         }
-        let allowed: Vec<ClusterId> = with_flavor
-            .into_iter()
-            .filter(|&c| {
-                let cl = self.fleet.cluster(c);
-                !cl.cordoned && gang.clusters.allows(&cl.name, &cl.labels)
-            })
-            .collect();
+        let may_use = |c: ClusterId| {
+            let cl = self.fleet.cluster(c);
+            !cl.cordoned && gang.clusters.allows(&cl.name, &cl.labels)
+        };
+        let allowed: Vec<ClusterId> = with_flavor.into_iter().filter(|&c| may_use(c)).collect();
         if allowed.is_empty() {
-            return Err(Reason::NoClusterMatches { pod_set: gang.pod_sets[0].name.clone() });
+            // Say whether it may use no cluster at all, or may use some that lack the flavor.
+            let (ps, r) = gang
+                .pod_sets
+                .iter()
+                .zip(resolved)
+                .find(|(_, r)| {
+                    !self
+                        .fleet
+                        .cluster_ids()
+                        .filter(|&c| may_use(c))
+                        .any(|c| r.flavors.iter().any(|f| f.is_none_or(|f| self.fleet.cluster(c).has_flavor(f))))
+                })
+                .unwrap_or((&gang.pod_sets[0], &resolved[0]));
+            let usable = self.fleet.cluster_ids().filter(|&c| may_use(c));
+            let allowed =
+                usable.take(crate::reason::NAMED_CLUSTERS).map(|c| self.fleet.cluster(c).name.clone()).collect();
+            let flavors = r.flavors.iter().flatten().map(|f| self.fleet.flavor_name(*f).to_string()).collect();
+            return Err(Reason::NoClusterMatches { pod_set: ps.name.clone(), allowed, flavors });
         }
         Ok(allowed)
     }

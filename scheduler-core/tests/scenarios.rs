@@ -191,6 +191,28 @@ fn quota_queues(strategy: QueueingStrategy) -> Queues {
     .expect("valid")
 }
 
+/// A gang held to a cluster without its flavor is told so, not that a selector or a cordon
+/// excludes the clusters that have it (explain asks each member this way).
+#[test]
+fn a_gang_held_to_a_cluster_without_its_flavor_is_told_the_cluster_lacks_it() {
+    let f = fleet(&[("a100s", "a100", 8, &[(Host, 4)]), ("h100s", "h100", 8, &[(Host, 4)])]);
+    let mut held = gang("a").flavor("h100");
+    held.clusters.only = Some(vec!["a100s".into()]);
+    let mut nowhere = gang("b").flavor("h100");
+    nowhere.clusters.only = Some(vec!["gone".into()]);
+    let out = run(f, vec![held, nowhere]);
+    assert_eq!(
+        out.reason("a").to_string(),
+        "pod set node: the clusters it may use (a100s) have no flavor h100; those that have it are excluded by \
+         the gang's cluster selector, pinning or back-off, or are cordoned"
+    );
+    assert!(
+        out.reason("b").to_string().contains("every cluster with a suitable flavor is excluded"),
+        "{}",
+        out.reason("b")
+    );
+}
+
 #[test]
 fn quota_names_the_queue_and_flavor() {
     let q = quota_queues(QueueingStrategy::BestEffortFifo);

@@ -133,12 +133,12 @@ pub struct SizeClassWait {
 
 const SIZE_CLASSES: [(&str, u64, u64); 4] = [("1", 1, 1), ("2-8", 2, 8), ("9-32", 9, 32), ("33+", 33, u64::MAX)];
 
-fn size_class_waits(jobs: &[crate::engine::JobRecord], end_s: u64) -> Vec<SizeClassWait> {
+fn size_class_waits(jobs: &[&crate::engine::JobRecord], end_s: u64) -> Vec<SizeClassWait> {
     SIZE_CLASSES
         .iter()
         .map(|&(gpus, lo, hi)| {
             let of_size: Vec<_> = jobs.iter().filter(|j| (lo..=hi).contains(&j.gpus)).collect();
-            let wait = |j: &&crate::engine::JobRecord| j.first_start_s.unwrap_or(end_s).saturating_sub(j.submit_s);
+            let wait = |j: &&&crate::engine::JobRecord| j.first_start_s.unwrap_or(end_s).saturating_sub(j.submit_s);
             SizeClassWait {
                 gpus,
                 jobs: of_size.len(),
@@ -163,9 +163,9 @@ pub struct PreemptionFigures {
     pub gpu_hours_lost: f64,
 }
 
-fn preemption_figures(jobs: &[crate::engine::JobRecord]) -> PreemptionFigures {
+fn preemption_figures(jobs: &[&crate::engine::JobRecord]) -> PreemptionFigures {
     let lowest = jobs.iter().map(|j| j.priority).min().unwrap_or(0);
-    let delay = |j: &&crate::engine::JobRecord| j.first_start_s.map(|s| s.saturating_sub(j.submit_s) as f64);
+    let delay = |j: &&&crate::engine::JobRecord| j.first_start_s.map(|s| s.saturating_sub(j.submit_s) as f64);
     let (high, other): (Vec<_>, Vec<_>) = jobs.iter().partition(|j| j.priority > lowest);
     PreemptionFigures {
         high_priority_jobs: high.len(),
@@ -216,7 +216,10 @@ pub fn jain(x: &[f64]) -> f64 {
 }
 
 pub fn policy_report(fleet: &Fleet, run: &PolicyRun) -> PolicyReport {
-    let jobs = &run.jobs;
+    // A run cut short by `--horizon` reports on the jobs that arrived before its end: one that
+    // has not been submitted yet is neither pending nor "never started".
+    let jobs: Vec<&crate::engine::JobRecord> = run.jobs.iter().filter(|j| j.submit_s <= run.end_s).collect();
+    let jobs = jobs.as_slice();
     let count = |f: &dyn Fn(&Outcome) -> bool| jobs.iter().filter(|j| f(&j.outcome)).count();
     let mut delays: Vec<f64> =
         jobs.iter().filter_map(|j| j.first_start_s.map(|s| s.saturating_sub(j.submit_s) as f64)).collect();
@@ -338,8 +341,10 @@ pub fn table(report: &Report) -> String {
     row("queueing delay p50", &|r| hours(r.queueing_delay_s.p50));
     row("queueing delay p95", &|r| hours(r.queueing_delay_s.p95));
     row("queueing delay p99", &|r| hours(r.queueing_delay_s.p99));
-    row("JCT mean", &|r| hours(r.jct_s.mean));
-    row("JCT p95", &|r| hours(r.jct_s.p95));
+    // With nothing completed there is no completion time to show, not a zero one.
+    let jct = |r: &PolicyReport, s: f64| if r.jobs.completed == 0 { "-".to_string() } else { hours(s) };
+    row("JCT mean", &|r| jct(r, r.jct_s.mean));
+    row("JCT p95", &|r| jct(r, r.jct_s.p95));
     row("makespan", &|r| hours(r.makespan_s as f64));
     row("multi-node gangs", &|r| r.locality.multi_node_gangs.to_string());
     row("  inside one rack", &|r| pct(r.locality.within_rack));

@@ -60,7 +60,9 @@ fn utilisation(path: &Path, runs: &[PolicyRun], total_gpus: u64) -> DrawResult {
         .y_label_area_size(50)
         // Headroom above 100 % for the legend, clear of every curve.
         .build_cartesian_2d(0.0..end_days, 0.0..1.3)?;
-    chart.configure_mesh().x_desc("days").y_desc("share of GPUs busy").draw()?;
+    // The headroom is the legend's: no share above 100 % is labelled on the axis.
+    let share = |v: &f64| if *v <= 1.0 + 1e-9 { format!("{:.0}%", v * 100.0) } else { String::new() };
+    chart.configure_mesh().x_desc("days").y_desc("GPUs busy").y_label_formatter(&share).draw()?;
     for (i, run) in runs.iter().enumerate() {
         let colour = COLOURS[i % COLOURS.len()];
         let bucket = (run.end_s / 2000).max(1);

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use api::stowage::Placement;
+use api::stowage::{Placement, PlacementPhase};
 use api::trainer::TrainJob;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -480,13 +480,29 @@ async fn suspend_stops_a_running_trainjob_and_frees_its_gpus_resume_places_it_an
     assert_eq!((c.reason.as_str(), c.message.as_str()), ("Suspended", "TrainJob is suspended"));
     placement(&hub, "sleeper", |p| p.spec.cluster.is_none() && p.spec.epoch == first.spec.epoch + 1).await;
     eventually("the member's JobSet gone", || async { (!jobset_on(&member)).then_some(()) }).await;
+    // Withdrawn, its Placement no longer reads Running on its old member: the dispatcher clears
+    // what the agent last wrote. The TrainJob counts its job suspended, none active.
+    let withdrawn = placement(&hub, "sleeper", |p| {
+        p.status.as_ref().is_some_and(|s| s.phase == PlacementPhase::Pending && s.observed_epoch == p.spec.epoch)
+    })
+    .await;
+    let message = withdrawn.status.and_then(|s| s.message).unwrap_or_default();
+    assert!(message.starts_with("withdrawn, on no member"), "{message}");
+    eventually("the TrainJob's jobs counted suspended", || async {
+        let jobs = api.get("sleeper").await.ok()?.status?.jobs_status;
+        (!jobs.is_empty() && jobs.iter().all(|j| j.active == 0 && j.ready == 0 && j.suspended > 0)).then_some(())
+    })
+    .await;
     // Its GPUs are back: the default queue counts nothing admitted.
     queue_status(&hub, "default", |s| s.admitted == 0 && s.pending == 0).await;
 
     api.patch("sleeper", &PatchParams::default(), &Patch::Merge(suspend(false))).await.expect("resume");
     let c = condition(&hub, "sleeper", "Suspended", "False").await;
     assert_eq!((c.reason.as_str(), c.message.as_str()), ("Resumed", "TrainJob is resumed"));
-    placement(&hub, "sleeper", |p| running(p) && p.spec.epoch == first.spec.epoch + 2).await;
+    let again = placement(&hub, "sleeper", |p| running(p) && p.spec.epoch == first.spec.epoch + 2).await;
+    // Running again: its claim's "being made on" is not left beside the Running phase.
+    let message = again.status.and_then(|s| s.message).unwrap_or_default();
+    assert!(!message.starts_with("being made on"), "{message}");
 
     // Created suspended: never placed, never counted, until resumed.
     let mut parked = trainjob("parked", 1, 1, json!({}));

@@ -15,7 +15,7 @@ use super::schedule::{self, Schedule};
 use super::{Observed, Settings, key};
 use crate::plan::camel;
 use api::stowage::ClusterRank;
-use api::trainer::TrainJobCondition;
+use api::trainer::{TrainJob, TrainJobCondition};
 
 /// Where and in how many seconds a waiting TrainJob is expected to start.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,6 +137,13 @@ pub fn explain(
             .find(|p| key(&p.metadata) == (namespace.to_string(), name.to_string()))
             .and_then(|p| Some((p.spec.cluster.clone()?, p.spec.ranking.clone()))),
     };
+    // A Workload Kueue made for it says the TrainJob is Kueue's, whatever mode this explain was
+    // told: Kueue queues it, and its status is where the TrainJob stands.
+    if let Some(w) = owned_workload(o, tj) {
+        out.queue = w.spec.queue_name.clone();
+        out.state = kueue_words(w);
+        return Some(out);
+    }
     let state = super::observe(o, settings, &now);
     let Some(i) = state.jobs.iter().position(|j| std::ptr::eq(j.tj, tj)) else {
         // Finished, or managed by another controller: not the cycle's.
@@ -151,7 +158,8 @@ pub fn explain(
             None if super::intake::managed_elsewhere(tj, settings.kueue)
                 && tj.spec.managed_by.as_deref() != Some(api::trainer::KUEUE_MULTIKUEUE_MANAGED_BY) =>
             {
-                "Kueue's (kueue.x-k8s.io/queue-name, --kueue multikueue): Stowage nominates its Workload's cluster"
+                "Kueue's (kueue.x-k8s.io/queue-name, --kueue multikueue), but Kueue has made no Workload for it \
+                 yet: is Kueue running on the hub, and does its LocalQueue exist?"
                     .into()
             }
             None => "left to another controller (spec.managedBy)".into(),
@@ -209,6 +217,60 @@ pub fn explain(
     Some(out)
 }
 
+/// The Workload Kueue made for `tj` (its controller owner reference names the TrainJob's UID).
+fn owned_workload<'a>(o: &'a Observed, tj: &TrainJob) -> Option<&'a api::kueue::Workload> {
+    let uid = tj.metadata.uid.as_deref()?;
+    o.workloads.iter().find(|w| {
+        w.metadata.namespace == tj.metadata.namespace
+            && w.metadata.owner_references.iter().flatten().any(|r| r.uid == uid && r.kind == "TrainJob")
+    })
+}
+
+/// Where a Kueue-queued TrainJob stands, from its Workload's status: Kueue's quota, Stowage's
+/// nomination, MultiKueue's admission on a member.
+fn kueue_words(w: &api::kueue::Workload) -> String {
+    use api::kueue::{ADMITTED, EVICTED, FINISHED, QUOTA_RESERVED};
+    let status = w.status.as_ref();
+    let condition = |type_: &str| status.and_then(|s| s.conditions.iter().find(|c| c.type_ == type_));
+    let is_true = |type_: &str| condition(type_).is_some_and(|c| c.status == "True");
+    let name = format!("Workload {}", w.metadata.name.as_deref().unwrap_or_default());
+    let message = |type_: &str| condition(type_).map(|c| format!(" ({}: {})", c.reason, c.message)).unwrap_or_default();
+    let nominated = status.and_then(|s| s.nominated_cluster_names.as_deref()).unwrap_or_default();
+    let checks = status.map(|s| s.admission_checks.as_slice()).unwrap_or_default();
+    let checks: Vec<String> = checks
+        .iter()
+        .map(|c| match c.extra.get("message").and_then(|m| m.as_str()).filter(|m| !m.is_empty()) {
+            Some(m) => format!("{} {}: {m}", c.name, c.state),
+            None => format!("{} {}", c.name, c.state),
+        })
+        .collect();
+    let checks = if checks.is_empty() { String::new() } else { format!("; admission checks: {}", checks.join("; ")) };
+    if is_true(FINISHED) {
+        format!("Kueue's; finished{} ({name})", message(FINISHED))
+    } else if is_true(EVICTED) {
+        format!("Kueue's; evicted by Kueue{} ({name})", message(EVICTED))
+    } else if is_true(ADMITTED) {
+        let on = status.and_then(|s| s.cluster_name.as_deref()).unwrap_or("the hub");
+        format!("Kueue's; admitted, running on {on} ({name})")
+    } else if is_true(QUOTA_RESERVED) && !nominated.is_empty() {
+        format!(
+            "Kueue's; quota reserved, nominated by Stowage to {}, waiting for MultiKueue to admit it there ({name}{checks})",
+            nominated.join(", ")
+        )
+    } else if is_true(QUOTA_RESERVED) {
+        format!(
+            "Kueue's; quota reserved, waiting for a member: Stowage nominates one when the gang fits, and says \
+             why not in Events on the Workload ({name}{checks})"
+        )
+    } else {
+        let queue = w.spec.queue_name.as_deref().unwrap_or("?");
+        match condition(QUOTA_RESERVED) {
+            Some(_) => format!("Kueue's; waiting for quota in LocalQueue {queue}{} ({name})", message(QUOTA_RESERVED)),
+            None => format!("Kueue's; waiting for quota in LocalQueue {queue}: Kueue has not reserved it yet ({name})"),
+        }
+    }
+}
+
 /// What the cycle decides for waiting job `i` (in TrainJob order).
 fn decision_of(
     state: &super::Observation<'_>,
@@ -258,7 +320,7 @@ fn per_member(state: &super::Observation<'_>, config: &Config, now_ms: u64, i: u
     out
 }
 
-fn pending_words(job: &Job<'_>) -> String {
+pub(super) fn pending_words(job: &Job<'_>) -> String {
     job.conditions
         .iter()
         .find(|c| c.type_ == TrainJobCondition::Pending.as_str() && c.status == "True")

@@ -17,6 +17,11 @@ use super::queues::QueueSet;
 use super::{Observed, Plan, key};
 use api::trainer::TrainJobCondition;
 
+/// Pending reasons no amount of waiting ends (the TrainJob's owner must change it): left out of
+/// a queue's oldest wait, so `StowageTrainJobPendingTooLong` is about capacity, not one job
+/// that can never run.
+pub const WAITING_CANNOT_END: [&str; 2] = ["NeverFits", "Invalid"];
+
 /// A TrainJob's state as `stowage_trainjobs` counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum JobPhase {
@@ -78,7 +83,8 @@ pub struct Figures {
     pub queue_gpus: BTreeMap<(String, String), QueueGpus>,
     /// Per MemberCluster with a readable heartbeat: seconds since it.
     pub heartbeat_age: BTreeMap<String, f64>,
-    /// Per queue with pending TrainJobs: seconds since the oldest of them was created.
+    /// Per queue: seconds since the oldest of its pending TrainJobs was created, of those whose
+    /// wait waiting can end (not [`WAITING_CANNOT_END`]); 0 for a Queue with none.
     pub oldest_pending: BTreeMap<String, f64>,
 }
 
@@ -134,7 +140,10 @@ impl Figures {
                     .find(|c| c.type_ == TrainJobCondition::Pending.as_str() && c.status == "True")
                     .map_or("Unknown", |c| c.reason.as_str());
                 *f.pending.entry((queue.clone(), reason.to_string())).or_default() += 1;
-                if let Some(created) = &job.tj.metadata.creation_timestamp {
+                // Its queue's oldest wait is what waiting can end: a job that can never fit or
+                // is invalid waits for its owner, not for capacity, and shows by its reason.
+                let waits_for_capacity = !WAITING_CANNOT_END.contains(&reason);
+                if let Some(created) = job.tj.metadata.creation_timestamp.as_ref().filter(|_| waits_for_capacity) {
                     let age = now.duration_since(created.0).as_secs_f64().max(0.0);
                     let oldest = f.oldest_pending.entry(queue.clone()).or_default();
                     *oldest = oldest.max(age);
@@ -149,6 +158,10 @@ impl Figures {
             }
         }
         for spec in queues.queues.specs() {
+            // Every Queue has its series, at 0 when nothing of it is unfinished: the dashboard's
+            // queue list (label_values(stowage_trainjobs, queue)) names idle queues too.
+            f.trainjobs.entry((spec.name.clone(), JobPhase::Pending)).or_default();
+            f.oldest_pending.entry(spec.name.clone()).or_default();
             for q in spec.quotas.iter().filter(|q| q.resource == Resource::Gpu) {
                 let key = (spec.name.clone(), q.flavor.clone());
                 let used = used.get(&key).copied().unwrap_or(0);

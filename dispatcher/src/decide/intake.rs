@@ -133,6 +133,11 @@ pub(super) fn job<'a>(
     let (conditions, jobs) = mirror(tj, placement.filter(|_| !claim_contradicted), now);
     let mut job = Job { tj, conditions, jobs, state: JobState::Blocked, uncounted: None };
     if tj.spec.suspend == Some(true) {
+        // As a suspended JobSet's jobs read: none active or ready, each suspended.
+        for j in &mut job.jobs {
+            j.suspended = j.suspended.saturating_add(j.active);
+            (j.active, j.ready) = (0, 0);
+        }
         conditions::started(&mut job.conditions);
         conditions::upsert(&mut job.conditions, conditions::suspended(now));
         job.state = JobState::Suspended(placement.filter(|p| p.spec.cluster.is_some()));
@@ -296,7 +301,16 @@ fn mirror(tj: &TrainJob, placement: Option<&Placement>, now: &Time) -> (Vec<Cond
     let mut conds = tj.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
     let mut jobs = tj.status.as_ref().map(|s| s.jobs_status.clone()).unwrap_or_default();
     let Some((p, s)) = placement.and_then(|p| Some((p, current_status(p)?))) else { return (conds, jobs) };
-    jobs = s.jobs_status.clone();
+    if p.spec.cluster.is_some() {
+        jobs = s.jobs_status.clone();
+    } else if tj.spec.suspend != Some(true) {
+        // Withdrawn: its member deletes the JobSet, so nothing of it is active or ready any
+        // more (suspended, [`job`] counts them suspended). The counts are the TrainJob's own,
+        // not the Placement's: a withdrawn Placement's status is cleared.
+        for j in &mut jobs {
+            (j.active, j.ready) = (0, 0);
+        }
+    }
     match (s.phase, &p.spec.cluster) {
         (PlacementPhase::Succeeded, _) => {
             conditions::started(&mut conds);

@@ -39,7 +39,10 @@ mod writes;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use api::stowage::{CLUSTER_LABEL, MemberCluster, Placement, PlacementKey, PlacementSpec, Queue, QueueStatus};
+use api::stowage::{
+    CLUSTER_LABEL, MemberCluster, Placement, PlacementKey, PlacementPhase, PlacementSpec, PlacementStatus, Queue,
+    QueueStatus,
+};
 use api::trainer::{ClusterTrainingRuntime, JobStatus, TrainJob, TrainingRuntime};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -218,6 +221,25 @@ impl Redispatch {
 }
 
 impl PlacementWrite {
+    /// The status a withdrawn Placement (no cluster) is given, its last member's report
+    /// cleared: `Pending` at its epoch, saying why it left; `None` for a placed one, whose
+    /// agent writes its status.
+    pub fn withdrawn_status(&self) -> Option<PlacementStatus> {
+        if self.spec.cluster.is_some() {
+            return None;
+        }
+        let why = self.effect.redispatch.as_ref().map_or_else(
+            || "the TrainJob's conditions say why".to_string(),
+            |m| format!("{}: {}", m.reason.as_str(), m.message),
+        );
+        Some(PlacementStatus {
+            phase: PlacementPhase::Pending,
+            observed_epoch: self.spec.epoch,
+            message: Some(format!("withdrawn, on no member: {why}")),
+            ..PlacementStatus::default()
+        })
+    }
+
     /// The Placement as written: labelled with its cluster (what the agents watch by), owned
     /// by its TrainJob.
     pub fn object(&self) -> Placement {

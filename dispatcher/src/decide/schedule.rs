@@ -255,12 +255,14 @@ pub(super) fn expected_end(a: &Active<'_>, now_ms: u64) -> u64 {
 /// The cycle run forward from now: `run` gets the snapshot after the assumed pass, the waiting
 /// gangs (in TrainJob order), what holds capacity and when it ends (running TrainJobs as
 /// [`expected_end`] says, assumed ones after their stated time), the run time assumed of gangs
-/// that state none (the median expected length of the running ones, an hour when none runs).
-/// `None` when no live member reported a capacity the hub can read.
+/// that state none (`assumed_ms` when given, else the median expected length of the running
+/// ones, an hour when none runs). `None` when no live member reported a capacity the hub can
+/// read.
 fn forward<R>(
     state: &Observation<'_>,
     config: &Config,
     now_ms: u64,
+    assumed_ms: Option<u64>,
     run: impl FnOnce(Snapshot<'_>, &[Gang], Vec<Ending<'_>>, u64) -> R,
 ) -> Option<R> {
     let (queues, jobs) = (&state.queues.queues, state.jobs.as_slice());
@@ -268,7 +270,7 @@ fn forward<R>(
     let mut lengths: Vec<u64> =
         g.admissions.iter().map(|(a, _)| expected_end(a, now_ms).saturating_sub(a.started_ms)).collect();
     lengths.sort_unstable();
-    let unknown_ms = lengths.get(lengths.len() / 2).copied().unwrap_or(3_600_000);
+    let unknown_ms = assumed_ms.unwrap_or_else(|| lengths.get(lengths.len() / 2).copied().unwrap_or(3_600_000));
     let mut holding: Vec<Ending<'_>> = g
         .admissions
         .iter()
@@ -307,7 +309,7 @@ pub(super) fn projection(
     i: usize,
 ) -> Option<(Projection, String, u64)> {
     let JobState::Waiting(target) = &state.jobs[i].state else { return None };
-    forward(state, config, now_ms, |snapshot, gangs, holding, unknown_ms| {
+    forward(state, config, now_ms, None, |snapshot, gangs, holding, unknown_ms| {
         let fleet = snapshot.fleet;
         let p = project(snapshot, gangs, config, &target.gang.id, holding, unknown_ms, HORIZON_MS)?;
         let cluster = fleet.cluster(p.cluster).name.clone();
@@ -318,9 +320,16 @@ pub(super) fn projection(
 
 /// Where each waiting TrainJob (by gang id) is expected to run, from when to when, among those
 /// starting within `horizon_ms` ([`scheduler_core::forecast`], run [`forward`]); and when each
-/// running one is expected to end.
-pub(super) fn outlook(state: &Observation<'_>, config: &Config, now_ms: u64, horizon_ms: u64) -> Option<Outlook> {
-    forward(state, config, now_ms, |snapshot, gangs, holding, unknown_ms| {
+/// running one is expected to end. `assumed_ms`: the run time to assume of gangs that state
+/// none, when the caller compares two outlooks and wants the same assumption in both.
+pub(super) fn outlook(
+    state: &Observation<'_>,
+    config: &Config,
+    now_ms: u64,
+    horizon_ms: u64,
+    assumed_ms: Option<u64>,
+) -> Option<Outlook> {
+    forward(state, config, now_ms, assumed_ms, |snapshot, gangs, holding, unknown_ms| {
         let fleet = snapshot.fleet;
         let ending = holding.iter().map(|e| (e.gang.id.clone(), e.end_ms)).collect();
         let starting = forecast(snapshot, gangs, config, holding, unknown_ms, horizon_ms)

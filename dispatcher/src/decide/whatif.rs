@@ -180,8 +180,9 @@ pub enum Expected {
     /// Waiting; starts on the cluster in this many seconds and runs until the end, or does not
     /// start within the horizon (`None`).
     Waiting(Option<(String, u64, u64)>),
-    /// Neither placed nor waiting for a placement (suspended, or blocked: its status says why).
-    Held,
+    /// Neither placed nor waiting for a placement: suspended, or blocked, and why (its
+    /// `Pending` condition's reason and message).
+    Held(String),
 }
 
 /// One unfinished TrainJob's outlook.
@@ -194,19 +195,24 @@ pub struct JobOutlook {
 }
 
 /// Each unfinished TrainJob's outlook over `horizon`, in queue then TrainJob order; and the
-/// run time assumed of those that state none (seconds). Empty when no live member reported a
-/// readable capacity.
+/// run time assumed of those that state none (seconds): `assumed_s` when given, else the
+/// running jobs' median. Empty when no live member reported a readable capacity.
+///
+/// An edited hub is read with the hub's own assumption: removing a cluster removes its running
+/// jobs from the median, which would otherwise change every other job's expected end.
 pub fn outlook(
     o: &Observed,
     config: &Config,
     settings: &Settings,
     now: Time,
     horizon: Duration,
+    assumed_s: Option<u64>,
 ) -> (Vec<JobOutlook>, u64) {
     let state = observe(o, settings, &now);
     let now_ms = now.0.as_millisecond().max(0) as u64;
     let horizon_ms = u64::try_from(horizon.as_millis()).unwrap_or(u64::MAX);
-    let run = schedule::outlook(&state, config, now_ms, horizon_ms).unwrap_or_default();
+    let assumed_ms = assumed_s.map(|s| s.saturating_mul(1000));
+    let run = schedule::outlook(&state, config, now_ms, horizon_ms, assumed_ms).unwrap_or_default();
     let secs = |ms: u64| ms.saturating_sub(now_ms) / 1000;
     let mut out: Vec<JobOutlook> = state
         .jobs
@@ -227,7 +233,8 @@ pub fn outlook(
                     let start = run.starting.get(&w.gang.id).map(|(c, s, e)| (c.clone(), secs(*s), secs(*e)));
                     (w.gang.queue.clone(), Expected::Waiting(start))
                 }
-                _ => (crate::translate::queue_name(j.tj), Expected::Held),
+                JobState::Suspended(_) => (crate::translate::queue_name(j.tj), Expected::Held("suspended".into())),
+                _ => (crate::translate::queue_name(j.tj), Expected::Held(super::explain::pending_words(j))),
             };
             JobOutlook { namespace, name, queue, expected }
         })

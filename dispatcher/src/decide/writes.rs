@@ -31,13 +31,14 @@ fn status_write(tj: &TrainJob, conditions: Vec<Condition>, jobs: Vec<JobStatus>)
 }
 
 /// The TrainJobs that do not wait for a placement: their mirrored status, and the tally of
-/// those placed.
+/// those placed and those blocked (pending in the queue they name, as the metrics count them).
 pub(super) fn settled(plan: &mut Plan, jobs: &[Job<'_>], tally: &mut Tally) {
     for job in jobs {
         let queue = match &job.state {
             JobState::Waiting(_) => continue,
             JobState::Blocked => {
                 plan.pending += 1;
+                tally.entry(crate::translate::queue_name(job.tj)).or_default().0 += 1;
                 None
             }
             JobState::Finished => None,
