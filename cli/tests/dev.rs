@@ -190,6 +190,12 @@ fn dev_runs_from_the_root_directory_with_the_upstream_objects_compiled_in() {
         kubectl(&hub, &["get", "pods", "-l", "jobset.sigs.k8s.io/jobset-name=single-node", "-o", "name"]);
     let copy = copies.lines().next().unwrap_or("").to_string();
     assert!(ok && copy.starts_with("pod/single-node-node-0-0"), "{copies}");
+    // kubectl's STATUS for a finished pod is its container's reason, as on one cluster.
+    let row = kubectl_until(&hub, &["get", &copy, "--no-headers"], |o| o.contains("Completed"));
+    assert!(row.split_whitespace().nth(2) == Some("Completed"), "{row}");
+    // Deleting the copy would stop nothing: refused, saying where the pod lives.
+    let (ok, out) = kubectl(&hub, &["delete", &copy, "--wait=false"]);
+    assert!(!ok && out.contains("read-only copy of a pod that runs on member "), "{out}");
     let (ok, log) = kubectl(&hub, &["logs", &copy]);
     assert!(ok, "kubectl logs {copy}: {log}");
     assert!(log.contains("stowage-sim: node rank 0 of job single-node-node-0 on node "), "{log}");

@@ -568,3 +568,32 @@ fn the_hub_lets_only_a_placements_agent_write_its_status() {
         .expect("a ValidatingAdmissionPolicyBinding of stowage-status-writers");
     assert_eq!(strings(binding, &["spec", "validationActions"]), ["Deny"]);
 }
+
+/// docs/operations.md's RBAC table names every resource each role grants, in its own row: a
+/// grant added to a role and not to the table fails here.
+#[test]
+fn the_rbac_table_names_every_resource_each_role_grants() {
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operations.md")).expect("docs");
+    let mut checked = 0;
+    for (dir, doc) in documents() {
+        if !is_kind(doc, "ClusterRole") && !is_kind(doc, "Role") {
+            continue;
+        }
+        // The per-member role is made for each member; the table names it with <member>.
+        let role = match name(doc) {
+            n if n.starts_with("stowage-agent-hub-") => "stowage-agent-hub-<member>".to_string(),
+            n => n.to_string(),
+        };
+        let Some(row) = docs.lines().find(|l| l.starts_with(&format!("| `{role}` "))) else {
+            panic!("{dir}: role {role} has no row in docs/operations.md's RBAC table");
+        };
+        let reach = row.split(" | ").nth(2).unwrap_or_default().to_lowercase();
+        for rule in seq_at(doc, &["rules"]) {
+            for resource in strings(rule, &["resources"]) {
+                assert!(reach.contains(&resource), "{dir}: {role} grants {resource}; its row does not say so:\n{row}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 30, "only {checked} grants checked");
+}

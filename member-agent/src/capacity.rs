@@ -251,9 +251,14 @@ pub fn strip_pod(p: &mut Pod) {
     if let Some(s) = p.status.as_mut() {
         let scheduled =
             s.conditions.take().map(|cs| cs.into_iter().filter(|c| c.type_ == "PodScheduled").collect::<Vec<_>>());
+        // Container statuses are kept for the hub's copies: kubectl's READY and STATUS
+        // (`Completed`, `Error`, `CrashLoopBackOff`) read them, as does the pod's reason.
         *s = k8s_openapi::api::core::v1::PodStatus {
             phase: s.phase.take(),
+            reason: s.reason.take(),
+            start_time: s.start_time.take(),
             conditions: scheduled.filter(|cs| !cs.is_empty()),
+            container_statuses: s.container_statuses.take(),
             ..Default::default()
         };
     }
@@ -377,8 +382,9 @@ mod tests {
         let status = pods[0].status.as_ref().expect("status kept");
         let kept: Vec<&str> = status.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
         assert_eq!(
-            (kept, status.phase.as_deref(), status.container_statuses.is_none()),
-            (vec!["PodScheduled"], Some("Running"), true)
+            (kept, status.phase.as_deref(), status.container_statuses.as_ref().map(Vec::len)),
+            (vec!["PodScheduled"], Some("Running"), Some(1)),
+            "container statuses are kept: the hub's copies show READY and STATUS from them"
         );
         assert!(
             nodes[0].metadata.annotations.is_none() && nodes[0].status.as_ref().is_some_and(|s| s.conditions.is_none())

@@ -521,8 +521,11 @@ fn schedule(store: &mut Store) {
                     obj["spec"]["nodeName"] = node.into();
                     if store.update(&pods_rt, Some(&ns), &pod, obj.clone(), Part::Main, &write_options()).is_ok() {
                         write_log(store, &obj, &start_lines(&obj));
-                        let status = json!({"status": {"phase": "Running", "startTime": kube_mem::time::now_rfc3339(),
-                            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]}});
+                        let started = kube_mem::time::now_rfc3339();
+                        let containers = container_statuses(&obj, true, json!({"running": {"startedAt": started}}));
+                        let status = json!({"status": {"phase": "Running", "startTime": started,
+                            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
+                            "containerStatuses": containers}});
                         let _ = store.update(&pods_rt, Some(&ns), &pod, status, Part::Status, &write_options());
                     }
                 }
@@ -591,9 +594,28 @@ fn kubelet(store: &mut Store, jobsets_rt: &ResourceType, duration_of: &DurationO
         if let Ok(mut obj) = store.get(&pods_rt, Some(&ns), &name) {
             write_log(store, &obj, &exit_line(0));
             obj["status"]["phase"] = "Succeeded".into();
+            let finished = kube_mem::time::now_rfc3339();
+            obj["status"]["containerStatuses"] = container_statuses(
+                &obj,
+                false,
+                json!({"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": finished}}),
+            );
             let _ = store.update(&pods_rt, Some(&ns), &name, obj, Part::Status, &write_options());
         }
     }
+}
+
+/// Each container's status as a kubelet writes it (kubectl's READY counts the ready ones, and
+/// STATUS shows a terminated container's reason: `Completed`).
+fn container_statuses(pod: &serde_json::Value, ready: bool, state: serde_json::Value) -> serde_json::Value {
+    let containers = pod["spec"]["containers"].as_array().map(Vec::as_slice).unwrap_or_default();
+    containers
+        .iter()
+        .map(|c| {
+            json!({"name": c["name"], "ready": ready, "started": ready, "restartCount": 0,
+                   "image": c["image"].as_str().unwrap_or_default(), "imageID": "", "state": state})
+        })
+        .collect()
 }
 
 /// What a simulated container writes first: its command, as a shell trace shows it, and where

@@ -603,6 +603,9 @@ async fn a_trainjobs_pods_show_on_the_hub_bound_to_their_members_virtual_node_an
         assert_eq!(labels["jobset.sigs.k8s.io/replicatedjob-name"], "node");
         assert!(labels.contains_key("batch.kubernetes.io/job-completion-index"), "{labels:?}");
         assert_eq!(c.metadata.owner_references.as_ref().expect("owned")[0].name, "seen");
+        // Its container statuses too: kubectl's READY reads 1/1 while it runs.
+        let statuses = c.status.as_ref().and_then(|s| s.container_statuses.clone()).unwrap_or_default();
+        assert!(statuses.len() == 1 && statuses[0].ready, "{statuses:?}");
     }
     let node = Api::<Node>::all(hub.clone()).get(&node_name).await.expect("the member's virtual Node");
     let taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
