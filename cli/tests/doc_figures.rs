@@ -1,0 +1,124 @@
+//! Figures quoted in docs/ come from the commands beside them: each block between
+//! `<!-- figures: NAME -->` and `<!-- /figures -->` is what its generator here prints now, and
+//! this test fails when a doc quotes figures the code no longer gives. `scripts/doc-figures`
+//! (this test with `STOWAGE_BLESS=1`) writes them anew after a change that moves them.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+mod common;
+
+const DOCS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs");
+const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+
+/// A block of figures in a doc, and what prints it.
+struct Block {
+    doc: &'static str,
+    name: &'static str,
+    print: fn(&Path) -> String,
+}
+
+const BLOCKS: &[Block] = &[Block { doc: "kueue.md", name: "kueue-dispatchers", print: kueue_dispatchers }];
+
+/// `stowage simulate ARGS --json FILE`: the report.
+fn simulate(scratch: &Path, tag: &str, args: &[&str]) -> Value {
+    let json = scratch.join(format!("{tag}.json"));
+    let out = Command::new(env!("CARGO_BIN_EXE_stowage"))
+        .arg("simulate")
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .current_dir(REPO)
+        .output()
+        .expect("stowage simulate runs");
+    assert!(out.status.success(), "simulate {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(&std::fs::read_to_string(&json).expect("report")).expect("JSON")
+}
+
+fn hours(s: &Value) -> String {
+    format!("{:.2} h", s.as_f64().unwrap_or(f64::NAN) / 3600.0)
+}
+
+fn percent(x: &Value) -> String {
+    format!("{:.1} %", x.as_f64().unwrap_or(f64::NAN) * 100.0)
+}
+
+/// docs/kueue.md: MultiKueue's two dispatchers against Stowage as the external one and Stowage
+/// alone, on the built-in trace, two fleets, two loads and urgent jobs.
+fn kueue_dispatchers(scratch: &Path) -> String {
+    const POLICIES: &str = "kueue-multikueue,kueue-incremental,stowage-as-dispatcher,stowage";
+    const SIX: &str = "examples/fleets/six-members.yaml";
+    type Figure = (&'static str, fn(&Value) -> String);
+    let delay: Figure = ("mean queueing delay", |p| hours(&p["queueing_delay_s"]["mean"]));
+    let p99: Figure = ("p99 queueing delay", |p| hours(&p["queueing_delay_s"]["p99"]));
+    let jct: Figure = ("mean JCT", |p| hours(&p["jct_s"]["mean"]));
+    let rack: Figure = ("gangs inside one rack", |p| percent(&p["locality"]["within_rack"]));
+    let busy: Figure = ("GPU utilisation", |p| percent(&p["gpu_utilisation"]));
+    let urgent: Figure = ("urgent jobs' mean delay", |p| {
+        let delay = hours(&p["preemption"]["high_priority_mean_delay_s"]);
+        match p["preemption"]["preemptions"].as_u64().unwrap_or(0) {
+            0 => delay,
+            n => format!("{delay} ({n} preemptions)"),
+        }
+    });
+    let runs: [(&str, Vec<&str>, Vec<Figure>); 5] = [
+        ("built-in, 1×", vec![], vec![delay, jct, rack]),
+        ("built-in, 2×", vec!["--load-scale", "2"], vec![delay, p99, busy]),
+        ("six members, 1×", vec!["--fleet", SIX], vec![delay, jct, rack]),
+        ("six members, 2×", vec!["--fleet", SIX, "--load-scale", "2"], vec![delay, p99]),
+        ("six members, 1×, 10 % urgent", vec!["--fleet", SIX, "--urgent", "10"], vec![delay, urgent]),
+    ];
+    let names: Vec<&str> = POLICIES.split(',').collect();
+    let mut out = format!("| fleet, load | figure | {} |\n", names.join(" | "));
+    out.push_str(&format!("|{}\n", " --- |".repeat(names.len() + 2)));
+    for (i, (label, args, figures)) in runs.iter().enumerate() {
+        let mut all = vec!["--policy", POLICIES];
+        all.extend(args);
+        let report = simulate(scratch, &format!("kueue-{i}"), &all);
+        let policies = report["policies"].as_array().expect("policies");
+        for (j, (figure, of)) in figures.iter().enumerate() {
+            let first = if j == 0 { *label } else { "" };
+            let cells: Vec<String> = names
+                .iter()
+                .map(|n| policies.iter().find(|p| p["name"] == *n).map_or_else(|| "?".to_string(), of))
+                .collect();
+            let row = format!("| {first} | {figure} | {} |\n", cells.join(" | "));
+            out.push_str(&row.replacen("|  |", "| |", 1));
+        }
+    }
+    out
+}
+
+/// The text between a block's markers, and where it sits in the doc.
+fn block<'d>(doc: &'d str, name: &str) -> Option<(usize, usize, &'d str)> {
+    let open = format!("<!-- figures: {name} (scripts/doc-figures writes this) -->\n");
+    let start = doc.find(&open)? + open.len();
+    let end = start + doc[start..].find("<!-- /figures -->")?;
+    Some((start, end, &doc[start..end]))
+}
+
+#[test]
+fn the_figures_docs_quote_are_what_their_commands_print_now() {
+    let bless = std::env::var_os("STOWAGE_BLESS").is_some();
+    let scratch = common::Scratch::new("doc-figures");
+    let mut stale = Vec::new();
+    for b in BLOCKS {
+        let path: PathBuf = Path::new(DOCS).join(b.doc);
+        let doc = std::fs::read_to_string(&path).expect("doc");
+        let Some((start, end, quoted)) = block(&doc, b.name) else {
+            panic!("docs/{} has no block `{}`", b.doc, b.name);
+        };
+        let now = (b.print)(&scratch);
+        if quoted == now {
+            continue;
+        }
+        if bless {
+            std::fs::write(&path, format!("{}{now}{}", &doc[..start], &doc[end..])).expect("write doc");
+        } else {
+            stale.push(format!("docs/{} `{}`: quoted\n{quoted}\nprinted now\n{now}", b.doc, b.name));
+        }
+    }
+    assert!(stale.is_empty(), "stale figures (run scripts/doc-figures):\n{}", stale.join("\n"));
+}
