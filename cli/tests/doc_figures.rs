@@ -20,7 +20,11 @@ struct Block {
     print: fn(&Path) -> String,
 }
 
-const BLOCKS: &[Block] = &[Block { doc: "kueue.md", name: "kueue-dispatchers", print: kueue_dispatchers }];
+const BLOCKS: &[Block] = &[
+    Block { doc: "kueue.md", name: "kueue-dispatchers", print: kueue_dispatchers },
+    Block { doc: "policy.md", name: "locality-patience", print: locality_patience },
+    Block { doc: "policy.md", name: "policy-targets", print: policy_targets },
+];
 
 /// `stowage simulate ARGS --json FILE`: the report.
 fn simulate(scratch: &Path, tag: &str, args: &[&str]) -> Value {
@@ -87,6 +91,88 @@ fn kueue_dispatchers(scratch: &Path) -> String {
             let row = format!("| {first} | {figure} | {} |\n", cells.join(" | "));
             out.push_str(&row.replacen("|  |", "| |", 1));
         }
+    }
+    out
+}
+
+/// docs/policy.md: locality patience alone (no cost model), swept, on the built-in fleet and
+/// trace.
+fn locality_patience(scratch: &Path) -> String {
+    let settings = [
+        ("off", "none"),
+        ("30 min, 2 h", "30m,2h"),
+        ("2 h, 8 h", "2h,8h"),
+        ("1 d, 7 d", "1d,7d"),
+        ("5 d, 10 d", "5d,10d"),
+        ("**7 d, 14 d**", "7d,14d"),
+        ("1000 d, 1000 d", "1000d,1000d"),
+    ];
+    let mut out = String::from(
+        "| EXACT, WIDER | mean queueing delay | p99 | inside one rack | inside one block |\n|---|---|---|---|---|\n",
+    );
+    for (i, (label, patience)) in settings.iter().enumerate() {
+        let args = ["--policy", "stowage", "--locality-cost", "none", "--locality-patience", patience];
+        let report = simulate(scratch, &format!("patience-{i}"), &args);
+        let p = &report["policies"][0];
+        let h1 = |v: &Value| format!("{:.1} h", v.as_f64().unwrap_or(f64::NAN) / 3600.0);
+        let pct = |v: &Value| format!("{:.1}%", v.as_f64().unwrap_or(f64::NAN) * 100.0);
+        let cells = [
+            hours(&p["queueing_delay_s"]["mean"]),
+            h1(&p["queueing_delay_s"]["p99"]),
+            pct(&p["locality"]["within_rack"]),
+            pct(&p["locality"]["within_block"]),
+        ];
+        // The default's row in bold, as its label.
+        let cells: Vec<String> =
+            cells.into_iter().map(|c| if label.starts_with("**") { format!("**{c}**") } else { c }).collect();
+        out.push_str(&format!("| {label} | {} |\n", cells.join(" | ")));
+    }
+    out
+}
+
+/// docs/policy.md: the default run (four policies, built-in fleet and trace) against the
+/// targets the policy was set to meet.
+fn policy_targets(scratch: &Path) -> String {
+    let report = simulate(scratch, "targets", &[]);
+    let names = ["stowage", "fifo-firstfit", "kueue-multikueue", "volcano-binpack"];
+    let policies = report["policies"].as_array().expect("policies");
+    let of = |name: &str| policies.iter().find(|p| p["name"] == name).expect("policy ran");
+    let ours = of("stowage");
+    let mean = |p: &Value| p["queueing_delay_s"]["mean"].as_f64().unwrap_or(f64::NAN);
+    let h1 = |s: f64| format!("{:.1} h", s / 3600.0);
+    let pct = |v: &Value| format!("{:.1}%", v.as_f64().unwrap_or(f64::NAN) * 100.0);
+    let wait = |p: &Value, size: &str| {
+        let w = p["max_wait_by_size"].as_array().into_iter().flatten().find(|w| w["gpus"] == size);
+        h1(w.and_then(|w| w["max_wait_s"].as_f64()).unwrap_or(f64::NAN))
+    };
+    type Row<'a> = (&'a str, Box<dyn Fn(&str, &Value) -> String + 'a>, &'a str);
+    let rows: Vec<Row<'_>> = vec![
+        (
+            "mean queueing delay",
+            Box::new(|name, p| match name {
+                "fifo-firstfit" | "kueue-multikueue" => {
+                    let ratio = (mean(ours) / mean(p) - 1.0) * 100.0;
+                    format!(
+                        "{} (ours {}{:.0}%)",
+                        hours(&p["queueing_delay_s"]["mean"]),
+                        if ratio < 0.0 { "−" } else { "+" },
+                        ratio.abs()
+                    )
+                }
+                _ => hours(&p["queueing_delay_s"]["mean"]),
+            }),
+            "≥40% below fifo, ≥20% below kueue",
+        ),
+        ("p99 queueing delay", Box::new(|_, p| h1(p["queueing_delay_s"]["p99"].as_f64().unwrap_or(f64::NAN))), "—"),
+        ("inside one block", Box::new(|_, p| pct(&p["locality"]["within_block"])), "≥95%"),
+        ("inside one rack", Box::new(|_, p| pct(&p["locality"]["within_rack"])), "≥80%"),
+        ("max wait, 2–8 GPU jobs", Box::new(|_, p| wait(p, "2-8")), "bounded"),
+        ("max wait, 9–32 GPU jobs", Box::new(|_, p| wait(p, "9-32")), "bounded"),
+    ];
+    let mut out = format!("| figure | {} | target |\n|---|---|---|---|---|---|\n", names.join(" | "));
+    for (figure, cell, target) in &rows {
+        let cells: Vec<String> = names.iter().map(|n| cell(n, of(n))).collect();
+        out.push_str(&format!("| {figure} | {} | {target} |\n", cells.join(" | ")));
     }
     out
 }

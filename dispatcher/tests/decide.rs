@@ -406,20 +406,16 @@ fn trainjob(
     .expect("trainjob")
 }
 
-/// One rack of four nodes on member `m`, three of them held by TrainJob `running` (started
-/// 100 s ago, `activeDeadlineSeconds: 600`), whose member reports where its pods are.
-fn three_of_four_nodes_busy() -> Observed {
-    let mut m = member("m", 1);
-    let status = m.status.as_mut().expect("status");
-    status.domains[0].free_gpus = 8;
-    status.domains[0].free_histogram = vec![3, 0, 0, 0, 0, 0, 0, 0, 1];
-    status.counted = vec!["ur/1".into()];
+/// A member's report that placement `key`'s pods are bound, one to each of `nodes` whole 8-GPU
+/// nodes named `<prefix><n>` in rack `rack`, and counted.
+fn bind(status: &mut MemberClusterStatus, key: &str, prefix: &str, rack: &str, nodes: u32) {
+    status.counted = vec![key.into()];
     status.bound = vec![api::stowage::BoundPlacement {
-        placement: "ur/1".into(),
-        nodes: (0..3)
+        placement: key.into(),
+        nodes: (0..nodes)
             .map(|n| api::stowage::BoundNode {
-                node: format!("n{n}"),
-                path: vec!["m-r0".into()],
+                node: format!("{prefix}{n}"),
+                path: vec![rack.into()],
                 flavor: "h100".into(),
                 class: Default::default(),
                 gpus_per_node: 8,
@@ -428,6 +424,16 @@ fn three_of_four_nodes_busy() -> Observed {
             })
             .collect(),
     }];
+}
+
+/// One rack of four nodes on member `m`, three of them held by TrainJob `running` (started
+/// 100 s ago, `activeDeadlineSeconds: 600`), whose member reports where its pods are.
+fn three_of_four_nodes_busy() -> Observed {
+    let mut m = member("m", 1);
+    let status = m.status.as_mut().expect("status");
+    status.domains[0].free_gpus = 8;
+    status.domains[0].free_histogram = vec![3, 0, 0, 0, 0, 0, 0, 0, 1];
+    bind(status, "ur/1", "n", "m-r0", 3);
     let mut o = observed(vec![m]);
     o.trainjobs = vec![trainjob("running", "ur", 3, -200, json!({}), json!({"activeDeadlineSeconds": 600}))];
     let spec = api::stowage::PlacementSpec {
@@ -920,21 +926,7 @@ fn a_what_if_reads_the_edited_hub_with_the_hubs_own_assumed_run_time() {
     status.domains[0].allocatable_gpus = 40;
     status.domains[0].free_gpus = 0;
     status.domains[0].free_histogram = vec![5, 0, 0, 0, 0, 0, 0, 0, 0];
-    status.counted = vec!["uo/1".into()];
-    status.bound = vec![api::stowage::BoundPlacement {
-        placement: "uo/1".into(),
-        nodes: (0..5)
-            .map(|n| api::stowage::BoundNode {
-                node: format!("b{n}"),
-                path: vec!["big-r0".into()],
-                flavor: "h100".into(),
-                class: Default::default(),
-                gpus_per_node: 8,
-                free_gpus: 0,
-                pods: vec![api::stowage::PodSetCount { pod_set: "node".into(), pods: 1 }],
-            })
-            .collect(),
-    }];
+    bind(status, "uo/1", "b", "big-r0", 5);
     o.members.push(big);
     o.trainjobs.push(trainjob("long", "uo", 5, -10_100, json!({}), json!({})));
     let mut p = o.placements[0].clone();

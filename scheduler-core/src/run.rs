@@ -378,25 +378,26 @@ impl<'a> Run<'a> {
     }
 
     fn candidates(&self, gang: &Gang, resolved: &[Resolved]) -> Result<Vec<ClusterId>, Reason> {
-        let has_flavors = |c: ClusterId| {
-            resolved.iter().all(|r| r.flavors.iter().any(|f| f.is_none_or(|f| self.fleet.cluster(c).has_flavor(f))))
+        let serves = |c: ClusterId, r: &Resolved| {
+            r.flavors.iter().any(|f| f.is_none_or(|f| self.fleet.cluster(c).has_flavor(f)))
         };
-        let with_flavor: Vec<ClusterId> = self.fleet.cluster_ids().filter(|&c| has_flavors(c)).collect();
-        if with_flavor.is_empty() {
-            // Name the first pod set that no cluster can serve.
+        // The first pod set none of the clusters `among` admits can serve (its name), and the
+        // flavors it accepts.
+        let unserved = |among: &dyn Fn(ClusterId) -> bool| {
             let (ps, r) = gang
                 .pod_sets
                 .iter()
                 .zip(resolved)
-                .find(|(_, r)| {
-                    !self
-                        .fleet
-                        .cluster_ids()
-                        .any(|c| r.flavors.iter().any(|f| f.is_none_or(|f| self.fleet.cluster(c).has_flavor(f))))
-                })
+                .find(|(_, r)| !self.fleet.cluster_ids().filter(|&c| among(c)).any(|c| serves(c, r)))
                 .unwrap_or((&gang.pod_sets[0], &resolved[0]));
             let flavors = r.flavors.iter().flatten().map(|f| self.fleet.flavor_name(*f).to_string()).collect();
-            return Err(Reason::NoFlavor { pod_set: ps.name.clone(), flavors });
+            (ps.name.clone(), flavors)
+        };
+        let with_flavor: Vec<ClusterId> =
+            self.fleet.cluster_ids().filter(|&c| resolved.iter().all(|r| serves(c, r))).collect();
+        if with_flavor.is_empty() {
+            let (pod_set, flavors) = unserved(&|_| true);
+            return Err(Reason::NoFlavor { pod_set, flavors });
         }
         let may_use = |c: ClusterId| {
             let cl = self.fleet.cluster(c);
@@ -405,23 +406,11 @@ impl<'a> Run<'a> {
         let allowed: Vec<ClusterId> = with_flavor.into_iter().filter(|&c| may_use(c)).collect();
         if allowed.is_empty() {
             // Say whether it may use no cluster at all, or may use some that lack the flavor.
-            let (ps, r) = gang
-                .pod_sets
-                .iter()
-                .zip(resolved)
-                .find(|(_, r)| {
-                    !self
-                        .fleet
-                        .cluster_ids()
-                        .filter(|&c| may_use(c))
-                        .any(|c| r.flavors.iter().any(|f| f.is_none_or(|f| self.fleet.cluster(c).has_flavor(f))))
-                })
-                .unwrap_or((&gang.pod_sets[0], &resolved[0]));
+            let (pod_set, flavors) = unserved(&may_use);
             let usable = self.fleet.cluster_ids().filter(|&c| may_use(c));
             let allowed =
                 usable.take(crate::reason::NAMED_CLUSTERS).map(|c| self.fleet.cluster(c).name.clone()).collect();
-            let flavors = r.flavors.iter().flatten().map(|f| self.fleet.flavor_name(*f).to_string()).collect();
-            return Err(Reason::NoClusterMatches { pod_set: ps.name.clone(), allowed, flavors });
+            return Err(Reason::NoClusterMatches { pod_set, allowed, flavors });
         }
         Ok(allowed)
     }
