@@ -355,3 +355,63 @@ async fn faults_a_stopped_member_apiserver_a_killed_leader_a_restarted_agent_and
     placement(&t.hub, &name, |q| q.spec.epoch > p.spec.epoch).await;
     never_twice(&t, &name, Duration::from_secs(180)).await;
 }
+
+/// On the real API server, with the real status-writers policy and RBAC: deleting the hub's
+/// copy of a running pod is refused, saying where the pod runs; suspending the TrainJob withdraws
+/// its Placement, whose status the dispatcher clears (its agent may write it no more), and the
+/// TrainJob counts its job suspended.
+#[tokio::test]
+#[ignore = "needs the real testbed: scripts/test-real"]
+async fn a_hub_copy_cannot_be_deleted_and_a_suspended_trainjobs_placement_is_cleared() {
+    use api::stowage::PlacementPhase;
+    let t = Testbed::open().await;
+    let tenant = client(&t.dir.join("users").join("team-a.kubeconfig")).await;
+    let name = unique("suspended");
+    let mut tj = trainjob(&name, 1, 600, json!({}));
+    tj.metadata.namespace = Some("team-a".into());
+    let tjs: Api<TrainJob> = Api::namespaced(tenant.clone(), "team-a");
+    tjs.create(&Default::default(), &tj).await.expect("submitted");
+    let placements: Api<Placement> = Api::namespaced(t.hub.clone(), "team-a");
+    let get = |pred: fn(&Placement) -> bool| {
+        let (placements, name) = (placements.clone(), name.clone());
+        async move { eventually("the Placement", || async { placements.get_opt(&name).await.ok().flatten().filter(pred) }).await }
+    };
+    let first = get(running).await;
+    let pods: Api<Pod> = Api::namespaced(tenant.clone(), "team-a");
+    let selector = ListParams::default().labels(&format!("jobset.sigs.k8s.io/jobset-name={name}"));
+    let copy = eventually("a running copy on the hub", || {
+        let (pods, selector) = (pods.clone(), selector.clone());
+        async move {
+            let list = pods.list(&selector).await.ok()?.items;
+            list.into_iter().find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        }
+    })
+    .await;
+    let statuses = copy.status.as_ref().and_then(|s| s.container_statuses.clone()).unwrap_or_default();
+    assert!(statuses.iter().all(|c| c.ready) && !statuses.is_empty(), "READY: {statuses:?}");
+    match pods.delete(&copy.name_any(), &DeleteParams::default()).await {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 403, "{s:?}");
+            assert!(s.message.contains("read-only copy of a pod that runs on member "), "{}", s.message);
+        }
+        other => panic!("the copy's deletion was not refused: {other:?}"),
+    }
+    tjs.patch(&name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"suspend": true}}))).await.expect("suspend");
+    let withdrawn = get(|p| {
+        p.spec.cluster.is_none()
+            && p.status.as_ref().is_some_and(|s| s.phase == PlacementPhase::Pending && s.observed_epoch == p.spec.epoch)
+    })
+    .await;
+    assert!(withdrawn.spec.epoch > first.spec.epoch);
+    let message = withdrawn.status.and_then(|s| s.message).unwrap_or_default();
+    assert!(message.starts_with("withdrawn, on no member"), "{message}");
+    eventually("the TrainJob's job counted suspended", || {
+        let (tjs, name) = (tjs.clone(), name.clone());
+        async move {
+            let jobs = tjs.get(&name).await.ok()?.status?.jobs_status;
+            (!jobs.is_empty() && jobs.iter().all(|j| j.active == 0 && j.suspended > 0)).then_some(())
+        }
+    })
+    .await;
+    let _ = tjs.delete(&name, &DeleteParams::default()).await;
+}
