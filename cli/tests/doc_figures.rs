@@ -24,7 +24,20 @@ const BLOCKS: &[Block] = &[
     Block { doc: "kueue.md", name: "kueue-dispatchers", print: kueue_dispatchers },
     Block { doc: "policy.md", name: "locality-patience", print: locality_patience },
     Block { doc: "policy.md", name: "policy-targets", print: policy_targets },
+    Block { doc: "performance.md", name: "philly-quality", print: philly_quality },
+    Block { doc: "performance.md", name: "philly-loads", print: philly_loads },
 ];
+
+/// The four policies of the default run, in its order.
+const DEFAULT_POLICIES: [&str; 4] = ["stowage", "fifo-firstfit", "kueue-multikueue", "volcano-binpack"];
+
+fn f64_at(p: &Value, path: &[&str]) -> f64 {
+    path.iter().fold(p, |v, k| &v[*k]).as_f64().unwrap_or(f64::NAN)
+}
+
+fn policy<'r>(report: &'r Value, name: &str) -> &'r Value {
+    report["policies"].as_array().into_iter().flatten().find(|p| p["name"] == name).expect("the policy ran")
+}
 
 /// `stowage simulate ARGS --json FILE`: the report.
 fn simulate(scratch: &Path, tag: &str, args: &[&str]) -> Value {
@@ -173,6 +186,71 @@ fn policy_targets(scratch: &Path) -> String {
     for (figure, cell, target) in &rows {
         let cells: Vec<String> = names.iter().map(|n| cell(n, of(n))).collect();
         out.push_str(&format!("| {figure} | {} | {target} |\n", cells.join(" | ")));
+    }
+    out
+}
+
+/// docs/performance.md: the default run's quality figures, all four policies.
+fn philly_quality(scratch: &Path) -> String {
+    let report = simulate(scratch, "quality", &[]);
+    let ours = f64_at(policy(&report, "stowage"), &["queueing_delay_s", "mean"]);
+    let h1 = |s: f64| format!("{:.1} h", s / 3600.0);
+    let pct = |x: f64| format!("{:.1}%", x * 100.0);
+    type Row = (&'static str, Box<dyn Fn(&Value) -> String>);
+    let rows: Vec<Row> = vec![
+        ("queueing delay mean", Box::new(|p| hours(&p["queueing_delay_s"]["mean"]))),
+        ("ratio to `stowage`", Box::new(move |p| format!("{:.2}×", f64_at(p, &["queueing_delay_s", "mean"]) / ours))),
+        ("queueing delay p95", Box::new(move |p| h1(f64_at(p, &["queueing_delay_s", "p95"])))),
+        ("queueing delay p99", Box::new(move |p| h1(f64_at(p, &["queueing_delay_s", "p99"])))),
+        ("JCT mean", Box::new(move |p| h1(f64_at(p, &["jct_s", "mean"])))),
+        ("GPU utilisation", Box::new(move |p| pct(f64_at(p, &["gpu_utilisation"])))),
+        ("multi-node gangs inside one rack", Box::new(move |p| pct(f64_at(p, &["locality", "within_rack"])))),
+        ("multi-node gangs inside one block", Box::new(move |p| pct(f64_at(p, &["locality", "within_block"])))),
+        ("mean topology slowdown (multi-node)", Box::new(|p| format!("{:.3}×", f64_at(p, &["locality", "mean_slowdown"])))),
+        ("fragmentation", Box::new(move |p| pct(f64_at(p, &["fragmentation"])))),
+    ];
+    let names: Vec<String> = DEFAULT_POLICIES.iter().map(|n| format!("`{n}`")).collect();
+    let mut out = format!("| figure | {} |\n|---|---|---|---|---|\n", names.join(" | "));
+    for (figure, cell) in &rows {
+        let cells: Vec<String> = DEFAULT_POLICIES.iter().map(|n| cell(policy(&report, n))).collect();
+        out.push_str(&format!("| {figure} | {} |\n", cells.join(" | ")));
+    }
+    out
+}
+
+/// docs/performance.md: every policy at 1–4× load on the built-in fleet and trace, the best of
+/// each of the first three columns per load in bold.
+fn philly_loads(scratch: &Path) -> String {
+    let mut out = String::from(
+        "| load | policy | mean JCT | mean queueing delay | GPU utilisation | inside one block | inside one rack |\n\
+         |---|---|---|---|---|---|---|\n",
+    );
+    for load in 1..=4 {
+        let l = load.to_string();
+        let report = simulate(scratch, &format!("load-{load}"), &["--load-scale", &l]);
+        let of = |n: &str, path: &[&str]| f64_at(policy(&report, n), path);
+        // The best of a column: the first policy with its best value.
+        let best = |path: &[&str], lowest: bool| {
+            let key = |n: &&str| of(n, path);
+            let pick = DEFAULT_POLICIES.iter().copied().reduce(|a, b| {
+                let better = if lowest { key(&b) < key(&a) } else { key(&b) > key(&a) };
+                if better { b } else { a }
+            });
+            pick.unwrap_or_default()
+        };
+        let bold = |text: String, yes: bool| if yes { format!("**{text}**") } else { text };
+        let (jct, delay, busy) =
+            (best(&["jct_s", "mean"], true), best(&["queueing_delay_s", "mean"], true), best(&["gpu_utilisation"], false));
+        for n in DEFAULT_POLICIES {
+            out.push_str(&format!(
+                "| {load}x | {n} | {} | {} | {} | {:.1}% | {:.1}% |\n",
+                bold(format!("{:.2} h", of(n, &["jct_s", "mean"]) / 3600.0), n == jct),
+                bold(format!("{:.2} h", of(n, &["queueing_delay_s", "mean"]) / 3600.0), n == delay),
+                bold(format!("{:.1}%", of(n, &["gpu_utilisation"]) * 100.0), n == busy),
+                of(n, &["locality", "within_block"]) * 100.0,
+                of(n, &["locality", "within_rack"]) * 100.0,
+            ));
+        }
     }
     out
 }
