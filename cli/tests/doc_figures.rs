@@ -206,7 +206,10 @@ fn philly_quality(scratch: &Path) -> String {
         ("GPU utilisation", Box::new(move |p| pct(f64_at(p, &["gpu_utilisation"])))),
         ("multi-node gangs inside one rack", Box::new(move |p| pct(f64_at(p, &["locality", "within_rack"])))),
         ("multi-node gangs inside one block", Box::new(move |p| pct(f64_at(p, &["locality", "within_block"])))),
-        ("mean topology slowdown (multi-node)", Box::new(|p| format!("{:.3}×", f64_at(p, &["locality", "mean_slowdown"])))),
+        (
+            "mean topology slowdown (multi-node)",
+            Box::new(|p| format!("{:.3}×", f64_at(p, &["locality", "mean_slowdown"]))),
+        ),
         ("fragmentation", Box::new(move |p| pct(f64_at(p, &["fragmentation"])))),
     ];
     let names: Vec<String> = DEFAULT_POLICIES.iter().map(|n| format!("`{n}`")).collect();
@@ -239,8 +242,11 @@ fn philly_loads(scratch: &Path) -> String {
             pick.unwrap_or_default()
         };
         let bold = |text: String, yes: bool| if yes { format!("**{text}**") } else { text };
-        let (jct, delay, busy) =
-            (best(&["jct_s", "mean"], true), best(&["queueing_delay_s", "mean"], true), best(&["gpu_utilisation"], false));
+        let (jct, delay, busy) = (
+            best(&["jct_s", "mean"], true),
+            best(&["queueing_delay_s", "mean"], true),
+            best(&["gpu_utilisation"], false),
+        );
         for n in DEFAULT_POLICIES {
             out.push_str(&format!(
                 "| {load}x | {n} | {} | {} | {} | {:.1}% | {:.1}% |\n",

@@ -374,7 +374,9 @@ async fn a_hub_copy_cannot_be_deleted_and_a_suspended_trainjobs_placement_is_cle
     let placements: Api<Placement> = Api::namespaced(t.hub.clone(), "team-a");
     let get = |pred: fn(&Placement) -> bool| {
         let (placements, name) = (placements.clone(), name.clone());
-        async move { eventually("the Placement", || async { placements.get_opt(&name).await.ok().flatten().filter(pred) }).await }
+        async move {
+            eventually("the Placement", || async { placements.get_opt(&name).await.ok().flatten().filter(pred) }).await
+        }
     };
     let first = get(running).await;
     let pods: Api<Pod> = Api::namespaced(tenant.clone(), "team-a");
@@ -396,7 +398,9 @@ async fn a_hub_copy_cannot_be_deleted_and_a_suspended_trainjobs_placement_is_cle
         }
         other => panic!("the copy's deletion was not refused: {other:?}"),
     }
-    tjs.patch(&name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"suspend": true}}))).await.expect("suspend");
+    tjs.patch(&name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"suspend": true}})))
+        .await
+        .expect("suspend");
     let withdrawn = get(|p| {
         p.spec.cluster.is_none()
             && p.status.as_ref().is_some_and(|s| s.phase == PlacementPhase::Pending && s.observed_epoch == p.spec.epoch)
