@@ -217,6 +217,8 @@ pub fn outlook(
     let mut out: Vec<JobOutlook> = state
         .jobs
         .iter()
+        // One that finished this cycle (its member just said so) has no outlook.
+        .filter(|j| !matches!(j.state, JobState::Finished))
         .map(|j| {
             let (namespace, name) = key(&j.tj.metadata);
             let (queue, expected) = match &j.state {
