@@ -54,12 +54,24 @@ fn simulate(scratch: &Path, tag: &str, args: &[&str]) -> Value {
     serde_json::from_str(&std::fs::read_to_string(&json).expect("report")).expect("JSON")
 }
 
-fn hours(s: &Value) -> String {
-    format!("{:.2} h", s.as_f64().unwrap_or(f64::NAN) / 3600.0)
+/// Seconds as hours to `places` decimals: `8.40 h`.
+fn hours_to(s: f64, places: usize) -> String {
+    format!("{:.places$} h", s / 3600.0)
 }
 
+/// A share in percent, one decimal: `81.8%`.
+fn pct(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
+
+/// A report's seconds as hours, two decimals.
+fn hours(s: &Value) -> String {
+    hours_to(s.as_f64().unwrap_or(f64::NAN), 2)
+}
+
+/// A report's share in percent, spaced as docs/kueue.md writes it: `81.8 %`.
 fn percent(x: &Value) -> String {
-    format!("{:.1} %", x.as_f64().unwrap_or(f64::NAN) * 100.0)
+    pct(x.as_f64().unwrap_or(f64::NAN)).replace('%', " %")
 }
 
 /// docs/kueue.md: MultiKueue's two dispatchers against Stowage as the external one and Stowage
@@ -127,13 +139,11 @@ fn locality_patience(scratch: &Path) -> String {
         let args = ["--policy", "stowage", "--locality-cost", "none", "--locality-patience", patience];
         let report = simulate(scratch, &format!("patience-{i}"), &args);
         let p = &report["policies"][0];
-        let h1 = |v: &Value| format!("{:.1} h", v.as_f64().unwrap_or(f64::NAN) / 3600.0);
-        let pct = |v: &Value| format!("{:.1}%", v.as_f64().unwrap_or(f64::NAN) * 100.0);
         let cells = [
             hours(&p["queueing_delay_s"]["mean"]),
-            h1(&p["queueing_delay_s"]["p99"]),
-            pct(&p["locality"]["within_rack"]),
-            pct(&p["locality"]["within_block"]),
+            hours_to(f64_at(p, &["queueing_delay_s", "p99"]), 1),
+            pct(f64_at(p, &["locality", "within_rack"])),
+            pct(f64_at(p, &["locality", "within_block"])),
         ];
         // The default's row in bold, as its label.
         let cells: Vec<String> =
@@ -147,16 +157,13 @@ fn locality_patience(scratch: &Path) -> String {
 /// targets the policy was set to meet.
 fn policy_targets(scratch: &Path) -> String {
     let report = simulate(scratch, "targets", &[]);
-    let names = ["stowage", "fifo-firstfit", "kueue-multikueue", "volcano-binpack"];
-    let policies = report["policies"].as_array().expect("policies");
-    let of = |name: &str| policies.iter().find(|p| p["name"] == name).expect("policy ran");
+    let names = DEFAULT_POLICIES;
+    let of = |name: &str| policy(&report, name);
     let ours = of("stowage");
-    let mean = |p: &Value| p["queueing_delay_s"]["mean"].as_f64().unwrap_or(f64::NAN);
-    let h1 = |s: f64| format!("{:.1} h", s / 3600.0);
-    let pct = |v: &Value| format!("{:.1}%", v.as_f64().unwrap_or(f64::NAN) * 100.0);
+    let mean = |p: &Value| f64_at(p, &["queueing_delay_s", "mean"]);
     let wait = |p: &Value, size: &str| {
         let w = p["max_wait_by_size"].as_array().into_iter().flatten().find(|w| w["gpus"] == size);
-        h1(w.and_then(|w| w["max_wait_s"].as_f64()).unwrap_or(f64::NAN))
+        hours_to(w.and_then(|w| w["max_wait_s"].as_f64()).unwrap_or(f64::NAN), 1)
     };
     type Row<'a> = (&'a str, Box<dyn Fn(&str, &Value) -> String + 'a>, &'a str);
     let rows: Vec<Row<'_>> = vec![
@@ -176,9 +183,9 @@ fn policy_targets(scratch: &Path) -> String {
             }),
             "≥40% below fifo, ≥20% below kueue",
         ),
-        ("p99 queueing delay", Box::new(|_, p| h1(p["queueing_delay_s"]["p99"].as_f64().unwrap_or(f64::NAN))), "—"),
-        ("inside one block", Box::new(|_, p| pct(&p["locality"]["within_block"])), "≥95%"),
-        ("inside one rack", Box::new(|_, p| pct(&p["locality"]["within_rack"])), "≥80%"),
+        ("p99 queueing delay", Box::new(|_, p| hours_to(f64_at(p, &["queueing_delay_s", "p99"]), 1)), "—"),
+        ("inside one block", Box::new(|_, p| pct(f64_at(p, &["locality", "within_block"]))), "≥95%"),
+        ("inside one rack", Box::new(|_, p| pct(f64_at(p, &["locality", "within_rack"]))), "≥80%"),
         ("max wait, 2–8 GPU jobs", Box::new(|_, p| wait(p, "2-8")), "bounded"),
         ("max wait, 9–32 GPU jobs", Box::new(|_, p| wait(p, "9-32")), "bounded"),
     ];
@@ -194,8 +201,7 @@ fn policy_targets(scratch: &Path) -> String {
 fn philly_quality(scratch: &Path) -> String {
     let report = simulate(scratch, "quality", &[]);
     let ours = f64_at(policy(&report, "stowage"), &["queueing_delay_s", "mean"]);
-    let h1 = |s: f64| format!("{:.1} h", s / 3600.0);
-    let pct = |x: f64| format!("{:.1}%", x * 100.0);
+    let h1 = |s: f64| hours_to(s, 1);
     type Row = (&'static str, Box<dyn Fn(&Value) -> String>);
     let rows: Vec<Row> = vec![
         ("queueing delay mean", Box::new(|p| hours(&p["queueing_delay_s"]["mean"]))),
@@ -250,9 +256,9 @@ fn philly_loads(scratch: &Path) -> String {
         for n in DEFAULT_POLICIES {
             out.push_str(&format!(
                 "| {load}x | {n} | {} | {} | {} | {:.1}% | {:.1}% |\n",
-                bold(format!("{:.2} h", of(n, &["jct_s", "mean"]) / 3600.0), n == jct),
-                bold(format!("{:.2} h", of(n, &["queueing_delay_s", "mean"]) / 3600.0), n == delay),
-                bold(format!("{:.1}%", of(n, &["gpu_utilisation"]) * 100.0), n == busy),
+                bold(hours_to(of(n, &["jct_s", "mean"]), 2), n == jct),
+                bold(hours_to(of(n, &["queueing_delay_s", "mean"]), 2), n == delay),
+                bold(pct(of(n, &["gpu_utilisation"])), n == busy),
                 of(n, &["locality", "within_block"]) * 100.0,
                 of(n, &["locality", "within_rack"]) * 100.0,
             ));

@@ -182,6 +182,17 @@ fn every_policy_is_listed_in_the_help_and_when_one_is_misspelt() {
     assert!(stderr(&wrong).contains("invalid value 'nope' for '--policy <POLICY>'"), "{}", stderr(&wrong));
 }
 
+/// `stowage simulate ARGS --json DIR/out.json`, which must succeed: the report.
+fn simulated(dir: &Path, args: &[&str]) -> serde_json::Value {
+    let out_json = dir.join("out.json");
+    let mut all = vec!["simulate"];
+    all.extend_from_slice(args);
+    all.extend(["--json", out_json.to_str().expect("utf-8")]);
+    let o = stowage(&all);
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    json(&out_json)
+}
+
 fn write_trace(dir: &Path, rows: &str) -> PathBuf {
     let path = dir.join("trace.csv");
     std::fs::write(&path, format!("id,submit_s,duration_s,pods,gpus_per_pod,topology\n{rows}")).expect("write");
@@ -491,17 +502,7 @@ fn options_a_what_if_cannot_honour_are_refused_beside_from_naming_them() {
 #[test]
 fn every_policy_figure_in_the_json_is_in_the_docs_key_table() {
     let dir = scratch("json-keys");
-    let out_json = dir.join("out.json");
-    let o = stowage(&[
-        "simulate",
-        "--horizon",
-        "2d",
-        "--policy",
-        "stowage-batch",
-        "--json",
-        out_json.to_str().expect("utf-8"),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let policy = simulated(&dir, &["--horizon", "2d", "--policy", "stowage-batch"])["policies"][0].clone();
     let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/simulator.md")).expect("docs");
     let rows: Vec<&str> = docs.lines().filter(|l| l.starts_with("| `policies[].")).collect();
     let named = |key: &str| {
@@ -511,7 +512,6 @@ fn every_policy_figure_in_the_json_is_in_the_docs_key_table() {
             first == key || cell.trim_start_matches('{').trim_end_matches('}').split(',').any(|k| k == key)
         })
     };
-    let policy = json(&out_json)["policies"][0].clone();
     let missing: Vec<&String> = policy.as_object().expect("object").keys().filter(|k| !named(k)).collect();
     assert!(missing.is_empty(), "policies[] keys missing from docs/simulator.md: {missing:?}");
 }
