@@ -24,6 +24,27 @@ fn field_path(pointer: &str) -> String {
     out
 }
 
+/// Writes each whole-valued float (`8.0`) as the integer it is, as the real server does: it
+/// decodes a body's numbers into Go values, takes a whole float64 for an `integer` (kube-openapi's
+/// `IsFloat64AJSONInteger`), and stores it as Go writes a float64, `8`. The Kubeflow SDK sends
+/// `nvidia.com/gpu: 8.0`, which draft 4's `integer` alone would refuse.
+pub fn whole_numbers(value: &mut Value) {
+    match value {
+        Value::Number(n) => {
+            if let Some(f) = n.as_f64().filter(|_| n.is_f64())
+                && f.fract() == 0.0
+                && f.abs() < 9_007_199_254_740_992.0
+            {
+                // Below 2^53 a whole float64 converts to i64 exactly.
+                *value = Value::from(f as i64);
+            }
+        }
+        Value::Object(map) => map.values_mut().for_each(whole_numbers),
+        Value::Array(items) => items.iter_mut().for_each(whole_numbers),
+        _ => {}
+    }
+}
+
 /// Fills in `default`s of absent properties, recursively through present objects and arrays.
 pub fn apply_defaults(schema: &Value, value: &mut Value) {
     match value {
@@ -327,6 +348,20 @@ mod tests {
         let causes = validate(&Arc::new(schema()), &v);
         assert_eq!(causes.len(), 1);
         assert_eq!(causes[0].0, "spec.size");
+    }
+
+    #[test]
+    fn a_whole_float_is_an_integer_as_the_real_server_reads_it() {
+        let schema = Arc::new(
+            json!({"type": "object", "properties": {"gpu": {"anyOf": [{"type": "integer"}, {"type": "string"}]},
+                                                                    "size": {"type": "integer"}}}),
+        );
+        let mut v = json!({"gpu": 8.0, "size": 2.5, "list": [1.0, "x"]});
+        whole_numbers(&mut v);
+        assert_eq!(v, json!({"gpu": 8, "size": 2.5, "list": [1, "x"]}));
+        assert_eq!(v["gpu"].to_string(), "8");
+        let causes = validate(&schema, &v);
+        assert_eq!(causes.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(), ["size"]);
     }
 
     #[test]

@@ -407,6 +407,7 @@ impl Store {
             return Ok(());
         };
         let name = meta_str(obj, "name").unwrap_or("").to_string();
+        schema::whole_numbers(obj);
         schema::apply_defaults(schema, obj);
         let unknown = schema::prune(schema, obj);
         if strict && !unknown.is_empty() {
