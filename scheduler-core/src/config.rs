@@ -44,11 +44,13 @@ pub struct Config {
     /// Assign the gangs at the head of the queue jointly with an ILP, and keep its answer when
     /// it beats the greedy one (see `batch`); `None`: greedy only.
     pub batch: Option<Batch>,
-    /// Queue depth: a cycle looks at the first `depth` gangs of each queue in queue order (of
-    /// the one global order without fair sharing); the rest wait, `BeyondDepth`, until those
-    /// ahead move. It bounds a cycle's cost by what it must look at, not by the queue's length,
-    /// as Slurm's `default_queue_depth` and `bf_max_job_test` do (Kueue looks at each queue's
-    /// head only). Gangs already placed (`as_placed`) are never cut off.
+    /// Queue depth: a cycle looks at each queue's gangs in queue order (the one global order
+    /// without fair sharing) until `depth` of them are left waiting; the rest wait,
+    /// `BeyondDepth`, until those ahead move. Gangs it admits do not count, so a burst that fits
+    /// starts in one cycle. It bounds a cycle's cost by what it must look at and what it
+    /// admits, not by the queue's length, as Slurm's `default_queue_depth` and
+    /// `bf_max_job_test` do (Kueue looks at each queue's head only). Gangs already placed
+    /// (`as_placed`) are never cut off.
     pub depth: u32,
 }
 

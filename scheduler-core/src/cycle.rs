@@ -1,6 +1,6 @@
 //! One scheduling cycle: take a snapshot and the pending gangs, return one decision per gang.
-//! Greedy, in queue order (`order`), as deep into each queue as `Config::depth` (the rest wait,
-//! `BeyondDepth`); every gang is tried on the cycle's transaction (`txn`)
+//! Greedy, in queue order (`order`), into each queue until `Config::depth` of its gangs are left
+//! waiting (the rest wait, `BeyondDepth`); every gang is tried on the cycle's transaction (`txn`)
 //! and committed whole or rolled back (`run`); a gang that fits nowhere may preempt
 //! (`preempt`), backfill in front of the cycle's reservation or take one (`reserve`). With
 //! the batch optimiser on, a second pass realises its plan for the head of the queue and the
@@ -173,6 +173,7 @@ fn greedy<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config, m
             Decision::Admit(_) | Decision::Preempt { .. } => run.txn.stats.admitted += 1,
             Decision::Pending(reason) => {
                 run.txn.stats.pending += 1;
+                order.left_waiting();
                 if let (Some(q), true) = (queue, strict && !reason.is_permanent()) {
                     // The first gang a strict queue could not admit blocks the rest.
                     blocked.entry(q).or_insert(&gang.id);

@@ -36,6 +36,8 @@ struct Lane {
     queue: Option<QueueId>,
     gangs: Vec<usize>,
     next: usize,
+    /// How many of the gangs taken were left waiting: at the depth, the lane is done.
+    waiting: usize,
 }
 
 /// The cycle's admission order: the next gang to consider, given what is admitted so far.
@@ -43,48 +45,61 @@ struct Lane {
 pub struct FairOrder {
     lanes: Vec<Lane>,
     totals: Held,
+    depth: usize,
+    /// The lane the last gang came from.
+    last: Option<usize>,
 }
 
 impl FairOrder {
-    /// Without fair sharing, one lane: the global order of priority, submit time and id. Each
-    /// lane holds at most `depth` gangs; the rest are never returned.
+    /// Without fair sharing, one lane: the global order of priority, submit time and id. A
+    /// lane is done once `depth` of the gangs it gave were left waiting ([`Self::left_waiting`]):
+    /// those admitted do not count, so a burst that fits is admitted in one cycle, and a deep
+    /// queue that does not fit costs a cycle `depth` gangs.
     pub fn new(pending: &[Gang], queues: &Queues, fleet: &Fleet, fair: bool, depth: u32) -> Self {
         let mut lanes: Vec<Lane> = Vec::new();
         for i in queue_order(pending) {
             let queue = if fair { queues.id(&pending[i].queue) } else { None };
             match lanes.iter_mut().find(|l| l.queue == queue) {
                 Some(l) => l.gangs.push(i),
-                None => lanes.push(Lane { queue, gangs: vec![i], next: 0 }),
+                None => lanes.push(Lane { queue, gangs: vec![i], next: 0, waiting: 0 }),
             }
         }
         let depth = usize::try_from(depth).unwrap_or(usize::MAX);
-        for l in &mut lanes {
-            l.gangs.truncate(depth);
-        }
         let mut totals = [0u64; 3];
         for (_, n) in fleet.hosts() {
             totals[0] += u64::from(n.gpus);
             totals[1] += n.cpu_milli;
             totals[2] += n.memory_mib;
         }
-        FairOrder { lanes, totals }
+        FairOrder { lanes, totals, depth, last: None }
     }
 
-    /// How many gangs the cycle looks at: those within the depth of each lane.
+    /// How many gangs may wait after the cycle has looked at them: up to the depth of each lane.
     pub fn considered(&self) -> usize {
-        self.lanes.iter().map(|l| l.gangs.len()).sum()
+        self.lanes.iter().map(|l| l.gangs.len().min(self.depth)).sum()
     }
 
     /// The next gang, or `None` when every lane is done.
     pub fn next(&mut self, pending: &[Gang], queues: &Queues, usage: &QuotaUsage) -> Option<usize> {
-        let totals = self.totals;
-        let lane = self.lanes.iter_mut().filter(|l| l.next < l.gangs.len()).min_by_key(|l| {
-            let head = &pending[l.gangs[l.next]];
-            let share = l.queue.map_or(0, |q| dominant_share(usage.held(q), totals, queues.spec(q).weight));
-            (Reverse(head.priority), share, head.submitted_ms, l.queue)
-        })?;
+        let (totals, depth) = (self.totals, self.depth);
+        let (at, lane) =
+            self.lanes.iter_mut().enumerate().filter(|(_, l)| l.next < l.gangs.len() && l.waiting < depth).min_by_key(
+                |(_, l)| {
+                    let head = &pending[l.gangs[l.next]];
+                    let share = l.queue.map_or(0, |q| dominant_share(usage.held(q), totals, queues.spec(q).weight));
+                    (Reverse(head.priority), share, head.submitted_ms, l.queue)
+                },
+            )?;
         lane.next += 1;
+        self.last = Some(at);
         Some(lane.gangs[lane.next - 1])
+    }
+
+    /// The gang [`Self::next`] gave last was left waiting: it counts against its lane's depth.
+    pub fn left_waiting(&mut self) {
+        if let Some(lane) = self.last.and_then(|at| self.lanes.get_mut(at)) {
+            lane.waiting += 1;
+        }
     }
 }
 

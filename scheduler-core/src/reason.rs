@@ -19,8 +19,8 @@ pub enum Reason {
         queue: String,
         gang: String,
     },
-    /// Not looked at this cycle: `depth` gangs are ahead of it in its queue (`None`: in the one
-    /// global order), all a cycle considers (`Config::depth`).
+    /// Not looked at this cycle: `depth` gangs ahead of it in its queue (`None`: in the one
+    /// global order) were left waiting, as many as a cycle looks at (`Config::depth`).
     BeyondDepth {
         queue: Option<String>,
         depth: u32,
@@ -197,7 +197,7 @@ impl fmt::Display for Reason {
             }
             Reason::BeyondDepth { queue, depth } => {
                 let of = queue.as_ref().map_or_else(|| "in queue order".to_string(), |q| format!("of queue {q}"));
-                write!(f, "not looked at this cycle: behind the first {depth} gangs {of}, all a cycle considers")
+                write!(f, "not looked at this cycle: {depth} gangs ahead of it {of} are waiting, as many as a cycle looks at")
             }
             Reason::NoQuotaForFlavor { queue, pod_set, flavors } => {
                 write!(f, "pod set {pod_set}: queue {queue} has no quota for {}", any_of(flavors))

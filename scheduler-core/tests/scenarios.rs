@@ -497,20 +497,28 @@ fn two_equal_weight_queues_get_equal_shares_under_fair_sharing() {
 
 #[test]
 fn a_cycle_looks_only_as_deep_as_its_queue_depth() {
-    // 16 nodes, 32 one-node gangs, a depth of 4: only the first four of the order are looked
-    // at (and admitted); the rest say why they were not, whatever room is left.
+    // 16 nodes, 32 one-node gangs, a depth of 4: the gangs admitted do not count against it, so
+    // all 16 that fit start in this one cycle; then four are left waiting and the rest are not
+    // looked at, and say why.
     let global = two_tenants_with(Config { depth: 4, ..scheduler_core::fixture::greedy() });
-    assert_eq!((admitted_of(&global, "a"), admitted_of(&global, "b")), (4, 0));
-    assert_eq!(global.reason("a-04"), &Reason::BeyondDepth { queue: None, depth: 4 });
+    assert_eq!((admitted_of(&global, "a"), admitted_of(&global, "b")), (16, 0));
+    assert!(matches!(global.reason("b-03"), Reason::NoDomain(_)), "{}", global.reason("b-03"));
+    assert_eq!(global.reason("b-04"), &Reason::BeyondDepth { queue: None, depth: 4 });
     assert_eq!(
-        global.reason("b-00").to_string(),
-        "not looked at this cycle: behind the first 4 gangs in queue order, all a cycle considers"
+        global.reason("b-15").to_string(),
+        "not looked at this cycle: 4 gangs ahead of it in queue order are waiting, as many as a cycle looks at"
     );
-    // With fair sharing the depth is per queue.
+    // With fair sharing the depth is per queue: each lane stops at its own fourth waiting gang.
     let fair = two_tenants_with(Config { depth: 4, fair_sharing: true, ..scheduler_core::fixture::greedy() });
-    assert_eq!((admitted_of(&fair, "a"), admitted_of(&fair, "b")), (4, 4));
-    assert_eq!(fair.reason("b-04"), &Reason::BeyondDepth { queue: Some("b".into()), depth: 4 });
-    assert_eq!(fair.result.stats.pending, 24);
+    assert_eq!((admitted_of(&fair, "a"), admitted_of(&fair, "b")), (8, 8));
+    assert!(matches!(fair.reason("a-11"), Reason::NoDomain(_)), "{}", fair.reason("a-11"));
+    assert_eq!(fair.reason("a-12"), &Reason::BeyondDepth { queue: Some("a".into()), depth: 4 });
+    assert_eq!(fair.reason("b-12"), &Reason::BeyondDepth { queue: Some("b".into()), depth: 4 });
+    assert_eq!(fair.result.stats.pending, 16);
+    // Only the waiting bound the looking: at depth 1 the first gang that does not fit ends it.
+    let shallow = two_tenants_with(Config { depth: 1, ..scheduler_core::fixture::greedy() });
+    assert_eq!(admitted_of(&shallow, "a"), 16);
+    assert_eq!(shallow.reason("b-01"), &Reason::BeyondDepth { queue: None, depth: 1 });
 }
 
 #[test]

@@ -411,7 +411,12 @@ pub fn simulate(
             }
             sim.handle(t, ev, trace);
         }
-        sim.schedule(t)?;
+        // Each follow-on cycle starts a gang; the bound is for preemption, whose victims wait
+        // again.
+        let mut follow_on = sim.pending.len();
+        while sim.schedule(t)? && follow_on > 0 {
+            follow_on -= 1;
+        }
         sim.check(t)?;
         progress(arrived, total);
     }
@@ -541,13 +546,14 @@ impl Sim<'_> {
         self.busy_gpus -= r.gang.total_gpus();
     }
 
-    fn schedule(&mut self, t: u64) -> Result<(), SimError> {
+    /// One cycle at `t`; whether another should follow at the same instant (see `again`).
+    fn schedule(&mut self, t: u64) -> Result<bool, SimError> {
         if self.pending.is_empty() {
             // Gangs end after the queue has drained too: the curve goes on to the last one.
             if self.run.busy.last().is_none_or(|&(_, b)| b != self.busy_gpus) {
                 self.run.busy.push((t, self.busy_gpus));
             }
-            return Ok(());
+            return Ok(false);
         }
         let _span = tracing::debug_span!("cycle", policy = %self.policy, t, pending = self.pending.len()).entered();
         let now_ms = t.saturating_mul(1000);
@@ -678,6 +684,12 @@ impl Sim<'_> {
         let waiting = |d: &Decision| matches!(d, Decision::Pending(r) if !r.is_permanent());
         let decided: Vec<bool> =
             told.iter().map(|t| matches!(*t, Told::Decided(k) if !waiting(&out.decisions[k]))).collect();
+        // A lane admitted at the end of what it was handed, with more waiting behind: the
+        // dispatcher's cycle, handed every gang, would have gone on into them (admitted gangs
+        // do not count against the depth), so another cycle follows at this instant.
+        let again = self.pending.edges().iter().any(|&e| {
+            matches!(told[e], Told::Decided(k) if matches!(out.decisions[k], Decision::Admit(_) | Decision::Preempt { .. }))
+        });
         let jobs = self.pending.jobs().to_vec();
         let mut taken = self.pending.take_decided(&decided).into_iter();
         // Every eviction before any start: the cycle decides in its own order, not the window's,
@@ -750,7 +762,7 @@ impl Sim<'_> {
             *self.run.pending_reason_cycles.entry(k).or_default() += n;
         }
         self.run.busy.push((t, self.busy_gpus));
-        Ok(())
+        Ok(again)
     }
 
     /// `SimOptions::check_cut`: what a cut cycle (`out`, `told`) tells each gang of the window,
@@ -983,6 +995,36 @@ mod tests {
                 ..QueueSpec::unlimited(name)
             })
             .into()
+    }
+
+    /// A burst deeper than the queue depth that fits starts at the instant it arrives, as the
+    /// dispatcher's one cycle over every gang starts it (admitted gangs do not count against the
+    /// depth); a backlog that does not fit costs no cycle more than the one it needs.
+    #[test]
+    fn a_burst_deeper_than_the_depth_starts_at_once() {
+        let fleet = FleetSpec::parse(
+            "clusters:\n- name: a\n  topology: [{level: rack}]\n  pools:\n  - {name: p, gpu_flavor: h100, gpus_per_node: 8, cpu_cores: 64, memory_gib: 512, nodes: 64, fanout: {rack: 8}}\n",
+            "t.yaml",
+        )
+        .and_then(|s| s.build("t.yaml"))
+        .expect("fleet");
+        let burst = |n: u64| Trace {
+            jobs: (0..n).map(|i| job(&format!("j{i:03}"), 0, 3600, 1, 1, TopologyConstraint::Unconstrained)).collect(),
+            skipped_rows: 0,
+            withdrawn: 0,
+        };
+        let depth = scheduler_core::Config::DEPTH as usize;
+        for policy in [Policy::Stowage, Policy::FifoFirstFit] {
+            // 400 one-GPU gangs on 512 GPUs: every one at 0 s, over a few cycles at that instant.
+            let run = simulate(&fleet, &burst(400), policy, &SimOptions::default(), &mut |_, _| {}).expect("runs");
+            assert!(run.jobs.iter().all(|j| j.first_start_s == Some(0)), "{policy}: a gang waited for a later event");
+            assert!(run.cycles >= 2, "{policy}: {} cycles", run.cycles);
+            // 600 on 512: the first 512 start at once, the rest when the first end.
+            let run = simulate(&fleet, &burst(600), policy, &SimOptions::default(), &mut |_, _| {}).expect("runs");
+            let at_once = run.jobs.iter().filter(|j| j.first_start_s == Some(0)).count();
+            assert_eq!(at_once, 512, "{policy}");
+            assert!(600 - at_once < depth);
+        }
     }
 
     /// The cut (`cut`) changes nothing but speed: every record, reason count and curve is the

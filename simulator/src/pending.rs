@@ -32,6 +32,8 @@ pub struct Pending {
     at: Vec<usize>,
     /// The jobs the last `lend` took out of the window while they still wait.
     overtaken: Vec<usize>,
+    /// Where in the window each lane that has more gangs waiting behind it ends.
+    edges: Vec<usize>,
     len: usize,
     /// Per job bound to one cluster at push: the cluster and its GPUs, summed per cluster in
     /// `bound` (what a spreader that binds at submit remembers having sent there).
@@ -79,9 +81,20 @@ impl Pending {
     /// runs, that is one pass), and hands it out; `jobs()` names each one's job.
     pub fn lend(&mut self, depth: u32, per_queue: bool) -> &mut [Gang] {
         let depth = usize::try_from(depth).unwrap_or(usize::MAX);
+        self.edges.clear();
         let wanted: Vec<usize> = if per_queue {
-            self.queues.values().flat_map(|places| places.values().take(depth).copied()).collect()
+            let mut wanted = Vec::new();
+            for places in self.queues.values() {
+                wanted.extend(places.values().take(depth).copied());
+                if depth > 0 && places.len() > depth {
+                    self.edges.push(wanted.len() - 1);
+                }
+            }
+            wanted
         } else {
+            if depth > 0 && self.len > depth {
+                self.edges.push(depth - 1);
+            }
             self.first_of_all(depth)
         };
         // The part the window already holds in place stays (most of it, most cycles: the gangs
@@ -137,6 +150,12 @@ impl Pending {
             self.window.swap(k, i);
             self.window_jobs.swap(k, i);
         }
+    }
+
+    /// The window's last gang of each lane with more waiting behind it, as last lent: a cycle
+    /// that admits one of them might have admitted more, had it been handed them.
+    pub fn edges(&self) -> &[usize] {
+        &self.edges
     }
 
     /// The window as last lent.
