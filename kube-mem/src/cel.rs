@@ -11,7 +11,7 @@
 //! stop at [`COST_LIMIT`] units or [`TIME_LIMIT`], whichever comes first. Parsing runs on a
 //! thread of its own with a large stack, and a panic inside the crate is an error, not a crash.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -86,6 +86,9 @@ impl CelError {
 pub struct Program {
     source: String,
     expr: IdedExpr,
+    /// Every name the expression reads (variables, and a comprehension's own): only these are
+    /// bound when it runs, since binding converts a whole object into the evaluator's values.
+    names: BTreeSet<String>,
 }
 
 impl Program {
@@ -96,30 +99,36 @@ impl Program {
     /// Whether the expression names `variable` (e.g. `oldSelf`, which makes a rule a
     /// transition rule).
     pub fn references(&self, variable: &str) -> bool {
-        names(&self.expr, variable)
+        self.names.contains(variable)
     }
 }
 
-fn names(e: &IdedExpr, variable: &str) -> bool {
+/// The identifiers `e` reads, into `out`.
+fn names(e: &IdedExpr, out: &mut BTreeSet<String>) {
+    let entry = |x: &EntryExpr, out: &mut BTreeSet<String>| match x {
+        EntryExpr::MapEntry(m) => {
+            names(&m.key, out);
+            names(&m.value, out);
+        }
+        EntryExpr::StructField(f) => names(&f.value, out),
+    };
     match &e.expr {
-        Expr::Ident(n) => n == variable,
+        Expr::Ident(n) => {
+            out.insert(n.clone());
+        }
         Expr::Call(c) => {
-            c.target.as_deref().is_some_and(|t| names(t, variable)) || c.args.iter().any(|a| names(a, variable))
+            c.target.iter().map(|t| &**t).chain(&c.args).for_each(|x| names(x, out));
         }
         Expr::Comprehension(c) => {
-            [&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result].into_iter().any(|x| names(x, variable))
+            [&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result]
+                .into_iter()
+                .for_each(|x| names(x, out));
         }
-        Expr::List(l) => l.elements.iter().any(|x| names(x, variable)),
-        Expr::Map(m) => m.entries.iter().any(|x| match &x.expr {
-            EntryExpr::MapEntry(m) => names(&m.key, variable) || names(&m.value, variable),
-            EntryExpr::StructField(f) => names(&f.value, variable),
-        }),
-        Expr::Struct(s) => s.entries.iter().any(|x| match &x.expr {
-            EntryExpr::MapEntry(m) => names(&m.key, variable) || names(&m.value, variable),
-            EntryExpr::StructField(f) => names(&f.value, variable),
-        }),
-        Expr::Select(s) => names(&s.operand, variable),
-        Expr::Literal(_) | Expr::Unspecified => false,
+        Expr::List(l) => l.elements.iter().for_each(|x| names(x, out)),
+        Expr::Map(m) => m.entries.iter().for_each(|x| entry(&x.expr, out)),
+        Expr::Struct(s) => s.entries.iter().for_each(|x| entry(&x.expr, out)),
+        Expr::Select(s) => names(&s.operand, out),
+        Expr::Literal(_) | Expr::Unspecified => {}
     }
 }
 
@@ -161,7 +170,9 @@ fn parse(source: &str) -> Result<Arc<Program>, CelError> {
     if !within(&expr, 1, &mut nodes) {
         return Err(CelError::TooComplex);
     }
-    Ok(Arc::new(Program { source: source.to_string(), expr: instrument(expr) }))
+    let mut read = BTreeSet::new();
+    names(&expr, &mut read);
+    Ok(Arc::new(Program { source: source.to_string(), expr: instrument(expr), names: read }))
 }
 
 fn one_line(s: &str) -> String {
@@ -360,7 +371,7 @@ pub fn evaluate(program: &Program, variables: Vec<(&str, Value)>, budget: &Arc<B
         return Err(CelError::Budget);
     }
     let mut ctx = Context::with_env(env());
-    for (name, value) in variables {
+    for (name, value) in variables.into_iter().filter(|(name, _)| program.references(name)) {
         ctx.add_variable_from_value(name, value);
     }
     ctx.add_function(CHARGE, charge_function(budget.clone()))

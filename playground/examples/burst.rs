@@ -1,7 +1,8 @@
 //! The playground's latency benchmark: N TrainJobs submitted to the hub at once; for each, the
 //! time from its creation returning to its JobSet existing on a member. Prints p50/p99,
 //! placements per second, and the dispatcher's own decision time for the same N on the same
-//! fleet (the pure `decide`, timed apart from the API round trips).
+//! fleet before the burst (the pure `decide` with the dispatcher's policy, timed apart from the
+//! API round trips).
 //!
 //! `cargo run --release -p stowage-tests --example burst -- [N]` (default 500), from the
 //! repository root with ../shared beside it.
@@ -71,6 +72,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         });
     }
+    // The fleet before the burst, for timing the decision alone below: read after it, the
+    // members would report the burst's own GPUs taken.
+    let members: Vec<api::stowage::MemberCluster> = Api::all(hub.clone()).list(&ListParams::default()).await?.items;
     let started = Instant::now();
     let created: Vec<(String, Instant)> = futures::stream::iter(0..n)
         .map(|i| {
@@ -108,7 +112,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     latencies.sort();
     let last = seen.values().max().map_or(Duration::ZERO, |t| t.duration_since(started));
 
-    // The decision alone: every TrainJob pending, the fleet as the agents report it.
+    // The decision alone: every TrainJob pending, the fleet as the agents reported it before.
     let observed = Observed {
         trainjobs: tjs
             .list(&ListParams::default())
@@ -121,7 +125,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
             .collect(),
         cluster_runtimes: Api::all(hub.clone()).list(&ListParams::default()).await?.items,
-        members: Api::all(hub.clone()).list(&ListParams::default()).await?.items,
+        members,
         queues: Api::all(hub.clone()).list(&ListParams::default()).await?.items,
         ..Observed::default()
     };
@@ -131,7 +135,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let t = Instant::now();
         let plan = decide(
             &observed,
-            &scheduler_core::fixture::greedy(),
+            &scheduler_core::Config::stowage(),
             &Settings::default(),
             Time(k8s_openapi::jiff::Timestamp::now()),
         );

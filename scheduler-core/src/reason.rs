@@ -197,7 +197,10 @@ impl fmt::Display for Reason {
             }
             Reason::BeyondDepth { queue, depth } => {
                 let of = queue.as_ref().map_or_else(|| "in queue order".to_string(), |q| format!("of queue {q}"));
-                write!(f, "not looked at this cycle: {depth} gangs ahead of it {of} are waiting, as many as a cycle looks at")
+                write!(
+                    f,
+                    "not looked at this cycle: {depth} gangs ahead of it {of} are waiting, as many as a cycle looks at"
+                )
             }
             Reason::NoQuotaForFlavor { queue, pod_set, flavors } => {
                 write!(f, "pod set {pod_set}: queue {queue} has no quota for {}", any_of(flavors))
