@@ -956,13 +956,17 @@ mod tests {
         }
     }
 
+    /// One cluster `a` of one pool of 8-GPU nodes: `pool` ends the pool's line (its node count and
+    /// fanout) and may add the cluster's topology after it.
+    fn fleet_of(pool: &str) -> Fleet {
+        let text = format!(
+            "clusters:\n- name: a\n  pools:\n  - {{name: p, gpu_flavor: h100, gpus_per_node: 8, cpu_cores: 64, memory_gib: 512, {pool}\n"
+        );
+        FleetSpec::parse(&text, "t.yaml").and_then(|s| s.build("t.yaml")).expect("fleet")
+    }
+
     fn fleet() -> Fleet {
-        FleetSpec::parse(
-            "clusters:\n- name: a\n  topology: [{level: block}, {level: rack}]\n  pools:\n  - {name: p, gpu_flavor: h100, gpus_per_node: 8, cpu_cores: 64, memory_gib: 512, nodes: 16, fanout: {rack: 4, block: 2}}\n",
-            "t.yaml",
-        )
-        .and_then(|s| s.build("t.yaml"))
-        .expect("fleet")
+        fleet_of("nodes: 16, fanout: {rack: 4, block: 2}}\n  topology: [{level: block}, {level: rack}]")
     }
 
     fn trace() -> Trace {
@@ -1002,28 +1006,26 @@ mod tests {
     /// depth); a backlog that does not fit costs no cycle more than the one it needs.
     #[test]
     fn a_burst_deeper_than_the_depth_starts_at_once() {
-        let fleet = FleetSpec::parse(
-            "clusters:\n- name: a\n  topology: [{level: rack}]\n  pools:\n  - {name: p, gpu_flavor: h100, gpus_per_node: 8, cpu_cores: 64, memory_gib: 512, nodes: 64, fanout: {rack: 8}}\n",
-            "t.yaml",
-        )
-        .and_then(|s| s.build("t.yaml"))
-        .expect("fleet");
-        let burst = |n: u64| Trace {
-            jobs: (0..n).map(|i| job(&format!("j{i:03}"), 0, 3600, 1, 1, TopologyConstraint::Unconstrained)).collect(),
+        // 64 nodes of 8 GPUs; the runs stop after the first instant, so `cycles` counts its own.
+        let fleet = fleet_of("nodes: 64, fanout: {rack: 8}}\n  topology: [{level: rack}]");
+        let burst = |n: u64, gpus: u32| Trace {
+            jobs: (0..n)
+                .map(|i| job(&format!("j{i:03}"), 0, 3600, 1, gpus, TopologyConstraint::Unconstrained))
+                .collect(),
             skipped_rows: 0,
             withdrawn: 0,
         };
-        let depth = scheduler_core::Config::DEPTH as usize;
+        let first_instant = SimOptions { horizon_s: Some(0), ..SimOptions::default() };
         for policy in [Policy::Stowage, Policy::FifoFirstFit] {
-            // 400 one-GPU gangs on 512 GPUs: every one at 0 s, over a few cycles at that instant.
-            let run = simulate(&fleet, &burst(400), policy, &SimOptions::default(), &mut |_, _| {}).expect("runs");
+            // 400 one-GPU gangs on 512 GPUs: the first cycle starts the 256 it is handed, the
+            // last of them at its window's edge, so a second starts the other 144.
+            let run = simulate(&fleet, &burst(400, 1), policy, &first_instant, &mut |_, _| {}).expect("runs");
             assert!(run.jobs.iter().all(|j| j.first_start_s == Some(0)), "{policy}: a gang waited for a later event");
-            assert!(run.cycles >= 2, "{policy}: {} cycles", run.cycles);
-            // 600 on 512: the first 512 start at once, the rest when the first end.
-            let run = simulate(&fleet, &burst(600), policy, &SimOptions::default(), &mut |_, _| {}).expect("runs");
-            let at_once = run.jobs.iter().filter(|j| j.first_start_s == Some(0)).count();
-            assert_eq!(at_once, 512, "{policy}");
-            assert!(600 - at_once < depth);
+            assert_eq!(run.cycles, 2, "{policy}");
+            // 300 whole-node gangs on 64 nodes: 64 start, the 256th waits, and no cycle follows.
+            let run = simulate(&fleet, &burst(300, 8), policy, &first_instant, &mut |_, _| {}).expect("runs");
+            assert_eq!(run.jobs.iter().filter(|j| j.first_start_s == Some(0)).count(), 64, "{policy}");
+            assert_eq!(run.cycles, 1, "{policy}");
         }
     }
 
@@ -1201,12 +1203,7 @@ mod tests {
     #[test]
     fn spanning_blocks_costs_what_the_model_says() {
         // Two 8-GPU pods that fit no rack on this fleet (one host per rack) must cross racks.
-        let f = FleetSpec::parse(
-            "clusters:\n- name: a\n  topology: [{level: block}, {level: rack}]\n  pools:\n  - {name: p, gpu_flavor: h100, gpus_per_node: 8, cpu_cores: 64, memory_gib: 512, nodes: 4, fanout: {rack: 1, block: 2}}\n",
-            "t.yaml",
-        )
-        .and_then(|s| s.build("t.yaml"))
-        .expect("fleet");
+        let f = fleet_of("nodes: 4, fanout: {rack: 1, block: 2}}\n  topology: [{level: block}, {level: rack}]");
         let t = Trace { jobs: vec![job("x", 0, 1000, 2, 8, TopologyConstraint::Unconstrained)], ..Trace::default() };
         let run = simulate(&f, &t, Policy::Stowage, &SimOptions::default(), &mut |_, _| {}).expect("runs");
         let j = &run.jobs[0];
