@@ -6,20 +6,30 @@ root="$(dirname "$here")"
 bin="$here/bin"
 export CGO_ENABLED=0
 
-# The components: binary name, then the Go package it is built from.
+# The components: binary name, the Go package it is built from, and the module file that pins
+# its dependencies. Kueue and Trainer's controller are each built on the dependencies their own
+# release pins (kueue.mod, trainer.mod: Kubernetes' libraries v0.35 and v0.36), not on go.mod's
+# v0.37 that the Kubernetes components need: Trainer v2.3.0's generated OpenAPI names
+# corev1.PodStatusResult, which v0.37 removed, and Kueue imports Trainer's API. One module, one
+# build list per release.
 components=(
-  "etcd ./cmd/etcd"
-  "kube-apiserver ./cmd/kube-apiserver"
-  "kube-controller-manager ./cmd/kube-controller-manager"
-  "kube-scheduler ./cmd/kube-scheduler"
-  "kwok sigs.k8s.io/kwok/cmd/kwok"
-  "jobset sigs.k8s.io/jobset"
+  "etcd ./cmd/etcd go.mod"
+  "kube-apiserver ./cmd/kube-apiserver go.mod"
+  "kube-controller-manager ./cmd/kube-controller-manager go.mod"
+  "kube-scheduler ./cmd/kube-scheduler go.mod"
+  "kwok sigs.k8s.io/kwok/cmd/kwok go.mod"
+  "jobset sigs.k8s.io/jobset go.mod"
+  "kueue sigs.k8s.io/kueue/cmd/kueue kueue.mod"
+  "trainer github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager trainer.mod"
 )
 
-version_of() { (cd "$here" && go list -m -f '{{.Version}}' "$1"); }
+# version_of MODULE [MODFILE]: the version the module file pins.
+version_of() { (cd "$here" && go list -modfile="${2:-go.mod}" -m -f '{{.Version}}' "$1"); }
+# dir_of MODULE [MODFILE]: where the Go module cache holds its source (CRDs, manifests).
+dir_of() { (cd "$here" && go mod download -modfile="${2:-go.mod}" "$1" >/dev/null && go list -modfile="${2:-go.mod}" -m -f '{{.Dir}}' "$1"); }
 
-# Builds what is missing (Go's build cache makes a rebuild after a change short) and prints the
-# versions. A Kubernetes build from a module is unstamped (v0.0.0-master+$Format:%H$) unless
+# build [NAME...]: builds what is missing of the named components (all without names; Go's
+# build cache makes a rebuild after a change short) and prints the versions. A Kubernetes build from a module is unstamped (v0.0.0-master+$Format:%H$) unless
 # told its version: Kueue refuses to start against such a server, so every binary is stamped.
 build() {
   command -v go >/dev/null || { echo "testbed: go is not installed (the testbed builds upstream components from their Go modules)" >&2; exit 1; }
@@ -32,11 +42,14 @@ build() {
   done
   mkdir -p "$bin"
   local failed=()
+  local wanted=" $* "
   for c in "${components[@]}"; do
     set -- $c
-    if [ -x "$bin/$1" ] && [ "$bin/$1" -nt "$here/go.sum" ]; then continue; fi
-    echo "testbed: building $1 ($2)" >&2
-    if ! (cd "$here" && go build -p 2 -trimpath -ldflags "$ld" -o "$bin/$1" "$2"); then
+    [ "$wanted" = "  " ] || [[ "$wanted" == *" $1 "* ]] || continue
+    local sum=${3%.mod}.sum
+    if [ -x "$bin/$1" ] && [ "$bin/$1" -nt "$here/$sum" ]; then continue; fi
+    echo "testbed: building $1 ($2, pinned by $3)" >&2
+    if ! (cd "$here" && go build -modfile="$3" -p 2 -trimpath -ldflags "$ld" -o "$bin/$1" "$2"); then
       failed+=("$1")
     fi
   done
@@ -44,6 +57,8 @@ build() {
   echo "etcd $(version_of go.etcd.io/etcd/server/v3)"
   echo "kwok $(version_of sigs.k8s.io/kwok)"
   echo "jobset $(version_of sigs.k8s.io/jobset)"
+  echo "kueue $(version_of sigs.k8s.io/kueue kueue.mod)"
+  echo "trainer $(version_of github.com/kubeflow/trainer/v2 trainer.mod) (trainer-controller-manager)"
   if [ ${#failed[@]} -gt 0 ]; then
     echo "testbed: failed to build: ${failed[*]}" >&2
     exit 1
@@ -200,6 +215,39 @@ CFG
   sed -e "s#__URL__#https://127.0.0.1:$webhook_port#" -e "s#__CA__#$(base64 -w0 <"$D/pki/ca.crt")#" \
     "$here/jobset-webhooks.yaml" | $k apply --server-side -f - >/dev/null
   wait_for "$name JobSet webhook" 60 curl -sk "https://127.0.0.1:$webhook_port/"
+  [ -z "${TRAINER:-}" ] || trainer_on "$name"
+}
+
+# trainer_on NAME: Kubeflow Trainer's controller on a member, as Trainer's own install makes it
+# (its CRDs, its webhooks by URL, the coscheduling and Volcano PodGroup CRDs its plugins render
+# for): the rendering oracle (tests/tests/trainer_oracle.rs) and a MultiKueue worker.
+trainer_on() {
+  local name=$1 c=$D/clusters/$1
+  local k="kubectl --kubeconfig $c/admin.kubeconfig"
+  for f in "$TRAINER_MOD"/manifests/base/crds/trainer.kubeflow.org_*.yaml; do $k apply --server-side -f "$f" >/dev/null; done
+  $k apply --server-side -f "$(dir_of sigs.k8s.io/scheduler-plugins trainer.mod)/manifests/coscheduling/crd.yaml" >/dev/null
+  $k apply --server-side -f "$root/../shared/upstream/volcano/scheduling.volcano.sh_podgroups.yaml" >/dev/null
+  local webhook_port
+  webhook_port=$(free_port)
+  # controller-runtime reads the serving certificate from $TMPDIR/k8s-webhook-server/serving-certs
+  # when, as in Trainer's Configuration, no directory can be named.
+  mkdir -p "$c/trainer-tmp/k8s-webhook-server/serving-certs"
+  cp "$D/pki/serving.crt" "$c/trainer-tmp/k8s-webhook-server/serving-certs/tls.crt"
+  cp "$D/pki/serving.key" "$c/trainer-tmp/k8s-webhook-server/serving-certs/tls.key"
+  cat >"$c/trainer.yaml" <<CFG
+apiVersion: config.trainer.kubeflow.org/v1alpha1
+kind: Configuration
+leaderElection: {leaderElect: false}
+certManagement: {enable: false}
+webhook: {port: $webhook_port, host: 127.0.0.1}
+metrics: {bindAddress: "0"}
+health: {healthProbeBindAddress: "127.0.0.1:$(free_port)"}
+CFG
+  start "$name-trainer" env TMPDIR="$c/trainer-tmp" "$bin/trainer" --kubeconfig "$c/admin.kubeconfig" \
+    --config "$c/trainer.yaml" --zap-log-level=error
+  sed -e "s#__URL__#https://127.0.0.1:$webhook_port#" -e "s#__CA__#$(base64 -w0 <"$D/pki/ca.crt")#" \
+    "$here/trainer-webhooks.yaml" | $k apply --server-side -f - >/dev/null
+  wait_for "$name Trainer webhook" 60 curl -sk "https://127.0.0.1:$webhook_port/"
 }
 
 token_for() { # CLUSTER NAMESPACE SERVICEACCOUNT: a TokenRequest token
@@ -215,6 +263,7 @@ up() {
       --dir) D=$2; shift 2 ;;
       --members) members=$2; shift 2 ;;
       --fleet) FLEET=$2; shift 2 ;;
+      --trainer) TRAINER=1; shift ;;
       *) die "up: unknown option $1" ;;
     esac
   done
@@ -222,7 +271,8 @@ up() {
   if [ -d "$D/pids" ] && ls "$D"/pids/*.pid >/dev/null 2>&1; then
     die "up: $D holds a running testbed (pids in $D/pids); scripts/testbed down --dir $D first"
   fi
-  build >/dev/null
+  # What `up` runs: Kueue only with --kueue, Trainer only with --trainer.
+  build etcd kube-apiserver kube-controller-manager kube-scheduler kwok jobset ${TRAINER:+trainer} >/dev/null
   command -v kubectl >/dev/null || die "kubectl is needed"
   STOWAGE=${STOWAGE_BIN:-$root/target/debug/stowage}
   if [ ! -x "$STOWAGE" ]; then
@@ -232,6 +282,10 @@ up() {
   D=$(cd "$D" && pwd)
   KWOK_MOD=$(cd "$here" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
   JOBSET_MOD=$(cd "$here" && go list -m -f '{{.Dir}}' sigs.k8s.io/jobset)
+  if [ -n "${TRAINER:-}" ]; then
+    TRAINER_MOD=$(dir_of github.com/kubeflow/trainer/v2 trainer.mod)
+    echo "$TRAINER_MOD" >"$D/trainer.dir"
+  fi
   TENANTS="team-a team-b"
   pki
   local fleet_args=()
@@ -372,8 +426,8 @@ down() {
 }
 
 case "${1:-}" in
-  build) build ;;
+  build) shift; build "$@" ;;
   up) shift; up "$@" ;;
   down) shift; down "$@" ;;
-  *) echo "usage: scripts/testbed build | up --dir D [--members N] [--fleet F] | down --dir D" >&2; exit 2 ;;
+  *) echo "usage: scripts/testbed build [COMPONENT...] | up --dir D [--members N] [--fleet F] [--trainer] | down --dir D" >&2; exit 2 ;;
 esac

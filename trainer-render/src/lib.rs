@@ -202,7 +202,7 @@ type Step = fn(&Input<'_>, &mut Draft) -> Result<(), RenderError>;
 
 /// The steps that shape the pods: everything [`pod_sets`] needs. The rest add what only a
 /// member needs (the MPI companions, the PodGroup, pinning, failure policy, fencing labels).
-const SHAPE_STEPS: [Step; 8] = [
+const SHAPE_STEPS: [Step; 9] = [
     validate::check,
     steps::runtime_patches,
     validate::check_patched,
@@ -211,6 +211,7 @@ const SHAPE_STEPS: [Step; 8] = [
     steps::trainer,
     steps::initializers,
     steps::ml_policy,
+    steps::env_after_policy,
 ];
 
 const MEMBER_STEPS: [Step; 5] =

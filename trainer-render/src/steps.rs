@@ -322,7 +322,10 @@ pub(crate) fn counts(input: &Input<'_>, draft: &mut Draft) -> Result<(), RenderE
 
 /// `spec.trainer`: image, command and args of the trainer jobs' `node` container (whenever the
 /// TrainJob sets them, even empty); env upserted by name (into MPI's `node` job too with
-/// `runLauncherAsNode`).
+/// `runLauncherAsNode`) where the ML plugin puts it before its own: Torch's and PlainML's
+/// `EnforceMLPolicy` upsert the TrainJob's env first; JAX and MPI leave it to
+/// [`env_after_policy`], after theirs. Env order is what a pod sees (`$(VAR)` expands only earlier
+/// variables), and what Trainer's controller was seen to make on the testbed.
 pub(crate) fn trainer(input: &Input<'_>, draft: &mut Draft) -> Result<(), RenderError> {
     let Some(t) = &input.trainjob.spec.trainer else { return Ok(()) };
     for j in &mut draft.spec.replicated_jobs {
@@ -342,7 +345,28 @@ pub(crate) fn trainer(input: &Input<'_>, draft: &mut Draft) -> Result<(), Render
                 c.args = Some(args.clone());
             }
         }
-        upsert_env(c, t.env.iter().map(trainer_env));
+        if env_before_policy(input) {
+            upsert_env(c, t.env.iter().map(trainer_env));
+        }
+    }
+    Ok(())
+}
+
+/// Whether an ML plugin takes the TrainJob's env before the policy's own variables: Torch does,
+/// and PlainML, which runs for every runtime but Torch's, MPI's and JAX's (`plainml.go`): so
+/// XGBoost's `DMLC_*` come after the TrainJob's env.
+fn env_before_policy(input: &Input<'_>) -> bool {
+    policy(input).is_none_or(|p| p.jax.is_none() && p.mpi.is_none())
+}
+
+/// The TrainJob's env upserted again after the ML plugin's (`builder.go` `Trainer`): in place
+/// where it came first, after JAX's and MPI's variables otherwise.
+pub(crate) fn env_after_policy(input: &Input<'_>, draft: &mut Draft) -> Result<(), RenderError> {
+    let Some(t) = &input.trainjob.spec.trainer else { return Ok(()) };
+    for j in draft.spec.replicated_jobs.iter_mut().filter(|j| takes_trainer_env(input, j)) {
+        if let Some(c) = container_mut(j, "node") {
+            upsert_env(c, t.env.iter().map(trainer_env));
+        }
     }
     Ok(())
 }

@@ -439,3 +439,46 @@ fn under_kueue_the_jobset_names_the_members_local_queue_and_holds_the_chosen_dom
     let selector = pod.spec.as_ref().and_then(|s| s.node_selector.clone()).unwrap_or_default();
     assert!(!selector.contains_key("cloud.google.com/gce-topology-subblock"), "{selector:?}");
 }
+
+/// The TrainJob's env comes where Trainer's controller puts it, as seen on the testbed
+/// (tests/tests/trainer_oracle.rs): before the policy's variables for Torch and for XGBoost
+/// (PlainML upserts it first), after them for JAX and MPI (the JobSet builder appends it).
+#[test]
+fn the_trainjobs_env_comes_before_or_after_the_policys_as_trainers_plugins_order_it() {
+    let first_env = |runtime_file: &str| {
+        let (_, rt) =
+            runtimes().into_iter().find(|(f, _)| f.ends_with(runtime_file)).unwrap_or_else(|| panic!("{runtime_file}"));
+        let tj = trainjob_for(&rt);
+        let runtime = Runtime::Cluster(rt);
+        let caps = Capabilities::default();
+        let input = Input {
+            trainjob: &tj,
+            runtime: &runtime,
+            placement: None,
+            capabilities: &caps,
+            ssh_key: Some(&key()),
+            jobset_uid: None,
+        };
+        let objects = render(&input).expect("renders");
+        let jobset = objects.iter().map(Object::to_value).find(|o| o["kind"] == "JobSet").expect("a JobSet");
+        let jobs = jobset["spec"]["replicatedJobs"].as_array().cloned().unwrap_or_default();
+        let node = jobs
+            .iter()
+            .flat_map(|j| {
+                j["template"]["spec"]["template"]["spec"]["containers"].as_array().cloned().unwrap_or_default()
+            })
+            .find(|c| c["name"] == "node" && c["env"].as_array().is_some_and(|e| e.iter().any(|v| v["name"] == "LR")))
+            .expect("the trainer's node container with the TrainJob's env");
+        let names: Vec<String> = node["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v["name"].as_str().map(str::to_string))
+            .collect();
+        (names.first().cloned().unwrap_or_default(), names.last().cloned().unwrap_or_default())
+    };
+    assert_eq!(first_env("torch_distributed.yaml").0, "LR", "Torch: the TrainJob's env first");
+    assert_eq!(first_env("xgboost_distributed.yaml").0, "LR", "XGBoost: PlainML puts the TrainJob's env first");
+    assert_eq!(first_env("jax_distributed.yaml").1, "LR", "JAX: the TrainJob's env last");
+    assert_eq!(first_env("mpi_distributed.yaml").1, "LR", "MPI: the TrainJob's env last");
+}
