@@ -69,8 +69,8 @@ fn unique(name: &str) -> String {
     format!("{name}-{:x}", (std::process::id() ^ nanos) & 0xfffff)
 }
 
-/// The TrainJob's JobSets live on the members: (member, epoch label) of each not finished.
-async fn live_jobsets(t: &Testbed, name: &str) -> Vec<(String, String)> {
+/// The TrainJob's JobSets live on the members: (member, epoch label, uid) of each not finished.
+async fn live_jobsets(t: &Testbed, name: &str) -> Vec<(String, String, String)> {
     let ar = kube::api::ApiResource::from_gvk_with_plural(
         &kube::api::GroupVersionKind::gvk("jobset.x-k8s.io", "v1alpha2", "JobSet"),
         "jobsets",
@@ -83,7 +83,8 @@ async fn live_jobsets(t: &Testbed, name: &str) -> Vec<(String, String)> {
                 cs.iter().any(|c| (c["type"] == "Completed" || c["type"] == "Failed") && c["status"] == "True")
             });
             if !done && js.metadata.deletion_timestamp.is_none() {
-                live.push((m.clone(), js.labels().get("stowage.dev/placement-epoch").cloned().unwrap_or_default()));
+                let epoch = js.labels().get("stowage.dev/placement-epoch").cloned().unwrap_or_default();
+                live.push((m.clone(), epoch, js.uid().unwrap_or_default()));
             }
         }
     }
@@ -354,6 +355,77 @@ async fn faults_a_stopped_member_apiserver_a_killed_leader_a_restarted_agent_and
         .expect("deleted by hand");
     placement(&t.hub, &name, |q| q.spec.epoch > p.spec.epoch).await;
     never_twice(&t, &name, Duration::from_secs(180)).await;
+}
+
+/// The agents' hub-lost time and the dispatcher's member grace the testbed was started with.
+fn timings(t: &Testbed) -> (u64, u64) {
+    let text = std::fs::read_to_string(t.dir.join("timings")).expect("timings: is the testbed up?");
+    let value = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+            .unwrap_or_else(|| panic!("{key} in timings"))
+    };
+    (value("hub_lost_seconds"), value("member_grace_seconds"))
+}
+
+/// The hub's etcd stopped (SIGSTOP: every hub request hangs, as in a hub upgrade gone slow).
+/// Shorter than the agents' hub-lost time, the members ride it out: the same JobSets run on and
+/// complete. Longer, each agent deletes what it made (nothing may run twice once the dispatcher
+/// could move it); when the hub answers, each makes again what is still placed on it, and
+/// everything completes, never live twice.
+#[tokio::test]
+#[ignore = "needs the real testbed: scripts/test-real"]
+async fn a_hub_etcd_stopped_shorter_than_hub_lost_is_ridden_out_and_longer_fences_then_everything_completes() {
+    let t = Testbed::open().await;
+    let (hub_lost, _) = timings(&t);
+    let hub_lost = Duration::from_secs(hub_lost);
+    // Each TrainJob runs for far longer than the outage: one that finished is not live either,
+    // and must not pass for one fenced.
+    let outage = |names: Vec<String>, stopped: Duration| {
+        let t = &t;
+        let seconds = u32::try_from(stopped.as_secs()).unwrap_or(60) * 3;
+        async move {
+            for n in &names {
+                submit(&t.hub, &trainjob(n, 1, seconds, json!({}))).await;
+            }
+            for n in &names {
+                placement(&t.hub, n, running).await;
+            }
+            let mut before = Vec::new();
+            for n in &names {
+                before.push(eventually(&format!("{n}'s JobSet"), || async { live_jobsets(t, n).await.pop() }).await);
+            }
+            t.signal("hub-etcd", "STOP");
+            tokio::time::sleep(stopped).await;
+            let mut during = Vec::new();
+            for n in &names {
+                during.push(live_jobsets(t, n).await);
+            }
+            t.signal("hub-etcd", "CONT");
+            (before, during)
+        }
+    };
+
+    // Half the hub-lost time: the very same JobSets (same uid) still run when the hub is back.
+    let short: Vec<String> = (0..2).map(|i| unique(&format!("hub-short-{i}"))).collect();
+    let (before, during) = outage(short.clone(), hub_lost / 2).await;
+    for (b, d) in before.iter().zip(&during) {
+        assert_eq!(d.as_slice(), std::slice::from_ref(b), "a hub outage shorter than hub-lost changed a JobSet");
+    }
+    for n in &short {
+        never_twice(&t, n, Duration::from_secs(180)).await;
+    }
+
+    // Hub-lost and then some: the agents fenced (no JobSet of these left live on any member while
+    // the hub was still down); made again once it answers; all complete.
+    let long: Vec<String> = (0..2).map(|i| unique(&format!("hub-long-{i}"))).collect();
+    let (_, during) = outage(long.clone(), hub_lost + Duration::from_secs(10)).await;
+    for (n, d) in long.iter().zip(&during) {
+        assert!(d.is_empty(), "{n}: still live after the hub was lost for longer than hub-lost: {d:?}");
+    }
+    for n in &long {
+        never_twice(&t, n, Duration::from_secs(240)).await;
+    }
 }
 
 /// On the real API server, with the real status-writers policy and RBAC: deleting the hub's
