@@ -218,6 +218,129 @@ CFG
   [ -z "${TRAINER:-}" ] || trainer_on "$name"
 }
 
+# kueue_on NAME [DISPATCHER]: Kueue on a cluster, its CRDs and webhooks (by URL,
+# testbed/kueue-webhooks.yaml), managing JobSets and TrainJobs that carry its queue label; on the
+# hub, the MultiKueue manager with DISPATCHER as its external dispatcher.
+kueue_on() {
+  local name=$1 dispatcher=${2:-} c=$D/clusters/$1
+  local k="kubectl --kubeconfig $c/admin.kubeconfig"
+  for f in "$KUEUE_MOD"/config/components/crd/bases/kueue.x-k8s.io_*.yaml; do
+    $k apply --server-side -f "$f" >/dev/null
+  done
+  # Kueue sets up its indexes at start: its kinds must be served by then.
+  $k wait --for=condition=Established --timeout 60s $($k get crd -o name | grep 'kueue\.x-k8s\.io$') >/dev/null
+  $k create namespace kueue-system >/dev/null
+  local webhook_port
+  webhook_port=$(free_port)
+  mkdir -p "$c/kueue-certs"
+  cp "$D/pki/serving.crt" "$c/kueue-certs/tls.crt"; cp "$D/pki/serving.key" "$c/kueue-certs/tls.key"
+  # Without its internal certificate management Kueue v0.17 reads its metrics server's
+  # certificate from this fixed path (cmd/kueue/main.go), even with metrics off.
+  if [ ! -e /etc/kueue/metrics/certs/tls.crt ]; then
+    mkdir -p /etc/kueue/metrics/certs 2>/dev/null || die "Kueue needs /etc/kueue/metrics/certs (run as root, or make it)"
+    cp "$D/pki/serving.crt" /etc/kueue/metrics/certs/tls.crt; cp "$D/pki/serving.key" /etc/kueue/metrics/certs/tls.key
+  fi
+  local multikueue=""
+  [ -z "$dispatcher" ] || multikueue="multiKueue: {dispatcherName: $dispatcher}"
+  cat >"$c/kueue.yaml" <<CFG
+apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+namespace: kueue-system
+manageJobsWithoutQueueName: false
+leaderElection: {leaderElect: false}
+internalCertManagement: {enable: false}
+webhook: {port: $webhook_port, host: 127.0.0.1, certDir: $c/kueue-certs}
+metrics: {bindAddress: "0"}
+health: {healthProbeBindAddress: "127.0.0.1:$(free_port)"}
+integrations: {frameworks: [jobset.x-k8s.io/jobset, trainer.kubeflow.org/trainjob]}
+# The pending-workloads API (an aggregated API server with its certificate at a fixed /visibility)
+# is not what the testbed checks.
+featureGates: {VisibilityOnDemand: false}
+$multikueue
+CFG
+  start "$name-kueue" "$bin/kueue" --kubeconfig "$c/admin.kubeconfig" --config "$c/kueue.yaml" --zap-log-level=error
+  sed -e "s#__URL__#https://127.0.0.1:$webhook_port#" -e "s#__CA__#$(base64 -w0 <"$D/pki/ca.crt")#" \
+    "$here/kueue-webhooks.yaml" | $k apply --server-side -f - >/dev/null
+  wait_for "$name Kueue webhook" 60 curl -sk "https://127.0.0.1:$webhook_port/"
+}
+
+# multikueue: Kueue on every member as a MultiKueue worker (a ClusterQueue `workers` with room
+# for the member's GPUs, LocalQueue `user-queue` in `default`), and on the hub as the manager with
+# Stowage as its external dispatcher: ClusterQueue `fleet` behind the AdmissionCheck `multikueue`,
+# MultiKueueConfig `fleet` naming every member, a MultiKueueCluster and kubeconfig Secret each.
+multikueue() {
+  local hk="kubectl --kubeconfig $D/clusters/hub/admin.kubeconfig"
+  local quota='{name: cpu, nominalQuota: "100000"}, {name: memory, nominalQuota: 100000Gi}, {name: nvidia.com/gpu, nominalQuota: "100000"}'
+  local queues="
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: default}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: user-queue, namespace: default}
+spec: {clusterQueue: __CQ__}
+"
+  for m in "${MEMBERS[@]}"; do
+    echo "testbed: Kueue on $m" >&2
+    kueue_on "$m"
+    local mk="kubectl --kubeconfig $D/clusters/$m/admin.kubeconfig"
+    printf '%s---\n%s\n' "${queues/__CQ__/workers}" "apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: workers}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu, memory, nvidia.com/gpu]
+    flavors: [{name: default, resources: [$quota]}]" | $mk apply --server-side -f - >/dev/null
+  done
+  echo "testbed: Kueue on the hub (MultiKueue manager, dispatcher stowage.dev/dispatcher)" >&2
+  # Kueue's TrainJob integration watches the JobSets a TrainJob owns: the manager needs their CRD
+  # (MultiKueue's guide installs every dispatched kind's CRD on the manager).
+  $hk apply --server-side -f "$JOBSET_MOD/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" >/dev/null
+  kueue_on hub stowage.dev/dispatcher
+  echo stowage.dev/dispatcher >"$D/kueue.dispatcher"
+  local clusters=""
+  for m in "${MEMBERS[@]}"; do
+    # Kueue reads the worker's kubeconfig from a Secret: the CA inline, no file paths.
+    local server token config
+    server=$(server_of "$D/clusters/$m/admin.kubeconfig")
+    token=$(kubectl --kubeconfig "$D/clusters/$m/admin.kubeconfig" config view --raw -o jsonpath='{.users[0].user.token}')
+    config="apiVersion: v1
+kind: Config
+clusters: [{name: $m, cluster: {server: '$server', certificate-authority-data: $(base64 -w0 <"$D/pki/ca.crt")}}]
+users: [{name: $m, user: {token: $token}}]
+contexts: [{name: $m, context: {cluster: $m, user: $m}}]
+current-context: $m"
+    $hk -n kueue-system create secret generic "$m-kubeconfig" --from-literal=kubeconfig="$config" \
+      --dry-run=client -o yaml | $hk apply --server-side -f - >/dev/null
+    printf 'apiVersion: kueue.x-k8s.io/v1beta2\nkind: MultiKueueCluster\nmetadata: {name: %s}\nspec: {clusterSource: {kubeConfig: {locationType: Secret, location: %s-kubeconfig}}}\n' \
+      "$m" "$m" | $hk apply --server-side -f - >/dev/null
+    clusters+="${clusters:+, }$m"
+  done
+  printf '%s---\n%s\n' "${queues/__CQ__/fleet}" "apiVersion: kueue.x-k8s.io/v1beta2
+kind: MultiKueueConfig
+metadata: {name: fleet}
+spec: {clusters: [$clusters]}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: AdmissionCheck
+metadata: {name: multikueue}
+spec:
+  controllerName: kueue.x-k8s.io/multikueue
+  parameters: {apiGroup: kueue.x-k8s.io, kind: MultiKueueConfig, name: fleet}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: fleet}
+spec:
+  namespaceSelector: {}
+  admissionChecksStrategy: {admissionChecks: [{name: multikueue}]}
+  resourceGroups:
+  - coveredResources: [cpu, memory, nvidia.com/gpu]
+    flavors: [{name: default, resources: [$quota]}]" | $hk apply --server-side -f - >/dev/null
+}
+
 # trainer_on NAME: Kubeflow Trainer's controller on a member, as Trainer's own install makes it
 # (its CRDs, its webhooks by URL, the coscheduling and Volcano PodGroup CRDs its plugins render
 # for): the rendering oracle (tests/tests/trainer_oracle.rs) and a MultiKueue worker.
@@ -226,6 +349,8 @@ trainer_on() {
   local k="kubectl --kubeconfig $c/admin.kubeconfig"
   for f in "$TRAINER_MOD"/manifests/base/crds/trainer.kubeflow.org_*.yaml; do $k apply --server-side -f "$f" >/dev/null; done
   $k apply --server-side -f "$(dir_of sigs.k8s.io/scheduler-plugins trainer.mod)/manifests/coscheduling/crd.yaml" >/dev/null
+  # Trainer's runtimes, as its install applies them (a MultiKueue worker's copy names them).
+  $k apply --server-side -f "$root/playground/upstream/trainer/runtimes/" >/dev/null 2>&1 || true
   $k apply --server-side -f "$root/../shared/upstream/volcano/scheduling.volcano.sh_podgroups.yaml" >/dev/null
   local webhook_port
   webhook_port=$(free_port)
@@ -265,6 +390,8 @@ up() {
       --members) members=$2; shift 2 ;;
       --fleet) FLEET=$2; shift 2 ;;
       --trainer) TRAINER=1; shift ;;
+      # MultiKueue's workers run the TrainJob copies: Trainer renders them there.
+      --kueue) KUEUE=1; TRAINER=1; shift ;;
       --hub-lost-seconds) HUB_LOST=$2; shift 2 ;;
       *) die "up: unknown option $1" ;;
     esac
@@ -274,7 +401,7 @@ up() {
     die "up: $D holds a running testbed (pids in $D/pids); scripts/testbed down --dir $D first"
   fi
   # What `up` runs: Kueue only with --kueue, Trainer only with --trainer.
-  build etcd kube-apiserver kube-controller-manager kube-scheduler kwok jobset ${TRAINER:+trainer} >/dev/null
+  build etcd kube-apiserver kube-controller-manager kube-scheduler kwok jobset ${TRAINER:+trainer} ${KUEUE:+kueue} >/dev/null
   command -v kubectl >/dev/null || die "kubectl is needed"
   STOWAGE=${STOWAGE_BIN:-$root/target/debug/stowage}
   if [ ! -x "$STOWAGE" ]; then
@@ -288,6 +415,7 @@ up() {
     TRAINER_MOD=$(dir_of github.com/kubeflow/trainer/v2 trainer.mod)
     echo "$TRAINER_MOD" >"$D/trainer.dir"
   fi
+  [ -z "${KUEUE:-}" ] || KUEUE_MOD=$(dir_of sigs.k8s.io/kueue kueue.mod)
   TENANTS="team-a team-b"
   pki
   local fleet_args=()
@@ -364,6 +492,8 @@ up() {
     cp "$D/clusters/$m/admin.kubeconfig" "$D/members/$m.kubeconfig"
   done
 
+  [ -z "${KUEUE:-}" ] || multikueue
+
   # The log relay: the hub's API server reads the members' pod logs from it as their virtual
   # Nodes' kubelet (with its kubelet client certificate), the agents dial its tunnel.
   local relay_kubelet relay_tunnel
@@ -384,7 +514,7 @@ up() {
   for i in 0 1; do
     start "stowage-dispatcher-$i" "$STOWAGE" dispatcher --kubeconfig "$D/clusters/hub/dispatcher.kubeconfig" \
       --health-addr "127.0.0.1:$(free_port)" --lease-namespace stowage-system --identity "dispatcher-$i" \
-      --member-grace-seconds "$member_grace" ${STOWAGE_DISPATCHER_ARGS:-}
+      --member-grace-seconds "$member_grace" ${KUEUE:+--kueue multikueue} ${STOWAGE_DISPATCHER_ARGS:-}
   done
   for m in "${MEMBERS[@]}"; do
     kubeconfig hub "$hub_server" "$(token_for hub stowage-system "stowage-agent-$m")" "$D/agents/$m-on-hub.kubeconfig" stowage-system
@@ -435,5 +565,5 @@ case "${1:-}" in
   build) shift; build "$@" ;;
   up) shift; up "$@" ;;
   down) shift; down "$@" ;;
-  *) echo "usage: scripts/testbed build [COMPONENT...] | up --dir D [--members N] [--fleet F] [--trainer] [--hub-lost-seconds S] | down --dir D" >&2; exit 2 ;;
+  *) echo "usage: scripts/testbed build [COMPONENT...] | up --dir D [--members N] [--fleet F] [--trainer] [--kueue] [--hub-lost-seconds S] | down --dir D" >&2; exit 2 ;;
 esac

@@ -491,3 +491,125 @@ async fn a_hub_copy_cannot_be_deleted_and_a_suspended_trainjobs_placement_is_cle
     .await;
     let _ = tjs.delete(&name, &DeleteParams::default()).await;
 }
+
+/// The hub's Workloads (Kueue's, not `scheduling.k8s.io`'s of the same name).
+fn kueue_workloads(hub: &Client) -> Api<DynamicObject> {
+    let ar = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta2", "Workload"),
+        "workloads",
+    );
+    Api::namespaced_with(hub.clone(), "default", &ar)
+}
+
+/// The Workload Kueue made for the object `kind`/`name` on the hub, once `pred` holds.
+async fn workload_of(hub: &Client, kind: &str, name: &str, pred: impl Fn(&DynamicObject) -> bool) -> DynamicObject {
+    let api = kueue_workloads(hub);
+    eventually(&format!("the Workload of {kind} {name}"), || async {
+        let list = api.list(&ListParams::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .find(|w| w.metadata.owner_references.iter().flatten().any(|o| o.kind == kind && o.name == name) && pred(w))
+    })
+    .await
+}
+
+fn finished(w: &DynamicObject) -> bool {
+    w.data["status"]["conditions"]
+        .as_array()
+        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Finished" && c["status"] == "True"))
+}
+
+/// What the dispatcher told about a Workload: the messages of its Events with `reason`.
+async fn workload_events(hub: &Client, workload: &str, reason: &str) -> Vec<String> {
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::default_namespaced(hub.clone());
+    let selector = format!("involvedObject.name={workload},reason={reason}");
+    let list = events.list(&ListParams::default().fields(&selector)).await.expect("events");
+    list.items.into_iter().filter_map(|e| e.message).collect()
+}
+
+/// With `--kueue`, the real Kueue v0.17 on the hub (MultiKueue manager, Stowage its external
+/// dispatcher) and on each member (worker, Trainer beside it): a TrainJob and a plain JobSet
+/// queued with `kueue.x-k8s.io/queue-name` get their Workloads admitted by Kueue, run on the
+/// member Stowage nominated (MultiKueue copies them there; Trainer renders the TrainJob) and
+/// finish; Stowage makes no Placement of its own for them. A Workload too large for every member
+/// is nominated nowhere and told why.
+#[tokio::test]
+#[ignore = "needs the real testbed with --kueue: scripts/test-real"]
+async fn kueue_queued_work_runs_on_the_member_stowage_nominated_through_the_real_kueue() {
+    let t = Testbed::open().await;
+    assert!(t.dir.join("kueue.dispatcher").exists(), "the testbed was brought up without --kueue");
+    let queued = json!({"kueue.x-k8s.io/queue-name": "user-queue"});
+    let name = unique("kueue-tj");
+    let tj: TrainJob = serde_json::from_value(json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": name, "labels": queued},
+        "spec": {"runtimeRef": {"name": "torch-distributed"},
+                 "trainer": {"numNodes": 2, "resourcesPerNode": {"limits": {"nvidia.com/gpu": 8}}}}}))
+    .expect("a TrainJob");
+    submit(&t.hub, &tj).await;
+    let jobset_name = unique("kueue-js");
+    let jobsets = Api::<DynamicObject>::default_namespaced_with(
+        t.hub.clone(),
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("jobset.x-k8s.io", "v1alpha2", "JobSet"),
+            "jobsets",
+        ),
+    );
+    let js: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": jobset_name, "labels": queued},
+        "spec": {"replicatedJobs": [{"name": "workers", "replicas": 1, "template": {"spec": {
+            "parallelism": 2, "completions": 2, "backoffLimit": 0,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "w", "image": "busybox:1.36",
+                "resources": {"requests": {"nvidia.com/gpu": 8}, "limits": {"nvidia.com/gpu": 8}}}]}}}}}]}}))
+    .expect("a JobSet");
+    jobsets.create(&Default::default(), &js).await.expect("the JobSet submitted");
+
+    for (kind, object) in [("TrainJob", &name), ("JobSet", &jobset_name)] {
+        let w = workload_of(&t.hub, kind, object, finished).await;
+        let ran_on = w.data["status"]["clusterName"].as_str().unwrap_or_default().to_string();
+        assert!(t.members.contains_key(&ran_on), "{kind} {object}: admitted on {ran_on:?}, not a member");
+        let nominated = workload_events(&t.hub, &w.name_any(), "Nominated").await;
+        assert!(
+            nominated.iter().any(|m| m == &format!("nominated to member {ran_on}")),
+            "{kind} {object} ran on {ran_on}, which Stowage did not nominate: {nominated:?}"
+        );
+    }
+    let done = Api::<TrainJob>::default_namespaced(t.hub.clone()).get(&name).await.expect("the TrainJob");
+    let complete =
+        done.status.is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Complete" && c.status == "True"));
+    assert!(complete, "{name}: its Workload finished, the hub's TrainJob is not Complete");
+    let placements = Api::<Placement>::default_namespaced(t.hub.clone());
+    assert!(placements.get_opt(&name).await.expect("placements").is_none(), "{name}: Kueue's, yet Stowage placed it");
+
+    // 100 nodes of 8 GPUs: no member has them. Kueue reserves quota (the ClusterQueue is
+    // large); Stowage nominates nowhere and says why.
+    let big = unique("kueue-big");
+    let mut tj = tj.clone();
+    tj.metadata.name = Some(big.clone());
+    if let Some(trainer) = tj.spec.trainer.as_mut() {
+        trainer.num_nodes = Some(100);
+    }
+    submit(&t.hub, &tj).await;
+    let w = workload_of(&t.hub, "TrainJob", &big, |w| {
+        w.data["status"]["conditions"]
+            .as_array()
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "QuotaReserved" && c["status"] == "True"))
+    })
+    .await;
+    let told = eventually("why the big Workload is nominated nowhere", || async {
+        let events: Api<k8s_openapi::api::core::v1::Event> = Api::default_namespaced(t.hub.clone());
+        let selector = format!("involvedObject.name={},type=Warning", w.name_any());
+        let list = events.list(&ListParams::default().fields(&selector)).await.ok()?;
+        list.items.into_iter().find_map(|e| e.message)
+    })
+    .await;
+    let now = kueue_workloads(&t.hub).get(&w.name_any()).await.expect("the big Workload");
+    assert!(now.data["status"]["clusterName"].is_null(), "{big}: admitted somewhere: {}", now.data["status"]);
+    let nominated = now.data["status"]["nominatedClusterNames"].as_array().map_or(0, Vec::len);
+    assert_eq!(nominated, 0, "{big}: nominated though it fits nowhere ({told})");
+    Api::<TrainJob>::default_namespaced(t.hub.clone())
+        .delete(&big, &DeleteParams::background())
+        .await
+        .expect("deleted");
+}
