@@ -30,6 +30,10 @@ use trainer_render::{Capabilities, GangScheduler, Input};
 /// The MultiKueue AdmissionCheck's name.
 pub const CHECK: &str = "multikueue";
 
+/// The ClusterQueue behind every LocalQueue: Kueue's admission names it, not the LocalQueue
+/// (as the real Kueue on the testbed does, whose ClusterQueue is also `fleet`).
+pub const CLUSTER_QUEUE: &str = "fleet";
+
 /// Kueue's MultiKueue set-up on the hub, its workers the members of those names.
 pub async fn install(hub: &Client, workers: &[&str]) -> Result<(), kube::Error> {
     let pp = PostParams::default();
@@ -60,17 +64,29 @@ pub fn workload_for(tj: &TrainJob, runtime: &Runtime) -> Result<Workload, String
     let input = Input { trainjob: tj, runtime, placement: None, capabilities: &caps, ssh_key: None, jobset_uid: None };
     let shapes = trainer_render::pod_sets(&input).map_err(|e| e.to_string())?;
     let uid = tj.metadata.uid.clone().unwrap_or_default();
-    let pod_sets: Vec<Value> =
-        shapes.iter().map(|s| json!({"name": s.name, "count": s.pods, "template": {"spec": s.pod}})).collect();
+    // As Kueue's JobSet pod sets (`pkg/controller/jobs/jobset`): each replicated job's pod indexes
+    // and job index labels for topology-aware scheduling. Kueue's template is the runtime's with
+    // the TrainJob's overrides and without the ML policy's env and ports (Trainer's builder,
+    // without its plugins); Stowage's render has them, and reads neither.
+    let pod_sets: Vec<Value> = shapes
+        .iter()
+        .map(|s| {
+            json!({"name": s.name, "count": s.pods, "template": {"spec": s.pod},
+                   "topologyRequest": {"podIndexLabel": "batch.kubernetes.io/job-completion-index",
+                                       "subGroupCount": 1, "subGroupIndexLabel": "jobset.sigs.k8s.io/job-index"}})
+        })
+        .collect();
     serde_json::from_value(json!({
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
         "metadata": {
             "name": format!("trainjob-{}-{}", tj.name_any(), &uid[..uid.len().min(5)]),
             "namespace": tj.namespace(),
             "labels": {"kueue.x-k8s.io/job-uid": uid},
+            "finalizers": ["kueue.x-k8s.io/resource-in-use"],
             "ownerReferences": [{"apiVersion": TrainJob::api_version(&()), "kind": "TrainJob",
                                  "name": tj.name_any(), "uid": uid, "controller": true, "blockOwnerDeletion": true}]},
-        "spec": {"queueName": tj.labels().get(api::kueue::QUEUE_NAME_LABEL), "priority": 0, "podSets": pod_sets},
+        "spec": {"queueName": tj.labels().get(api::kueue::QUEUE_NAME_LABEL), "priority": 0, "active": true,
+                 "podSets": pod_sets},
     }))
     .map_err(|e| e.to_string())
 }
@@ -104,14 +120,13 @@ fn admission(w: &Workload) -> Value {
         .iter()
         .map(|ps| json!({"name": ps.name, "count": ps.count, "flavors": {"nvidia.com/gpu": "default-flavor"}}))
         .collect();
-    json!({"clusterQueue": w.spec.queue_name.clone().unwrap_or_default(), "podSetAssignments": assignments})
+    json!({"clusterQueue": CLUSTER_QUEUE, "podSetAssignments": assignments})
 }
 
 /// Kueue reserves the Workload's quota on the manager: its MultiKueue check is Pending.
 pub async fn reserve(hub: &Client, w: &Workload) -> Result<Workload, kube::Error> {
-    let queue = w.spec.queue_name.clone().unwrap_or_default();
     let status = json!({
-        "conditions": [condition("QuotaReserved", true, "QuotaReserved", &format!("Quota reserved in ClusterQueue {queue}"))],
+        "conditions": [condition("QuotaReserved", true, "QuotaReserved", &format!("Quota reserved in ClusterQueue {CLUSTER_QUEUE}"))],
         "admission": admission(w),
         "admissionChecks": [{"name": CHECK, "state": "Pending", "message": "", "lastTransitionTime": now()}],
     });
@@ -130,10 +145,9 @@ pub async fn admit(hub: &Client, w: &Workload) -> Result<Option<(String, Workloa
 /// Sets `clusterName` to `cluster` as Kueue's admission does; the API server refuses a cluster
 /// that was not nominated ([`NominatedOnly`]).
 pub async fn admit_on(hub: &Client, w: &Workload, cluster: &str) -> Result<Workload, kube::Error> {
-    let queue = w.spec.queue_name.clone().unwrap_or_default();
     let status = json!({
         "conditions": [
-            condition("QuotaReserved", true, "QuotaReserved", &format!("Quota reserved in ClusterQueue {queue}")),
+            condition("QuotaReserved", true, "QuotaReserved", &format!("Quota reserved in ClusterQueue {CLUSTER_QUEUE}")),
             condition("Admitted", true, "Admitted", "The workload is admitted"),
         ],
         "admission": admission(w),
@@ -161,10 +175,9 @@ pub async fn evict(hub: &Client, w: &Workload, reason: &str) -> Result<Workload,
 
 /// Kueue re-queues an evicted Workload and reserves quota again: Evicted turns False.
 pub async fn requeue(hub: &Client, w: &Workload) -> Result<Workload, kube::Error> {
-    let queue = w.spec.queue_name.clone().unwrap_or_default();
     let status = json!({
         "conditions": [
-            condition("QuotaReserved", true, "QuotaReserved", &format!("Quota reserved in ClusterQueue {queue}")),
+            condition("QuotaReserved", true, "QuotaReserved", &format!("Quota reserved in ClusterQueue {CLUSTER_QUEUE}")),
             condition("Evicted", false, "QuotaReserved", "Previously evicted, now has quota again"),
         ],
         "admission": admission(w),

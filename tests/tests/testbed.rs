@@ -613,3 +613,84 @@ async fn kueue_queued_work_runs_on_the_member_stowage_nominated_through_the_real
         .await
         .expect("deleted");
 }
+
+/// What RBAC grants each of Stowage's identities on the real API servers, as docs/operations.md's
+/// RBAC table says, asked with `kubectl auth can-i` (the real client, impersonating each
+/// ServiceAccount): a sample of what each role needs, and of what it must not have.
+#[tokio::test]
+#[ignore = "needs the real testbed: scripts/test-real"]
+async fn each_identity_may_do_what_the_rbac_table_says_and_no_more() {
+    let t = Testbed::open().await;
+    let member = t.members.keys().next().expect("a member").clone();
+    let other = t.members.keys().nth(1).cloned().unwrap_or_else(|| "another-member".into());
+    let hub = t.dir.join("hub.kubeconfig");
+    let on_member = t.dir.join("members").join(format!("{member}.kubeconfig"));
+    let sa = |name: &str| format!("system:serviceaccount:stowage-system:{name}");
+    let agent_on_hub = sa(&format!("stowage-agent-{member}"));
+    let own_status = format!("memberclusters.stowage.dev/{member}");
+    let other_status = format!("memberclusters.stowage.dev/{other}");
+    let own_node = format!("nodes/stowage-{member}");
+    // (kubeconfig, who, verb, resource, subresource, namespace, allowed)
+    let cases: Vec<(&std::path::Path, String, &str, &str, &str, &str, bool)> = vec![
+        (&hub, sa("stowage-dispatcher"), "list", "trainjobs.trainer.kubeflow.org", "", "", true),
+        (&hub, sa("stowage-dispatcher"), "patch", "trainjobs.trainer.kubeflow.org", "status", "default", true),
+        (&hub, sa("stowage-dispatcher"), "create", "placements.stowage.dev", "", "default", true),
+        (&hub, sa("stowage-dispatcher"), "update", "placements.stowage.dev", "", "default", true),
+        (&hub, sa("stowage-dispatcher"), "patch", "workloads.kueue.x-k8s.io", "status", "default", true),
+        (&hub, sa("stowage-dispatcher"), "create", "leases.coordination.k8s.io", "", "stowage-system", true),
+        (&hub, sa("stowage-dispatcher"), "delete", "placements.stowage.dev", "", "default", false),
+        (&hub, sa("stowage-dispatcher"), "create", "trainjobs.trainer.kubeflow.org", "", "default", false),
+        (&hub, sa("stowage-dispatcher"), "delete", "pods", "", "default", false),
+        (&hub, sa("stowage-dispatcher"), "get", "secrets", "", "stowage-system", false),
+        (&hub, agent_on_hub.clone(), "watch", "placements.stowage.dev", "", "default", true),
+        (&hub, agent_on_hub.clone(), "patch", "placements.stowage.dev", "status", "default", true),
+        (&hub, agent_on_hub.clone(), "get", "trainjobs.trainer.kubeflow.org", "", "default", true),
+        (&hub, agent_on_hub.clone(), "create", "pods", "", "default", true),
+        (&hub, agent_on_hub.clone(), "patch", &own_status, "status", "", true),
+        (&hub, agent_on_hub.clone(), "patch", &own_node, "status", "", true),
+        (&hub, agent_on_hub.clone(), "patch", &other_status, "status", "", false),
+        (&hub, agent_on_hub.clone(), "list", "trainjobs.trainer.kubeflow.org", "", "default", false),
+        (&hub, agent_on_hub.clone(), "create", "placements.stowage.dev", "", "default", false),
+        (&hub, agent_on_hub.clone(), "get", "secrets", "", "default", false),
+        (&hub, sa("stowage-webhook"), "get", "clustertrainingruntimes.trainer.kubeflow.org", "", "", true),
+        (&hub, sa("stowage-webhook"), "list", "trainjobs.trainer.kubeflow.org", "", "default", false),
+        (&hub, sa("stowage-webhook"), "create", "events", "", "default", false),
+        (&hub, sa("stowage-relay"), "get", "pods", "", "default", true),
+        (&hub, sa("stowage-relay"), "create", "tokenreviews.authentication.k8s.io", "", "", true),
+        (&hub, sa("stowage-relay"), "list", "pods", "", "default", false),
+        (&hub, sa("stowage-relay"), "create", "pods", "", "default", false),
+        (&on_member, sa("stowage-agent"), "create", "jobsets.jobset.x-k8s.io", "", "default", true),
+        (&on_member, sa("stowage-agent"), "delete", "jobsets.jobset.x-k8s.io", "", "default", true),
+        (&on_member, sa("stowage-agent"), "get", "pods", "log", "default", true),
+        (&on_member, sa("stowage-agent"), "list", "nodes", "", "", true),
+        (&on_member, sa("stowage-agent"), "get", "customresourcedefinitions.apiextensions.k8s.io", "", "", true),
+        (&on_member, sa("stowage-agent"), "create", "pods", "", "default", false),
+        (&on_member, sa("stowage-agent"), "delete", "nodes", "", "", false),
+        (&on_member, sa("stowage-agent"), "create", "clusterrolebindings.rbac.authorization.k8s.io", "", "", false),
+    ];
+    let mut wrong = Vec::new();
+    for (kubeconfig, who, verb, resource, subresource, namespace, allowed) in &cases {
+        let mut cmd = std::process::Command::new("kubectl");
+        cmd.arg("--kubeconfig").arg(kubeconfig).args(["auth", "can-i", verb, resource, "--as", who]);
+        if !subresource.is_empty() {
+            cmd.arg(format!("--subresource={subresource}"));
+        }
+        if namespace.is_empty() {
+            cmd.arg("--all-namespaces=false");
+        } else {
+            cmd.args(["-n", namespace]);
+        }
+        let out = cmd.output().expect("kubectl auth can-i");
+        // Exit 0: yes; 1: no; anything else is kubectl failing to ask.
+        let answer = match out.status.code() {
+            Some(0) => true,
+            Some(1) => false,
+            _ => panic!("kubectl auth can-i {verb} {resource}: {}", String::from_utf8_lossy(&out.stderr)),
+        };
+        if answer != *allowed {
+            let sub = if subresource.is_empty() { String::new() } else { format!("/{subresource}") };
+            wrong.push(format!("{who} {verb} {resource}{sub} in {namespace:?}: {answer}, the table says {allowed}"));
+        }
+    }
+    assert!(wrong.is_empty(), "RBAC differs from docs/operations.md's table:\n{}", wrong.join("\n"));
+}

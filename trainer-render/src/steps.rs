@@ -323,7 +323,7 @@ pub(crate) fn counts(input: &Input<'_>, draft: &mut Draft) -> Result<(), RenderE
 /// `spec.trainer`: image, command and args of the trainer jobs' `node` container (whenever the
 /// TrainJob sets them, even empty); env upserted by name (into MPI's `node` job too with
 /// `runLauncherAsNode`) where the ML plugin puts it before its own: Torch's and PlainML's
-/// `EnforceMLPolicy` upsert the TrainJob's env first; JAX and MPI leave it to
+/// `EnforceMLPolicy` upsert the TrainJob's env first; JAX, XGBoost and MPI leave it to
 /// [`env_after_policy`], after theirs. Env order is what a pod sees (`$(VAR)` expands only earlier
 /// variables), and what Trainer's controller was seen to make on the testbed.
 pub(crate) fn trainer(input: &Input<'_>, draft: &mut Draft) -> Result<(), RenderError> {
@@ -353,14 +353,16 @@ pub(crate) fn trainer(input: &Input<'_>, draft: &mut Draft) -> Result<(), Render
 }
 
 /// Whether an ML plugin takes the TrainJob's env before the policy's own variables: Torch does,
-/// and PlainML, which runs for every runtime but Torch's, MPI's and JAX's (`plainml.go`): so
-/// XGBoost's `DMLC_*` come after the TrainJob's env.
+/// and PlainML where no other policy's plugin runs. For XGBoost, Trainer v2.3.0 runs PlainML and
+/// XGBoost's plugin in Go map order (`framework.go` ranges over the plugin registry), so its
+/// `DMLC_*` come before or after the TrainJob's env depending on the controller's start; Stowage
+/// puts them first, as for JAX and MPI, so a TrainJob's env may name them (`$(DMLC_TASK_ID)`).
 fn env_before_policy(input: &Input<'_>) -> bool {
-    policy(input).is_none_or(|p| p.jax.is_none() && p.mpi.is_none())
+    policy(input).is_none_or(|p| p.jax.is_none() && p.mpi.is_none() && p.xgboost.is_none())
 }
 
 /// The TrainJob's env upserted again after the ML plugin's (`builder.go` `Trainer`): in place
-/// where it came first, after JAX's and MPI's variables otherwise.
+/// where it came first, after JAX's, XGBoost's and MPI's variables otherwise.
 pub(crate) fn env_after_policy(input: &Input<'_>, draft: &mut Draft) -> Result<(), RenderError> {
     let Some(t) = &input.trainjob.spec.trainer else { return Ok(()) };
     for j in draft.spec.replicated_jobs.iter_mut().filter(|j| takes_trainer_env(input, j)) {

@@ -441,8 +441,9 @@ fn under_kueue_the_jobset_names_the_members_local_queue_and_holds_the_chosen_dom
 }
 
 /// The TrainJob's env comes where Trainer's controller puts it, as seen on the testbed
-/// (tests/tests/trainer_oracle.rs): before the policy's variables for Torch and for XGBoost
-/// (PlainML upserts it first), after them for JAX and MPI (the JobSet builder appends it).
+/// (tests/tests/trainer_oracle.rs): before the policy's variables for Torch, after them for JAX
+/// and MPI (the JobSet builder appends it), and for XGBoost, where Trainer's order depends on
+/// Go's map order, after them too.
 #[test]
 fn the_trainjobs_env_comes_before_or_after_the_policys_as_trainers_plugins_order_it() {
     let first_env = |runtime_file: &str| {
@@ -478,7 +479,7 @@ fn the_trainjobs_env_comes_before_or_after_the_policys_as_trainers_plugins_order
         (names.first().cloned().unwrap_or_default(), names.last().cloned().unwrap_or_default())
     };
     assert_eq!(first_env("torch_distributed.yaml").0, "LR", "Torch: the TrainJob's env first");
-    assert_eq!(first_env("xgboost_distributed.yaml").0, "LR", "XGBoost: PlainML puts the TrainJob's env first");
+    assert_eq!(first_env("xgboost_distributed.yaml").1, "LR", "XGBoost: the TrainJob's env last");
     assert_eq!(first_env("jax_distributed.yaml").1, "LR", "JAX: the TrainJob's env last");
     assert_eq!(first_env("mpi_distributed.yaml").1, "LR", "MPI: the TrainJob's env last");
 }
