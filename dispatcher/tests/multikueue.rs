@@ -268,6 +268,52 @@ fn a_nomination_is_replaced_when_its_member_goes_silent_or_kueue_does_not_admit_
     assert_eq!(nomination(&plan, "w1").expect("renominated").clusters, vec![other.to_string()]);
 }
 
+/// Under a burst, MultiKueue works through its backlog slowly (the testbed burst took minutes):
+/// a nomination past the timeout stays while its worker keeps admitting other Workloads since it
+/// was nominated; once the worker has admitted nothing for the timeout, it moves.
+#[test]
+fn a_nomination_past_the_timeout_stays_while_its_worker_keeps_admitting_others() {
+    let o = observed(vec![member("east", &[]), member("west", &[])], vec![workload("w1", 4), workload("done", 1)]);
+    let plan = cycle(&o, 0);
+    let first = nomination(&plan, "w1").expect("nominated").clusters[0].clone();
+    let o = written(o, &plan);
+    // The members report throughout: a cycle at `t` sees their heartbeat of a second before.
+    let cycle = |o: &Observed, t: i64| {
+        let mut o = o.clone();
+        for m in &mut o.members {
+            m.status.as_mut().expect("status").heartbeat_time = Some(at(t - 1).0.to_string());
+        }
+        cycle(&o, t)
+    };
+    // Kueue admitted another Workload on the same worker 200 s after w1 was nominated.
+    let admit_other = |o: &mut Observed, when: i64| {
+        let w = o.workloads.iter_mut().find(|w| w.metadata.name.as_deref() == Some("done")).expect("done");
+        let status = w.status.as_mut().expect("status");
+        status.cluster_name = Some(first.clone());
+        status.nominated_cluster_names = None;
+        status.conditions.push(
+            serde_json::from_value(json!({"type": "Admitted", "status": "True", "reason": "Admitted",
+            "message": "admitted", "lastTransitionTime": at(when).0.to_string()}))
+            .expect("condition"),
+        );
+    };
+    let mut busy = o.clone();
+    admit_other(&mut busy, 200);
+    let plan = cycle(&busy, 301);
+    assert!(nomination(&plan, "w1").is_none(), "withdrawn while its worker admits: {:?}", plan.nominations);
+    // 501 s: the last admission there (at 200 s) is older than the timeout: it moves.
+    let plan = cycle(&busy, 501);
+    let moved = nomination(&plan, "w1").expect("renominated");
+    assert_ne!(moved.clusters.first(), Some(&first));
+    let e = plan.workload_events.iter().find(|e| e.message.contains("nor anything else there")).expect("why");
+    assert!(e.message.contains(&format!("on {first} within 300 s")), "{e:?}");
+    // An admission there from before w1 was nominated is no sign of progress on it.
+    let mut stale = o;
+    admit_other(&mut stale, -10);
+    let plan = cycle(&stale, 301);
+    assert!(nomination(&plan, "w1").is_some(), "kept on the strength of an older admission");
+}
+
 #[test]
 fn a_nomination_whose_member_no_longer_has_room_is_replaced() {
     let o = observed(vec![member("east", &[]), member("west", &[])], vec![workload("w1", 4)]);
