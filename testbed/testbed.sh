@@ -507,14 +507,15 @@ up() {
   # Stowage: two dispatchers electing a leader on a Lease, one agent per member, each with its
   # own ServiceAccount's token. The agents' hub-lost time (20 s here, shorter than the default 60
   # so that the hub-outage test is quick) with the dispatcher's member grace twice as long, as
-  # docs/operations.md asks; written down for the tests.
+  # docs/operations.md asks; written down for the tests. With Kueue, an evicted Workload's stale
+  # TrainJob counts are cleared after 20 s (default 60: kwok's pods stop at once).
   local member_grace=$((2 * HUB_LOST))
   printf 'hub_lost_seconds=%s\nmember_grace_seconds=%s\n' "$HUB_LOST" "$member_grace" >"$D/timings"
   kubeconfig hub "$hub_server" "$(token_for hub stowage-system stowage-dispatcher)" "$D/clusters/hub/dispatcher.kubeconfig"
   for i in 0 1; do
     start "stowage-dispatcher-$i" "$STOWAGE" dispatcher --kubeconfig "$D/clusters/hub/dispatcher.kubeconfig" \
       --health-addr "127.0.0.1:$(free_port)" --lease-namespace stowage-system --identity "dispatcher-$i" \
-      --member-grace-seconds "$member_grace" ${KUEUE:+--kueue multikueue} ${STOWAGE_DISPATCHER_ARGS:-}
+      --member-grace-seconds "$member_grace" ${KUEUE:+--kueue multikueue --eviction-settle 20s} ${STOWAGE_DISPATCHER_ARGS:-}
   done
   for m in "${MEMBERS[@]}"; do
     kubeconfig hub "$hub_server" "$(token_for hub stowage-system "stowage-agent-$m")" "$D/agents/$m-on-hub.kubeconfig" stowage-system

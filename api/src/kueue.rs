@@ -136,15 +136,32 @@ pub struct MultiKueueConfigSpec {
     pub extra: Extra,
 }
 
-/// One MultiKueue worker cluster (cluster-scoped): how Kueue reaches it. Stowage reads only its
-/// name and [`MEMBER_CLUSTER_ANNOTATION`].
+/// One MultiKueue worker cluster (cluster-scoped): how Kueue reaches it. Stowage reads its
+/// name, [`MEMBER_CLUSTER_ANNOTATION`] and whether Kueue reaches it (its `Active` condition).
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-#[kube(group = "kueue.x-k8s.io", version = "v1beta2", kind = "MultiKueueCluster", schema = "disabled")]
+#[kube(
+    group = "kueue.x-k8s.io",
+    version = "v1beta2",
+    kind = "MultiKueueCluster",
+    schema = "disabled",
+    status = "MultiKueueClusterStatus"
+)]
 #[serde(rename_all = "camelCase")]
 pub struct MultiKueueClusterSpec {
     #[serde(flatten)]
     pub extra: Extra,
 }
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct MultiKueueClusterStatus {
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// A MultiKueueCluster's condition: Kueue's client for the worker is connected.
+pub const ACTIVE: &str = "Active";
 
 /// The label naming a TrainJob's WorkloadPriorityClass, as Kueue reads it.
 pub const PRIORITY_CLASS_LABEL: &str = "kueue.x-k8s.io/priority-class";

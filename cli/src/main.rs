@@ -196,6 +196,13 @@ struct KueueArgs {
     /// nominated again: seconds or 90s, 10m, 2h.
     #[arg(long, value_parser = parse_duration_s, default_value = "5m")]
     nomination_timeout: u64,
+    /// A Workload Kueue evicted (preempted or deactivated, on the hub or a worker) that still
+    /// holds its quota this long after, because its TrainJob's status still counts the jobs
+    /// MultiKueue copied before deleting them (Kueue v0.17, kubernetes-sigs/kueue#15380), has
+    /// those counts cleared so that Kueue queues it again: seconds or 90s, 2m. At least a pod's
+    /// termination grace period on the members.
+    #[arg(long, value_parser = parse_duration_s, default_value = "60s")]
+    eviction_settle: u64,
 }
 
 impl KueueArgs {
@@ -205,6 +212,7 @@ impl KueueArgs {
             KueueModeArg::Multikueue => dispatcher::decide::KueueMode::MultiKueue,
         };
         settings.nomination_timeout = Duration::from_secs(self.nomination_timeout.max(1));
+        settings.eviction_settle = Duration::from_secs(self.eviction_settle);
     }
 }
 

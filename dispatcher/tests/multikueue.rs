@@ -70,7 +70,9 @@ fn kueue_objects(o: &mut Observed, clusters: &[&str]) {
         .map(|c| {
             yaml::<MultiKueueCluster>(&format!(
                 "apiVersion: kueue.x-k8s.io/v1beta2\nkind: MultiKueueCluster\nmetadata: {{name: {c}}}\nspec: \
-                 {{clusterSource: {{kubeConfig: {{locationType: Secret, location: {c}-kubeconfig}}}}}}\n"
+                 {{clusterSource: {{kubeConfig: {{locationType: Secret, location: {c}-kubeconfig}}}}}}\n\
+                 status: {{conditions: [{{type: Active, status: 'True', reason: Active, message: Connected, \
+                 lastTransitionTime: '2026-11-25T09:00:00Z'}}]}}\n"
             ))
         })
         .collect();
@@ -376,4 +378,73 @@ fn a_workload_that_makes_no_gang_is_told_why_naming_the_field_and_a_list_of_seve
     assert_eq!(n.clusters.len(), 1, "{n:?}");
     let said = plan.workload_events.iter().find(|e| e.object == "many" && e.kind == "Workload").expect("event");
     assert!(said.message.contains("2 clusters were nominated; Stowage nominates one"), "{}", said.message);
+}
+
+/// A Workload Kueue evicted (on its worker, or deactivated) after MultiKueue copied its
+/// TrainJob's running counts to the hub, its quota still held, no cluster.
+fn evicted_on_the_hub(evicted_s_ago: i64) -> (Workload, api::trainer::TrainJob) {
+    let mut w = workload("w1", 1);
+    let status = w.status.as_mut().expect("status");
+    status.conditions.push(yaml(&format!(
+        "{{type: Evicted, status: 'True', reason: AdmissionCheck, message: At least one admission check is false, \
+         lastTransitionTime: '{}'}}",
+        at(-evicted_s_ago).0
+    )));
+    let tj = serde_json::from_value(json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "w1", "namespace": "team-a", "uid": "tj-w1", "resourceVersion": "12"},
+        "spec": {"runtimeRef": {"name": "torch-distributed"}, "suspend": true, "managedBy": "kueue.x-k8s.io/multikueue"},
+        "status": {"conditions": [{"type": "Suspended", "status": "False", "reason": "Resumed", "message": "TrainJob is resumed",
+                                   "lastTransitionTime": at(-200).0.to_string()}],
+                   "jobsStatus": [{"name": "node", "active": 1, "ready": 1, "succeeded": 0, "failed": 0, "suspended": 0}]}}))
+    .expect("trainjob");
+    (w, tj)
+}
+
+/// Kueue v0.17 keeps an evicted Workload's quota until its job shows no active jobs; on the hub
+/// the TrainJob's counts are MultiKueue's stale copy (the testbed showed it, upstream
+/// kubernetes-sigs/kueue#15380), so Stowage clears them once nothing can be running, and only
+/// then: not before the settle time, not while Kueue cannot reach a worker or a worker is
+/// silent (the copy might still run there), not for a TrainJob not suspended or not its owner,
+/// not once the counts are 0.
+#[test]
+fn an_evicted_workload_held_by_its_trainjobs_stale_counts_has_them_cleared_once_nothing_can_run() {
+    let (w, tj) = evicted_on_the_hub(90);
+    let mut o = observed(vec![member("east", &[]), member("west", &[])], vec![w]);
+    o.trainjobs = vec![tj];
+    let plan = cycle(&o, 0);
+    let write = plan.statuses.iter().find(|s| s.name == "w1").expect("the stale counts cleared");
+    assert_eq!((write.jobs[0].active, write.jobs[0].ready), (0, 0), "{write:?}");
+    assert_eq!(write.conditions, o.trainjobs[0].status.as_ref().expect("status").conditions, "conditions kept");
+    assert!(plan.nominations.is_empty(), "nothing to nominate until Kueue queues it again");
+    let told: Vec<&str> =
+        plan.workload_events.iter().filter(|e| e.reason == "StaleStatusCleared").map(|e| e.kind.as_str()).collect();
+    assert_eq!(told, ["Workload", "TrainJob"], "{:?}", plan.workload_events);
+    assert!(plan.workload_events[0].message.contains("kubernetes-sigs/kueue#15380"), "{:?}", plan.workload_events);
+
+    let untouched = |o: &Observed, why: &str| {
+        let plan = cycle(o, 0);
+        assert!(plan.statuses.is_empty(), "{why}: {:?}", plan.statuses);
+    };
+    let mut early = o.clone();
+    early.workloads = vec![evicted_on_the_hub(30).0];
+    untouched(&early, "evicted 30 s ago, the settle time is 60 s");
+    let mut unreached = o.clone();
+    unreached.multikueue_clusters[1].status = None;
+    untouched(&unreached, "Kueue does not reach west");
+    let mut silent = o.clone();
+    silent.members[0].status.as_mut().expect("status").heartbeat_time = Some(at(-600).0.to_string());
+    untouched(&silent, "east is silent");
+    let mut running = o.clone();
+    running.trainjobs[0].spec.suspend = Some(false);
+    untouched(&running, "not suspended");
+    let mut other_owner = o.clone();
+    other_owner.trainjobs[0].metadata.uid = Some("another".into());
+    untouched(&other_owner, "its owner is not the TrainJob of that name");
+    let mut cleared = o.clone();
+    cleared.trainjobs[0].status.as_mut().expect("status").jobs_status[0].active = 0;
+    untouched(&cleared, "no active jobs");
+    let mut admitted = o;
+    admitted.workloads[0].status.as_mut().expect("status").cluster_name = Some("east".into());
+    untouched(&admitted, "it has a cluster");
 }

@@ -614,6 +614,126 @@ async fn kueue_queued_work_runs_on_the_member_stowage_nominated_through_the_real
         .expect("deleted");
 }
 
+/// Testbed processes stopped (SIGSTOP) while it lives, resumed however the test ends.
+struct Frozen<'t> {
+    t: &'t Testbed,
+    processes: Vec<String>,
+}
+
+impl Frozen<'_> {
+    fn new<'t>(t: &'t Testbed, processes: Vec<String>) -> Frozen<'t> {
+        for p in &processes {
+            t.signal(p, "STOP");
+        }
+        Frozen { t, processes }
+    }
+}
+
+impl Drop for Frozen<'_> {
+    fn drop(&mut self) {
+        for p in &self.processes {
+            // Resuming a running process is harmless; a failure here must not hide the test's.
+            let _ = std::process::Command::new("kill").arg("-CONT").arg(self.t.pid(p).to_string()).status();
+        }
+    }
+}
+
+/// A TrainJob queued with Kueue's label, running `seconds` on kwok.
+fn kueue_trainjob(name: &str, seconds: u32) -> TrainJob {
+    let mut tj = trainjob(name, 1, seconds, json!({}));
+    tj.metadata.labels = Some([("kueue.x-k8s.io/queue-name".to_string(), "user-queue".to_string())].into());
+    tj
+}
+
+/// The TrainJob's Workload on the hub finishes; what its Nominated Events said, and the cluster
+/// it finished on. Each nomination leads to one run at most: never live twice.
+async fn finishes_through_kueue(t: &Testbed, name: &str, limit: Duration) -> (String, Vec<String>) {
+    never_twice(t, name, limit).await;
+    let w = workload_of(&t.hub, "TrainJob", name, finished).await;
+    let cluster = w.data["status"]["clusterName"].as_str().unwrap_or_default().to_string();
+    (cluster, workload_events(&t.hub, &w.name_any(), "Nominated").await)
+}
+
+/// Kueue evicts and a member goes silent, on the real Kueue:
+///
+/// - the worker evicts the running copy (its Workload deactivated there, as a preemption on the
+///   worker does): Kueue v0.17 keeps the hub Workload's quota for good, its TrainJob's counts
+///   being MultiKueue's stale copy (kubernetes-sigs/kueue#15380); Stowage clears them, says so,
+///   Kueue queues it again, Stowage nominates it afresh and it completes;
+/// - nominated to a member whose Kueue does not answer, and whose agent then stops reporting:
+///   Stowage withdraws the nomination after its member grace, naming the member, and nominates
+///   the other, where it completes.
+#[tokio::test]
+#[ignore = "needs the real testbed with --kueue: scripts/test-real"]
+async fn kueue_evicted_work_and_work_nominated_to_a_silent_member_are_nominated_again_and_complete() {
+    let t = Testbed::open().await;
+    assert!(t.dir.join("kueue.dispatcher").exists(), "the testbed was brought up without --kueue");
+    let evicted = unique("kueue-evicted");
+    submit(&t.hub, &kueue_trainjob(&evicted, 30)).await;
+    let w = workload_of(&t.hub, "TrainJob", &evicted, |w| w.data["status"]["clusterName"].is_string()).await;
+    let first = w.data["status"]["clusterName"].as_str().unwrap_or_default().to_string();
+    // Running there, as the hub sees it: MultiKueue has copied the active counts.
+    eventually("the hub's TrainJob counting its job active", || async {
+        let tj = Api::<TrainJob>::default_namespaced(t.hub.clone()).get(&evicted).await.ok()?;
+        tj.status?.jobs_status.iter().any(|j| j.active > 0).then_some(())
+    })
+    .await;
+    let copy = eventually("the worker's copy of the Workload", || async {
+        kueue_workloads(&t.members[&first]).get_opt(&w.name_any()).await.ok().flatten()
+    })
+    .await;
+    kueue_workloads(&t.members[&first])
+        .patch(&copy.name_any(), &PatchParams::default(), &Patch::Merge(json!({"spec": {"active": false}})))
+        .await
+        .expect("the copy deactivated on its worker");
+    let (_, nominated) = finishes_through_kueue(&t, &evicted, Duration::from_secs(240)).await;
+    let cleared = workload_events(&t.hub, &w.name_any(), "StaleStatusCleared").await;
+    assert!(
+        cleared.iter().any(|m| m.contains("kubernetes-sigs/kueue#15380")),
+        "{evicted}: completed, yet Stowage never cleared its stale counts: {cleared:?}"
+    );
+    // The Event is told once per reason, so a second nomination shows as the Event's count.
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::default_namespaced(t.hub.clone());
+    let selector = format!("involvedObject.name={},reason=Nominated", w.name_any());
+    let times: i32 = events
+        .list(&ListParams::default().fields(&selector))
+        .await
+        .expect("events")
+        .items
+        .iter()
+        .map(|e| e.count.unwrap_or(1))
+        .sum();
+    assert!(
+        times >= 2 || nominated.len() >= 2,
+        "{evicted}: nominated once only ({nominated:?}), yet evicted and run again"
+    );
+
+    // Every worker's Kueue frozen: a nomination stays unadmitted. Then its member goes silent
+    // (its agent killed), and the other workers' Kueue answers again.
+    let frozen = Frozen::new(&t, t.members.keys().map(|m| format!("{m}-kueue")).collect());
+    let silent = unique("kueue-silent");
+    submit(&t.hub, &kueue_trainjob(&silent, 20)).await;
+    let w = workload_of(&t.hub, "TrainJob", &silent, |w| {
+        w.data["status"]["nominatedClusterNames"].as_array().is_some_and(|n| n.len() == 1)
+    })
+    .await;
+    let gone = w.data["status"]["nominatedClusterNames"][0].as_str().unwrap_or_default().to_string();
+    t.signal(&format!("stowage-agent-{gone}"), "KILL");
+    for m in t.members.keys().filter(|m| **m != gone) {
+        t.signal(&format!("{m}-kueue"), "CONT");
+    }
+    // Moved: then the silent member's Kueue answers again, as a member whose agent alone is
+    // down would, and its agent comes back.
+    let (ran_on, nominated) = finishes_through_kueue(&t, &silent, Duration::from_secs(240)).await;
+    drop(frozen);
+    t.restart(&format!("stowage-agent-{gone}"));
+    assert_ne!(ran_on, gone, "{silent}: ran on the silent member {gone}");
+    assert!(
+        nominated.iter().any(|m| m.contains(&format!("member {gone} is not live"))),
+        "{silent}: moved without saying why: {nominated:?}"
+    );
+}
+
 /// What RBAC grants each of Stowage's identities on the real API servers, as docs/operations.md's
 /// RBAC table says, asked with `kubectl auth can-i` (the real client, impersonating each
 /// ServiceAccount): a sample of what each role needs, and of what it must not have.

@@ -107,6 +107,10 @@ pub struct Settings {
     /// A Workload nominated to a member that Kueue has not admitted there for this long is
     /// nominated again.
     pub nomination_timeout: Duration,
+    /// A Workload Kueue evicted that still holds its quota this long after, waiting on a
+    /// TrainJob status MultiKueue left stale, has that status cleared
+    /// ([`workloads`]'s `stale_owner`).
+    pub eviction_settle: Duration,
 }
 
 impl Default for Settings {
@@ -117,6 +121,7 @@ impl Default for Settings {
             max_backoff: Duration::from_secs(30 * 60),
             kueue: KueueMode::Labels,
             nomination_timeout: Duration::from_secs(300),
+            eviction_settle: Duration::from_secs(60),
         }
     }
 }

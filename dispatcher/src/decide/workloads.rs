@@ -10,7 +10,8 @@
 //! still fits there (an assumed pass pinned to it holds its room, as for a placed TrainJob) and
 //! Kueue admits it within the timeout; otherwise the list is replaced, or emptied when nothing
 //! fits, and an Event says why. Admitted (`clusterName` set), it holds its room there for a
-//! grace period, by when its member's report counts its pods.
+//! grace period, by when its member's report counts its pods. Evicted while its TrainJob ran, it
+//! may be held by that TrainJob's stale counts, which Stowage clears ([`stale_owner`]).
 //!
 //! Written as Kueue writes it: its whole admission status applied as `kueue-admission` at the
 //! observed resourceVersion, with the list changed ([`admission_status`]).
@@ -18,9 +19,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use api::kueue::{
-    ADMISSION_MANAGED_CONDITIONS, ADMISSION_MANAGED_FIELDS, ADMITTED, EVICTED, FINISHED, MEMBER_CLUSTER_ANNOTATION,
-    MULTIKUEUE_CONTROLLER, QUOTA_RESERVED, Workload,
+    ACTIVE, ADMISSION_MANAGED_CONDITIONS, ADMISSION_MANAGED_FIELDS, ADMITTED, EVICTED, FINISHED,
+    MEMBER_CLUSTER_ANNOTATION, MULTIKUEUE_CONTROLLER, QUOTA_RESERVED, Workload,
 };
+use api::trainer::{JobStatus, KUEUE_MULTIKUEUE_MANAGED_BY};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
@@ -29,7 +31,7 @@ use serde_json::{Value, json};
 
 use super::members::Members;
 use super::schedule::Schedule;
-use super::{KueueMode, Observed, Plan, Settings, key};
+use super::{KueueMode, Observed, Plan, Settings, StatusWrite, key};
 use crate::plan::camel;
 use crate::workload::{self, Levels};
 
@@ -67,6 +69,9 @@ pub(super) enum State {
     Invalid(String),
     /// Its MultiKueueConfig names no member that reports: why, naming them.
     NoMember(String),
+    /// Evicted, and Kueue holds its quota until its TrainJob shows no active jobs, which the
+    /// TrainJob's stale status never will: the status to write, and what to tell.
+    Stale { write: StatusWrite, message: String },
 }
 
 impl State {
@@ -149,8 +154,11 @@ fn state(
     let status = w.status.as_ref()?;
     let (check, config) = status.admission_checks.iter().find_map(|c| Some((c, checks.get(c.name.as_str())?)))?;
     let clusters = config.members.clone();
-    if is_true(&status.conditions, FINISHED) || is_true(&status.conditions, EVICTED) {
+    if is_true(&status.conditions, FINISHED) {
         return None;
+    }
+    if is_true(&status.conditions, EVICTED) {
+        return stale_owner(o, w, config, workers, settings, now);
     }
     let gang = |clusters| workload::gang(w, levels, clusters).map_err(|e| e.to_string());
     if let Some(cluster) = &status.cluster_name {
@@ -215,9 +223,63 @@ fn state(
     })
 }
 
-/// MultiKueue AdmissionChecks by name, with the members their MultiKueueConfig lists (a
+/// An evicted Workload Kueue v0.17 cannot let go of (found on the testbed; upstream
+/// kubernetes-sigs/kueue#15380, fix proposed in #15682). Kueue keeps an evicted Workload's quota
+/// until its job is no longer active, which for a TrainJob means `status.jobsStatus` counts no
+/// active jobs. On the hub no controller writes that status but MultiKueue, which copies it from
+/// the worker's copy, and deletes the copy on eviction before copying the counts that went to
+/// zero: the quota is held, and the TrainJob never runs again, for good.
+///
+/// Stowage clears the counts when nothing can still be running: the Workload was evicted
+/// `eviction_settle` ago (longer than a pod takes to stop), has no cluster, its TrainJob is
+/// MultiKueue's and suspended, and every worker its config names is reached by Kueue (`Active`,
+/// so the copy's deletion went through) and reports to Stowage.
+fn stale_owner(
+    o: &Observed,
+    w: &Workload,
+    check: &Check,
+    workers: &Workers<'_>,
+    settings: &Settings,
+    now: Timestamp,
+) -> Option<State> {
+    let status = w.status.as_ref()?;
+    let evicted = find(&status.conditions, EVICTED)?;
+    let age = now.duration_since(evicted.last_transition_time.0).unsigned_abs();
+    if !is_true(&status.conditions, QUOTA_RESERVED) || status.cluster_name.is_some() || age < settings.eviction_settle {
+        return None;
+    }
+    let owner =
+        w.metadata.owner_references.iter().flatten().find(|r| r.kind == "TrainJob" && r.controller == Some(true))?;
+    let tj = o.trainjobs.iter().find(|t| t.metadata.uid.as_deref() == Some(owner.uid.as_str()))?;
+    let tj_status = tj.status.as_ref()?;
+    let active: i32 = tj_status.jobs_status.iter().map(|j| j.active).sum();
+    let multikueue = tj.spec.managed_by.as_deref() == Some(KUEUE_MULTIKUEUE_MANAGED_BY);
+    if !multikueue || tj.spec.suspend != Some(true) || active == 0 {
+        return None;
+    }
+    let reached = |c: &String| {
+        o.multikueue_clusters.iter().any(|mc| {
+            mc.metadata.name.as_ref() == Some(c) && mc.status.as_ref().is_some_and(|s| is_true(&s.conditions, ACTIVE))
+        })
+    };
+    if !check.clusters.iter().all(reached) || !check.members.iter().all(|m| workers.live.contains(m.as_str())) {
+        return None;
+    }
+    let jobs = tj_status.jobs_status.iter().map(|j| JobStatus { active: 0, ready: 0, ..j.clone() }).collect();
+    let (namespace, name) = key(&tj.metadata);
+    let message = format!(
+        "evicted {} s ago ({}) and Kueue still holds its quota: TrainJob {name}'s status counts {active} active jobs, \
+         copied from its worker before MultiKueue deleted the copy there (kubernetes-sigs/kueue#15380); \
+         nothing runs, so Stowage set the counts to 0 and Kueue queues it again",
+        age.as_secs(),
+        evicted.reason,
+    );
+    let write = StatusWrite { namespace, name, conditions: tj_status.conditions.clone(), jobs, events: Vec::new() };
+    Some(State::Stale { write, message })
+}
+
+/// What a MultiKueue AdmissionCheck's config names: its clusters, and the members they are (a
 /// MultiKueueCluster is the MemberCluster of its name, or the one its annotation names).
-/// What a MultiKueue AdmissionCheck's config names: its clusters, and the members they are.
 #[derive(Debug, Clone)]
 struct Check {
     config: String,
@@ -375,6 +437,11 @@ pub(super) fn writes(plan: &mut Plan, o: &Observed, candidates: &[Candidate<'_>]
             }
             (State::Invalid(why), ..) => (Some(Vec::new()), Some(("Invalid".to_string(), why.clone()))),
             (State::NoMember(why), ..) => (Some(Vec::new()), Some(("NoMemberCluster".to_string(), why.clone()))),
+            (State::Stale { write, message }, ..) => {
+                plan.statuses.push(write.clone());
+                memory.nominated = None;
+                (None, Some(("StaleStatusCleared".to_string(), message.clone())))
+            }
             (_, Some((decision, withdrawn)), Schedule::Decided { fleet, .. }) => {
                 let withdrawn = withdrawn.map(|w| format!(" (the nomination was withdrawn: {w})")).unwrap_or_default();
                 match decision {
