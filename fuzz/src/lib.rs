@@ -521,5 +521,6 @@ fn unreachable_type() -> ResourceType {
         short_names: Vec::new(),
         schema: None,
         printer_columns: Vec::new(),
+        selectable_fields: Vec::new(),
     }
 }

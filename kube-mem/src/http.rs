@@ -394,6 +394,7 @@ async fn serve(
                 q.get("labelSelector").map(String::as_str),
                 q.get("fieldSelector").map(String::as_str),
             )?;
+            selector.check_fields(rt)?;
             let mut store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
             let (items, _) = store.list(rt, ns, &|o| selector.matches(o), None, None);
             for o in &items {
@@ -451,6 +452,7 @@ fn list(
 ) -> Result<Response<Body>, ApiError> {
     let selector =
         Selector::parse(q.get("labelSelector").map(String::as_str), q.get("fieldSelector").map(String::as_str))?;
+    selector.check_fields(&t.rt)?;
     let limit = q.get("limit").and_then(|l| l.parse::<usize>().ok()).filter(|l| *l > 0);
     let cont = match q.get("continue").filter(|c| !c.is_empty()) {
         Some(c) => {
@@ -495,6 +497,7 @@ fn watch(
 ) -> Result<Response<Body>, ApiError> {
     let selector =
         Selector::parse(q.get("labelSelector").map(String::as_str), q.get("fieldSelector").map(String::as_str))?;
+    selector.check_fields(&t.rt)?;
     let bookmarks = q.get("allowWatchBookmarks").and_then(|b| super::logs::query_bool(b)).unwrap_or(false);
     // Clamped to MAX_WATCH_TIMEOUT_S: `18446744073709551615` used to overflow the deadline and
     // panic the handler.
@@ -562,7 +565,9 @@ fn watch(
             }
         }
         let mut last_rv = start_rv;
-        let mut tick = tokio::time::interval(BOOKMARK_EVERY);
+        // The first bookmark one period in, not at once: a real server sends none before its
+        // first period (about a minute there) either.
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + BOOKMARK_EVERY, BOOKMARK_EVERY);
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => return,

@@ -413,7 +413,8 @@ pub fn manager_of(field_manager: Option<&str>, user_agent: Option<&str>) -> Stri
         }
         out.push(c);
     }
-    out
+    // No user agent either: kube-apiserver v1.37 records "unknown" (seen on the testbed).
+    if out.is_empty() { "unknown".into() } else { out }
 }
 
 /// kube-apiserver's check of the `fieldManager` parameter.
@@ -525,7 +526,7 @@ mod tests {
     fn managers_are_named_as_kube_apiserver_names_them() {
         assert_eq!(manager_of(Some("m"), Some("kubectl/v1.33")), "m");
         assert_eq!(manager_of(None, Some("kubectl/v1.33.0 (linux/amd64) kubernetes/abc")), "kubectl");
-        assert_eq!(manager_of(Some(""), None), "");
+        assert_eq!(manager_of(Some(""), None), "unknown");
         assert_eq!(manager_of(None, Some(&"x".repeat(300))).len(), MAX_MANAGER_BYTES);
         assert!(check_manager(&"x".repeat(129)).is_err() && check_manager("ok").is_ok());
         assert!(

@@ -25,6 +25,9 @@ pub struct ResourceType {
     /// A CRD version's `additionalPrinterColumns` (Age when it has none); empty for built-ins,
     /// which print their own columns (see `table`).
     pub printer_columns: Vec<PrinterColumn>,
+    /// A CRD version's `selectableFields` (dotted, no leading dot): what a field selector may
+    /// name besides `metadata.name` and `metadata.namespace`. Empty for built-ins.
+    pub selectable_fields: Vec<String>,
 }
 
 impl ResourceType {
@@ -35,6 +38,11 @@ impl ResourceType {
     /// How errors name it: `configmaps`, `trainjobs.trainer.kubeflow.org`.
     pub fn display_name(&self) -> String {
         if self.group.is_empty() { self.plural.clone() } else { format!("{}.{}", self.plural, self.group) }
+    }
+
+    /// Its kind as the API server names it in a refusal: `ConfigMap`, `Widget.example.com`.
+    pub fn group_kind(&self) -> String {
+        if self.group.is_empty() { self.kind.clone() } else { format!("{}.{}", self.kind, self.group) }
     }
 
     /// The key a resource is stored and routed under.
@@ -70,6 +78,7 @@ fn builtin(
         short_names: short.iter().map(|s| s.to_string()).collect(),
         schema: None,
         printer_columns: Vec::new(),
+        selectable_fields: Vec::new(),
     }
 }
 
@@ -165,6 +174,14 @@ pub fn from_crd(crd: &Value) -> Result<Vec<ResourceType>, CrdError> {
             short_names: short_names.clone(),
             schema: v.pointer("/schema/openAPIV3Schema").cloned().map(Arc::new),
             printer_columns: PrinterColumn::of_crd_version(v),
+            selectable_fields: v
+                .get("selectableFields")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|f| f.get("jsonPath").and_then(Value::as_str))
+                .map(|p| p.trim_start_matches('.').to_string())
+                .collect(),
         })
         .collect();
     // Compile the validators now: done lazily, the first write of a kind (a JobSet's schema

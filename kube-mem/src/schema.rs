@@ -124,7 +124,7 @@ fn prune_in(schema: &Value, value: &mut Value, path: &str, top: bool, removed: &
 /// `oldSelf`) only on update and only where the old object has the value too (properties by
 /// name, map values by key, list items by their `x-kubernetes-list-map-keys`). Values equal to
 /// the old ones are not checked again (ratcheting, as Kubernetes 1.33 does). Each failure is
-/// (field, message) with the message as Kubernetes words it: `Invalid value: "string": ...`.
+/// (field, message) with the message as Kubernetes words it: `Invalid value: <message>`.
 /// One request's rules share one [`cel::Budget`].
 pub fn validation_rules(schema: &Value, new: &Value, old: Option<&Value>) -> Vec<(String, String)> {
     let mut out = Vec::new();
@@ -233,8 +233,12 @@ fn check_rule(
     budget: &std::sync::Arc<cel::Budget>,
 ) -> Option<String> {
     let source = rule.get("rule").and_then(Value::as_str).unwrap_or("");
-    let type_name = schema.get("type").and_then(Value::as_str).unwrap_or("object");
-    let invalid = |detail: String| format!("Invalid value: {type_name:?}: {detail}");
+    // kube-apiserver v1.37 prints a scalar's value and leaves an object's or a list's out
+    // (earlier releases printed the type: `Invalid value: "object": ...`).
+    let invalid = |detail: String| match new {
+        Value::String(_) | Value::Number(_) | Value::Bool(_) => format!("Invalid value: {}: {detail}", go_value(new)),
+        _ => format!("Invalid value: {detail}"),
+    };
     let program = match cel::compile(source) {
         Ok(p) => p,
         Err(e) => return Some(invalid(format!("rule {:?} does not compile: {e}", source.trim()))),
@@ -268,7 +272,9 @@ fn check_rule(
     Some(match rule.get("reason").and_then(Value::as_str) {
         Some("FieldValueForbidden") => format!("Forbidden: {detail}"),
         Some("FieldValueRequired") => format!("Required value: {detail}"),
-        Some("FieldValueDuplicate") => format!("Duplicate value: {type_name:?}"),
+        Some("FieldValueDuplicate") => {
+            format!("Duplicate value: {:?}", schema.get("type").and_then(Value::as_str).unwrap_or("object"))
+        }
         _ => invalid(detail),
     })
 }
@@ -311,16 +317,143 @@ pub fn warm(schema: &Arc<Value>) {
     let _ = compiled(schema);
 }
 
-/// Schema violations as (field, message), the field as Kubernetes names it.
+/// Schema violations as (field, message), the field and the message as kube-apiserver words
+/// them (apiextensions-apiserver's `kubeOpenAPIResultToFieldErrors`, read against v1.37 on the
+/// testbed: `tests/parity/apiserver.json`), ordered by field as it orders them.
 pub fn validate(schema: &Arc<Value>, value: &Value) -> Vec<(String, String)> {
     let Some(validator) = compiled(schema) else {
         return vec![(String::new(), "the CRD's schema does not compile".into())];
     };
-    let mut causes: Vec<(String, String)> =
-        validator.iter_errors(value).map(|e| (field_path(&e.instance_path.to_string()), e.to_string())).collect();
+    let mut causes: Vec<(String, String)> = validator.iter_errors(value).map(|e| kube_error(&e)).collect();
     causes.sort();
     causes.dedup();
-    causes
+    // A fraction where an integer belongs fails the integer format as well, said right after.
+    let mut out = Vec::with_capacity(causes.len());
+    for (field, message) in causes {
+        let fraction = message.ends_with("must be of type integer: \"number\"");
+        out.push((field.clone(), message));
+        if fraction {
+            out.push((
+                "<nil>".into(),
+                format!("Invalid value: \"\": Checked value must be of type integer (default format) in {field}"),
+            ));
+        }
+    }
+    out
+}
+
+/// Whether a schema violation keeps the CRD's validation rules from running (`hasBlockingErr`):
+/// a wrong type, a value outside its enum, a missing field, too long or too many. Other
+/// violations are reported together with the rules' failures.
+pub fn blocks_rules(message: &str) -> bool {
+    ["Required value", "Unsupported value", "Too long", "Too many"].iter().any(|p| message.starts_with(p))
+        || message.contains(" in body must be of type ")
+}
+
+/// What kube-apiserver adds when schema violations kept the rules from running.
+pub const RULES_NOT_CHECKED: (&str, &str) = (
+    "<nil>",
+    "Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+);
+
+/// Whether the schema carries validation rules anywhere.
+pub fn has_rules(schema: &Value) -> bool {
+    match schema {
+        Value::Object(map) => map.contains_key("x-kubernetes-validations") || map.values().any(has_rules),
+        Value::Array(items) => items.iter().any(has_rules),
+        _ => false,
+    }
+}
+
+/// One violation as (field, message).
+fn kube_error(e: &jsonschema::ValidationError<'_>) -> (String, String) {
+    use jsonschema::error::{TypeKind, ValidationErrorKind as K};
+    let field = field_path(&e.instance_path.to_string());
+    let value = go_value(&e.instance);
+    let items = |n: u64| if n == 1 { "item" } else { "items" };
+    // Go prints a whole float64 limit without its fraction (`10`, not `10.0`).
+    let limit_of = |l: &Value| match l.as_f64() {
+        Some(f) if f.fract() == 0.0 && f.abs() < 1e15 => format!("{}", f as i64),
+        _ => l.to_string(),
+    };
+    let message = match &e.kind {
+        K::Required { property } => {
+            let name = property.as_str().map_or_else(|| property.to_string(), str::to_string);
+            return (join(&field, &name), "Required value".into());
+        }
+        K::Enum { options } => {
+            let supported: Vec<String> = options
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|o| match o {
+                    Value::String(s) => format!("{s:?}"),
+                    other => format!("{:?}", other.to_string()),
+                })
+                .collect();
+            format!("Unsupported value: {value}: supported values: {}", supported.join(", "))
+        }
+        K::Type { kind: TypeKind::Single(expected) } => {
+            let actual = type_name(&e.instance);
+            format!("Invalid value: {actual:?}: {field} in body must be of type {expected}: {actual:?}")
+        }
+        K::Maximum { limit } => {
+            format!("Invalid value: {value}: {field} in body should be less than or equal to {}", limit_of(limit))
+        }
+        K::ExclusiveMaximum { limit } => {
+            format!("Invalid value: {value}: {field} in body should be less than {}", limit_of(limit))
+        }
+        K::Minimum { limit } => {
+            format!("Invalid value: {value}: {field} in body should be greater than or equal to {}", limit_of(limit))
+        }
+        K::ExclusiveMinimum { limit } => {
+            format!("Invalid value: {value}: {field} in body should be greater than {}", limit_of(limit))
+        }
+        K::MaxLength { limit } => format!("Too long: may not be more than {limit} bytes"),
+        K::MinLength { limit } => {
+            format!("Invalid value: {value}: {field} in body should be at least {limit} chars long")
+        }
+        K::Pattern { pattern } => format!("Invalid value: {value}: {field} in body should match '{pattern}'"),
+        K::MaxItems { limit } => {
+            let n = e.instance.as_array().map_or(0, Vec::len);
+            format!("Too many: {n}: must have at most {limit} {}", items(*limit))
+        }
+        K::MinItems { limit } => {
+            let n = e.instance.as_array().map_or(0, Vec::len);
+            format!("Invalid value: {n}: {field} in body should have at least {limit} items")
+        }
+        K::MaxProperties { limit } => {
+            let n = e.instance.as_object().map_or(0, serde_json::Map::len);
+            format!("Too many: {n}: must have at most {limit} {}", items(*limit))
+        }
+        K::MinProperties { limit } => {
+            let n = e.instance.as_object().map_or(0, serde_json::Map::len);
+            format!("Invalid value: {n}: {field} in body should have at least {limit} properties")
+        }
+        _ => format!("Invalid value: {value}: {e}"),
+    };
+    (field, message)
+}
+
+/// A JSON value's type as the OpenAPI validator names it.
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// A value as Go's field errors print it: strings quoted, numbers and booleans bare.
+fn go_value(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("{s:?}"),
+        other => other.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -361,7 +494,8 @@ mod tests {
         assert_eq!(v, json!({"gpu": 8, "size": 2.5, "list": [1, "x"]}));
         assert_eq!(v["gpu"].to_string(), "8");
         let causes = validate(&schema, &v);
-        assert_eq!(causes.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(), ["size"]);
+        // The type, then the integer format, as kube-apiserver reports a fraction.
+        assert_eq!(causes.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(), ["size", "<nil>"]);
     }
 
     #[test]
@@ -375,7 +509,7 @@ mod tests {
         );
         assert_eq!(
             validation_rules(&schema, &json!({"spec": {"ref": {"name": "b"}}}), Some(&old)),
-            vec![("spec.ref".to_string(), "Invalid value: \"object\": ref is immutable".to_string())]
+            vec![("spec.ref".to_string(), "Invalid value: ref is immutable".to_string())]
         );
         // A transition rule does not apply on create.
         assert!(validation_rules(&schema, &json!({"spec": {"ref": {"name": "b"}}}), None).is_empty());
@@ -400,9 +534,9 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                ("spec.labels.k".to_string(), "Invalid value: \"string\": failed rule: size(self) <= 3".to_string()),
-                ("spec.mode".to_string(), "Invalid value: \"string\": mode must be a or b".to_string()),
-                ("spec.workers[0]".to_string(), "Invalid value: \"object\": count of w must be at least 1".to_string()),
+                ("spec.labels.k".to_string(), "Invalid value: \"long\": failed rule: size(self) <= 3".to_string()),
+                ("spec.mode".to_string(), "Invalid value: \"c\": mode must be a or b".to_string()),
+                ("spec.workers[0]".to_string(), "Invalid value: count of w must be at least 1".to_string()),
             ]
         );
         // Items correlate with the old list by key, whatever their order; b needs labels.
@@ -413,7 +547,7 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                ("spec.mode".to_string(), "Invalid value: \"object\": mode b needs labels".to_string()),
+                ("spec.mode".to_string(), "Invalid value: mode b needs labels".to_string()),
                 ("spec.workers[1]".to_string(), "Forbidden: count may only shrink".to_string()),
             ]
         );

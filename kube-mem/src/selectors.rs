@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 
+use super::resources::ResourceType;
 use super::status::ApiError;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +42,22 @@ fn split_terms(s: &str) -> Vec<&str> {
 
 fn parse_term(t: &str, what: &str) -> Result<Req, ApiError> {
     let bad = || ApiError::bad_request(format!("unable to parse requirement {t:?} in {what}"));
+    // A label term with no operator, or a set with no parenthesis, in kube-apiserver's words.
+    let words: Vec<&str> = t.split_whitespace().collect();
+    if what == "labelSelector" && !t.contains('=') && words.len() >= 2 {
+        let found = |w: &str, expected: &str| {
+            ApiError::bad_request(format!("unable to parse requirement: found '{w}'{expected}"))
+        };
+        match words[1] {
+            "in" | "notin" => {
+                let next = words.get(2).copied().unwrap_or("");
+                if !next.starts_with('(') {
+                    return Err(found(next, " expected: '('"));
+                }
+            }
+            w => return Err(found(w, ", expected: in, notin, =, ==, !=, gt, lt")),
+        }
+    }
     let set = |rest: &str| -> Result<Vec<String>, ApiError> {
         let inner = rest.trim().strip_prefix('(').and_then(|r| r.strip_suffix(')')).ok_or_else(bad)?;
         Ok(inner.split(',').map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).collect())
@@ -74,6 +91,62 @@ impl Selector {
         Ok(Selector { labels: parse(labels, "labelSelector")?, fields: parse(fields, "fieldSelector")? })
     }
 
+    /// Refuses a field selector the kind does not support, as kube-apiserver does: each kind
+    /// answers for a few fields (a custom resource for `metadata.name`, `metadata.namespace` and
+    /// its CRD's `selectableFields`), not for any path.
+    pub fn check_fields(&self, rt: &ResourceType) -> Result<(), ApiError> {
+        const META: [&str; 2] = ["metadata.name", "metadata.namespace"];
+        let own: &[&str] = match (rt.group.as_str(), rt.plural.as_str()) {
+            ("", "pods") => &[
+                "spec.nodeName",
+                "spec.restartPolicy",
+                "spec.schedulerName",
+                "spec.serviceAccountName",
+                "spec.hostNetwork",
+                "status.phase",
+                "status.podIP",
+                "status.podIPs",
+                "status.nominatedNodeName",
+            ],
+            ("", "events") => &[
+                "involvedObject.kind",
+                "involvedObject.namespace",
+                "involvedObject.name",
+                "involvedObject.uid",
+                "involvedObject.apiVersion",
+                "involvedObject.resourceVersion",
+                "involvedObject.fieldPath",
+                "reason",
+                "reportingComponent",
+                "source",
+                "type",
+            ],
+            ("", "nodes") => &["spec.unschedulable"],
+            ("", "namespaces") => &["status.phase"],
+            ("", "secrets") => &["type"],
+            ("", "replicationcontrollers") => &["status.replicas"],
+            ("apps", "replicasets") => &["status.replicas"],
+            ("batch", "jobs") => &["status.successful"],
+            ("certificates.k8s.io", "certificatesigningrequests") => &["spec.signerName"],
+            _ => &[],
+        };
+        // Kinds with fields of their own (and custom resources) say "field label not
+        // supported"; the others list the two they take.
+        let listed = own.is_empty() && rt.schema.is_none();
+        for r in &self.fields {
+            let k = r.key();
+            let known = META.contains(&k) || own.contains(&k) || rt.selectable_fields.iter().any(|f| f == k);
+            if !known {
+                return Err(ApiError::bad_request(if listed {
+                    format!("{k:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\"")
+                } else {
+                    format!("field label not supported: {k}")
+                }));
+            }
+        }
+        Ok(())
+    }
+
     pub fn matches(&self, obj: &Value) -> bool {
         let label = |k: &str| {
             obj.pointer("/metadata/labels").and_then(|l| l.get(k)).and_then(Value::as_str).map(str::to_string)
@@ -86,6 +159,14 @@ impl Selector {
             })
         };
         self.labels.iter().all(|r| test(r, &label)) && self.fields.iter().all(|r| test(r, &field))
+    }
+}
+
+impl Req {
+    fn key(&self) -> &str {
+        match self {
+            Req::Eq(k, _) | Req::Ne(k, _) | Req::In(k, _) | Req::NotIn(k, _) | Req::Exists(k) | Req::NotExists(k) => k,
+        }
     }
 }
 

@@ -101,7 +101,12 @@ impl ApiError {
 
     pub fn invalid(kind: &str, name: &str, causes: Vec<(String, String)>) -> Self {
         let summary: Vec<String> = causes.iter().map(|(f, m)| format!("{f}: {m}")).collect();
-        let mut e = Self::new(422, "Invalid", format!("{kind} \"{name}\" is invalid: {}", summary.join(", ")));
+        // Go's aggregate error: one as it is, several in brackets.
+        let summary = match summary.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        let mut e = Self::new(422, "Invalid", format!("{kind} \"{name}\" is invalid: {summary}"));
         e.causes = causes;
         e.details = Some((kind.to_string(), name.to_string()));
         e

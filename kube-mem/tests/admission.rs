@@ -217,7 +217,7 @@ async fn crd_validation_rules_are_evaluated_in_cel_and_refused_with_422() {
     assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"), "{err:?}");
     assert!(
         err.message.ends_with(
-            "spec.managedBy: Invalid value: \"string\": ManagedBy must be trainer.kubeflow.org/trainjob-controller or kueue.x-k8s.io/multikueue if set"
+            "spec.managedBy: Invalid value: \"example.com/other\": ManagedBy must be trainer.kubeflow.org/trainjob-controller or kueue.x-k8s.io/multikueue if set"
         ),
         "{}",
         err.message
@@ -226,7 +226,7 @@ async fn crd_validation_rules_are_evaluated_in_cel_and_refused_with_422() {
     let bad_uri = json!({"initializer": {"dataset": {"storageUri": "no-scheme"}}});
     let err = api_error(tjs.create(&PostParams::default(), &tj("b", bad_uri)).await.expect_err("uri"));
     assert_eq!(err.code, 422);
-    assert!(err.message.contains("spec.initializer.dataset.storageUri: Invalid value: \"string\": storageUri may be empty, or it must be a valid URI"), "{}", err.message);
+    assert!(err.message.contains("spec.initializer.dataset.storageUri: Invalid value: \"no-scheme\": storageUri may be empty, or it must be a valid URI"), "{}", err.message);
     // What the rules allow is stored.
     let good = json!({"managedBy": "kueue.x-k8s.io/multikueue", "initializer": {"dataset": {"storageUri": "hf://x"}}});
     tjs.create(&PostParams::default(), &tj("c", good)).await.expect("valid");
@@ -239,7 +239,11 @@ async fn crd_validation_rules_are_evaluated_in_cel_and_refused_with_422() {
         )
         .await
         .expect_err("immutable");
-    assert!(api_error(err).message.contains("spec.managedBy: Invalid value: \"string\": field is immutable"));
+    assert!(
+        api_error(err).message.contains(
+            "spec.managedBy: Invalid value: \"trainer.kubeflow.org/trainjob-controller\": field is immutable"
+        )
+    );
 }
 
 /// A ValidatingAdmissionPolicy on ConfigMaps whose one validation is `expression`.

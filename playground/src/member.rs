@@ -151,6 +151,7 @@ fn unreachable_type(plural: &str) -> ResourceType {
         short_names: Vec::new(),
         schema: None,
         printer_columns: Vec::new(),
+        selectable_fields: Vec::new(),
     }
 }
 
