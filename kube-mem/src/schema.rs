@@ -317,37 +317,47 @@ pub fn warm(schema: &Arc<Value>) {
     let _ = compiled(schema);
 }
 
-/// Schema violations as (field, message), the field and the message as kube-apiserver words
-/// them (apiextensions-apiserver's `kubeOpenAPIResultToFieldErrors`, read against v1.37 on the
-/// testbed: `tests/parity/apiserver.json`), ordered by field as it orders them.
-pub fn validate(schema: &Arc<Value>, value: &Value) -> Vec<(String, String)> {
-    let Some(validator) = compiled(schema) else {
-        return vec![(String::new(), "the CRD's schema does not compile".into())];
-    };
-    let mut causes: Vec<(String, String)> = validator.iter_errors(value).map(|e| kube_error(&e)).collect();
-    causes.sort();
-    causes.dedup();
-    // A fraction where an integer belongs fails the integer format as well, said right after.
-    let mut out = Vec::with_capacity(causes.len());
-    for (field, message) in causes {
-        let fraction = message.ends_with("must be of type integer: \"number\"");
-        out.push((field.clone(), message));
-        if fraction {
-            out.push((
-                "<nil>".into(),
-                format!("Invalid value: \"\": Checked value must be of type integer (default format) in {field}"),
-            ));
-        }
-    }
-    out
+/// One schema violation, as kube-apiserver reports it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Violation {
+    pub field: String,
+    pub message: String,
+    /// It keeps the CRD's validation rules from running (`hasBlockingErr`): a wrong type, a
+    /// value outside its enum, a missing field, too long or too many. Other violations are
+    /// reported together with the rules' failures.
+    pub blocks_rules: bool,
+    /// A fraction where an integer belongs, which fails the integer format as well.
+    fraction: bool,
 }
 
-/// Whether a schema violation keeps the CRD's validation rules from running (`hasBlockingErr`):
-/// a wrong type, a value outside its enum, a missing field, too long or too many. Other
-/// violations are reported together with the rules' failures.
-pub fn blocks_rules(message: &str) -> bool {
-    ["Required value", "Unsupported value", "Too long", "Too many"].iter().any(|p| message.starts_with(p))
-        || message.contains(" in body must be of type ")
+/// Schema violations, the field and the message as kube-apiserver words them
+/// (apiextensions-apiserver's `kubeOpenAPIResultToFieldErrors`, read against v1.37 on the
+/// testbed: `tests/parity/apiserver.json`), ordered by field (the real server's order of two
+/// varies from one request to the next).
+pub fn validate(schema: &Arc<Value>, value: &Value) -> Vec<Violation> {
+    let Some(validator) = compiled(schema) else {
+        let message = "the CRD's schema does not compile".into();
+        return vec![Violation { field: String::new(), message, blocks_rules: true, fraction: false }];
+    };
+    let mut violations: Vec<Violation> = validator.iter_errors(value).map(|e| kube_error(&e)).collect();
+    violations.sort();
+    violations.dedup();
+    // The integer format's own complaint comes right after the type's.
+    let mut out = Vec::with_capacity(violations.len());
+    for v in violations {
+        let format = v.fraction.then(|| Violation {
+            field: "<nil>".into(),
+            message: format!(
+                "Invalid value: \"\": Checked value must be of type integer (default format) in {}",
+                v.field
+            ),
+            blocks_rules: false,
+            fraction: false,
+        });
+        out.push(v);
+        out.extend(format);
+    }
+    out
 }
 
 /// What kube-apiserver adds when schema violations kept the rules from running.
@@ -365,8 +375,8 @@ pub fn has_rules(schema: &Value) -> bool {
     }
 }
 
-/// One violation as (field, message).
-fn kube_error(e: &jsonschema::ValidationError<'_>) -> (String, String) {
+/// One violation in kube-apiserver's words.
+fn kube_error(e: &jsonschema::ValidationError<'_>) -> Violation {
     use jsonschema::error::{TypeKind, ValidationErrorKind as K};
     let field = field_path(&e.instance_path.to_string());
     let value = go_value(&e.instance);
@@ -379,7 +389,8 @@ fn kube_error(e: &jsonschema::ValidationError<'_>) -> (String, String) {
     let message = match &e.kind {
         K::Required { property } => {
             let name = property.as_str().map_or_else(|| property.to_string(), str::to_string);
-            return (join(&field, &name), "Required value".into());
+            let field = join(&field, &name);
+            return Violation { field, message: "Required value".into(), blocks_rules: true, fraction: false };
         }
         K::Enum { options } => {
             let supported: Vec<String> = options
@@ -432,7 +443,13 @@ fn kube_error(e: &jsonschema::ValidationError<'_>) -> (String, String) {
         }
         _ => format!("Invalid value: {value}: {e}"),
     };
-    (field, message)
+    let blocks_rules = matches!(
+        e.kind,
+        K::Enum { .. } | K::Type { .. } | K::MaxLength { .. } | K::MaxItems { .. } | K::MaxProperties { .. }
+    );
+    let fraction = matches!(e.kind, K::Type { kind: TypeKind::Single(jsonschema::JsonType::Integer) })
+        && type_name(&e.instance) == "number";
+    Violation { field, message, blocks_rules, fraction }
 }
 
 /// A JSON value's type as the OpenAPI validator names it.
@@ -480,7 +497,7 @@ mod tests {
         assert_eq!(v["spec"]["free"]["any"], 1);
         let causes = validate(&Arc::new(schema()), &v);
         assert_eq!(causes.len(), 1);
-        assert_eq!(causes[0].0, "spec.size");
+        assert_eq!(causes[0].field, "spec.size");
     }
 
     #[test]
@@ -495,7 +512,7 @@ mod tests {
         assert_eq!(v["gpu"].to_string(), "8");
         let causes = validate(&schema, &v);
         // The type, then the integer format, as kube-apiserver reports a fraction.
-        assert_eq!(causes.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(), ["size", "<nil>"]);
+        assert_eq!(causes.iter().map(|c| c.field.as_str()).collect::<Vec<_>>(), ["size", "<nil>"]);
     }
 
     #[test]

@@ -461,8 +461,10 @@ impl Store {
             let causes = unknown.into_iter().map(|f| (f, "field not declared in schema".to_string())).collect();
             return Err(ApiError::invalid(&rt.group_kind(), &name, causes));
         }
-        let mut causes = schema::validate(schema, obj);
-        if causes.iter().any(|(_, m)| schema::blocks_rules(m)) {
+        let violations = schema::validate(schema, obj);
+        let blocked = violations.iter().any(|v| v.blocks_rules);
+        let mut causes: Vec<(String, String)> = violations.into_iter().map(|v| (v.field, v.message)).collect();
+        if blocked {
             if schema::has_rules(schema) {
                 let (field, message) = schema::RULES_NOT_CHECKED;
                 causes.push((field.into(), message.into()));
