@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::fleet::{DomainId, FlavorId, Fleet};
+use crate::fleet::{ClusterId, DomainId, FlavorId, Fleet};
 
 /// Free resources of one node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -60,7 +60,7 @@ struct Change {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Checkpoint(usize);
 
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Capacity {
     /// Indexed by domain id; zero for inner domains.
     node_free: Vec<NodeFree>,
@@ -68,7 +68,24 @@ pub struct Capacity {
     free_cpu_milli: Vec<u64>,
     free_memory_mib: Vec<u64>,
     journal: Vec<Change>,
+    /// Per cluster, when its capacity last changed, on `clock` (which counts every change):
+    /// what was worked out from a cluster's capacity holds while its stamp is the same.
+    stamps: Vec<u64>,
+    clock: u64,
 }
+
+/// Capacities are equal when they hold the same: not when they changed at the same moments.
+impl PartialEq for Capacity {
+    fn eq(&self, other: &Self) -> bool {
+        self.node_free == other.node_free
+            && self.hist == other.hist
+            && self.free_cpu_milli == other.free_cpu_milli
+            && self.free_memory_mib == other.free_memory_mib
+            && self.journal == other.journal
+    }
+}
+
+impl Eq for Capacity {}
 
 impl Capacity {
     /// Everything free.
@@ -80,6 +97,8 @@ impl Capacity {
             free_cpu_milli: vec![0; n],
             free_memory_mib: vec![0; n],
             journal: Vec::new(),
+            stamps: vec![0; fleet.clusters().len()],
+            clock: 0,
         };
         for (host, spec) in fleet.hosts() {
             let free = NodeFree { gpus: spec.gpus, cpu_milli: spec.cpu_milli, memory_mib: spec.memory_mib };
@@ -181,7 +200,18 @@ impl Capacity {
         self.adjust(fleet, host, pods, shape, true);
     }
 
+    /// When `cluster`'s capacity last changed: equal stamps of one `Capacity` (and its clones,
+    /// until either changes) mean the cluster's capacity is the same.
+    /// (A capacity made without a fleet has no stamps: any change anywhere changes them all.)
+    pub fn stamp(&self, cluster: ClusterId) -> u64 {
+        self.stamps.get(cluster.idx()).copied().unwrap_or(self.clock)
+    }
+
     fn adjust(&mut self, fleet: &Fleet, host: DomainId, pods: u32, shape: PodShape, take: bool) {
+        self.clock += 1;
+        if let Some(stamp) = self.stamps.get_mut(fleet.domain(host).cluster.idx()) {
+            *stamp = self.clock;
+        }
         let before = self.node_free[host.idx()];
         let gpus = shape.gpus * pods;
         let cpu = shape.cpu_milli * u64::from(pods);

@@ -102,6 +102,18 @@ impl View<'_> {
         keep: &dyn Fn(&Self, DomainId) -> bool,
     ) -> Vec<DomainId> {
         let mut out = Vec::new();
+        self.visit_at(from, depth, keep, &mut |d| out.push(d));
+        out
+    }
+
+    /// [`Self::domains_at`], each handed to `visit` in turn rather than collected.
+    fn visit_at(
+        &self,
+        from: DomainId,
+        depth: u8,
+        keep: &dyn Fn(&Self, DomainId) -> bool,
+        visit: &mut dyn FnMut(DomainId),
+    ) {
         let mut stack = vec![from];
         while let Some(d) = stack.pop() {
             if !keep(self, d) {
@@ -109,12 +121,30 @@ impl View<'_> {
             }
             let dom = self.fleet.domain(d);
             if dom.depth >= depth || dom.children.is_empty() {
-                out.push(d);
+                visit(d);
             } else {
                 stack.extend(dom.children.iter().rev());
             }
         }
-        out
+    }
+
+    /// The domain of least leftover for `ask` among those `domains_at` gives, ties to the
+    /// lowest id.
+    fn best_fit_at(
+        &self,
+        from: DomainId,
+        depth: u8,
+        keep: &dyn Fn(&Self, DomainId) -> bool,
+        ask: &Ask,
+    ) -> Option<DomainId> {
+        let mut best: Option<(u64, DomainId)> = None;
+        self.visit_at(from, depth, keep, &mut |d| {
+            let key = (self.leftover(d, ask), d);
+            if best.is_none_or(|b| key < b) {
+                best = Some(key);
+            }
+        });
+        best.map(|(_, d)| d)
     }
 
     /// The narrowest domain that fits the whole pod set, best fit (least left over) among
@@ -131,8 +161,7 @@ impl View<'_> {
             if !c.depth_could_hold(depth, need) {
                 continue;
             }
-            let fitting = self.domains_at(root, depth, &|p, d| p.fits(d, ask));
-            if let Some(best) = fitting.into_iter().min_by_key(|&d| (self.leftover(d, ask), d)) {
+            if let Some(best) = self.best_fit_at(root, depth, &|p, d| p.fits(d, ask), ask) {
                 return Some(best);
             }
         }
@@ -144,8 +173,7 @@ impl View<'_> {
     /// domains that have a host with k free. Never scans hosts that cannot be the answer.
     fn best_fit_host(&self, root: DomainId, ask: &Ask) -> Option<DomainId> {
         let (Some(flavor), true) = (ask.flavor, ask.shape.gpus > 0) else {
-            let hosts = self.domains_at(root, u8::MAX, &|p, d| p.slots(d, ask) >= ask.pods);
-            return hosts.into_iter().min_by_key(|&d| (self.leftover(d, ask), d));
+            return self.best_fit_at(root, u8::MAX, &|p, d| p.slots(d, ask) >= ask.pods, ask);
         };
         let need = (u64::from(ask.shape.gpus) * u64::from(ask.pods)).try_into().unwrap_or(usize::MAX);
         let width = self.cap.histogram(self.fleet, root, flavor).len();
@@ -219,6 +247,13 @@ impl Placer<'_> {
             Fill::Locality => view.narrowest_span(cluster, ask)?,
             Fill::FirstFit | Fill::BinPack => view.widest_span(root, ask)?,
         };
+        self.place_in(ask, span)
+    }
+
+    /// Places the pod set inside `span`, a domain of `cluster` that fits it (for `Locality`,
+    /// the one `View::narrowest_span` finds on this capacity), or leaves capacity untouched and
+    /// returns `None`.
+    pub fn place_in(&mut self, ask: &Ask, span: DomainId) -> Option<PodSetPlacement> {
         let cp = self.cap.checkpoint();
         let mut hosts = Vec::new();
         let placed = match ask.slice {

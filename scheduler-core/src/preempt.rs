@@ -82,17 +82,17 @@ pub(crate) fn preempt<'a>(
     if !might_evict(run, gang, lowest_running) {
         return Preempted::Not;
     }
+    // Every running gang is looked at for every gang short of room: the checks on numbers
+    // first, the one on names (evicted this cycle already) last.
     let mut victims: Vec<(u64, i32, Reverse<u64>, usize, Via)> = running
         .iter()
         .enumerate()
-        .filter(|(_, r)| {
-            !run.txn.is_evicted(&r.gang.id)
-                && (r.evicting || now_ms.saturating_sub(r.started_ms) >= knobs.min_runtime_ms)
-        })
+        .filter(|(_, r)| r.evicting || now_ms.saturating_sub(r.started_ms) >= knobs.min_runtime_ms)
         .filter_map(|(i, r)| {
             let via = if r.evicting { Via::SameQueue } else { may_evict(run, queue, gang, r)? };
             Some((r.loss(now_ms, knobs.prefer_checkpointed), r.gang.priority, Reverse(r.started_ms), i, via))
         })
+        .filter(|v| !run.txn.is_evicted(&running[v.3].gang.id))
         .collect();
     if victims.is_empty() {
         return Preempted::Not;
@@ -198,9 +198,9 @@ pub(crate) fn preempt<'a>(
 /// Whether a gang of `queue` may evict `victim`, and on what grounds.
 fn may_evict(run: &Run<'_>, queue: QueueId, gang: &Gang, victim: &Running<'_>) -> Option<Via> {
     let policy = run.queues.spec(queue).preemption;
-    let theirs = run.queues.id(&victim.gang.queue)?;
     let (p, v) = (gang.priority, victim.gang.priority);
-    if theirs == queue {
+    // Queue names are unique: the same name is the same queue, found without a lookup.
+    if victim.gang.queue == gang.queue {
         let allowed = match policy.within_queue {
             WithinQueue::Never => false,
             WithinQueue::LowerPriority => v < p,
@@ -209,6 +209,7 @@ fn may_evict(run: &Run<'_>, queue: QueueId, gang: &Gang, victim: &Running<'_>) -
         return allowed.then_some(Via::SameQueue);
     }
     let cohort = run.queues.spec(queue).cohort.as_ref()?;
+    let theirs = run.queues.id(&victim.gang.queue)?;
     if run.queues.spec(theirs).cohort.as_ref() != Some(cohort) || !run.queues.borrowing(run.usage(), theirs) {
         return None;
     }

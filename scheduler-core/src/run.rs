@@ -6,13 +6,15 @@
 use std::borrow::Cow;
 use std::cmp::Reverse;
 
-use crate::capacity::Capacity;
+use rustc_hash::FxHashMap;
+
+use crate::capacity::{Capacity, PodShape};
 use crate::config::{ClusterChoice, Config};
 use crate::decision::{Admission, Rank, gang_charges};
 use crate::fleet::{ClusterId, DomainId, FlavorId, Fleet};
-use crate::gang::{Gang, PodSet};
+use crate::gang::{Gang, PodSet, Slice};
 use crate::memo::{self, MemoEntry};
-use crate::place::{Ask, Placer, View};
+use crate::place::{Ask, Fill, Placer, View};
 use crate::queue::{QueueId, Queues, QuotaKey, QuotaUsage, charges};
 use crate::reason::{Reason, Shortfall};
 use crate::topology::TopologyConstraint;
@@ -85,7 +87,38 @@ pub(crate) struct Run<'a> {
     pub(crate) queues: &'a Queues,
     pub(crate) config: &'a Config,
     pub(crate) txn: Txn<'a>,
+    /// Where a pod set of each shape would span in each cluster as things stand, and what it
+    /// would leave over there ([`Self::span`]). Ranking the clusters for a gang asks this of
+    /// every cluster; between two gangs only the clusters something was placed on (or given
+    /// back to) change, so the rest answer from here. A cache, not scratch state: every change
+    /// to the capacity, a rollback's too, moves the cluster's stamp, so a rollback of the
+    /// transaction leaves nothing here that could be read as current.
+    spans: Spans,
 }
+
+/// [`Run::spans`]: one row per pod-set shape and flavor, one slot per cluster. Looked up once
+/// per pod set and flavor of a gang, never iterated, so the hash order decides nothing.
+type Spans = FxHashMap<SpanKey, SpanRow>;
+
+/// What a pod set's span in a cluster depends on besides the cluster's capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct SpanKey {
+    flavor: Option<FlavorId>,
+    shape: PodShape,
+    pods: u32,
+    topology: TopologyConstraint,
+    slice: Option<Slice>,
+}
+
+impl SpanKey {
+    fn of(ps: &PodSet, flavor: Option<FlavorId>) -> Self {
+        SpanKey { flavor, shape: ps.shape, pods: ps.pods, topology: ps.topology, slice: ps.slice }
+    }
+}
+
+/// Per cluster: the span and leftover found (`None` inside: no span), and the cluster's
+/// capacity stamp they were found on; `None`: not looked at yet.
+type SpanRow = Vec<Option<(u64, Option<(DomainId, u64)>)>>;
 
 impl<'a> Run<'a> {
     pub(crate) fn new(
@@ -95,7 +128,7 @@ impl<'a> Run<'a> {
         cap: Capacity,
         usage: QuotaUsage,
     ) -> Self {
-        Run { fleet, queues, config, txn: Txn::new(fleet, queues, cap, usage) }
+        Run { fleet, queues, config, txn: Txn::new(fleet, queues, cap, usage), spans: Spans::default() }
     }
 
     pub(crate) fn cap(&self) -> &Capacity {
@@ -419,13 +452,33 @@ impl<'a> Run<'a> {
     /// where the gang's pod sets would go there (found without placing anything), clusters
     /// where one cannot go dropped.
     fn cluster_order(
-        &self,
+        &mut self,
         gang: &Gang,
         candidates: &[ClusterId],
         resolved: &[Resolved],
     ) -> (Vec<ClusterId>, Vec<Rank>) {
         if self.config.choice == ClusterChoice::Scored {
-            let mut ranked: Vec<Rank> = candidates.iter().filter_map(|&c| self.estimate(c, gang, resolved)).collect();
+            // The rows of the gang's pod sets, taken out of the memo while the clusters are
+            // ranked (one lookup per pod set and flavor, not per cluster) and put back after.
+            let clusters = self.fleet.clusters().len();
+            let mut rows: Vec<Vec<(Option<FlavorId>, SpanRow)>> = gang
+                .pod_sets
+                .iter()
+                .zip(resolved)
+                .map(|(ps, r)| {
+                    let mut row = |f| self.spans.remove(&SpanKey::of(ps, f)).unwrap_or_else(|| vec![None; clusters]);
+                    r.flavors.iter().map(|&f| (f, row(f))).collect()
+                })
+                .collect();
+            let mut ranked = Vec::with_capacity(candidates.len());
+            for &c in candidates {
+                ranked.extend(self.estimate(c, gang, &mut rows));
+            }
+            for (ps, flavors) in gang.pod_sets.iter().zip(rows) {
+                for (f, row) in flavors {
+                    self.spans.insert(SpanKey::of(ps, f), row);
+                }
+            }
             ranked.sort_unstable();
             return (ranked.iter().map(|r| r.cluster).collect(), ranked);
         }
@@ -454,35 +507,54 @@ impl<'a> Run<'a> {
     ) -> Result<Admission, usize> {
         let mut placements = Vec::with_capacity(gang.pod_sets.len());
         for (i, (ps, r)) in gang.pod_sets.iter().zip(resolved).enumerate() {
-            let placed = r
-                .flavors
-                .iter()
-                .filter(|f| f.is_none_or(|f| self.fleet.cluster(cluster).has_flavor(f)))
-                .find_map(|&flavor| {
-                    let ask = Ask { within, ..ask(self.fleet, cluster, ps, flavor) };
-                    Placer { fleet: self.fleet, cap: &mut self.txn.cap, fill: self.config.fill }.place(cluster, &ask)
-                });
+            let placed =
+                r.flavors.iter().filter(|f| f.is_none_or(|f| self.fleet.cluster(cluster).has_flavor(f))).find_map(
+                    |&flavor| {
+                        let ask = Ask { within, ..ask(self.fleet, cluster, ps, flavor) };
+                        // Where ranking the clusters found the span, when the capacity is still
+                        // what it was found on (the first pod set's, usually): not searched again.
+                        let span = match within {
+                            None => self.known_span(cluster, ps, flavor),
+                            Some(_) => None,
+                        };
+                        let mut placer = Placer { fleet: self.fleet, cap: &mut self.txn.cap, fill: self.config.fill };
+                        match span {
+                            Some(None) => None,
+                            Some(Some(span)) => placer.place_in(&ask, span),
+                            None => placer.place(cluster, &ask),
+                        }
+                    },
+                );
             placements.push(placed.ok_or(i)?);
         }
         Ok(Admission { cluster, pod_sets: placements, ranking: Vec::new() })
+    }
+
+    /// The narrowest span [`Self::span`] found for the pod set in `cluster`, if the cluster's
+    /// capacity has not changed since (`Some(None)`: it found none).
+    fn known_span(&self, cluster: ClusterId, ps: &PodSet, flavor: Option<FlavorId>) -> Option<Option<DomainId>> {
+        if self.config.fill != Fill::Locality {
+            return None;
+        }
+        let (at, found) = self.spans.get(&SpanKey::of(ps, flavor))?.get(cluster.idx()).copied().flatten()?;
+        (at == self.txn.cap.stamp(cluster)).then_some(found.map(|(span, _)| span))
     }
 
     /// How good `cluster` would be for the gang, from the span each pod set would take on the
     /// current capacity: preferences missed, then locality (the narrowest common domain), then
     /// what is left over in the spans (best fit), then the admin's cost weight, then balance.
     /// `None` when some pod set has no span there.
-    fn estimate(&self, cluster: ClusterId, gang: &Gang, resolved: &[Resolved]) -> Option<Rank> {
+    fn estimate(&self, cluster: ClusterId, gang: &Gang, rows: &mut [Vec<(Option<FlavorId>, SpanRow)>]) -> Option<Rank> {
         let fleet = self.fleet;
-        let view = View { fleet, cap: &self.txn.cap, fill: self.config.fill };
         let c = fleet.cluster(cluster);
         let (mut missed, mut leftover) = (0u32, 0u64);
         let mut spans = Vec::with_capacity(gang.pod_sets.len());
-        for (ps, r) in gang.pod_sets.iter().zip(resolved) {
-            let (span, ask) = r.flavors.iter().filter(|f| f.is_none_or(|f| c.has_flavor(f))).find_map(|&f| {
-                let ask = ask(fleet, cluster, ps, f);
-                view.narrowest_span(cluster, &ask).map(|s| (s, ask))
-            })?;
-            leftover += view.leftover(span, &ask);
+        for (ps, flavors) in gang.pod_sets.iter().zip(rows.iter_mut()) {
+            let (span, left) = flavors
+                .iter_mut()
+                .filter(|(f, _)| f.is_none_or(|f| c.has_flavor(f)))
+                .find_map(|(f, row)| self.span(cluster, &ask(fleet, cluster, ps, *f), &mut row[cluster.idx()]))?;
+            leftover += left;
             if let TopologyConstraint::Preferred(level) = ps.topology
                 && fleet.level_of(span).is_none_or(|l| l < level)
             {
@@ -500,6 +572,27 @@ impl<'a> Run<'a> {
             free_gpus: Reverse(free),
             cluster,
         })
+    }
+
+    /// The narrowest span of `ask` in `cluster` as things stand, and what placing it there
+    /// would leave over (`View::narrowest_span`, `View::leftover`): from `seen` while the
+    /// cluster's capacity is as it was when that was found, else found and kept there.
+    fn span(
+        &self,
+        cluster: ClusterId,
+        ask: &Ask,
+        seen: &mut Option<(u64, Option<(DomainId, u64)>)>,
+    ) -> Option<(DomainId, u64)> {
+        let stamp = self.txn.cap.stamp(cluster);
+        if let Some((at, found)) = *seen
+            && at == stamp
+        {
+            return found;
+        }
+        let view = View { fleet: self.fleet, cap: &self.txn.cap, fill: self.config.fill };
+        let found = view.narrowest_span(cluster, ask).map(|s| (s, view.leftover(s, ask)));
+        *seen = Some((stamp, found));
+        found
     }
 
     /// The most pods of the pod set one allowed span could take on `cap`: (pods, where, flavor).

@@ -229,3 +229,33 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// What a cycle remembers between gangs (the spans each pod-set shape would take in each
+    /// cluster, kept while the cluster's capacity stamp holds) is a cache, never a decision:
+    /// one cycle over the gangs places each exactly where one cycle per gang, each on the
+    /// capacity and usage the earlier ones left, places it.
+    #[test]
+    fn one_cycle_places_each_gang_as_a_cycle_of_its_own_would(
+        fleet in arb_fleet(),
+        gangs in arb_gangs(),
+        fill in prop::sample::select(vec![Fill::Locality, Fill::FirstFit]),
+    ) {
+        // Greedy, in the order given: nothing that looks across gangs but the capacity and usage.
+        let config = Config {
+            depth: u32::MAX,
+            ..Config::baseline(ClusterChoice::Scored, fill, Some(QueueingStrategy::BestEffortFifo))
+        };
+        let gangs: Vec<Gang> = gangs.into_iter().enumerate().map(|(i, g)| g.priority(0).submitted(i as u64)).collect();
+        let queues = queues();
+        let whole = cycle(Snapshot::idle(&fleet, &queues), &gangs, &config);
+        let mut snapshot = Snapshot::idle(&fleet, &queues);
+        for (g, d) in gangs.iter().zip(&whole.decisions) {
+            let one = cycle(snapshot.clone(), std::slice::from_ref(g), &config);
+            prop_assert_eq!(one.decisions[0].admission(), d.admission(), "gang {}", g.id);
+            (snapshot.capacity, snapshot.usage) = (one.capacity, one.usage);
+        }
+    }
+}
