@@ -26,6 +26,7 @@ const BLOCKS: &[Block] = &[
     Block { doc: "policy.md", name: "policy-targets", print: policy_targets },
     Block { doc: "performance.md", name: "philly-quality", print: philly_quality },
     Block { doc: "performance.md", name: "philly-loads", print: philly_loads },
+    Block { doc: "performance.md", name: "pai-synthetic", print: pai_synthetic },
 ];
 
 /// The four policies of the default run, in its order.
@@ -41,17 +42,36 @@ fn policy<'r>(report: &'r Value, name: &str) -> &'r Value {
 
 /// `stowage simulate ARGS --json FILE`: the report.
 fn simulate(scratch: &Path, tag: &str, args: &[&str]) -> Value {
-    let json = scratch.join(format!("{tag}.json"));
-    let out = Command::new(env!("CARGO_BIN_EXE_stowage"))
-        .arg("simulate")
-        .args(args)
-        .arg("--json")
-        .arg(&json)
-        .current_dir(REPO)
-        .output()
-        .expect("stowage simulate runs");
-    assert!(out.status.success(), "simulate {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_str(&std::fs::read_to_string(&json).expect("report")).expect("JSON")
+    simulate_all(scratch, &[(tag.to_string(), args.iter().map(|a| a.to_string()).collect())]).remove(0)
+}
+
+/// Several `stowage simulate` runs at once (each is one thread): their reports, in order.
+fn simulate_all(scratch: &Path, runs: &[(String, Vec<String>)]) -> Vec<Value> {
+    let children: Vec<_> = runs
+        .iter()
+        .map(|(tag, args)| {
+            let json = scratch.join(format!("{tag}.json"));
+            let child = Command::new(env!("CARGO_BIN_EXE_stowage"))
+                .arg("simulate")
+                .args(args)
+                .arg("--json")
+                .arg(&json)
+                .current_dir(REPO)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("stowage simulate runs");
+            (json, args, child)
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|(json, args, child)| {
+            let out = child.wait_with_output().expect("stowage simulate ends");
+            assert!(out.status.success(), "simulate {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            serde_json::from_str(&std::fs::read_to_string(&json).expect("report")).expect("JSON")
+        })
+        .collect()
 }
 
 /// Seconds as hours to `places` decimals: `8.40 h`.
@@ -263,6 +283,59 @@ fn philly_loads(scratch: &Path) -> String {
                 of(n, &["locality", "within_rack"]) * 100.0,
             ));
         }
+    }
+    out
+}
+
+/// docs/performance.md: the synthetic mix on Alibaba PAI 2020's machines, 20,000 jobs at 1-4x
+/// load, the four policies of the default run side by side.
+fn pai_synthetic(scratch: &Path) -> String {
+    let mut out = String::from(
+        "| load | mean JCT (stowage / fifo / kueue / volcano) | mean queueing delay | GPU utilisation | multi-node gangs inside one rack |\n\
+         |---|---|---|---|---|\n",
+    );
+    // The four loads at once: each takes minutes in the test build, on one core.
+    let runs: Vec<(String, Vec<String>)> = (1..=4)
+        .map(|load| {
+            let args = [
+                "--machines",
+                "../shared/traces/alibaba-gpu-v2020-pai/pai_machine_spec.tar.gz",
+                "--machines-format",
+                "pai",
+                "--synthetic",
+                "20000",
+                "--load-scale",
+                &load.to_string(),
+            ];
+            (format!("pai-{load}"), args.iter().map(|a| a.to_string()).collect())
+        })
+        .collect();
+    for (load, report) in (1..=4).zip(simulate_all(scratch, &runs)) {
+        let of = |n: &str, path: &[&str]| f64_at(policy(&report, n), path);
+        // Each policy's figure, one decimal, the lowest in bold.
+        let column = |path: &[&str], scale: f64| {
+            let values: Vec<f64> = DEFAULT_POLICIES.iter().map(|n| of(n, path) * scale).collect();
+            let lowest = values.iter().copied().fold(f64::INFINITY, f64::min);
+            let mut shown: Vec<String> = values.iter().map(|v| format!("{v:.1}")).collect();
+            if let Some(i) = values.iter().position(|&v| v == lowest) {
+                shown[i] = format!("**{}**", shown[i]);
+            }
+            shown.join(" / ")
+        };
+        let plain = |path: &[&str]| {
+            DEFAULT_POLICIES.iter().map(|n| format!("{:.0}", of(n, path) * 100.0)).collect::<Vec<_>>().join(" / ")
+        };
+        out.push_str(&format!(
+            "| {load}× | {} h | {} h | {} % | {} % |\n",
+            column(&["jct_s", "mean"], 1.0 / 3600.0),
+            column(&["queueing_delay_s", "mean"], 1.0 / 3600.0),
+            DEFAULT_POLICIES
+                .iter()
+                .map(|n| format!("{:.1}", of(n, &["gpu_utilisation"]) * 100.0))
+                .collect::<Vec<_>>()
+                .join(" / "),
+            plain(&["locality", "within_rack"]),
+        ));
     }
     out
 }
