@@ -27,6 +27,8 @@ const BLOCKS: &[Block] = &[
     Block { doc: "performance.md", name: "philly-quality", print: philly_quality },
     Block { doc: "performance.md", name: "philly-loads", print: philly_loads },
     Block { doc: "performance.md", name: "pai-synthetic", print: pai_synthetic },
+    Block { doc: "performance.md", name: "synthetic-loads", print: synthetic_loads },
+    Block { doc: "performance.md", name: "pai-loads", print: pai_loads },
 ];
 
 /// The four policies of the default run, in its order.
@@ -45,12 +47,19 @@ fn simulate(scratch: &Path, tag: &str, args: &[&str]) -> Value {
     simulate_all(scratch, &[(tag.to_string(), args.iter().map(|a| a.to_string()).collect())]).remove(0)
 }
 
-/// Several `stowage simulate` runs at once (each is one thread): their reports, in order.
+/// Several `stowage simulate` runs at once (each is one thread): their reports, in order. A
+/// tag names its arguments: a report this scratch already holds for it is read again, not made
+/// again (two tables quote the same PAI runs).
 fn simulate_all(scratch: &Path, runs: &[(String, Vec<String>)]) -> Vec<Value> {
+    let read =
+        |json: &Path| -> Value { serde_json::from_str(&std::fs::read_to_string(json).expect("report")).expect("JSON") };
     let children: Vec<_> = runs
         .iter()
         .map(|(tag, args)| {
             let json = scratch.join(format!("{tag}.json"));
+            if json.exists() {
+                return (json, args, None);
+            }
             let child = Command::new(env!("CARGO_BIN_EXE_stowage"))
                 .arg("simulate")
                 .args(args)
@@ -61,15 +70,17 @@ fn simulate_all(scratch: &Path, runs: &[(String, Vec<String>)]) -> Vec<Value> {
                 .stderr(std::process::Stdio::piped())
                 .spawn()
                 .expect("stowage simulate runs");
-            (json, args, child)
+            (json, args, Some(child))
         })
         .collect();
     children
         .into_iter()
         .map(|(json, args, child)| {
-            let out = child.wait_with_output().expect("stowage simulate ends");
-            assert!(out.status.success(), "simulate {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-            serde_json::from_str(&std::fs::read_to_string(&json).expect("report")).expect("JSON")
+            if let Some(child) = child {
+                let out = child.wait_with_output().expect("stowage simulate ends");
+                assert!(out.status.success(), "simulate {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            read(&json)
         })
         .collect()
 }
@@ -250,35 +261,64 @@ fn philly_quality(scratch: &Path) -> String {
 /// docs/performance.md: every policy at 1–4× load on the built-in fleet and trace, the best of
 /// each of the first three columns per load in bold.
 fn philly_loads(scratch: &Path) -> String {
+    loads_table(scratch, "load", &[])
+}
+
+const PAI_MACHINES: [&str; 4] =
+    ["--machines", "../shared/traces/alibaba-gpu-v2020-pai/pai_machine_spec.tar.gz", "--machines-format", "pai"];
+
+/// docs/performance.md: the synthetic scale mix, 20,000 jobs on the built-in fleet.
+fn synthetic_loads(scratch: &Path) -> String {
+    loads_table(scratch, "synthetic", &["--synthetic", "20000"])
+}
+
+/// docs/performance.md: the synthetic scale mix on the PAI 2020 fleet (the same runs as
+/// `pai-synthetic`'s).
+fn pai_loads(scratch: &Path) -> String {
+    loads_table(scratch, "pai", &[&PAI_MACHINES[..], &["--synthetic", "20000"]].concat())
+}
+
+/// `stowage simulate ARGS --load-scale L` for L = 1..4, run at once (the 20,000-job ones take a
+/// minute or two each in the test build): each of the four reports.
+fn loads(scratch: &Path, tag: &str, args: &[&str]) -> Vec<Value> {
+    let runs: Vec<(String, Vec<String>)> = (1..=4)
+        .map(|load: u32| {
+            let mut a: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            a.extend(["--load-scale".to_string(), load.to_string()]);
+            (format!("{tag}-{load}"), a)
+        })
+        .collect();
+    simulate_all(scratch, &runs)
+}
+
+/// Every policy of the default run at 1-4x load: mean JCT, delay and utilisation (the best of
+/// each in bold), and the multi-node gangs inside one block and one rack.
+fn loads_table(scratch: &Path, tag: &str, args: &[&str]) -> String {
     let mut out = String::from(
         "| load | policy | mean JCT | mean queueing delay | GPU utilisation | inside one block | inside one rack |\n\
          |---|---|---|---|---|---|---|\n",
     );
-    for load in 1..=4 {
-        let l = load.to_string();
-        let report = simulate(scratch, &format!("load-{load}"), &["--load-scale", &l]);
+    for (load, report) in (1..=4).zip(loads(scratch, tag, args)) {
         let of = |n: &str, path: &[&str]| f64_at(policy(&report, n), path);
-        // The best of a column: the first policy with its best value.
-        let best = |path: &[&str], lowest: bool| {
-            let key = |n: &&str| of(n, path);
-            let pick = DEFAULT_POLICIES.iter().copied().reduce(|a, b| {
-                let better = if lowest { key(&b) < key(&a) } else { key(&b) > key(&a) };
-                if better { b } else { a }
-            });
-            pick.unwrap_or_default()
-        };
         let bold = |text: String, yes: bool| if yes { format!("**{text}**") } else { text };
-        let (jct, delay, busy) = (
-            best(&["jct_s", "mean"], true),
-            best(&["queueing_delay_s", "mean"], true),
-            best(&["gpu_utilisation"], false),
-        );
-        for n in DEFAULT_POLICIES {
+        // Bold every policy whose shown figure equals the best shown: ties are ties.
+        let best = |path: &[&str], lowest: bool, show: &dyn Fn(f64) -> String| {
+            let values = DEFAULT_POLICIES.map(|n| of(n, path));
+            let pick = values.iter().copied().fold(if lowest { f64::INFINITY } else { f64::NEG_INFINITY }, |a, b| {
+                if lowest { a.min(b) } else { a.max(b) }
+            });
+            values.map(|v| show(v) == show(pick))
+        };
+        let (h, p) = (|v: f64| hours_to(v, 2), |v: f64| pct(v));
+        let jct = best(&["jct_s", "mean"], true, &h);
+        let delay = best(&["queueing_delay_s", "mean"], true, &h);
+        let busy = best(&["gpu_utilisation"], false, &p);
+        for (i, n) in DEFAULT_POLICIES.iter().enumerate() {
             out.push_str(&format!(
                 "| {load}x | {n} | {} | {} | {} | {:.1}% | {:.1}% |\n",
-                bold(hours_to(of(n, &["jct_s", "mean"]), 2), n == jct),
-                bold(hours_to(of(n, &["queueing_delay_s", "mean"]), 2), n == delay),
-                bold(pct(of(n, &["gpu_utilisation"])), n == busy),
+                bold(h(of(n, &["jct_s", "mean"])), jct[i]),
+                bold(h(of(n, &["queueing_delay_s", "mean"])), delay[i]),
+                bold(p(of(n, &["gpu_utilisation"])), busy[i]),
                 of(n, &["locality", "within_block"]) * 100.0,
                 of(n, &["locality", "within_rack"]) * 100.0,
             ));
@@ -294,23 +334,8 @@ fn pai_synthetic(scratch: &Path) -> String {
         "| load | mean JCT (stowage / fifo / kueue / volcano) | mean queueing delay | GPU utilisation | multi-node gangs inside one rack |\n\
          |---|---|---|---|---|\n",
     );
-    // The four loads at once: each takes minutes in the test build, on one core.
-    let runs: Vec<(String, Vec<String>)> = (1..=4)
-        .map(|load| {
-            let args = [
-                "--machines",
-                "../shared/traces/alibaba-gpu-v2020-pai/pai_machine_spec.tar.gz",
-                "--machines-format",
-                "pai",
-                "--synthetic",
-                "20000",
-                "--load-scale",
-                &load.to_string(),
-            ];
-            (format!("pai-{load}"), args.iter().map(|a| a.to_string()).collect())
-        })
-        .collect();
-    for (load, report) in (1..=4).zip(simulate_all(scratch, &runs)) {
+    let args = [&PAI_MACHINES[..], &["--synthetic", "20000"]].concat();
+    for (load, report) in (1..=4).zip(loads(scratch, "pai", &args)) {
         let of = |n: &str, path: &[&str]| f64_at(policy(&report, n), path);
         // Each policy's figure, one decimal, the lowest in bold.
         let column = |path: &[&str], scale: f64| {
