@@ -250,8 +250,8 @@ impl Placer<'_> {
         self.place_in(ask, span)
     }
 
-    /// Places the pod set inside `span`, a domain of `cluster` that fits it (for `Locality`,
-    /// the one `View::narrowest_span` finds on this capacity), or leaves capacity untouched and
+    /// Places the pod set inside `span`, a domain that fits it (for `Locality`, the one
+    /// `View::narrowest_span` finds on this capacity), or leaves capacity untouched and
     /// returns `None`.
     pub fn place_in(&mut self, ask: &Ask, span: DomainId) -> Option<PodSetPlacement> {
         let cp = self.cap.checkpoint();

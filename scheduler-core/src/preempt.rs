@@ -82,8 +82,8 @@ pub(crate) fn preempt<'a>(
     if !might_evict(run, gang, lowest_running) {
         return Preempted::Not;
     }
-    // Every running gang is looked at for every gang short of room: the checks on numbers
-    // first, the one on names (evicted this cycle already) last.
+    // Every running gang is looked at for every gang short of room: the cheap checks first,
+    // the look-up in the set evicted this cycle (a search by name) last.
     let mut victims: Vec<(u64, i32, Reverse<u64>, usize, Via)> = running
         .iter()
         .enumerate()
