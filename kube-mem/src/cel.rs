@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use cel::common::ast::{CallExpr, ComprehensionExpr, EntryExpr, Expr, IdedExpr, ListExpr, operators};
-use cel::common::value::CowVal;
+use cel::common::types::{CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString, CelUInt};
+use cel::common::value::{CowVal, Val};
 use cel::objects::Map;
 use cel::{Context, Env, ExecutionError, FunctionContext};
 
@@ -365,31 +366,94 @@ fn env() -> Arc<Env> {
     ENV.get_or_init(|| Arc::new(Env::stdlib())).clone()
 }
 
-/// Evaluates `program` with `variables` bound, charging `budget`.
-pub fn evaluate(program: &Program, variables: Vec<(&str, Value)>, budget: &Arc<Budget>) -> Result<Value, CelError> {
-    if budget.exceeded() {
-        return Err(CelError::Budget);
-    }
-    let mut ctx = Context::with_env(env());
-    for (name, value) in variables.into_iter().filter(|(name, _)| program.references(name)) {
-        ctx.add_variable_from_value(name, value);
-    }
-    ctx.add_function(CHARGE, charge_function(budget.clone()))
-        .map_err(|e| CelError::Evaluation(format!("the evaluator could not be set up: {e}")))?;
-    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Value::resolve(&program.expr, &ctx)));
-    match run {
-        _ if budget.exceeded() => Err(CelError::Budget),
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(CelError::Evaluation(e.to_string())),
-        Err(_) => Err(CelError::Evaluation("the evaluator failed on this input".into())),
+/// Inputs bound once for every expression evaluated over them: a policy's `object`,
+/// `oldObject`, `request` and `namespaceObject`, or a CRD rule's `self` and `oldSelf`. The JSON
+/// is converted once per scope, its strings borrowed, not once per expression: a policy of
+/// eleven expressions over a Pod converted it twenty-two times, most of the hub's write path
+/// (issue #39).
+pub struct Scope<'v> {
+    ctx: Context<'v, 'v>,
+    budget: Arc<Budget>,
+}
+
+impl std::fmt::Debug for Scope<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scope").field("budget", &self.budget).finish_non_exhaustive()
     }
 }
 
-/// Evaluates a rule that must yield a bool.
-pub fn evaluate_bool(program: &Program, variables: Vec<(&str, Value)>, budget: &Arc<Budget>) -> Result<bool, CelError> {
-    match evaluate(program, variables, budget)? {
-        Value::Bool(b) => Ok(b),
-        other => Err(CelError::Evaluation(format!("the expression yields {}, not a bool", type_name(&other)))),
+impl<'v> Scope<'v> {
+    /// Binds `inputs` (an absent one as `null`), refusing more than [`MAX_INPUT_VALUES`] values
+    /// in all; evaluations charge `budget`.
+    pub fn new(
+        inputs: impl IntoIterator<Item = (&'static str, Option<&'v serde_json::Value>)>,
+        budget: &Arc<Budget>,
+    ) -> Result<Scope<'v>, CelError> {
+        let mut ctx = Context::with_env(env());
+        ctx.add_function(CHARGE, charge_function(budget.clone()))
+            .map_err(|e| CelError::Evaluation(format!("the evaluator could not be set up: {e}")))?;
+        let mut left = MAX_INPUT_VALUES;
+        for (name, v) in inputs {
+            let value: Box<dyn Val + 'v> = match v {
+                Some(v) => {
+                    let n = count_values(v, left);
+                    if n > left {
+                        return Err(CelError::InputTooLarge);
+                    }
+                    left -= n;
+                    borrowed(v)
+                }
+                None => Box::new(CelNull),
+            };
+            ctx.add_variable_as_val(name, value);
+        }
+        Ok(Scope { ctx, budget: budget.clone() })
+    }
+
+    /// Binds (or binds again) a small owned value, such as a policy's `variables` as they grow.
+    pub fn set(&mut self, name: &'static str, value: &serde_json::Value) {
+        self.ctx.add_variable_from_value(name, to_cel(value));
+    }
+
+    /// Evaluates `program` here, charging the scope's budget.
+    pub fn evaluate(&self, program: &Program) -> Result<Value, CelError> {
+        if self.budget.exceeded() {
+            return Err(CelError::Budget);
+        }
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Value::resolve(&program.expr, &self.ctx)));
+        match run {
+            _ if self.budget.exceeded() => Err(CelError::Budget),
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(CelError::Evaluation(e.to_string())),
+            Err(_) => Err(CelError::Evaluation("the evaluator failed on this input".into())),
+        }
+    }
+
+    /// Evaluates a rule that must yield a bool.
+    pub fn evaluate_bool(&self, program: &Program) -> Result<bool, CelError> {
+        match self.evaluate(program)? {
+            Value::Bool(b) => Ok(b),
+            other => Err(CelError::Evaluation(format!("the expression yields {}, not a bool", type_name(&other)))),
+        }
+    }
+}
+
+/// A JSON value as the evaluator's value, its strings and keys borrowed: integers as `int`
+/// (`uint` beyond its range), other numbers as `double`, as [`to_cel`].
+fn borrowed(v: &serde_json::Value) -> Box<dyn Val + '_> {
+    match v {
+        serde_json::Value::Null => Box::new(CelNull),
+        serde_json::Value::Bool(b) => Box::new(CelBool::from(*b)),
+        serde_json::Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Box::new(CelInt::from(i)),
+            (None, Some(u)) => Box::new(CelUInt::from(u)),
+            _ => Box::new(CelDouble::from(n.as_f64().unwrap_or(f64::NAN))),
+        },
+        serde_json::Value::String(s) => Box::new(CelString::from(s.as_str())),
+        serde_json::Value::Array(a) => Box::new(CelList::from(a.iter().map(borrowed).collect::<Vec<_>>())),
+        serde_json::Value::Object(o) => Box::new(CelMap::from(
+            o.iter().map(|(k, v)| (CelMapKey::from(k.as_str()), borrowed(v))).collect::<HashMap<_, _>>(),
+        )),
     }
 }
 
@@ -426,29 +490,6 @@ pub fn count_values(v: &serde_json::Value, limit: usize) -> usize {
     n
 }
 
-/// Binds JSON values as CEL values, refusing inputs larger than [`MAX_INPUT_VALUES`] in all.
-pub fn bind<'a>(
-    inputs: impl IntoIterator<Item = (&'a str, Option<&'a serde_json::Value>)>,
-) -> Result<Vec<(&'a str, Value)>, CelError> {
-    let mut left = MAX_INPUT_VALUES;
-    let mut out = Vec::new();
-    for (name, v) in inputs {
-        let value = match v {
-            Some(v) => {
-                let n = count_values(v, left);
-                if n > left {
-                    return Err(CelError::InputTooLarge);
-                }
-                left -= n;
-                to_cel(v)
-            }
-            None => Value::Null,
-        };
-        out.push((name, value));
-    }
-    Ok(out)
-}
-
 /// A JSON value as CEL sees it: integers as `int` (`uint` beyond its range), other numbers as
 /// `double`.
 pub fn to_cel(v: &serde_json::Value) -> Value {
@@ -483,10 +524,9 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn eval(source: &str, vars: &[(&str, serde_json::Value)]) -> Result<Value, CelError> {
+    fn eval(source: &str, vars: &[(&'static str, serde_json::Value)]) -> Result<Value, CelError> {
         let p = compile(source)?;
-        let vars = bind(vars.iter().map(|(n, v)| (*n, Some(v))))?;
-        evaluate(&p, vars, &Budget::new())
+        Scope::new(vars.iter().map(|(n, v)| (*n, Some(v))), &Budget::new())?.evaluate(&p)
     }
 
     #[test]
@@ -549,7 +589,7 @@ mod tests {
         let p = compile(&deep).expect("compiles");
         let r = std::thread::Builder::new()
             .stack_size(2 * 1024 * 1024)
-            .spawn(move || evaluate(&p, vec![], &Budget::new()))
+            .spawn(move || Scope::new([], &Budget::new())?.evaluate(&p))
             .expect("thread")
             .join()
             .expect("no overflow");

@@ -108,10 +108,16 @@ impl Faults {
 
     /// The requests recorded since [`Faults::record_accesses`], deduplicated and sorted.
     pub fn accesses(&self) -> Vec<Access> {
-        let mut all = self.audit.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default();
+        let mut all = self.requests();
         all.sort();
         all.dedup();
         all
+    }
+
+    /// Every request recorded since [`Faults::record_accesses`], in the order served: what the
+    /// burst example counts per TrainJob.
+    pub fn requests(&self) -> Vec<Access> {
+        self.audit.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default()
     }
 
     pub(crate) fn record(&self, access: impl FnOnce() -> Access) {

@@ -156,26 +156,22 @@ fn evaluate(
     }
     let inputs =
         [("object", a.object), ("oldObject", a.old), ("request", Some(request)), ("namespaceObject", namespace)];
-    let base = match cel::bind(inputs) {
-        Ok(b) => b,
+    let mut scope = match cel::Scope::new(inputs, budget) {
+        Ok(s) => s,
         Err(e) => return Verdict::Error(e.to_string()),
     };
     let mut variables = serde_json::Map::new();
-    let vars = |variables: &serde_json::Map<String, Value>| {
-        let mut v = base.clone();
-        v.push(("variables", cel::to_cel(&Value::Object(variables.clone()))));
-        v
-    };
-    let run = |source: &str, variables: &serde_json::Map<String, Value>| -> Result<cel::Value, String> {
+    scope.set("variables", &Value::Object(variables.clone()));
+    let run = |source: &str, scope: &cel::Scope<'_>| -> Result<cel::Value, String> {
         let program = cel::compile(source).map_err(|e| format!("compilation failed for expression '{source}': {e}"))?;
-        cel::evaluate(&program, vars(variables), budget).map_err(|e| match e {
+        scope.evaluate(&program).map_err(|e| match e {
             CelError::Budget => format!("expression '{source}' exceeded the cost budget"),
             e => format!("expression '{source}' resulted in error: {e}"),
         })
     };
     for c in spec.get("matchConditions").and_then(Value::as_array).into_iter().flatten() {
         let source = c.get("expression").and_then(Value::as_str).unwrap_or("");
-        match run(source, &variables) {
+        match run(source, &scope) {
             Ok(cel::Value::Bool(true)) => {}
             Ok(cel::Value::Bool(false)) => return Verdict::Admit,
             Ok(_) => return Verdict::Error(format!("matchCondition '{source}' does not yield a bool")),
@@ -185,22 +181,23 @@ fn evaluate(
     for v in spec.get("variables").and_then(Value::as_array).into_iter().flatten() {
         let name = v.get("name").and_then(Value::as_str).unwrap_or("").to_string();
         let source = v.get("expression").and_then(Value::as_str).unwrap_or("");
-        match run(source, &variables).and_then(|x| to_json(&x)) {
+        match run(source, &scope).and_then(|x| to_json(&x)) {
             Ok(value) => {
                 variables.insert(name, value);
+                scope.set("variables", &Value::Object(variables.clone()));
             }
             Err(e) => return Verdict::Error(e),
         }
     }
     for check in spec.get("validations").and_then(Value::as_array).into_iter().flatten() {
         let source = check.get("expression").and_then(Value::as_str).unwrap_or("");
-        match run(source, &variables) {
+        match run(source, &scope) {
             Ok(cel::Value::Bool(true)) => {}
             Ok(cel::Value::Bool(false)) => {
                 let from_expression = check
                     .get("messageExpression")
                     .and_then(Value::as_str)
-                    .and_then(|m| run(m, &variables).ok())
+                    .and_then(|m| run(m, &scope).ok())
                     .and_then(|m| cel::as_string(&m))
                     .filter(|m| !m.trim().is_empty() && !m.contains('\n'));
                 let message = from_expression

@@ -248,9 +248,8 @@ fn check_rule(
         return None;
     }
     let inputs = [("self", Some(new)), ("oldSelf", old.filter(|_| transition))];
-    let vars = |n: usize| cel::bind(inputs.into_iter().take(n));
-    let n = if transition { 2 } else { 1 };
-    let verdict = vars(n).and_then(|v| cel::evaluate_bool(&program, v, budget));
+    let scope = cel::Scope::new(inputs.into_iter().take(if transition { 2 } else { 1 }), budget);
+    let verdict = scope.as_ref().map_err(Clone::clone).and_then(|s| s.evaluate_bool(&program));
     let detail = match verdict {
         Ok(true) => return None,
         Ok(false) => {
@@ -258,7 +257,7 @@ fn check_rule(
                 .get("messageExpression")
                 .and_then(Value::as_str)
                 .and_then(|m| cel::compile(m).ok())
-                .and_then(|m| vars(n).and_then(|v| cel::evaluate(&m, v, budget)).ok())
+                .and_then(|m| scope.as_ref().ok()?.evaluate(&m).ok())
                 .and_then(|v| cel::as_string(&v))
                 .filter(|m| !m.trim().is_empty() && !m.contains('\n'));
             let message = rule.get("message").and_then(Value::as_str).map(str::to_string);

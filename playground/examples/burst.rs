@@ -75,6 +75,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The fleet before the burst, for timing the decision alone below: read after it, the
     // members would report the burst's own GPUs taken.
     let members: Vec<api::stowage::MemberCluster> = Api::all(hub.clone()).list(&ListParams::default()).await?.items;
+    // Every request the hub serves from here on, to count its writes per TrainJob.
+    p.hub_server.faults().record_accesses();
     let started = Instant::now();
     let created: Vec<(String, Instant)> = futures::stream::iter(0..n)
         .map(|i| {
@@ -111,6 +113,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         created.iter().filter_map(|(uid, at)| seen.get(uid).map(|s| s.saturating_duration_since(*at))).collect();
     latencies.sort();
     let last = seen.values().max().map_or(Duration::ZERO, |t| t.duration_since(started));
+    // The hub's writes until the last JobSet appeared (the agents' heartbeats included).
+    let mut writes: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for a in p.hub_server.faults().requests() {
+        if matches!(a.verb.as_str(), "create" | "update" | "patch" | "delete") {
+            let what = match &a.subresource {
+                Some(sub) => format!("{}/{sub}", a.resource),
+                None => a.resource.clone(),
+            };
+            *writes.entry((what, a.verb.clone())).or_default() += 1;
+        }
+    }
 
     // The decision alone: every TrainJob pending, the fleet as the agents reported it before.
     let observed = Observed {
@@ -156,6 +169,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("  creation → Placement p99 {:>7.1} ms", percentile(&to_placement, 0.99).as_secs_f64() * 1e3);
         }
         println!("  placements per second   {:>8.0}", latencies.len() as f64 / last.as_secs_f64());
+    }
+    let total: usize = writes.values().sum();
+    println!("  hub writes per TrainJob  {:>7.2}", total as f64 / n.max(1) as f64);
+    for ((what, verb), count) in &writes {
+        println!("    {verb:>6} {what:<28} {:>6.2}", *count as f64 / n.max(1) as f64);
     }
     println!(
         "  decide() for all {n}     {:>8.2} ms (median of 5; {placed} placed)",

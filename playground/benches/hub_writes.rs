@@ -1,0 +1,197 @@
+//! The in-memory hub's write path, without HTTP: what one TrainJob costs the hub's single
+//! thread in a burst (issue #39). Each iteration is the writes one TrainJob brings, as the
+//! playground's burst counted them, made as their writers make them: the user's create
+//! (Trainer's admission, the CRD's schema and CEL rules, managed fields), the dispatcher's
+//! Placement and TrainJob status, its Event, the agent's Placement status writes and its pod
+//! copy (the status-writers ValidatingAdmissionPolicy judges the Placement and pod writes).
+//! `per write` divides by the writes of an iteration.
+//!
+//! `cargo bench -p playground --bench hub_writes`
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use kube_mem::store::{Part, WriteOptions};
+use kube_mem::{Store, UserInfo};
+use playground::credentials;
+use serde_json::{Value, json};
+
+const MEMBER: &str = "east";
+/// Writes in one iteration of [`one_trainjob`].
+const WRITES: u32 = 9;
+/// Iterations on one store before a fresh one (outside the timing): the store's size stays
+/// near a burst's, and memory bounded.
+const PER_STORE: u64 = 2_000;
+
+fn yaml_docs(text: &str) -> Vec<Value> {
+    input_limits::yaml::documents(text).unwrap_or_else(|e| unreachable!("bundled YAML: {e}"))
+}
+
+/// A store set up as the playground's hub: Trainer's and Stowage's CRDs, the status-writers
+/// policy, Trainer's admission, a runtime, the default Queue.
+fn hub() -> Store {
+    let mut s = Store::new();
+    s.add_validator(Arc::new(playground::admission::TrainJobAdmission));
+    let opts = WriteOptions::default();
+    let crd_rt = s.lookup("apiextensions.k8s.io", "v1", "customresourcedefinitions").cloned().expect("CRDs");
+    let crds = playground::upstream::TRAINER_CRDS
+        .iter()
+        .flat_map(|f| yaml_docs(f.text))
+        .chain(api::stowage::crds().into_iter().flat_map(|(_, y)| yaml_docs(&y)));
+    for crd in crds {
+        s.create(&crd_rt, None, crd, &opts).expect("CRD");
+    }
+    for doc in yaml_docs(credentials::STATUS_WRITERS_POLICY) {
+        let plural = match doc["kind"].as_str() {
+            Some("ValidatingAdmissionPolicy") => "validatingadmissionpolicies",
+            _ => "validatingadmissionpolicybindings",
+        };
+        let rt = s.lookup("admissionregistration.k8s.io", "v1", plural).cloned().expect("VAP kinds");
+        s.create(&rt, None, doc, &opts).expect("policy");
+    }
+    let runtimes = s.lookup("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes").cloned().expect("runtimes");
+    for f in playground::upstream::RUNTIMES.iter().filter(|f| f.path.contains("torch")) {
+        for doc in yaml_docs(f.text) {
+            s.create(&runtimes, None, doc, &opts).expect("runtime");
+        }
+    }
+    let queues = s.lookup("stowage.dev", "v1alpha1", "queues").cloned().expect("queues");
+    s.create(&queues, None, json!({"metadata": {"name": "default"}, "spec": {}}), &opts).expect("queue");
+    s
+}
+
+struct Kinds {
+    trainjobs: kube_mem::resources::ResourceType,
+    placements: kube_mem::resources::ResourceType,
+    events: kube_mem::resources::ResourceType,
+    pods: kube_mem::resources::ResourceType,
+}
+
+fn kinds(s: &Store) -> Kinds {
+    let rt = |g: &str, v: &str, p: &str| s.lookup(g, v, p).cloned().unwrap_or_else(|| unreachable!("{p}"));
+    Kinds {
+        trainjobs: rt("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
+        placements: rt("stowage.dev", "v1alpha1", "placements"),
+        events: rt("", "v1", "events"),
+        pods: rt("", "v1", "pods"),
+    }
+}
+
+/// The writes one TrainJob brings the hub, from its creation to its pods running.
+fn one_trainjob(s: &mut Store, k: &Kinds, i: u64) {
+    let user = UserInfo::new("alice", &["system:authenticated"]);
+    let dispatcher = UserInfo::service_account("stowage-system", "stowage-dispatcher");
+    let agent = UserInfo::service_account("stowage-system", &format!("stowage-agent-{MEMBER}"));
+    let opts = WriteOptions::default();
+    let ns = Some("default");
+    let name = format!("burst-{i:06}");
+    let tj = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": name, "annotations": {"stowage.dev/simulated-duration-seconds": "3600"}},
+        "spec": {"runtimeRef": {"name": "torch-distributed"},
+                 "trainer": {"numNodes": 1, "resourcesPerNode": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}}});
+    let tj = s.create_by(&user, &k.trainjobs, ns, tj, &opts, "kubectl-create").expect("TrainJob");
+    let uid = tj["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+    let owner = json!([{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": name, "uid": uid,
+        "controller": true, "blockOwnerDeletion": true}]);
+    let placement = json!({"apiVersion": "stowage.dev/v1alpha1", "kind": "Placement",
+        "metadata": {"name": name, "ownerReferences": owner},
+        "spec": {"trainJobUid": uid, "cluster": MEMBER, "epoch": 1, "queue": "default",
+                 "podSets": [{"name": "node", "count": 1, "flavor": "h100",
+                              "domain": {"level": "block", "nodeLabel": "stowage.dev/block", "value": "b0"}}],
+                 "ranking": [{"cluster": MEMBER, "score": 1.0}]}});
+    s.create_by(&dispatcher, &k.placements, ns, placement, &opts, "stowage-dispatcher").expect("Placement");
+    let status = json!({"status": {"conditions": [{"type": "Created", "status": "True", "reason": "Placed",
+        "message": "placed on east", "lastTransitionTime": "2026-11-28T00:00:00Z"}]}});
+    s.update_by(
+        &dispatcher,
+        &k.trainjobs,
+        ns,
+        &name,
+        merged(s, &k.trainjobs, &name, &status),
+        Part::Status,
+        &opts,
+        "stowage-dispatcher",
+    )
+    .expect("TrainJob status");
+    let event = json!({"apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": format!("{name}.placed")},
+        "involvedObject": {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": name, "namespace": "default", "uid": uid},
+        "reason": "Placed", "message": "placed on east, block b0, epoch 1", "type": "Normal", "count": 1,
+        "source": {"component": "stowage-dispatcher"}});
+    s.create_by(&dispatcher, &k.events, ns, event, &opts, "stowage-dispatcher").expect("Event");
+    for phase in ["Applied", "Running", "Running"] {
+        let status = json!({"status": {"phase": phase, "observedEpoch": 1,
+            "jobsStatus": [{"name": "node", "active": i32::from(phase == "Running"), "ready": 0, "succeeded": 0, "failed": 0, "suspended": 0}]}});
+        s.update_by(
+            &agent,
+            &k.placements,
+            ns,
+            &name,
+            merged(s, &k.placements, &name, &status),
+            Part::Status,
+            &opts,
+            "stowage-agent",
+        )
+        .expect("Placement status");
+    }
+    let pod = format!("{name}-node-0-0");
+    let copy = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pod, "labels": {"stowage.dev/cluster": MEMBER, "jobset.sigs.k8s.io/jobset-name": name},
+                     "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": name, "uid": uid}]},
+        "spec": {"nodeName": format!("stowage-{MEMBER}"),
+                 "containers": [{"name": "node", "image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime", "command": ["torchrun", "train.py"],
+                                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+                 "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Equal", "value": "stowage", "effect": "NoSchedule"}]}});
+    s.create_by(&agent, &k.pods, ns, copy, &opts, "stowage-agent").expect("pod copy");
+    let status = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+        "containerStatuses": [{"name": "node", "ready": true, "restartCount": 0, "image": "pytorch", "imageID": "",
+                               "state": {"running": {"startedAt": "2026-11-28T00:00:01Z"}}}]}});
+    s.update_by(&agent, &k.pods, ns, &pod, merged(s, &k.pods, &pod, &status), Part::Status, &opts, "stowage-agent")
+        .expect("pod status");
+}
+
+/// The stored object with `patch` merged in, as the API server's merge patch makes the object
+/// it then updates.
+fn merged(s: &Store, rt: &kube_mem::resources::ResourceType, name: &str, patch: &Value) -> Value {
+    let mut obj = s.get(rt, Some("default"), name).expect("stored");
+    kube_mem::patch::merge_patch(&mut obj, patch);
+    obj
+}
+
+fn bench(c: &mut Criterion) {
+    let mut g = c.benchmark_group("hub_writes");
+    g.measurement_time(Duration::from_secs(8));
+    g.bench_function("one_trainjob", |b| {
+        b.iter_custom(|iters| {
+            let mut store = hub();
+            let k = kinds(&store);
+            let mut spent = Duration::ZERO;
+            for i in 0..iters {
+                if i > 0 && i % PER_STORE == 0 {
+                    store = hub();
+                }
+                let t = Instant::now();
+                one_trainjob(black_box(&mut store), &k, i);
+                spent += t.elapsed();
+            }
+            spent
+        });
+    });
+    g.finish();
+    let mut store = hub();
+    let k = kinds(&store);
+    let t = Instant::now();
+    for i in 0..500 {
+        one_trainjob(&mut store, &k, i);
+    }
+    let each = t.elapsed() / 500;
+    println!(
+        "hub_writes: {WRITES} writes per TrainJob, {:.1} µs per write over a 500 burst",
+        each.as_secs_f64() * 1e6 / f64::from(WRITES)
+    );
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
