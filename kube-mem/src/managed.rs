@@ -174,7 +174,12 @@ fn path_of(fields: &[&str]) -> Vec<PathElement> {
 }
 
 /// Fields no manager ever owns: kube-apiserver's stripMeta set.
-fn stripped() -> FieldSet {
+fn stripped() -> &'static FieldSet {
+    static STRIPPED: std::sync::OnceLock<FieldSet> = std::sync::OnceLock::new();
+    STRIPPED.get_or_init(stripped_fields)
+}
+
+fn stripped_fields() -> FieldSet {
     let mut s = FieldSet::default();
     for p in [
         &["apiVersion"][..],
@@ -236,7 +241,7 @@ pub fn apply(
     cmp.exclude(reset);
     take_from_others(&mut entries, &cmp, force)?;
     let changed = !cmp.is_same() || new != live;
-    let fields = applied.difference(&stripped());
+    let fields = applied.difference(stripped());
     if !fields.is_empty() {
         let time = if changed { Some(now.to_string()) } else { last.and_then(|e| e.time) };
         entries.push(Entry {
@@ -296,7 +301,7 @@ fn take_from_others(entries: &mut Vec<Entry>, cmp: &Comparison, force: bool) -> 
 /// entry. `base` is where ownership starts from (the live object's, or what the client sent).
 /// On objects this cannot walk, ownership is dropped, as the real server drops it.
 pub fn update(old: &Value, new: &mut Value, base: Vec<Entry>, w: &Writer<'_>, ty: Ty<'_>, reset: &FieldSet, now: &str) {
-    let entries = recorded_update(&without_managed(old), &without_managed(new), base, w, ty, reset, now);
+    let entries = recorded_update(old, new, base, w, ty, reset, now);
     store(new, entries.unwrap_or_default());
 }
 
@@ -312,7 +317,7 @@ fn recorded_update(
     let mut cmp = typed::compare(old, new, ty).ok()?;
     cmp.exclude(reset);
     let own = entries.iter().position(|e| e.is(w, Operation::Update)).map(|i| entries.remove(i));
-    let taken = cmp.modified.union(&cmp.added).difference(&stripped());
+    let taken = cmp.modified.union(&cmp.added).difference(stripped());
     // Cannot fail: forced.
     take_from_others(&mut entries, &cmp, true).ok()?;
     let previous = own.map(|mut e| {

@@ -220,6 +220,7 @@ impl Comparison {
     }
 }
 
+/// What changed from `old` to `new`, `metadata.managedFields` left out.
 pub fn compare(old: &Value, new: &Value, ty: Ty<'_>) -> Result<Comparison, TypedError> {
     let mut c = Comparison::default();
     compare_in(Some(old), Some(new), ty, &mut Vec::new(), &mut c)?;
@@ -263,7 +264,10 @@ fn compare_in(
         Shape::Map if !(empty_map(l) && empty_map(r)) => {
             let (lm, rm) = (l.and_then(Value::as_object), r.and_then(Value::as_object));
             let keys: BTreeSet<&String> = lm.into_iter().chain(rm).flat_map(Map::keys).collect();
-            for k in keys {
+            // metadata.managedFields is never compared (nor owned): skipped here rather than
+            // both objects copied without it on every write.
+            let in_metadata = path.len() == 1 && path[0] == PathElement::field("metadata");
+            for k in keys.into_iter().filter(|k| !(in_metadata && *k == "managedFields")) {
                 path.push(PathElement::field(k));
                 compare_in(lm.and_then(|m| m.get(k)), rm.and_then(|m| m.get(k)), ty.field(k).0, path, c)?;
                 path.pop();
