@@ -650,6 +650,13 @@ mod tests {
             "a create owns every level it adds"
         );
         assert!(compare(&old, &old, Ty::Root(Some(&s))).expect("same").is_same());
+        // managedFields are never compared: ownership of them is not a change of the object;
+        // a field of that name elsewhere is an ordinary field.
+        let owned = |m: Value| json!({"metadata": {"name": "a", "managedFields": m}, "spec": {"x": "1"}});
+        let recorded = compare(&owned(json!([])), &owned(json!([{"manager": "m"}])), Ty::Root(Some(&s)));
+        assert!(recorded.expect("compare").is_same());
+        let elsewhere = compare(&json!({"spec": {}}), &json!({"spec": {"managedFields": "x"}}), Ty::Root(None));
+        assert_eq!(paths(&elsewhere.expect("compare").added), vec![".spec.managedFields"]);
     }
 
     #[test]
