@@ -121,8 +121,10 @@ pub async fn run(
         println!("  kueue          labels: Kueue's CRDs are installed; LocalQueues, ClusterQueues, ResourceFlavors");
         println!("                 and WorkloadPriorityClasses you create are read as Kueue would (docs/kueue.md)");
     }
-    println!("\nEach agent's own hub credentials (what it may do: write its own member's Placement");
-    println!("statuses and MemberCluster status; the hub's admission policy refuses the rest):");
+    println!("\nEach agent's own hub credentials (the hub runs RBAC as manifests/ grants it: an agent reads");
+    println!("Placements, TrainJobs and runtimes, writes Placement statuses, its pod copies and Events, and");
+    println!("its own MemberCluster's status; the admission policy ties each Placement's status to its");
+    println!("member's agent; the rest is refused, 403):");
     for (name, path) in &files.agents {
         println!("  {:<14} {}", name, path.display());
     }
@@ -139,11 +141,10 @@ pub async fn run(
         "  - tokens sit in plain files under {} (mode 0600); anyone who can read them is that client.",
         dir.display()
     );
-    println!("  - no RBAC: the hub authenticates the admin, dispatcher and agent tokens, and takes any other");
-    println!("    token, or none, as system:anonymous; every client may do anything the admission policies");
-    println!("    do not refuse, including deleting those policies. Only the Placement-status rule binds.");
-    println!("  - kubectl sends no token over plain HTTP, so through kubectl you are system:anonymous here");
-    println!("    (the Kubeflow SDK and kube-rs clients do send theirs).");
+    println!("  - anonymous is admin: kubectl sends no token over plain HTTP, so the hub takes a request");
+    println!("    without a known token as system:anonymous, and the playground binds that user to");
+    println!("    cluster-admin. The admin, dispatcher, relay and agent tokens are each held to their role");
+    println!("    (the Kubeflow SDK and kube-rs clients send theirs); a client that drops its token is admin.");
     println!("  - the member API servers authenticate no one at all.");
     println!("\nSubmit a TrainJob to the hub and watch it run:");
     println!("  kubectl --kubeconfig {} apply -f {}", hub_config.display(), example.display());

@@ -349,6 +349,21 @@ fn build_hub() -> Result<Store, String> {
         let rt = lookup(&store, t).ok_or_else(|| format!("no type {}", t.2))?;
         store.create_as(&user, &rt, ns, obj, &opts).map_err(|e| format!("{}: {e}", t.2))?;
     }
+    // RBAC as the playground's hub runs it: the bootstrap roles, manifests/' roles and bindings
+    // for members m1 and m2. Each request below is authorized first, as the HTTP layer does.
+    let rbac = playground::credentials::rbac_objects(["m1", "m2"]).map_err(|e| e.to_string())?;
+    let bootstrap = kube_mem::rbac::bootstrap().into_iter().map(|(_, o)| o);
+    for obj in bootstrap.chain(rbac.into_iter().map(|(_, o)| o)) {
+        let plural = match obj["kind"].as_str() {
+            Some("Role") => "roles",
+            Some("RoleBinding") => "rolebindings",
+            Some("ClusterRole") => "clusterroles",
+            _ => "clusterrolebindings",
+        };
+        let rt = store.lookup(kube_mem::rbac::GROUP, "v1", plural).cloned().ok_or("no RBAC type")?;
+        let ns = obj["metadata"]["namespace"].as_str().map(str::to_string);
+        store.create_as(&user, &rt, ns.as_deref(), obj, &opts).map_err(|e| e.to_string())?;
+    }
     let mc = lookup(&store, TYPES[2]).ok_or("no MemberCluster type")?;
     for name in ["m1", "m2"] {
         let obj = json!({"apiVersion": "stowage.dev/v1alpha1", "kind": "MemberCluster", "metadata": {"name": name}, "spec": {}});
@@ -411,6 +426,30 @@ fn namespace_of(rt: &ResourceType, body: &Value) -> Option<String> {
     rt.namespaced.then(|| body["metadata"]["namespace"].as_str().unwrap_or("default").to_string())
 }
 
+/// Whether the hub's authorizer lets `user` make the request, as its HTTP layer asks before
+/// anything else (`kube_mem::rbac`, with the playground's roles).
+fn authorized(
+    store: &Store,
+    user: &UserInfo,
+    verb: &str,
+    rt: &ResourceType,
+    ns: Option<&str>,
+    name: Option<&str>,
+    part: Part,
+) -> bool {
+    let access = kube_mem::Access {
+        user: String::new(),
+        username: user.username.clone(),
+        verb: verb.into(),
+        group: rt.group.clone(),
+        resource: rt.plural.clone(),
+        subresource: (part == Part::Status).then(|| "status".to_string()),
+        namespace: ns.map(str::to_string),
+        name: name.map(str::to_string),
+    };
+    kube_mem::rbac::allows(store, user, kube_mem::rbac::Request::Resource(&access))
+}
+
 /// The hub's request handling on any body. The first byte picks the operation and encoding,
 /// the second the user, the subresource and (where the body does not name its kind) the
 /// resource type; the rest is the body. Everything is a dry run, so the store is the same
@@ -436,6 +475,9 @@ pub fn hub(data: &[u8]) {
             let Some(obj) = decode(body, encoding) else { return };
             let Some(rt) = type_for(&store, &obj, pick) else { return };
             let ns = namespace_of(&rt, &obj);
+            if !authorized(&store, user, "create", &rt, ns.as_deref(), None, Part::Main) {
+                return;
+            }
             let _ = store.create_as(user, &rt, ns.as_deref(), obj, &opts);
         }
         // Update, as PUT to the body's own name.
@@ -445,12 +487,18 @@ pub fn hub(data: &[u8]) {
             let Some(rt) = type_for(&store, &obj, pick) else { return };
             let ns = namespace_of(&rt, &obj);
             let name = obj["metadata"]["name"].as_str().unwrap_or("fuzz").to_string();
+            if !authorized(&store, user, "update", &rt, ns.as_deref(), Some(&name), part) {
+                return;
+            }
             let _ = store.update_as(user, &rt, ns.as_deref(), &name, obj, part, &opts);
         }
         // Patches of the existing object `fuzz`, as PATCH.
         6..=9 => {
             let Some(rt) = lookup(&store, TYPES[usize::from(pick & 0x07)]) else { return };
             let ns = rt.namespaced.then_some("default");
+            if !authorized(&store, user, "patch", &rt, ns, Some("fuzz"), part) {
+                return;
+            }
             let Ok(mut obj) = store.get(&rt, ns, "fuzz") else { return };
             let patch = match op & 0x0f {
                 9 => decode(body, Encoding::Yaml),
@@ -488,7 +536,9 @@ pub fn hub(data: &[u8]) {
                 }
             }
             let crd_type = lookup(&store, TYPES[15]).unwrap_or_else(unreachable_type);
-            let _ = store.create_as(user, &crd_type, None, crd, &opts);
+            if authorized(&store, user, "create", &crd_type, None, None, Part::Main) {
+                let _ = store.create_as(user, &crd_type, None, crd, &opts);
+            }
         }
         // List and watch parameters: `labelSelector`, `fieldSelector` and `timeoutSeconds`,
         // separated by NUL bytes, over the existing objects.
@@ -499,6 +549,9 @@ pub fn hub(data: &[u8]) {
             let _ = input_limits::watch_timeout(timeout);
             let Ok(selector) = kube_mem::selectors::Selector::parse(labels, fields) else { return };
             let Some(rt) = lookup(&store, TYPES[usize::from(pick) % TYPES.len()]) else { return };
+            if !authorized(&store, user, "list", &rt, None, None, Part::Main) {
+                return;
+            }
             let (items, _) = store.list(&rt, None, &|o| selector.matches(o), Some(usize::from(pick % 5) + 1), None);
             if let Some(version) = kube_mem::table::requested("application/json;as=Table;v=v1;g=meta.k8s.io") {
                 let include = kube_mem::table::Include::parse(parts.next());

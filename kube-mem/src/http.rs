@@ -17,12 +17,13 @@ use super::auth::UserInfo;
 use super::managed;
 use super::patch;
 use super::protobuf;
+use super::rbac;
 use super::resources::{Discovery, ResourceType};
 use super::selectors::Selector;
 use super::status::ApiError;
 use super::store::{ApplyOptions, EventType, Part, Signal, WriteOptions};
 use super::table;
-use super::{Access, Shared};
+use super::{Access, Shared, Store};
 
 /// The largest request body accepted, as the real server's default (3 MiB).
 pub const MAX_BODY_BYTES: usize = input_limits::MAX_BODY_BYTES;
@@ -183,6 +184,34 @@ fn token(req: &Request<Incoming>) -> String {
         .to_string()
 }
 
+/// Records a request in the access log (when a test records it) and asks the authorizer: a
+/// refusal is the client's answer, 403 in kube-apiserver's words.
+fn authorize(shared: &Shared, user: &UserInfo, request: rbac::Request<'_>) -> Result<(), ApiError> {
+    if !rbac_on(shared)? {
+        record(shared, request);
+        return Ok(());
+    }
+    let store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
+    authorize_in(shared, &store, user, request)
+}
+
+/// [`authorize`], for a request that holds the store's lock already.
+fn authorize_in(shared: &Shared, store: &Store, user: &UserInfo, request: rbac::Request<'_>) -> Result<(), ApiError> {
+    record(shared, request);
+    if !rbac_on(shared)? || rbac::allows(store, user, request) { Ok(()) } else { Err(rbac::forbidden(user, request)) }
+}
+
+fn rbac_on(shared: &Shared) -> Result<bool, ApiError> {
+    let mode = *shared.authorization.lock().map_err(|_| ApiError::internal("authorizer poisoned"))?;
+    Ok(mode == rbac::Authorization::Rbac)
+}
+
+fn record(shared: &Shared, request: rbac::Request<'_>) {
+    if let rbac::Request::Resource(a) = request {
+        shared.faults.record(|| a.clone());
+    }
+}
+
 /// The request's client is cut off: the connection is dropped unanswered.
 #[derive(Debug)]
 pub struct Partitioned;
@@ -240,6 +269,7 @@ async fn serve(
     let user_agent = req.headers().get("user-agent").and_then(|v| v.to_str().ok()).map(str::to_string);
     let include = table::Include::parse(q.get("includeObject").map(String::as_str));
     if path == "/openapi/v2" {
+        authorize(&shared, &user, rbac::Request::NonResource { verb: "get", path: &path })?;
         // kubectl builds its client-side validator from this before asking (via OpenAPI v3)
         // whether the server validates fields itself, which this one does. An empty document is
         // a valid protobuf encoding; it is never consulted once server-side validation is found.
@@ -255,9 +285,12 @@ async fn serve(
         Route::Json(_) | Route::PodLog { .. } if method != Method::GET => {
             return Err(ApiError::method_not_allowed(format!("{method} is not allowed on {path}")));
         }
-        Route::Json(v) => return Ok(json_response(200, &v)),
+        Route::Json(v) => {
+            authorize(&shared, &user, rbac::Request::NonResource { verb: "get", path: &path })?;
+            return Ok(json_response(200, &v));
+        }
         Route::PodLog { namespace, name } => {
-            shared.faults.record(|| Access {
+            let access = Access {
                 user: token.clone(),
                 username: user.username.clone(),
                 verb: "get".into(),
@@ -266,7 +299,8 @@ async fn serve(
                 subresource: Some("log".into()),
                 namespace: Some(namespace.clone()),
                 name: Some(name.clone()),
-            });
+            };
+            authorize(&shared, &user, rbac::Request::Resource(&access))?;
             return pod_log(shared, namespace, name, &q, req.uri().query().unwrap_or("")).await;
         }
     };
@@ -277,7 +311,7 @@ async fn serve(
     let ns = target.namespace.as_deref();
     let rt = &target.rt;
     let is_watch = q.get("watch").and_then(|w| super::logs::query_bool(w)).unwrap_or(false);
-    shared.faults.record(|| Access {
+    let access = Access {
         user: token.clone(),
         username: user.username.clone(),
         verb: match (&method, target.name.is_some()) {
@@ -297,7 +331,8 @@ async fn serve(
         subresource: (target.part == Part::Status).then(|| "status".to_string()),
         namespace: target.namespace.clone(),
         name: target.name.clone(),
-    });
+    };
+    authorize(&shared, &user, rbac::Request::Resource(&access))?;
     if rt.group == "authentication.k8s.io" && rt.plural == "tokenreviews" {
         if method != Method::POST {
             return Err(ApiError::method_not_allowed(format!("{method} is not allowed on {path}")));
@@ -359,16 +394,10 @@ async fn serve(
                 match current {
                     Err(e) if e.code != 404 => return Err(e),
                     // Apply that creates is also authorized as a create, as the real server does.
-                    Err(_) if target.part == Part::Main => shared.faults.record(|| Access {
-                        user: token.clone(),
-                        username: user.username.clone(),
-                        verb: "create".into(),
-                        group: rt.group.clone(),
-                        resource: rt.plural.clone(),
-                        subresource: None,
-                        namespace: target.namespace.clone(),
-                        name: None,
-                    }),
+                    Err(_) if target.part == Part::Main => {
+                        let create = Access { verb: "create".into(), subresource: None, name: None, ..access };
+                        authorize_in(&shared, &store, &user, rbac::Request::Resource(&create))?;
+                    }
                     _ => {}
                 }
                 let apply = ApplyOptions { manager: &manager, force };

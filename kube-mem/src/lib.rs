@@ -16,6 +16,7 @@ pub mod managed;
 pub mod patch;
 pub mod policy;
 pub mod protobuf;
+pub mod rbac;
 pub mod resources;
 pub mod schema;
 pub mod selectors;
@@ -154,11 +155,18 @@ pub struct Shared {
     pub faults: Faults,
     /// Tokens and the users they authenticate as.
     pub auth: Mutex<Authenticator>,
+    /// Who may do what: everyone everything, or RBAC.
+    pub authorization: Mutex<rbac::Authorization>,
 }
 
 impl Shared {
     fn new() -> Shared {
-        Shared { store: Mutex::new(Store::new()), faults: Faults::default(), auth: Mutex::default() }
+        Shared {
+            store: Mutex::new(Store::new()),
+            faults: Faults::default(),
+            auth: Mutex::default(),
+            authorization: Mutex::default(),
+        }
     }
 }
 
@@ -327,6 +335,27 @@ impl ApiServer {
     /// Requests carrying `token` authenticate as `user` from now on.
     pub fn add_user(&self, token: &str, user: UserInfo) {
         self.shared.auth.lock().unwrap_or_else(|e| e.into_inner()).add(token, user);
+    }
+
+    /// Who may do what from now on. Turning RBAC on creates the bootstrap roles clients depend
+    /// on (see [`rbac::bootstrap`]) where they are missing; every other grant is a Role or
+    /// ClusterRole and its binding, written to the server like any object.
+    pub fn set_authorization(&self, authorization: rbac::Authorization) -> Result<(), ApiError> {
+        if authorization == rbac::Authorization::Rbac {
+            let mut store = self.shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
+            for (plural, obj) in rbac::bootstrap() {
+                let rt = store
+                    .lookup(rbac::GROUP, "v1", plural)
+                    .cloned()
+                    .ok_or_else(|| ApiError::not_found("resource", plural))?;
+                match store.create(&rt, None, obj, &store::WriteOptions::default()) {
+                    Err(e) if e.code != 409 => return Err(e),
+                    _ => {}
+                }
+            }
+        }
+        *self.shared.authorization.lock().unwrap_or_else(|e| e.into_inner()) = authorization;
+        Ok(())
     }
 
     /// What a request with an unregistered token (or none) gets: anonymous (the default) or 401.

@@ -97,6 +97,11 @@ pub fn builtins() -> Vec<ResourceType> {
         builtin("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", false, false, &[]),
         builtin("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", false, false, &["pc"]),
         builtin("batch", "v1", "Job", "jobs", true, true, &[]),
+        // Read by the authorizer when the server runs RBAC (`rbac`).
+        builtin("rbac.authorization.k8s.io", "v1", "Role", "roles", true, false, &[]),
+        builtin("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", true, false, &[]),
+        builtin("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", false, false, &[]),
+        builtin("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", false, false, &[]),
         builtin(
             "admissionregistration.k8s.io",
             "v1",

@@ -559,12 +559,8 @@ impl Store {
                 }
             },
         };
-        if !valid_name(&name) {
-            let message = format!(
-                "Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric \
-                 characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', \
-                 regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-            );
+        if let Some(why) = name_error(rt, &name) {
+            let message = format!("Invalid value: {name:?}: {why}");
             return Err(ApiError::invalid(&rt.group_kind(), &name, vec![("metadata.name".into(), message)]));
         }
         let key = (ns.unwrap_or("").to_string(), name.clone());
@@ -1090,6 +1086,26 @@ fn applied_config(
         schema::prune(schema, &mut config);
     }
     Ok(config)
+}
+
+/// What is wrong with `name` for an object of `rt`, in kube-apiserver's words. RBAC's kinds take
+/// any path segment (`system:discovery`), as upstream's `ValidateRBACName`; the rest an RFC 1123
+/// subdomain.
+fn name_error(rt: &ResourceType, name: &str) -> Option<&'static str> {
+    if rt.group == crate::rbac::GROUP {
+        return match name {
+            "." => Some("may not be '.'"),
+            ".." => Some("may not be '..'"),
+            _ if name.contains('/') => Some("may not contain '/'"),
+            _ if name.contains('%') => Some("may not contain '%'"),
+            _ => None,
+        };
+    }
+    (!valid_name(name)).then_some(
+        "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must \
+         start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is \
+         '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+    )
 }
 
 /// RFC 1123 subdomain: what most object names must be.

@@ -116,6 +116,78 @@ pub async fn install_policy(hub: &Client) -> Result<(), PlaygroundError> {
     Ok(())
 }
 
+/// The hub's RBAC as manifests/ grants it (compiled in): the dispatcher's ClusterRole and its
+/// leader-election Role, the role every agent shares, the log relay's, and per member the
+/// bindings and own-MemberCluster role of manifests/hub-member-access (its `MEMBER` placeholder
+/// replaced, as the overlay's component does).
+const HUB_RBAC: [(&str, &str); 4] = [
+    ("manifests/hub/dispatcher-clusterrole.yaml", include_str!("../../manifests/hub/dispatcher-clusterrole.yaml")),
+    (
+        "manifests/hub/dispatcher-leader-election-role.yaml",
+        include_str!("../../manifests/hub/dispatcher-leader-election-role.yaml"),
+    ),
+    ("manifests/hub/agent-hub-clusterrole.yaml", include_str!("../../manifests/hub/agent-hub-clusterrole.yaml")),
+    ("manifests/hub-relay/clusterrole.yaml", include_str!("../../manifests/hub-relay/clusterrole.yaml")),
+];
+const MEMBER_RBAC: &str = include_str!("../../manifests/hub-member-access/rbac.yaml");
+
+/// The one grant the playground adds: kubectl sends no token over plain HTTP, so what it sends
+/// reaches the hub as `system:anonymous`, which the playground makes an administrator. Every
+/// token the hub knows is held to its role.
+const ANONYMOUS_ADMIN: &str = "apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: stowage-playground-anonymous-admin}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: system:anonymous}
+";
+
+/// The hub's roles and bindings for the members `members`, in the order they are written, each
+/// with the file it comes from.
+pub fn rbac_objects<'m>(
+    members: impl IntoIterator<Item = &'m str>,
+) -> Result<Vec<(String, serde_json::Value)>, PlaygroundError> {
+    let mut files: Vec<(String, String)> = HUB_RBAC.iter().map(|(p, t)| (p.to_string(), t.to_string())).collect();
+    for m in members {
+        files.push((format!("manifests/hub-member-access/rbac.yaml ({m})"), MEMBER_RBAC.replace("MEMBER", m)));
+    }
+    files.push(("the playground's anonymous binding".into(), ANONYMOUS_ADMIN.into()));
+    let mut objects = Vec::new();
+    for (what, text) in files {
+        let docs: Vec<serde_json::Value> =
+            input_limits::yaml::documents(&text).map_err(|e| setup(&what)(e.to_string()))?;
+        objects.extend(docs.into_iter().map(|d| (what.clone(), d)));
+    }
+    Ok(objects)
+}
+
+/// Writes the hub's roles and bindings (after the namespace they live in) and turns RBAC on:
+/// from then on the dispatchers, agents and relay may do what manifests/ grants them, no more.
+pub async fn install_rbac(server: &ApiServer, hub: &Client, fleet: &FleetSpec) -> Result<(), PlaygroundError> {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    let pp = PostParams::default();
+    for (what, doc) in rbac_objects(fleet.clusters.iter().map(|c| c.name.as_str()))? {
+        let ns = doc["metadata"]["namespace"].as_str().unwrap_or(SYSTEM_NAMESPACE).to_string();
+        let created = match doc["kind"].as_str() {
+            Some("ClusterRole") => create(Api::<ClusterRole>::all(hub.clone()), doc, &pp).await,
+            Some("ClusterRoleBinding") => create(Api::<ClusterRoleBinding>::all(hub.clone()), doc, &pp).await,
+            Some("Role") => create(Api::<Role>::namespaced(hub.clone(), &ns), doc, &pp).await,
+            Some("RoleBinding") => create(Api::<RoleBinding>::namespaced(hub.clone(), &ns), doc, &pp).await,
+            other => Err(format!("a {other:?} among the RBAC objects")),
+        };
+        created.map_err(setup(what))?;
+    }
+    server.set_authorization(kube_mem::rbac::Authorization::Rbac).map_err(|e| setup("RBAC")(e.to_string()))
+}
+
+async fn create<K>(api: Api<K>, doc: serde_json::Value, pp: &PostParams) -> Result<(), String>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let obj: K = serde_json::from_value(doc).map_err(|e| e.to_string())?;
+    api.create(pp, &obj).await.map(drop).map_err(|e| e.to_string())
+}
+
 /// A client from a kubeconfig's text, as `--kubeconfig FILE` makes one.
 pub async fn client_from_kubeconfig(text: &str) -> Result<Client, kube::Error> {
     let kc = kube::config::Kubeconfig::from_yaml(text).map_err(kube::Error::InferKubeconfig)?;

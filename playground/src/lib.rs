@@ -9,11 +9,12 @@
 //! Who is who on the hub ([`credentials`]): each agent has a token of its own that the hub
 //! authenticates as the ServiceAccount `stowage-system/stowage-agent-<member>`, the dispatchers
 //! one as `stowage-system/stowage-dispatcher`, the admin kubeconfig one as `kubernetes-admin`;
-//! any other token, or none, is anonymous. The hub runs the shipped ValidatingAdmissionPolicy
-//! (manifests/hub/status-writers-policy.yaml), so an agent writes only its own member's
-//! Placement statuses, as on a real hub. What it does not protect: there is no RBAC (a client
-//! may do anything the policy does not refuse, anonymous ones included, and may delete the
-//! policy), no TLS (tokens travel in the clear on loopback), and tokens sit in plain files.
+//! the relay one as `stowage-system/stowage-relay`; any other token, or none, is anonymous. The
+//! hub runs RBAC with manifests/' roles and bindings ([`credentials::install_rbac`]) and the
+//! shipped ValidatingAdmissionPolicy (manifests/hub/status-writers-policy.yaml), so an agent
+//! does what its role grants and writes only its own member's Placement statuses, as on a real
+//! hub. What it does not protect: no TLS (tokens travel in the clear on loopback, and kubectl
+//! sends none, so anonymous is bound to cluster-admin), and tokens sit in plain files.
 //!
 //! Product code must not depend on this crate's test hooks: the simulated run time of a job
 //! ([`member::DURATION_ANNOTATION`]) is read here, from the hub, and nowhere else.
@@ -245,6 +246,8 @@ impl Playground {
             "kubeflow-trainer-public ConfigMap",
         )
         .await?;
+
+        credentials::install_rbac(&hub_server, &hub, fleet).await?;
 
         let relay_hub =
             hub_server.client_as(&credentials::relay_token()).map_err(|e| setup("relay client")(e.to_string()))?;

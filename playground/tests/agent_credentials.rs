@@ -2,7 +2,9 @@
 //! writes for it (`DIR/agents/<member>-on-hub.kubeconfig`), through a kube client and kubectl:
 //! it reads Placements, writes the status of its own member's Placements and of its own
 //! MemberCluster; it may not write another member's Placement status (the forged `Succeeded` of
-//! issue 17), any Placement's spec, or another member's MemberCluster status. And the running
+//! issue 17), any Placement's spec, or another member's MemberCluster status; and, the hub
+//! running manifests/' RBAC, it may not delete a TrainJob, cordon a member, change a Queue, read
+//! Secrets or delete the policy (issue 38). And the running
 //! agents use those very credentials.
 
 use std::path::Path;
@@ -115,6 +117,42 @@ async fn an_agents_hub_kubeconfig_writes_its_own_members_statuses_and_nothing_el
         status_code(members.patch_status(&owner, &PatchParams::default(), &beat).await.expect_err("another's"));
     assert_eq!(code, 403);
 
+    // RBAC, as manifests/ grants it: an agent may not delete a tenant's TrainJob, cordon a
+    // member (another's or its own), change a Queue's quota, read Secrets or drop the policy
+    // that binds it; each a 403 in kube-apiserver's words, and nothing changed.
+    let agent = client(&other_file).await;
+    let sa = format!("system:serviceaccount:stowage-system:stowage-agent-{other}");
+    let refused = |e: kube::Error, verb: &str, resource: &str, group: &str| {
+        let (code, message) = status_code(e);
+        assert_eq!(code, 403, "{message}");
+        assert!(
+            message.contains(&format!(
+                "is forbidden: User \"{sa}\" cannot {verb} resource \"{resource}\" in API group \"{group}\""
+            )),
+            "{message}"
+        );
+    };
+    let agents_tjs: Api<TrainJob> = Api::default_namespaced(agent.clone());
+    let e = agents_tjs.delete("long", &Default::default()).await.expect_err("an agent deleted a TrainJob");
+    refused(e, "delete", "trainjobs", "trainer.kubeflow.org");
+    assert!(tjs.get_opt("long").await.expect("get").is_some(), "the TrainJob is gone");
+    let cordon = Patch::Merge(json!({"spec": {"cordoned": true}}));
+    for member in [&owner, &other] {
+        let e = members.patch(member, &PatchParams::default(), &cordon).await.expect_err("cordoned");
+        refused(e, "patch", "memberclusters", "stowage.dev");
+    }
+    let queues: Api<api::stowage::Queue> = Api::all(agent.clone());
+    let zero = Patch::Merge(json!({"spec": {"quotas": []}}));
+    let e = queues.patch("default", &PatchParams::default(), &zero).await.expect_err("a Queue changed");
+    refused(e, "patch", "queues", "stowage.dev");
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(agent.clone(), "stowage-system");
+    refused(secrets.list(&Default::default()).await.expect_err("Secrets listed"), "list", "secrets", "");
+    let policies: Api<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy> = Api::all(agent);
+    let e = policies.delete("stowage-status-writers", &Default::default()).await.expect_err("the policy deleted");
+    refused(e, "delete", "validatingadmissionpolicies", "admissionregistration.k8s.io");
+    let all_members: Api<MemberCluster> = Api::all(p.hub());
+    assert!(all_members.list(&Default::default()).await.expect("list").items.iter().all(|m| !m.spec.cordoned));
+
     // The same, as an admin would try it with kubectl.
     let kubectl = |file: &Path, args: &[&str]| {
         Command::new("kubectl").arg("--kubeconfig").arg(file).args(args).output().expect("kubectl runs")
@@ -137,7 +175,8 @@ async fn an_agents_hub_kubeconfig_writes_its_own_members_statuses_and_nothing_el
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains(FORBIDDEN_PREFIX), "kubectl: {stderr}");
     // kubectl (client-go) sends no token to a plain-HTTP server (kubernetes/kubectl#744): through
-    // kubectl every playground client is system:anonymous, and so refused even on its own
+    // kubectl every playground client is system:anonymous, which the playground binds to
+    // cluster-admin, and which the status-writers policy still refuses even on the owner's
     // Placement. docs/playground.md says so.
     let same = format!(r#"{{"status":{{"phase":{phase}}}}}"#);
     let out =
