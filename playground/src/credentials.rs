@@ -93,25 +93,18 @@ pub async fn install_policy(hub: &Client) -> Result<(), PlaygroundError> {
     let what = "manifests/hub/status-writers-policy.yaml";
     let docs: Vec<serde_json::Value> =
         input_limits::yaml::documents(STATUS_WRITERS_POLICY).map_err(|e| setup(what)(e.to_string()))?;
-    for v in docs {
-        match v["kind"].as_str() {
+    let pp = PostParams::default();
+    for doc in docs {
+        let created = match doc["kind"].as_str() {
             Some("ValidatingAdmissionPolicy") => {
-                let p: ValidatingAdmissionPolicy = serde_json::from_value(v).map_err(|e| setup(what)(e.to_string()))?;
-                Api::all(hub.clone())
-                    .create(&PostParams::default(), &p)
-                    .await
-                    .map_err(|e| setup(what)(e.to_string()))?;
+                create(Api::<ValidatingAdmissionPolicy>::all(hub.clone()), doc, &pp).await
             }
             Some("ValidatingAdmissionPolicyBinding") => {
-                let b: ValidatingAdmissionPolicyBinding =
-                    serde_json::from_value(v).map_err(|e| setup(what)(e.to_string()))?;
-                Api::all(hub.clone())
-                    .create(&PostParams::default(), &b)
-                    .await
-                    .map_err(|e| setup(what)(e.to_string()))?;
+                create(Api::<ValidatingAdmissionPolicyBinding>::all(hub.clone()), doc, &pp).await
             }
-            _ => {}
-        }
+            _ => Ok(()),
+        };
+        created.map_err(setup(what))?;
     }
     Ok(())
 }
