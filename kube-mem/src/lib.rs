@@ -4,8 +4,8 @@
 //! with optimistic concurrency, merge / JSON / strategic-merge patches and server-side apply
 //! with field ownership (managedFields, conflicts, removal), the status subresource, finalizers
 //! and deletionTimestamp, ownerReference garbage collection, and CRD schema validation with the
-//! field named. Fault hooks let tests stop and restart it, partition it, slow it and make it
-//! fail. docs/testing.md has the list of what it does not do.
+//! field named; RBAC when asked ([`rbac`]). Fault hooks let tests stop and restart it,
+//! partition it, slow it and make it fail. docs/testing.md has the list of what it does not do.
 
 pub mod auth;
 pub mod cel;
