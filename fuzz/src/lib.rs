@@ -354,13 +354,7 @@ fn build_hub() -> Result<Store, String> {
     let rbac = playground::credentials::rbac_objects(["m1", "m2"]).map_err(|e| e.to_string())?;
     let bootstrap = kube_mem::rbac::bootstrap().into_iter().map(|(_, o)| o);
     for obj in bootstrap.chain(rbac.into_iter().map(|(_, o)| o)) {
-        let plural = match obj["kind"].as_str() {
-            Some("Role") => "roles",
-            Some("RoleBinding") => "rolebindings",
-            Some("ClusterRole") => "clusterroles",
-            _ => "clusterrolebindings",
-        };
-        let rt = store.lookup(kube_mem::rbac::GROUP, "v1", plural).cloned().ok_or("no RBAC type")?;
+        let rt = type_named(&store, &obj).ok_or("no RBAC type")?;
         let ns = obj["metadata"]["namespace"].as_str().map(str::to_string);
         store.create_as(&user, &rt, ns.as_deref(), obj, &opts).map_err(|e| e.to_string())?;
     }
@@ -407,18 +401,16 @@ fn decode(bytes: &[u8], encoding: Encoding) -> Option<Value> {
     }
 }
 
-/// The type a body's own `apiVersion` and `kind` name (as kubectl builds the URL from them),
-/// else the one the selector byte picks.
+/// The type a body's own `apiVersion` and `kind` name (as kubectl builds the URL from them).
+fn type_named(store: &Store, body: &Value) -> Option<ResourceType> {
+    let api_version = body.get("apiVersion").and_then(Value::as_str)?;
+    let kind = body.get("kind").and_then(Value::as_str)?;
+    store.types.values().find(|t| t.kind == kind && t.api_version() == api_version).cloned()
+}
+
+/// The type a body names, else the one the selector byte picks.
 fn type_for(store: &Store, body: &Value, pick: u8) -> Option<ResourceType> {
-    let (api_version, kind) =
-        (body.get("apiVersion").and_then(Value::as_str), body.get("kind").and_then(Value::as_str));
-    if let (Some(api_version), Some(kind)) = (api_version, kind) {
-        let found = store.types.values().find(|t| t.kind == kind && t.api_version() == api_version);
-        if let Some(t) = found {
-            return Some(t.clone());
-        }
-    }
-    lookup(store, TYPES[usize::from(pick) % TYPES.len()])
+    type_named(store, body).or_else(|| lookup(store, TYPES[usize::from(pick) % TYPES.len()]))
 }
 
 /// The namespace a request for `rt` names: the body's, else `default` (none if cluster-scoped).
