@@ -583,6 +583,7 @@ impl Store {
             );
         }
         Self::check_rules(rt, &obj, None, &name, violations)?;
+        let defines = Self::defined_types(rt, &obj)?;
         self.review(&Review { rt, namespace: ns, object: &obj, old: None }, false)?;
         policy::admit(
             self,
@@ -601,9 +602,7 @@ impl Store {
         if opts.dry_run {
             return Ok(obj);
         }
-        if rt.group == "apiextensions.k8s.io" {
-            self.register_crd(&obj)?;
-        }
+        self.types.extend(defines.into_iter().map(|t| (t.key(), t)));
         self.rv += 1;
         let uid = self.next_uid();
         let m = &mut obj["metadata"];
@@ -630,7 +629,13 @@ impl Store {
         Ok(obj)
     }
 
-    fn register_crd(&mut self, crd: &Value) -> Result<(), ApiError> {
+    /// The types a CustomResourceDefinition defines, checked as kube-apiserver validates one
+    /// (its CEL rules compile, its versions and names make types) before admission, so a dry run
+    /// refuses what a real write would; none for any other object.
+    fn defined_types(rt: &ResourceType, crd: &Value) -> Result<Vec<ResourceType>, ApiError> {
+        if rt.group != "apiextensions.k8s.io" {
+            return Ok(Vec::new());
+        }
         let name = meta_str(crd, "name").unwrap_or("").to_string();
         let versions = crd.pointer("/spec/versions").and_then(Value::as_array);
         let mut broken = Vec::new();
@@ -642,17 +647,13 @@ impl Store {
         if !broken.is_empty() {
             return Err(ApiError::invalid("customresourcedefinitions.apiextensions.k8s.io", &name, broken));
         }
-        let types = resources::from_crd(crd).map_err(|e| {
+        resources::from_crd(crd).map_err(|e| {
             ApiError::invalid(
                 "customresourcedefinitions.apiextensions.k8s.io",
                 &e.name,
                 vec![("spec".into(), e.problem)],
             )
-        })?;
-        for t in types {
-            self.types.insert(t.key(), t);
-        }
-        Ok(())
+        })
     }
 
     /// Replaces an object (PUT, or the result of a patch). `expect_rv`: the client's
@@ -782,6 +783,7 @@ impl Store {
         let violations = Self::admit(rt, &mut obj, opts.strict)?;
         Self::record(rt, old, &mut obj, part, sent_managed, record);
         Self::check_rules(rt, &obj, Some(old), name, violations)?;
+        let defines = Self::defined_types(rt, &obj)?;
         self.review(&Review { rt, namespace: ns, object: &obj, old: Some(old) }, part == Part::Status)?;
         policy::admit(
             self,
@@ -807,9 +809,7 @@ impl Store {
             let g = old["metadata"]["generation"].as_i64().unwrap_or(1);
             obj["metadata"]["generation"] = (g + 1).into();
         }
-        if rt.group == "apiextensions.k8s.io" {
-            self.register_crd(&obj)?;
-        }
+        self.types.extend(defines.into_iter().map(|t| (t.key(), t)));
         self.rv += 1;
         obj["metadata"]["resourceVersion"] = self.rv.to_string().into();
         obj["apiVersion"] = rt.api_version().into();
