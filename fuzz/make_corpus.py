@@ -32,7 +32,7 @@ SHARED = shared_dir()
 def without_descriptions(yaml_text):
     """A CRD without its `description` fields (and comment lines): the schema, its types and
     its CEL rules stay, at a third of the bytes or less. Every mutation of a CRD seed is parsed
-    as YAML first, so its size sets the hub target's speed."""
+    as YAML first, so its size sets the `crd` target's speed."""
     out, skip_deeper_than = [], None
     for line in yaml_text.splitlines():
         indent = len(line) - len(line.lstrip(" "))
@@ -184,7 +184,17 @@ def render():
 # The hub target's first two bytes: the operation (with encoding) and the selector (user,
 # subresource, type); see `stowage_fuzz::hub`.
 CREATE_JSON, CREATE_YAML, CREATE_PB, UPDATE_JSON, UPDATE_YAML = 0, 1, 2, 3, 4
-MERGE, JSONPATCH, STRATEGIC, APPLY, CRD_JSON, CRD_YAML, LIST = 6, 7, 8, 9, 10, 11, 12
+MERGE, JSONPATCH, STRATEGIC, APPLY, LIST = 6, 7, 8, 9, 12
+
+
+def crd():
+    """CustomResourceDefinitions for the `crd` target: the first byte picks YAML (bit 0)."""
+    crds = sorted((SHARED / "upstream").rglob("*.yaml"))
+    for c in [c for c in crds if c.stat().st_size <= 16 * 1024 and "runtimes" not in c.parts][:6]:
+        put("crd", c.name, b"\x01" + without_descriptions(c.read_text()).encode())
+    for name in ["queues", "memberclusters", "placements"]:
+        text = read(ROOT / f"manifests/crds/{name}.stowage.dev.yaml")
+        put("crd", f"{name}.yaml", b"\x01" + without_descriptions(text.decode()).encode())
 
 
 def pb_field(num, payload):
@@ -256,12 +266,6 @@ def hub():
             '{"op":"remove","path":"/metadata/labels/app"},{"op":"test","path":"/kind","value":"TrainJob"}]')
     put_hub("strategic-pod.json", STRATEGIC, 0x07, '{"spec":{"containers":[{"name":"c","image":"alpine","$patch":"replace"}]}}')
     put_hub("apply-memberclusters.yaml", APPLY, 0x02, "apiVersion: stowage.dev/v1alpha1\nkind: MemberCluster\nmetadata: {name: fuzz}\nspec: {cordoned: true}\n")
-    crds = sorted((SHARED / "upstream").rglob("*.yaml"))
-    for crd in [c for c in crds if c.stat().st_size <= 16 * 1024 and "runtimes" not in c.parts][:6]:
-        put_hub(f"crd-{crd.name}", CRD_YAML, 0x00, without_descriptions(crd.read_text()))
-    for crd in ["queues", "memberclusters", "placements"]:
-        text = read(ROOT / f"manifests/crds/{crd}.stowage.dev.yaml")
-        put_hub(f"crd-{crd}.yaml", CRD_YAML, 0x00, without_descriptions(text.decode()))
     put_hub("list-selectors", LIST, 0x00, "app in (fuzz,x),!gone,env!=prod\0metadata.name=fuzz,metadata.namespace!=a\030\0Object")
     put_hub("list-timeout-huge", LIST, 0x07, "\0\018446744073709551615")
     put_hub("alias.yaml", CREATE_YAML, 0x08, "a: &a [x, x]\nb: &b [*a, *a]\nc: &c [*b, *b]\nmetadata: {name: n}\n")
@@ -273,6 +277,7 @@ def main():
     fleet()
     render()
     hub()
+    crd()
     for d in sorted(CORPUS.iterdir()):
         files = list(d.iterdir())
         print(f"{d.name}: {len(files)} seeds, {sum(f.stat().st_size for f in files)} bytes")
