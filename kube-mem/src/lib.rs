@@ -25,6 +25,7 @@ pub mod store;
 pub mod table;
 pub mod time;
 pub mod typed;
+pub mod view;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

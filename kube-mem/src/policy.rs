@@ -23,7 +23,7 @@ use super::auth::UserInfo;
 use super::cel::{self, Budget, CelError};
 use super::resources::ResourceType;
 use super::status::ApiError;
-use super::store::Store;
+use super::view::View;
 
 pub const GROUP: &str = "admissionregistration.k8s.io";
 pub const POLICIES: &str = "validatingadmissionpolicies";
@@ -89,7 +89,7 @@ impl Attributes<'_> {
 }
 
 /// Applies every bound policy to the write; the first denial is the answer.
-pub fn admit(store: &Store, a: &Attributes<'_>) -> Result<(), ApiError> {
+pub fn admit(store: &impl View, a: &Attributes<'_>) -> Result<(), ApiError> {
     if a.rt.group == GROUP {
         return Ok(());
     }

@@ -15,6 +15,7 @@ use super::schema;
 use super::status::ApiError;
 use super::time::now_rfc3339;
 use super::typed::Ty;
+use super::view::View;
 
 /// How many events watches can resume from; older resourceVersions get 410 Gone.
 pub const HISTORY: usize = input_limits::WATCH_HISTORY_EVENTS;
@@ -1001,6 +1002,20 @@ impl Store {
                 self.remove(&rt, &key);
             }
         }
+    }
+}
+
+impl View for Store {
+    fn lookup(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceType> {
+        Store::lookup(self, group, version, plural)
+    }
+
+    fn objects<'a>(&'a self, rt: &'a ResourceType) -> impl Iterator<Item = &'a Value> + 'a {
+        Store::objects(self, rt)
+    }
+
+    fn peek(&self, rt: &ResourceType, ns: Option<&str>, name: &str) -> Option<&Value> {
+        Store::peek(self, rt, ns, name)
     }
 }
 

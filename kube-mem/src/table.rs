@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::resources::ResourceType;
+use super::resources::{CellKind, PrinterColumn, ResourceType};
 use super::time::{parse_rfc3339, unix_seconds};
 
 /// The Table versions kubectl asks for, newest first.
@@ -60,83 +60,6 @@ pub fn requested(accept: &str) -> Option<TableVersion> {
         }
     }
     None
-}
-
-/// One printer column of a CRD version (`additionalPrinterColumns`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct PrinterColumn {
-    pub name: String,
-    pub kind: CellKind,
-    pub format: String,
-    pub description: String,
-    pub priority: i64,
-    pub json_path: String,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CellKind {
-    String,
-    Integer,
-    Number,
-    Boolean,
-    Date,
-}
-
-impl CellKind {
-    fn parse(s: &str) -> CellKind {
-        match s {
-            "integer" => CellKind::Integer,
-            "number" => CellKind::Number,
-            "boolean" => CellKind::Boolean,
-            "date" => CellKind::Date,
-            _ => CellKind::String,
-        }
-    }
-
-    fn as_str(self) -> &'static str {
-        match self {
-            CellKind::String => "string",
-            CellKind::Integer => "integer",
-            CellKind::Number => "number",
-            CellKind::Boolean => "boolean",
-            CellKind::Date => "date",
-        }
-    }
-}
-
-impl PrinterColumn {
-    /// The columns of one CRD version; a CRD without any gets Age, as the real server does.
-    pub fn of_crd_version(version: &Value) -> Vec<PrinterColumn> {
-        let columns: Vec<PrinterColumn> = version
-            .get("additionalPrinterColumns")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|c| {
-                let s = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-                Some(PrinterColumn {
-                    name: c.get("name")?.as_str()?.to_string(),
-                    kind: CellKind::parse(&s("type")),
-                    format: s("format"),
-                    description: s("description"),
-                    priority: c.get("priority").and_then(Value::as_i64).unwrap_or(0),
-                    json_path: c.get("jsonPath")?.as_str()?.to_string(),
-                })
-            })
-            .collect();
-        if columns.is_empty() {
-            return vec![PrinterColumn {
-                name: "Age".into(),
-                kind: CellKind::Date,
-                format: String::new(),
-                description:
-                    "CreationTimestamp is a timestamp representing the server time when this object was created.".into(),
-                priority: 0,
-                json_path: ".metadata.creationTimestamp".into(),
-            }];
-        }
-        columns
-    }
 }
 
 /// A built-in column: name, cell type and priority (1: shown with `-o wide` only).
