@@ -77,7 +77,10 @@ impl Caches {
     }
 }
 
-pub(crate) fn owner_key(js: &JobSet) -> Option<(String, i64)> {
+/// A placement key: (TrainJob UID, epoch).
+pub(crate) type Key = (String, i64);
+
+pub(crate) fn owner_key(js: &JobSet) -> Option<Key> {
     let labels = js.labels();
     Some((labels.get(TRAINJOB_UID_LABEL)?.clone(), labels.get(EPOCH_LABEL)?.parse().ok()?))
 }

@@ -63,7 +63,7 @@ pub async fn run(hub: Client, member: Client, cfg: AgentConfig) {
                 Action::Fence => {
                     work.abandon();
                     rounds.abort_all();
-                    next = Some(fence_all(&member, &cfg, &caches).await);
+                    next = Some(Wake::Fenced(fence_all(&member, &cfg, &caches).await));
                 }
                 Action::Confirm(fenced) => {
                     let listed = tokio::time::timeout(agent.probe_limit(), placed_here(&hub, &cfg, &fenced)).await;

@@ -11,11 +11,10 @@ use kube::{Client, ResourceExt};
 
 use kube_shell::watch::{self};
 
-use crate::caches::{Caches, is_finished, owner_key};
+use crate::caches::{Caches, Key, is_finished, owner_key};
 use crate::config::AgentConfig;
 use crate::error::Error;
 use crate::objects::{COMPANIONS, api_resource};
-use crate::step::Wake;
 use crate::survey::finished;
 
 pub(crate) async fn delete_jobset(member: &Client, js: &JobSet) -> Result<(), Error> {
@@ -51,22 +50,29 @@ pub(crate) async fn delete_companions(member: &Client, ns: &str, key: &(String, 
     Ok(())
 }
 
+/// What fencing for a lost hub deleted: the JobSets (key, namespace), and the error that
+/// stopped it, if one did.
+#[derive(Debug)]
+pub(crate) struct Fenced {
+    pub(crate) deleted: Vec<(Key, String)>,
+    pub(crate) error: Option<Error>,
+}
+
 /// The hub has been out of reach too long: delete every live JobSet this agent made, so the
-/// dispatcher can place them elsewhere without two copies running. The wake says what was
-/// deleted (key, namespace), and the error that stopped it, if one did.
-pub(crate) async fn fence_all(member: &Client, cfg: &AgentConfig, caches: &Caches) -> Wake {
+/// dispatcher can place them elsewhere without two copies running.
+pub(crate) async fn fence_all(member: &Client, cfg: &AgentConfig, caches: &Caches) -> Fenced {
     let mut deleted = Vec::new();
     for js in watch::snapshot(&caches.jobsets).iter().filter(|js| !is_finished(js)) {
         if let Some(key) = owner_key(js) {
             tracing::warn!(jobset = %js.name_any(), "hub unreachable: deleting");
             if let Err(error) = delete_jobset(member, js).await {
-                return Wake::Fenced { deleted, error: Some(error) };
+                return Fenced { deleted, error: Some(error) };
             }
             cfg.metrics.count_fenced(&cfg.cluster);
             deleted.push((key, js.namespace().unwrap_or_default()));
         }
     }
-    Wake::Fenced { deleted, error: None }
+    Fenced { deleted, error: None }
 }
 
 /// The fenced placements still placed here, as the hub has them now: one list, not the watch's

@@ -21,14 +21,12 @@ use tokio::time::Instant;
 
 use kube_shell::backoff::{self, Backoff};
 
-use crate::caches::Caches;
+use crate::caches::{Caches, Key};
 use crate::config::AgentConfig;
 use crate::error::Error;
+use crate::fence::Fenced;
 use crate::report::Delivered;
 use crate::survey::{Round, State, finished, survey};
-
-/// A placement key: (TrainJob UID, epoch).
-pub(crate) type Key = (String, i64);
 
 /// What woke the agent.
 #[derive(Debug)]
@@ -44,9 +42,8 @@ pub(crate) enum Wake {
     RoundEnded(Option<Result<Delivered, Error>>),
     /// The hub answered the probe, or not.
     Probed { answered: bool },
-    /// Fencing for a lost hub deleted these JobSets (key, namespace), then stopped, perhaps on an
-    /// error.
-    Fenced { deleted: Vec<(Key, String)>, error: Option<Error> },
+    /// Fencing for a lost hub ended.
+    Fenced(Fenced),
     /// The fenced placements still placed here, from a fresh list taken after the hub answered
     /// again; `None` when the list failed.
     Confirmed(Option<Vec<Arc<Placement>>>),
@@ -129,7 +126,7 @@ impl Loop {
                 }
                 return self.after_probe(now);
             }
-            Wake::Fenced { deleted, error } => {
+            Wake::Fenced(Fenced { deleted, error }) => {
                 for (key, ns) in deleted {
                     self.state.fenced.insert(key, ns);
                     self.state.fenced_at = Some(now);
@@ -393,7 +390,7 @@ mod tests {
         let fence = agent.step(Wake::Probed { answered: false }, &c, lost, Timestamp::now());
         assert_eq!(kinds(&fence), ["fence"]);
         let deleted = vec![(("uid-1".to_string(), 3), "team".to_string())];
-        agent.step(Wake::Fenced { deleted, error: None }, &c, lost, Timestamp::now());
+        agent.step(Wake::Fenced(Fenced { deleted, error: None }), &c, lost, Timestamp::now());
         assert_eq!(agent.state.fenced.get(&("uid-1".to_string(), 3)).map(String::as_str), Some("team"));
         assert_eq!(agent.state.fenced_at, Some(lost));
     }
@@ -437,7 +434,7 @@ mod tests {
         assert_eq!(kinds(&agent.step(Wake::Probed { answered: false }, &c, lost, Timestamp::now())), ["fence"]);
         let deleted =
             vec![(("kept".to_string(), 1), "team".to_string()), (("moved".to_string(), 1), "team".to_string())];
-        agent.step(Wake::Fenced { deleted, error: None }, &c, lost, Timestamp::now());
+        agent.step(Wake::Fenced(Fenced { deleted, error: None }), &c, lost, Timestamp::now());
 
         // Still unanswered: nothing is made again, nothing confirmed; nor does a placement the
         // (possibly stale) cache shows new start before a confirmation.
