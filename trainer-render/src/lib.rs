@@ -15,6 +15,7 @@ mod admission;
 mod field;
 mod gojson;
 pub mod manifest;
+mod pods;
 pub mod sshkey;
 mod steps;
 mod torchtune;

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use api::jobset::{JobSet, ReplicatedJob};
 use api::podgroup::{self, PodGroup, kai, native, volcano};
 use api::stowage::{EPOCH_LABEL, PodSetPlacement, TRAINJOB_UID_LABEL};
-use api::trainer::{ANCESTOR_DATASET, ANCESTOR_LABEL, ANCESTOR_MODEL, ANCESTOR_TRAINER, MpiPolicy, TrainJob};
+use api::trainer::{ANCESTOR_DATASET, ANCESTOR_MODEL, ANCESTOR_TRAINER, MpiPolicy};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::{
     PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyOnPodConditionsPattern,
@@ -25,40 +25,18 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use serde_json::Value;
 
 use super::field::{BadValue, ErrorType, FieldError, Rule};
+use super::pods::{ancestor_of, container_mut, gpu_count, node_resources, pod_meta_mut, pod_spec, pod_spec_mut};
 use super::torchtune::{self, NProc};
 use super::{Draft, GangScheduler, Input, Object, PodSetInfo, RenderError, Source, TopologyMode};
 use api::quantity::Milli;
 
 pub const TORCH_PORT: i32 = 29500;
+/// The most a ConfigMap's data may hold, keys and values together (`MaxConfigMapSize`).
+const MAX_CONFIGMAP_BYTES: usize = 1024 * 1024;
 const COMPLETION_INDEX_PATH: &str = "metadata.annotations['batch.kubernetes.io/job-completion-index']";
 const MPI_HOSTFILE_DIR: &str = "/etc/mpi";
 /// Exit codes of a container that could not even start its command: no retry will help.
 pub const CONFIG_ERROR_EXIT_CODES: [i32; 2] = [126, 127];
-
-pub(crate) fn ancestor_of(j: &ReplicatedJob) -> Option<&str> {
-    j.template.metadata.as_ref()?.labels.as_ref()?.get(ANCESTOR_LABEL).map(String::as_str)
-}
-
-pub(crate) fn pod_spec(j: &ReplicatedJob) -> Option<&PodSpec> {
-    j.template.spec.as_ref()?.template.spec.as_ref()
-}
-
-fn pod_spec_mut(j: &mut ReplicatedJob) -> &mut PodSpec {
-    j.template.spec.get_or_insert_with(Default::default).template.spec.get_or_insert_with(Default::default)
-}
-
-fn pod_meta_mut(j: &mut ReplicatedJob) -> &mut ObjectMeta {
-    j.template.spec.get_or_insert_with(Default::default).template.metadata.get_or_insert_with(Default::default)
-}
-
-/// A job's containers, then its init containers.
-pub(crate) fn job_containers(j: &ReplicatedJob) -> impl Iterator<Item = &Container> {
-    pod_spec(j).into_iter().flat_map(|p| p.containers.iter().chain(p.init_containers.iter().flatten()))
-}
-
-fn container_mut<'a>(j: &'a mut ReplicatedJob, name: &str) -> Option<&'a mut Container> {
-    pod_spec_mut(j).containers.iter_mut().find(|c| c.name == name)
-}
 
 /// `apply.UpsertEnvVars`: by name, in place, new ones appended. Nothing to upsert leaves the
 /// list as it was (absent stays absent: Trainer's apply configurations omit empty lists).
@@ -146,33 +124,6 @@ fn first_trainer(draft: &Draft) -> Option<usize> {
 /// The trainer's pod count as Trainer's ML plugins read it (1 without a trainer job).
 fn trainer_count(draft: &Draft) -> i32 {
     first_trainer(draft).and_then(|i| draft.pod_sets.get(i)).map_or(1, |ps| ps.count)
-}
-
-/// Resources per node as the ML plugins read them: the TrainJob's `resourcesPerNode` if set,
-/// else the runtime's `node` container of the first job named `node` or labelled trainer that
-/// has resources (`ExtractResourcePerNodeFromRuntime`).
-pub(crate) fn node_resources(job: &TrainJob, jobs: &[ReplicatedJob]) -> Option<ResourceRequirements> {
-    if let Some(r) = job.spec.trainer.as_ref().and_then(|t| t.resources_per_node.as_ref()) {
-        return Some(r.clone());
-    }
-    jobs.iter()
-        .filter(|j| j.name == "node" || ancestor_of(j) == Some(ANCESTOR_TRAINER))
-        .filter_map(pod_spec)
-        .flat_map(|p| &p.containers)
-        .find(|c| c.name == "node" && c.resources.is_some())
-        .and_then(|c| c.resources.clone())
-}
-
-/// `GetNumGPUPerNode`: the first resource whose name contains "gpu", from requests, else limits.
-pub(crate) fn gpu_count(r: Option<&ResourceRequirements>) -> i64 {
-    let gpu = |m: Option<&BTreeMap<String, Quantity>>| {
-        m.and_then(|m| m.iter().find(|(k, _)| k.to_ascii_lowercase().contains("gpu")))
-            .and_then(|(_, q)| Milli::parse(&q.0).ok())
-            .map_or(0, |v| i64::try_from(v.ceil_units()).unwrap_or(i64::MAX))
-    };
-    let requests = gpu(r.and_then(|r| r.requests.as_ref()));
-    let limits = gpu(r.and_then(|r| r.limits.as_ref()));
-    if requests == 0 && limits > 0 { limits } else { requests }
 }
 
 /// `getNumCPUPerNode`: the CPU request rounded up, else the limit.
@@ -436,7 +387,7 @@ pub(crate) fn ml_policy(input: &Input<'_>, draft: &mut Draft) -> Result<(), Rend
             && trainer_job.is_some()
         {
             let command = torchtune::command(
-                &name,
+                &format!("{master}:{TORCH_PORT}"),
                 (i64::from(nodes), nproc, gpus),
                 t.args.as_deref().unwrap_or(&[]),
                 &job.spec.runtime_ref.name,
@@ -621,14 +572,14 @@ pub(crate) fn mpi_companions(input: &Input<'_>, draft: &mut Draft) -> Result<(),
     }
     // A member's API server refuses a ConfigMap over 1 MiB; the hostfile grows with numNodes.
     let bytes = "hostfile".len() + hostfile.len();
-    if bytes > super::validate::MAX_CONFIGMAP_BYTES {
+    if bytes > MAX_CONFIGMAP_BYTES {
         let lines = hostfile.lines().count();
         return Err(RenderError::new(
             Source::TrainJob,
             "spec.trainer.numNodes",
             format!(
                 "the MPI hostfile ConfigMap would hold {bytes} bytes ({lines} hosts), and a member's API server allows at most {} (1 MiB)",
-                super::validate::MAX_CONFIGMAP_BYTES
+                MAX_CONFIGMAP_BYTES
             ),
         ));
     }

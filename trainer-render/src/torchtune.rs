@@ -6,7 +6,7 @@
 use api::jobset::ReplicatedJob;
 use api::trainer::ANCESTOR_TRAINER;
 
-use crate::steps::{ancestor_of, pod_spec};
+use crate::pods::{ancestor_of, pod_spec};
 
 pub(crate) const ENTRYPOINT: [&str; 2] = ["tune", "run"];
 pub(crate) const ARG_RDZV_ENDPOINT: &str = "--rdzv_endpoint";
@@ -136,7 +136,7 @@ pub(crate) fn overrides_from_runtime(jobs: &[ReplicatedJob]) -> Vec<String> {
 /// The command Trainer runs: the entrypoint, the rendezvous endpoint on the trainer's first pod
 /// when more than one process takes part, the recipe and config, then the runtime's overrides.
 pub(crate) fn command(
-    trainjob: &str,
+    rdzv_endpoint: &str,
     (num_nodes, nproc, gpus): (i64, NProc, i64),
     args: &[String],
     runtime_ref_name: &str,
@@ -145,7 +145,7 @@ pub(crate) fn command(
     let mut cmd: Vec<String> = ENTRYPOINT.iter().map(|s| s.to_string()).collect();
     let distributed = num_nodes > 1 || matches!(nproc, NProc::Int(n) if n > 1) || (nproc == NProc::Auto && gpus > 1);
     if distributed {
-        cmd.push(format!("{ARG_RDZV_ENDPOINT}={trainjob}-node-0-0.{trainjob}:{}", crate::steps::TORCH_PORT));
+        cmd.push(format!("{ARG_RDZV_ENDPOINT}={rdzv_endpoint}"));
     }
     let (recipe, config) = recipe_and_config(num_nodes, nproc, gpus, args, runtime_ref_name);
     cmd.extend([recipe.to_string(), ARG_CONFIG.to_string(), config]);

@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::ResourceRequirements;
 use serde_json::{Value, json};
 
 use super::field::{BadValue, ErrorType, FieldError, Path, Rule};
-use super::steps::{ancestor_of, gpu_count, job_containers, node_resources};
+use super::pods::{ancestor_of, gpu_count, job_containers, node_resources, pod_spec};
 use super::torchtune::{self, NProc};
 use super::{Draft, Input, RenderError, Source, gojson};
 use api::quantity::{BadQuantity, Milli};
@@ -566,7 +566,7 @@ pub(crate) fn webhook_rules(
                 ));
             }
             for j in jobs.iter().filter(|j| j.name == "node") {
-                for c in super::steps::pod_spec(j).into_iter().flat_map(|p| p.init_containers.iter().flatten()) {
+                for c in pod_spec(j).into_iter().flat_map(|p| p.init_containers.iter().flatten()) {
                     if c.name == FLUX_INSTALLER {
                         errs.push(hook(
                             ErrorType::Invalid,
@@ -768,7 +768,7 @@ fn jobset_rules(
                 Some(format!("must have container with name - {name} in the {name} job"))
             } else if !named
                 .iter()
-                .flat_map(|j| super::steps::pod_spec(j).into_iter().flat_map(|p| &p.containers))
+                .flat_map(|j| pod_spec(j).into_iter().flat_map(|p| &p.containers))
                 .any(|c| c.name == name && c.volume_mounts.iter().flatten().any(|m| m.name == "initializer"))
             {
                 Some(format!("must have volumeMount with name - initializer in container {name} of the {name} job"))
@@ -978,8 +978,6 @@ pub(crate) fn stowage_rules(job: &TrainJob, runtime: &Runtime) -> Vec<FieldError
 // What a member's API server (Kubernetes v1.33, with JobSet's webhook) refuses in what is
 // rendered, named at the field of the input it comes from.
 
-/// The most a ConfigMap's data may hold, keys and values together (`MaxConfigMapSize`).
-pub(crate) const MAX_CONFIGMAP_BYTES: usize = 1024 * 1024;
 /// The longest DNS-1035 label, which JobSet's webhook holds its Jobs' and pods' names to.
 const MAX_DNS_LABEL: usize = 63;
 const QUALIFIED_NAME_MESSAGE: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
@@ -1358,7 +1356,7 @@ pub(crate) fn runtime_rules(runtime: &Runtime) -> Vec<FieldError> {
                     "always must be 1",
                 ));
             }
-            let pod = super::steps::pod_spec(j);
+            let pod = pod_spec(j);
             if !pod.into_iter().flat_map(|p| &p.containers).any(|c| c.name == container) {
                 let containers =
                     pod.map(|p| serde_json::to_value(&p.containers).unwrap_or_default()).unwrap_or(Value::Null);
@@ -1391,7 +1389,7 @@ pub(crate) fn runtime_rules(runtime: &Runtime) -> Vec<FieldError> {
                 format!("must be between 0 and {MAX_PODS_PER_JOB}, the most pods Kubernetes allows an Indexed Job"),
             ));
         }
-        let pod = super::steps::pod_spec(j);
+        let pod = pod_spec(j);
         let lists = [
             ("containers", pod.map(|p| p.containers.as_slice()).unwrap_or(&[])),
             ("initContainers", pod.and_then(|p| p.init_containers.as_deref()).unwrap_or(&[])),
