@@ -29,6 +29,7 @@ pub mod figures;
 mod intake;
 mod members;
 mod namespaces;
+mod nominations;
 mod priorities;
 mod queues;
 mod schedule;
@@ -364,7 +365,7 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
     let now_ms = now.0.as_millisecond().max(0) as u64;
     let schedule = schedule::run(&members, &queues.queues, &jobs, &candidates, config, now_ms);
     let evictions = writes::placements(&mut plan, &jobs, &schedule, &queues, &now, &mut tally);
-    workloads::writes(&mut plan, o, &candidates, &schedule, now.0);
+    nominations::writes(&mut plan, o, &candidates, &schedule, now.0);
     writes::evictions(&mut plan, &jobs, &evictions, &now);
     plan.queues = queues::statuses(o, &queues, &tally, &now);
     plan.figures = figures::Figures::of(o, &members, &queues, &jobs, &plan, now.0);
