@@ -145,62 +145,128 @@ fn the_layers_are_the_architecture_docs_layers() {
     assert!(missing.is_empty(), "docs/architecture.md does not name {missing:?}");
 }
 
-/// Modules of scheduler-core that may name each other: a fleet keeps its empty `Capacity`,
-/// and capacity walks the fleet's domains.
-const MUTUAL: [(&str, &str); 1] = [("capacity", "fleet")];
+/// Modules that may name each other, per crate: a fleet keeps its empty `Capacity` (what "could
+/// this ever fit" is asked against), and capacity walks the fleet's domains.
+const MUTUAL: [(&str, &str, &str); 1] = [("scheduler-core", "capacity", "fleet")];
 
-/// Inside scheduler-core, modules import downward only: the `use crate::…` graph (outside
-/// comments and test modules) has no cycle but the one named in `MUTUAL`.
-#[test]
-fn scheduler_core_modules_import_downward_only() {
-    let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../scheduler-core/src"));
-    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for entry in std::fs::read_dir(dir).expect("scheduler-core/src") {
-        let path = entry.expect("entry").path();
-        let Some(module) = path.file_stem().and_then(|s| s.to_str()).map(str::to_string) else { continue };
-        let text = std::fs::read_to_string(&path).expect("source");
-        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
-        let targets = edges.entry(module.clone()).or_default();
-        for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
-            for (i, _) in line.match_indices("crate::") {
-                let name: String = line[i + 7..].chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect();
-                let mutual = MUTUAL.iter().any(|&(a, b)| (a, b) == (&module, &name) || (b, a) == (&module, &name));
-                if !name.is_empty() && name != module && !mutual {
-                    targets.insert(name);
+/// A crate's modules by path (`decide::workloads`; the root is ""), from its `src/` files.
+fn modules(src: &std::path::Path) -> BTreeMap<String, std::path::PathBuf> {
+    fn walk(dir: &std::path::Path, prefix: &[String], out: &mut BTreeMap<String, std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("source dir") {
+            let path = entry.expect("entry").path();
+            let Some(stem) = path.file_stem().and_then(|s| s.to_str()).map(str::to_string) else { continue };
+            if path.is_dir() {
+                let mut inner = prefix.to_vec();
+                inner.push(stem);
+                walk(&path, &inner, out);
+            } else if path.extension().is_some_and(|e| e == "rs") && !(prefix.is_empty() && stem == "bin") {
+                let mut m = prefix.to_vec();
+                if !matches!(stem.as_str(), "mod" | "lib" | "main") || !prefix.is_empty() && stem != "mod" {
+                    m.push(stem);
+                }
+                out.insert(m.join("::"), path);
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(src, &[], &mut out);
+    out
+}
+
+/// The modules `code` (of module `me`) names through `crate::`, `super::` and `self::` paths,
+/// each the deepest module the path reaches (an item of a module names that module).
+fn named_modules(code: &str, me: &str, known: &BTreeMap<String, std::path::PathBuf>) -> BTreeSet<String> {
+    let ident = |s: &str| -> String { s.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect() };
+    let parent = |m: &str| m.rsplit_once("::").map_or(String::new(), |(p, _)| p.to_string());
+    let join = |base: &str, seg: &str| if base.is_empty() { seg.to_string() } else { format!("{base}::{seg}") };
+    let mut out = BTreeSet::new();
+    for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+        for (start, base) in [("crate::", String::new()), ("super::", parent(me)), ("self::", me.to_string())] {
+            for (i, _) in line.match_indices(start) {
+                if line[..i].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+                    continue;
+                }
+                // The path's segments, through a group's first entry for `a::{b, c}` (and each
+                // entry of a group at the base, `super::{a, b::C}`).
+                let rest = &line[i + start.len()..];
+                let heads: Vec<&str> = match rest.strip_prefix('{') {
+                    Some(group) => group.split(',').map(str::trim).collect(),
+                    None => vec![rest],
+                };
+                for head in heads {
+                    let mut at = base.clone();
+                    for seg in head.split("::").map(ident) {
+                        let next = join(&at, &seg);
+                        if seg.is_empty() || !known.contains_key(&next) {
+                            break;
+                        }
+                        at = next;
+                    }
+                    out.insert(at);
                 }
             }
         }
     }
-    // Depth-first search for a cycle, reporting its path.
-    fn visit(
-        m: &str,
-        edges: &BTreeMap<String, BTreeSet<String>>,
-        path: &mut Vec<String>,
-        done: &mut BTreeSet<String>,
-    ) -> Option<Vec<String>> {
-        if let Some(start) = path.iter().position(|p| p == m) {
-            let mut cycle = path[start..].to_vec();
-            cycle.push(m.to_string());
-            return Some(cycle);
+    out
+}
+
+/// Inside every crate, modules import downward only: the module graph (`crate::`, `super::`
+/// and `self::` paths outside comments and test modules; a module naming an ancestor, the
+/// face its children stand behind, is not counted) has no cycle but those `MUTUAL` names.
+#[test]
+fn modules_import_downward_only_in_every_crate() {
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let mut read = 0;
+    for (krate, _) in LAYERS {
+        let dir = match krate {
+            "stowage" => root.join("cli/src"),
+            "stowage-tests" => root.join("tests/src"),
+            other => root.join(other).join("src"),
+        };
+        let known = modules(&dir);
+        let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (module, path) in &known {
+            let text = std::fs::read_to_string(path).expect("source");
+            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+            let ancestor = |t: &str| t.is_empty() || t == module || module.starts_with(&format!("{t}::"));
+            let targets = named_modules(code, module, &known).into_iter().filter(|t| !ancestor(t)).filter(|t| {
+                !MUTUAL.iter().any(|&(k, a, b)| k == krate && (a == module && b == t || b == module && a == t))
+            });
+            edges.entry(module.clone()).or_default().extend(targets);
+            read += 1;
         }
-        if done.contains(m) {
-            return None;
-        }
-        path.push(m.to_string());
-        for next in edges.get(m).into_iter().flatten() {
-            if let Some(c) = visit(next, edges, path, done) {
-                return Some(c);
+        let mut done = BTreeSet::new();
+        for m in edges.keys() {
+            if let Some(cycle) = visit(m, &edges, &mut Vec::new(), &mut done) {
+                panic!("{krate}'s modules import in a circle: {}", cycle.join(" -> "));
             }
         }
-        path.pop();
-        done.insert(m.to_string());
-        None
     }
-    let mut done = BTreeSet::new();
-    assert!(edges.len() > 10, "read the modules: {edges:?}");
-    for m in edges.keys() {
-        if let Some(cycle) = visit(m, &edges, &mut Vec::new(), &mut done) {
-            panic!("scheduler-core modules import in a circle: {}", cycle.join(" -> "));
+    assert!(read > 100, "read the modules of every crate: {read}");
+}
+
+/// Depth-first search for a cycle from `m`, reporting its path.
+fn visit(
+    m: &str,
+    edges: &BTreeMap<String, BTreeSet<String>>,
+    path: &mut Vec<String>,
+    done: &mut BTreeSet<String>,
+) -> Option<Vec<String>> {
+    if let Some(start) = path.iter().position(|p| p == m) {
+        let mut cycle = path[start..].to_vec();
+        cycle.push(m.to_string());
+        return Some(cycle);
+    }
+    if done.contains(m) {
+        return None;
+    }
+    path.push(m.to_string());
+    for next in edges.get(m).into_iter().flatten() {
+        if let Some(c) = visit(next, edges, path, done) {
+            return Some(c);
         }
     }
+    path.pop();
+    done.insert(m.to_string());
+    None
 }
