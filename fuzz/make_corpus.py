@@ -4,7 +4,10 @@
 Seeds are kept small (AFL++ mutates small inputs far faster): a large trace gives its header and
 first rows, Philly's JSON array its first records, and no seed is over 64 KiB. Run from the
 repository root: `python3 fuzz/make_corpus.py [SHARED_DIR]` (default ../shared, then
-/work/shared). Re-running replaces the corpus; the committed one is what it made.
+/work/shared). Re-running replaces the corpus. The committed `hub` and `crd` corpora are not
+what it made but campaigns minimised (`scripts/fuzz -m`: its seeds and what runs found, cut by
+afl-cmin to the inputs that keep their coverage), so a run on another machine starts where the
+last one ended; re-run this only to start those afresh.
 """
 
 import json
