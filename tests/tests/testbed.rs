@@ -492,6 +492,68 @@ async fn a_hub_copy_cannot_be_deleted_and_a_suspended_trainjobs_placement_is_cle
     let _ = tjs.delete(&name, &DeleteParams::default()).await;
 }
 
+/// Issue 38's data loss on real members: a TrainJob named like a JobSet someone else made on
+/// the member (the real JobSet controller running it) neither applies over it nor deletes it,
+/// and the user is told whose the name is.
+#[tokio::test]
+#[ignore = "needs the real testbed: scripts/test-real"]
+async fn a_trainjob_named_like_someone_elses_jobset_on_a_real_member_leaves_it_untouched() {
+    use k8s_openapi::api::core::v1::Event;
+    let t = Testbed::open().await;
+    let name = unique("taken");
+    let jobsets = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("jobset.x-k8s.io", "v1alpha2", "JobSet"),
+        "jobsets",
+    );
+    let foreign: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": "someone-else"}},
+        "spec": {"replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": {"template": {"spec": {
+            "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox:1.36"}]}}}}}]}
+    }))
+    .expect("a JobSet");
+    for member in t.members.values() {
+        Api::<DynamicObject>::namespaced_with(member.clone(), "default", &jobsets)
+            .create(&Default::default(), &foreign)
+            .await
+            .expect("someone else's JobSet");
+    }
+    submit(&t.hub, &trainjob(&name, 1, 600, json!({}))).await;
+    let events: Api<Event> = Api::default_namespaced(t.hub.clone());
+    let said = eventually("an Event naming the conflict", || {
+        let (events, name) = (events.clone(), name.clone());
+        async move {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items
+                .into_iter()
+                .filter(|e| e.involved_object.name.as_deref() == Some(name.as_str()))
+                .find_map(|e| e.message.filter(|m| m.contains("NameTaken")))
+        }
+    })
+    .await;
+    assert!(said.contains(&format!("JobSet default/{name} already exists on the member")), "{said}");
+    let untouched = || async {
+        for (m, member) in &t.members {
+            let js = Api::<DynamicObject>::namespaced_with(member.clone(), "default", &jobsets).get(&name).await;
+            let js = js.unwrap_or_else(|e| panic!("{m}: someone else's JobSet is gone: {e}"));
+            let labels = js.metadata.labels.clone().unwrap_or_default();
+            assert_eq!(labels.len(), 1, "{m}: labels changed: {labels:?}");
+            let managers: Vec<String> =
+                js.metadata.managed_fields.iter().flatten().filter_map(|f| f.manager.clone()).collect();
+            assert!(!managers.iter().any(|x| x.contains("stowage")), "{m}: applied over by {managers:?}");
+        }
+    };
+    untouched().await;
+    Api::<TrainJob>::default_namespaced(t.hub.clone()).delete(&name, &DeleteParams::default()).await.expect("delete");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    untouched().await;
+    for member in t.members.values() {
+        let _ = Api::<DynamicObject>::namespaced_with(member.clone(), "default", &jobsets)
+            .delete(&name, &DeleteParams::background())
+            .await;
+    }
+}
+
 /// The hub's Workloads (Kueue's, not `scheduling.k8s.io`'s of the same name).
 fn kueue_workloads(hub: &Client) -> Api<DynamicObject> {
     let ar = kube::api::ApiResource::from_gvk_with_plural(
