@@ -1,7 +1,8 @@
 //! The crate graph keeps the shape docs/architecture.md draws: every crate depends only on
-//! crates of a lower layer (so the dispatcher and the agent, peers, never on each other), the
-//! pure crates on no Kubernetes client or runtime, and nothing on the test crate. Read from
-//! `cargo metadata` and `cargo tree`, so a new dependency that breaks the picture fails here, not in review.
+//! crates of a lower layer, for its tests too (so the dispatcher and the agent, peers, never on
+//! each other), the pure crates on no Kubernetes client or runtime, nothing on the test crate,
+//! and inside each crate modules import downward. Read from `cargo metadata`, `cargo tree` and
+//! the sources, so a dependency or an import that breaks the picture fails here, not in review.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -85,16 +86,19 @@ fn every_workspace_crate_has_a_layer() {
     assert!(unlayered.is_empty(), "crates missing from LAYERS (and from docs/architecture.md?): {unlayered:?}");
 }
 
+/// Normal, dev and build dependencies alike: a crate's tests that need a peer or a crate above
+/// live in `tests/` (a dev edge up would also link a second copy of the crate into its tests).
 #[test]
-fn normal_dependencies_point_down_only() {
+fn dependencies_point_down_only() {
     let mut wrong = Vec::new();
     for (name, deps) in workspace_deps() {
         let Some(from) = layer(&name) else { continue };
-        for d in deps.iter().filter(|d| d.kind.is_none()) {
+        for d in &deps {
             if let Some(to) = layer(&d.name)
                 && to >= from
             {
-                wrong.push(format!("{name} (layer {from}) -> {} (layer {to})", d.name));
+                let kind = d.kind.as_deref().map(|k| format!(" ({k})")).unwrap_or_default();
+                wrong.push(format!("{name} (layer {from}) -> {}{kind} (layer {to})", d.name));
             }
         }
     }

@@ -444,8 +444,10 @@ mod tests {
     }
 
     fn observed(members: Vec<MemberCluster>, placement: Option<serde_json::Value>) -> Observed {
-        let torch = playground::upstream::RUNTIMES.iter().find(|f| f.path.ends_with("torch_distributed.yaml"));
-        let runtime: ClusterTrainingRuntime = input_limits::yaml::from_str(torch.expect("bundled").text).expect("yaml");
+        let path =
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/upstream/trainer/runtimes/torch_distributed.yaml");
+        let torch = std::fs::read_to_string(path).expect("shared/upstream beside the repository");
+        let runtime: ClusterTrainingRuntime = input_limits::yaml::from_str(&torch).expect("yaml");
         let tj: TrainJob =
             serde_json::from_value(json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
             "metadata": {"name": "t", "namespace": "ml", "uid": "u1", "creationTimestamp": "2026-11-22T09:00:00Z"},

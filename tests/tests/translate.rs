@@ -1,5 +1,7 @@
-//! Hub objects into the core: the gang a TrainJob renders into, and a fleet rebuilt from what
-//! agents report, which must answer fit questions as the real fleet does.
+//! The dispatcher's translation of hub objects into the core: the gang a TrainJob renders into,
+//! and a fleet rebuilt from what agents report, which must answer fit questions as the real fleet
+//! does. Here, not among the dispatcher's own tests, because it reads what the agent and the
+//! playground's members write, crates of the dispatcher's layer and above.
 
 use api::stowage::{MemberCluster, MemberClusterSpec, MemberClusterStatus, TopologyLevel};
 use api::trainer::{ClusterTrainingRuntime, Runtime, TrainJob};
