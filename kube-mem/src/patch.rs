@@ -6,6 +6,10 @@ use serde_json::Value;
 
 use super::status::ApiError;
 
+/// Strategic merge patch, as kube-apiserver applies one (the one implementation, with its merge
+/// keys, is `kube_conventions::patch`).
+pub use kube_conventions::patch::strategic_merge;
+
 pub fn merge_patch(target: &mut Value, patch: &Value) {
     // RFC 7386: an object patch applies to an object, starting from an empty one if need be,
     // so its nulls delete rather than land.
@@ -120,84 +124,6 @@ pub fn json_patch(doc: &mut Value, ops: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The `patchMergeKey` of a list field of the built-in kinds, by the field's name: the lists
-/// kube-apiserver merges item by item under a strategic merge patch. Lists not named here are
-/// replaced whole, as upstream does for lists without a merge key (tolerations, args).
-pub(crate) fn merge_key(field: &str) -> Option<&'static str> {
-    match field {
-        "containers"
-        | "initContainers"
-        | "ephemeralContainers"
-        | "env"
-        | "volumes"
-        | "imagePullSecrets"
-        | "replicatedJobs" => Some("name"),
-        "volumeMounts" => Some("mountPath"),
-        "volumeDevices" => Some("devicePath"),
-        "ports" => Some("containerPort"),
-        "conditions" => Some("type"),
-        "ownerReferences" => Some("uid"),
-        "hostAliases" => Some("ip"),
-        "topologySpreadConstraints" => Some("topologyKey"),
-        _ => None,
-    }
-}
-
-/// Strategic merge patch: as merge patch, but lists with a merge key merge item by item, and
-/// `$patch: replace` / `$patch: delete` in a map replace or delete it.
-pub fn strategic_merge(doc: &mut Value, patch: &Value) {
-    strategic_in(doc, patch, None);
-}
-
-fn strategic_in(doc: &mut Value, patch: &Value, field: Option<&str>) {
-    match (doc, patch) {
-        (Value::Object(d), Value::Object(p)) => {
-            match p.get("$patch").and_then(Value::as_str) {
-                Some("replace") => {
-                    *d = p.iter().filter(|(k, _)| *k != "$patch").map(|(k, v)| (k.clone(), v.clone())).collect();
-                    return;
-                }
-                Some("delete") => {
-                    d.clear();
-                    return;
-                }
-                _ => {}
-            }
-            for (k, v) in p {
-                if v.is_null() {
-                    d.remove(k);
-                    continue;
-                }
-                match d.get_mut(k) {
-                    Some(existing) if existing.is_object() || existing.is_array() => strategic_in(existing, v, Some(k)),
-                    _ => {
-                        let mut fresh = if v.is_object() { Value::Object(Default::default()) } else { Value::Null };
-                        strategic_in(&mut fresh, v, Some(k));
-                        d.insert(k.clone(), fresh);
-                    }
-                }
-            }
-        }
-        (Value::Array(d), Value::Array(p)) if field.and_then(merge_key).is_some() => {
-            let key = field.and_then(merge_key).unwrap_or("name");
-            for item in p {
-                let id = item.get(key);
-                let found = d.iter().position(|x| id.is_some() && x.get(key) == id);
-                let delete = item.get("$patch").and_then(Value::as_str) == Some("delete");
-                match (found, delete) {
-                    (Some(i), true) => {
-                        d.remove(i);
-                    }
-                    (Some(i), false) => strategic_in(&mut d[i], item, None),
-                    (None, true) => {}
-                    (None, false) => d.push(item.clone()),
-                }
-            }
-        }
-        (d, p) => *d = p.clone(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,30 +145,5 @@ mod tests {
         .expect("applies");
         assert_eq!(d, json!({"a": {"c": [3, 4]}, "x": 9}));
         assert!(json_patch(&mut d, &json!([{"op": "remove", "path": "/nope"}])).is_err());
-    }
-
-    #[test]
-    fn strategic_merge_merges_keyed_lists_and_follows_directives() {
-        let mut pod = json!({"spec": {
-            "containers": [{"name": "a", "image": "x", "env": [{"name": "K", "value": "1"}]}, {"name": "b"}],
-            "tolerations": [{"key": "t1"}],
-            "nodeSelector": {"old": "1", "keep": "1"}}});
-        strategic_merge(
-            &mut pod,
-            &json!({"spec": {
-                "containers": [{"name": "a", "env": [{"name": "J", "value": "2"}]},
-                               {"name": "b", "$patch": "delete"}, {"name": "c", "image": "y"}],
-                "tolerations": [{"key": "t2"}],
-                "nodeSelector": {"$patch": "replace", "new": "1"}}}),
-        );
-        assert_eq!(
-            pod,
-            json!({"spec": {
-                "containers": [{"name": "a", "image": "x", "env": [{"name": "K", "value": "1"}, {"name": "J", "value": "2"}]},
-                               {"name": "c", "image": "y"}],
-                "tolerations": [{"key": "t2"}],
-                "nodeSelector": {"new": "1"}}}),
-            "keyed lists merge, unkeyed ones replace, directives apply"
-        );
     }
 }

@@ -16,8 +16,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde_json::{Map, Value};
 
+use kube_conventions::patch::merge_key;
+
 use super::fields::{FieldSet, MAX_DEPTH, PathElement, json_eq, path_string};
-use super::patch::merge_key;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum TypedError {

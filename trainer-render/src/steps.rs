@@ -160,7 +160,7 @@ pub(crate) fn patch_runtime(input: &Input<'_>, draft: &mut Draft) -> Result<(), 
             if let Some(jobs) = t.pointer_mut("/spec/replicatedJobs").and_then(Value::as_array_mut) {
                 jobs.retain(known);
             }
-            api::patch::merge(&mut tmpl, &t);
+            kube_conventions::patch::strategic_merge(&mut tmpl, &t);
         }
     }
     let patched: api::trainer::JobSetTemplateSpec = serde_json::from_value(tmpl).map_err(|e| {

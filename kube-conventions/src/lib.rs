@@ -1,0 +1,8 @@
+//! Kubernetes conventions on plain JSON (`serde_json::Value`), written once for every crate that
+//! needs them: the hub's in-memory API server (`kube-mem`), the renderer of Trainer's
+//! `runtimePatches` (`trainer-render`). No Stowage type and no Kubernetes client: serde_json
+//! alone, at the bottom of the crate graph.
+//!
+//! - [`patch`]: strategic merge patch, with the merge keys Kubernetes' own types declare.
+
+pub mod patch;
