@@ -3,6 +3,8 @@
 //! `runtimePatches` (`trainer-render`). No Stowage type and no Kubernetes client: serde_json
 //! alone, at the bottom of the crate graph.
 //!
-//! - [`patch`]: strategic merge patch, with the merge keys Kubernetes' own types declare.
+//! - [`patch`]: strategic merge patch, with the merge keys Kubernetes' own types declare;
+//! - [`gojson`]: JSON as Go's `encoding/json` writes it (compact, escaped as Go escapes).
 
+pub mod gojson;
 pub mod patch;

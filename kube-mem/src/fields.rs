@@ -16,6 +16,7 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
+use kube_conventions::gojson;
 use serde_json::{Map, Value};
 
 /// How deep a set (or an object walked into one) may go: above any body the server accepts.
@@ -75,15 +76,15 @@ impl PathElement {
                     if i > 0 {
                         out.push(',');
                     }
-                    write_go_string_as(&mut out, name, false);
+                    gojson::write_string(&mut out, name, false);
                     out.push(':');
-                    write_go_json(&mut out, v);
+                    gojson::write_json(&mut out, v, MAX_DEPTH);
                 }
                 out.push('}');
             }
             PathElement::Value(v) => {
                 out.push_str("v:");
-                write_go_json(&mut out, v);
+                gojson::write_json(&mut out, v, MAX_DEPTH);
             }
             PathElement::Index(i) => {
                 let _ = write!(out, "i:{i}");
@@ -258,71 +259,6 @@ fn go_value_string_in(v: &Value, depth: usize) -> String {
         Value::Object(m) => m.iter().map(|(k, v)| format!("{k}={}", go_value_string_in(v, depth + 1))).collect(),
         other => other.to_string(),
     }
-}
-
-/// Compact JSON as Go's encoder writes it (HTML characters escaped, map keys sorted). Nesting
-/// past [`MAX_DEPTH`] is written as `null`.
-fn write_go_json(out: &mut String, v: &Value) {
-    write_go_json_in(out, v, 0);
-}
-
-fn write_go_json_in(out: &mut String, v: &Value, depth: usize) {
-    if depth > MAX_DEPTH {
-        out.push_str("null");
-        return;
-    }
-    match v {
-        Value::String(s) => write_go_string(out, s),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_go_json_in(out, item, depth + 1);
-            }
-            out.push(']');
-        }
-        Value::Object(m) => {
-            out.push('{');
-            for (i, (k, item)) in m.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_go_string(out, k);
-                out.push(':');
-                write_go_json_in(out, item, depth + 1);
-            }
-            out.push('}');
-        }
-        other => out.push_str(&other.to_string()),
-    }
-}
-
-fn write_go_string(out: &mut String, s: &str) {
-    write_go_string_as(out, s, true);
-}
-
-/// A JSON string as Go writes it: values with HTML characters escaped, object keys without.
-fn write_go_string_as(out: &mut String, s: &str, html: bool) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' if html => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 /// A path from the object's root.
@@ -517,7 +453,7 @@ impl FieldSet {
         elements.dedup();
         for pe in elements {
             sep(out);
-            write_go_string_as(out, &pe.to_key(), false);
+            gojson::write_string(out, &pe.to_key(), false);
             out.push(':');
             match self.children.get(pe) {
                 Some(set) => set.write_level(out, self.members.contains(pe)),
