@@ -31,11 +31,6 @@ impl JobSetCondition {
     }
 }
 
-/// Whether `conditions` hold `type_` with status True.
-pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
-    conditions.iter().any(|c| c.type_ == type_ && c.status == "True")
-}
-
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[kube(
     group = "jobset.x-k8s.io",

@@ -9,6 +9,7 @@
 //! read-modify-write through these types loses nothing outside pod templates; pod templates are
 //! k8s-openapi's (Kubernetes 1.33 API), which know every field of that release.
 
+pub mod conditions;
 pub mod jobset;
 pub mod kueue;
 pub mod podgroup;

@@ -1,7 +1,8 @@
 //! What the agent watches: its Placements and the runtimes on the hub; its JobSets, Nodes and
 //! unfinished Pods on the member.
 
-use api::jobset::{JobSet, JobSetCondition, is_true};
+use api::conditions::is_true;
+use api::jobset::{JobSet, JobSetCondition};
 use api::stowage::{CLUSTER_LABEL, EPOCH_LABEL, Placement, TRAINJOB_UID_LABEL};
 use api::trainer::{ClusterTrainingRuntime, TrainingRuntime};
 use k8s_openapi::api::core::v1::{Event, Node, Pod};

@@ -34,7 +34,7 @@ pub(super) fn upsert(conditions: &mut Vec<Condition>, mut c: Condition) {
 }
 
 pub(super) fn is_true(conditions: &[Condition], type_: TrainJobCondition) -> bool {
-    api::jobset::is_true(conditions, type_.as_str())
+    api::conditions::is_true(conditions, type_.as_str())
 }
 
 /// The member reported the JobSet complete.

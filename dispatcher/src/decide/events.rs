@@ -11,6 +11,7 @@
 use api::trainer::TrainJobCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
+use super::conditions::is_true;
 use super::{PlacementWrite, Redispatch};
 
 /// `type` of a core/v1 Event.
@@ -98,10 +99,6 @@ impl About<'_> {
 
 fn find(conditions: &[Condition], type_: TrainJobCondition) -> Option<&Condition> {
     conditions.iter().find(|c| c.type_ == type_.as_str())
-}
-
-fn is_true(conditions: &[Condition], type_: TrainJobCondition) -> bool {
-    find(conditions, type_).is_some_and(|c| c.status == "True")
 }
 
 /// The Events a TrainJob's status change stands for: a Pending reason it enters, its pods

@@ -19,12 +19,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use api::conditions::{find, is_true};
 use api::kueue::{
     ACTIVE, ADMISSION_MANAGED_CONDITIONS, ADMISSION_MANAGED_FIELDS, ADMITTED, EVICTED, FINISHED,
     MEMBER_CLUSTER_ANNOTATION, MULTIKUEUE_CONTROLLER, QUOTA_RESERVED, Workload,
 };
 use api::trainer::{JobStatus, KUEUE_MULTIKUEUE_MANAGED_BY};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use scheduler_core::{ClusterFilter, Gang};
@@ -331,14 +331,6 @@ fn multikueue_checks(o: &Observed) -> BTreeMap<&str, Check> {
             Some((ac.metadata.name.as_deref()?, check))
         })
         .collect()
-}
-
-fn find<'c>(conditions: &'c [Condition], type_: &str) -> Option<&'c Condition> {
-    conditions.iter().find(|c| c.type_ == type_)
-}
-
-fn is_true(conditions: &[Condition], type_: &str) -> bool {
-    find(conditions, type_).is_some_and(|c| c.status == "True")
 }
 
 /// One nomination to write.

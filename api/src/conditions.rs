@@ -1,0 +1,14 @@
+//! Reading Kubernetes conditions (`metav1.Condition`) by type, as every status here is read:
+//! a JobSet's, a Workload's, a MemberCluster's, a TrainJob's.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+/// The condition of type `type_`, if `conditions` holds one.
+pub fn find<'c>(conditions: &'c [Condition], type_: &str) -> Option<&'c Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Whether `conditions` hold `type_` with status True.
+pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    find(conditions, type_).is_some_and(|c| c.status == "True")
+}
