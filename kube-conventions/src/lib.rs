@@ -4,7 +4,9 @@
 //! alone, at the bottom of the crate graph.
 //!
 //! - [`patch`]: strategic merge patch, with the merge keys Kubernetes' own types declare;
-//! - [`gojson`]: JSON as Go's `encoding/json` writes it (compact, escaped as Go escapes).
+//! - [`gojson`]: JSON as Go's `encoding/json` writes it (compact, escaped as Go escapes);
+//! - [`names`]: object name syntax, with Kubernetes' messages.
 
 pub mod gojson;
+pub mod names;
 pub mod patch;

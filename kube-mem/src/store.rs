@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
+use kube_conventions::names;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
@@ -1116,19 +1117,27 @@ fn name_error(rt: &ResourceType, name: &str) -> Option<&'static str> {
             _ => None,
         };
     }
-    (!valid_name(name)).then_some(
-        "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must \
-         start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is \
-         '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
-    )
+    (!valid_name(name)).then_some(names::DNS1123_SUBDOMAIN_MESSAGE)
 }
 
 /// RFC 1123 subdomain: what most object names must be.
 fn valid_name(name: &str) -> bool {
-    let b = name.as_bytes();
-    !b.is_empty()
-        && b.len() <= 253
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-' || *c == b'.')
+    name.len() <= names::DNS1123_SUBDOMAIN_MAX && names::is_dns1123_subdomain(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked_label_by_label_as_kube_apiserver_checks_them() {
+        let store = Store::new();
+        let cm = store.lookup("", "v1", "configmaps").expect("configmaps");
+        assert_eq!(name_error(cm, "a.b-c"), None);
+        // Each dot-separated label starts and ends alphanumeric: the first and last byte alone
+        // are not enough.
+        for bad in ["a..b", "a.-b", "a-.b", &"a".repeat(254)] {
+            assert_eq!(name_error(cm, bad), Some(names::DNS1123_SUBDOMAIN_MESSAGE), "{bad}");
+        }
+    }
 }

@@ -28,6 +28,7 @@ use super::pods::{ancestor_of, gpu_count, job_containers, node_resources, pod_sp
 use super::torchtune::{self, NProc};
 use super::{Draft, Input, RenderError, Source, gojson};
 use api::quantity::{BadQuantity, Milli};
+use kube_conventions::names::{DNS1123_SUBDOMAIN_MESSAGE, is_dns1123_subdomain};
 
 const MAX_RUNTIME_PATCHES: usize = 16;
 /// Pods per replicated job: the rendered Jobs are Indexed, and Kubernetes rejects an Indexed Job
@@ -53,7 +54,6 @@ const STORAGE_URI_MESSAGE: &str = "storageUri may be empty, or it must be a vali
 const MANAGED_BY_MESSAGE: &str =
     "ManagedBy must be trainer.kubeflow.org/trainjob-controller or kueue.x-k8s.io/multikueue if set";
 const IMMUTABLE: &str = "field is immutable";
-const DNS1123_SUBDOMAIN_MESSAGE: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 
 /// The TrainJob fields the CRD and the API server check (422), for a caller that must tell them
 /// from the webhook's (403). `[]` is any index or key.
@@ -183,7 +183,7 @@ fn object_name(job: &TrainJob, errs: &mut Vec<FieldError>) {
     if name.len() > 253 {
         errs.push(crd(ErrorType::Invalid, "metadata.name", s(name), "must be no more than 253 characters"));
     }
-    if !dns1123_subdomain(name) {
+    if !is_dns1123_subdomain(name) {
         errs.push(crd(ErrorType::Invalid, "metadata.name", s(name), DNS1123_SUBDOMAIN_MESSAGE));
     }
     if !rfc1035_pattern(name) {
@@ -851,7 +851,7 @@ fn domain_prefixed_path(path: &str, v: &str) -> Vec<FieldError> {
     if host.len() > 253 {
         errs.push(hook(ErrorType::Invalid, path, s(host), "must be no more than 253 characters"));
     }
-    if !dns1123_subdomain(host) {
+    if !is_dns1123_subdomain(host) {
         errs.push(hook(ErrorType::Invalid, path, s(host), DNS1123_SUBDOMAIN_MESSAGE));
     }
     if !rest.chars().all(|c| c.is_ascii_alphanumeric() || "/-._~%!$&'()*+,;=:".contains(c)) {
@@ -863,18 +863,6 @@ fn domain_prefixed_path(path: &str, v: &str) -> Vec<FieldError> {
         ));
     }
     errs
-}
-
-/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*` (no length limit).
-fn dns1123_subdomain(host: &str) -> bool {
-    let label = |l: &str| {
-        let b = l.as_bytes();
-        !b.is_empty()
-            && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-            && b[0] != b'-'
-            && b[b.len() - 1] != b'-'
-    };
-    host.split('.').all(label)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1041,7 +1029,7 @@ fn qualified_name(key: &str) -> Vec<String> {
             if p.len() > 253 {
                 problems.push("prefix part must be no more than 253 characters".to_string());
             }
-            if !dns1123_subdomain(p) {
+            if !is_dns1123_subdomain(p) {
                 problems.push(format!("prefix part {DNS1123_SUBDOMAIN_MESSAGE}"));
             }
         }
