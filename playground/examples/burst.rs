@@ -4,8 +4,10 @@
 //! fleet before the burst (the pure `decide` with the dispatcher's policy, timed apart from the
 //! API round trips).
 //!
-//! `cargo run --release -p stowage-tests --example burst -- [N]` (default 500), from the
-//! repository root with ../shared beside it.
+//! `cargo build --locked -p playground --example burst && target/debug/examples/burst [N]`
+//! (default 500; the dev profile is optimised), or `scripts/bench-burst`, which runs it five
+//! times and writes the table in docs/performance.md; from the repository root with ../shared
+//! beside it.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
