@@ -321,8 +321,17 @@ fn key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (St
     (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
 }
 
-/// Per queue: (TrainJobs waiting, TrainJobs placed and unfinished), for the Queue's status.
-type Tally = BTreeMap<String, (u32, u32)>;
+/// A queue's TrainJobs as its status counts them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Count {
+    /// Waiting: pending, or blocked in the queue they name.
+    pending: u32,
+    /// Placed and unfinished.
+    admitted: u32,
+}
+
+/// Each queue's [`Count`], by name.
+type Tally = BTreeMap<String, Count>;
 
 /// The members, queues and unfinished TrainJobs a cycle decides over (steps 1 and 2).
 #[derive(Debug)]
@@ -445,13 +454,19 @@ mod tests {
         assert_eq!(set.inactive["typo"], "spec.quotas[0].nominalQuota: \"lots\" is not a non-negative quantity");
         assert!(set.inactive["lends-too-much"].contains("lendingLimit 9 exceeds nominalQuota 8"), "{:?}", set.inactive);
         let now = Time(Timestamp::UNIX_EPOCH);
-        let writes = queues::statuses(&o, &set, &BTreeMap::from([("ok".to_string(), (2, 3))]), &now);
+        let writes =
+            queues::statuses(&o, &set, &BTreeMap::from([("ok".to_string(), Count { pending: 2, admitted: 3 })]), &now);
         let ok = writes.iter().find(|w| w.name == "ok").expect("written");
         assert_eq!((ok.status.pending, ok.status.admitted, ok.status.conditions[0].status.as_str()), (2, 3, "True"));
         // What was observed already is not written again.
         let mut seen = o.clone();
         seen.queues[0].status = Some(ok.status.clone());
-        let again = queues::statuses(&seen, &set, &BTreeMap::from([("ok".to_string(), (2, 3))]), &now);
+        let again = queues::statuses(
+            &seen,
+            &set,
+            &BTreeMap::from([("ok".to_string(), Count { pending: 2, admitted: 3 })]),
+            &now,
+        );
         assert!(again.iter().all(|w| w.name != "ok"));
     }
 }

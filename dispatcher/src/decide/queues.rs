@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use scheduler_core::{QueueSpec, Queues};
 
 use super::namespaces::Selector;
-use super::{Observed, QueueStatusWrite, Tally, conditions};
+use super::{Count, Observed, QueueStatusWrite, Tally, conditions};
 use crate::translate;
 
 /// The queues a cycle schedules with, and the Queue objects it cannot use, each with what is
@@ -271,7 +271,7 @@ pub(super) fn statuses(o: &Observed, set: &QueueSet, tally: &Tally, now: &Time) 
         .filter_map(|q| {
             let name = q.metadata.name.clone()?;
             let observed = q.status.clone().unwrap_or_default();
-            let (pending, admitted) = tally.get(&name).copied().unwrap_or_default();
+            let Count { pending, admitted } = tally.get(&name).copied().unwrap_or_default();
             let active = conditions::queue_active(set.inactive.get(&name).map(String::as_str), now);
             let mut conditions = observed.conditions.clone();
             conditions::upsert(&mut conditions, active);

@@ -18,8 +18,17 @@ use super::{
 };
 use crate::{plan, translate};
 
-/// Victims chosen this cycle: gang id → (cluster, preemptor id, its priority).
-pub(super) type Evictions = BTreeMap<String, (String, String, i32)>;
+/// A victim chosen this cycle: where it runs, and for whom.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Eviction {
+    pub(super) cluster: String,
+    /// The preemptor's gang id, and its priority.
+    pub(super) by: String,
+    pub(super) priority: i32,
+}
+
+/// This cycle's victims, by gang id.
+pub(super) type Evictions = BTreeMap<String, Eviction>;
 
 /// The status write, if the status changed.
 fn status_write(tj: &TrainJob, conditions: Vec<Condition>, jobs: Vec<JobStatus>) -> Option<StatusWrite> {
@@ -38,7 +47,7 @@ pub(super) fn settled(plan: &mut Plan, jobs: &[Job<'_>], tally: &mut Tally) {
             JobState::Waiting(_) => continue,
             JobState::Blocked => {
                 plan.pending += 1;
-                tally.entry(crate::translate::queue_name(job.tj)).or_default().0 += 1;
+                tally.entry(crate::translate::queue_name(job.tj)).or_default().pending += 1;
                 None
             }
             JobState::Finished => None,
@@ -50,7 +59,7 @@ pub(super) fn settled(plan: &mut Plan, jobs: &[Job<'_>], tally: &mut Tally) {
             JobState::Assumed(g) => Some(&g.queue),
         };
         if let Some(q) = queue {
-            tally.entry(q.clone()).or_default().1 += 1;
+            tally.entry(q.clone()).or_default().admitted += 1;
         }
         plan.statuses.extend(status_write(job.tj, job.conditions.clone(), job.jobs.clone()));
     }
@@ -121,7 +130,10 @@ pub(super) fn placements(
                     format!("preempting {} on cluster {cluster}; placed once they are gone", victims.join(", "));
                 conditions::upsert(&mut conds, conditions::waiting("Preempting", message, now));
                 for v in victims {
-                    evictions.insert(v.clone(), (cluster.clone(), gang.id.clone(), gang.priority));
+                    evictions.insert(
+                        v.clone(),
+                        Eviction { cluster: cluster.clone(), by: gang.id.clone(), priority: gang.priority },
+                    );
                 }
                 None
             }
@@ -134,9 +146,9 @@ pub(super) fn placements(
         let pending = spec.is_none();
         let count = tally.entry(gang.queue.clone()).or_default();
         if pending {
-            count.0 += 1
+            count.pending += 1
         } else {
-            count.1 += 1
+            count.admitted += 1
         }
         let spec = spec.or_else(|| {
             w.leaving.as_ref().map(|_| PlacementSpec {
@@ -190,7 +202,7 @@ fn withdrawal(p: &Placement, redispatch: Option<Moved>) -> PlacementWrite {
 pub(super) fn evictions(plan: &mut Plan, jobs: &[Job<'_>], evictions: &Evictions, now: &Time) {
     for job in jobs {
         let JobState::Running(a) = &job.state else { continue };
-        let Some((cluster, by, priority)) = evictions.get(&a.gang.id) else { continue };
+        let Some(Eviction { cluster, by, priority }) = evictions.get(&a.gang.id) else { continue };
         tracing::info!(trainjob = %a.gang.id, %cluster, preemptor = %by, "evicting");
         let (namespace, name) = key(&a.tj.metadata);
         let message = format!("evicted from cluster {cluster} for {by}");
