@@ -48,6 +48,11 @@ pub struct PlacementKey {
 }
 
 impl PlacementKey {
+    /// The key of what a Placement places: its TrainJob's UID at its epoch.
+    pub fn of(p: &Placement) -> PlacementKey {
+        PlacementKey { uid: p.spec.train_job_uid.clone(), epoch: p.spec.epoch }
+    }
+
     /// The key of the objects labelled with it, if they carry both labels.
     pub fn of_labels(labels: &std::collections::BTreeMap<String, String>) -> Option<PlacementKey> {
         let uid = labels.get(TRAINJOB_UID_LABEL)?.clone();

@@ -3,7 +3,7 @@
 
 use api::conditions::is_true;
 use api::jobset::{JobSet, JobSetCondition};
-use api::stowage::{CLUSTER_LABEL, EPOCH_LABEL, Placement, TRAINJOB_UID_LABEL};
+use api::stowage::{CLUSTER_LABEL, Placement, PlacementKey, TRAINJOB_UID_LABEL};
 use api::trainer::{ClusterTrainingRuntime, TrainingRuntime};
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::Api;
@@ -78,12 +78,12 @@ impl Caches {
     }
 }
 
-/// A placement key: (TrainJob UID, epoch).
-pub(crate) type Key = (String, i64);
+/// A placement key: TrainJob UID and epoch.
+pub(crate) type Key = PlacementKey;
 
+/// The placement a JobSet was made for, by the labels the agent puts on it.
 pub(crate) fn owner_key(js: &JobSet) -> Option<Key> {
-    let labels = js.labels();
-    Some((labels.get(TRAINJOB_UID_LABEL)?.clone(), labels.get(EPOCH_LABEL)?.parse().ok()?))
+    PlacementKey::of_labels(js.labels())
 }
 
 pub(crate) fn is_finished(js: &JobSet) -> bool {

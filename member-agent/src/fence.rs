@@ -28,8 +28,8 @@ pub(crate) async fn delete_jobset(member: &Client, js: &JobSet) -> Result<(), Er
 
 /// Deletes the PodGroups, ConfigMaps and Secrets made for `key` (kinds the member does not
 /// serve are skipped).
-pub(crate) async fn delete_companions(member: &Client, ns: &str, key: &(String, i64)) -> Result<(), Error> {
-    let selector = format!("{TRAINJOB_UID_LABEL}={},{EPOCH_LABEL}={}", key.0, key.1);
+pub(crate) async fn delete_companions(member: &Client, ns: &str, key: &Key) -> Result<(), Error> {
+    let selector = format!("{TRAINJOB_UID_LABEL}={},{EPOCH_LABEL}={}", key.uid, key.epoch);
     for ar in COMPANIONS.map(api_resource) {
         let api = Api::<DynamicObject>::namespaced_with(member.clone(), ns, &ar);
         let listed = match api.list(&ListParams::default().labels(&selector)).await {
@@ -82,7 +82,7 @@ pub(crate) async fn fence_all(member: &Client, cfg: &AgentConfig, caches: &Cache
 pub(crate) async fn placed_here(
     hub: &Client,
     cfg: &AgentConfig,
-    fenced: &BTreeSet<(String, i64)>,
+    fenced: &BTreeSet<Key>,
 ) -> Option<Vec<Arc<Placement>>> {
     let params = ListParams::default().labels(&format!("{CLUSTER_LABEL}={}", cfg.cluster));
     match Api::<Placement>::all(hub.clone()).list(&params).await {
@@ -90,7 +90,7 @@ pub(crate) async fn placed_here(
             list.items
                 .into_iter()
                 .filter(|p| p.spec.cluster.as_deref() == Some(cfg.cluster.as_str()) && !finished(p))
-                .filter(|p| fenced.contains(&(p.spec.train_job_uid.clone(), p.spec.epoch)))
+                .filter(|p| fenced.contains(&Key::of(p)))
                 .map(Arc::new)
                 .collect(),
         ),

@@ -16,7 +16,7 @@ use serde_json::json;
 
 use trainer_render::{self as render};
 
-use crate::caches::Caches;
+use crate::caches::{Caches, Key};
 use crate::config::{AgentConfig, CONCURRENT_APPLIES};
 use crate::error::{Error, kube_err};
 use crate::fence::{delete_companions, delete_jobset};
@@ -29,7 +29,7 @@ pub(crate) struct Delivered {
     /// The MemberCluster status was written.
     pub(crate) reported: bool,
     /// Keys whose companions it deleted: no longer fenced.
-    pub(crate) cleaned: Vec<(String, i64)>,
+    pub(crate) cleaned: Vec<Key>,
     /// Member Events relayed (best effort, as Events are): UID and count.
     pub(crate) relayed: Vec<(String, i32)>,
 }
@@ -52,7 +52,7 @@ pub(crate) async fn deliver(
     }
     for (key, js) in &round.stale {
         let ns = js.namespace().unwrap_or_default();
-        tracing::info!(jobset = %format!("{ns}/{}", js.name_any()), epoch = key.1, "fencing");
+        tracing::info!(jobset = %format!("{ns}/{}", js.name_any()), epoch = key.epoch, "fencing");
         delete_jobset(&member, js).await?;
         delete_companions(&member, &ns, key).await?;
         cfg.metrics.count_fenced(&cfg.cluster);

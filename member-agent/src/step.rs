@@ -149,13 +149,13 @@ impl Loop {
         // Back-offs long over belong to placements gone or made since.
         self.realise_retry.retain(|_, (_, at)| now < *at + backoff::MAX);
         survey.realise.retain(|p| {
-            let key = (p.spec.train_job_uid.clone(), p.spec.epoch);
+            let key = Key::of(p);
             self.realise_retry.get(&key).is_none_or(|(_, at)| now >= *at)
         });
         let mut actions = Vec::new();
         if !survey.realise.is_empty() {
             for p in &survey.realise {
-                self.state.in_flight.insert((p.spec.train_job_uid.clone(), p.spec.epoch));
+                self.state.in_flight.insert(Key::of(p));
             }
             actions.push(Action::Realise(survey.realise));
         }
@@ -200,7 +200,7 @@ impl Loop {
             .into_iter()
             .filter(|p| p.spec.cluster.as_deref() == Some(self.cfg.cluster.as_str()))
             .filter(|p| {
-                let key = (p.spec.train_job_uid.clone(), p.spec.epoch);
+                let key = Key::of(p);
                 self.state.fenced.contains_key(&key) && !self.state.in_flight.contains(&key) && !finished(p)
             })
             .collect();
@@ -208,7 +208,7 @@ impl Loop {
         let mut actions = Vec::new();
         if !again.is_empty() {
             for p in &again {
-                self.state.in_flight.insert((p.spec.train_job_uid.clone(), p.spec.epoch));
+                self.state.in_flight.insert(Key::of(p));
             }
             actions.push(Action::Realise(again));
         }
@@ -319,6 +319,10 @@ impl Loop {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn key(uid: &str, epoch: i64) -> Key {
+        Key { uid: uid.into(), epoch }
+    }
     use crate::testkit::{caches, config, names, placement};
 
     fn kinds(actions: &[Action]) -> Vec<&'static str> {
@@ -389,9 +393,10 @@ mod tests {
         agent.step(Wake::Timer, &c, lost, Timestamp::now());
         let fence = agent.step(Wake::Probed { answered: false }, &c, lost, Timestamp::now());
         assert_eq!(kinds(&fence), ["fence"]);
-        let deleted = vec![(("uid-1".to_string(), 3), "team".to_string())];
+        let key = Key { uid: "uid-1".to_string(), epoch: 3 };
+        let deleted = vec![(key.clone(), "team".to_string())];
         agent.step(Wake::Fenced(Fenced { deleted, error: None }), &c, lost, Timestamp::now());
-        assert_eq!(agent.state.fenced.get(&("uid-1".to_string(), 3)).map(String::as_str), Some("team"));
+        assert_eq!(agent.state.fenced.get(&key).map(String::as_str), Some("team"));
         assert_eq!(agent.state.fenced_at, Some(lost));
     }
 
@@ -432,8 +437,7 @@ mod tests {
         let lost = t0 + hub_lost;
         agent.step(Wake::Timer, &c, lost, Timestamp::now());
         assert_eq!(kinds(&agent.step(Wake::Probed { answered: false }, &c, lost, Timestamp::now())), ["fence"]);
-        let deleted =
-            vec![(("kept".to_string(), 1), "team".to_string()), (("moved".to_string(), 1), "team".to_string())];
+        let deleted = vec![(key("kept", 1), "team".to_string()), (key("moved", 1), "team".to_string())];
         agent.step(Wake::Fenced(Fenced { deleted, error: None }), &c, lost, Timestamp::now());
 
         // Still unanswered: nothing is made again, nothing confirmed; nor does a placement the
@@ -474,13 +478,13 @@ mod tests {
         assert!(!kinds(&after).contains(&"confirm"), "{after:?}");
         // Made again: no longer fenced.
         agent.step(
-            Wake::Realised { key: ("kept".into(), 1), placement: "team/kept".into(), result: Ok(()) },
+            Wake::Realised { key: key("kept", 1), placement: "team/kept".into(), result: Ok(()) },
             &c,
             retry,
             Timestamp::now(),
         );
-        assert!(!agent.state.fenced.contains_key(&("kept".to_string(), 1)));
-        assert!(agent.state.fenced.contains_key(&("moved".to_string(), 1)), "left for the caches to see gone");
+        assert!(!agent.state.fenced.contains_key(&key("kept", 1)));
+        assert!(agent.state.fenced.contains_key(&key("moved", 1)), "left for the caches to see gone");
     }
 
     /// A realisation that failed (its hub out of reach, say) is not started again on every
@@ -492,7 +496,7 @@ mod tests {
         let c = caches(vec![placement("a", "east", None)], Vec::new());
         assert!(kinds(&agent.step(Wake::Changed, &c, t0, Timestamp::now())).contains(&"realise"));
         let failed = Wake::Realised {
-            key: ("a".into(), 1),
+            key: key("a", 1),
             placement: "team/a".into(),
             result: Err(Error::Timeout(Duration::from_secs(1))),
         };

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use kube_shell::watch::{self};
 
-use crate::caches::{Caches, owner_key};
+use crate::caches::{Caches, Key, owner_key};
 use crate::config::AgentConfig;
 use crate::metrics::phase_label;
 use crate::mirror::{self, MirrorPlan, Owner};
@@ -22,11 +22,11 @@ use crate::status::{failure, pending_reason, status_of};
 #[derive(Debug)]
 pub struct State {
     /// (TrainJob uid, epoch) applied by this process and maybe not yet in the JobSet cache.
-    pub(crate) applied: BTreeSet<(String, i64)>,
+    pub(crate) applied: BTreeSet<Key>,
     /// (TrainJob uid, epoch) queued or being realised.
-    pub(crate) in_flight: BTreeSet<(String, i64)>,
+    pub(crate) in_flight: BTreeSet<Key>,
     /// (TrainJob uid, epoch) → namespace of JobSets it deleted while the hub was unreachable.
-    pub(crate) fenced: BTreeMap<(String, i64), String>,
+    pub(crate) fenced: BTreeMap<Key, String>,
     /// When it last fenced for a lost hub: what it deleted then is made again only after a fresh
     /// list taken after and a claim (`fence::reclaim`), never from a cache the hub-lost time left
     /// behind, nor from a relist alone (a dispatcher may be moving it that very moment).
@@ -73,7 +73,7 @@ pub(crate) struct Round {
     /// Placement statuses that differ from what the hub has.
     pub(crate) statuses: Vec<(String, String, PlacementStatus)>,
     /// JobSets this agent made for an epoch or TrainJob no longer placed here (fencing).
-    pub(crate) stale: Vec<((String, i64), Arc<JobSet>)>,
+    pub(crate) stale: Vec<(Key, Arc<JobSet>)>,
     /// The member's JobSets made by this agent, by phase label (for the metrics).
     pub(crate) jobsets: BTreeMap<&'static str, u64>,
     /// Placements whose statuses say Running for the first time at their epoch: how long
@@ -84,7 +84,7 @@ pub(crate) struct Round {
     /// Member Events to relay to the hub's TrainJobs.
     pub(crate) relays: Vec<Relay>,
     /// Fenced while the hub was out of reach and no longer placed here: their companions go.
-    pub(crate) gone: Vec<((String, i64), String)>,
+    pub(crate) gone: Vec<(Key, String)>,
     /// Failed Placements whose failing container left no termination message: its pod and
     /// container, whose last log lines the shell adds to the status message.
     pub(crate) log_tails: BTreeMap<(String, String), (String, String)>,
@@ -133,7 +133,7 @@ pub(crate) fn survey(
             (PlacementKey { uid: uid.clone(), epoch: p.spec.epoch }, Owner { name: p.name_any(), uid })
         })
         .collect();
-    let jobsets: BTreeMap<(String, i64), Arc<JobSet>> =
+    let jobsets: BTreeMap<Key, Arc<JobSet>> =
         caches.jobsets.state().into_iter().filter_map(|js| Some((owner_key(&js)?, js))).collect();
     state.applied.retain(|k| !jobsets.contains_key(k));
     let heartbeat = round == Some(true);
@@ -142,7 +142,7 @@ pub(crate) fn survey(
     let mut survey = Survey { round: Round { heartbeat, ..Round::default() }, ..Survey::default() };
     let mut current = BTreeSet::new();
     for p in placements {
-        let key = (p.spec.train_job_uid.clone(), p.spec.epoch);
+        let key = Key::of(&p);
         current.insert(key.clone());
         let (ns, name) = (p.namespace().unwrap_or_default(), p.name_any());
         let reported = p.status.as_ref().filter(|s| s.observed_epoch == p.spec.epoch);
@@ -210,7 +210,7 @@ pub(crate) fn survey(
         return survey;
     }
     for (key, js) in &jobsets {
-        *survey.round.jobsets.entry(phase_label(status_of(js, key.1, None, false).phase)).or_default() += 1;
+        *survey.round.jobsets.entry(phase_label(status_of(js, key.epoch, None, false).phase)).or_default() += 1;
     }
     let trainjob_pods = caches.trainjob_pods.state();
     survey.round.mirrors = mirror::plan(&cfg.cluster, &trainjob_pods, &caches.copies.state(), &owners);
@@ -231,6 +231,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    fn key(uid: &str, epoch: i64) -> Key {
+        Key { uid: uid.into(), epoch }
+    }
     use crate::testkit::{caches, config, from, jobset, names, placement};
 
     #[test]
@@ -257,7 +261,7 @@ mod tests {
         let phases: Vec<(&str, PlacementPhase)> =
             between.round.statuses.iter().map(|(_, name, s)| (name.as_str(), s.phase)).collect();
         assert_eq!(phases, [("running", PlacementPhase::Running), ("vanished", PlacementPhase::Lost)]);
-        let stale: Vec<&str> = between.round.stale.iter().map(|(k, _)| k.0.as_str()).collect();
+        let stale: Vec<&str> = between.round.stale.iter().map(|(k, _)| k.uid.as_str()).collect();
         assert_eq!(stale, ["old-epoch"]);
         assert!(!between.round.heartbeat);
     }
@@ -266,9 +270,9 @@ mod tests {
     fn what_is_being_realised_or_just_applied_is_neither_started_again_nor_lost() {
         let c = caches(vec![placement("a", "east", Some("Applied")), placement("b", "east", None)], Vec::new());
         let mut state = State::new(Instant::now());
-        state.in_flight.insert(("b".into(), 1));
+        state.in_flight.insert(key("b", 1));
         // Applied by this process, not yet in the JobSet cache.
-        state.applied.insert(("a".into(), 1));
+        state.applied.insert(key("a", 1));
         let s = survey(&config(), &c, &mut state, Some(true), k8s_openapi::jiff::Timestamp::now());
         assert!(s.realise.is_empty());
         assert!(s.round.statuses.is_empty(), "{:?}", s.round.statuses);
@@ -276,7 +280,7 @@ mod tests {
         // Once the JobSet cache has it, `applied` forgets it.
         let c = caches(vec![placement("a", "east", Some("Applied"))], vec![jobset("a", 1, 0)]);
         let s = survey(&config(), &c, &mut state, Some(false), k8s_openapi::jiff::Timestamp::now());
-        assert!(!state.applied.contains(&("a".to_string(), 1)));
+        assert!(!state.applied.contains(&key("a", 1)));
         let phases: Vec<PlacementPhase> = s.round.statuses.iter().map(|(_, _, s)| s.phase).collect();
         assert_eq!(phases, [PlacementPhase::Applied], "still Applied, now with the JobSet's counts");
         // Not running start_timeout after its JobSet was made: Unschedulable.
@@ -293,7 +297,7 @@ mod tests {
     fn what_was_fenced_for_a_lost_hub_is_never_made_again_from_the_caches() {
         let c = caches(vec![placement("a", "east", Some("Running"))], Vec::new());
         let mut state = State::new(Instant::now());
-        state.fenced.insert(("a".into(), 1), "team".into());
+        state.fenced.insert(key("a", 1), "team".into());
         state.fenced_at = Some(Instant::now());
         // The cache may be what the hub-lost time left, or a relist taken while the dispatcher
         // moves it: only a claim (Loop::confirmed) makes it again.

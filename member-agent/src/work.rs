@@ -6,7 +6,7 @@ use std::sync::Arc;
 use api::stowage::{Placement, PlacementPhase, PlacementStatus};
 use kube::{Client, ResourceExt};
 
-use crate::caches::Caches;
+use crate::caches::{Caches, Key};
 use crate::config::{AgentConfig, CONCURRENT_APPLIES};
 use crate::error::Error;
 use crate::realise::{ensure_namespace, realise};
@@ -98,7 +98,7 @@ impl Work {
         loop {
             match self.running.join_next().await? {
                 Ok((p, result)) => {
-                    let key = (p.spec.train_job_uid.clone(), p.spec.epoch);
+                    let key = Key::of(&p);
                     return Some(Wake::Realised { key, placement: p.name_any(), result });
                 }
                 // Cancelled is how `abandon` stops them; only a panic is news.
