@@ -162,13 +162,17 @@ fn modules(src: &std::path::Path) -> BTreeMap<String, std::path::PathBuf> {
         for entry in std::fs::read_dir(dir).expect("source dir") {
             let path = entry.expect("entry").path();
             let Some(stem) = path.file_stem().and_then(|s| s.to_str()).map(str::to_string) else { continue };
-            if path.is_dir() {
+            // `src/bin/` holds crates of their own, not modules.
+            if path.is_dir() && !(prefix.is_empty() && stem == "bin") {
                 let mut inner = prefix.to_vec();
                 inner.push(stem);
                 walk(&path, &inner, out);
-            } else if path.extension().is_some_and(|e| e == "rs") && !(prefix.is_empty() && stem == "bin") {
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                // A folder's `mod.rs` and the crate's root (`lib.rs`, `main.rs`) are the module
+                // of their folder; any other file is a module of its own.
+                let root = prefix.is_empty() && matches!(stem.as_str(), "lib" | "main");
                 let mut m = prefix.to_vec();
-                if !matches!(stem.as_str(), "mod" | "lib" | "main") || !prefix.is_empty() && stem != "mod" {
+                if stem != "mod" && !root {
                     m.push(stem);
                 }
                 out.insert(m.join("::"), path);

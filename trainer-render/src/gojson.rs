@@ -5,6 +5,7 @@
 //! (`k8s.io/api` v0.36.2 `core/v1/types.go`, kubeflow/trainer v2.3.0
 //! `pkg/apis/trainer/v1alpha1`); a nested type not listed here prints its keys sorted.
 
+use kube_conventions::gojson::write_string;
 use serde_json::Value;
 
 #[derive(Debug, Clone, Copy)]
@@ -271,7 +272,7 @@ fn write(v: &Value, ty: Ty, out: &mut String) {
                     out.push(',');
                 }
                 first = false;
-                write_str(k, out);
+                write_string(out, k, true);
                 out.push(':');
                 write(x, t, out);
             };
@@ -295,7 +296,7 @@ fn write(v: &Value, ty: Ty, out: &mut String) {
                 if i > 0 {
                     out.push(',');
                 }
-                write_str(k, out);
+                write_string(out, k, true);
                 out.push(':');
                 write(x, Ty::Any, out);
             }
@@ -315,16 +316,11 @@ fn write(v: &Value, ty: Ty, out: &mut String) {
             }
             out.push(']');
         }
-        (Value::String(s), _) => write_str(s, out),
+        (Value::String(s), _) => write_string(out, s, true),
         (Value::Null, _) => out.push_str("null"),
         (Value::Bool(b), _) => out.push_str(if *b { "true" } else { "false" }),
         (Value::Number(n), _) => out.push_str(&n.to_string()),
     }
-}
-
-/// A JSON string as `encoding/json` escapes it (HTML-safe).
-fn write_str(s: &str, out: &mut String) {
-    kube_conventions::gojson::write_string(out, s, true);
 }
 
 #[cfg(test)]
