@@ -21,7 +21,7 @@ use super::rbac;
 use super::resources::{Discovery, ResourceType};
 use super::selectors::Selector;
 use super::status::ApiError;
-use super::store::{ApplyOptions, EventType, Part, Signal, WriteOptions};
+use super::store::{ApplyOptions, Event, EventType, Part, Signal, WriteOptions};
 use super::table;
 use super::{Access, Shared, Store};
 
@@ -507,12 +507,17 @@ fn list(
 
 /// `{"type":…,"object":…}` and a newline, written straight from the borrowed object.
 fn watch_line(kind: &str, object: &Value) -> Bytes {
-    let mut line = Vec::with_capacity(256);
+    // Writing a Value into a Vec cannot fail.
+    watch_line_raw(kind, &serde_json::to_vec(object).unwrap_or_default())
+}
+
+/// [`watch_line`] around an object already written as JSON.
+fn watch_line_raw(kind: &str, json: &[u8]) -> Bytes {
+    let mut line = Vec::with_capacity(json.len() + 32);
     line.extend_from_slice(b"{\"type\":\"");
     line.extend_from_slice(kind.as_bytes());
     line.extend_from_slice(b"\",\"object\":");
-    // Writing a Value into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut line, object);
+    line.extend_from_slice(json);
     line.extend_from_slice(b"}\n");
     Bytes::from(line)
 }
@@ -534,16 +539,14 @@ fn watch(
     let from = q.get("resourceVersion").and_then(|r| r.parse::<u64>().ok()).filter(|r| *r > 0);
     let (backlog, mut rx, start_rv) = {
         let store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
-        let backlog: Vec<(EventType, Value, Option<Value>)> = match from {
-            Some(rv) => {
-                store.since(&t.rt, rv)?.into_iter().map(|e| (e.kind, e.object.clone(), e.previous.clone())).collect()
-            }
+        let backlog: Vec<Arc<Event>> = match from {
+            Some(rv) => store.since(&t.rt, rv)?,
             // "Most recent": the current state as ADDED events, then changes.
             None => store
                 .list(&t.rt, t.namespace.as_deref(), &|_| true, None, None)
                 .0
                 .into_iter()
-                .map(|o| (EventType::Added, o, None))
+                .map(|o| Arc::new(Event::listed(o)))
                 .collect(),
         };
         (backlog, store.tx.subscribe(), store.resource_version())
@@ -556,12 +559,20 @@ fn watch(
     let keep = move |o: &Value| {
         ns.as_deref().is_none_or(|n| o["metadata"]["namespace"].as_str() == Some(n)) && selector.matches(o)
     };
-    let present = {
+    // An event's line: the object's JSON as the store wrote it once, where this watch's version
+    // is the stored one (most watches); otherwise, or as a table, the object copied and presented.
+    let line = {
         let (api_version, kind, rt) = (api_version.clone(), kind.clone(), t.rt.clone());
-        move |mut o: Value| {
+        move |k: EventType, e: &Event| -> Bytes {
+            let stored_as_watched = e.object.get("apiVersion").and_then(Value::as_str) == Some(api_version.as_str())
+                && e.object.get("kind").and_then(Value::as_str) == Some(kind.as_str());
+            if as_table.is_none() && stored_as_watched && !e.json.is_empty() {
+                return watch_line_raw(k.as_str(), &e.json);
+            }
+            let mut o = Value::clone(&e.object);
             o["apiVersion"] = api_version.clone().into();
             o["kind"] = kind.clone().into();
-            match as_table {
+            let o = match as_table {
                 // One row per event, with the columns each time: kubectl prints the header once,
                 // for as long as the columns stay the same.
                 Some((version, include)) => {
@@ -569,7 +580,8 @@ fn watch(
                     table::table(&rt, &[o], version, include, json!({"resourceVersion": rv}))
                 }
                 None => o,
-            }
+            };
+            watch_line(k.as_str(), &o)
         }
     };
     let faults = shared.clone();
@@ -586,9 +598,9 @@ fn watch(
     };
     tokio::spawn(async move {
         let deadline = tokio::time::Instant::now() + timeout;
-        for (k, o, previous) in backlog {
-            if let Some(k) = translate(k, &o, previous.as_ref())
-                && tx.send(watch_line(k.as_str(), &present(o))).await.is_err()
+        for e in backlog {
+            if let Some(k) = translate(e.kind, &e.object, e.previous.as_deref())
+                && tx.send(line(k, &e)).await.is_err()
             {
                 return;
             }
@@ -613,8 +625,8 @@ fn watch(
                     Ok(Signal::Event(e)) => {
                         if e.store != store_key || e.rv <= last_rv { continue; }
                         last_rv = e.rv;
-                        if let Some(k) = translate(e.kind, &e.object, e.previous.as_ref())
-                            && tx.send(watch_line(k.as_str(), &present(e.object.clone()))).await.is_err()
+                        if let Some(k) = translate(e.kind, &e.object, e.previous.as_deref())
+                            && tx.send(line(k, &e)).await.is_err()
                         {
                             return;
                         }

@@ -44,12 +44,33 @@ pub struct Event {
     /// Group and plural: objects are stored once, whichever version a client uses.
     pub store: (String, String),
     pub kind: EventType,
-    pub object: Value,
+    /// Shared with the store (and with the event after it, as its `previous`): an object is
+    /// not copied per write, per event or per watch.
+    pub object: Arc<Value>,
+    /// The object as compact JSON, written once: every watch of its version sends these bytes
+    /// instead of writing the object again.
+    pub json: bytes::Bytes,
     /// For MODIFIED, the object before: a selector-filtered watch turns a change into ADDED or
     /// DELETED when the object starts or stops matching, as the real server does.
-    pub previous: Option<Value>,
+    pub previous: Option<Arc<Value>>,
     /// The object and the previous one as JSON, in bytes: what the event costs the history.
     pub bytes: usize,
+}
+
+impl Event {
+    /// An object of a list a watch starts from, sent as ADDED: not in the history, and written
+    /// as JSON by the watch that lists it (its version may not be the stored one).
+    pub fn listed(object: Value) -> Self {
+        Event {
+            rv: 0,
+            store: (String::new(), String::new()),
+            kind: EventType::Added,
+            object: Arc::new(object),
+            json: bytes::Bytes::new(),
+            previous: None,
+            bytes: 0,
+        }
+    }
 }
 
 /// Signals to watches: an event, or "the history was compacted, end now".
@@ -63,7 +84,7 @@ pub enum Signal {
 #[derive(Debug)]
 pub struct Store {
     pub types: BTreeMap<ResourceKey, ResourceType>,
-    objects: BTreeMap<(String, String), BTreeMap<(String, String), Value>>,
+    objects: BTreeMap<(String, String), BTreeMap<(String, String), Arc<Value>>>,
     rv: u64,
     history: VecDeque<Arc<Event>>,
     /// The bytes of the events in `history`, and the most it may hold: past it the oldest go,
@@ -321,9 +342,11 @@ impl Store {
         self.history_bytes
     }
 
-    fn emit(&mut self, rt: &ResourceType, kind: EventType, object: Value, previous: Option<Value>) {
-        let bytes = json_bytes(&object) + previous.as_ref().map_or(0, json_bytes);
-        let event = Arc::new(Event { rv: self.rv, store: store_key(rt), kind, object, previous, bytes });
+    fn emit(&mut self, rt: &ResourceType, kind: EventType, object: Arc<Value>, previous: Option<Arc<Value>>) {
+        // Writing a Value into a Vec cannot fail.
+        let json = bytes::Bytes::from(serde_json::to_vec(&*object).unwrap_or_default());
+        let bytes = json.len() + previous.as_deref().map_or(0, json_bytes);
+        let event = Arc::new(Event { rv: self.rv, store: store_key(rt), kind, object, json, previous, bytes });
         self.history.push_back(event.clone());
         self.history_bytes += bytes;
         self.compact_history();
@@ -359,7 +382,7 @@ impl Store {
         Ok(self.history.iter().filter(|e| e.rv > rv && e.store == key).cloned().collect())
     }
 
-    fn bucket(&self, rt: &ResourceType) -> Option<&BTreeMap<(String, String), Value>> {
+    fn bucket(&self, rt: &ResourceType) -> Option<&BTreeMap<(String, String), Arc<Value>>> {
         self.objects.get(&store_key(rt))
     }
 
@@ -374,12 +397,12 @@ impl Store {
     /// The stored objects of one kind, borrowed, in (namespace, name) order: in-process
     /// controllers scan with this instead of copying every object each pass.
     pub fn objects(&self, rt: &ResourceType) -> impl Iterator<Item = &Value> {
-        self.bucket(rt).into_iter().flat_map(|b| b.values())
+        self.bucket(rt).into_iter().flat_map(|b| b.values()).map(|o| &**o)
     }
 
     /// One stored object, borrowed, as stored (in its storage version).
     pub fn peek(&self, rt: &ResourceType, ns: Option<&str>, name: &str) -> Option<&Value> {
-        self.bucket(rt)?.get(&(ns.unwrap_or("").to_string(), name.to_string()))
+        self.bucket(rt)?.get(&(ns.unwrap_or("").to_string(), name.to_string())).map(|o| &**o)
     }
 
     pub fn get(&self, rt: &ResourceType, ns: Option<&str>, name: &str) -> Result<Value, ApiError> {
@@ -626,9 +649,10 @@ impl Store {
         }
         obj["apiVersion"] = rt.api_version().into();
         obj["kind"] = rt.kind.clone().into();
-        self.objects.entry(store_key(rt)).or_default().insert(key, obj.clone());
-        self.emit(rt, EventType::Added, obj.clone(), None);
-        Ok(obj)
+        let stored = Arc::new(obj);
+        self.objects.entry(store_key(rt)).or_default().insert(key, stored.clone());
+        self.emit(rt, EventType::Added, stored.clone(), None);
+        Ok(Arc::unwrap_or_clone(stored))
     }
 
     /// The types a CustomResourceDefinition defines, checked as kube-apiserver validates one
@@ -721,7 +745,7 @@ impl Store {
         let display = rt.display_name();
         // The stored object is read borrowed: objects are large, and most writes are status
         // updates that copy it once anyway.
-        let Some(old) = self.bucket(rt).and_then(|b| b.get(&key)) else {
+        let Some(old) = self.bucket(rt).and_then(|b| b.get(&key)).map(|o| &**o) else {
             return Err(ApiError::not_found(&display, name));
         };
         if !obj.is_object() {
@@ -818,12 +842,13 @@ impl Store {
         obj["kind"] = rt.kind.clone().into();
         let finalizing = obj["metadata"].get("deletionTimestamp").is_some()
             && obj["metadata"].get("finalizers").and_then(Value::as_array).is_none_or(|f| f.is_empty());
-        let previous = self.objects.entry(store_key(rt)).or_default().insert(key.clone(), obj.clone());
-        self.emit(rt, EventType::Modified, obj.clone(), previous);
+        let stored = Arc::new(obj);
+        let previous = self.objects.entry(store_key(rt)).or_default().insert(key.clone(), stored.clone());
+        self.emit(rt, EventType::Modified, stored.clone(), previous);
         if finalizing {
             self.remove(rt, &key);
         }
-        Ok(obj)
+        Ok(Arc::unwrap_or_clone(stored))
     }
 
     /// Writes the object's managedFields for an update, as `record` says.
@@ -906,8 +931,11 @@ impl Store {
     ) -> Result<Value, ApiError> {
         let key = (ns.unwrap_or("").to_string(), name.to_string());
         let display = rt.display_name();
-        let mut obj =
-            self.bucket(rt).and_then(|b| b.get(&key)).cloned().ok_or_else(|| ApiError::not_found(&display, name))?;
+        let mut obj = self
+            .bucket(rt)
+            .and_then(|b| b.get(&key))
+            .map(|o| Value::clone(o))
+            .ok_or_else(|| ApiError::not_found(&display, name))?;
         policy::admit(
             self,
             &Attributes {
@@ -932,8 +960,10 @@ impl Store {
                 obj["metadata"]["deletionTimestamp"] = now_rfc3339().into();
                 obj["metadata"]["deletionGracePeriodSeconds"] = 0.into();
                 obj["metadata"]["resourceVersion"] = self.rv.to_string().into();
-                let previous = self.objects.entry(store_key(rt)).or_default().insert(key, obj.clone());
-                self.emit(rt, EventType::Modified, obj.clone(), previous);
+                let stored = Arc::new(obj);
+                let previous = self.objects.entry(store_key(rt)).or_default().insert(key, stored.clone());
+                self.emit(rt, EventType::Modified, stored.clone(), previous);
+                return Ok(Arc::unwrap_or_clone(stored));
             }
             return Ok(obj);
         }
@@ -941,9 +971,10 @@ impl Store {
     }
 
     fn remove(&mut self, rt: &ResourceType, key: &(String, String)) -> Option<Value> {
-        let mut obj = self.objects.get_mut(&store_key(rt))?.remove(key)?;
+        let mut obj = Arc::unwrap_or_clone(self.objects.get_mut(&store_key(rt))?.remove(key)?);
         self.rv += 1;
         obj["metadata"]["resourceVersion"] = self.rv.to_string().into();
+        let obj = Arc::new(obj);
         self.emit(rt, EventType::Deleted, obj.clone(), None);
         if rt.plural == "namespaces" {
             self.delete_namespace_contents(&key.1);
@@ -957,7 +988,7 @@ impl Store {
         if let Some(uid) = meta_str(&obj, "uid").map(str::to_string) {
             self.collect_garbage(&uid);
         }
-        Some(obj)
+        Some(Arc::unwrap_or_clone(obj))
     }
 
     fn unregister_crd(&mut self, crd: &Value) {
