@@ -81,10 +81,13 @@ pub enum Signal {
     Expire,
 }
 
+/// One kind's objects by (namespace, name), shared with the events that wrote them.
+type Bucket = BTreeMap<(String, String), Arc<Value>>;
+
 #[derive(Debug)]
 pub struct Store {
     pub types: BTreeMap<ResourceKey, ResourceType>,
-    objects: BTreeMap<(String, String), BTreeMap<(String, String), Arc<Value>>>,
+    objects: BTreeMap<(String, String), Bucket>,
     rv: u64,
     history: VecDeque<Arc<Event>>,
     /// The bytes of the events in `history`, and the most it may hold: past it the oldest go,
@@ -382,7 +385,7 @@ impl Store {
         Ok(self.history.iter().filter(|e| e.rv > rv && e.store == key).cloned().collect())
     }
 
-    fn bucket(&self, rt: &ResourceType) -> Option<&BTreeMap<(String, String), Arc<Value>>> {
+    fn bucket(&self, rt: &ResourceType) -> Option<&Bucket> {
         self.objects.get(&store_key(rt))
     }
 
