@@ -20,6 +20,10 @@ use kube::api::{Api, ListParams, PostParams};
 use playground::{Playground, PlaygroundOptions};
 use serde_json::json;
 
+// The `stowage` binary's allocator (cli/src/main.rs): the burst measures what `stowage dev` runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
@@ -172,10 +176,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         println!("  placements per second   {:>8.0}", latencies.len() as f64 / last.as_secs_f64());
     }
+    // The Events by reason, counted (`count`) as the hub aggregates them.
+    let mut reasons: BTreeMap<String, (usize, i64)> = BTreeMap::new();
+    for e in Api::<k8s_openapi::api::core::v1::Event>::default_namespaced(hub.clone()).list(&ListParams::default()).await?.items {
+        let r = reasons.entry(e.reason.unwrap_or_default()).or_default();
+        r.0 += 1;
+        r.1 += i64::from(e.count.unwrap_or(1));
+    }
     let total: usize = writes.values().sum();
     println!("  hub writes per TrainJob  {:>7.2}", total as f64 / n.max(1) as f64);
     for ((what, verb), count) in &writes {
         println!("    {verb:>6} {what:<28} {:>6.2}", *count as f64 / n.max(1) as f64);
+    }
+    for (reason, (objects, count)) in &reasons {
+        println!("    Events {reason:<21} {:>6.2} per TrainJob, counted {:.2}", *objects as f64 / n.max(1) as f64, *count as f64 / n.max(1) as f64);
     }
     println!(
         "  decide() for all {n}     {:>8.2} ms (median of 5; {placed} placed)",
