@@ -24,6 +24,23 @@ use serde_json::json;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// CPU time so far of each of this process's threads, by name (Linux's /proc; empty elsewhere):
+/// where a burst's CPU goes, which the machine's cores bound before anything else.
+fn thread_cpu() -> BTreeMap<String, Duration> {
+    let mut by_name: BTreeMap<String, Duration> = BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return by_name };
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else { continue };
+        // `pid (comm) state ...`: the name may hold spaces, so split at the last ')'.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        // utime and stime are fields 14 and 15 of stat(5), in clock ticks (100 a second on Linux).
+        let ticks: u64 = fields.get(11..13).into_iter().flatten().filter_map(|f| f.parse::<u64>().ok()).sum();
+        *by_name.entry(stat[open + 1..close].to_string()).or_default() += Duration::from_millis(ticks * 10);
+    }
+    by_name
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
@@ -83,6 +100,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let members: Vec<api::stowage::MemberCluster> = Api::all(hub.clone()).list(&ListParams::default()).await?.items;
     // Every request the hub serves from here on, to count its writes per TrainJob.
     p.hub_server.faults().record_accesses();
+    let cpu_before = thread_cpu();
     let started = Instant::now();
     let created: Vec<(String, Instant)> = futures::stream::iter(0..n)
         .map(|i| {
@@ -108,6 +126,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             _ => break,
         }
     }
+    let cpu_after = thread_cpu();
     let mut placed_at: BTreeMap<String, Instant> = BTreeMap::new();
     while let Ok((uid, at)) = prx.try_recv() {
         placed_at.entry(uid).or_insert(at);
@@ -121,14 +140,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let last = seen.values().max().map_or(Duration::ZERO, |t| t.duration_since(started));
     // The hub's writes until the last JobSet appeared (the agents' heartbeats included).
     let mut writes: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let mut reads: BTreeMap<(String, String), usize> = BTreeMap::new();
     for a in p.hub_server.faults().requests() {
-        if matches!(a.verb.as_str(), "create" | "update" | "patch" | "delete") {
-            let what = match &a.subresource {
-                Some(sub) => format!("{}/{sub}", a.resource),
-                None => a.resource.clone(),
-            };
-            *writes.entry((what, a.verb.clone())).or_default() += 1;
-        }
+        let what = match &a.subresource {
+            Some(sub) => format!("{}/{sub}", a.resource),
+            None => a.resource.clone(),
+        };
+        let tally =
+            if matches!(a.verb.as_str(), "create" | "update" | "patch" | "delete") { &mut writes } else { &mut reads };
+        *tally.entry((what, a.verb.clone())).or_default() += 1;
     }
 
     // The decision alone: every TrainJob pending, the fleet as the agents reported it before.
@@ -178,18 +198,52 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     // The Events by reason, counted (`count`) as the hub aggregates them.
     let mut reasons: BTreeMap<String, (usize, i64)> = BTreeMap::new();
-    for e in Api::<k8s_openapi::api::core::v1::Event>::default_namespaced(hub.clone()).list(&ListParams::default()).await?.items {
+    for e in Api::<k8s_openapi::api::core::v1::Event>::default_namespaced(hub.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+    {
         let r = reasons.entry(e.reason.unwrap_or_default()).or_default();
         r.0 += 1;
         r.1 += i64::from(e.count.unwrap_or(1));
+    }
+    // The burst's CPU by thread: the hub's API server, the members' (their simulated JobSet
+    // controller, scheduler and kubelet run on their threads), and the rest (the dispatcher, the
+    // agents and this client, on the shared runtime's workers).
+    let hub_thread = format!("apiserver-{}", p.hub_server.addr().port());
+    let mut cpu: BTreeMap<&str, Duration> = BTreeMap::new();
+    for (name, after) in &cpu_after {
+        let spent = after.saturating_sub(cpu_before.get(name).copied().unwrap_or_default());
+        let group = if *name == hub_thread {
+            "hub API server"
+        } else if name.starts_with("apiserver-") {
+            "member API servers"
+        } else {
+            "controllers and client"
+        };
+        *cpu.entry(group).or_default() += spent;
     }
     let total: usize = writes.values().sum();
     println!("  hub writes per TrainJob  {:>7.2}", total as f64 / n.max(1) as f64);
     for ((what, verb), count) in &writes {
         println!("    {verb:>6} {what:<28} {:>6.2}", *count as f64 / n.max(1) as f64);
     }
+    let cpu_total: Duration = cpu.values().sum();
+    println!("  CPU per TrainJob         {:>7.2} ms", cpu_total.as_secs_f64() * 1e3 / n.max(1) as f64);
+    for (group, spent) in &cpu {
+        println!("    {group:<34} {:>6.2} ms", spent.as_secs_f64() * 1e3 / n.max(1) as f64);
+    }
+    let total_reads: usize = reads.values().sum();
+    println!("  hub reads per TrainJob   {:>7.2}", total_reads as f64 / n.max(1) as f64);
+    for ((what, verb), count) in &reads {
+        println!("    {verb:>6} {what:<28} {:>6.2}", *count as f64 / n.max(1) as f64);
+    }
     for (reason, (objects, count)) in &reasons {
-        println!("    Events {reason:<21} {:>6.2} per TrainJob, counted {:.2}", *objects as f64 / n.max(1) as f64, *count as f64 / n.max(1) as f64);
+        println!(
+            "    Events {reason:<21} {:>6.2} per TrainJob, counted {:.2}",
+            *objects as f64 / n.max(1) as f64,
+            *count as f64 / n.max(1) as f64
+        );
     }
     println!(
         "  decide() for all {n}     {:>8.2} ms (median of 5; {placed} placed)",
