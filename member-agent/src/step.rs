@@ -26,7 +26,7 @@ use crate::config::AgentConfig;
 use crate::error::Error;
 use crate::fence::Fenced;
 use crate::report::Delivered;
-use crate::survey::{Round, State, finished, survey};
+use crate::survey::{Reach, Round, State, finished, survey};
 
 /// What woke the agent.
 #[derive(Debug)]
@@ -140,7 +140,12 @@ impl Loop {
         }
         let heartbeat_due = self.state.last_report.is_none_or(|t| now.duration_since(t) >= self.cfg.timing.heartbeat);
         let may_start = !self.round_running && now >= self.retry_at;
-        let mut survey = survey(&self.cfg, caches, &mut self.state, may_start.then_some(heartbeat_due), wall);
+        let reach = match (may_start, heartbeat_due) {
+            (false, _) => Reach::Starts,
+            (true, false) => Reach::Round,
+            (true, true) => Reach::Heartbeat,
+        };
+        let mut survey = survey(&self.cfg, caches, &mut self.state, reach, wall);
         // Fenced and not confirmed since: the caches may be what the hub-lost time left, with
         // placements the dispatcher has moved on meanwhile. Nothing new starts from them.
         if self.suspect() {

@@ -101,6 +101,25 @@ impl Round {
     }
 }
 
+/// How far one look goes: starting what was placed is every wake's; reporting and cleaning is
+/// a round's, and only when none is running; the heartbeat (and asking the pods why a gang
+/// waits) only when one is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reach {
+    /// Only what to start: a round is running, or backing off.
+    Starts,
+    /// What to start and a round's work.
+    Round,
+    /// A round's work with the heartbeat.
+    Heartbeat,
+}
+
+impl Reach {
+    fn round(self) -> bool {
+        self != Reach::Starts
+    }
+}
+
 /// Whether the agent has reported the placement's current epoch over: done, or given up here.
 pub(crate) fn finished(p: &Placement) -> bool {
     p.status.as_ref().filter(|s| s.observed_epoch == p.spec.epoch).is_some_and(|s| {
@@ -112,13 +131,13 @@ pub(crate) fn finished(p: &Placement) -> bool {
 }
 
 /// Compares the placements for this cluster with the member's JobSets: what to realise and,
-/// with `round` (`Some(heartbeat)`), what a round should do. Forgets applied keys the JobSet
+/// as far as `reach` goes, what a round should do. Forgets applied keys the JobSet
 /// cache has caught up with.
 pub(crate) fn survey(
     cfg: &AgentConfig,
     caches: &Caches,
     state: &mut State,
-    round: Option<bool>,
+    reach: Reach,
     now: k8s_openapi::jiff::Timestamp,
 ) -> Survey {
     let placements: Vec<Arc<Placement>> = watch::sorted(&caches.placements)
@@ -136,7 +155,7 @@ pub(crate) fn survey(
     let jobsets: BTreeMap<Key, Arc<JobSet>> =
         caches.jobsets.state().into_iter().filter_map(|js| Some((owner_key(&js)?, js))).collect();
     state.applied.retain(|k| !jobsets.contains_key(k));
-    let heartbeat = round == Some(true);
+    let heartbeat = reach == Reach::Heartbeat;
     // Asking the pods why a gang waits is for heartbeats; the last answer is kept between.
     let pods = if heartbeat { caches.pods.state() } else { Vec::new() };
     let mut survey = Survey { round: Round { heartbeat, ..Round::default() }, ..Survey::default() };
@@ -152,7 +171,7 @@ pub(crate) fn survey(
         }
         let status = match jobsets.get(&key) {
             // Statuses are a round's business, and one is running.
-            Some(_) if round.is_none() => continue,
+            Some(_) if !reach.round() => continue,
             Some(js) => {
                 let age = js
                     .metadata
@@ -185,7 +204,7 @@ pub(crate) fn survey(
             None if matches!(phase, Some(PlacementPhase::Applied | PlacementPhase::Running))
                 && !state.fenced.contains_key(&key) =>
             {
-                if round.is_none() {
+                if !reach.round() {
                     continue;
                 }
                 PlacementStatus {
@@ -206,7 +225,7 @@ pub(crate) fn survey(
             survey.round.statuses.push((ns, name, status));
         }
     }
-    if round.is_none() {
+    if !reach.round() {
         return survey;
     }
     for (key, js) in &jobsets {
@@ -251,12 +270,12 @@ mod tests {
             vec![jobset("running", 1, 1), jobset("old-epoch", 0, 1)],
         );
         let mut state = State::new(Instant::now());
-        let during = survey(&config(), &c, &mut state, None, k8s_openapi::jiff::Timestamp::now());
+        let during = survey(&config(), &c, &mut state, Reach::Starts, k8s_openapi::jiff::Timestamp::now());
         assert_eq!(names(&during.realise), ["new-a", "new-b"], "queue order, this cluster only");
         assert!(during.round.is_empty(), "statuses and fencing wait for the round: {:?}", during.round);
 
         // No round running: the same look also finds what to tell the hub and what to fence.
-        let between = survey(&config(), &c, &mut state, Some(false), k8s_openapi::jiff::Timestamp::now());
+        let between = survey(&config(), &c, &mut state, Reach::Round, k8s_openapi::jiff::Timestamp::now());
         assert_eq!(names(&between.realise), ["new-a", "new-b"]);
         let phases: Vec<(&str, PlacementPhase)> =
             between.round.statuses.iter().map(|(_, name, s)| (name.as_str(), s.phase)).collect();
@@ -273,13 +292,13 @@ mod tests {
         state.in_flight.insert(key("b", 1));
         // Applied by this process, not yet in the JobSet cache.
         state.applied.insert(key("a", 1));
-        let s = survey(&config(), &c, &mut state, Some(true), k8s_openapi::jiff::Timestamp::now());
+        let s = survey(&config(), &c, &mut state, Reach::Heartbeat, k8s_openapi::jiff::Timestamp::now());
         assert!(s.realise.is_empty());
         assert!(s.round.statuses.is_empty(), "{:?}", s.round.statuses);
         assert!(s.round.heartbeat);
         // Once the JobSet cache has it, `applied` forgets it.
         let c = caches(vec![placement("a", "east", Some("Applied"))], vec![jobset("a", 1, 0)]);
-        let s = survey(&config(), &c, &mut state, Some(false), k8s_openapi::jiff::Timestamp::now());
+        let s = survey(&config(), &c, &mut state, Reach::Round, k8s_openapi::jiff::Timestamp::now());
         assert!(!state.applied.contains(&key("a", 1)));
         let phases: Vec<PlacementPhase> = s.round.statuses.iter().map(|(_, _, s)| s.phase).collect();
         assert_eq!(phases, [PlacementPhase::Applied], "still Applied, now with the JobSet's counts");
@@ -288,7 +307,7 @@ mod tests {
         late.metadata.creation_timestamp =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(from(json!("2026-01-01T00:00:00Z"))));
         let c = caches(vec![placement("a", "east", Some("Applied"))], vec![late]);
-        let s = survey(&config(), &c, &mut state, Some(false), k8s_openapi::jiff::Timestamp::now());
+        let s = survey(&config(), &c, &mut state, Reach::Round, k8s_openapi::jiff::Timestamp::now());
         let phases: Vec<PlacementPhase> = s.round.statuses.iter().map(|(_, _, s)| s.phase).collect();
         assert_eq!(phases, [PlacementPhase::Unschedulable]);
     }
@@ -301,7 +320,7 @@ mod tests {
         state.fenced_at = Some(Instant::now());
         // The cache may be what the hub-lost time left, or a relist taken while the dispatcher
         // moves it: only a claim (Loop::confirmed) makes it again.
-        let s = survey(&config(), &c, &mut state, Some(false), k8s_openapi::jiff::Timestamp::now());
+        let s = survey(&config(), &c, &mut state, Reach::Round, k8s_openapi::jiff::Timestamp::now());
         assert!(s.realise.is_empty() && s.round.statuses.is_empty(), "{:?}", s.round.statuses);
     }
 }
