@@ -127,7 +127,7 @@ pub fn gang(trainjob: &TrainJob, runtime: &Runtime) -> Result<(Gang, PrioritySou
         .collect();
     let ns = meta.namespace.clone().unwrap_or_default();
     let gang = Gang {
-        id: format!("{ns}/{}", meta.name.clone().unwrap_or_default()),
+        id: format!("{ns}/{}", meta.name.clone().unwrap_or_default()).into(),
         queue: queue_name(trainjob),
         priority: 0,
         runtime_ms,

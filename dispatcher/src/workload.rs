@@ -87,7 +87,7 @@ pub fn gang(w: &Workload, levels: &Levels, clusters: Vec<String>) -> Result<Gang
         .filter(|&s| s > 0)
         .map(|s| s.saturating_mul(1000));
     Ok(Gang {
-        id: format!("Workload {ns}/{}", meta.name.clone().unwrap_or_default()),
+        id: format!("Workload {ns}/{}", meta.name.clone().unwrap_or_default()).into(),
         queue: KUEUE_QUEUE.into(),
         priority: w.spec.priority.unwrap_or(0),
         submitted_ms: meta.creation_timestamp.as_ref().map(|t| t.0.as_millisecond().max(0) as u64).unwrap_or(0),

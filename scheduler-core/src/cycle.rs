@@ -176,7 +176,7 @@ fn greedy<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config, m
                 order.left_waiting();
                 if let (Some(q), true) = (queue, strict && !reason.is_permanent()) {
                     // The first gang a strict queue could not admit blocks the rest.
-                    blocked.entry(q).or_insert(&gang.id);
+                    blocked.entry(q).or_insert(gang.id.as_str());
                 }
             }
         }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::capacity::Capacity;
 use crate::fleet::{ClusterId, DomainId, Fleet};
-use crate::gang::Gang;
+use crate::gang::{Gang, GangId};
 use crate::place::PodSetPlacement;
 use crate::queue::{Queues, QuotaKey, QuotaUsage, quota_charges};
 use crate::reason::Reason;
@@ -71,7 +71,7 @@ pub enum Decision {
     /// evicted first; the cycle's capacity and usage already count them gone.
     Preempt {
         admission: Admission,
-        victims: Vec<String>,
+        victims: Vec<GangId>,
     },
     Pending(Reason),
 }

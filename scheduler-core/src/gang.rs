@@ -58,10 +58,63 @@ impl ClusterFilter {
     }
 }
 
+/// A gang's id: unique and stable (namespace/name in production, the trace id in simulation).
+/// Named apart from the other strings a gang carries (its queue, its clusters) so a release, a
+/// reservation or a victim cannot be given one of those by mistake.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct GangId(String);
+
+impl GangId {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for GangId {
+    fn from(id: String) -> Self {
+        GangId(id)
+    }
+}
+
+impl From<&str> for GangId {
+    fn from(id: &str) -> Self {
+        GangId(id.to_string())
+    }
+}
+
+impl From<GangId> for String {
+    fn from(id: GangId) -> Self {
+        id.0
+    }
+}
+
+impl std::borrow::Borrow<str> for GangId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for GangId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl PartialEq<str> for GangId {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for GangId {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Gang {
-    /// Unique and stable (namespace/name in production, the trace id in simulation).
-    pub id: String,
+    pub id: GangId,
     pub queue: String,
     pub priority: i32,
     pub submitted_ms: u64,
@@ -85,7 +138,7 @@ impl Gang {
     /// Checks what no fleet could fix: the error names the field.
     pub fn validate(&self) -> Result<(), GangError> {
         let field = |path: String, problem: &'static str| Err(GangError { path, problem });
-        if self.id.is_empty() {
+        if self.id.as_str().is_empty() {
             return field("id".into(), "must not be empty");
         }
         if self.pod_sets.is_empty() {

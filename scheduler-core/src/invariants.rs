@@ -7,22 +7,22 @@ use std::collections::BTreeMap;
 use crate::capacity::{Capacity, NodeFree};
 use crate::decision::Admission;
 use crate::fleet::{DomainId, Fleet};
-use crate::gang::Gang;
+use crate::gang::{Gang, GangId};
 use crate::queue::{QueueId, Queues, QuotaUsage, Resource};
 use crate::topology::TopologyConstraint;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Violation {
     #[error("host {host} is over-committed by gang {gang}")]
-    OverCommitted { host: String, gang: String },
+    OverCommitted { host: String, gang: GangId },
     #[error("tracked capacity differs from capacity recomputed from running gangs")]
     CapacityDrift,
     #[error("gang {gang} pod set {pod_set}: {placed} of {pods} pods placed")]
-    NotWhole { gang: String, pod_set: String, pods: u32, placed: u32 },
+    NotWhole { gang: GangId, pod_set: String, pods: u32, placed: u32 },
     #[error("gang {gang} pod set {pod_set}: pod on {host} of the wrong GPU flavor")]
-    WrongFlavor { gang: String, pod_set: String, host: String },
+    WrongFlavor { gang: GangId, pod_set: String, host: String },
     #[error("gang {gang} pod set {pod_set}: requires one {constraint} but spans {span}")]
-    RequiredBroken { gang: String, pod_set: String, constraint: TopologyConstraint, span: String },
+    RequiredBroken { gang: GangId, pod_set: String, constraint: TopologyConstraint, span: String },
     #[error("tracked quota usage differs from usage recomputed from running gangs")]
     UsageDrift,
     #[error("queue {queue} uses {used} of {flavor} {resource}, over its limit {limit}")]

@@ -41,7 +41,7 @@ pub use config::{Batch, ClusterChoice, Config, Patience, Preemption, Slowdown, S
 pub use cycle::{Cycle, cycle};
 pub use decision::{Admission, CycleStats, Decision, Rank, gang_charges, release};
 pub use fleet::{ClusterId, Domain, DomainId, FlavorId, Fleet, FleetBuilder, FleetError, LevelInfo, NodeInput};
-pub use gang::{ClusterFilter, Gang, GangError, PodSet, Slice};
+pub use gang::{ClusterFilter, Gang, GangError, GangId, PodSet, Slice};
 pub use nodes::{
     LabelMatch, MatchOperator, NodeClass, NodeRequirement, Taint, TaintEffect, Toleration, TolerationOperator,
 };

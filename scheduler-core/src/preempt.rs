@@ -92,7 +92,7 @@ pub(crate) fn preempt<'a>(
             let via = if r.evicting { Via::SameQueue } else { may_evict(run, queue, gang, r)? };
             Some((r.loss(now_ms, knobs.prefer_checkpointed), r.gang.priority, Reverse(r.started_ms), i, via))
         })
-        .filter(|v| !run.txn.is_evicted(&running[v.3].gang.id))
+        .filter(|v| !run.txn.is_evicted(running[v.3].gang.id.as_str()))
         .collect();
     if victims.is_empty() {
         return Preempted::Not;

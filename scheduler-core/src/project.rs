@@ -9,7 +9,7 @@ use crate::config::Config;
 use crate::cycle::cycle;
 use crate::decision::{Admission, Decision, release};
 use crate::fleet::ClusterId;
-use crate::gang::Gang;
+use crate::gang::{Gang, GangId};
 use crate::snapshot::{Release, Snapshot};
 
 /// The most cycles one projection runs: each follows the end of at least one gang.
@@ -35,7 +35,7 @@ pub struct Projection {
 /// When and where a pending gang is expected to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Forecast {
-    pub id: String,
+    pub id: GangId,
     pub start_ms: u64,
     pub end_ms: u64,
     pub cluster: ClusterId,
@@ -52,16 +52,16 @@ pub fn project<'a>(
     snapshot: Snapshot<'a>,
     pending: &'a [Gang],
     config: &Config,
-    target: &str,
+    target: &GangId,
     holding: Vec<Ending<'a>>,
     unknown_runtime_ms: u64,
     horizon_ms: u64,
 ) -> Option<Projection> {
-    if !pending.iter().any(|g| g.id == target) {
+    if !pending.iter().any(|g| g.id == *target) {
         return None;
     }
     let run = forward(snapshot, pending, config, holding, unknown_runtime_ms, horizon_ms, Some(target));
-    let f = run.into_iter().find(|f| f.id == target)?;
+    let f = run.into_iter().find(|f| f.id == *target)?;
     Some(Projection { start_ms: f.start_ms, cluster: f.cluster, ahead: f.ahead })
 }
 
@@ -87,7 +87,7 @@ fn forward<'a>(
     holding: Vec<Ending<'a>>,
     unknown_runtime_ms: u64,
     horizon_ms: u64,
-    until: Option<&str>,
+    until: Option<&GangId>,
 ) -> Vec<Forecast> {
     let config = Config { preemption: None, batch: None, ..*config };
     let Snapshot { fleet, queues, mut capacity, mut usage, now_ms, mut reserved, .. } = snapshot;
@@ -126,7 +126,7 @@ fn forward<'a>(
                         cluster: admission.cluster,
                         ahead,
                     });
-                    if until == Some(g.id.as_str()) {
+                    if until == Some(&g.id) {
                         return started;
                     }
                     endings.push(Ending { gang: g, admission, end_ms });
@@ -182,7 +182,7 @@ mod tests {
         let snapshot = Snapshot { capacity: first.capacity, usage: first.usage, ..idle };
         let holding = || vec![Ending { gang: &a, admission: held.clone(), end_ms: 100_000 }];
         let when = |target: &str, horizon_ms| {
-            project(snapshot.clone(), &pending, &config, target, holding(), 3_600_000, horizon_ms)
+            project(snapshot.clone(), &pending, &config, &GangId::from(target), holding(), 3_600_000, horizon_ms)
         };
         let b_at = when("b", 86_400_000).expect("b starts");
         assert_eq!((b_at.start_ms, b_at.ahead), (100_000, 0));
@@ -191,7 +191,7 @@ mod tests {
         assert_eq!(when("c", 120_000), None, "past the horizon");
         assert_eq!(when("nobody", 86_400_000), None);
         let never = [fixture::gang("huge").pods(5).gpus(8).submitted(3)];
-        assert_eq!(project(snapshot.clone(), &never, &config, "huge", holding(), 1, u64::MAX), None);
+        assert_eq!(project(snapshot.clone(), &never, &config, &"huge".into(), holding(), 1, u64::MAX), None);
         // The whole forecast: b, then c after it, each ending after its run time.
         let all = forecast(snapshot.clone(), &pending, &config, holding(), 3_600_000, 86_400_000);
         let when: Vec<(&str, u64, u64, usize)> =

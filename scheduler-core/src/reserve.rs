@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use crate::capacity::PodShape;
 use crate::decision::{Admission, Decision};
 use crate::fleet::{ClusterId, DomainId, FlavorId};
-use crate::gang::{Gang, PodSet};
+use crate::gang::{Gang, GangId, PodSet};
 use crate::reason::Reason;
 use crate::run::{Prepared, Resolved, Run};
 use crate::snapshot::{Release, Reserved};
@@ -41,7 +41,7 @@ impl<'c> Releases<'c> {
         if run.txn.evicts_none() {
             Cow::Borrowed(by_end)
         } else {
-            Cow::Owned(by_end.iter().copied().filter(|r| !run.txn.is_evicted(&r.gang)).collect())
+            Cow::Owned(by_end.iter().copied().filter(|r| !run.txn.is_evicted(r.gang.as_str())).collect())
         }
     }
 }
@@ -49,7 +49,7 @@ impl<'c> Releases<'c> {
 /// Capacity set aside this cycle for one gang expected to start at `start_ms`.
 #[derive(Debug)]
 pub(crate) struct Reservation {
-    pub(crate) gang: String,
+    pub(crate) gang: GangId,
     cluster: ClusterId,
     pub(crate) start_ms: u64,
     /// What it will need on each host, and how much of that is free now and held.
@@ -320,8 +320,8 @@ impl<'o, 'r> Future<'o, 'r> {
 
 /// Whether `gang`, decided at `now_ms`, may use the room of a reservation for `reserved_for`
 /// starting at `start_ms`: it states a run time that ends by then, and is not that gang.
-pub fn may_backfill(gang: &Gang, now_ms: u64, start_ms: u64, reserved_for: &str) -> bool {
-    gang.runtime_ms.is_some_and(|run| now_ms.saturating_add(run) <= start_ms) && gang.id != reserved_for
+pub fn may_backfill(gang: &Gang, now_ms: u64, start_ms: u64, reserved_for: &GangId) -> bool {
+    gang.runtime_ms.is_some_and(|run| now_ms.saturating_add(run) <= start_ms) && gang.id != *reserved_for
 }
 
 /// Takes what the reservation wants and is free now.

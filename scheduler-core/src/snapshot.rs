@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use crate::capacity::{Capacity, PodShape};
 use crate::decision::Admission;
 use crate::fleet::{DomainId, Fleet};
-use crate::gang::Gang;
+use crate::gang::{Gang, GangId};
 use crate::queue::{Queues, QuotaUsage};
 
 /// The cycle consumes the capacity and usage and returns them, updated by what it admits.
@@ -40,7 +40,7 @@ pub struct Snapshot<'a> {
 /// A cycle's reservation: for which gang, and when it expects the room.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reserved {
-    pub gang: String,
+    pub gang: GangId,
     pub start_ms: u64,
 }
 
@@ -65,7 +65,7 @@ impl<'a> Snapshot<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Release {
     /// The running gang's id.
-    pub gang: String,
+    pub gang: GangId,
     pub end_ms: u64,
     /// (host, pods, shape of each pod).
     pub hosts: Vec<(DomainId, u32, PodShape)>,

@@ -3,8 +3,8 @@
 use scheduler_core::fixture::{GangExt, gang, uniform_cluster};
 use scheduler_core::invariants;
 use scheduler_core::{
-    Admission, Batch, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang, Level, Patience,
-    PodShape, Preemption, QueuePreemption, QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage, Reason,
+    Admission, Batch, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang, GangId, Level,
+    Patience, PodShape, Preemption, QueuePreemption, QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage, Reason,
     ReclaimWithinCohort, Release, Resource, Running, Slowdown, Snapshot, WithinQueue, cycle,
 };
 
@@ -366,7 +366,7 @@ fn weighed_on(taken: &[(usize, u64)], g: Gang, now_ms: u64, others: usize, depth
     let mut releases = Vec::new();
     for &(h, end_ms) in taken {
         capacity.take(&f, hosts[h], 1, shape);
-        releases.push(Release { gang: format!("running-{h}"), end_ms, hosts: vec![(hosts[h], 1, shape)] });
+        releases.push(Release { gang: format!("running-{h}").into(), end_ms, hosts: vec![(hosts[h], 1, shape)] });
     }
     capacity.commit();
     let config = Config {
@@ -652,15 +652,15 @@ impl World {
         ends: impl Fn(&str) -> Option<u64>,
     ) -> Vec<Decision> {
         let releases: Vec<Release> =
-            self.running.iter().filter_map(|(g, a)| ends(&g.id).map(|end| Release::of(g, a, end))).collect();
+            self.running.iter().filter_map(|(g, a)| ends(g.id.as_str()).map(|end| Release::of(g, a, end))).collect();
         let running = self
             .running
             .iter()
             .map(|(gang, admission)| Running {
                 gang,
                 admission,
-                started_ms: started(&gang.id),
-                checkpoint_ms: checkpoint(&gang.id),
+                started_ms: started(gang.id.as_str()),
+                checkpoint_ms: checkpoint(gang.id.as_str()),
                 evicting: false,
             })
             .collect();
@@ -678,7 +678,7 @@ impl World {
         let config = Config { preemption: Some(knobs), ..Config::stowage() };
         let out = cycle(snapshot, pending, &config);
         // What the cycle returns must equal what runs once the victims are gone.
-        let victims: Vec<&String> = out
+        let victims: Vec<&GangId> = out
             .decisions
             .iter()
             .flat_map(|d| match d {
@@ -712,7 +712,7 @@ fn full_fleet(policy: WithinQueue) -> World {
     world(f, within_queue(policy), lows)
 }
 
-fn victims(d: &Decision) -> (Option<&Admission>, Vec<String>) {
+fn victims(d: &Decision) -> (Option<&Admission>, Vec<GangId>) {
     match d {
         Decision::Preempt { admission, victims } => (Some(admission), victims.clone()),
         other => (other.admission(), Vec::new()),
@@ -729,7 +729,7 @@ fn a_priority_gang_preempts_one_rack_on_one_cluster_where_least_work_is_lost() {
     let d = w.preempting(std::slice::from_ref(&urgent), 10 * HOUR, KNOBS, started, |_| None);
     let (admission, mut evicted) = victims(&d[0]);
     evicted.sort();
-    let expected: Vec<String> = w.running.iter().map(|(g, _)| g.id.clone()).filter(|id| young(id)).collect();
+    let expected: Vec<GangId> = w.running.iter().map(|(g, _)| g.id.clone()).filter(|id| young(id.as_str())).collect();
     assert_eq!(evicted, expected, "exactly the two young gangs of one rack");
     let a = admission.expect("admitted in their place");
     assert_eq!(w.fleet.cluster(a.cluster).name, "c2");

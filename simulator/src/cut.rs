@@ -91,7 +91,7 @@ impl Classes {
     pub fn group(&mut self, fleet: &Fleet, queues: &Queues, config: &Config, gang: &Gang) -> Option<Group> {
         // A gang's own id is the one thing of it (beyond its class) `Gang::validate` reads:
         // one without is refused on its own, never decided like another.
-        if gang.id.is_empty() {
+        if gang.id.as_str().is_empty() {
             return None;
         }
         let q = queues.id(&gang.queue)?;

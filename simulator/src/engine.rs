@@ -248,7 +248,7 @@ fn priority_of(job: &TraceJob, opts: &SimOptions) -> i32 {
 /// The gang a trace job asks for, submitted at `submit_s` with `priority`.
 pub fn gang_of(job: &TraceJob, queue: String, submit_s: u64, priority: i32) -> Gang {
     Gang {
-        id: job.id.clone(),
+        id: job.id.as_str().into(),
         queue,
         priority,
         submitted_ms: submit_s.saturating_mul(1000),
@@ -697,7 +697,7 @@ impl Sim<'_> {
         for d in &out.decisions {
             if let Decision::Preempt { victims, .. } = d {
                 for v in victims {
-                    if let Some(vj) = victim_jobs.iter().copied().find(|&vj| self.records[vj].id == *v) {
+                    if let Some(vj) = victim_jobs.iter().copied().find(|&vj| *v == *self.records[vj].id) {
                         self.evicted(t, vj);
                     }
                 }
@@ -785,7 +785,7 @@ impl Sim<'_> {
                 Told::Decided(k) => out.decisions[k].clone(),
                 Told::Behind(at) => {
                     let queue = self.records[self.pending.jobs()[i]].queue.clone();
-                    Decision::Pending(Reason::WaitingBehind { queue, gang: window[at].id.clone() })
+                    Decision::Pending(Reason::WaitingBehind { queue, gang: window[at].id.to_string() })
                 }
                 // Told like a gang the whole cycle did not leave waiting: shown as that decision.
                 Told::Like(at) => match pending(&whole.decisions[at]) {

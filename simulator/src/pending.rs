@@ -9,10 +9,10 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
-use scheduler_core::Gang;
+use scheduler_core::{Gang, GangId};
 
 /// A gang's place in its queue: `queue_order`'s key.
-type Place = (Reverse<i32>, u64, String);
+type Place = (Reverse<i32>, u64, GangId);
 
 #[derive(Debug, Default)]
 pub struct Pending {

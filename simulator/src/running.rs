@@ -121,7 +121,7 @@ mod tests {
         assert!(set.remove(&fleet, &queues, 3).is_none());
         set.insert(&fleet, &queues, j2.0, j2.1).expect("room");
         let seen = |set: &RunningSet| -> Vec<(String, u64)> {
-            set.releases().iter().map(|r| (r.gang.clone(), r.end_ms)).collect()
+            set.releases().iter().map(|r| (r.gang.to_string(), r.end_ms)).collect()
         };
         let want = |v: &[(&str, u64)]| -> Vec<(String, u64)> { v.iter().map(|&(g, t)| (g.to_string(), t)).collect() };
         assert_eq!(seen(&set), want(&[("j2", 10_000), ("j5", 20_000), ("j9", 20_000), ("j1", 50_000)]));

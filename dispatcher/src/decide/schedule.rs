@@ -8,7 +8,8 @@
 
 use scheduler_core::project::{Ending, Projection, forecast, project};
 use scheduler_core::{
-    Admission, BatchReport, Config, Decision, Fleet, Gang, Queues, QuotaUsage, Release, Running, Snapshot, cycle,
+    Admission, BatchReport, Config, Decision, Fleet, Gang, GangId, Queues, QuotaUsage, Release, Running, Snapshot,
+    cycle,
 };
 
 use super::Observation;
@@ -347,9 +348,9 @@ pub(super) fn outlook(
 #[derive(Debug, Clone, Default)]
 pub(super) struct Outlook {
     /// Waiting gang id → (cluster, start, end).
-    pub(super) starting: std::collections::BTreeMap<String, (String, u64, u64)>,
+    pub(super) starting: std::collections::BTreeMap<GangId, (String, u64, u64)>,
     /// Running (or assumed) gang id → its expected end.
-    pub(super) ending: std::collections::BTreeMap<String, u64>,
+    pub(super) ending: std::collections::BTreeMap<GangId, u64>,
     /// The run time assumed of gangs that state none.
     pub(super) unknown_ms: u64,
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use api::stowage::{Placement, PlacementSpec};
 use api::trainer::{JobStatus, TrainJob};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use scheduler_core::{Decision, Reason};
+use scheduler_core::{Decision, GangId, Reason};
 
 use super::intake::{Job, JobState};
 use super::members::Members;
@@ -23,12 +23,12 @@ use crate::{plan, translate};
 pub(super) struct Eviction {
     pub(super) cluster: String,
     /// The preemptor's gang id, and its priority.
-    pub(super) by: String,
+    pub(super) by: GangId,
     pub(super) priority: i32,
 }
 
 /// This cycle's victims, by gang id.
-pub(super) type Evictions = BTreeMap<String, Eviction>;
+pub(super) type Evictions = BTreeMap<GangId, Eviction>;
 
 /// The status write, if the status changed.
 fn status_write(tj: &TrainJob, conditions: Vec<Condition>, jobs: Vec<JobStatus>) -> Option<StatusWrite> {
@@ -207,7 +207,7 @@ pub(super) fn evictions(plan: &mut Plan, jobs: &[Job<'_>], evictions: &Evictions
         let (namespace, name) = key(&a.tj.metadata);
         let message = format!("evicted from cluster {cluster} for {by}");
         plan.placements.push(withdrawal(a.placement, Some(Moved { reason: Redispatch::Preempted, message })));
-        let preempted = conditions::preempted(cluster, by, *priority, now);
+        let preempted = conditions::preempted(cluster, by.as_str(), *priority, now);
         // The cycle may already write this TrainJob's status (mirrored from its member).
         match plan.statuses.iter_mut().find(|s| s.namespace == namespace && s.name == name) {
             Some(w) => conditions::upsert(&mut w.conditions, preempted),
