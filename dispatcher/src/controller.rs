@@ -81,6 +81,15 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// A stable name for the kind of failure: a metric label, never a message.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Write { source, .. } => kube_shell::metrics::api_error_kind(source),
+        }
+    }
+}
+
 /// The hub caches a cycle reads.
 struct Caches {
     trainjobs: Store<TrainJob>,
@@ -674,9 +683,9 @@ pub async fn run(hub: Client, opts: Options) {
         match cycle(&hub, &observed, &opts, &mut written).await {
             Ok(_) => backoff.succeed(),
             Err(error) => {
-                opts.metrics.reconcile_error();
+                opts.metrics.reconcile_error(error.kind());
                 let retry_in = backoff.fail();
-                tracing::warn!(error = %kube_shell::error_chain(&error), ?retry_in, "dispatcher cycle failed");
+                tracing::warn!(error = %kube_shell::error_chain(&error), kind = error.kind(), ?retry_in, "dispatcher cycle failed");
                 tokio::time::sleep(retry_in).await;
                 watches.poke();
             }

@@ -219,8 +219,9 @@ impl Metrics {
         }
     }
 
-    pub fn reconcile_error(&self) {
-        self.shared.reconcile_error(Component::Dispatcher);
+    /// A failed cycle, by its [`Error::kind`](crate::controller::Error::kind).
+    pub fn reconcile_error(&self, kind: &'static str) {
+        self.shared.reconcile_error(Component::Dispatcher, kind);
     }
 
     /// Sets every gauge from a cycle's figures, and removes the series that no longer apply.
@@ -323,7 +324,7 @@ mod tests {
             }),
             Some(Redispatch::MemberSilent),
         );
-        m.reconcile_error();
+        m.reconcile_error("conflict");
         let text = encoded(&registry);
         for line in [
             "stowage_trainjobs{queue=\"team-a\",state=\"running\"} 2",
@@ -337,7 +338,7 @@ mod tests {
             "stowage_redispatches_total{reason=\"Lost\"} 0",
             "stowage_oldest_pending_trainjob_age_seconds{queue=\"team-a\"} 600.0",
             "stowage_admission_wait_seconds_count{queue=\"team-a\"} 1",
-            "stowage_reconcile_errors_total{component=\"dispatcher\"} 1",
+            "stowage_reconcile_errors_total{component=\"dispatcher\",kind=\"conflict\"} 1",
             "# TYPE stowage_cycle_duration_seconds histogram",
             "# TYPE stowage_solver_gap_ratio gauge",
         ] {

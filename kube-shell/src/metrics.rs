@@ -24,8 +24,31 @@ impl Component {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ComponentLabel {
+struct ErrorLabels {
     component: &'static str,
+    kind: &'static str,
+}
+
+/// What kind of failure an API call ended in, as a metric label: a closed set, never a message,
+/// so an operator can tell a hub refusing writes (`forbidden`, `invalid`) from one out of reach
+/// (`unreachable`) or busy (`conflict`, `throttled`, `server`).
+pub fn api_error_kind(e: &kube::Error) -> &'static str {
+    match e {
+        kube::Error::Api(status) => match status.code {
+            403 => "forbidden",
+            404 => "not_found",
+            409 => "conflict",
+            400 | 422 => "invalid",
+            429 => "throttled",
+            500..=599 => "server",
+            _ => "api",
+        },
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => "unreachable",
+        kube::Error::SerdeError(_) | kube::Error::FromUtf8(_) | kube::Error::LinesCodecMaxLineLengthExceeded => {
+            "response"
+        }
+        _ => "client",
+    }
 }
 
 /// A member cluster: the label of every per-member series (the dispatcher's and the agents').
@@ -36,7 +59,7 @@ pub struct ClusterLabel {
 
 #[derive(Clone, Debug, Default)]
 pub struct Shared {
-    reconcile_errors: Family<ComponentLabel, Counter>,
+    reconcile_errors: Family<ErrorLabels, Counter>,
 }
 
 impl Shared {
@@ -44,7 +67,7 @@ impl Shared {
         let s = Shared::default();
         registry.register(
             "stowage_reconcile_errors",
-            "Dispatcher cycles and agent rounds that failed (each retried with back-off)",
+            "Dispatcher cycles and agent rounds that failed (each retried with back-off), by the kind of failure",
             s.reconcile_errors.clone(),
         );
         registry.register(
@@ -55,13 +78,17 @@ impl Shared {
         s
     }
 
-    /// Shows `component`'s series at 0 before its first error.
+    /// Shows `component`'s series at 0 before its first error: the most common kind, which
+    /// `rate()` over the family then sees from the start.
     pub fn touch(&self, component: Component) {
-        let _ = self.reconcile_errors.get_or_create(&ComponentLabel { component: component.as_str() });
+        let _ =
+            self.reconcile_errors.get_or_create(&ErrorLabels { component: component.as_str(), kind: "unreachable" });
     }
 
-    pub fn reconcile_error(&self, component: Component) {
-        self.reconcile_errors.get_or_create(&ComponentLabel { component: component.as_str() }).inc();
+    /// One failed cycle or round, of `kind` (a closed set: [`api_error_kind`]'s or the
+    /// component's own error kinds).
+    pub fn reconcile_error(&self, component: Component, kind: &'static str) {
+        self.reconcile_errors.get_or_create(&ErrorLabels { component: component.as_str(), kind }).inc();
     }
 }
 
@@ -73,13 +100,27 @@ mod tests {
     fn the_errors_of_each_component_are_one_family() {
         let mut registry = Registry::default();
         let shared = Shared::register(&mut registry);
-        shared.reconcile_error(Component::Agent);
-        shared.clone().reconcile_error(Component::Agent);
-        shared.reconcile_error(Component::Dispatcher);
+        shared.reconcile_error(Component::Agent, "render");
+        shared.clone().reconcile_error(Component::Agent, "render");
+        shared.reconcile_error(Component::Agent, "conflict");
+        shared.reconcile_error(Component::Dispatcher, "forbidden");
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
-        assert!(text.contains("stowage_reconcile_errors_total{component=\"agent\"} 2"), "{text}");
-        assert!(text.contains("stowage_reconcile_errors_total{component=\"dispatcher\"} 1"), "{text}");
+        assert!(text.contains("stowage_reconcile_errors_total{component=\"agent\",kind=\"render\"} 2"), "{text}");
+        assert!(text.contains("stowage_reconcile_errors_total{component=\"agent\",kind=\"conflict\"} 1"), "{text}");
+        assert!(
+            text.contains("stowage_reconcile_errors_total{component=\"dispatcher\",kind=\"forbidden\"} 1"),
+            "{text}"
+        );
         assert_eq!(text.matches("# TYPE stowage_reconcile_errors counter").count(), 1, "{text}");
+    }
+
+    #[test]
+    fn an_api_error_is_named_by_its_code() {
+        let status = |code: u16| kube::Error::Api(Box::new(kube::core::Status { code, ..Default::default() }));
+        let kinds: Vec<&str> =
+            [403, 404, 409, 422, 400, 429, 503, 418].map(status).iter().map(api_error_kind).collect();
+        assert_eq!(kinds, ["forbidden", "not_found", "conflict", "invalid", "invalid", "throttled", "server", "api"]);
+        assert_eq!(api_error_kind(&kube::Error::LinesCodecMaxLineLengthExceeded), "response");
     }
 }

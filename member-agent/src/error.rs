@@ -38,7 +38,7 @@ impl Error {
     /// A stable name for the kind of failure: a metric label, never a message.
     pub fn kind(&self) -> &'static str {
         match self {
-            Error::Kube { .. } => "kube",
+            Error::Kube { source, .. } => kube_shell::metrics::api_error_kind(source),
             Error::Render { .. } => "render",
             Error::Key(_) => "key",
             Error::NameTaken { .. } => "name_taken",

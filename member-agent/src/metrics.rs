@@ -100,8 +100,8 @@ impl Metrics {
         self.round_duration.get_or_create(&Self::cluster(cluster)).observe(seconds);
     }
 
-    pub fn round_failed(&self) {
-        self.shared.reconcile_error(Component::Agent);
+    pub fn round_failed(&self, kind: &'static str) {
+        self.shared.reconcile_error(Component::Agent, kind);
     }
 
     pub fn count_realised(&self, cluster: &str) {

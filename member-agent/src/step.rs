@@ -311,7 +311,7 @@ impl Loop {
                 self.state.relayed.extend(d.relayed);
             }
             Err(error) => {
-                self.cfg.metrics.round_failed();
+                self.cfg.metrics.round_failed(error.kind());
                 let retry_in = self.backoff.fail();
                 self.retry_at = now + retry_in;
                 self.changed = true;
