@@ -100,17 +100,8 @@ fn forward<'a>(
         let releases: Vec<Release> =
             endings.iter().map(|e| Release::of(e.gang, &e.admission, e.end_ms.max(now))).collect();
         let gangs: Vec<Gang> = waiting.iter().map(|g| (*g).clone()).collect();
-        let snap = Snapshot {
-            fleet,
-            queues,
-            capacity,
-            usage,
-            now_ms: now,
-            releases: releases.into(),
-            running: Vec::new(),
-            reserved,
-            unhanded: 0,
-        };
+        let snap =
+            Snapshot { releases: releases.into(), reserved, ..Snapshot::at(fleet, queues, capacity, usage, now) };
         let c = cycle(snap, &gangs, &config);
         (capacity, usage, reserved) = (c.capacity, c.usage, c.reserved);
         let mut still = Vec::with_capacity(waiting.len());

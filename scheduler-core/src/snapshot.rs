@@ -45,19 +45,26 @@ pub struct Reserved {
 }
 
 impl<'a> Snapshot<'a> {
-    /// The fleet with nothing running, at time 0.
-    pub fn idle(fleet: &'a Fleet, queues: &'a Queues) -> Self {
+    /// What every cycle needs: the fleet and queues, what is left of them, and the time. No
+    /// releases (no reservations), no running gangs (no preemption), no hint, every gang
+    /// handed; callers that want those extend it (`Snapshot { running, ..Snapshot::at(..) }`).
+    pub fn at(fleet: &'a Fleet, queues: &'a Queues, capacity: Capacity, usage: QuotaUsage, now_ms: u64) -> Self {
         Snapshot {
             fleet,
             queues,
-            capacity: Capacity::empty(fleet),
-            usage: QuotaUsage::default(),
-            now_ms: 0,
+            capacity,
+            usage,
+            now_ms,
             releases: Cow::Borrowed(&[]),
             running: Vec::new(),
             reserved: None,
             unhanded: 0,
         }
+    }
+
+    /// The fleet with nothing running, at time 0.
+    pub fn idle(fleet: &'a Fleet, queues: &'a Queues) -> Self {
+        Snapshot::at(fleet, queues, Capacity::empty(fleet), QuotaUsage::default(), 0)
     }
 }
 

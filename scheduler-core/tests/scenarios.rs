@@ -300,17 +300,7 @@ fn fragmented_racks(g: Gang, now_ms: u64) -> (Fleet, Decision) {
     capacity.commit();
     let config =
         Config { patience: Some(Patience { exact_ms: 1_000, wider_ms: 5_000 }), ..scheduler_core::fixture::greedy() };
-    let snapshot = Snapshot {
-        fleet: &f,
-        queues: &q,
-        capacity,
-        usage: QuotaUsage::default(),
-        now_ms,
-        releases: Vec::new().into(),
-        running: Vec::new(),
-        reserved: None,
-        unhanded: 0,
-    };
+    let snapshot = Snapshot::at(&f, &q, capacity, QuotaUsage::default(), now_ms);
     let decision = cycle(snapshot, std::slice::from_ref(&g), &config).decisions.remove(0);
     (f, decision)
 }
@@ -555,17 +545,7 @@ fn behind_a_reservation(config: Config, head_priority: i32) -> (Vec<Gang>, Vec<D
         gang("long").gpus(8).submitted(1).runtime(10_000),
         gang("short").gpus(8).submitted(2).runtime(2_000),
     ];
-    let snapshot = Snapshot {
-        fleet: &f,
-        queues: &q,
-        capacity,
-        usage: QuotaUsage::default(),
-        now_ms: 0,
-        releases: releases.into(),
-        running: Vec::new(),
-        reserved: None,
-        unhanded: 0,
-    };
+    let snapshot = Snapshot { releases: releases.into(), ..Snapshot::at(&f, &q, capacity, QuotaUsage::default(), 0) };
     let out = cycle(snapshot, &gangs, &config);
     // The hold is given back at the end of the cycle: host 3 is free unless a gang took it.
     let admitted = out.decisions.iter().filter(|d| matches!(d, Decision::Admit(_))).count() as u32;
@@ -665,15 +645,9 @@ impl World {
             })
             .collect();
         let snapshot = Snapshot {
-            fleet: &self.fleet,
-            queues: &self.queues,
-            capacity: self.capacity.clone(),
-            usage: self.usage.clone(),
-            now_ms,
             releases: releases.into(),
             running,
-            reserved: None,
-            unhanded: 0,
+            ..Snapshot::at(&self.fleet, &self.queues, self.capacity.clone(), self.usage.clone(), now_ms)
         };
         let config = Config { preemption: Some(knobs), ..Config::stowage() };
         let out = cycle(snapshot, pending, &config);
@@ -908,17 +882,7 @@ fn a_gang_already_being_evicted_is_picked_again_at_no_cost_so_nothing_more_is_ev
             evicting: gang.id == "lo-6",
         })
         .collect();
-    let snapshot = Snapshot {
-        fleet: &w.fleet,
-        queues: &w.queues,
-        capacity: w.capacity.clone(),
-        usage: w.usage.clone(),
-        now_ms: HOUR,
-        releases: Vec::new().into(),
-        running,
-        reserved: None,
-        unhanded: 0,
-    };
+    let snapshot = Snapshot { running, ..Snapshot::at(&w.fleet, &w.queues, w.capacity.clone(), w.usage.clone(), HOUR) };
     // Even under `Never` and at equal priority: lo-6 is going anyway.
     let config = Config { preemption: Some(KNOBS), ..Config::stowage() };
     let out = cycle(snapshot, &[gang("waiting").gpus(8)], &config);

@@ -597,15 +597,11 @@ impl Sim<'_> {
             (Vec::new(), Vec::new())
         };
         let make = |capacity, usage, reserved, unhanded| Snapshot {
-            fleet: self.fleet,
-            queues: self.queues,
-            capacity,
-            usage,
-            now_ms,
             releases: releases.into(),
             running: victims.clone(),
             reserved,
             unhanded,
+            ..Snapshot::at(self.fleet, self.queues, capacity, usage, now_ms)
         };
         let (capacity, usage, reserved) =
             (std::mem::take(&mut self.capacity), std::mem::take(&mut self.usage), self.reserved.take());

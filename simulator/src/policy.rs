@@ -148,17 +148,7 @@ impl Policy {
         for c in fleet.clusters() {
             let mut probe = gang.clone();
             probe.clusters.only = Some(vec![c.name.clone()]);
-            let snapshot = Snapshot {
-                fleet,
-                queues,
-                capacity: std::mem::take(empty),
-                usage: QuotaUsage::default(),
-                now_ms: gang.submitted_ms,
-                releases: Vec::new().into(),
-                running: Vec::new(),
-                reserved: None,
-                unhanded: 0,
-            };
+            let snapshot = Snapshot::at(fleet, queues, std::mem::take(empty), QuotaUsage::default(), gang.submitted_ms);
             let mut out = cycle(snapshot, std::slice::from_ref(&probe), config);
             let fits = match out.decisions.first() {
                 Some(Decision::Admit(a)) => {

@@ -98,17 +98,7 @@ fn ground<'j, 'a>(
     let held: Vec<(usize, Gang)> =
         candidates.iter().enumerate().filter_map(|(i, c)| Some((i, c.state.held()?))).collect();
     let pass: Vec<Gang> = assumed.iter().cloned().chain(held.iter().map(|(_, g)| g.clone())).collect();
-    let snapshot = Snapshot {
-        fleet: &fleet,
-        queues,
-        capacity,
-        usage,
-        now_ms,
-        releases: Vec::new().into(),
-        running: Vec::new(),
-        reserved: None,
-        unhanded: 0,
-    };
+    let snapshot = Snapshot::at(&fleet, queues, capacity, usage, now_ms);
     let mut taken = cycle(snapshot, &pass, &config.as_placed());
     let held = held.into_iter().map(|(i, _)| i).zip(taken.decisions.split_off(assumed.len())).collect();
     let admissions: Vec<(&Active<'_>, Admission)> = if where_bound {
@@ -176,15 +166,9 @@ pub(super) fn run(
     let to_nominate = to_nominate(candidates, &held);
     gangs.extend(to_nominate.iter().map(|(_, g, _)| g.clone()));
     let snapshot = Snapshot {
-        fleet: &fleet,
-        queues,
-        capacity,
-        usage,
-        now_ms,
         releases: releases.into(),
         running: victims,
-        reserved: None,
-        unhanded: 0,
+        ..Snapshot::at(&fleet, queues, capacity, usage, now_ms)
     };
     let mut out = cycle(snapshot, &gangs, config);
     let nominations = to_nominate
@@ -286,17 +270,7 @@ fn forward<R>(
         _ => None,
     }));
     let gangs: Vec<Gang> = waiting(jobs).map(|(_, w)| w.gang.clone()).collect();
-    let snapshot = Snapshot {
-        fleet: &g.fleet,
-        queues,
-        capacity: g.capacity.clone(),
-        usage: g.usage.clone(),
-        now_ms,
-        releases: Vec::new().into(),
-        running: Vec::new(),
-        reserved: None,
-        unhanded: 0,
-    };
+    let snapshot = Snapshot::at(&g.fleet, queues, g.capacity.clone(), g.usage.clone(), now_ms);
     Some(run(snapshot, &gangs, holding, unknown_ms))
 }
 
