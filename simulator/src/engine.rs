@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use scheduler_core::invariants::{self, Violation};
 use scheduler_core::{
-    Admission, Capacity, ClusterFilter, Cycle, Decision, DomainId, Fleet, Gang, Level, NodeRequirement, PodSet,
+    Admission, Capacity, ClusterFilter, Config, Cycle, Decision, DomainId, Fleet, Gang, Level, NodeRequirement, PodSet,
     PodShape, QueuePreemption, QueueSpec, Queues, QuotaUsage, Reason, Reserved, Running as Victim, Snapshot,
     WithinQueue, cycle, release,
 };
@@ -558,24 +558,7 @@ impl Sim<'_> {
         let _span = tracing::debug_span!("cycle", policy = %self.policy, t, pending = self.pending.len()).entered();
         let now_ms = t.saturating_mul(1000);
         let config = self.policy.config_with(self.opts.patience, self.opts.locality_cost);
-        // The cycle looks at no more than the first `depth` of each lane (each queue under fair
-        // sharing, else all together): only those are lent. The others wait another cycle, as
-        // the cycle would have told them; under the baselines it is shown even fewer (`cut`).
-        let policy = self.policy;
-        for g in self.pending.lend(config.depth, config.fair_sharing) {
-            if let Some(only) = policy.nominated(self.fleet, g, now_ms) {
-                g.clusters.only = Some(only);
-            }
-        }
-        // Overtaken, they are not looked at: the cycle would have said so.
-        for &j in self.pending.overtaken() {
-            let queue = config.fair_sharing.then(|| self.records[j].queue.clone());
-            self.records[j].outcome = Outcome::Pending(Reason::BeyondDepth { queue, depth: config.depth });
-        }
-        let unseen = self.pending.len() - self.pending.lent().len();
-        if unseen > 0 {
-            *self.run.pending_reason_cycles.entry(Reason::BEYOND_DEPTH).or_default() += unseen as u64;
-        }
+        self.lend(&config, now_ms);
         // Only a policy that plans reservations reads the releases: the others skip building them.
         let releases = if config.reservations { self.running.releases() } else { &[] };
         // Only a policy that preempts reads the running gangs as possible victims.
@@ -608,23 +591,7 @@ impl Sim<'_> {
         let every = |n: usize| (0..n).map(Told::Decided).collect::<Vec<_>>();
         let cut = if self.cutting {
             let lowest_running = victims.iter().map(|v| v.gang.priority).min();
-            let (fleet, classes) = (self.fleet, &self.classes);
-            let members = self.pending.lent().iter().zip(self.pending.jobs()).map(|(g, &j)| {
-                let group =
-                    classes.at(self.groups[j], g, (&config, self.queues), (now_ms, reserved.as_ref()), lowest_running);
-                (group, self.records[j].gpus)
-            });
-            cut::plan(members, |g| match g {
-                Group::Queue(_) => fleet.clusters().iter().map(|c| free_gpus(fleet, &capacity, c, 1)).sum(),
-                Group::Class { class: c, .. } => {
-                    let per_pod = classes.gpus_per_pod(c);
-                    classes
-                        .clusters(c)
-                        .iter()
-                        .map(|&i| free_gpus(fleet, &capacity, &fleet.clusters()[i], per_pod))
-                        .sum()
-                }
-            })
+            self.cut(&config, now_ms, (&capacity, reserved.as_ref()), lowest_running)
         } else {
             None
         };
@@ -687,10 +654,61 @@ impl Sim<'_> {
             matches!(told[e], Told::Decided(k) if matches!(out.decisions[k], Decision::Admit(_) | Decision::Preempt { .. }))
         });
         let jobs = self.pending.jobs().to_vec();
-        let mut taken = self.pending.take_decided(&decided).into_iter();
-        // Every eviction before any start: the cycle decides in its own order, not the window's,
-        // so a gang earlier in the window may have been given what a later preemptor's victims free.
-        for d in &out.decisions {
+        let taken = self.pending.take_decided(&decided);
+        self.evict(t, &out.decisions, &victim_jobs);
+        self.tell(t, out.decisions, &told, &jobs, taken)?;
+        self.run.busy.push((t, self.busy_gpus));
+        Ok(again)
+    }
+
+    /// Which of the window a cut cycle hands the cycle (`cut::plan`), given what is free
+    /// (`capacity`), the reservation and the lowest priority running.
+    fn cut(
+        &self,
+        config: &Config,
+        now_ms: u64,
+        (capacity, reserved): (&Capacity, Option<&Reserved>),
+        lowest_running: Option<i32>,
+    ) -> Option<cut::Cut> {
+        let (fleet, classes) = (self.fleet, &self.classes);
+        let members = self.pending.lent().iter().zip(self.pending.jobs()).map(|(g, &j)| {
+            let group = classes.at(self.groups[j], g, (config, self.queues), (now_ms, reserved), lowest_running);
+            (group, self.records[j].gpus)
+        });
+        cut::plan(members, |g| match g {
+            Group::Queue(_) => fleet.clusters().iter().map(|c| free_gpus(fleet, capacity, c, 1)).sum(),
+            Group::Class { class: c, .. } => {
+                let per_pod = classes.gpus_per_pod(c);
+                classes.clusters(c).iter().map(|&i| free_gpus(fleet, capacity, &fleet.clusters()[i], per_pod)).sum()
+            }
+        })
+    }
+
+    /// The cycle looks at no more than the first `depth` of each lane (each queue under fair
+    /// sharing, else all together): only those are lent. The others wait another cycle, as the
+    /// cycle would have told them; under the baselines it is shown even fewer (`cut`).
+    fn lend(&mut self, config: &Config, now_ms: u64) {
+        let policy = self.policy;
+        for g in self.pending.lend(config.depth, config.fair_sharing) {
+            if let Some(only) = policy.nominated(self.fleet, g, now_ms) {
+                g.clusters.only = Some(only);
+            }
+        }
+        // Overtaken, they are not looked at: the cycle would have said so.
+        for &j in self.pending.overtaken() {
+            let queue = config.fair_sharing.then(|| self.records[j].queue.clone());
+            self.records[j].outcome = Outcome::Pending(Reason::BeyondDepth { queue, depth: config.depth });
+        }
+        let unseen = self.pending.len() - self.pending.lent().len();
+        if unseen > 0 {
+            *self.run.pending_reason_cycles.entry(Reason::BEYOND_DEPTH).or_default() += unseen as u64;
+        }
+    }
+
+    /// Every eviction before any start: the cycle decides in its own order, not the window's,
+    /// so a gang earlier in the window may have been given what a later preemptor's victims free.
+    fn evict(&mut self, t: u64, decisions: &[Decision], victim_jobs: &[usize]) {
+        for d in decisions {
             if let Decision::Preempt { victims, .. } = d {
                 for v in victims {
                     if let Some(vj) = victim_jobs.iter().copied().find(|&vj| *v == *self.records[vj].id) {
@@ -699,10 +717,24 @@ impl Sim<'_> {
                 }
             }
         }
-        let mut decisions: Vec<Option<Decision>> = out.decisions.into_iter().map(Some).collect();
+    }
+
+    /// What the cycle told each gang of the window (`jobs`, in window order): the decided ones
+    /// (`taken`, in the same order) start or are refused, the rest are told why they wait, and
+    /// the reasons are counted by kind.
+    fn tell(
+        &mut self,
+        t: u64,
+        decisions: Vec<Decision>,
+        told: &[Told],
+        jobs: &[usize],
+        taken: Vec<(usize, Gang)>,
+    ) -> Result<(), SimError> {
+        let mut taken = taken.into_iter();
+        let mut decisions: Vec<Option<Decision>> = decisions.into_iter().map(Some).collect();
         // Reasons counted by kind, a run of the same kind at a time: most of a cycle's share one.
         let mut run_of: Option<(&'static str, u64)> = None;
-        for (&j, &told) in jobs.iter().zip(&told) {
+        for (&j, &told) in jobs.iter().zip(told) {
             let kind = match told {
                 Told::Decided(k) => match decisions[k].take() {
                     Some(Decision::Pending(reason)) if !reason.is_permanent() => {
@@ -757,8 +789,7 @@ impl Sim<'_> {
         if let Some((k, n)) = run_of {
             *self.run.pending_reason_cycles.entry(k).or_default() += n;
         }
-        self.run.busy.push((t, self.busy_gpus));
-        Ok(again)
+        Ok(())
     }
 
     /// `SimOptions::check_cut`: what a cut cycle (`out`, `told`) tells each gang of the window,
