@@ -77,6 +77,30 @@ impl View<'_> {
         }
     }
 
+    /// Whether the pod set's pods fit the hosts under `d`, counted host by host. Above a host,
+    /// [`Self::fits`] is a bound (a domain's free GPUs and its free CPU and memory counted
+    /// apart, so a host with a GPU free but no CPU counts for one): good for pruning, not for
+    /// choosing the span to fill.
+    fn fits_exactly(&self, d: DomainId, ask: &Ask) -> bool {
+        if ask.slice.is_some() || self.fleet.domain(d).node.is_some() {
+            return self.fits(d, ask);
+        }
+        let mut found = 0u32;
+        let mut stack = vec![d];
+        while let Some(e) = stack.pop() {
+            let dom = self.fleet.domain(e);
+            if dom.node.is_some() {
+                found = found.saturating_add(self.slots(e, ask));
+                if found >= ask.pods {
+                    return true;
+                }
+            } else if self.slots(e, ask) > 0 {
+                stack.extend(dom.children.iter().rev());
+            }
+        }
+        false
+    }
+
     /// How many slices of `size` fit under `d`, each inside one domain at `depth`.
     fn slice_count(&self, d: DomainId, ask: &Ask, size: u32, depth: u8) -> u32 {
         self.domains_at(d, depth, &|p, e| p.slots(e, ask) >= size).into_iter().map(|e| self.slots(e, ask) / size).sum()
@@ -140,7 +164,8 @@ impl View<'_> {
         let mut best: Option<(u64, DomainId)> = None;
         self.visit_at(from, depth, keep, &mut |d| {
             let key = (self.leftover(d, ask), d);
-            if best.is_none_or(|b| key < b) {
+            // `keep` may be a bound: a candidate is confirmed only when it would be chosen.
+            if best.is_none_or(|b| key < b) && self.fits_exactly(d, ask) {
                 best = Some(key);
             }
         });
@@ -200,9 +225,10 @@ impl View<'_> {
 
     fn widest_span(&self, root: DomainId, ask: &Ask) -> Option<DomainId> {
         let fitting = self.domains_at(root, ask.widest_depth, &|p, d| p.fits(d, ask));
+        let mut fitting = fitting.into_iter().filter(|&d| self.fits_exactly(d, ask));
         match self.fill {
-            Fill::BinPack => fitting.into_iter().min_by_key(|&d| (self.leftover(d, ask), d)),
-            _ => fitting.into_iter().next(),
+            Fill::BinPack => fitting.min_by_key(|&d| (self.leftover(d, ask), d)),
+            _ => fitting.next(),
         }
     }
 

@@ -288,6 +288,25 @@ fn releasing_a_gang_returns_exactly_what_it_held() {
     assert_eq!(cap, Capacity::empty(&f));
 }
 
+/// A rack's GPUs are free but one of its hosts has no CPU left: counted apart, the rack looks
+/// like it holds three one-GPU pods, and it is the best fit. The span is chosen host by host,
+/// so the gang goes to the other rack instead of being told no domain fits (and later gangs of
+/// its shape, answered from that, with it). Found by `one_cycle_places_each_gang_as_a_cycle_of_its_own_would`.
+#[test]
+fn a_host_with_a_gpu_free_but_no_cpu_does_not_count_toward_a_span() {
+    let f = fleet(&[("c1", "h100", 1, &[(Rack, 2), (Host, 3)])]);
+    let q = default_queues();
+    let mut capacity = Capacity::empty(&f);
+    let first = f.clusters()[0].hosts()[0];
+    let cpu = f.domain(first).node.map(|n| n.cpu_milli).expect("a host");
+    capacity.take(&f, first, 1, PodShape { gpus: 0, cpu_milli: cpu, memory_mib: 0 });
+    capacity.commit();
+    let g = vec![gang("three").pods(3).gpus(1)];
+    let out = cycle(Snapshot { capacity, ..Snapshot::idle(&f, &q) }, &g, &scheduler_core::fixture::greedy());
+    let Decision::Admit(a) = &out.decisions[0] else { panic!("admitted in the other rack: {:?}", out.decisions[0]) };
+    assert_eq!(f.path(a.pod_sets[0].span), "c1/r1", "the rack whose hosts all have room");
+}
+
 /// One host in each of the cluster's 8 racks is taken, so no rack has 4 free hosts; blocks do.
 fn fragmented_racks(g: Gang, now_ms: u64) -> (Fleet, Decision) {
     let f = one_cluster();
