@@ -161,15 +161,23 @@ impl View<'_> {
         keep: &dyn Fn(&Self, DomainId) -> bool,
         ask: &Ask,
     ) -> Option<DomainId> {
-        let mut best: Option<(u64, DomainId)> = None;
-        self.visit_at(from, depth, keep, &mut |d| {
-            let key = (self.leftover(d, ask), d);
-            // `keep` may be a bound: a candidate is confirmed only when it would be chosen.
-            if best.is_none_or(|b| key < b) && self.fits_exactly(d, ask) {
-                best = Some(key);
-            }
-        });
-        best.map(|(_, d)| d)
+        // `keep` may be a bound. Most of the time the best by it fits as counted host by host,
+        // and one count confirms it; when it does not, the search runs again counting each
+        // candidate that would be chosen.
+        let search = |confirm: bool| {
+            let mut best: Option<(u64, DomainId)> = None;
+            self.visit_at(from, depth, keep, &mut |d| {
+                let key = (self.leftover(d, ask), d);
+                if best.is_none_or(|b| key < b) && (!confirm || self.fits_exactly(d, ask)) {
+                    best = Some(key);
+                }
+            });
+            best.map(|(_, d)| d)
+        };
+        match search(false) {
+            Some(d) if !self.fits_exactly(d, ask) => search(true),
+            found => found,
+        }
     }
 
     /// The narrowest domain that fits the whole pod set, best fit (least left over) among
