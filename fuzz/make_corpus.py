@@ -134,7 +134,7 @@ def fleet():
 
 
 def render():
-    runtimes = ROOT / "playground/upstream/trainer/runtimes"
+    runtimes = ROOT / "upstream/trainer/runtimes"
     torch = (runtimes / "torch_distributed.yaml").read_text()
     placement = (
         "apiVersion: stowage.dev/v1alpha1\nkind: Placement\nmetadata: {name: demo, namespace: ml}\nspec:\n"
@@ -245,7 +245,7 @@ def hub():
     put_hub("create-namespace.yaml", CREATE_YAML, 0x00, read(ROOT / "manifests/hub/namespace.yaml"))
     put_hub("create-serviceaccount.yaml", CREATE_YAML, 0x00, read(ROOT / "manifests/hub/dispatcher-serviceaccount.yaml"))
     for rt in ["torch_distributed", "mpi_distributed"]:
-        put_hub(f"create-{rt}.yaml", CREATE_YAML, 0x00, read(ROOT / f"playground/upstream/trainer/runtimes/{rt}.yaml"))
+        put_hub(f"create-{rt}.yaml", CREATE_YAML, 0x00, read(ROOT / f"upstream/trainer/runtimes/{rt}.yaml"))
     policy = (ROOT / "manifests/hub/status-writers-policy.yaml").read_text().split("\n---\n")
     put_hub("create-policy.yaml", CREATE_YAML, 0x00, policy[0])
     placement = {

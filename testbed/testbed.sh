@@ -350,7 +350,7 @@ trainer_on() {
   for f in "$TRAINER_MOD"/manifests/base/crds/trainer.kubeflow.org_*.yaml; do $k apply --server-side -f "$f" >/dev/null; done
   $k apply --server-side -f "$(dir_of sigs.k8s.io/scheduler-plugins trainer.mod)/manifests/coscheduling/crd.yaml" >/dev/null
   # Trainer's runtimes, as its install applies them (a MultiKueue worker's copy names them).
-  $k apply --server-side -f "$root/playground/upstream/trainer/runtimes/" >/dev/null 2>&1 || true
+  $k apply --server-side -f "$root/upstream/trainer/runtimes/" >/dev/null 2>&1 || true
   $k apply --server-side -f "$root/../shared/upstream/volcano/scheduling.volcano.sh_podgroups.yaml" >/dev/null
   local webhook_port
   webhook_port=$(free_port)
@@ -434,8 +434,8 @@ up() {
   local hk="kubectl --kubeconfig $D/clusters/hub/admin.kubeconfig"
 
   # The hub as an admin sets it up: Trainer's CRDs and runtimes, Stowage's manifests.
-  $hk apply --server-side -f "$root/playground/upstream/trainer/" >/dev/null
-  $hk apply --server-side -f "$root/playground/upstream/trainer/runtimes/" >/dev/null 2>&1 || true
+  $hk apply --server-side -f "$root/upstream/trainer/" >/dev/null
+  $hk apply --server-side -f "$root/upstream/trainer/runtimes/" >/dev/null 2>&1 || true
   # As docs/operations.md installs the hub: Stowage's CRDs first, established, then the rest
   # (kubectl cannot map the default Queue before its CRD is established).
   $hk apply --server-side -k "$root/manifests/crds" >/dev/null

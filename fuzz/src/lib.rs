@@ -321,14 +321,14 @@ fn build_hub() -> Result<Store, String> {
     let user = UserInfo::admin();
     let crd_type = lookup(&store, TYPES[15]).ok_or("no CRD type")?;
     let yaml = |text: &str| input_limits::yaml::documents::<Value>(text).map_err(|e| e.in_file("setup"));
-    let mut crds: Vec<String> = playground::upstream::TRAINER_CRDS.iter().map(|f| f.text.to_string()).collect();
+    let mut crds: Vec<String> = upstream::TRAINER_CRDS.iter().map(|f| f.text.to_string()).collect();
     crds.extend(api::stowage::crds().into_iter().map(|(_, text)| text));
     for text in crds {
         for crd in yaml(&text)? {
             store.create_as(&user, &crd_type, None, crd, &opts).map_err(|e| e.to_string())?;
         }
     }
-    for f in playground::upstream::RUNTIMES {
+    for f in upstream::RUNTIMES {
         let rt = lookup(&store, TYPES[4]).ok_or("no runtime type")?;
         for runtime in yaml(f.text)? {
             store.create_as(&user, &rt, None, runtime, &opts).map_err(|e| e.to_string())?;

@@ -36,7 +36,7 @@ fn hub() -> Store {
     s.add_validator(Arc::new(playground::admission::TrainJobAdmission));
     let opts = WriteOptions::default();
     let crd_rt = s.lookup("apiextensions.k8s.io", "v1", "customresourcedefinitions").cloned().expect("CRDs");
-    let crds = playground::upstream::TRAINER_CRDS
+    let crds = upstream::TRAINER_CRDS
         .iter()
         .flat_map(|f| yaml_docs(f.text))
         .chain(api::stowage::crds().into_iter().flat_map(|(_, y)| yaml_docs(&y)));
@@ -52,7 +52,7 @@ fn hub() -> Store {
         s.create(&rt, None, doc, &opts).expect("policy");
     }
     let runtimes = s.lookup("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes").cloned().expect("runtimes");
-    for f in playground::upstream::RUNTIMES.iter().filter(|f| f.path.contains("torch")) {
+    for f in upstream::RUNTIMES.iter().filter(|f| f.path.contains("torch")) {
         for doc in yaml_docs(f.text) {
             s.create(&runtimes, None, doc, &opts).expect("runtime");
         }

@@ -22,7 +22,6 @@
 pub mod admission;
 pub mod credentials;
 pub mod member;
-pub mod upstream;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

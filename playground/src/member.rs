@@ -20,8 +20,6 @@ use kube_mem::resources::ResourceType;
 use kube_mem::store::{Part, WriteOptions};
 use kube_mem::{ApiServer, Store};
 
-use crate::upstream;
-
 /// Annotation on a JobSet or a TrainJob (read through [`DurationOf`]): how many seconds its pods
 /// run before they succeed. The playground's only hook: production code never reads it.
 pub const DURATION_ANNOTATION: &str = "stowage.dev/simulated-duration-seconds";

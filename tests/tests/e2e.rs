@@ -174,7 +174,7 @@ async fn kueue_objects_made_after_the_dispatcher_started_are_seen_and_admit_from
 
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
         Api::all(hub.clone());
-    for f in playground::upstream::KUEUE_CRDS {
+    for f in upstream::KUEUE_CRDS {
         let crd = input_limits::yaml::from_str(f.text).expect("CRD");
         crds.create(&Default::default(), &crd).await.expect("a Kueue CRD");
     }

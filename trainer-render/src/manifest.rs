@@ -16,12 +16,9 @@ use crate::{RenderError, Source};
 
 /// The CRDs a member's API server checks these objects against (Trainer v2.3.0's, as the
 /// playground's hub serves them): a field they do not declare is refused there, so here too.
-static TRAINJOB_CRD: Crd =
-    Crd::new(include_str!("../../playground/upstream/trainer/trainer.kubeflow.org_trainjobs.yaml"));
-static CLUSTER_RUNTIME_CRD: Crd =
-    Crd::new(include_str!("../../playground/upstream/trainer/trainer.kubeflow.org_clustertrainingruntimes.yaml"));
-static RUNTIME_CRD: Crd =
-    Crd::new(include_str!("../../playground/upstream/trainer/trainer.kubeflow.org_trainingruntimes.yaml"));
+static TRAINJOB_CRD: Crd = Crd::new(upstream::TRAINJOB_CRD.text);
+static CLUSTER_RUNTIME_CRD: Crd = Crd::new(upstream::CLUSTER_TRAINING_RUNTIME_CRD.text);
+static RUNTIME_CRD: Crd = Crd::new(upstream::TRAINING_RUNTIME_CRD.text);
 
 /// A CRD's text and its schema, read once per process: each is hundreds of KB of YAML, and a
 /// caller reading many manifests (or a fuzzer) would otherwise parse it for every one.

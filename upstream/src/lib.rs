@@ -1,26 +1,36 @@
-//! The upstream CRDs and Trainer's example runtimes that the playground installs, compiled in
-//! (copies of `shared/upstream/`, checked for drift by `tests/upstream.rs`): the binary needs no
-//! files beside it.
+//! The upstream CRDs and Trainer's example runtimes, compiled in (copies of `shared/upstream/`,
+//! checked for drift by `tests/upstream.rs`): the playground installs them, the renderer reads
+//! manifests against them, and the binary needs no files beside it. Data only, at the bottom of
+//! the crate graph.
 
-/// A file of `playground/upstream/`, by its path there (the same as in `shared/upstream/`).
+/// A file of `upstream/`, by its path there (the same as in `shared/upstream/`).
 #[derive(Debug, Clone, Copy)]
 pub struct File {
     pub path: &'static str,
     pub text: &'static str,
 }
 
-macro_rules! files {
-    ($($path:literal),* $(,)?) => {
-        [$(File { path: $path, text: include_str!(concat!("../upstream/", $path)) }),*]
+macro_rules! bundled {
+    ($path:literal) => {
+        File { path: $path, text: include_str!(concat!("../", $path)) }
     };
 }
 
+macro_rules! files {
+    ($($path:literal),* $(,)?) => {
+        [$(bundled!($path)),*]
+    };
+}
+
+/// Trainer's TrainJob CRD.
+pub const TRAINJOB_CRD: File = bundled!("trainer/trainer.kubeflow.org_trainjobs.yaml");
+/// Trainer's TrainingRuntime CRD.
+pub const TRAINING_RUNTIME_CRD: File = bundled!("trainer/trainer.kubeflow.org_trainingruntimes.yaml");
+/// Trainer's ClusterTrainingRuntime CRD.
+pub const CLUSTER_TRAINING_RUNTIME_CRD: File = bundled!("trainer/trainer.kubeflow.org_clustertrainingruntimes.yaml");
+
 /// Trainer's CRDs, installed on the hub.
-pub const TRAINER_CRDS: [File; 3] = files![
-    "trainer/trainer.kubeflow.org_trainjobs.yaml",
-    "trainer/trainer.kubeflow.org_trainingruntimes.yaml",
-    "trainer/trainer.kubeflow.org_clustertrainingruntimes.yaml",
-];
+pub const TRAINER_CRDS: [File; 3] = [TRAINJOB_CRD, TRAINING_RUNTIME_CRD, CLUSTER_TRAINING_RUNTIME_CRD];
 
 /// Trainer's example ClusterTrainingRuntimes, installed on the hub.
 pub const RUNTIMES: [File; 6] = files![
