@@ -8,7 +8,12 @@ pub fn find<'c>(conditions: &'c [Condition], type_: &str) -> Option<&'c Conditio
     conditions.iter().find(|c| c.type_ == type_)
 }
 
+/// The condition of type `type_`, if `conditions` hold one with status True.
+pub fn find_true<'c>(conditions: &'c [Condition], type_: &str) -> Option<&'c Condition> {
+    find(conditions, type_).filter(|c| c.status == "True")
+}
+
 /// Whether `conditions` hold `type_` with status True.
 pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
-    find(conditions, type_).is_some_and(|c| c.status == "True")
+    find_true(conditions, type_).is_some()
 }

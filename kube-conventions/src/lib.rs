@@ -5,8 +5,10 @@
 //!
 //! - [`patch`]: strategic merge patch, with the merge keys Kubernetes' own types declare;
 //! - [`gojson`]: JSON as Go's `encoding/json` writes it (compact, escaped as Go escapes);
-//! - [`names`]: object name syntax, with Kubernetes' messages.
+//! - [`names`]: object name syntax, with Kubernetes' messages;
+//! - [`schema`]: which fields a CRD's structural schema declares (what is pruned or refused).
 
 pub mod gojson;
 pub mod names;
 pub mod patch;
+pub mod schema;

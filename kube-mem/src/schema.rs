@@ -73,49 +73,11 @@ pub fn apply_defaults(schema: &Value, value: &mut Value) {
 /// Removes fields the schema does not declare; returns their paths. `metadata`, `apiVersion`
 /// and `kind` at the top are the server's own business.
 pub fn prune(schema: &Value, value: &mut Value) -> Vec<String> {
-    let mut removed = Vec::new();
-    prune_in(schema, value, "", true, &mut removed);
-    removed
-}
-
-fn prune_in(schema: &Value, value: &mut Value, path: &str, top: bool, removed: &mut Vec<String>) {
-    if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
-        return;
+    let found = kube_conventions::schema::undeclared(schema, value);
+    for field in &found {
+        kube_conventions::schema::remove(value, &field.path);
     }
-    match value {
-        Value::Object(map) => {
-            let props = schema.get("properties").and_then(Value::as_object);
-            let additional = schema.get("additionalProperties");
-            let keys: Vec<String> = map.keys().cloned().collect();
-            for k in keys {
-                let at = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
-                if top && matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
-                    continue;
-                }
-                let sub = props.and_then(|p| p.get(&k)).or(additional.filter(|a| a.is_object()));
-                match (sub, additional) {
-                    (Some(s), _) => {
-                        if let Some(v) = map.get_mut(&k) {
-                            prune_in(s, v, &at, false, removed);
-                        }
-                    }
-                    (None, Some(Value::Bool(true))) => {}
-                    _ => {
-                        map.remove(&k);
-                        removed.push(at);
-                    }
-                }
-            }
-        }
-        Value::Array(items) => {
-            if let Some(s) = schema.get("items") {
-                for (i, v) in items.iter_mut().enumerate() {
-                    prune_in(s, v, &format!("{path}[{i}]"), false, removed);
-                }
-            }
-        }
-        _ => {}
-    }
+    found.iter().map(ToString::to_string).collect()
 }
 
 /// The CRD's `x-kubernetes-validations` rules, evaluated as the API server does: each rule

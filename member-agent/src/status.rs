@@ -13,7 +13,7 @@ use kube::ResourceExt;
 pub(crate) fn status_of(js: &JobSet, epoch: i64, pending_reason: Option<String>, timed_out: bool) -> PlacementStatus {
     let none = Default::default();
     let st = js.status.as_ref().unwrap_or(&none);
-    let condition = |t: &str| st.conditions.iter().find(|c| c.type_ == t && c.status == "True");
+    let condition = |t: &str| api::conditions::find_true(&st.conditions, t);
     let jobs: Vec<JobStatus> = st
         .replicated_jobs_status
         .iter()

@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 use api::stowage::Placement;
 use api::trainer::{ClusterTrainingRuntime, Runtime, TrainJob, TrainingRuntime};
 use input_limits::yaml::{self, YamlError};
+use kube_conventions::schema;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -138,76 +139,18 @@ fn crd_schema(crd: &str) -> Result<Value, YamlError> {
 }
 
 /// Fields of `value` its schema does not declare, as `spec.trainer.numNode`, each with a
-/// declared sibling it may be a misspelling of. As the API server's strict field validation:
-/// `x-kubernetes-preserve-unknown-fields` and `additionalProperties` allow any key, the root's
-/// `metadata` is ObjectMeta.
+/// declared sibling it may be a misspelling of. As the API server's strict field validation
+/// (the walk is [`kube_conventions::schema`]); the root's `metadata` is ObjectMeta.
 fn unknown_fields(schema: &Value, value: &Value) -> Vec<(String, Option<String>)> {
     let mut found = Vec::new();
     if let Some(meta) = value.get("metadata").and_then(Value::as_object) {
         for k in meta.keys().filter(|k| !OBJECT_META.contains(&k.as_str())) {
-            found.push((format!("metadata.{k}"), nearest(k, OBJECT_META.iter().copied())));
+            found.push((format!("metadata.{k}"), schema::nearest(k, OBJECT_META.iter().copied())));
         }
     }
-    unknown_in(schema, value, "", true, &mut found);
+    found.extend(schema::undeclared(schema, value).into_iter().map(|u| (u.to_string(), u.nearest)));
     found.sort();
     found
-}
-
-fn unknown_in(schema: &Value, value: &Value, path: &str, root: bool, found: &mut Vec<(String, Option<String>)>) {
-    if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
-        return;
-    }
-    match value {
-        Value::Object(map) => {
-            let props = schema.get("properties").and_then(Value::as_object);
-            let additional = schema.get("additionalProperties");
-            for (k, v) in map {
-                if root && matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
-                    continue;
-                }
-                let at = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
-                match (props.and_then(|p| p.get(k)), additional) {
-                    (Some(s), _) => unknown_in(s, v, &at, false, found),
-                    (None, Some(s)) if s.is_object() => unknown_in(s, v, &at, false, found),
-                    (None, Some(Value::Bool(true))) => {}
-                    _ => found.push((at, nearest(k, props.into_iter().flat_map(|p| p.keys().map(String::as_str))))),
-                }
-            }
-        }
-        Value::Array(items) => {
-            if let Some(s) = schema.get("items") {
-                for (i, v) in items.iter().enumerate() {
-                    unknown_in(s, v, &format!("{path}[{i}]"), false, found);
-                }
-            }
-        }
-        _ => {}
-    }
-}
-
-/// The declared name closest to `key` within two edits (case ignored), if any.
-fn nearest<'a>(key: &str, names: impl Iterator<Item = &'a str>) -> Option<String> {
-    names
-        .map(|n| (edit_distance(&key.to_ascii_lowercase(), &n.to_ascii_lowercase()), n))
-        .filter(|(d, _)| *d <= 2)
-        .min()
-        .map(|(_, n)| n.to_string())
-}
-
-/// Levenshtein distance, on bytes (names are ASCII).
-fn edit_distance(a: &str, b: &str) -> usize {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for i in 1..=a.len() {
-        let mut diagonal = row[0];
-        row[0] = i;
-        for j in 1..=b.len() {
-            let above = row[j];
-            row[j] = (above + 1).min(row[j - 1] + 1).min(diagonal + usize::from(a[i - 1] != b[j - 1]));
-            diagonal = above;
-        }
-    }
-    row[b.len()]
 }
 
 pub fn trainjob(path: &Path) -> Result<(TrainJob, String), ManifestError> {

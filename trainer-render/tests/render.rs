@@ -66,42 +66,13 @@ impl Schemas {
         let validator = jsonschema::validator_for(schema).expect("CRD schema compiles");
         let mut errors: Vec<String> =
             validator.iter_errors(&value).map(|e| format!("{}: {e}", e.instance_path)).collect();
-        unknown_fields(schema, &value, String::new(), &mut errors);
+        // Fields the schema does not declare: an API server would drop them without a word.
+        errors.extend(
+            kube_conventions::schema::undeclared(schema, &value)
+                .into_iter()
+                .map(|u| format!("{u}: not in the schema (would be pruned)")),
+        );
         errors
-    }
-}
-
-/// Fields the schema does not declare: an API server would drop them without a word.
-fn unknown_fields(schema: &serde_json::Value, value: &serde_json::Value, path: String, errors: &mut Vec<String>) {
-    if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&serde_json::Value::Bool(true)) {
-        return;
-    }
-    match value {
-        serde_json::Value::Object(map) => {
-            let props = schema.get("properties").and_then(|p| p.as_object());
-            let additional = schema.get("additionalProperties");
-            for (k, v) in map {
-                let at = format!("{path}/{k}");
-                // metadata is ObjectMeta, validated by the API server itself.
-                if path.is_empty() && matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
-                    continue;
-                }
-                match (props.and_then(|p| p.get(k)), additional) {
-                    (Some(s), _) => unknown_fields(s, v, at, errors),
-                    (None, Some(a)) if a.is_object() => unknown_fields(a, v, at, errors),
-                    (None, Some(serde_json::Value::Bool(true))) => {}
-                    _ => errors.push(format!("{at}: not in the schema (would be pruned)")),
-                }
-            }
-        }
-        serde_json::Value::Array(items) => {
-            if let Some(s) = schema.get("items") {
-                for (i, v) in items.iter().enumerate() {
-                    unknown_fields(s, v, format!("{path}/{i}"), errors);
-                }
-            }
-        }
-        _ => {}
     }
 }
 

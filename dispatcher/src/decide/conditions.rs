@@ -33,8 +33,16 @@ pub(super) fn upsert(conditions: &mut Vec<Condition>, mut c: Condition) {
     }
 }
 
+pub(super) fn find(conditions: &[Condition], type_: TrainJobCondition) -> Option<&Condition> {
+    api::conditions::find(conditions, type_.as_str())
+}
+
+pub(super) fn find_true(conditions: &[Condition], type_: TrainJobCondition) -> Option<&Condition> {
+    api::conditions::find_true(conditions, type_.as_str())
+}
+
 pub(super) fn is_true(conditions: &[Condition], type_: TrainJobCondition) -> bool {
-    api::conditions::is_true(conditions, type_.as_str())
+    find_true(conditions, type_).is_some()
 }
 
 /// The member reported the JobSet complete.

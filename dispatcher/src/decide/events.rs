@@ -11,7 +11,7 @@
 use api::trainer::TrainJobCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use super::conditions::is_true;
+use super::conditions::{find, find_true, is_true};
 use super::{PlacementWrite, Redispatch};
 
 /// `type` of a core/v1 Event.
@@ -97,17 +97,13 @@ impl About<'_> {
     }
 }
 
-fn find(conditions: &[Condition], type_: TrainJobCondition) -> Option<&Condition> {
-    conditions.iter().find(|c| c.type_ == type_.as_str())
-}
-
 /// The Events a TrainJob's status change stands for: a Pending reason it enters, its pods
 /// starting (`Pending` gone while placed), preemption, suspension and resumption, the end.
 pub fn of_status(about: About<'_>, old: &[Condition], new: &[Condition], placed: bool) -> Vec<EventWrite> {
     use TrainJobCondition as C;
     let mut events = Vec::new();
-    let pending = find(new, C::Pending).filter(|c| c.status == "True");
-    let was_pending = find(old, C::Pending).filter(|c| c.status == "True");
+    let pending = find_true(new, C::Pending);
+    let was_pending = find_true(old, C::Pending);
     if let Some(p) = pending
         && was_pending.map(|c| &c.reason) != Some(&p.reason)
     {
@@ -119,7 +115,7 @@ pub fn of_status(about: About<'_>, old: &[Condition], new: &[Condition], placed:
     if pending.is_none() && was_pending.is_some() && placed && !is_true(new, C::Suspended) && !ended(new) {
         events.push(about.event("started", EventType::Normal, EventReason::Started, "its pods run".into()));
     }
-    if let Some(p) = find(new, C::Preempted).filter(|c| c.status == "True")
+    if let Some(p) = find_true(new, C::Preempted)
         && !is_true(old, C::Preempted)
     {
         events.push(about.event("preempted", EventType::Warning, EventReason::Preempted, p.message.clone()));
@@ -133,12 +129,12 @@ pub fn of_status(about: About<'_>, old: &[Condition], new: &[Condition], placed:
         }
         _ => {}
     }
-    if let Some(c) = find(new, C::Complete).filter(|c| c.status == "True")
+    if let Some(c) = find_true(new, C::Complete)
         && !is_true(old, C::Complete)
     {
         events.push(about.event("completed", EventType::Normal, EventReason::Completed, c.message.clone()));
     }
-    if let Some(c) = find(new, C::Failed).filter(|c| c.status == "True")
+    if let Some(c) = find_true(new, C::Failed)
         && !is_true(old, C::Failed)
     {
         events.push(about.event("failed", EventType::Warning, EventReason::Failed, c.message.clone()));

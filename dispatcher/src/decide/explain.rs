@@ -232,7 +232,7 @@ fn kueue_words(w: &api::kueue::Workload) -> String {
     use api::kueue::{ADMITTED, EVICTED, FINISHED, QUOTA_RESERVED};
     let status = w.status.as_ref();
     let condition = |type_: &str| status.and_then(|s| s.conditions.iter().find(|c| c.type_ == type_));
-    let is_true = |type_: &str| condition(type_).is_some_and(|c| c.status == "True");
+    let is_true = |type_: &str| status.is_some_and(|s| api::conditions::is_true(&s.conditions, type_));
     let name = format!("Workload {}", w.metadata.name.as_deref().unwrap_or_default());
     let message = |type_: &str| condition(type_).map(|c| format!(" ({}: {})", c.reason, c.message)).unwrap_or_default();
     let nominated = status.and_then(|s| s.nominated_cluster_names.as_deref()).unwrap_or_default();
@@ -321,8 +321,6 @@ fn per_member(state: &super::Observation<'_>, config: &Config, now_ms: u64, i: u
 }
 
 pub(super) fn pending_words(job: &Job<'_>) -> String {
-    job.conditions
-        .iter()
-        .find(|c| c.type_ == TrainJobCondition::Pending.as_str() && c.status == "True")
+    super::conditions::find_true(&job.conditions, TrainJobCondition::Pending)
         .map_or_else(|| "pending".into(), |c| format!("pending: {}: {}", c.reason, c.message))
 }

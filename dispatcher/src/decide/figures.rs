@@ -134,10 +134,7 @@ impl Figures {
             *f.trainjobs.entry((queue.clone(), phase)).or_default() += 1;
             if phase == JobPhase::Pending {
                 let conditions = written.get(&k).copied().or(job.tj.status.as_ref().map(|s| s.conditions.as_slice()));
-                let reason = conditions
-                    .unwrap_or_default()
-                    .iter()
-                    .find(|c| c.type_ == TrainJobCondition::Pending.as_str() && c.status == "True")
+                let reason = super::conditions::find_true(conditions.unwrap_or_default(), TrainJobCondition::Pending)
                     .map_or("Unknown", |c| c.reason.as_str());
                 *f.pending.entry((queue.clone(), reason.to_string())).or_default() += 1;
                 // Its queue's oldest wait is what waiting can end: a job that can never fit or

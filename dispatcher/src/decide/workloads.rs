@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use api::conditions::{find, is_true};
+use api::conditions::{find, find_true, is_true};
 use api::kueue::{
     ACTIVE, ADMISSION_MANAGED_CONDITIONS, ADMISSION_MANAGED_FIELDS, ADMITTED, EVICTED, FINISHED,
     MEMBER_CLUSTER_ANNOTATION, MULTIKUEUE_CONTROLLER, QUOTA_RESERVED, Workload,
@@ -130,8 +130,7 @@ struct Workers<'a> {
 fn last_admission(o: &Observed) -> BTreeMap<&str, Timestamp> {
     let mut last: BTreeMap<&str, Timestamp> = BTreeMap::new();
     for status in o.workloads.iter().filter_map(|w| w.status.as_ref()) {
-        let (Some(cluster), Some(admitted)) =
-            (status.cluster_name.as_deref(), find(&status.conditions, ADMITTED).filter(|c| c.status == "True"))
+        let (Some(cluster), Some(admitted)) = (status.cluster_name.as_deref(), find_true(&status.conditions, ADMITTED))
         else {
             continue;
         };
@@ -161,7 +160,7 @@ fn state(
     }
     let gang = |clusters| workload::gang(w, levels, clusters).map_err(|e| e.to_string());
     if let Some(cluster) = &status.cluster_name {
-        let admitted = find(&status.conditions, ADMITTED).filter(|c| c.status == "True")?;
+        let admitted = find_true(&status.conditions, ADMITTED)?;
         let age = now.duration_since(admitted.last_transition_time.0).unsigned_abs();
         return (age <= settings.member_grace)
             .then(|| gang(vec![cluster.clone()]).ok())
