@@ -33,9 +33,9 @@ use kube_shell::watch::{self, Watches};
 use serde_json::json;
 
 use crate::decide::events::{self, EventWrite};
-use crate::decide::workloads::{NominationWrite, WorkloadEvent};
 use crate::decide::{
-    KueueMode, MemberConditionWrite, Observed, PlacementWrite, Plan, QueueStatusWrite, Settings, StatusWrite, decide,
+    KueueMode, MemberConditionWrite, NominationWrite, Observed, PlacementWrite, Plan, QueueStatusWrite, Remembered,
+    Settings, StatusWrite, WorkloadKey, decide,
 };
 use crate::leader::{self, LeaderConfig, Leadership};
 use crate::metrics::Metrics;
@@ -265,7 +265,7 @@ struct Written {
     /// Workloads as the nominations applied left them, by the resourceVersion they replaced.
     workloads: BTreeMap<(String, String), (Option<String>, Workload)>,
     /// The last cycle's memory of the Workloads it nominates.
-    kueue_memory: BTreeMap<crate::decide::workloads::WorkloadKey, crate::decide::workloads::Remembered>,
+    kueue_memory: BTreeMap<WorkloadKey, Remembered>,
 }
 
 impl Written {
@@ -412,9 +412,9 @@ fn record_of(e: EventWrite) -> kube_shell::events::Record {
     kube_shell::events::Record {
         name: e.name,
         involved: ObjectReference {
-            api_version: Some(TrainJob::api_version(&()).into_owned()),
-            kind: Some("TrainJob".into()),
-            name: Some(e.trainjob),
+            api_version: Some(e.kind.api_version()),
+            kind: Some(e.kind.as_str().into()),
+            name: Some(e.object),
             namespace: Some(e.namespace),
             uid: Some(e.uid),
             ..Default::default()
@@ -485,7 +485,7 @@ async fn apply(hub: &Client, plan: &Plan, written: &mut Written, metrics: &Metri
             Ok(()) => {
                 // Once per reason a TrainJob comes to wait for, as its Pending Event.
                 for e in s.events.iter().filter(|e| e.reason == events::EventReason::Pending) {
-                    tracing::info!(trainjob = %format!("{}/{}", e.namespace, e.trainjob), why = %e.message, "waiting");
+                    tracing::info!(trainjob = %format!("{}/{}", e.namespace, e.object), why = %e.message, "waiting");
                 }
                 events.extend(s.events);
                 written.statuses.insert((s.namespace, s.name), (s.conditions, s.jobs));
@@ -520,29 +520,9 @@ async fn apply(hub: &Client, plan: &Plan, written: &mut Written, metrics: &Metri
             Err(e) => first_error = first_error.or(Some(e)),
         }
     }
-    let records = events.into_iter().map(record_of).chain(plan.workload_events.iter().map(workload_record));
+    let records = events.into_iter().chain(plan.workload_events.iter().cloned()).map(record_of);
     kube_shell::events::record_all(hub, records.collect(), CONCURRENT_WRITES).await;
     first_error.map_or(Ok(()), Err)
-}
-
-/// An Event about a Workload or its TrainJob, as the shell records it.
-fn workload_record(e: &WorkloadEvent) -> kube_shell::events::Record {
-    kube_shell::events::Record {
-        name: e.name.clone(),
-        involved: ObjectReference {
-            api_version: Some(e.api_version.clone()),
-            kind: Some(e.kind.clone()),
-            name: Some(e.object.clone()),
-            namespace: Some(e.namespace.clone()),
-            uid: Some(e.uid.clone()),
-            ..Default::default()
-        },
-        type_: if e.warning { "Warning" } else { "Normal" }.into(),
-        reason: e.reason.clone(),
-        message: e.message.clone(),
-        times: 1,
-        component: FIELD_MANAGER.into(),
-    }
 }
 
 /// One cycle over an observed hub: decide and write.

@@ -8,8 +8,8 @@ use api::kueue::{AdmissionCheck, MultiKueueCluster, MultiKueueConfig, Workload};
 use api::stowage::{
     DomainCapacity, MemberCluster, MemberClusterSpec, MemberClusterStatus, NodeClassReport, TopologyLevel,
 };
-use dispatcher::decide::workloads::NominationWrite;
-use dispatcher::decide::{KueueMode, Observed, Plan, Settings, decide};
+use dispatcher::decide::events::{EventReason, EventType, Kind};
+use dispatcher::decide::{KueueMode, NominationWrite, Observed, Plan, Settings, decide};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use scheduler_core::Config;
@@ -200,10 +200,10 @@ fn a_workload_that_fits_nowhere_gets_no_nomination_and_one_event_saying_why() {
     let o = observed(vec![member("east", &[]), member("west", &[])], vec![workload("big", 5)]);
     let plan = cycle(&o, 0);
     assert!(plan.nominations.is_empty(), "{:?}", plan.nominations);
-    let e = plan.workload_events.iter().find(|e| e.kind == "Workload").expect("event on the workload");
-    assert!(e.warning);
+    let e = plan.workload_events.iter().find(|e| e.kind == Kind::Workload).expect("event on the workload");
+    assert_eq!(e.type_, EventType::Warning);
     assert!(e.message.contains("rack"), "{e:?}");
-    let on_trainjob = plan.workload_events.iter().find(|e| e.kind == "TrainJob").expect("event on the trainjob");
+    let on_trainjob = plan.workload_events.iter().find(|e| e.kind == Kind::TrainJob).expect("event on the trainjob");
     assert_eq!((on_trainjob.object.as_str(), on_trainjob.reason.as_str()), ("big", e.reason.as_str()));
     // Told once: the next cycle, still waiting for the same reason, says nothing new.
     let again = cycle(&written(o, &plan), 1);
@@ -256,7 +256,7 @@ fn a_nomination_is_replaced_when_its_member_goes_silent_or_kueue_does_not_admit_
     m.status.as_mut().expect("status").heartbeat_time = Some(at(-600).0.to_string());
     let plan = cycle(&silent, 1);
     assert_eq!(nomination(&plan, "w1").expect("renominated").clusters, vec![other.to_string()]);
-    let e = plan.workload_events.iter().find(|e| e.kind == "Workload").expect("event");
+    let e = plan.workload_events.iter().find(|e| e.kind == Kind::Workload).expect("event");
     assert!(e.message.contains(&format!("member {first} is not live")), "{e:?}");
 
     // Kueue does not admit it within the timeout: nominated elsewhere.
@@ -371,12 +371,12 @@ fn a_workload_that_makes_no_gang_is_told_why_naming_the_field_and_a_list_of_seve
     let o = observed(vec![member("east", &[]), member("west", &[])], vec![bad, many]);
     let plan = cycle(&o, 0);
     assert!(nomination(&plan, "bad").is_none(), "{:?}", plan.nominations);
-    let e = plan.workload_events.iter().find(|e| e.object == "bad" && e.kind == "Workload").expect("event");
-    assert_eq!(e.reason, "Invalid");
+    let e = plan.workload_events.iter().find(|e| e.object == "bad" && e.kind == Kind::Workload).expect("event");
+    assert_eq!(e.reason, EventReason::Invalid);
     assert!(e.message.starts_with("spec.podSets[0].template.spec:"), "{}", e.message);
     let n = nomination(&plan, "many").expect("replaced");
     assert_eq!(n.clusters.len(), 1, "{n:?}");
-    let said = plan.workload_events.iter().find(|e| e.object == "many" && e.kind == "Workload").expect("event");
+    let said = plan.workload_events.iter().find(|e| e.object == "many" && e.kind == Kind::Workload).expect("event");
     assert!(said.message.contains("2 clusters were nominated; Stowage nominates one"), "{}", said.message);
 }
 
@@ -417,8 +417,12 @@ fn an_evicted_workload_held_by_its_trainjobs_stale_counts_has_them_cleared_once_
     assert_eq!((write.jobs[0].active, write.jobs[0].ready), (0, 0), "{write:?}");
     assert_eq!(write.conditions, o.trainjobs[0].status.as_ref().expect("status").conditions, "conditions kept");
     assert!(plan.nominations.is_empty(), "nothing to nominate until Kueue queues it again");
-    let told: Vec<&str> =
-        plan.workload_events.iter().filter(|e| e.reason == "StaleStatusCleared").map(|e| e.kind.as_str()).collect();
+    let told: Vec<&str> = plan
+        .workload_events
+        .iter()
+        .filter(|e| e.reason == EventReason::StaleStatusCleared)
+        .map(|e| e.kind.as_str())
+        .collect();
     assert_eq!(told, ["Workload", "TrainJob"], "{:?}", plan.workload_events);
     assert!(plan.workload_events[0].message.contains("kubernetes-sigs/kueue#15380"), "{:?}", plan.workload_events);
 

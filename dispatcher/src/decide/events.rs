@@ -1,15 +1,18 @@
 //! The Events a TrainJob gets on the hub, as a Trainer and Kueue user reads them in `kubectl
 //! describe` and the SDK's `get_job_events`: derived from what a write changes (a condition that
-//! turns up or goes, a Placement made or moved), recorded once that write is made. Pure: the
-//! shell only creates them, or counts one again.
+//! turns up or goes, a Placement made or moved), recorded once that write is made; and the
+//! Events of MultiKueue's nominations, on the Workload and its TrainJob. Pure: the shell only
+//! creates them, or counts one again.
 //!
 //! Each Event's name is its TrainJob's and what happened (`t1.pending-quotaexceeded`,
 //! `t1.placed-2`): the same thing happening again counts the same Event up (kubectl shows
 //! `x3 over 5m`), as the API server's own event recorder aggregates, instead of a new object
 //! each time; a Pending reason that returns is one Event, counted.
 
-use api::trainer::TrainJobCondition;
+use api::kueue::Workload;
+use api::trainer::{TrainJob, TrainJobCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::Resource;
 
 use super::conditions::{find, find_true, is_true};
 use super::{PlacementWrite, Redispatch};
@@ -30,8 +33,9 @@ impl EventType {
     }
 }
 
-/// What happened to a TrainJob: the Event's `reason`, a closed set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What happened: the Event's `reason`. A TrainJob's are a closed set; a nomination's name the
+/// pending reason the gang waits for, as TrainJobs' conditions name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EventReason {
     Pending,
     Placed,
@@ -42,10 +46,24 @@ pub enum EventReason {
     Resumed,
     Completed,
     Failed,
+    /// A Workload nominated to a member.
+    Nominated,
+    /// A Workload's nomination withdrawn for a preemption on its member.
+    Preempting,
+    /// A Workload Stowage cannot make a gang of.
+    Invalid,
+    /// No member answers the Workload's MultiKueue config.
+    NoMemberCluster,
+    /// The members it may go to have no room for it now.
+    NoMemberCapacity,
+    /// A member's stale status on the Workload cleared (kubernetes-sigs/kueue#15380).
+    StaleStatusCleared,
+    /// Not nominated: the gang's pending reason (`NoDomain`, `QuotaExceeded`).
+    Waiting(String),
 }
 
 impl EventReason {
-    pub fn as_str(self) -> &'static str {
+    pub fn as_str(&self) -> &str {
         match self {
             EventReason::Pending => "Pending",
             EventReason::Placed => "Placed",
@@ -56,26 +74,59 @@ impl EventReason {
             EventReason::Resumed => "Resumed",
             EventReason::Completed => "Completed",
             EventReason::Failed => "Failed",
+            EventReason::Nominated => "Nominated",
+            EventReason::Preempting => "Preempting",
+            EventReason::Invalid => "Invalid",
+            EventReason::NoMemberCluster => "NoMemberCluster",
+            EventReason::NoMemberCapacity => "NoMemberCapacity",
+            EventReason::StaleStatusCleared => "StaleStatusCleared",
+            EventReason::Waiting(reason) => reason,
         }
     }
 }
 
-/// One Event about a TrainJob.
+/// The kind of object an Event is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    TrainJob,
+    Workload,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::TrainJob => "TrainJob",
+            Kind::Workload => "Workload",
+        }
+    }
+
+    pub fn api_version(self) -> String {
+        match self {
+            Kind::TrainJob => TrainJob::api_version(&()).into_owned(),
+            Kind::Workload => Workload::api_version(&()).into_owned(),
+        }
+    }
+}
+
+/// One Event about a TrainJob or a Workload.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventWrite {
     pub namespace: String,
-    /// The Event object's name: the TrainJob's, then what happened.
+    /// The Event object's name: its object's, then what happened.
     pub name: String,
-    pub trainjob: String,
+    pub kind: Kind,
+    /// The name of the object it is about.
+    pub object: String,
     pub uid: String,
     pub type_: EventType,
     pub reason: EventReason,
     pub message: String,
 }
 
-/// The TrainJob an Event is about.
+/// The object an Event is about.
 #[derive(Debug, Clone, Copy)]
 pub struct About<'a> {
+    pub kind: Kind,
     pub namespace: &'a str,
     pub name: &'a str,
     pub uid: &'a str,
@@ -88,7 +139,8 @@ impl About<'_> {
         EventWrite {
             namespace: self.namespace.to_string(),
             name,
-            trainjob: self.name.to_string(),
+            kind: self.kind,
+            object: self.name.to_string(),
             uid: self.uid.to_string(),
             type_,
             reason,
@@ -146,9 +198,31 @@ fn ended(conditions: &[Condition]) -> bool {
     is_true(conditions, TrainJobCondition::Complete) || is_true(conditions, TrainJobCondition::Failed)
 }
 
+/// A nomination's Event on the Workload, and the same on its owning TrainJob when it has one
+/// (where a Trainer user reads it). Only a nomination is news; anything else is a warning.
+pub fn of_nomination(w: &Workload, reason: EventReason, message: &str) -> Vec<EventWrite> {
+    let namespace = w.metadata.namespace.as_deref().unwrap_or_default();
+    let type_ = if reason == EventReason::Nominated { EventType::Normal } else { EventType::Warning };
+    let key = format!("nomination-{}", reason.as_str());
+    let workload = About {
+        kind: Kind::Workload,
+        namespace,
+        name: w.metadata.name.as_deref().unwrap_or_default(),
+        uid: w.metadata.uid.as_deref().unwrap_or_default(),
+    };
+    let mut out = vec![workload.event(&key, type_, reason.clone(), message.to_string())];
+    let owner =
+        w.metadata.owner_references.iter().flatten().find(|r| r.kind == "TrainJob" && r.controller == Some(true));
+    if let Some(r) = owner {
+        let trainjob = About { kind: Kind::TrainJob, namespace, name: &r.name, uid: &r.uid };
+        out.push(trainjob.event(&key, type_, reason, message.to_string()));
+    }
+    out
+}
+
 /// The Events a Placement write stands for: taken off a member (why), placed on one (where).
 pub fn of_placement(w: &PlacementWrite) -> Vec<EventWrite> {
-    let about = About { namespace: &w.namespace, name: &w.name, uid: &w.owner_uid };
+    let about = About { kind: Kind::TrainJob, namespace: &w.namespace, name: &w.name, uid: &w.owner_uid };
     let mut events = Vec::new();
     if let Some(moved) = &w.effect.redispatch
         && moved.reason != Redispatch::Preempted
@@ -180,7 +254,7 @@ mod tests {
 
     use super::*;
 
-    const ABOUT: About<'static> = About { namespace: "ml", name: "t1", uid: "u1" };
+    const ABOUT: About<'static> = About { kind: Kind::TrainJob, namespace: "ml", name: "t1", uid: "u1" };
 
     fn c(type_: &str, status: &str, reason: &str, message: &str) -> Condition {
         Condition {

@@ -9,19 +9,24 @@
 //!    its agent reports the gang did not start in time (Unschedulable) or its JobSet vanished
 //!    (Lost): it keeps away from that member for a back-off that doubles with each repeat, and
 //!    its Placement's epoch rises, so the old member's agent deletes what it made there.
-//! 3. [`schedule`]: the assumed pass (placed TrainJobs whose pods their member does not count
-//!    yet take their room first, so it is counted once), then the cycle for the waiting ones.
+//!    [`candidates`] (`--kueue multikueue`): Kueue's Workloads as MultiKueue hands them over,
+//!    each [`State`](candidates::State) (to nominate, nominated, admitted, stale, invalid).
+//! 3. [`schedule`]: the assumed pass (placed TrainJobs and nominated Workloads whose pods their
+//!    member does not count yet take their room first, so it is counted once), then the cycle
+//!    for the waiting ones, TrainJobs and Workloads together.
 //! 4. [`writes`]: Placements and statuses, only what differs from what was observed; a waiting
 //!    TrainJob nothing can take is withdrawn (no cluster) until something can; victims evicted.
+//!    [`nominations`]: each Workload's nomination, the Events telling why one waits
+//!    ([`events::of_nomination`]) and what to remember of it.
 //! 5. [`queues`]: each Queue's status.
 //! 6. [`figures`]: what the metrics show of the cycle (the shell sets its gauges from them).
 //!
-//! With `--kueue multikueue`, [`workloads`] reads Kueue's Workloads into the same cycle (those
-//! to nominate wait beside the TrainJobs, those nominated hold their room) and writes their
-//! nominations.
+//! A TrainJob becomes a gang in [`crate::translate::trainjob`], a Workload in
+//! [`crate::translate::workload`]. Every Event is an [`events::EventWrite`].
 //!
 //! Every condition is made in [`conditions`].
 
+mod candidates;
 mod conditions;
 pub mod events;
 pub mod explain;
@@ -34,7 +39,6 @@ mod priorities;
 mod queues;
 mod schedule;
 pub mod whatif;
-pub mod workloads;
 mod writes;
 
 use std::collections::BTreeMap;
@@ -51,6 +55,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, 
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use scheduler_core::Config;
+use serde_json::Value;
 
 pub use api::stowage::CHECKPOINT_ANNOTATION;
 
@@ -81,7 +86,7 @@ pub struct Observed {
     pub multikueue_clusters: Vec<api::kueue::MultiKueueCluster>,
     /// The dispatcher's own memory of the Workloads it nominates (the last cycle's
     /// [`Plan::kueue_memory`]).
-    pub kueue_memory: BTreeMap<workloads::WorkloadKey, workloads::Remembered>,
+    pub kueue_memory: BTreeMap<WorkloadKey, Remembered>,
     /// The dispatcher's own memory, not a hub object: since when each placement reported
     /// Running has not been counted by its member (the last cycle's [`Plan::uncounted_since`]).
     /// A new leader starts with none, and so waits a whole grace period before acting.
@@ -91,6 +96,20 @@ pub struct Observed {
     /// above it, never at an epoch an agent has already seen. A new leader starts from the
     /// Placements and the members' reports alone.
     pub epochs: BTreeMap<String, i64>,
+}
+
+/// A Workload's namespace and name.
+pub type WorkloadKey = (String, String);
+
+/// What the dispatcher remembers of a Workload between cycles: not a hub object, so a new
+/// leader starts with none (a nomination it finds gets a whole timeout from then, and the
+/// reason it waits is told once more).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Remembered {
+    /// The cluster it nominated, and since when.
+    pub nominated: Option<(String, Timestamp)>,
+    /// What its last Event said (reason), so that each is told once.
+    pub told: Option<String>,
 }
 
 /// The dispatcher's timing knobs.
@@ -302,11 +321,22 @@ pub struct Plan {
     /// What the metrics show of this cycle.
     pub figures: figures::Figures,
     /// Workloads' nominations to write (`--kueue multikueue`).
-    pub nominations: Vec<workloads::NominationWrite>,
+    pub nominations: Vec<NominationWrite>,
     /// Events about Workloads and their TrainJobs: why one waits, where it was nominated.
-    pub workload_events: Vec<workloads::WorkloadEvent>,
+    pub workload_events: Vec<events::EventWrite>,
     /// For the next cycle's [`Observed::kueue_memory`].
-    pub kueue_memory: BTreeMap<workloads::WorkloadKey, workloads::Remembered>,
+    pub kueue_memory: BTreeMap<WorkloadKey, Remembered>,
+}
+
+/// One nomination to write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NominationWrite {
+    pub namespace: String,
+    pub name: String,
+    /// Empty: the nomination is withdrawn.
+    pub clusters: Vec<String>,
+    /// What is applied to its status subresource as `kueue-admission` (Kueue's whole admission status, the list changed).
+    pub apply: Value,
 }
 
 /// One MemberCluster's conditions to write (the dispatcher owns `status.conditions` there; the
@@ -340,7 +370,7 @@ struct Observation<'a> {
     queues: queues::QueueSet,
     jobs: Vec<intake::Job<'a>>,
     /// Kueue's Workloads the cycle acts on (`--kueue multikueue`).
-    candidates: Vec<workloads::Candidate<'a>>,
+    candidates: Vec<candidates::Candidate<'a>>,
 }
 
 fn observe<'a>(o: &'a Observed, settings: &Settings, now: &Time) -> Observation<'a> {
@@ -360,7 +390,7 @@ fn observe<'a>(o: &'a Observed, settings: &Settings, now: &Time) -> Observation<
             intake::job(o, &scope, tj, placements.get(&key(&tj.metadata)).copied(), settings, now)
         })
         .collect();
-    let candidates = workloads::read(o, &members, settings, now.0);
+    let candidates = candidates::read(o, &members, settings, now.0);
     Observation { members, queues, jobs, candidates }
 }
 
@@ -419,7 +449,7 @@ fn status_events(o: &Observed, plan: &mut Plan) {
         let Some(tj) = trainjobs.get(&k) else { continue };
         let old = tj.status.as_ref().map(|st| st.conditions.as_slice()).unwrap_or_default();
         let uid = tj.metadata.uid.as_deref().unwrap_or_default();
-        let about = events::About { namespace: &s.namespace, name: &s.name, uid };
+        let about = events::About { kind: events::Kind::TrainJob, namespace: &s.namespace, name: &s.name, uid };
         s.events = events::of_status(about, old, &s.conditions, placed.contains(&k));
     }
 }

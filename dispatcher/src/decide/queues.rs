@@ -113,7 +113,7 @@ pub(super) fn read(o: &Observed) -> QueueSet {
         specs.push(QueueSpec::unlimited(translate::DEFAULT_QUEUE));
     }
     if !o.workloads.is_empty() {
-        specs.push(QueueSpec::unlimited(crate::workload::KUEUE_QUEUE));
+        specs.push(QueueSpec::unlimited(crate::translate::workload::KUEUE_QUEUE));
     }
     // Each spec is valid alone and names are unique (object names), so this cannot fail.
     let queues = Queues::new(specs).unwrap_or_else(|_| {

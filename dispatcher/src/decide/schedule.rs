@@ -13,9 +13,9 @@ use scheduler_core::{
 };
 
 use super::Observation;
+use super::candidates::{Candidate, State};
 use super::intake::{Active, Job, JobState, Waiting};
 use super::members::Members;
-use super::workloads::{Candidate, State};
 use crate::translate;
 
 #[derive(Debug)]

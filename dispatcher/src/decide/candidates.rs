@@ -14,39 +14,21 @@
 //! may be held by that TrainJob's stale counts, which Stowage clears ([`stale_owner`]).
 //!
 //! Written as Kueue writes it: its whole admission status applied as `kueue-admission` at the
-//! observed resourceVersion, with the list changed ([`admission_status`]), by
-//! [`super::nominations`].
+//! observed resourceVersion, with the list changed, by [`super::nominations`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use api::conditions::{find, find_true, is_true};
 use api::kueue::{
-    ACTIVE, ADMISSION_MANAGED_CONDITIONS, ADMISSION_MANAGED_FIELDS, ADMITTED, EVICTED, FINISHED,
-    MEMBER_CLUSTER_ANNOTATION, MULTIKUEUE_CONTROLLER, QUOTA_RESERVED, Workload,
+    ACTIVE, ADMITTED, EVICTED, FINISHED, MEMBER_CLUSTER_ANNOTATION, MULTIKUEUE_CONTROLLER, QUOTA_RESERVED, Workload,
 };
 use api::trainer::{JobStatus, KUEUE_MULTIKUEUE_MANAGED_BY};
 use k8s_openapi::jiff::Timestamp;
-use kube::Resource;
 use scheduler_core::{ClusterFilter, Gang};
-use serde_json::{Value, json};
 
 use super::members::Members;
-use super::{KueueMode, Observed, Settings, StatusWrite, key};
-use crate::workload::{self, Levels};
-
-/// A Workload's namespace and name.
-pub type WorkloadKey = (String, String);
-
-/// What the dispatcher remembers of a Workload between cycles: not a hub object, so a new
-/// leader starts with none (a nomination it finds gets a whole timeout from then, and the
-/// reason it waits is told once more).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Remembered {
-    /// The cluster it nominated, and since when.
-    pub nominated: Option<(String, Timestamp)>,
-    /// What its last Event said (reason), so that each is told once.
-    pub told: Option<String>,
-}
+use super::{KueueMode, Observed, Settings, StatusWrite, WorkloadKey, key};
+use crate::translate::workload::{self, Levels};
 
 /// A Workload the cycle acts on.
 #[derive(Debug)]
@@ -330,76 +312,4 @@ fn multikueue_checks(o: &Observed) -> BTreeMap<&str, Check> {
             Some((ac.metadata.name.as_deref()?, check))
         })
         .collect()
-}
-
-/// One nomination to write.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NominationWrite {
-    pub namespace: String,
-    pub name: String,
-    /// Empty: the nomination is withdrawn.
-    pub clusters: Vec<String>,
-    /// What is applied to its status subresource as `kueue-admission` ([`admission_status`]).
-    pub apply: Value,
-}
-
-/// An Event about a Workload, and the same on the TrainJob that owns it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WorkloadEvent {
-    pub namespace: String,
-    /// The Event's name: its object's, then what happened.
-    pub name: String,
-    pub api_version: String,
-    pub kind: String,
-    pub object: String,
-    pub uid: String,
-    pub warning: bool,
-    /// A pending reason as TrainJobs' conditions name it (`NoDomain`), or `Nominated`.
-    pub reason: String,
-    pub message: String,
-}
-
-/// The Workload's admission status as Kueue applies it (`PrepareWorkloadPatch`, strict): the
-/// fields Kueue manages as `kueue-admission`, at the observed resourceVersion, with
-/// `nominatedClusterNames` set to `clusters` (left out when empty, so the apply removes it).
-/// Applying less as that manager would delete what is left out: Kueue's reservation.
-pub fn admission_status(w: &Workload, clusters: &[String]) -> Value {
-    let status = serde_json::to_value(w.status.clone().unwrap_or_default()).unwrap_or_default();
-    let mut out = serde_json::Map::new();
-    for field in ADMISSION_MANAGED_FIELDS {
-        if let Some(v) = status.get(field) {
-            out.insert(field.into(), v.clone());
-        }
-    }
-    // Of the scheduling stats, Kueue applies its evictions only.
-    if let Some(evictions) = status.pointer("/schedulingStats/evictions") {
-        out.insert("schedulingStats".into(), json!({ "evictions": evictions }));
-    }
-    let conditions: Vec<&Value> = status["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|c| c["type"].as_str().is_some_and(|t| ADMISSION_MANAGED_CONDITIONS.contains(&t)))
-        .collect();
-    if !conditions.is_empty() {
-        out.insert("conditions".into(), json!(conditions));
-    }
-    for field in ["admissionChecks", "clusterName"] {
-        if let Some(v) = status.get(field) {
-            out.insert(field.into(), v.clone());
-        }
-    }
-    if !clusters.is_empty() {
-        out.insert("nominatedClusterNames".into(), json!(clusters));
-    }
-    json!({
-        "apiVersion": Workload::api_version(&()),
-        "kind": Workload::kind(&()),
-        "metadata": {
-            "name": w.metadata.name,
-            "namespace": w.metadata.namespace,
-            "resourceVersion": w.metadata.resource_version,
-        },
-        "status": out,
-    })
 }

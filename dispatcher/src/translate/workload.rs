@@ -10,7 +10,7 @@ use api::stowage::{GPU_PRODUCT_LABEL, MemberCluster};
 use k8s_openapi::api::core::v1::PodSpec;
 use scheduler_core::{ClusterFilter, Gang, Level, PodSet, Slice, TopologyConstraint};
 
-use crate::translate::{requirement_of, shape_of};
+use super::{requirement_of, shape_of};
 
 /// The queue Workloads' gangs are scheduled in: unlimited, preempting nothing, since Kueue
 /// reserved their quota and does its own preemption. Not a valid object name, so no Queue of

@@ -1,204 +1,17 @@
-//! Hub objects into scheduler-core types, pure: a TrainJob and its runtime become a `Gang`
-//! (its pod sets are what the renderer would make, so the hub schedules exactly the pods the
-//! member will run), and MemberCluster statuses become a `Fleet` with its current `Capacity`.
+//! MemberCluster statuses into a scheduler-core `Fleet` with its current `Capacity`, and where
+//! members report pods bound.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use api::kueue::{PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL};
-use api::quantity::Milli;
-use api::stowage::{MemberCluster, NodeClassReport, QUEUE_LABEL};
-use api::trainer::{Runtime, TrainJob};
-use k8s_openapi::api::core::v1::PodSpec;
+use api::stowage::{MemberCluster, NodeClassReport};
+use input_limits::{MAX_GPUS_PER_NODE, MAX_MEMBER_NODES, MAX_TOPOLOGY_LEVELS as MAX_LEVELS};
 use scheduler_core::{
-    Admission, Capacity, ClusterFilter, DomainId, Fleet, FleetBuilder, FleetError, Gang, LabelMatch, Level, LevelInfo,
-    MatchOperator, NodeClass, NodeInput, NodeRequirement, PodSet, PodSetPlacement, PodShape, Taint, TaintEffect,
-    Toleration, TolerationOperator, TopologyConstraint,
+    Admission, Capacity, DomainId, Fleet, FleetBuilder, FleetError, Gang, Level, LevelInfo, NodeClass, NodeInput,
+    PodSetPlacement, PodShape, Taint, TaintEffect,
 };
-use trainer_render::{self as render, Capabilities, GangScheduler, Input, RenderError};
 
-pub use api::stowage::{FLAVOR_ANNOTATION, PRIORITY_ANNOTATION, RUNTIME_ANNOTATION, TOPOLOGY_ANNOTATION};
-
-/// The queue of TrainJobs that name none.
-pub const DEFAULT_QUEUE: &str = "default";
-use api::stowage::GPU_PRODUCT_LABEL;
 /// CPU or memory a member did not report: large enough never to block, small enough to sum.
 const UNREPORTED: u64 = 1 << 40;
-
-/// The queue a TrainJob names: Stowage's `stowage.dev/queue` label, else Kueue's
-/// `kueue.x-k8s.io/queue-name` (a Kueue user's TrainJob as it is), else [`DEFAULT_QUEUE`].
-pub fn queue_name(tj: &TrainJob) -> String {
-    let labels = tj.metadata.labels.as_ref();
-    labels
-        .and_then(|l| l.get(QUEUE_LABEL).or_else(|| l.get(QUEUE_NAME_LABEL)))
-        .cloned()
-        .unwrap_or_else(|| DEFAULT_QUEUE.into())
-}
-
-/// Whether the queue comes from Kueue's label (Stowage's absent): an unknown one is then told
-/// in Kueue's words, as a missing LocalQueue.
-pub fn queue_from_kueue(tj: &TrainJob) -> bool {
-    tj.metadata.labels.as_ref().is_some_and(|l| !l.contains_key(QUEUE_LABEL) && l.contains_key(QUEUE_NAME_LABEL))
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum GangError {
-    #[error(transparent)]
-    Render(#[from] RenderError),
-    #[error("metadata.annotations[{annotation}]: {problem}")]
-    Annotation { annotation: &'static str, problem: String },
-}
-
-/// The gang a TrainJob asks for: one pod set per replicated job of the JobSet it renders into,
-/// each `replicas × parallelism` pods with the rendered pod's requests.
-/// Where a TrainJob's priority comes from, before it is resolved against the hub's classes and
-/// its Queue, first found first: Kueue's `kueue.x-k8s.io/priority-class` label (a
-/// WorkloadPriorityClass, as Kueue reads it), the pods' `priorityClassName` (from the runtime's
-/// template), the annotation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PrioritySource {
-    WorkloadClass(String),
-    Class(String),
-    Annotation(i32),
-    Unset,
-}
-
-/// The gang with priority 0, and where its priority is to come from.
-pub fn gang(trainjob: &TrainJob, runtime: &Runtime) -> Result<(Gang, PrioritySource), GangError> {
-    let caps = Capabilities { gang_scheduler: GangScheduler::None, ..Capabilities::default() };
-    let input = Input { trainjob, runtime, placement: None, capabilities: &caps, ssh_key: None, jobset_uid: None };
-    let shapes = render::pod_sets(&input)?;
-    let meta = &trainjob.metadata;
-    let annotations = meta.annotations.clone().unwrap_or_default();
-    let topology: TopologyConstraint = match annotations.get(TOPOLOGY_ANNOTATION) {
-        Some(t) => t.parse().map_err(|e: scheduler_core::topology::ConstraintParseError| GangError::Annotation {
-            annotation: TOPOLOGY_ANNOTATION,
-            problem: e.to_string(),
-        })?,
-        None => TopologyConstraint::Unconstrained,
-    };
-    let class = shapes.iter().find_map(|rj| rj.pod.priority_class_name.clone()).filter(|c| !c.is_empty());
-    let workload_class = meta.labels.as_ref().and_then(|l| l.get(PRIORITY_CLASS_LABEL)).filter(|c| !c.is_empty());
-    let priority = match (class, annotations.get(PRIORITY_ANNOTATION)) {
-        _ if workload_class.is_some() => PrioritySource::WorkloadClass(workload_class.cloned().unwrap_or_default()),
-        (Some(class), _) => PrioritySource::Class(class),
-        (None, Some(p)) => PrioritySource::Annotation(p.trim().parse::<i32>().map_err(|_| GangError::Annotation {
-            annotation: PRIORITY_ANNOTATION,
-            problem: format!("{p:?} is not an integer"),
-        })?),
-        (None, None) => PrioritySource::Unset,
-    };
-    // How long it runs once started: the user's estimate, else its deadline (it ends by then
-    // at the latest). Only a gang that states one may backfill in front of a reservation.
-    let runtime_ms = match annotations.get(RUNTIME_ANNOTATION) {
-        Some(r) => Some(
-            r.trim()
-                .parse::<u64>()
-                .ok()
-                .filter(|&s| s > 0)
-                .ok_or_else(|| GangError::Annotation {
-                    annotation: RUNTIME_ANNOTATION,
-                    problem: format!("{r:?} is not a positive number of seconds"),
-                })?
-                .saturating_mul(1000),
-        ),
-        None => trainjob.spec.active_deadline_seconds.filter(|&d| d > 0).map(|d| (d as u64).saturating_mul(1000)),
-    };
-    let flavors: Vec<String> = annotations
-        .get(FLAVOR_ANNOTATION)
-        .map(|f| f.split('|').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect())
-        .unwrap_or_default();
-    let pod_sets = shapes
-        .into_iter()
-        .map(|rj| {
-            let shape = shape_of(&rj.pod);
-            let selector_flavor = rj.pod.node_selector.as_ref().and_then(|s| s.get(GPU_PRODUCT_LABEL)).cloned();
-            let is_trainer = rj.ancestor.as_deref() == Some(api::trainer::ANCESTOR_TRAINER);
-            PodSet {
-                pods: rj.pods,
-                shape,
-                flavors: if flavors.is_empty() { selector_flavor.into_iter().collect() } else { flavors.clone() },
-                nodes: requirement_of(&rj.pod),
-                topology: if is_trainer || rj.name == "node" { topology } else { TopologyConstraint::Unconstrained },
-                slice: None,
-                name: rj.name,
-            }
-        })
-        .filter(|ps| ps.pods > 0)
-        .collect();
-    let ns = meta.namespace.clone().unwrap_or_default();
-    let gang = Gang {
-        id: format!("{ns}/{}", meta.name.clone().unwrap_or_default()).into(),
-        queue: queue_name(trainjob),
-        priority: 0,
-        runtime_ms,
-        submitted_ms: meta.creation_timestamp.as_ref().map(|t| t.0.as_millisecond().max(0) as u64).unwrap_or(0),
-        pod_sets,
-        clusters: ClusterFilter::default(),
-    };
-    Ok((gang, priority))
-}
-
-/// What a pod asks of its node: its node selector (the GPU product is its flavor, not a label
-/// the hub matches), required node affinity and tolerations.
-pub(crate) fn requirement_of(p: &PodSpec) -> NodeRequirement {
-    let selector = p
-        .node_selector
-        .iter()
-        .flatten()
-        .filter(|(k, _)| k.as_str() != GPU_PRODUCT_LABEL)
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let terms = p
-        .affinity
-        .as_ref()
-        .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
-        .map(|r| r.node_selector_terms.as_slice())
-        .unwrap_or_default();
-    let affinity = terms
-        .iter()
-        .map(|t| {
-            t.match_expressions
-                .iter()
-                .flatten()
-                .filter(|e| e.key != GPU_PRODUCT_LABEL)
-                .map(|e| {
-                    let values = e.values.clone().unwrap_or_default();
-                    let number = || values.first().and_then(|v| v.parse::<i64>().ok()).unwrap_or(i64::MAX);
-                    let operator = match e.operator.as_str() {
-                        "In" => MatchOperator::In(values.clone()),
-                        "NotIn" => MatchOperator::NotIn(values.clone()),
-                        "Exists" => MatchOperator::Exists,
-                        "DoesNotExist" => MatchOperator::DoesNotExist,
-                        "Gt" => MatchOperator::Gt(number()),
-                        // Lt and anything the API server would have refused.
-                        _ => MatchOperator::Lt(number()),
-                    };
-                    LabelMatch { key: e.key.clone(), operator }
-                })
-                .collect::<Vec<_>>()
-        })
-        .filter(|t| !t.is_empty())
-        .collect();
-    let tolerations = p
-        .tolerations
-        .iter()
-        .flatten()
-        .filter_map(|t| {
-            // No effect: every effect. Only PreferNoSchedule: nothing reported needs it.
-            let effect = match t.effect.as_deref().filter(|e| !e.is_empty()) {
-                None => None,
-                Some(e) => Some(TaintEffect::parse(e)?),
-            };
-            let operator = match t.operator.as_deref() {
-                Some("Exists") => TolerationOperator::Exists,
-                _ => TolerationOperator::Equal(t.value.clone().unwrap_or_default()),
-            };
-            Some(Toleration { key: t.key.clone().filter(|k| !k.is_empty()), operator, effect })
-        })
-        .collect();
-    NodeRequirement::new(selector, affinity, tolerations)
-}
 
 /// A reported group of nodes' class, in the core's terms.
 fn class_of(report: &NodeClassReport) -> NodeClass {
@@ -211,33 +24,6 @@ fn class_of(report: &NodeClassReport) -> NodeClass {
                 Some(Taint { key: t.key.clone(), value: t.value.clone(), effect: TaintEffect::parse(&t.effect)? })
             })
             .collect(),
-    }
-}
-
-/// Per-pod requests by the Kubernetes rule (containers summed, the largest init container,
-/// overhead), in the core's units. A GPU is any resource whose name contains "gpu".
-pub(crate) fn shape_of(p: &PodSpec) -> PodShape {
-    let get = |c: &k8s_openapi::api::core::v1::Container, pred: &dyn Fn(&str) -> bool| -> Milli {
-        c.resources
-            .as_ref()
-            .and_then(|r| r.requests.as_ref().or(r.limits.as_ref()))
-            .map(|m| {
-                m.iter()
-                    .filter(|(k, _)| pred(k))
-                    .filter_map(|(_, q)| Milli::parse(&q.0).ok())
-                    .fold(Milli(0), |a, b| a + b)
-            })
-            .unwrap_or_default()
-    };
-    let resource = |pred: &dyn Fn(&str) -> bool| -> Milli {
-        let sum = p.containers.iter().map(|c| get(c, pred)).fold(Milli(0), |a, b| a + b);
-        p.init_containers.iter().flatten().map(|c| get(c, pred)).fold(sum, |a, b| a.max(b))
-    };
-    let gpu = |k: &str| k.to_ascii_lowercase().contains("gpu");
-    PodShape {
-        gpus: resource(&gpu).ceil_units().clamp(0, i128::from(u32::MAX)) as u32,
-        cpu_milli: resource(&|k| k == "cpu").0.clamp(0, i128::from(u64::MAX)) as u64,
-        memory_mib: (resource(&|k| k == "memory").ceil_units() / (1024 * 1024)).clamp(0, i128::from(u64::MAX)) as u64,
     }
 }
 
@@ -260,8 +46,6 @@ pub type NodeGroup = (String, Vec<String>, String, u32, NodeClassReport);
 
 /// Where a placement's bound pods are: (pod set, host, pods), keyed by (member, `<uid>/<epoch>`).
 pub type Bound = BTreeMap<(String, String), Vec<(String, DomainId, u32)>>;
-
-use input_limits::{MAX_GPUS_PER_NODE, MAX_MEMBER_NODES, MAX_TOPOLOGY_LEVELS as MAX_LEVELS};
 
 /// Whether a member's report can be read at all: sizes within bounds, checked before anything
 /// is allocated for them, and a fleet of it alone builds. A member that fails is left out of the
