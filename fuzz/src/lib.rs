@@ -14,6 +14,7 @@ use std::sync::{Mutex, OnceLock};
 use api::stowage::Placement;
 use api::trainer::{ClusterTrainingRuntime, Runtime, TrainJob, TrainingRuntime};
 use kube_mem::resources::ResourceType;
+use kube_mem::Requester;
 use kube_mem::store::{Part, WriteOptions};
 use kube_mem::{Store, UserInfo};
 use serde_json::{Value, json};
@@ -325,29 +326,29 @@ fn build_hub() -> Result<Store, String> {
     crds.extend(api::stowage::crds().into_iter().map(|(_, text)| text));
     for text in crds {
         for crd in yaml(&text)? {
-            store.create_as(&user, &crd_type, None, crd, &opts).map_err(|e| e.to_string())?;
+            store.create(Requester::User(&user), &crd_type, None, crd, &opts).map_err(|e| e.to_string())?;
         }
     }
     for f in upstream::RUNTIMES {
         let rt = lookup(&store, TYPES[4]).ok_or("no runtime type")?;
         for runtime in yaml(f.text)? {
-            store.create_as(&user, &rt, None, runtime, &opts).map_err(|e| e.to_string())?;
+            store.create(Requester::User(&user), &rt, None, runtime, &opts).map_err(|e| e.to_string())?;
         }
     }
     for doc in yaml(playground::credentials::STATUS_WRITERS_POLICY)? {
         let index = if doc["kind"] == "ValidatingAdmissionPolicy" { 13 } else { 14 };
         let rt = lookup(&store, TYPES[index]).ok_or("no policy type")?;
-        store.create_as(&user, &rt, None, doc, &opts).map_err(|e| e.to_string())?;
+        store.create(Requester::User(&user), &rt, None, doc, &opts).map_err(|e| e.to_string())?;
     }
     let ns = lookup(&store, TYPES[6]).ok_or("no namespace type")?;
     for name in [playground::SYSTEM_NAMESPACE, "kubeflow-system", "team-a"] {
         let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
-        store.create_as(&user, &ns, None, obj, &opts).map_err(|e| e.to_string())?;
+        store.create(Requester::User(&user), &ns, None, obj, &opts).map_err(|e| e.to_string())?;
     }
     for t in TYPES {
         let Some((ns, obj)) = existing(t.2) else { continue };
         let rt = lookup(&store, t).ok_or_else(|| format!("no type {}", t.2))?;
-        store.create_as(&user, &rt, ns, obj, &opts).map_err(|e| format!("{}: {e}", t.2))?;
+        store.create(Requester::User(&user), &rt, ns, obj, &opts).map_err(|e| format!("{}: {e}", t.2))?;
     }
     // RBAC as the playground's hub runs it: the bootstrap roles, manifests/' roles and bindings
     // for members m1 and m2. Each request below is authorized first, as the HTTP layer does.
@@ -356,12 +357,12 @@ fn build_hub() -> Result<Store, String> {
     for obj in bootstrap.chain(rbac.into_iter().map(|(_, o)| o)) {
         let rt = type_named(&store, &obj).ok_or("no RBAC type")?;
         let ns = obj["metadata"]["namespace"].as_str().map(str::to_string);
-        store.create_as(&user, &rt, ns.as_deref(), obj, &opts).map_err(|e| e.to_string())?;
+        store.create(Requester::User(&user), &rt, ns.as_deref(), obj, &opts).map_err(|e| e.to_string())?;
     }
     let mc = lookup(&store, TYPES[2]).ok_or("no MemberCluster type")?;
     for name in ["m1", "m2"] {
         let obj = json!({"apiVersion": "stowage.dev/v1alpha1", "kind": "MemberCluster", "metadata": {"name": name}, "spec": {}});
-        store.create_as(&user, &mc, None, obj, &opts).map_err(|e| e.to_string())?;
+        store.create(Requester::User(&user), &mc, None, obj, &opts).map_err(|e| e.to_string())?;
     }
     Ok(store)
 }
@@ -470,7 +471,7 @@ pub fn hub(data: &[u8]) {
             if !authorized(&store, user, "create", &rt, ns.as_deref(), None, Part::Main) {
                 return;
             }
-            let _ = store.create_as(user, &rt, ns.as_deref(), obj, &opts);
+            let _ = store.create(Requester::User(user), &rt, ns.as_deref(), obj, &opts);
         }
         // Update, as PUT to the body's own name.
         3..=5 => {
@@ -482,7 +483,7 @@ pub fn hub(data: &[u8]) {
             if !authorized(&store, user, "update", &rt, ns.as_deref(), Some(&name), part) {
                 return;
             }
-            let _ = store.update_as(user, &rt, ns.as_deref(), &name, obj, part, &opts);
+            let _ = store.update(Requester::User(user), &rt, ns.as_deref(), &name, obj, part, &opts);
         }
         // Patches of the existing object `fuzz`, as PATCH.
         6..=9 => {
@@ -506,7 +507,7 @@ pub fn hub(data: &[u8]) {
                 }
                 _ => kube_mem::patch::strategic_merge(&mut obj, &patch),
             }
-            let _ = store.update_as(user, &rt, ns, "fuzz", obj, part, &opts);
+            let _ = store.update(Requester::User(user), &rt, ns, "fuzz", obj, part, &opts);
         }
         // List and watch parameters: `labelSelector`, `fieldSelector` and `timeoutSeconds`,
         // separated by NUL bytes, over the existing objects.
@@ -553,7 +554,7 @@ pub fn crd(data: &[u8]) {
     let Ok(mut store) = hub_store().lock() else { return };
     let crd_type = lookup(&store, TYPES[15]).unwrap_or_else(unreachable_type);
     let opts = WriteOptions { strict: op & 0x80 != 0, dry_run: true };
-    let _ = store.create_as(&UserInfo::admin(), &crd_type, None, crd, &opts);
+    let _ = store.create(Requester::User(&UserInfo::admin()), &crd_type, None, crd, &opts);
 }
 
 /// Only for the CRD type, which `Store::new` always registers.

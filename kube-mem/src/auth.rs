@@ -53,6 +53,30 @@ impl UserInfo {
     }
 }
 
+/// Who asks for a write, and so how admission sees it and how managedFields record it: one
+/// door per verb on the store takes it.
+#[derive(Debug, Clone, Copy)]
+pub enum Requester<'a> {
+    /// The server itself (in-process controllers, [`UserInfo::in_process`]); the object's
+    /// managedFields are kept as it carries them.
+    InProcess,
+    /// A user, the object's managedFields kept as they come.
+    User(&'a UserInfo),
+    /// A client through the API: recorded in managedFields as an Update by this field manager.
+    Manager(&'a UserInfo, &'a str),
+}
+
+impl Requester<'_> {
+    /// The user admission sees.
+    pub fn user(&self) -> &UserInfo {
+        static IN_PROCESS: std::sync::LazyLock<UserInfo> = std::sync::LazyLock::new(UserInfo::in_process);
+        match self {
+            Requester::InProcess => &IN_PROCESS,
+            Requester::User(user) | Requester::Manager(user, _) => user,
+        }
+    }
+}
+
 /// What a token not in the table gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum UnknownTokens {

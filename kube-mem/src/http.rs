@@ -13,7 +13,7 @@ use hyper::body::{Frame, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
 
-use super::auth::UserInfo;
+use super::auth::{Requester, UserInfo};
 use super::managed;
 use super::patch;
 use super::protobuf;
@@ -370,14 +370,17 @@ async fn serve(
             let body = parse_body(&read_body(req.into_body()).await?, &content_type)?;
             check_kind(rt, &body)?;
             let mut store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
-            Ok(json_response(201, &store.create_by(&user, rt, ns, body, &opts, &manager)?))
+            Ok(json_response(201, &store.create(Requester::Manager(&user, &manager), rt, ns, body, &opts)?))
         }
         (Method::PUT, Some(name)) => {
             check_content_type(&content_type, &["json", "yaml", PROTOBUF])?;
             let body = parse_body(&read_body(req.into_body()).await?, &content_type)?;
             check_kind(rt, &body)?;
             let mut store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
-            Ok(json_response(200, &store.update_by(&user, rt, ns, &name, body, target.part, &opts, &manager)?))
+            Ok(json_response(
+                200,
+                &store.update(Requester::Manager(&user, &manager), rt, ns, &name, body, target.part, &opts)?,
+            ))
         }
         (Method::PATCH, Some(name)) => {
             let bytes = read_body(req.into_body()).await?;
@@ -401,7 +404,8 @@ async fn serve(
                     _ => {}
                 }
                 let apply = ApplyOptions { manager: &manager, force };
-                let (obj, created) = store.apply_as(&user, rt, ns, &name, applied, target.part, &opts, &apply)?;
+                let (obj, created) =
+                    store.apply(Requester::User(&user), rt, ns, &name, applied, target.part, &opts, &apply)?;
                 return Ok(json_response(if created { 201 } else { 200 }, &obj));
             }
             let mut obj = current?;
@@ -412,11 +416,14 @@ async fn serve(
                 "application/strategic-merge-patch+json" => patch::strategic_merge(&mut obj, &patch_body),
                 other => return Err(ApiError::unsupported_media_type(other)),
             }
-            Ok(json_response(200, &store.update_by(&user, rt, ns, &name, obj, target.part, &opts, &manager)?))
+            Ok(json_response(
+                200,
+                &store.update(Requester::Manager(&user, &manager), rt, ns, &name, obj, target.part, &opts)?,
+            ))
         }
         (Method::DELETE, Some(name)) => {
             let mut store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
-            Ok(json_response(200, &store.delete_as(&user, rt, ns, &name, opts.dry_run)?))
+            Ok(json_response(200, &store.delete(Requester::User(&user), rt, ns, &name, opts.dry_run)?))
         }
         (Method::DELETE, None) => {
             let selector = Selector::parse(
@@ -429,7 +436,7 @@ async fn serve(
             for o in &items {
                 let name = o["metadata"]["name"].as_str().unwrap_or("").to_string();
                 let ons = o["metadata"]["namespace"].as_str().map(str::to_string);
-                store.delete_as(&user, rt, ons.as_deref(), &name, opts.dry_run)?;
+                store.delete(Requester::User(&user), rt, ons.as_deref(), &name, opts.dry_run)?;
             }
             Ok(json_response(
                 200,

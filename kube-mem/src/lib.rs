@@ -39,7 +39,7 @@ use kube_shell::listen::{Accepted, Limits, Listener};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
-pub use auth::{Authenticator, UnknownTokens, UserInfo};
+pub use auth::{Authenticator, Requester, UnknownTokens, UserInfo};
 pub use status::ApiError;
 pub use store::Store;
 
@@ -349,7 +349,7 @@ impl ApiServer {
                     .lookup(rbac::GROUP, "v1", plural)
                     .cloned()
                     .ok_or_else(|| ApiError::not_found("resource", plural))?;
-                match store.create(&rt, None, obj, &store::WriteOptions::default()) {
+                match store.create(auth::Requester::InProcess, &rt, None, obj, &store::WriteOptions::default()) {
                     Err(e) if e.code != 409 => return Err(e),
                     _ => {}
                 }

@@ -208,6 +208,7 @@ pub fn bootstrap() -> Vec<(&'static str, Value)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::Requester;
     use crate::store::{Store, WriteOptions};
 
     fn store_with(objects: &[(&str, Option<&str>, Value)]) -> Store {
@@ -219,6 +220,7 @@ mod tests {
         for name in ["team-a", "team-b"] {
             store
                 .create(
+                    Requester::InProcess,
                     &ns,
                     None,
                     json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
@@ -234,7 +236,7 @@ mod tests {
 
     fn put(store: &mut Store, plural: &str, ns: Option<&str>, obj: Value) {
         let rt = store.lookup(GROUP, "v1", plural).cloned().expect("rbac type");
-        store.create(&rt, ns, obj, &WriteOptions::default()).expect("create");
+        store.create(Requester::InProcess, &rt, ns, obj, &WriteOptions::default()).expect("create");
     }
 
     fn role(kind: &str, name: &str, ns: Option<&str>, rules: Value) -> Value {

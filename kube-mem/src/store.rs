@@ -8,7 +8,7 @@ use kube_conventions::names;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
-use super::auth::UserInfo;
+use super::auth::{Requester, UserInfo};
 use super::managed::{self, Writer};
 use super::policy::{self, Attributes, Operation};
 use super::resources::{self, ResourceKey, ResourceType};
@@ -249,6 +249,18 @@ enum Record<'a> {
     Applied,
 }
 
+impl Record<'_> {
+    /// How `who`'s create or update is recorded: a client through the API as an Update by its
+    /// field manager; the server's own writes, and a user's given their managedFields, as the
+    /// object carries them.
+    fn of(who: Requester<'_>) -> Record<'_> {
+        match who {
+            Requester::Manager(_, manager) => Record::Update(manager),
+            Requester::InProcess | Requester::User(_) => Record::Keep,
+        }
+    }
+}
+
 impl Part {
     /// The subresource managedFields entries name: `""` for the main resource.
     fn subresource(self) -> &'static str {
@@ -298,6 +310,7 @@ impl Store {
         }
         for ns in ["default", "kube-system", "kube-public"] {
             let _ = s.create(
+                Requester::InProcess,
                 &s.types_by_plural("", "v1", "namespaces"),
                 None,
                 json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
@@ -518,42 +531,18 @@ impl Store {
         if violations.is_empty() { Ok(()) } else { Err(ApiError::invalid(&rt.group_kind(), name, violations)) }
     }
 
-    /// Creates as the server itself ([`UserInfo::in_process`]): for in-process controllers.
+    /// Creates on behalf of `who`, whom admission (ValidatingAdmissionPolicies) sees: the
+    /// object's managedFields kept as they come, or recorded as an Update by a client's field
+    /// manager, as a create through the API is.
     pub fn create(
         &mut self,
+        who: Requester<'_>,
         rt: &ResourceType,
         ns: Option<&str>,
         obj: Value,
         opts: &WriteOptions,
     ) -> Result<Value, ApiError> {
-        self.create_as(&UserInfo::in_process(), rt, ns, obj, opts)
-    }
-
-    /// Creates on behalf of `user`, whom admission (ValidatingAdmissionPolicies) sees. The
-    /// object's managedFields are kept as they come.
-    pub fn create_as(
-        &mut self,
-        user: &UserInfo,
-        rt: &ResourceType,
-        ns: Option<&str>,
-        obj: Value,
-        opts: &WriteOptions,
-    ) -> Result<Value, ApiError> {
-        self.create_recorded(user, rt, ns, obj, opts, Record::Keep)
-    }
-
-    /// Creates on behalf of `user`, recorded in managedFields as an Update by `manager`, as a
-    /// client's create through the API is.
-    pub fn create_by(
-        &mut self,
-        user: &UserInfo,
-        rt: &ResourceType,
-        ns: Option<&str>,
-        obj: Value,
-        opts: &WriteOptions,
-        manager: &str,
-    ) -> Result<Value, ApiError> {
-        self.create_recorded(user, rt, ns, obj, opts, Record::Update(manager))
+        self.create_recorded(who.user(), rt, ns, obj, opts, Record::of(who))
     }
 
     fn create_recorded(
@@ -685,10 +674,13 @@ impl Store {
         })
     }
 
-    /// Replaces an object (PUT, or the result of a patch). `expect_rv`: the client's
-    /// resourceVersion, which must be current (optimistic concurrency).
+    /// Replaces an object (PUT, or the result of a patch) on behalf of `who` (see
+    /// [`Store::create`]). The object's resourceVersion, if any, must be current (optimistic
+    /// concurrency).
+    #[allow(clippy::too_many_arguments)]
     pub fn update(
         &mut self,
+        who: Requester<'_>,
         rt: &ResourceType,
         ns: Option<&str>,
         name: &str,
@@ -696,40 +688,7 @@ impl Store {
         part: Part,
         opts: &WriteOptions,
     ) -> Result<Value, ApiError> {
-        self.update_as(&UserInfo::in_process(), rt, ns, name, obj, part, opts)
-    }
-
-    /// Replaces on behalf of `user` (see [`Store::create_as`]); managedFields as the object
-    /// carries them.
-    #[allow(clippy::too_many_arguments)]
-    pub fn update_as(
-        &mut self,
-        user: &UserInfo,
-        rt: &ResourceType,
-        ns: Option<&str>,
-        name: &str,
-        obj: Value,
-        part: Part,
-        opts: &WriteOptions,
-    ) -> Result<Value, ApiError> {
-        self.update_recorded(user, rt, ns, name, obj, part, opts, Record::Keep)
-    }
-
-    /// Replaces on behalf of `user`, recorded in managedFields as an Update by `manager` (PUT
-    /// and the patches other than apply).
-    #[allow(clippy::too_many_arguments)]
-    pub fn update_by(
-        &mut self,
-        user: &UserInfo,
-        rt: &ResourceType,
-        ns: Option<&str>,
-        name: &str,
-        obj: Value,
-        part: Part,
-        opts: &WriteOptions,
-        manager: &str,
-    ) -> Result<Value, ApiError> {
-        self.update_recorded(user, rt, ns, name, obj, part, opts, Record::Update(manager))
+        self.update_recorded(who.user(), rt, ns, name, obj, part, opts, Record::of(who))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -879,11 +838,12 @@ impl Store {
 
     /// Server-side apply of `config` by `apply.manager` to the object or its status: see
     /// [`managed`]. The configuration's `metadata.resourceVersion`, if any, is a precondition.
-    /// Creates the object when there is none (the boolean says so).
+    /// Creates the object when there is none (the boolean says so). Its managedFields are what
+    /// the apply computes, whoever asks.
     #[allow(clippy::too_many_arguments)]
-    pub fn apply_as(
+    pub fn apply(
         &mut self,
-        user: &UserInfo,
+        who: Requester<'_>,
         rt: &ResourceType,
         ns: Option<&str>,
         name: &str,
@@ -906,27 +866,19 @@ impl Store {
         let base = live.clone().unwrap_or_else(|| json!({}));
         let applied = managed::apply(&base, &config, &writer, apply.force, ty, &reset, &now_rfc3339())?;
         match live {
-            None => Ok((self.create_recorded(user, rt, ns, applied, opts, Record::Applied)?, true)),
-            Some(_) => Ok((self.update_recorded(user, rt, ns, name, applied, part, opts, Record::Applied)?, false)),
+            None => Ok((self.create_recorded(who.user(), rt, ns, applied, opts, Record::Applied)?, true)),
+            Some(_) => {
+                Ok((self.update_recorded(who.user(), rt, ns, name, applied, part, opts, Record::Applied)?, false))
+            }
         }
     }
 
-    /// Deletes: with finalizers, marks the object (deletionTimestamp) and waits for them to be
-    /// removed; without, removes it and garbage-collects its dependents.
+    /// Deletes on behalf of `who` (see [`Store::create`]): with finalizers, marks the object
+    /// (deletionTimestamp) and waits for them to be removed; without, removes it and
+    /// garbage-collects its dependents.
     pub fn delete(
         &mut self,
-        rt: &ResourceType,
-        ns: Option<&str>,
-        name: &str,
-        dry_run: bool,
-    ) -> Result<Value, ApiError> {
-        self.delete_as(&UserInfo::in_process(), rt, ns, name, dry_run)
-    }
-
-    /// Deletes on behalf of `user` (see [`Store::create_as`]).
-    pub fn delete_as(
-        &mut self,
-        user: &UserInfo,
+        who: Requester<'_>,
         rt: &ResourceType,
         ns: Option<&str>,
         name: &str,
@@ -942,7 +894,7 @@ impl Store {
         policy::admit(
             self,
             &Attributes {
-                user,
+                user: who.user(),
                 operation: Operation::Delete,
                 rt,
                 subresource: None,
@@ -1020,7 +972,13 @@ impl Store {
         }
         for (store, key) in doomed {
             if let Some(rt) = self.types.values().find(|t| store_key(t) == store).cloned() {
-                let _ = self.delete(&rt, Some(&key.0).filter(|n| !n.is_empty()).map(String::as_str), &key.1, false);
+                let _ = self.delete(
+                    Requester::InProcess,
+                    &rt,
+                    Some(&key.0).filter(|n| !n.is_empty()).map(String::as_str),
+                    &key.1,
+                    false,
+                );
             }
         }
     }

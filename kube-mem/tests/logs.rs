@@ -12,7 +12,7 @@ use kube::api::{Api, LogParams, PostParams};
 use kube::{Client, Config};
 use kube_mem::logs::LogKey;
 use kube_mem::store::{Part, WriteOptions};
-use kube_mem::{ApiServer, UserInfo};
+use kube_mem::{ApiServer, Requester, UserInfo};
 use serde_json::json;
 
 async fn client(server: &ApiServer) -> Client {
@@ -41,7 +41,9 @@ async fn set_status(server: &ApiServer, name: &str, pod: serde_json::Value) {
     let rt = store.lookup("", "v1", "pods").cloned().expect("pods");
     let mut current = store.get(&rt, Some("default"), name).expect("pod");
     current["status"] = pod["status"].clone();
-    store.update(&rt, Some("default"), name, current, Part::Status, &WriteOptions::default()).expect("status");
+    store
+        .update(Requester::InProcess, &rt, Some("default"), name, current, Part::Status, &WriteOptions::default())
+        .expect("status");
 }
 
 fn write(server: &ApiServer, pod: &str, at_secs: i64, text: &str) {
@@ -151,7 +153,9 @@ async fn a_pod_on_a_node_with_a_kubelet_endpoint_is_read_from_that_kubelet() {
         let mut n = store.get(&rt, None, "virtual").expect("node");
         n["status"] = json!({"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
                              "daemonEndpoints": {"kubeletEndpoint": {"Port": port}}});
-        store.update(&rt, None, "virtual", n, Part::Status, &WriteOptions::default()).expect("status");
+        store
+            .update(Requester::InProcess, &rt, None, "virtual", n, Part::Status, &WriteOptions::default())
+            .expect("status");
     }
     create_pod(&server, pod("p", Some("virtual"), "Running")).await;
     create_pod(&server, pod("missing", Some("virtual"), "Running")).await;
@@ -165,7 +169,9 @@ async fn a_pod_on_a_node_with_a_kubelet_endpoint_is_read_from_that_kubelet() {
         let rt = store.lookup("", "v1", "nodes").cloned().expect("nodes");
         let mut n = store.get(&rt, None, "virtual").expect("node");
         n["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] = json!(1);
-        store.update(&rt, None, "virtual", n, Part::Status, &WriteOptions::default()).expect("status");
+        store
+            .update(Requester::InProcess, &rt, None, "virtual", n, Part::Status, &WriteOptions::default())
+            .expect("status");
     }
     match pods.logs("p", &LogParams::default()).await {
         Err(kube::Error::Api(s)) => assert!(s.code == 500 && s.message.contains("127.0.0.1:1"), "{s:?}"),

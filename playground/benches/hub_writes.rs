@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use kube_mem::store::{Part, WriteOptions};
-use kube_mem::{Store, UserInfo};
+use kube_mem::{Requester, Store, UserInfo};
 use playground::credentials;
 use serde_json::{Value, json};
 
@@ -41,7 +41,7 @@ fn hub() -> Store {
         .flat_map(|f| yaml_docs(f.text))
         .chain(api::stowage::crds().into_iter().flat_map(|(_, y)| yaml_docs(&y)));
     for crd in crds {
-        s.create(&crd_rt, None, crd, &opts).expect("CRD");
+        s.create(Requester::InProcess, &crd_rt, None, crd, &opts).expect("CRD");
     }
     for doc in yaml_docs(credentials::STATUS_WRITERS_POLICY) {
         let plural = match doc["kind"].as_str() {
@@ -49,16 +49,17 @@ fn hub() -> Store {
             _ => "validatingadmissionpolicybindings",
         };
         let rt = s.lookup("admissionregistration.k8s.io", "v1", plural).cloned().expect("VAP kinds");
-        s.create(&rt, None, doc, &opts).expect("policy");
+        s.create(Requester::InProcess, &rt, None, doc, &opts).expect("policy");
     }
     let runtimes = s.lookup("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes").cloned().expect("runtimes");
     for f in upstream::RUNTIMES.iter().filter(|f| f.path.contains("torch")) {
         for doc in yaml_docs(f.text) {
-            s.create(&runtimes, None, doc, &opts).expect("runtime");
+            s.create(Requester::InProcess, &runtimes, None, doc, &opts).expect("runtime");
         }
     }
     let queues = s.lookup("stowage.dev", "v1alpha1", "queues").cloned().expect("queues");
-    s.create(&queues, None, json!({"metadata": {"name": "default"}, "spec": {}}), &opts).expect("queue");
+    s.create(Requester::InProcess, &queues, None, json!({"metadata": {"name": "default"}, "spec": {}}), &opts)
+        .expect("queue");
     s
 }
 
@@ -91,7 +92,7 @@ fn one_trainjob(s: &mut Store, k: &Kinds, i: u64) {
         "metadata": {"name": name, "annotations": {"stowage.dev/simulated-duration-seconds": "3600"}},
         "spec": {"runtimeRef": {"name": "torch-distributed"},
                  "trainer": {"numNodes": 1, "resourcesPerNode": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}}});
-    let tj = s.create_by(&user, &k.trainjobs, ns, tj, &opts, "kubectl-create").expect("TrainJob");
+    let tj = s.create(Requester::Manager(&user, "kubectl-create"), &k.trainjobs, ns, tj, &opts).expect("TrainJob");
     let uid = tj["metadata"]["uid"].as_str().unwrap_or_default().to_string();
     let owner = json!([{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": name, "uid": uid,
         "controller": true, "blockOwnerDeletion": true}]);
@@ -101,18 +102,18 @@ fn one_trainjob(s: &mut Store, k: &Kinds, i: u64) {
                  "podSets": [{"name": "node", "count": 1, "flavor": "h100",
                               "domain": {"level": "block", "nodeLabel": "stowage.dev/block", "value": "b0"}}],
                  "ranking": [{"cluster": MEMBER, "score": 1.0}]}});
-    s.create_by(&dispatcher, &k.placements, ns, placement, &opts, "stowage-dispatcher").expect("Placement");
+    s.create(Requester::Manager(&dispatcher, "stowage-dispatcher"), &k.placements, ns, placement, &opts)
+        .expect("Placement");
     let status = json!({"status": {"conditions": [{"type": "Created", "status": "True", "reason": "Placed",
         "message": "placed on east", "lastTransitionTime": "2026-11-28T00:00:00Z"}]}});
-    s.update_by(
-        &dispatcher,
+    s.update(
+        Requester::Manager(&dispatcher, "stowage-dispatcher"),
         &k.trainjobs,
         ns,
         &name,
         merged(s, &k.trainjobs, &name, &status),
         Part::Status,
         &opts,
-        "stowage-dispatcher",
     )
     .expect("TrainJob status");
     let event = json!({"apiVersion": "v1", "kind": "Event",
@@ -120,19 +121,18 @@ fn one_trainjob(s: &mut Store, k: &Kinds, i: u64) {
         "involvedObject": {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": name, "namespace": "default", "uid": uid},
         "reason": "Placed", "message": "placed on east, block b0, epoch 1", "type": "Normal", "count": 1,
         "source": {"component": "stowage-dispatcher"}});
-    s.create_by(&dispatcher, &k.events, ns, event, &opts, "stowage-dispatcher").expect("Event");
+    s.create(Requester::Manager(&dispatcher, "stowage-dispatcher"), &k.events, ns, event, &opts).expect("Event");
     for phase in ["Applied", "Running", "Running"] {
         let status = json!({"status": {"phase": phase, "observedEpoch": 1,
             "jobsStatus": [{"name": "node", "active": i32::from(phase == "Running"), "ready": 0, "succeeded": 0, "failed": 0, "suspended": 0}]}});
-        s.update_by(
-            &agent,
+        s.update(
+            Requester::Manager(&agent, "stowage-agent"),
             &k.placements,
             ns,
             &name,
             merged(s, &k.placements, &name, &status),
             Part::Status,
             &opts,
-            "stowage-agent",
         )
         .expect("Placement status");
     }
@@ -144,12 +144,20 @@ fn one_trainjob(s: &mut Store, k: &Kinds, i: u64) {
                  "containers": [{"name": "node", "image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime", "command": ["torchrun", "train.py"],
                                  "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
                  "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Equal", "value": "stowage", "effect": "NoSchedule"}]}});
-    s.create_by(&agent, &k.pods, ns, copy, &opts, "stowage-agent").expect("pod copy");
+    s.create(Requester::Manager(&agent, "stowage-agent"), &k.pods, ns, copy, &opts).expect("pod copy");
     let status = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
         "containerStatuses": [{"name": "node", "ready": true, "restartCount": 0, "image": "pytorch", "imageID": "",
                                "state": {"running": {"startedAt": "2026-11-28T00:00:01Z"}}}]}});
-    s.update_by(&agent, &k.pods, ns, &pod, merged(s, &k.pods, &pod, &status), Part::Status, &opts, "stowage-agent")
-        .expect("pod status");
+    s.update(
+        Requester::Manager(&agent, "stowage-agent"),
+        &k.pods,
+        ns,
+        &pod,
+        merged(s, &k.pods, &pod, &status),
+        Part::Status,
+        &opts,
+    )
+    .expect("pod status");
 }
 
 /// The stored object with `patch` merged in, as the API server's merge patch makes the object

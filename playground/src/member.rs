@@ -18,7 +18,7 @@ use simulator::fleet_file::{ClusterSpec, FleetSpec};
 use api::stowage::TRAINJOB_UID_LABEL;
 use kube_mem::resources::ResourceType;
 use kube_mem::store::{Part, WriteOptions};
-use kube_mem::{ApiServer, Store};
+use kube_mem::{ApiServer, Requester, Store};
 
 /// Annotation on a JobSet or a TrainJob (read through [`DurationOf`]): how many seconds its pods
 /// run before they succeed. The playground's only hook: production code never reads it.
@@ -76,7 +76,9 @@ impl SimulatedMember {
             install_crds(&mut store)?;
             for node in nodes(cluster)? {
                 let rt = builtin(&store, "", "v1", "nodes");
-                store.create(&rt, None, node, &write_options()).map_err(|e| std::io::Error::other(e.to_string()))?;
+                store
+                    .create(Requester::InProcess, &rt, None, node, &write_options())
+                    .map_err(|e| std::io::Error::other(e.to_string()))?;
             }
         }
         let shared = server.shared();
@@ -124,7 +126,7 @@ impl SimulatedMember {
         pod["status"]["phase"] = "Failed".into();
         pod["status"]["containerStatuses"] = json!([{"name": "node", "ready": false, "restartCount": 0, "image": "", "imageID": "",
             "state": {"terminated": terminated}}]);
-        store.update(&rt, Some(namespace), name, pod, Part::Status, &write_options()).is_ok()
+        store.update(Requester::InProcess, &rt, Some(namespace), name, pod, Part::Status, &write_options()).is_ok()
     }
 }
 
@@ -158,7 +160,7 @@ fn install_crds(store: &mut Store) -> Result<(), MemberError> {
     for file in upstream::MEMBER_CRDS {
         let crd = |message: String| MemberError::Crd { file: file.path.into(), message };
         let crd_value: Value = input_limits::yaml::from_str(file.text).map_err(|e| crd(e.to_string()))?;
-        store.create(&rt, None, crd_value, &write_options()).map_err(|e| crd(e.to_string()))?;
+        store.create(Requester::InProcess, &rt, None, crd_value, &write_options()).map_err(|e| crd(e.to_string()))?;
     }
     Ok(())
 }
@@ -231,11 +233,21 @@ enum Write {
 fn apply(store: &mut Store, writes: Vec<Write>) {
     for w in writes {
         let _ = match w {
-            Write::Create(rt, ns, obj) => store.create(&rt, Some(&ns), obj, &write_options()).map(|_| ()),
+            Write::Create(rt, ns, obj) => {
+                store.create(Requester::InProcess, &rt, Some(&ns), obj, &write_options()).map(|_| ())
+            }
             Write::Status(rt, ns, name, status) => store
-                .update(&rt, Some(&ns), &name, json!({"status": status}), Part::Status, &write_options())
+                .update(
+                    Requester::InProcess,
+                    &rt,
+                    Some(&ns),
+                    &name,
+                    json!({"status": status}),
+                    Part::Status,
+                    &write_options(),
+                )
                 .map(|_| ()),
-            Write::Delete(rt, ns, name) => store.delete(&rt, Some(&ns), &name, false).map(|_| ()),
+            Write::Delete(rt, ns, name) => store.delete(Requester::InProcess, &rt, Some(&ns), &name, false).map(|_| ()),
         };
     }
 }
@@ -518,14 +530,33 @@ fn schedule(store: &mut Store) {
             for (pod, node, _) in binding {
                 if let Ok(mut obj) = store.get(&pods_rt, Some(&ns), &pod) {
                     obj["spec"]["nodeName"] = node.into();
-                    if store.update(&pods_rt, Some(&ns), &pod, obj.clone(), Part::Main, &write_options()).is_ok() {
+                    if store
+                        .update(
+                            Requester::InProcess,
+                            &pods_rt,
+                            Some(&ns),
+                            &pod,
+                            obj.clone(),
+                            Part::Main,
+                            &write_options(),
+                        )
+                        .is_ok()
+                    {
                         write_log(store, &obj, &start_lines(&obj));
                         let started = kube_mem::time::now_rfc3339();
                         let containers = container_statuses(&obj, true, json!({"running": {"startedAt": started}}));
                         let status = json!({"status": {"phase": "Running", "startTime": started,
                             "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
                             "containerStatuses": containers}});
-                        let _ = store.update(&pods_rt, Some(&ns), &pod, status, Part::Status, &write_options());
+                        let _ = store.update(
+                            Requester::InProcess,
+                            &pods_rt,
+                            Some(&ns),
+                            &pod,
+                            status,
+                            Part::Status,
+                            &write_options(),
+                        );
                     }
                 }
             }
@@ -557,7 +588,15 @@ fn schedule(store: &mut Store) {
                 let mut obj = (*p).clone();
                 obj["status"]["conditions"] =
                     json!([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]);
-                let _ = store.update(&pods_rt, Some(&ns), &name_of(p), obj, Part::Status, &write_options());
+                let _ = store.update(
+                    Requester::InProcess,
+                    &pods_rt,
+                    Some(&ns),
+                    &name_of(p),
+                    obj,
+                    Part::Status,
+                    &write_options(),
+                );
             }
         }
     }
@@ -599,7 +638,7 @@ fn kubelet(store: &mut Store, jobsets_rt: &ResourceType, duration_of: &DurationO
                 false,
                 json!({"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": finished}}),
             );
-            let _ = store.update(&pods_rt, Some(&ns), &name, obj, Part::Status, &write_options());
+            let _ = store.update(Requester::InProcess, &pods_rt, Some(&ns), &name, obj, Part::Status, &write_options());
         }
     }
 }

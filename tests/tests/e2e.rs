@@ -548,7 +548,17 @@ async fn a_gang_goes_only_where_its_node_selector_and_tolerations_let_its_pods_b
                 let name = n["metadata"]["name"].as_str().expect("name").to_string();
                 n["metadata"]["labels"]["node-type"] = "training".into();
                 n["spec"]["taints"] = json!([{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]);
-                store.update(&nodes_rt, None, &name, n, kube_mem::store::Part::Main, &options).expect("label node");
+                store
+                    .update(
+                        kube_mem::Requester::InProcess,
+                        &nodes_rt,
+                        None,
+                        &name,
+                        n,
+                        kube_mem::store::Part::Main,
+                        &options,
+                    )
+                    .expect("label node");
                 name
             })
             .collect()
