@@ -7,12 +7,15 @@
 //! field named; RBAC when asked ([`rbac`]). Fault hooks let tests stop and restart it,
 //! partition it, slow it and make it fail. docs/testing.md has the list of what it does not do.
 
+pub mod admission;
 pub mod auth;
 pub mod cel;
 pub mod fields;
+mod gc;
 mod http;
 pub mod logs;
 pub mod managed;
+mod namespaces;
 pub mod patch;
 pub mod policy;
 pub mod protobuf;

@@ -4,19 +4,21 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use kube_conventions::names;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
+use super::admission::{self, Review, Validator};
 use super::auth::{Requester, UserInfo};
+use super::gc;
 use super::managed::{self, Writer};
+use super::namespaces;
 use super::policy::{self, Attributes, Operation};
 use super::resources::{self, ResourceKey, ResourceType};
 use super::schema;
 use super::status::ApiError;
 use super::time::now_rfc3339;
 use super::typed::Ty;
-use super::view::View;
+use super::view::{Bucket, Objects, ReadView, View, present};
 
 /// How many events watches can resume from; older resourceVersions get 410 Gone.
 pub const HISTORY: usize = input_limits::WATCH_HISTORY_EVENTS;
@@ -81,13 +83,10 @@ pub enum Signal {
     Expire,
 }
 
-/// One kind's objects by (namespace, name), shared with the events that wrote them.
-type Bucket = BTreeMap<(String, String), Arc<Value>>;
-
 #[derive(Debug)]
 pub struct Store {
     pub types: BTreeMap<ResourceKey, ResourceType>,
-    objects: BTreeMap<(String, String), Bucket>,
+    objects: Objects,
     rv: u64,
     history: VecDeque<Arc<Event>>,
     /// The bytes of the events in `history`, and the most it may hold: past it the oldest go,
@@ -103,56 +102,6 @@ pub struct Store {
     validators: Vec<Arc<dyn Validator>>,
     /// What the pods' containers wrote (the in-process kubelet's), forgotten with the pod.
     pub logs: super::logs::ContainerLogs,
-}
-
-/// A validating admission step, as a ValidatingWebhookConfiguration (or a validating admission
-/// policy) is on a real API server: asked about every create and update of the kinds it
-/// applies to (status writes only where it [reviews status](Validator::reviews_status)), after
-/// defaulting and schema validation, with the store as it stands so it can look up what the
-/// object refers to. Its error is the answer the client gets, status code, reason and message
-/// as they are.
-pub trait Validator: Send + Sync + std::fmt::Debug {
-    fn applies_to(&self, rt: &ResourceType) -> bool;
-    /// Whether it also reviews writes to the status subresource (a webhook whose rules name
-    /// `<resource>/status`, as Kueue's Workload webhook does).
-    fn reviews_status(&self) -> bool {
-        false
-    }
-    fn validate(&self, store: &Store, review: &Review<'_>) -> Result<(), ApiError>;
-}
-
-/// One write under review.
-#[derive(Debug)]
-pub struct Review<'a> {
-    pub rt: &'a ResourceType,
-    pub namespace: Option<&'a str>,
-    pub object: &'a Value,
-    /// The object it replaces, on update.
-    pub old: Option<&'a Value>,
-}
-
-/// The defaults kube-apiserver gives the built-in kinds served here that clients leave out
-/// (k8s.io/kubernetes/pkg/apis/core/v1/defaults.go).
-fn builtin_defaults(rt: &ResourceType, obj: &mut Value) {
-    let Some(o) = obj.as_object_mut() else { return };
-    let empty = |v: &Value| v.as_object().is_some_and(serde_json::Map::is_empty) || v.is_null();
-    match (rt.group.as_str(), rt.kind.as_str()) {
-        // Go's `omitempty` drops an empty map: `data: {}` is stored as no data.
-        ("", "ConfigMap") => {
-            o.retain(|k, v| !(matches!(k.as_str(), "data" | "binaryData") && empty(v)));
-        }
-        ("", "Secret") => {
-            o.retain(|k, v| !(matches!(k.as_str(), "data" | "stringData") && empty(v)));
-            o.entry("type").or_insert_with(|| "Opaque".into());
-        }
-        ("", "Namespace") => {
-            let status = o.entry("status").or_insert_with(|| json!({}));
-            if let Some(s) = status.as_object_mut() {
-                s.entry("phase").or_insert_with(|| "Active".into());
-            }
-        }
-        _ => {}
-    }
 }
 
 /// The length of `v` as compact JSON, counted without writing it anywhere.
@@ -277,14 +226,6 @@ impl Store {
         self.validators.push(v);
     }
 
-    /// The validators' review of a write; of a status write, only theirs that review status.
-    fn review(&self, review: &Review<'_>, status: bool) -> Result<(), ApiError> {
-        self.validators
-            .iter()
-            .filter(|v| v.applies_to(review.rt) && (!status || v.reviews_status()))
-            .try_for_each(|v| v.validate(self, review))
-    }
-
     pub fn new() -> Self {
         let (tx, _) = broadcast::channel(65_536);
         let seed = std::time::SystemTime::now()
@@ -398,34 +339,28 @@ impl Store {
         Ok(self.history.iter().filter(|e| e.rv > rv && e.store == key).cloned().collect())
     }
 
-    fn bucket(&self, rt: &ResourceType) -> Option<&Bucket> {
-        self.objects.get(&store_key(rt))
+    /// The types and objects as they stand, read-only: what admission reads.
+    pub fn view(&self) -> ReadView<'_> {
+        ReadView::new(&self.types, &self.objects)
     }
 
-    /// The object as a client of `rt`'s version sees it.
-    fn present(rt: &ResourceType, obj: &Value) -> Value {
-        let mut o = obj.clone();
-        o["apiVersion"] = rt.api_version().into();
-        o["kind"] = rt.kind.clone().into();
-        o
+    fn bucket(&self, rt: &ResourceType) -> Option<&Bucket> {
+        self.view().bucket(rt)
     }
 
     /// The stored objects of one kind, borrowed, in (namespace, name) order: in-process
     /// controllers scan with this instead of copying every object each pass.
     pub fn objects(&self, rt: &ResourceType) -> impl Iterator<Item = &Value> {
-        self.bucket(rt).into_iter().flat_map(|b| b.values()).map(|o| &**o)
+        self.view().objects(rt)
     }
 
     /// One stored object, borrowed, as stored (in its storage version).
     pub fn peek(&self, rt: &ResourceType, ns: Option<&str>, name: &str) -> Option<&Value> {
-        self.bucket(rt)?.get(&(ns.unwrap_or("").to_string(), name.to_string())).map(|o| &**o)
+        self.view().peek(rt, ns, name)
     }
 
     pub fn get(&self, rt: &ResourceType, ns: Option<&str>, name: &str) -> Result<Value, ApiError> {
-        self.bucket(rt)
-            .and_then(|b| b.get(&(ns.unwrap_or("").to_string(), name.to_string())))
-            .map(|o| Self::present(rt, o))
-            .ok_or_else(|| ApiError::not_found(&rt.display_name(), name))
+        self.view().get(rt, ns, name)
     }
 
     /// Items in (namespace, name) order from after `continue_after`, at most `limit`.
@@ -452,83 +387,9 @@ impl Store {
                 });
                 break;
             }
-            items.push(Self::present(rt, obj));
+            items.push(present(rt, obj));
         }
         (items, next)
-    }
-
-    fn check_namespace(&self, rt: &ResourceType, ns: Option<&str>) -> Result<(), ApiError> {
-        match (rt.namespaced, ns) {
-            (true, None) => {
-                Err(ApiError::bad_request(format!("{} is namespaced: the request needs a namespace", rt.plural)))
-            }
-            (true, Some(n))
-                if !self
-                    .objects
-                    .get(&(String::new(), "namespaces".into()))
-                    .is_some_and(|b| b.contains_key(&(String::new(), n.to_string()))) =>
-            {
-                Err(ApiError::not_found("namespaces", n))
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// Defaults, prunes (or rejects, when strict) unknown fields and validates a CRD object
-    /// against its schema. A violation that keeps the validation rules from running refuses
-    /// the write here; the others are returned, to be reported with the rules' failures
-    /// ([`Self::check_rules`]), as kube-apiserver reports them.
-    fn admit(rt: &ResourceType, obj: &mut Value, strict: bool) -> Result<Vec<(String, String)>, ApiError> {
-        // Every kind's metadata is Go's ObjectMeta: empty labels, annotations, finalizers and
-        // owner references are not kept (`omitempty`).
-        if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
-            m.retain(|k, v| {
-                let omitted = matches!(k.as_str(), "labels" | "annotations" | "finalizers" | "ownerReferences");
-                !(omitted
-                    && (v.is_null()
-                        || v.as_object().is_some_and(|o| o.is_empty())
-                        || v.as_array().is_some_and(|a| a.is_empty())))
-            });
-        }
-        let Some(schema) = &rt.schema else {
-            builtin_defaults(rt, obj);
-            return Ok(Vec::new());
-        };
-        let name = meta_str(obj, "name").unwrap_or("").to_string();
-        schema::whole_numbers(obj);
-        schema::apply_defaults(schema, obj);
-        let unknown = schema::prune(schema, obj);
-        if strict && !unknown.is_empty() {
-            let causes = unknown.into_iter().map(|f| (f, "field not declared in schema".to_string())).collect();
-            return Err(ApiError::invalid(&rt.group_kind(), &name, causes));
-        }
-        let violations = schema::validate(schema, obj);
-        let blocked = violations.iter().any(|v| v.blocks_rules);
-        let mut causes: Vec<(String, String)> = violations.into_iter().map(|v| (v.field, v.message)).collect();
-        if blocked {
-            if schema::has_rules(schema) {
-                let (field, message) = schema::RULES_NOT_CHECKED;
-                causes.push((field.into(), message.into()));
-            }
-            return Err(ApiError::invalid(&rt.group_kind(), &name, causes));
-        }
-        Ok(causes)
-    }
-
-    /// The CRD's `x-kubernetes-validations` on a write (with the object it replaces, on
-    /// update): 422 naming each field whose rule fails, after the schema's own violations
-    /// [`Self::admit`] left for here.
-    fn check_rules(
-        rt: &ResourceType,
-        obj: &Value,
-        old: Option<&Value>,
-        name: &str,
-        mut violations: Vec<(String, String)>,
-    ) -> Result<(), ApiError> {
-        if let Some(schema) = &rt.schema {
-            violations.extend(schema::validation_rules(schema, obj, old));
-        }
-        if violations.is_empty() { Ok(()) } else { Err(ApiError::invalid(&rt.group_kind(), name, violations)) }
     }
 
     /// Creates on behalf of `who`, whom admission (ValidatingAdmissionPolicies) sees: the
@@ -554,7 +415,7 @@ impl Store {
         opts: &WriteOptions,
         record: Record<'_>,
     ) -> Result<Value, ApiError> {
-        self.check_namespace(rt, ns)?;
+        namespaces::check(self.view(), rt, ns)?;
         if !obj.is_object() {
             return Err(ApiError::bad_request("the body must be a JSON object"));
         }
@@ -576,7 +437,7 @@ impl Store {
                 }
             },
         };
-        if let Some(why) = name_error(rt, &name) {
+        if let Some(why) = admission::name_error(rt, &name) {
             let message = format!("Invalid value: {name:?}: {why}");
             return Err(ApiError::invalid(&rt.group_kind(), &name, vec![("metadata.name".into(), message)]));
         }
@@ -584,7 +445,7 @@ impl Store {
         if self.bucket(rt).is_some_and(|b| b.contains_key(&key)) {
             return Err(ApiError::already_exists(&rt.display_name(), &name));
         }
-        let violations = Self::admit(rt, &mut obj, opts.strict)?;
+        let violations = admission::mutate(rt, &mut obj, opts.strict)?;
         if let Record::Update(manager) = record {
             let base = managed::update_base(None, obj.pointer("/metadata/managedFields"), "");
             let writer = Writer { manager, subresource: "", api_version: &rt.api_version() };
@@ -599,11 +460,11 @@ impl Store {
                 &now_rfc3339(),
             );
         }
-        Self::check_rules(rt, &obj, None, &name, violations)?;
-        let defines = Self::defined_types(rt, &obj)?;
-        self.review(&Review { rt, namespace: ns, object: &obj, old: None }, false)?;
-        policy::admit(
-            self,
+        let defines = admission::validate(
+            self.view(),
+            &self.validators,
+            &Review { rt, namespace: ns, object: &obj, old: None },
+            violations,
             &Attributes {
                 user,
                 operation: Operation::Create,
@@ -645,33 +506,6 @@ impl Store {
         self.objects.entry(store_key(rt)).or_default().insert(key, stored.clone());
         self.emit(rt, EventType::Added, stored.clone(), None);
         Ok(Arc::unwrap_or_clone(stored))
-    }
-
-    /// The types a CustomResourceDefinition defines, checked as kube-apiserver validates one
-    /// (its CEL rules compile, its versions and names make types) before admission, so a dry run
-    /// refuses what a real write would; none for any other object.
-    fn defined_types(rt: &ResourceType, crd: &Value) -> Result<Vec<ResourceType>, ApiError> {
-        if rt.group != "apiextensions.k8s.io" {
-            return Ok(Vec::new());
-        }
-        let name = meta_str(crd, "name").unwrap_or("").to_string();
-        let versions = crd.pointer("/spec/versions").and_then(Value::as_array);
-        let mut broken = Vec::new();
-        for (i, v) in versions.into_iter().flatten().enumerate() {
-            if let Some(schema) = v.pointer("/schema/openAPIV3Schema") {
-                broken.extend(schema::rule_compile_errors(schema, &format!("spec.validation.openAPIV3Schema[{i}]")));
-            }
-        }
-        if !broken.is_empty() {
-            return Err(ApiError::invalid("customresourcedefinitions.apiextensions.k8s.io", &name, broken));
-        }
-        resources::from_crd(crd).map_err(|e| {
-            ApiError::invalid(
-                "customresourcedefinitions.apiextensions.k8s.io",
-                &e.name,
-                vec![("spec".into(), e.problem)],
-            )
-        })
     }
 
     /// Replaces an object (PUT, or the result of a patch) on behalf of `who` (see
@@ -768,13 +602,13 @@ impl Store {
                 }
             }
         }
-        let violations = Self::admit(rt, &mut obj, opts.strict)?;
+        let violations = admission::mutate(rt, &mut obj, opts.strict)?;
         Self::record(rt, old, &mut obj, part, sent_managed, record);
-        Self::check_rules(rt, &obj, Some(old), name, violations)?;
-        let defines = Self::defined_types(rt, &obj)?;
-        self.review(&Review { rt, namespace: ns, object: &obj, old: Some(old) }, part == Part::Status)?;
-        policy::admit(
-            self,
+        let defines = admission::validate(
+            self.view(),
+            &self.validators,
+            &Review { rt, namespace: ns, object: &obj, old: Some(old) },
+            violations,
             &Attributes {
                 user,
                 operation: Operation::Update,
@@ -791,7 +625,7 @@ impl Store {
             return Ok(obj);
         }
         if obj == *old {
-            return Ok(Self::present(rt, old));
+            return Ok(present(rt, old));
         }
         if has_generation(rt) && !same_spec(&obj, old) {
             let g = old["metadata"]["generation"].as_i64().unwrap_or(1);
@@ -853,7 +687,7 @@ impl Store {
         apply: &ApplyOptions<'_>,
     ) -> Result<(Value, bool), ApiError> {
         let key = (ns.unwrap_or("").to_string(), name.to_string());
-        let live = self.bucket(rt).and_then(|b| b.get(&key)).map(|o| Self::present(rt, o));
+        let live = self.bucket(rt).and_then(|b| b.get(&key)).map(|o| present(rt, o));
         if live.is_none() && part == Part::Status {
             return Err(ApiError::not_found(&rt.display_name(), name));
         }
@@ -892,7 +726,7 @@ impl Store {
             .map(|o| Value::clone(o))
             .ok_or_else(|| ApiError::not_found(&display, name))?;
         policy::admit(
-            self,
+            &self.view(),
             &Attributes {
                 user: who.user(),
                 operation: Operation::Delete,
@@ -932,7 +766,12 @@ impl Store {
         let obj = Arc::new(obj);
         self.emit(rt, EventType::Deleted, obj.clone(), None);
         if rt.plural == "namespaces" {
-            self.delete_namespace_contents(&key.1);
+            // Everything in it goes with it, finalizers and admission aside.
+            for (store, key) in namespaces::contents(self.view(), &key.1) {
+                if let Some(rt) = self.type_of(&store) {
+                    self.remove(&rt, &key);
+                }
+            }
         }
         if rt.plural == "customresourcedefinitions" {
             self.unregister_crd(&obj);
@@ -940,10 +779,22 @@ impl Store {
         if rt.group.is_empty() && rt.plural == "pods" {
             self.logs.forget_pod(&key.0, &key.1);
         }
-        if let Some(uid) = meta_str(&obj, "uid").map(str::to_string) {
-            self.collect_garbage(&uid);
+        // Background propagation: dependents whose owner is gone are deleted (their own
+        // finalizers respected), recursively.
+        if let Some(uid) = meta_str(&obj, "uid") {
+            for (store, (ns, name)) in gc::dependents(self.view(), uid) {
+                if let Some(rt) = self.type_of(&store) {
+                    let ns = Some(ns.as_str()).filter(|n| !n.is_empty());
+                    let _ = self.delete(Requester::InProcess, &rt, ns, &name, false);
+                }
+            }
         }
         Some(Arc::unwrap_or_clone(obj))
+    }
+
+    /// The type whose objects are stored under `store` (group, plural).
+    fn type_of(&self, store: &(String, String)) -> Option<ResourceType> {
+        self.types.values().find(|t| store_key(t) == *store).cloned()
     }
 
     fn unregister_crd(&mut self, crd: &Value) {
@@ -951,48 +802,6 @@ impl Store {
             for t in types {
                 self.types.remove(&t.key());
                 self.objects.remove(&store_key(&t));
-            }
-        }
-    }
-
-    /// Background propagation: dependents whose owner is gone are deleted (their own
-    /// finalizers respected), recursively.
-    fn collect_garbage(&mut self, owner_uid: &str) {
-        let mut doomed = Vec::new();
-        for (store, bucket) in &self.objects {
-            for (key, obj) in bucket {
-                let owned = obj["metadata"]
-                    .get("ownerReferences")
-                    .and_then(Value::as_array)
-                    .is_some_and(|refs| refs.iter().any(|r| r.get("uid").and_then(Value::as_str) == Some(owner_uid)));
-                if owned {
-                    doomed.push((store.clone(), key.clone()));
-                }
-            }
-        }
-        for (store, key) in doomed {
-            if let Some(rt) = self.types.values().find(|t| store_key(t) == store).cloned() {
-                let _ = self.delete(
-                    Requester::InProcess,
-                    &rt,
-                    Some(&key.0).filter(|n| !n.is_empty()).map(String::as_str),
-                    &key.1,
-                    false,
-                );
-            }
-        }
-    }
-
-    fn delete_namespace_contents(&mut self, ns: &str) {
-        let mut doomed = Vec::new();
-        for (store, bucket) in &self.objects {
-            for key in bucket.keys().filter(|k| k.0 == ns) {
-                doomed.push((store.clone(), key.clone()));
-            }
-        }
-        for (store, key) in doomed {
-            if let Some(rt) = self.types.values().find(|t| store_key(t) == store).cloned() {
-                self.remove(&rt, &key);
             }
         }
     }
@@ -1094,42 +903,4 @@ fn applied_config(
         schema::prune(schema, &mut config);
     }
     Ok(config)
-}
-
-/// What is wrong with `name` for an object of `rt`, in kube-apiserver's words. RBAC's kinds take
-/// any path segment (`system:discovery`), as upstream's `ValidateRBACName`; the rest an RFC 1123
-/// subdomain.
-fn name_error(rt: &ResourceType, name: &str) -> Option<&'static str> {
-    if rt.group == crate::rbac::GROUP {
-        return match name {
-            "." => Some("may not be '.'"),
-            ".." => Some("may not be '..'"),
-            _ if name.contains('/') => Some("may not contain '/'"),
-            _ if name.contains('%') => Some("may not contain '%'"),
-            _ => None,
-        };
-    }
-    (!valid_name(name)).then_some(names::DNS1123_SUBDOMAIN_MESSAGE)
-}
-
-/// RFC 1123 subdomain: what most object names must be.
-fn valid_name(name: &str) -> bool {
-    name.len() <= names::DNS1123_SUBDOMAIN_MAX && names::is_dns1123_subdomain(name)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_are_checked_label_by_label_as_kube_apiserver_checks_them() {
-        let store = Store::new();
-        let cm = store.lookup("", "v1", "configmaps").expect("configmaps");
-        assert_eq!(name_error(cm, "a.b-c"), None);
-        // Each dot-separated label starts and ends alphanumeric: the first and last byte alone
-        // are not enough.
-        for bad in ["a..b", "a.-b", "a-.b", &"a".repeat(254)] {
-            assert_eq!(name_error(cm, bad), Some(names::DNS1123_SUBDOMAIN_MESSAGE), "{bad}");
-        }
-    }
 }

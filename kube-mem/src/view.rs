@@ -3,9 +3,13 @@
 //! objects as they stand and cannot write (kube-apiserver's admission reads through informers'
 //! listers in the same way).
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 use serde_json::Value;
 
-use crate::resources::ResourceType;
+use crate::resources::{ResourceKey, ResourceType};
+use crate::status::ApiError;
 
 /// The types served and the objects stored, read-only.
 pub trait View {
@@ -15,4 +19,88 @@ pub trait View {
     fn objects<'a>(&'a self, rt: &'a ResourceType) -> impl Iterator<Item = &'a Value> + 'a;
     /// One stored object, as stored.
     fn peek(&self, rt: &ResourceType, ns: Option<&str>, name: &str) -> Option<&Value>;
+}
+
+/// One kind's objects by (namespace, name), shared with the events that wrote them.
+pub(crate) type Bucket = BTreeMap<(String, String), Arc<Value>>;
+
+/// Every kind's objects, by (group, plural): an object is stored once, whichever version a
+/// client uses.
+pub(crate) type Objects = BTreeMap<(String, String), Bucket>;
+
+/// The types served and the objects stored as admission (and an in-process controller) reads
+/// them: borrowed from the store for one request, never written through.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadView<'a> {
+    types: &'a BTreeMap<ResourceKey, ResourceType>,
+    objects: &'a Objects,
+}
+
+impl<'a> ReadView<'a> {
+    pub(crate) fn new(types: &'a BTreeMap<ResourceKey, ResourceType>, objects: &'a Objects) -> Self {
+        ReadView { types, objects }
+    }
+
+    /// The type served at `group`/`version`/`plural`, if any.
+    pub fn lookup(&self, group: &str, version: &str, plural: &str) -> Option<&'a ResourceType> {
+        self.types.get(&ResourceKey { group: group.into(), version: version.into(), plural: plural.into() })
+    }
+
+    pub(crate) fn bucket(&self, rt: &ResourceType) -> Option<&'a Bucket> {
+        self.objects.get(&(rt.group.clone(), rt.plural.clone()))
+    }
+
+    /// The stored objects of one kind, borrowed, in (namespace, name) order.
+    pub fn objects(&self, rt: &ResourceType) -> impl Iterator<Item = &'a Value> + use<'a> {
+        self.bucket(rt).into_iter().flat_map(|b| b.values()).map(|o| &**o)
+    }
+
+    /// One stored object, borrowed, as stored (in its storage version).
+    pub fn peek(&self, rt: &ResourceType, ns: Option<&str>, name: &str) -> Option<&'a Value> {
+        self.bucket(rt)?.get(&(ns.unwrap_or("").to_string(), name.to_string())).map(|o| &**o)
+    }
+
+    /// Every stored object, with its (group, plural) and (namespace, name), in that order.
+    pub(crate) fn all(
+        &self,
+    ) -> impl Iterator<Item = (&'a (String, String), &'a (String, String), &'a Value)> + use<'a> {
+        self.objects.iter().flat_map(|(store, bucket)| bucket.iter().map(move |(key, obj)| (store, key, &**obj)))
+    }
+
+    /// Every stored object's (group, plural) and (namespace, name).
+    pub(crate) fn keys(&self) -> impl Iterator<Item = (&'a (String, String), &'a (String, String))> + use<'a> {
+        self.all().map(|(store, key, _)| (store, key))
+    }
+
+    /// Whether an object is stored under (group, plural) and (namespace, name).
+    pub(crate) fn contains(&self, store: &(String, String), key: &(String, String)) -> bool {
+        self.objects.get(store).is_some_and(|b| b.contains_key(key))
+    }
+
+    /// One object as a client of `rt`'s version sees it.
+    pub fn get(&self, rt: &ResourceType, ns: Option<&str>, name: &str) -> Result<Value, ApiError> {
+        self.peek(rt, ns, name).map(|o| present(rt, o)).ok_or_else(|| ApiError::not_found(&rt.display_name(), name))
+    }
+}
+
+impl View for ReadView<'_> {
+    fn lookup(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceType> {
+        ReadView::lookup(self, group, version, plural)
+    }
+
+    fn objects<'b>(&'b self, rt: &'b ResourceType) -> impl Iterator<Item = &'b Value> + 'b {
+        ReadView::objects(self, rt)
+    }
+
+    fn peek(&self, rt: &ResourceType, ns: Option<&str>, name: &str) -> Option<&Value> {
+        ReadView::peek(self, rt, ns, name)
+    }
+}
+
+/// The object as a client of `rt`'s version sees it.
+pub(crate) fn present(rt: &ResourceType, obj: &Value) -> Value {
+    let mut o = obj.clone();
+    o["apiVersion"] = rt.api_version().into();
+    o["kind"] = rt.kind.clone().into();
+    o
 }

@@ -4,8 +4,9 @@
 //! served by `stowage webhook` behind a ValidatingWebhookConfiguration (manifests/hub).
 
 use api::trainer::{ClusterTrainingRuntime, Runtime, TrainJob, TrainingRuntime};
-use kube_mem::store::{Review, Validator};
-use kube_mem::{ApiError, Store};
+use kube_mem::ApiError;
+use kube_mem::admission::{Review, Validator};
+use kube_mem::view::ReadView;
 use serde_json::Value;
 
 /// The admission step for `trainjobs.trainer.kubeflow.org`.
@@ -17,14 +18,14 @@ impl Validator for TrainJobAdmission {
         rt.group == "trainer.kubeflow.org" && rt.kind == "TrainJob"
     }
 
-    fn validate(&self, store: &Store, review: &Review<'_>) -> Result<(), ApiError> {
+    fn validate(&self, objects: &ReadView<'_>, review: &Review<'_>) -> Result<(), ApiError> {
         let read = |v: &Value| {
             serde_json::from_value::<TrainJob>(v.clone())
                 .map_err(|e| ApiError::bad_request(format!("the TrainJob does not decode: {e}")))
         };
         let trainjob = read(review.object)?;
         let old = review.old.map(read).transpose()?;
-        let runtime = runtime_of(store, &trainjob, review.namespace);
+        let runtime = runtime_of(objects, &trainjob, review.namespace);
         trainer_render::admit(&trainjob, runtime.as_ref(), old.as_ref()).map_err(|denial| {
             let causes = denial.errors().iter().map(|e| (e.field.clone(), e.body())).collect();
             ApiError::denied(denial.code(), denial.reason(), denial.message(), causes)
@@ -34,11 +35,11 @@ impl Validator for TrainJobAdmission {
 
 /// The runtime `spec.runtimeRef` names, as the hub holds it; `None` when there is none (or it
 /// does not decode, which the schema already rules out).
-fn runtime_of(store: &Store, tj: &TrainJob, namespace: Option<&str>) -> Option<Runtime> {
+fn runtime_of(objects: &ReadView<'_>, tj: &TrainJob, namespace: Option<&str>) -> Option<Runtime> {
     let r = &tj.spec.runtime_ref;
     let get = |plural: &str, ns: Option<&str>| {
-        let rt = store.lookup("trainer.kubeflow.org", "v1alpha1", plural)?;
-        store.get(rt, ns, &r.name).ok()
+        let rt = objects.lookup("trainer.kubeflow.org", "v1alpha1", plural)?;
+        objects.get(rt, ns, &r.name).ok()
     };
     match r.kind_or_default() {
         "TrainingRuntime" => get("trainingruntimes", namespace)

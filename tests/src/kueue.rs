@@ -21,9 +21,10 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
+use kube_mem::admission::{Review, Validator};
 use kube_mem::resources::ResourceType;
 use kube_mem::status::ApiError;
-use kube_mem::store::{Review, Store, Validator};
+use kube_mem::view::ReadView;
 use serde_json::{Value, json};
 use trainer_render::{Capabilities, GangScheduler, Input};
 
@@ -200,7 +201,7 @@ impl Validator for NominatedOnly {
         true
     }
 
-    fn validate(&self, _store: &Store, review: &Review<'_>) -> Result<(), ApiError> {
+    fn validate(&self, _objects: &ReadView<'_>, review: &Review<'_>) -> Result<(), ApiError> {
         let Some(old) = review.old else { return Ok(()) };
         let (new_name, old_name) = (&review.object["status"]["clusterName"], &old["status"]["clusterName"]);
         let Some(cluster) = new_name.as_str().filter(|_| old_name.is_null()) else { return Ok(()) };
