@@ -21,7 +21,8 @@ use super::rbac;
 use super::resources::{Discovery, ResourceType};
 use super::selectors::Selector;
 use super::status::ApiError;
-use super::store::{ApplyOptions, Event, EventType, Part, Signal, WriteOptions};
+use super::storage::{Event, EventType, Signal};
+use super::store::{ApplyOptions, Part, WriteOptions};
 use super::table;
 use super::{Access, Shared, Store};
 
@@ -547,7 +548,7 @@ fn watch(
     let (backlog, mut rx, start_rv) = {
         let store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
         let backlog: Vec<Arc<Event>> = match from {
-            Some(rv) => store.since(&t.rt, rv)?,
+            Some(rv) => store.storage.since(&t.rt, rv)?,
             // "Most recent": the current state as ADDED events, then changes.
             None => store
                 .list(&t.rt, t.namespace.as_deref(), &|_| true, None, None)
@@ -556,7 +557,7 @@ fn watch(
                 .map(|o| Arc::new(Event::listed(o)))
                 .collect(),
         };
-        (backlog, store.tx.subscribe(), store.resource_version())
+        (backlog, store.storage.tx.subscribe(), store.resource_version())
     };
     let (tx, mut out_rx) = tokio::sync::mpsc::channel::<Bytes>(256);
     let api_version = t.rt.api_version();

@@ -6,6 +6,11 @@
 //! and deletionTimestamp, ownerReference garbage collection, and CRD schema validation with the
 //! field named; RBAC when asked ([`rbac`]). Fault hooks let tests stop and restart it,
 //! partition it, slow it and make it fail. docs/testing.md has the list of what it does not do.
+//!
+//! Layered as kube-apiserver is: `http` the handler (authentication, authorization, each verb's
+//! request), [`admission`] the chain over a read-only [`view::ReadView`], [`store`] the write
+//! path (one door per verb, strategies, the CRD registry, what a delete takes along) and
+//! [`storage`] what etcd is (objects, resourceVersions, the watch history).
 
 pub mod admission;
 pub mod auth;
@@ -24,6 +29,7 @@ pub mod resources;
 pub mod schema;
 pub mod selectors;
 pub mod status;
+pub mod storage;
 pub mod store;
 pub mod table;
 pub mod time;

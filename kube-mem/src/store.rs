@@ -1,11 +1,13 @@
-//! The objects, their resource versions and the event history watches replay from. One global,
-//! monotonically increasing resourceVersion, as etcd gives the real server.
+//! The write path, as kube-apiserver's generic registry is: one door per verb taking who asks
+//! ([`Requester`]), each running the [`admission`] chain and the kind's strategy (names,
+//! generation, the status subresource, finalizers, managedFields) before [`Storage`] keeps the
+//! result; the CRD registry (the types served); what a delete takes along ([`gc`],
+//! [`namespaces`], a pod's logs).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use tokio::sync::broadcast;
 
 use super::admission::{self, Review, Validator};
 use super::auth::{Requester, UserInfo};
@@ -16,113 +18,23 @@ use super::policy::{self, Attributes, Operation};
 use super::resources::{self, ResourceKey, ResourceType};
 use super::schema;
 use super::status::ApiError;
+use super::storage::{Storage, store_key};
 use super::time::now_rfc3339;
 use super::typed::Ty;
-use super::view::{Bucket, Objects, ReadView, View, present};
+use super::view::{Bucket, ReadView, View, present};
 
-/// How many events watches can resume from; older resourceVersions get 410 Gone.
-pub const HISTORY: usize = input_limits::WATCH_HISTORY_EVENTS;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventType {
-    Added,
-    Modified,
-    Deleted,
-}
-
-impl EventType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::Added => "ADDED",
-            EventType::Modified => "MODIFIED",
-            EventType::Deleted => "DELETED",
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct Event {
-    pub rv: u64,
-    /// Group and plural: objects are stored once, whichever version a client uses.
-    pub store: (String, String),
-    pub kind: EventType,
-    /// Shared with the store (and with the event after it, as its `previous`): an object is
-    /// not copied per write, per event or per watch.
-    pub object: Arc<Value>,
-    /// The object as compact JSON, written once: every watch of its version sends these bytes
-    /// instead of writing the object again.
-    pub json: bytes::Bytes,
-    /// For MODIFIED, the object before: a selector-filtered watch turns a change into ADDED or
-    /// DELETED when the object starts or stops matching, as the real server does.
-    pub previous: Option<Arc<Value>>,
-    /// The object and the previous one as JSON, in bytes: what the event costs the history.
-    pub bytes: usize,
-}
-
-impl Event {
-    /// An object of a list a watch starts from, sent as ADDED: not in the history, and written
-    /// as JSON by the watch that lists it (its version may not be the stored one).
-    pub fn listed(object: Value) -> Self {
-        Event {
-            rv: 0,
-            store: (String::new(), String::new()),
-            kind: EventType::Added,
-            object: Arc::new(object),
-            json: bytes::Bytes::new(),
-            previous: None,
-            bytes: 0,
-        }
-    }
-}
-
-/// Signals to watches: an event, or "the history was compacted, end now".
-#[derive(Debug, Clone)]
-pub enum Signal {
-    /// Shared: every watch on the server receives every event and most skip it.
-    Event(Arc<Event>),
-    Expire,
-}
-
+/// kube-apiserver's generic registry for every kind: the one door per verb, each running the
+/// admission chain and the kind's strategy (names, generation, status, finalizers) before the
+/// [`Storage`] keeps the result; the CRD registry; what a delete takes along.
 #[derive(Debug)]
 pub struct Store {
     pub types: BTreeMap<ResourceKey, ResourceType>,
-    objects: Objects,
-    rv: u64,
-    history: VecDeque<Arc<Event>>,
-    /// The bytes of the events in `history`, and the most it may hold: past it the oldest go,
-    /// as past [`HISTORY`] events (a few large updates must not grow the server without bound).
-    history_bytes: usize,
-    history_limit_bytes: usize,
-    /// Watches from a resourceVersion below this get 410 Gone.
-    pub oldest_rv: u64,
-    uid_seed: u64,
-    uid_counter: u64,
-    pub tx: broadcast::Sender<Signal>,
+    /// The objects, their resourceVersions and the watch history.
+    pub storage: Storage,
     /// Validating admission, in the order added.
     validators: Vec<Arc<dyn Validator>>,
     /// What the pods' containers wrote (the in-process kubelet's), forgotten with the pod.
     pub logs: super::logs::ContainerLogs,
-}
-
-/// The length of `v` as compact JSON, counted without writing it anywhere.
-fn json_bytes(v: &Value) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    let _ = serde_json::to_writer(&mut count, v);
-    count.0
-}
-
-fn store_key(rt: &ResourceType) -> (String, String) {
-    (rt.group.clone(), rt.plural.clone())
 }
 
 fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
@@ -227,25 +139,8 @@ impl Store {
     }
 
     pub fn new() -> Self {
-        let (tx, _) = broadcast::channel(65_536);
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(7);
-        let mut s = Store {
-            types: BTreeMap::new(),
-            objects: BTreeMap::new(),
-            rv: 1,
-            history: VecDeque::new(),
-            history_bytes: 0,
-            history_limit_bytes: input_limits::WATCH_HISTORY_BYTES,
-            logs: Default::default(),
-            oldest_rv: 1,
-            uid_seed: seed & 0xffff_ffff,
-            uid_counter: 0,
-            tx,
-            validators: Vec::new(),
-        };
+        let mut s =
+            Store { types: BTreeMap::new(), storage: Storage::new(), logs: Default::default(), validators: Vec::new() };
         for rt in resources::builtins() {
             s.types.insert(rt.key(), rt);
         }
@@ -269,79 +164,16 @@ impl Store {
     }
 
     pub fn resource_version(&self) -> u64 {
-        self.rv
+        self.storage.resource_version()
     }
 
     pub fn lookup(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceType> {
         self.types.get(&ResourceKey { group: group.into(), version: version.into(), plural: plural.into() })
     }
 
-    fn next_uid(&mut self) -> String {
-        self.uid_counter += 1;
-        format!(
-            "{:08x}-{:04x}-4{:03x}-8000-{:012x}",
-            self.uid_seed,
-            self.uid_counter >> 48 & 0xffff,
-            0,
-            self.uid_counter
-        )
-    }
-
-    /// The most bytes (as JSON) the watch history keeps (`input_limits::WATCH_HISTORY_BYTES`
-    /// unless set): past it the oldest events are compacted, as past [`HISTORY`] events.
-    pub fn set_history_limit_bytes(&mut self, bytes: usize) {
-        self.history_limit_bytes = bytes;
-        self.compact_history();
-    }
-
-    /// The bytes (as JSON) of the events watches can resume from.
-    pub fn history_bytes(&self) -> usize {
-        self.history_bytes
-    }
-
-    fn emit(&mut self, rt: &ResourceType, kind: EventType, object: Arc<Value>, previous: Option<Arc<Value>>) {
-        // Writing a Value into a Vec cannot fail.
-        let json = bytes::Bytes::from(serde_json::to_vec(&*object).unwrap_or_default());
-        let bytes = json.len() + previous.as_deref().map_or(0, json_bytes);
-        let event = Arc::new(Event { rv: self.rv, store: store_key(rt), kind, object, json, previous, bytes });
-        self.history.push_back(event.clone());
-        self.history_bytes += bytes;
-        self.compact_history();
-        let _ = self.tx.send(Signal::Event(event));
-    }
-
-    /// Drops the oldest events until the history is within both its count and its bytes; a
-    /// watch resuming from before them gets 410 Gone.
-    fn compact_history(&mut self) {
-        while self.history.len() > HISTORY || self.history_bytes > self.history_limit_bytes {
-            let Some(e) = self.history.pop_front() else { break };
-            self.history_bytes -= e.bytes;
-            self.oldest_rv = e.rv + 1;
-        }
-    }
-
-    /// Forgets all history: every watch resuming from an older resourceVersion gets 410 Gone,
-    /// and open watches end (the fault hook "expire watches").
-    pub fn expire_watches(&mut self) {
-        self.history.clear();
-        self.history_bytes = 0;
-        self.rv += 1;
-        self.oldest_rv = self.rv;
-        let _ = self.tx.send(Signal::Expire);
-    }
-
-    /// Events of one store after `rv`, or 410 when they are no longer kept.
-    pub fn since(&self, rt: &ResourceType, rv: u64) -> Result<Vec<Arc<Event>>, ApiError> {
-        if rv + 1 < self.oldest_rv {
-            return Err(ApiError::gone(format!("too old resource version: {rv} ({})", self.oldest_rv)));
-        }
-        let key = store_key(rt);
-        Ok(self.history.iter().filter(|e| e.rv > rv && e.store == key).cloned().collect())
-    }
-
     /// The types and objects as they stand, read-only: what admission reads.
     pub fn view(&self) -> ReadView<'_> {
-        ReadView::new(&self.types, &self.objects)
+        ReadView::new(&self.types, self.storage.objects())
     }
 
     fn bucket(&self, rt: &ResourceType) -> Option<&Bucket> {
@@ -427,7 +259,7 @@ impl Store {
         let name = match meta.get("name").and_then(Value::as_str) {
             Some(n) if !n.is_empty() => n.to_string(),
             _ => match meta.get("generateName").and_then(Value::as_str) {
-                Some(prefix) => format!("{prefix}{:05x}", (self.uid_counter + 1) * 2654435761 % 0xfffff),
+                Some(prefix) => self.storage.generated_name(prefix),
                 None => {
                     return Err(ApiError::invalid(
                         &rt.plural,
@@ -481,15 +313,13 @@ impl Store {
             return Ok(obj);
         }
         self.types.extend(defines.into_iter().map(|t| (t.key(), t)));
-        self.rv += 1;
-        let uid = self.next_uid();
+        let uid = self.storage.next_uid();
         let m = &mut obj["metadata"];
         m["name"] = name.clone().into();
         if let Some(n) = ns {
             m["namespace"] = n.into();
         }
         m["uid"] = uid.into();
-        m["resourceVersion"] = self.rv.to_string().into();
         m["creationTimestamp"] = now_rfc3339().into();
         if has_generation(rt) {
             m["generation"] = 1.into();
@@ -502,9 +332,7 @@ impl Store {
         }
         obj["apiVersion"] = rt.api_version().into();
         obj["kind"] = rt.kind.clone().into();
-        let stored = Arc::new(obj);
-        self.objects.entry(store_key(rt)).or_default().insert(key, stored.clone());
-        self.emit(rt, EventType::Added, stored.clone(), None);
+        let stored = self.storage.put(rt, key, obj);
         Ok(Arc::unwrap_or_clone(stored))
     }
 
@@ -632,15 +460,11 @@ impl Store {
             obj["metadata"]["generation"] = (g + 1).into();
         }
         self.types.extend(defines.into_iter().map(|t| (t.key(), t)));
-        self.rv += 1;
-        obj["metadata"]["resourceVersion"] = self.rv.to_string().into();
         obj["apiVersion"] = rt.api_version().into();
         obj["kind"] = rt.kind.clone().into();
         let finalizing = obj["metadata"].get("deletionTimestamp").is_some()
             && obj["metadata"].get("finalizers").and_then(Value::as_array).is_none_or(|f| f.is_empty());
-        let stored = Arc::new(obj);
-        let previous = self.objects.entry(store_key(rt)).or_default().insert(key.clone(), stored.clone());
-        self.emit(rt, EventType::Modified, stored.clone(), previous);
+        let stored = self.storage.put(rt, key.clone(), obj);
         if finalizing {
             self.remove(rt, &key);
         }
@@ -745,14 +569,9 @@ impl Store {
         let has_finalizers = obj["metadata"].get("finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty());
         if has_finalizers {
             if obj["metadata"].get("deletionTimestamp").is_none() {
-                self.rv += 1;
                 obj["metadata"]["deletionTimestamp"] = now_rfc3339().into();
                 obj["metadata"]["deletionGracePeriodSeconds"] = 0.into();
-                obj["metadata"]["resourceVersion"] = self.rv.to_string().into();
-                let stored = Arc::new(obj);
-                let previous = self.objects.entry(store_key(rt)).or_default().insert(key, stored.clone());
-                self.emit(rt, EventType::Modified, stored.clone(), previous);
-                return Ok(Arc::unwrap_or_clone(stored));
+                return Ok(Arc::unwrap_or_clone(self.storage.put(rt, key, obj)));
             }
             return Ok(obj);
         }
@@ -760,11 +579,7 @@ impl Store {
     }
 
     fn remove(&mut self, rt: &ResourceType, key: &(String, String)) -> Option<Value> {
-        let mut obj = Arc::unwrap_or_clone(self.objects.get_mut(&store_key(rt))?.remove(key)?);
-        self.rv += 1;
-        obj["metadata"]["resourceVersion"] = self.rv.to_string().into();
-        let obj = Arc::new(obj);
-        self.emit(rt, EventType::Deleted, obj.clone(), None);
+        let obj = self.storage.take(rt, key)?;
         if rt.plural == "namespaces" {
             // Everything in it goes with it, finalizers and admission aside.
             for (store, key) in namespaces::contents(self.view(), &key.1) {
@@ -801,7 +616,7 @@ impl Store {
         if let Ok(types) = resources::from_crd(crd) {
             for t in types {
                 self.types.remove(&t.key());
-                self.objects.remove(&store_key(&t));
+                self.storage.drop_kind(&t);
             }
         }
     }

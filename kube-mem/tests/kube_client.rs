@@ -207,7 +207,7 @@ async fn a_reflector_relists_after_410_and_sees_everything() {
     cms.create(&PostParams::default(), &cm("during", json!({}))).await.expect("create");
     sees(&["before", "during"]).await;
     // Expire every watch: history is gone, so the open watch gets 410 and must relist.
-    server.store().lock().expect("lock").expire_watches();
+    server.store().lock().expect("lock").storage.expire_watches();
     cms.create(&PostParams::default(), &cm("after", json!({}))).await.expect("create");
     sees(&["after", "before", "during"]).await;
     task.abort();

@@ -93,7 +93,7 @@ async fn hostile_yaml_bodies_are_400s_and_plain_yaml_works() {
 async fn the_watch_history_is_bounded_by_bytes() {
     let server = ApiServer::start().await.expect("server");
     let limit = 1024 * 1024;
-    server.store().lock().expect("lock").set_history_limit_bytes(limit);
+    server.store().lock().expect("lock").storage.set_history_limit_bytes(limit);
     let cms: Api<ConfigMap> = Api::default_namespaced(client(&server).await);
     let before = cms.list(&ListParams::default()).await.expect("list").metadata.resource_version.expect("rv");
     let mut latest = cms.create(&PostParams::default(), &cm("big", "")).await.expect("create");
@@ -101,7 +101,7 @@ async fn the_watch_history_is_bounded_by_bytes() {
         latest.data = Some([("k".to_string(), format!("{i}{}", "x".repeat(300 * 1024)))].into());
         latest = cms.replace("big", &PostParams::default(), &latest).await.expect("replace");
     }
-    let kept = server.store().lock().expect("lock").history_bytes();
+    let kept = server.store().lock().expect("lock").storage.history_bytes();
     assert!(kept <= limit, "the history holds {kept} bytes, more than its {limit}");
     assert!(kept > 300 * 1024, "the newest events are kept: {kept}");
     let code = match cms.watch(&WatchParams::default().timeout(1), &before).await {
