@@ -1,7 +1,7 @@
 //! Admission, as kube-apiserver's chain runs it on a create or update, over a read-only view of
-//! the objects: [`mutate`] (ObjectMeta's empty fields dropped; defaults, pruning and the schema
+//! the objects: `mutate` (ObjectMeta's empty fields dropped; defaults, pruning and the schema
 //! for a custom resource; the built-in kinds' defaults otherwise), then — once the write path
-//! has recorded managedFields — [`validate`]: the CRD's CEL rules, a CustomResourceDefinition's
+//! has recorded managedFields — `validate`: the CRD's CEL rules, a CustomResourceDefinition's
 //! own checks, the validating steps added ([`Validator`]: webhooks), and the
 //! ValidatingAdmissionPolicies ([`policy`]). A delete meets the policies alone.
 

@@ -1,10 +1,10 @@
-//! The dispatcher's shell: watch the hub ([`hub`]: its kinds grouped by who defines them), call
-//! [`decide`](crate::decide::decide), write ([`writes`]): `run`, `cycle` and `apply` here.
+//! The dispatcher's shell: watch the hub (`hub`: its kinds grouped by who defines them), call
+//! [`decide`](crate::decide::decide), write (`writes`): `run`, `cycle` and `apply` here.
 //!
 //! Reflectors keep caches of the kinds it reads (Trainer's, Stowage's, and Kueue's where the hub
 //! serves them). Any change (or the resync tick, which drives time-based decisions such as a
 //! member's grace period) wakes a cycle. It keeps nothing between cycles but its memory
-//! ([`hub`]'s `memory`): the writes its caches have not caught up with yet, since when each
+//! (`hub`'s `memory`): the writes its caches have not caught up with yet, since when each
 //! placement reported Running has gone uncounted, and its nominations' times, so a
 //! restart or a new leader rebuilds everything from hub objects (and waits a grace period
 //! before calling such a placement lost). Placement writes are conditional (create, or replace

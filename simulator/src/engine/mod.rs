@@ -2,8 +2,8 @@
 //! time; after each instant's events, one `scheduler_core::cycle` and a full invariant check.
 //! Nothing here reads a clock: the same trace, fleet, policy and seed replay identically.
 //!
-//! Here the event loop (`simulate`, `handle`); the cycle of each instant in [`scheduling`]; what is
-//! counted in [`accounting`].
+//! Here the event loop (`simulate`, `handle`); the cycle of each instant in `scheduling`; what is
+//! counted in `accounting`.
 
 mod accounting;
 mod scheduling;
