@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use crate::field::{BadValue, ErrorType, FieldError, Rule};
 use crate::{Source, gojson};
 
-use super::{err, s};
+use super::s;
 
 const IMMUTABLE: &str = "field is immutable";
 const MANAGED_BY_MESSAGE: &str =
@@ -19,7 +19,7 @@ const MAX_RUNTIME_PATCHES: usize = 16;
 const QUANTITY_PATTERN: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
 const STORAGE_URI_MESSAGE: &str = "storageUri may be empty, or it must be a valid URI (scheme://...)";
 fn crd(t: ErrorType, path: impl Into<String>, v: BadValue, d: impl Into<String>) -> FieldError {
-    err(Source::TrainJob, Rule::Crd, t, path, v, d)
+    FieldError::new(Source::TrainJob, Rule::Crd, t, path, v, d)
 }
 
 /// The TrainJob fields the CRD and the API server check (422), for a caller that must tell them
@@ -325,7 +325,7 @@ pub(super) fn quantity_patterns(
             if !quantity_syntax(&q.0) {
                 let at = format!("{path}.{part}.{res}");
                 let detail = format!("{at} in body should match '{QUANTITY_PATTERN}'");
-                push(err(object, Rule::Crd, ErrorType::Invalid, at, s(&q.0), detail));
+                push(FieldError::new(object, Rule::Crd, ErrorType::Invalid, at, s(&q.0), detail));
             }
         }
     }

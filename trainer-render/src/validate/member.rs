@@ -13,7 +13,7 @@ use crate::field::{BadValue, ErrorType, FieldError, Rule};
 use crate::pods::ancestor_of;
 
 use super::crd::quantity_syntax;
-use super::{err, own, s};
+use super::{own, s};
 
 /// Digits a quantity may have: beyond 20, its value is far past anything schedulable (and past
 /// what milli-unit arithmetic on it stays exact for).
@@ -63,14 +63,14 @@ pub(super) fn label(
     errs: &mut Vec<FieldError>,
 ) {
     for problem in qualified_name(key) {
-        errs.push(err(object, rule, ErrorType::Invalid, path, s(key), problem));
+        errs.push(FieldError::new(object, rule, ErrorType::Invalid, path, s(key), problem));
     }
     let Some(v) = value else { return };
     if v.len() > MAX_DNS_LABEL {
-        errs.push(err(object, rule, ErrorType::Invalid, path, s(v), "must be no more than 63 characters"));
+        errs.push(FieldError::new(object, rule, ErrorType::Invalid, path, s(v), "must be no more than 63 characters"));
     }
     if !v.is_empty() && !label_name_part(v) {
-        errs.push(err(object, rule, ErrorType::Invalid, path, s(v), LABEL_VALUE_MESSAGE));
+        errs.push(FieldError::new(object, rule, ErrorType::Invalid, path, s(v), LABEL_VALUE_MESSAGE));
     }
 }
 
@@ -126,9 +126,9 @@ pub(super) fn env_names(
     for (i, e) in env.iter().enumerate() {
         let at = format!("{path}[{i}].name");
         if e.name.is_empty() {
-            errs.push(err(object, Rule::Stowage, ErrorType::Required, at, BadValue::Omit, ""));
+            errs.push(FieldError::new(object, Rule::Stowage, ErrorType::Required, at, BadValue::Omit, ""));
         } else if !e.name.bytes().all(|c| (b' '..=b'~').contains(&c) && c != b'=') {
-            errs.push(err(object, Rule::Stowage, ErrorType::Invalid, at, s(&e.name), ENV_NAME_MESSAGE));
+            errs.push(FieldError::new(object, Rule::Stowage, ErrorType::Invalid, at, s(&e.name), ENV_NAME_MESSAGE));
         }
     }
 }
@@ -211,7 +211,14 @@ pub(super) fn quantity_ranges(r: &ResourceRequirements, path: &str, object: Sour
                 Ok(milli) if extended_resource(res) && milli % 1000 != 0 => INTEGER_MESSAGE.to_string(),
                 Ok(_) => continue,
             };
-            errs.push(err(object, Rule::Stowage, ErrorType::Invalid, format!("{path}.{part}.{res}"), s(&q.0), problem));
+            errs.push(FieldError::new(
+                object,
+                Rule::Stowage,
+                ErrorType::Invalid,
+                format!("{path}.{part}.{res}"),
+                s(&q.0),
+                problem,
+            ));
         }
     }
 }

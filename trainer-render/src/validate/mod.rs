@@ -35,19 +35,8 @@ use super::{Draft, Input, RenderError, Source};
 /// whose `parallelism` is above this.
 const MAX_PODS_PER_JOB: i32 = 100_000;
 
-fn err(
-    object: Source,
-    rule: Rule,
-    t: ErrorType,
-    path: impl Into<String>,
-    v: BadValue,
-    d: impl Into<String>,
-) -> FieldError {
-    FieldError::new(object, rule, t, path, v, d)
-}
-
 fn own(t: ErrorType, path: impl Into<String>, v: BadValue, d: impl Into<String>) -> FieldError {
-    err(Source::TrainJob, Rule::Stowage, t, path, v, d)
+    FieldError::new(Source::TrainJob, Rule::Stowage, t, path, v, d)
 }
 
 fn s(v: &str) -> BadValue {

@@ -10,10 +10,10 @@ use crate::{Input, Source, gojson};
 
 use super::crd::quantity_patterns;
 use super::member::{env_names, label, quantity_ranges};
-use super::{MAX_PODS_PER_JOB, err, s};
+use super::{MAX_PODS_PER_JOB, s};
 
 fn on_runtime(rule: Rule, t: ErrorType, path: impl Into<String>, v: BadValue, d: impl Into<String>) -> FieldError {
-    err(Source::Runtime, rule, t, path, v, d)
+    FieldError::new(Source::Runtime, rule, t, path, v, d)
 }
 
 /// What the runtime CRD and webhook reject, and what Stowage cannot render from a runtime:
@@ -212,7 +212,7 @@ pub(crate) fn placement_rules(input: &Input<'_>) -> Vec<FieldError> {
     let jobs = &input.runtime.spec().template.spec.replicated_jobs;
     for (i, ps) in p.spec.pod_sets.iter().enumerate() {
         if !jobs.iter().any(|j| j.name == ps.name) {
-            errs.push(err(
+            errs.push(FieldError::new(
                 Source::Placement,
                 Rule::Stowage,
                 ErrorType::NotFound,
@@ -223,7 +223,7 @@ pub(crate) fn placement_rules(input: &Input<'_>) -> Vec<FieldError> {
         }
     }
     if p.spec.epoch < 0 {
-        errs.push(err(
+        errs.push(FieldError::new(
             Source::Placement,
             Rule::Stowage,
             ErrorType::Invalid,

@@ -12,7 +12,7 @@ use crate::pods::{gpu_count, job_containers, node_resources, pod_spec};
 use crate::torchtune::{self, NProc};
 use crate::{Draft, Source, gojson};
 
-use super::{err, s};
+use super::s;
 
 /// Go's `%v` of a `[]string`.
 fn go_list(items: &[&str]) -> String {
@@ -42,7 +42,7 @@ const RESERVED_XGBOOST: [&str; 4] = ["DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "D
 const PROTECTED_CONTAINERS: [&str; 3] = ["node", "dataset-initializer", "model-initializer"];
 const FLUX_INSTALLER: &str = "flux-installer";
 fn hook(t: ErrorType, path: impl Into<String>, v: BadValue, d: impl Into<String>) -> FieldError {
-    err(Source::TrainJob, Rule::Webhook, t, path, v, d)
+    FieldError::new(Source::TrainJob, Rule::Webhook, t, path, v, d)
 }
 
 /// Why the webhook cannot find the runtime a TrainJob names.
