@@ -5,7 +5,7 @@
 //!
 //! - [`patch`]: strategic merge patch, with the merge keys Kubernetes' own types declare;
 //! - [`gojson`]: JSON as Go's `encoding/json` writes it (compact, escaped as Go escapes);
-//! - [`names`]: object name syntax, with Kubernetes' messages;
+//! - [`names`]: object name, label key and label value syntax, with Kubernetes' messages;
 //! - [`schema`]: which fields a CRD's structural schema declares (what is pruned or refused).
 
 pub mod gojson;

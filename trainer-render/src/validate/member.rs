@@ -5,7 +5,7 @@
 use api::quantity::{BadQuantity, Milli};
 use api::trainer::{ANCESTOR_TRAINER, Runtime, TrainJob};
 use k8s_openapi::api::core::v1::ResourceRequirements;
-use kube_conventions::names::{DNS1123_SUBDOMAIN_MESSAGE, is_dns1123_subdomain};
+use kube_conventions::names;
 use serde_json::Value;
 
 use crate::Source;
@@ -20,9 +20,7 @@ use super::{own, s};
 const MAX_QUANTITY_DIGITS: usize = 20;
 
 /// The longest DNS-1035 label, which JobSet's webhook holds its Jobs' and pods' names to.
-const MAX_DNS_LABEL: usize = 63;
-const QUALIFIED_NAME_MESSAGE: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
-const LABEL_VALUE_MESSAGE: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+const MAX_DNS_LABEL: usize = names::DNS1123_LABEL_MAX;
 /// `validation.IsRelaxedEnvVarName`: Kubernetes v1.33 relaxes env names by default
 /// (`RelaxedEnvironmentVariableValidation`, beta since v1.32, GA in v1.34).
 const ENV_NAME_MESSAGE: &str =
@@ -62,58 +60,13 @@ pub(super) fn label(
     value: Option<&str>,
     errs: &mut Vec<FieldError>,
 ) {
-    for problem in qualified_name(key) {
+    for problem in names::qualified_name(key) {
         errs.push(FieldError::new(object, rule, ErrorType::Invalid, path, s(key), problem));
     }
     let Some(v) = value else { return };
-    if v.len() > MAX_DNS_LABEL {
-        errs.push(FieldError::new(object, rule, ErrorType::Invalid, path, s(v), "must be no more than 63 characters"));
+    for problem in names::label_value(v) {
+        errs.push(FieldError::new(object, rule, ErrorType::Invalid, path, s(v), problem));
     }
-    if !v.is_empty() && !label_name_part(v) {
-        errs.push(FieldError::new(object, rule, ErrorType::Invalid, path, s(v), LABEL_VALUE_MESSAGE));
-    }
-}
-
-/// `validation.IsQualifiedName`: an optional DNS-1123 subdomain prefix and `/`, then a name
-/// part of at most 63 characters.
-fn qualified_name(key: &str) -> Vec<String> {
-    let mut problems = Vec::new();
-    let (prefix, name) = match key.split_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, key),
-    };
-    if let Some(p) = prefix {
-        if p.is_empty() {
-            problems.push("prefix part must be non-empty".to_string());
-        } else {
-            if p.len() > 253 {
-                problems.push("prefix part must be no more than 253 characters".to_string());
-            }
-            if !is_dns1123_subdomain(p) {
-                problems.push(format!("prefix part {DNS1123_SUBDOMAIN_MESSAGE}"));
-            }
-        }
-    }
-    if name.is_empty() {
-        problems.push("name part must be non-empty".to_string());
-    } else {
-        if name.len() > MAX_DNS_LABEL {
-            problems.push("name part must be no more than 63 characters".to_string());
-        }
-        if !label_name_part(name) {
-            problems.push(QUALIFIED_NAME_MESSAGE.to_string());
-        }
-    }
-    problems
-}
-
-/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`.
-fn label_name_part(v: &str) -> bool {
-    let b = v.as_bytes();
-    !b.is_empty()
-        && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
 }
 
 /// Env names as a v1.33 API server takes them: not empty, printable ASCII but `=`.
