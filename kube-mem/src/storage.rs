@@ -10,7 +10,7 @@ use tokio::sync::broadcast;
 
 use crate::resources::ResourceType;
 use crate::status::ApiError;
-use crate::view::Objects;
+use crate::view::{Objects, store_key};
 
 /// How many events watches can resume from; older resourceVersions get 410 Gone.
 pub const HISTORY: usize = input_limits::WATCH_HISTORY_EVENTS;
@@ -90,11 +90,6 @@ fn json_bytes(v: &Value) -> usize {
     let mut count = Count(0);
     let _ = serde_json::to_writer(&mut count, v);
     count.0
-}
-
-/// Where a kind's objects are kept: by group and plural, whichever version a client uses.
-pub(crate) fn store_key(rt: &ResourceType) -> (String, String) {
-    (rt.group.clone(), rt.plural.clone())
 }
 
 #[derive(Debug)]

@@ -18,10 +18,10 @@ use super::policy::{self, Attributes, Operation};
 use super::resources::{self, ResourceKey, ResourceType};
 use super::schema;
 use super::status::ApiError;
-use super::storage::{Storage, store_key};
+use super::storage::Storage;
 use super::time::now_rfc3339;
 use super::typed::Ty;
-use super::view::{Bucket, ReadView, View, present};
+use super::view::{Bucket, ReadView, View, present, store_key};
 
 /// kube-apiserver's generic registry for every kind: the one door per verb, each running the
 /// admission chain and the kind's strategy (names, generation, status, finalizers) before the

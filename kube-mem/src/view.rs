@@ -28,6 +28,11 @@ pub(crate) type Bucket = BTreeMap<(String, String), Arc<Value>>;
 /// client uses.
 pub(crate) type Objects = BTreeMap<(String, String), Bucket>;
 
+/// Where a kind's objects are kept: by group and plural, whichever version a client uses.
+pub(crate) fn store_key(rt: &ResourceType) -> (String, String) {
+    (rt.group.clone(), rt.plural.clone())
+}
+
 /// The types served and the objects stored as admission (and an in-process controller) reads
 /// them: borrowed from the store for one request, never written through.
 #[derive(Debug, Clone, Copy)]
@@ -47,7 +52,7 @@ impl<'a> ReadView<'a> {
     }
 
     pub(crate) fn bucket(&self, rt: &ResourceType) -> Option<&'a Bucket> {
-        self.objects.get(&(rt.group.clone(), rt.plural.clone()))
+        self.objects.get(&store_key(rt))
     }
 
     /// The stored objects of one kind, borrowed, in (namespace, name) order.
