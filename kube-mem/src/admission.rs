@@ -14,7 +14,7 @@ use crate::policy::{self, Attributes};
 use crate::resources::{self, ResourceType};
 use crate::schema;
 use crate::status::ApiError;
-use crate::view::ReadView;
+use crate::view::{ReadView, meta_str};
 
 /// A validating admission step, as a ValidatingWebhookConfiguration (or a validating admission
 /// policy) is on a real API server: asked about every create and update of the kinds it
@@ -166,10 +166,6 @@ pub(crate) fn validate(
         .try_for_each(|v| v.validate(&view, review))?;
     policy::admit(&view, attributes)?;
     Ok(defines)
-}
-
-fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
-    obj.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str)
 }
 
 /// What is wrong with `name` for an object of `rt`, in kube-apiserver's words. RBAC's kinds take

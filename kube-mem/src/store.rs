@@ -21,7 +21,7 @@ use super::status::ApiError;
 use super::storage::Storage;
 use super::time::now_rfc3339;
 use super::typed::Ty;
-use super::view::{Bucket, ReadView, View, present, store_key};
+use super::view::{Bucket, ReadView, View, meta_str, present, store_key};
 
 /// kube-apiserver's generic registry for every kind: the one door per verb, each running the
 /// admission chain and the kind's strategy (names, generation, status, finalizers) before the
@@ -35,10 +35,6 @@ pub struct Store {
     validators: Vec<Arc<dyn Validator>>,
     /// What the pods' containers wrote (the in-process kubelet's), forgotten with the pod.
     pub logs: super::logs::ContainerLogs,
-}
-
-fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
-    obj.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str)
 }
 
 /// Whether the kind keeps `metadata.generation`, as kube-apiserver v1.37's strategies do (read on

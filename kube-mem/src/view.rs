@@ -102,6 +102,11 @@ impl View for ReadView<'_> {
     }
 }
 
+/// A string field of an object's metadata.
+pub(crate) fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+    obj.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str)
+}
+
 /// The object as a client of `rt`'s version sees it.
 pub(crate) fn present(rt: &ResourceType, obj: &Value) -> Value {
     let mut o = obj.clone();

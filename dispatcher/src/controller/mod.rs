@@ -122,7 +122,7 @@ async fn apply(hub: &Client, plan: &Plan, written: &mut Written, metrics: &Metri
                         "placed"
                     );
                 }
-                written.placements.insert((w.namespace, w.name), p);
+                written.placed(&w, p);
             }
             Ok(None) => {}
             Err(e) => first_error = first_error.or(Some(e)),
@@ -147,7 +147,7 @@ async fn apply(hub: &Client, plan: &Plan, written: &mut Written, metrics: &Metri
                     tracing::info!(trainjob = %format!("{}/{}", e.namespace, e.object), why = %e.message, "waiting");
                 }
                 events.extend(s.events);
-                written.statuses.insert((s.namespace, s.name), (s.conditions, s.jobs));
+                written.status_written((s.namespace, s.name), s.conditions, s.jobs);
             }
             Err(e) => first_error = first_error.or(Some(e)),
         }
@@ -171,9 +171,7 @@ async fn apply(hub: &Client, plan: &Plan, written: &mut Written, metrics: &Metri
                     Some(cluster) => tracing::info!(%workload, %cluster, "nominated"),
                     None => tracing::info!(%workload, "nomination withdrawn"),
                 }
-                let replaced =
-                    n.apply.pointer("/metadata/resourceVersion").and_then(|v| v.as_str()).map(str::to_string);
-                written.workloads.insert((n.namespace.clone(), n.name.clone()), (replaced, w));
+                written.nominated(n, w);
             }
             Ok(None) => {}
             Err(e) => first_error = first_error.or(Some(e)),
@@ -189,9 +187,7 @@ async fn apply(hub: &Client, plan: &Plan, written: &mut Written, metrics: &Metri
 async fn cycle(hub: &Client, observed: &Observed, opts: &Options, written: &mut Written) -> Result<Plan, Error> {
     let started = std::time::Instant::now();
     let plan = decide(observed, &opts.config, &opts.settings, Time(k8s_openapi::jiff::Timestamp::now()));
-    written.uncounted_since = plan.uncounted_since.clone();
-    written.epochs = plan.epochs.clone();
-    written.kueue_memory = plan.kueue_memory.clone();
+    written.remember(&plan);
     let result = apply(hub, &plan, written, &opts.metrics).await;
     opts.metrics.cycles.inc();
     opts.metrics.cycle_duration.observe(started.elapsed().as_secs_f64());

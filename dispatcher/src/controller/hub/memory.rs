@@ -7,30 +7,57 @@ use std::collections::BTreeMap;
 
 use api::kueue::Workload;
 use api::stowage::Placement;
+use api::trainer::JobStatus;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use crate::decide::{Observed, Remembered, WorkloadKey};
+use crate::decide::{NominationWrite, Observed, PlacementWrite, Plan, Remembered, WorkloadKey};
 
 /// Writes made but not yet seen in the caches: without them the next cycle would place a
 /// TrainJob twice or count its capacity free (the scheduler's "assumed" cache).
 #[derive(Debug, Default)]
 pub(in crate::controller) struct Written {
-    pub(in crate::controller) placements: BTreeMap<(String, String), Placement>,
-    pub(in crate::controller) statuses: BTreeMap<
-        (String, String),
-        (Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>, Vec<api::trainer::JobStatus>),
-    >,
+    placements: BTreeMap<(String, String), Placement>,
+    statuses: BTreeMap<(String, String), (Vec<Condition>, Vec<JobStatus>)>,
     /// The last cycle's memory of placements reported Running and not counted (see
     /// [`Observed::uncounted_since`]); forgotten with the leadership.
-    pub(in crate::controller) uncounted_since: BTreeMap<api::stowage::PlacementKey, k8s_openapi::jiff::Timestamp>,
+    uncounted_since: BTreeMap<api::stowage::PlacementKey, k8s_openapi::jiff::Timestamp>,
     /// The last cycle's memory of each TrainJob's highest epoch (see [`Observed::epochs`]).
-    pub(in crate::controller) epochs: BTreeMap<String, i64>,
+    epochs: BTreeMap<String, i64>,
     /// Workloads as the nominations applied left them, by the resourceVersion they replaced.
-    pub(in crate::controller) workloads: BTreeMap<(String, String), (Option<String>, Workload)>,
+    workloads: BTreeMap<(String, String), (Option<String>, Workload)>,
     /// The last cycle's memory of the Workloads it nominates.
-    pub(in crate::controller) kueue_memory: BTreeMap<WorkloadKey, Remembered>,
+    kueue_memory: BTreeMap<WorkloadKey, Remembered>,
 }
 
 impl Written {
+    /// What the cycle's plan asks to be remembered for the next one.
+    pub(in crate::controller) fn remember(&mut self, plan: &Plan) {
+        self.uncounted_since = plan.uncounted_since.clone();
+        self.epochs = plan.epochs.clone();
+        self.kueue_memory = plan.kueue_memory.clone();
+    }
+
+    /// A Placement as its write left it.
+    pub(in crate::controller) fn placed(&mut self, w: &PlacementWrite, p: Placement) {
+        self.placements.insert((w.namespace.clone(), w.name.clone()), p);
+    }
+
+    /// A TrainJob's status (by namespace and name) as its write left it.
+    pub(in crate::controller) fn status_written(
+        &mut self,
+        trainjob: (String, String),
+        conditions: Vec<Condition>,
+        jobs: Vec<JobStatus>,
+    ) {
+        self.statuses.insert(trainjob, (conditions, jobs));
+    }
+
+    /// A Workload as its nomination left it, with the resourceVersion the write replaced.
+    pub(in crate::controller) fn nominated(&mut self, n: &NominationWrite, w: Workload) {
+        let replaced = n.apply.pointer("/metadata/resourceVersion").and_then(|v| v.as_str()).map(str::to_string);
+        self.workloads.insert((n.namespace.clone(), n.name.clone()), (replaced, w));
+    }
+
     /// Lays unseen writes over the observed objects, forgetting those the caches now show.
     pub(in crate::controller) fn overlay(&mut self, o: &mut Observed) {
         o.uncounted_since = self.uncounted_since.clone();
