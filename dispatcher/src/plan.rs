@@ -139,6 +139,7 @@ mod tests {
             flavor: Some("h100".into()),
             largest: 5,
             cluster: "east".into(),
+            oversize: None,
         });
         let t0 = Time(k8s_openapi::jiff::Timestamp::from_second(1_000).expect("time"));
         let t1 = Time(k8s_openapi::jiff::Timestamp::from_second(2_000).expect("time"));

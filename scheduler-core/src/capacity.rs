@@ -164,14 +164,18 @@ impl Capacity {
     }
 
     /// An upper bound on how many pods of `shape` fit under `d` on nodes of `flavor`: exact for
-    /// GPUs, bounded by the domain's aggregate CPU and memory (exact on a host).
+    /// GPUs, bounded by the domain's aggregate CPU and memory (exact on a host), and 0 for a pod
+    /// larger than every host under `d` (so an empty fleet's bound says such a pod never fits).
     pub fn slots(&self, fleet: &Fleet, d: DomainId, flavor: Option<FlavorId>, shape: &PodShape) -> u32 {
-        if fleet.domain(d).node.is_some() {
-            let spec_flavor = fleet.domain(d).node.and_then(|n| n.gpu_flavor);
-            if shape.gpus > 0 && spec_flavor != flavor {
+        let dom = fleet.domain(d);
+        if let Some(node) = dom.node {
+            if shape.gpus > 0 && node.gpu_flavor != flavor {
                 return 0;
             }
             return self.node_free[d.idx()].pods(shape);
+        }
+        if shape.cpu_milli > dom.roomiest_host.cpu_milli || shape.memory_mib > dom.roomiest_host.memory_mib {
+            return 0;
         }
         let aggregate = NodeFree {
             gpus: u32::MAX,

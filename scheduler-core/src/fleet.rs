@@ -55,6 +55,17 @@ pub struct Domain {
     pub node: Option<NodeSpec>,
     /// Start of this domain's free-GPU histogram in `Capacity::hist`.
     pub(crate) hist_offset: u32,
+    /// The most CPU and the most memory any one host under this domain has (not necessarily
+    /// the same host): a pod asking more fits nowhere here, however much the domain holds in
+    /// all, which the domain-wide sums of `Capacity::slots` cannot see.
+    pub(crate) roomiest_host: HostRoom,
+}
+
+/// The CPU and memory of a host, or the most of each among hosts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct HostRoom {
+    pub(crate) cpu_milli: u64,
+    pub(crate) memory_mib: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -417,6 +428,7 @@ impl FleetBuilder {
                 children: Vec::new(),
                 node: None,
                 hist_offset: 0,
+                roomiest_host: HostRoom::default(),
             });
             // (parent, child name) -> child, so building stays O(n log n) on flat clusters.
             let mut index: BTreeMap<(DomainId, String), DomainId> = BTreeMap::new();
@@ -446,6 +458,7 @@ impl FleetBuilder {
                                 children: Vec::new(),
                                 node: None,
                                 hist_offset: 0,
+                                roomiest_host: HostRoom::default(),
                             });
                             domains[parent.idx()].children.push(id);
                             index.insert(key, id);
@@ -470,9 +483,15 @@ impl FleetBuilder {
             let flavors: Vec<FlavorId> = cluster_flavors.into_iter().collect();
             let mut under = vec![0u32; domains.len() - root.idx()];
             for &h in &hosts {
+                let room = domains[h.idx()]
+                    .node
+                    .map_or(HostRoom::default(), |n| HostRoom { cpu_milli: n.cpu_milli, memory_mib: n.memory_mib });
                 let mut cur = Some(h);
                 while let Some(d) = cur {
                     under[d.idx() - root.idx()] += 1;
+                    let most = &mut domains[d.idx()].roomiest_host;
+                    most.cpu_milli = most.cpu_milli.max(room.cpu_milli);
+                    most.memory_mib = most.memory_mib.max(room.memory_mib);
                     cur = domains[d.idx()].parent;
                 }
             }

@@ -50,7 +50,7 @@ pub use queue::{
     BorrowWithinCohort, QueueId, QueuePreemption, QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage,
     ReclaimWithinCohort, Resource, WithinQueue,
 };
-pub use reason::{HoldCost, Reason, Shortfall};
+pub use reason::{HoldCost, Oversize, Reason, Shortfall};
 pub use reserve::may_backfill;
 pub use snapshot::{Release, Reserved, Running, Snapshot};
 pub use topology::{Level, TopologyConstraint};

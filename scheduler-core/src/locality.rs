@@ -131,7 +131,7 @@ pub(crate) fn weigh<'a>(
                 spread_extra_s: spread_ms / 1000,
                 others_delay_s: (spread_cost_ms - spread_ms) / 1000,
             };
-            Err(Reason::HoldingForLocality { preferred, held: held_level, shortfall, cost: Some(cost) })
+            Err(Reason::HoldingForLocality { preferred, held: held_level, shortfall, cost: Some(Box::new(cost)) })
         }
         // Placing it again on the same state finds the same room.
         _ => run.gang(gang).map_err(|_| Reason::HoldingForLocality { preferred, held: level, shortfall, cost: None }),

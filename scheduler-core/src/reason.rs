@@ -70,7 +70,8 @@ pub enum Reason {
         preferred: Level,
         held: Level,
         shortfall: Shortfall,
-        cost: Option<HoldCost>,
+        /// Boxed: it keeps every `Reason` (returned by value all through a cycle) small.
+        cost: Option<Box<HoldCost>>,
     },
     /// It could start now only by evicting running gangs that do not rank below it (reclaiming
     /// its queue's quota from borrowers), which would throw away more GPU-seconds of their work
@@ -113,6 +114,37 @@ pub struct Shortfall {
     pub flavor: Option<String>,
     pub largest: u32,
     pub cluster: String,
+    /// Set when one pod asks more CPU or memory than any host of `cluster` has: why `largest`
+    /// is 0 however many GPUs are free. (Boxed: it is rare, and every `Reason` carries its size.)
+    pub oversize: Option<Box<Oversize>>,
+}
+
+/// A pod's ask that no host of a cluster can meet, and the most a host there has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Oversize {
+    CpuMilli { asked: u64, most: u64 },
+    MemoryMib { asked: u64, most: u64 },
+}
+
+impl fmt::Display for Oversize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Oversize::CpuMilli { asked, most } => {
+                write!(f, "each pod asks {} CPUs and no host there has more than {}", cpus(asked), cpus(most))
+            }
+            Oversize::MemoryMib { asked, most } => {
+                write!(f, "each pod asks {asked} MiB of memory and no host there has more than {most} MiB")
+            }
+        }
+    }
+}
+
+/// Millicores as CPUs, the way a pod's request is usually written ("64", "0.5").
+fn cpus(milli: u64) -> String {
+    match milli % 1000 {
+        0 => (milli / 1000).to_string(),
+        rest => format!("{}.{}", milli / 1000, format!("{rest:03}").trim_end_matches('0')),
+    }
 }
 
 impl Reason {
@@ -181,9 +213,13 @@ impl fmt::Display for Shortfall {
         };
         write!(
             f,
-            "pod set {}: {scope} has {} free {slot} (largest: {} in cluster {})",
+            "pod set {}: {scope} has {} free {slot} (largest: {} in cluster {}",
             self.pod_set, self.pods, self.largest, self.cluster
-        )
+        )?;
+        match &self.oversize {
+            Some(o) => write!(f, ": {o})"),
+            None => write!(f, ")"),
+        }
     }
 }
 
@@ -263,6 +299,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_pod_larger_than_any_host_says_which_resource() {
+        let mut s = Shortfall {
+            pod_set: "node".into(),
+            level: None,
+            pods: 1,
+            gpus_per_pod: 8,
+            flavor: Some("v100".into()),
+            largest: 0,
+            cluster: "venus".into(),
+            oversize: Some(Box::new(Oversize::CpuMilli { asked: 64_500, most: 48_000 })),
+        };
+        assert_eq!(
+            s.to_string(),
+            "pod set node: no cluster has 1 free slots of 8 v100 GPUs (largest: 0 in cluster venus: \
+             each pod asks 64.5 CPUs and no host there has more than 48)"
+        );
+        s.oversize = Some(Box::new(Oversize::MemoryMib { asked: 400_000, most: 393_216 }));
+        assert!(
+            s.to_string().ends_with("each pod asks 400000 MiB of memory and no host there has more than 393216 MiB)")
+        );
+    }
+
+    #[test]
     fn a_shortfall_reads_as_one_sentence() {
         let r = Reason::NoDomain(Shortfall {
             pod_set: "node".into(),
@@ -272,6 +331,7 @@ mod tests {
             flavor: Some("h100".into()),
             largest: 5,
             cluster: "cluster-b".into(),
+            oversize: None,
         });
         assert_eq!(
             r.to_string(),

@@ -16,7 +16,7 @@ use crate::gang::{Gang, PodSet, Slice};
 use crate::memo::{self, MemoEntry};
 use crate::place::{Ask, Fill, Placer, View};
 use crate::queue::{QueueId, Queues, QuotaKey, QuotaUsage, charges};
-use crate::reason::{Reason, Shortfall};
+use crate::reason::{Oversize, Reason, Shortfall};
 use crate::topology::TopologyConstraint;
 use crate::txn::Txn;
 
@@ -678,6 +678,14 @@ impl<'a> Run<'a> {
             TopologyConstraint::Required(l) => Some(l),
             _ => None,
         };
+        let most = self.fleet.domain(self.fleet.cluster(cluster).root).roomiest_host;
+        let oversize = if ps.shape.cpu_milli > most.cpu_milli {
+            Some(Box::new(Oversize::CpuMilli { asked: ps.shape.cpu_milli, most: most.cpu_milli }))
+        } else if ps.shape.memory_mib > most.memory_mib {
+            Some(Box::new(Oversize::MemoryMib { asked: ps.shape.memory_mib, most: most.memory_mib }))
+        } else {
+            None
+        };
         Shortfall {
             pod_set: ps.name.clone(),
             level,
@@ -686,6 +694,7 @@ impl<'a> Run<'a> {
             flavor: flavor.map(|f| self.fleet.flavor_name(f).to_string()),
             largest,
             cluster: self.fleet.cluster(cluster).name.clone(),
+            oversize,
         }
     }
 }

@@ -242,6 +242,7 @@ mod tests {
             flavor: Some("h100".into()),
             largest: 4,
             cluster: "east".into(),
+            oversize: None,
         };
         txn.remember(
             key,

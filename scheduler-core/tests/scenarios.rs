@@ -307,6 +307,27 @@ fn a_host_with_a_gpu_free_but_no_cpu_does_not_count_toward_a_span() {
     assert_eq!(f.path(a.pod_sets[0].span), "c1/r1", "the rack whose hosts all have room");
 }
 
+/// A pod asking more CPU than any one host has fits nowhere, however much CPU a rack holds in
+/// all: the gang is told it can never be admitted, not that it waits for room (it would hold
+/// its queue's head, and the gangs behind it, for ever).
+#[test]
+fn a_pod_larger_than_any_host_never_fits_though_the_rack_holds_its_cpu_in_all() {
+    let f = fleet(&[("c1", "h100", 1, &[(Rack, 2), (Host, 3)])]);
+    let q = default_queues();
+    let host = f.domain(f.clusters()[0].hosts()[0]).node.expect("a host");
+    let mut g = gang("big").pods(1).gpus(1);
+    g.pod_sets[0].shape.cpu_milli = host.cpu_milli + 1_000;
+    let out = cycle(Snapshot::idle(&f, &q), &[g], &scheduler_core::fixture::greedy());
+    let Decision::Pending(reason) = &out.decisions[0] else { panic!("admitted: {:?}", out.decisions[0]) };
+    assert!(matches!(reason, Reason::NeverFits(s) if s.largest == 0), "{reason:?}");
+    let words = reason.to_string();
+    let (asked, most) = (host.cpu_milli / 1000 + 1, host.cpu_milli / 1000);
+    assert!(
+        words.contains(&format!("each pod asks {asked} CPUs and no host there has more than {most}")),
+        "the reason names the CPU no host has: {words}"
+    );
+}
+
 /// One host in each of the cluster's 8 racks is taken, so no rack has 4 free hosts; blocks do.
 fn fragmented_racks(g: Gang, now_ms: u64) -> (Fleet, Decision) {
     let f = one_cluster();

@@ -324,6 +324,7 @@ mod tests {
             flavor: None,
             largest: 0,
             cluster: "c".into(),
+            oversize: None,
         }
     }
 
@@ -333,7 +334,12 @@ mod tests {
 
     fn holds(cost: Option<HoldCost>) -> Decision {
         let shortfall = shortfall();
-        Decision::Pending(Reason::HoldingForLocality { preferred: Level::Rack, held: Level::Rack, shortfall, cost })
+        Decision::Pending(Reason::HoldingForLocality {
+            preferred: Level::Rack,
+            held: Level::Rack,
+            shortfall,
+            cost: cost.map(Box::new),
+        })
     }
 
     fn reserves(now: Decision) -> Decision {
