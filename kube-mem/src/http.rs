@@ -153,6 +153,15 @@ fn parse_body(bytes: &[u8], content_type: &str) -> Result<Value, ApiError> {
             e => ApiError::bad_request(format!("the body is not a valid protobuf object: {}", error_text(&e))),
         })?
     } else if content_type.contains("yaml") {
+        // JSON is YAML, and what clients send as YAML mostly is JSON: kube-rs and client-go send
+        // server-side apply's JSON body as `application/apply-patch+yaml`. Read by the JSON
+        // parser it costs a tenth of the YAML one (which was 3% of a burst's CPU); anything it
+        // refuses (a flow mapping such as `{a: 1}` is YAML, not JSON) is read as YAML.
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+            && let Ok(v) = serde_json::from_slice(bytes)
+        {
+            return Ok(v);
+        }
         // Within the YAML budget: an alias bomb or deep nesting is a 400, not the process's memory.
         input_limits::yaml::from_slice(bytes).map_err(|e| {
             let at = e.line.map(|l| format!("line {l}: ")).unwrap_or_default();
@@ -802,4 +811,33 @@ async fn proxy_to_kubelet(addr: &str, path: &str) -> Result<Response<Body>, ApiE
         r.headers_mut().insert("content-type", ct.clone());
     }
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const APPLY: &str = "application/apply-patch+yaml";
+
+    /// JSON sent as YAML (what kube-rs and client-go send for server-side apply), a YAML flow
+    /// mapping that is not JSON, and block YAML all read as the same object.
+    #[test]
+    fn a_yaml_body_reads_the_same_whether_written_as_json_or_yaml() {
+        let want = serde_json::json!({"metadata": {"name": "a", "labels": {"on": "yes"}}, "n": 1});
+        for body in [
+            r#" {"metadata": {"name": "a", "labels": {"on": "yes"}}, "n": 1}"#,
+            "{metadata: {name: a, labels: {on: yes}}, n: 1}",
+            "metadata:\n  name: a\n  labels:\n    on: yes\nn: 1\n",
+        ] {
+            assert_eq!(parse_body(body.as_bytes(), APPLY).expect(body), want, "{body}");
+        }
+    }
+
+    /// What neither reader takes is refused by the YAML one, in its words.
+    #[test]
+    fn a_yaml_body_neither_reader_takes_is_refused_as_yaml() {
+        let e = parse_body(b"{\"a\": [1,", APPLY).expect_err("unterminated");
+        assert_eq!(e.code, 400);
+        assert!(e.message.contains("not valid YAML"), "{}", e.message);
+    }
 }
