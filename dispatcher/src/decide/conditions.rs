@@ -67,6 +67,9 @@ pub(super) fn started(conditions: &mut Vec<Condition>) {
     remove(conditions, TrainJobCondition::Preempted);
 }
 
+/// The Pending reason of a placed TrainJob whose pods do not run yet.
+pub(super) const STARTING: &str = "Starting";
+
 /// Placed on `cluster`, its pods not running yet: still waiting, now for them, with the
 /// member's word on why when it has one (the gang scheduler's reason, at once).
 pub(super) fn starting(cluster: &str, member_says: Option<&str>, now: &Time) -> Condition {
@@ -74,7 +77,7 @@ pub(super) fn starting(cluster: &str, member_says: Option<&str>, now: &Time) -> 
         Some(m) => format!("placed on cluster {cluster}; its pods wait there: {m}"),
         None => format!("placed on cluster {cluster}; its pods are starting"),
     };
-    condition(TrainJobCondition::Pending.as_str(), true, "Starting", message, now)
+    condition(TrainJobCondition::Pending.as_str(), true, STARTING, message, now)
 }
 
 /// `spec.suspend: true`, as Trainer says it (pkg/constants: TrainJobSuspendedReason/Message).

@@ -14,7 +14,7 @@ use api::trainer::{TrainJob, TrainJobCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Resource;
 
-use super::conditions::{find, find_true, is_true};
+use super::conditions::{STARTING, find, find_true, is_true};
 use super::{PlacementWrite, Redispatch};
 
 /// `type` of a core/v1 Event.
@@ -149,22 +149,39 @@ impl About<'_> {
     }
 }
 
+/// Whether a TrainJob is placed, and whether by the plan that writes its status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placed {
+    Nowhere,
+    Earlier,
+    /// By this plan: its Placed Event says where, and that its pods start there.
+    Now,
+}
+
 /// The Events a TrainJob's status change stands for: a Pending reason it enters, its pods
 /// starting (`Pending` gone while placed), preemption, suspension and resumption, the end.
-pub fn of_status(about: About<'_>, old: &[Condition], new: &[Condition], placed: bool) -> Vec<EventWrite> {
+pub fn of_status(about: About<'_>, old: &[Condition], new: &[Condition], placed: Placed) -> Vec<EventWrite> {
     use TrainJobCondition as C;
     let mut events = Vec::new();
     let pending = find_true(new, C::Pending);
     let was_pending = find_true(old, C::Pending);
     if let Some(p) = pending
         && was_pending.map(|c| &c.reason) != Some(&p.reason)
+        // Placed just now: the Placed Event already says so, and a second Event at the same
+        // moment would be one more write per TrainJob in a burst, saying nothing new.
+        && !(p.reason == STARTING && placed == Placed::Now)
     {
         // Waiting for its pods on a member is news, not a warning.
-        let type_ = if p.reason == "Starting" { EventType::Normal } else { EventType::Warning };
+        let type_ = if p.reason == STARTING { EventType::Normal } else { EventType::Warning };
         let message = format!("{}: {}", p.reason, p.message);
         events.push(about.event(&format!("pending-{}", p.reason), type_, EventReason::Pending, message));
     }
-    if pending.is_none() && was_pending.is_some() && placed && !is_true(new, C::Suspended) && !ended(new) {
+    if pending.is_none()
+        && was_pending.is_some()
+        && placed != Placed::Nowhere
+        && !is_true(new, C::Suspended)
+        && !ended(new)
+    {
         events.push(about.event("started", EventType::Normal, EventReason::Started, "its pods run".into()));
     }
     if let Some(p) = find_true(new, C::Preempted)
@@ -274,17 +291,22 @@ mod tests {
     #[test]
     fn a_new_pending_reason_is_an_event_and_the_same_reason_again_is_not() {
         let quota = c("Pending", "True", "QuotaExceeded", "queue a is out of quota");
-        let first = of_status(ABOUT, &[], std::slice::from_ref(&quota), false);
+        let first = of_status(ABOUT, &[], std::slice::from_ref(&quota), Placed::Nowhere);
         assert_eq!(said(&first), [("t1.pending-quotaexceeded", "Pending", "Warning")]);
         assert_eq!(first[0].message, "QuotaExceeded: queue a is out of quota");
         // Refreshed with other figures: the same reason, no new Event.
         let refreshed = c("Pending", "True", "QuotaExceeded", "queue a is out of quota: 3 left");
-        assert!(of_status(ABOUT, std::slice::from_ref(&quota), &[refreshed], false).is_empty());
+        assert!(of_status(ABOUT, std::slice::from_ref(&quota), &[refreshed], Placed::Nowhere).is_empty());
         // Placed: waiting for its pods is news, not a warning; then its pods run.
         let starting = c("Pending", "True", "Starting", "placed on cluster east; its pods are starting");
-        let placed = of_status(ABOUT, &[quota], std::slice::from_ref(&starting), true);
+        let placed = of_status(ABOUT, std::slice::from_ref(&quota), std::slice::from_ref(&starting), Placed::Earlier);
         assert_eq!(said(&placed), [("t1.pending-starting", "Pending", "Normal")]);
-        assert_eq!(said(&of_status(ABOUT, &[starting], &[], true)), [("t1.started", "Started", "Normal")]);
+        assert_eq!(
+            said(&of_status(ABOUT, std::slice::from_ref(&starting), &[], Placed::Earlier)),
+            [("t1.started", "Started", "Normal")]
+        );
+        // Placed by the same plan: its Placed Event says it, once.
+        assert!(of_status(ABOUT, &[quota], std::slice::from_ref(&starting), Placed::Now).is_empty());
     }
 
     #[test]
@@ -292,23 +314,29 @@ mod tests {
         let suspended = c("Suspended", "True", "Suspended", "TrainJob is suspended");
         let resumed = c("Suspended", "False", "Resumed", "TrainJob is resumed");
         assert_eq!(
-            said(&of_status(ABOUT, &[], std::slice::from_ref(&suspended), false)),
+            said(&of_status(ABOUT, &[], std::slice::from_ref(&suspended), Placed::Nowhere)),
             [("t1.suspended", "Suspended", "Normal")]
         );
         assert_eq!(
-            said(&of_status(ABOUT, std::slice::from_ref(&suspended), std::slice::from_ref(&resumed), false)),
+            said(&of_status(ABOUT, std::slice::from_ref(&suspended), std::slice::from_ref(&resumed), Placed::Nowhere)),
             [("t1.resumed", "Resumed", "Normal")]
         );
-        assert!(of_status(ABOUT, std::slice::from_ref(&resumed), std::slice::from_ref(&resumed), false).is_empty());
+        assert!(
+            of_status(ABOUT, std::slice::from_ref(&resumed), std::slice::from_ref(&resumed), Placed::Nowhere)
+                .is_empty()
+        );
         let preempted = c("Preempted", "True", "Preempted", "evicted from east for ml/urgent");
         assert_eq!(
-            said(&of_status(ABOUT, &[], std::slice::from_ref(&preempted), true)),
+            said(&of_status(ABOUT, &[], std::slice::from_ref(&preempted), Placed::Earlier)),
             [("t1.preempted", "Preempted", "Warning")]
         );
         let failed = c("Failed", "True", "FailedJobs", "jobset failed: node-0 exited 1");
-        let ended = of_status(ABOUT, &[c("Pending", "True", "Starting", "")], std::slice::from_ref(&failed), true);
+        let ended =
+            of_status(ABOUT, &[c("Pending", "True", "Starting", "")], std::slice::from_ref(&failed), Placed::Earlier);
         assert_eq!(said(&ended), [("t1.failed", "Failed", "Warning")], "an end is not a start");
         assert_eq!(ended[0].message, "jobset failed: node-0 exited 1");
-        assert!(of_status(ABOUT, std::slice::from_ref(&failed), std::slice::from_ref(&failed), true).is_empty());
+        assert!(
+            of_status(ABOUT, std::slice::from_ref(&failed), std::slice::from_ref(&failed), Placed::Earlier).is_empty()
+        );
     }
 }

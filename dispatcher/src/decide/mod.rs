@@ -443,6 +443,9 @@ fn status_events(o: &Observed, plan: &mut Plan) {
             plan.placements.iter().filter(|w| w.spec.cluster.is_some()).map(|w| (w.namespace.clone(), w.name.clone())),
         )
         .collect();
+    // Placed by this plan: their Placement writes carry the Placed Event.
+    let placed_now: std::collections::BTreeSet<(&str, &str)> =
+        plan.placements.iter().filter(|w| w.effect.placed.is_some()).map(|w| (&*w.namespace, &*w.name)).collect();
     let trainjobs: BTreeMap<(String, String), &TrainJob> = o.trainjobs.iter().map(|t| (key(&t.metadata), t)).collect();
     for s in &mut plan.statuses {
         let k = (s.namespace.clone(), s.name.clone());
@@ -450,7 +453,12 @@ fn status_events(o: &Observed, plan: &mut Plan) {
         let old = tj.status.as_ref().map(|st| st.conditions.as_slice()).unwrap_or_default();
         let uid = tj.metadata.uid.as_deref().unwrap_or_default();
         let about = events::About { kind: events::Kind::TrainJob, namespace: &s.namespace, name: &s.name, uid };
-        s.events = events::of_status(about, old, &s.conditions, placed.contains(&k));
+        let placed = match (placed_now.contains(&(&*s.namespace, &*s.name)), placed.contains(&k)) {
+            (true, _) => events::Placed::Now,
+            (false, true) => events::Placed::Earlier,
+            (false, false) => events::Placed::Nowhere,
+        };
+        s.events = events::of_status(about, old, &s.conditions, placed);
     }
 }
 
