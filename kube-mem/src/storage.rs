@@ -228,7 +228,10 @@ impl Storage {
             return Err(ApiError::gone(format!("too old resource version: {rv} ({})", self.oldest_rv)));
         }
         let key = store_key(rt);
-        Ok(self.history.iter().filter(|e| e.rv > rv && e.store == key).cloned().collect())
+        // The history is in resourceVersion order: what is after `rv` is found by halving, not
+        // by reading every kept event (the playground's members ask 20 times a second).
+        let after = self.history.partition_point(|e| e.rv <= rv);
+        Ok(self.history.range(after..).filter(|e| e.store == key).cloned().collect())
     }
 }
 

@@ -9,7 +9,7 @@
 //! container writes a few log lines, served by the member's `pods/{name}/log`: its command, its
 //! rank and node when it starts, its exit code when it ends.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -86,14 +86,15 @@ impl SimulatedMember {
             let mut tick = tokio::time::interval(TICK);
             // A slow pass is followed by a full tick, not by passes back to back.
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut controllers = Controllers::default();
             loop {
                 tick.tick().await;
                 // One controller at a time, the lock released between them: requests waiting on
                 // this thread are served in between, as a real member serves them while its
                 // controllers work.
-                for controller in CONTROLLERS {
+                for controller in Controller::ALL {
                     if let Ok(mut store) = shared.store.lock() {
-                        controller(&mut store, &duration_of);
+                        controllers.pass(controller, &mut store, &duration_of);
                     }
                     tokio::task::yield_now().await;
                 }
@@ -256,26 +257,86 @@ fn apply(store: &mut Store, writes: Vec<Write>) {
 /// (children, then status), the gang scheduler and the kubelet. They read the store borrowed
 /// and copy only what they change: a pass that copied every object kept the member's lock busy
 /// all the time once a few hundred JobSets existed.
-const CONTROLLERS: [fn(&mut Store, &DurationOf); 4] = [
-    |store, _| {
-        if let Some(rt) = jobsets_type(store) {
-            let children = jobset_children(store, &rt);
-            apply(store, children);
+#[derive(Debug, Clone, Copy)]
+enum Controller {
+    Children,
+    Scheduler,
+    Kubelet,
+    Statuses,
+}
+
+impl Controller {
+    const ALL: [Controller; 4] =
+        [Controller::Children, Controller::Scheduler, Controller::Kubelet, Controller::Statuses];
+}
+
+/// Where each JobSet pass last started in the store's history: a pass looks only at the
+/// JobSets written since (their own writes, or their Jobs' or pods'), as a controller's work
+/// queue holds only the keys its watches saw change. Scanning every JobSet 20 times a second was
+/// a tenth of a burst's CPU. `None`: everything (the first pass, or the history no longer
+/// reaches back so far).
+#[derive(Debug, Default)]
+struct Controllers {
+    children: Option<u64>,
+    statuses: Option<u64>,
+}
+
+impl Controllers {
+    fn pass(&mut self, controller: Controller, store: &mut Store, duration_of: &DurationOf) {
+        let Some(rt) = jobsets_type(store) else { return };
+        match controller {
+            Controller::Children => {
+                let only = touched(store, &rt, self.children);
+                self.children = Some(store.resource_version());
+                let children = jobset_children(store, &rt, only.as_ref());
+                apply(store, children);
+            }
+            Controller::Scheduler => schedule(store),
+            Controller::Kubelet => kubelet(store, &rt, duration_of),
+            Controller::Statuses => {
+                let only = touched(store, &rt, self.statuses);
+                self.statuses = Some(store.resource_version());
+                let statuses = jobset_statuses(store, &rt, only.as_ref());
+                apply(store, statuses);
+            }
         }
-    },
-    |store, _| schedule(store),
-    |store, duration_of| {
-        if let Some(rt) = jobsets_type(store) {
-            kubelet(store, &rt, duration_of);
+    }
+}
+
+/// A JobSet, by namespace and name.
+type JobSetKey = (String, String);
+
+/// The JobSets written since `rv`, or whose Jobs or pods were (by their jobset-name label);
+/// `None` when every JobSet is to be looked at.
+fn touched(store: &Store, jobsets_rt: &ResourceType, rv: Option<u64>) -> Option<BTreeSet<JobSetKey>> {
+    let rv = rv?;
+    let mut keys = BTreeSet::new();
+    for (rt, own) in [
+        (jobsets_rt.clone(), true),
+        (builtin(store, "batch", "v1", "jobs"), false),
+        (builtin(store, "", "v1", "pods"), false),
+    ] {
+        for e in store.storage.since(&rt, rv).ok()? {
+            let name = if own { e.object["metadata"]["name"].as_str() } else { Some(jobset_label(&e.object)) };
+            if let Some(name) = name.filter(|n| !n.is_empty()) {
+                keys.insert((ns_of(&e.object), name.to_string()));
+            }
         }
-    },
-    |store, _| {
-        if let Some(rt) = jobsets_type(store) {
-            let statuses = jobset_statuses(store, &rt);
-            apply(store, statuses);
-        }
-    },
-];
+    }
+    Some(keys)
+}
+
+/// The JobSets a pass looks at: `only` those, or every one.
+fn jobsets<'s>(
+    store: &'s Store,
+    rt: &'s ResourceType,
+    only: Option<&'s BTreeSet<JobSetKey>>,
+) -> Box<dyn Iterator<Item = &'s Value> + 's> {
+    match only {
+        Some(keys) => Box::new(keys.iter().filter_map(|(ns, name)| store.peek(rt, Some(ns), name))),
+        None => Box::new(store.objects(rt)),
+    }
+}
 
 /// JobSets are served once their CRD is installed.
 fn jobsets_type(store: &Store) -> Option<ResourceType> {
@@ -299,16 +360,22 @@ fn jobset_label(o: &Value) -> &str {
 }
 
 /// The Jobs and Pods of each live JobSet, by (namespace, name), in one scan of each kind.
-type Children<'s> = BTreeMap<(String, String), (Vec<&'s Value>, Vec<&'s Value>)>;
+type Children<'s> = BTreeMap<(&'s str, &'s str), (Vec<&'s Value>, Vec<&'s Value>)>;
+
+/// An object's (namespace, name), borrowed: the status pass meets every Job and pod of the
+/// member, and copying each key was most of its time.
+fn key(o: &Value) -> (&str, &str) {
+    (o["metadata"]["namespace"].as_str().unwrap_or("default"), o["metadata"]["name"].as_str().unwrap_or(""))
+}
 
 /// JobSet controller: Jobs per replicated job and replica (respecting `dependsOn`), and the
 /// Job controller's pods per completion index (a Job made in this pass gets its pods in the
 /// next).
-fn jobset_children(store: &Store, jobsets_rt: &ResourceType) -> Vec<Write> {
+fn jobset_children(store: &Store, jobsets_rt: &ResourceType, only: Option<&BTreeSet<JobSetKey>>) -> Vec<Write> {
     let jobs_rt = builtin(store, "batch", "v1", "jobs");
     let pods_rt = builtin(store, "", "v1", "pods");
     let mut out = Vec::new();
-    for js in store.objects(jobsets_rt).filter(|js| !finished(js) && js["spec"]["suspend"] != true) {
+    for js in jobsets(store, jobsets_rt, only).filter(|js| !finished(js) && js["spec"]["suspend"] != true) {
         let ns = ns_of(js);
         let jname = name_of(js);
         let restarts = js["status"]["restarts"].as_i64().unwrap_or(0);
@@ -606,23 +673,24 @@ fn schedule(store: &mut Store) {
 /// JobSet's own [`DURATION_ANNOTATION`], else what `duration_of` says for its TrainJob's UID.
 fn kubelet(store: &mut Store, jobsets_rt: &ResourceType, duration_of: &DurationOf) {
     let pods_rt = builtin(store, "", "v1", "pods");
-    let durations: BTreeMap<(String, String), u64> = store
-        .objects(jobsets_rt)
-        .filter_map(|j| {
-            let d = match j["metadata"]["annotations"][DURATION_ANNOTATION].as_str() {
-                Some(d) => d.parse::<u64>().ok()?,
-                None => duration_of(j["metadata"]["labels"][TRAINJOB_UID_LABEL].as_str()?)?,
-            };
-            Some(((ns_of(j), name_of(j)), d))
-        })
-        .collect();
+    let duration = |j: &Value| -> Option<u64> {
+        match j["metadata"]["annotations"][DURATION_ANNOTATION].as_str() {
+            Some(d) => d.parse::<u64>().ok(),
+            None => duration_of(j["metadata"]["labels"][TRAINJOB_UID_LABEL].as_str()?),
+        }
+    };
     let now = now_secs();
+    // Each running pod's JobSet looked up by its label (not every JobSet's duration first: most
+    // have ended or not started, and this runs 20 times a second).
     let done: Vec<(String, String)> = store
         .objects(&pods_rt)
         .filter(|p| p["status"]["phase"] == "Running")
         .filter(|p| {
-            let duration =
-                durations.get(&(ns_of(p), jobset_label(p).to_string())).copied().unwrap_or(DEFAULT_DURATION.as_secs());
+            let ns = p["metadata"]["namespace"].as_str().unwrap_or("default");
+            let duration = store
+                .peek(jobsets_rt, Some(ns), jobset_label(p))
+                .and_then(duration)
+                .unwrap_or(DEFAULT_DURATION.as_secs());
             let started = p["status"]["startTime"].as_str().and_then(parse_rfc3339).unwrap_or(now);
             now.saturating_sub(started) >= duration
         })
@@ -703,21 +771,24 @@ fn write_log(store: &mut Store, pod: &Value, text: &str) {
 
 /// Job and JobSet status as their controllers write them; a failed Job fails the JobSet, or
 /// restarts it while `failurePolicy.maxRestarts` allows.
-fn jobset_statuses(store: &Store, jobsets_rt: &ResourceType) -> Vec<Write> {
+fn jobset_statuses(store: &Store, jobsets_rt: &ResourceType, only: Option<&BTreeSet<JobSetKey>>) -> Vec<Write> {
     let jobs_rt = builtin(store, "batch", "v1", "jobs");
     let pods_rt = builtin(store, "", "v1", "pods");
-    let live: Vec<&Value> = store.objects(jobsets_rt).filter(|js| !finished(js)).collect();
-    let mut children: Children<'_> = live.iter().map(|js| ((ns_of(js), name_of(js)), Default::default())).collect();
+    let live: Vec<&Value> = jobsets(store, jobsets_rt, only).filter(|js| !finished(js)).collect();
+    if live.is_empty() {
+        return Vec::new();
+    }
+    let mut children: Children<'_> = live.iter().map(|js| (key(js), Default::default())).collect();
     for (rt, is_job) in [(&jobs_rt, true), (&pods_rt, false)] {
         for o in store.objects(rt) {
-            if let Some((jobs, pods)) = children.get_mut(&(ns_of(o), jobset_label(o).to_string())) {
+            if let Some((jobs, pods)) = children.get_mut(&(key(o).0, jobset_label(o))) {
                 if is_job { jobs } else { pods }.push(o);
             }
         }
     }
     let mut out = Vec::new();
     for js in live {
-        let (jobs, pods) = children.get(&(ns_of(js), name_of(js))).map_or((&[][..], &[][..]), |(j, p)| (j, p));
+        let (jobs, pods) = children.get(&key(js)).map_or((&[][..], &[][..]), |(j, p)| (j, p));
         jobset_status(&mut out, (jobsets_rt, &jobs_rt, &pods_rt), js, jobs, pods);
     }
     out
@@ -817,5 +888,46 @@ fn jobset_status(
     }
     if status != js["status"] {
         out.push(Write::Status(jobsets_rt.clone(), ns, jname, status));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn create(store: &mut Store, rt: &ResourceType, obj: Value) {
+        store.create(Requester::InProcess, rt, Some("default"), obj, &write_options()).expect("created");
+    }
+
+    /// A pass after the first looks at the JobSets written since, and those whose Jobs or pods
+    /// were; not at the others.
+    #[test]
+    fn a_pass_looks_only_at_jobsets_whose_own_or_childrens_objects_changed() {
+        let mut store = Store::default();
+        install_crds(&mut store).expect("CRDs");
+        let rt = jobsets_type(&store).expect("JobSets served");
+        assert_eq!(touched(&store, &rt, None), None, "the first pass looks at every JobSet");
+        let since = store.resource_version();
+        let pods = builtin(&store, "", "v1", "pods");
+        let jobs = builtin(&store, "batch", "v1", "jobs");
+        let labels = |js: &str| json!({"jobset.sigs.k8s.io/jobset-name": js});
+        let container = json!([{"name": "c", "image": "busybox"}]);
+        create(
+            &mut store,
+            &pods,
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a-0", "labels": labels("a")},
+                   "spec": {"containers": container}}),
+        );
+        create(
+            &mut store,
+            &jobs,
+            json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "b-0", "labels": labels("b")},
+                   "spec": {"template": {"spec": {"containers": container, "restartPolicy": "Never"}}}}),
+        );
+        let only = touched(&store, &rt, Some(since)).expect("the history reaches back");
+        let want: BTreeSet<JobSetKey> =
+            [("default".to_string(), "a".to_string()), ("default".to_string(), "b".to_string())].into();
+        assert_eq!(only, want);
+        assert_eq!(touched(&store, &rt, Some(store.resource_version())), Some(BTreeSet::new()), "nothing since");
     }
 }
