@@ -380,7 +380,7 @@ async fn serve(
             let body = parse_body(&read_body(req.into_body()).await?, &content_type)?;
             check_kind(rt, &body)?;
             let mut store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
-            Ok(json_response(201, &store.create(Requester::Manager(&user, &manager), rt, ns, body, &opts)?))
+            Ok(json_response(201, &*store.create(Requester::Manager(&user, &manager), rt, ns, body, &opts)?))
         }
         (Method::PUT, Some(name)) => {
             check_content_type(&content_type, &["json", "yaml", PROTOBUF])?;
@@ -389,7 +389,7 @@ async fn serve(
             let mut store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
             Ok(json_response(
                 200,
-                &store.update(Requester::Manager(&user, &manager), rt, ns, &name, body, target.part, &opts)?,
+                &*store.update(Requester::Manager(&user, &manager), rt, ns, &name, body, target.part, &opts)?,
             ))
         }
         (Method::PATCH, Some(name)) => {
@@ -428,7 +428,7 @@ async fn serve(
             }
             Ok(json_response(
                 200,
-                &store.update(Requester::Manager(&user, &manager), rt, ns, &name, obj, target.part, &opts)?,
+                &*store.update(Requester::Manager(&user, &manager), rt, ns, &name, obj, target.part, &opts)?,
             ))
         }
         (Method::DELETE, Some(name)) => {
