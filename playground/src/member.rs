@@ -283,6 +283,10 @@ struct Controllers {
 
 impl Controllers {
     fn pass(&mut self, controller: Controller, store: &mut Store, duration_of: &DurationOf) {
+        // The scheduler binds any pod; the others need JobSets to be served.
+        if let Controller::Scheduler = controller {
+            return schedule(store);
+        }
         let Some(rt) = jobsets_type(store) else { return };
         match controller {
             Controller::Children => {
@@ -291,7 +295,7 @@ impl Controllers {
                 let children = jobset_children(store, &rt, only.as_ref());
                 apply(store, children);
             }
-            Controller::Scheduler => schedule(store),
+            Controller::Scheduler => {}
             Controller::Kubelet => kubelet(store, &rt, duration_of),
             Controller::Statuses => {
                 let only = touched(store, &rt, self.statuses);
