@@ -408,7 +408,7 @@ struct SimulateArgs {
         "fleet", "machines", "trace", "synthetic", "bench", "gpu_sharing", "helios", "helios_day",
         "trace_format", "skip_bad_rows", "policy", "seed", "load_scale", "node_failure_rate", "tenants",
         "json", "svg", "locality_patience", "locality_cost", "urgent", "checkpoint_interval", "mix",
-        "machines_format",
+        "machines_format", "batch_every",
     ])]
     from: Option<PathBuf>,
     /// With --from: an edit to try, shown beside the hub as it is: `add-pool cluster=X flavor=F
@@ -449,6 +449,10 @@ struct SimulateArgs {
     /// its last checkpoint, and preemption prefers recently checkpointed victims. Default: never.
     #[arg(long, value_parser = parse_duration_s)]
     checkpoint_interval: Option<u64>,
+    /// With stowage-batch: run the batch optimiser on one scheduling cycle in this many, the
+    /// others greedy (1: every cycle).
+    #[arg(long, value_name = "CYCLES", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    batch_every: u32,
     /// Benchmark mode: replay the trace repeated N times and report jobs replayed per second.
     #[arg(long, value_name = "N")]
     bench: Option<u32>,
@@ -725,6 +729,7 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
         locality_cost: args.locality_cost.0,
         urgent_percent: args.urgent,
         checkpoint_interval_s: args.checkpoint_interval,
+        batch_every: args.batch_every,
         ..SimOptions::default()
     };
     let inputs = Inputs { fleet: &fleet, fleet_name: &fleet_name, trace: &trace, trace_name: &trace_name };

@@ -515,3 +515,22 @@ fn every_policy_figure_in_the_json_is_in_the_docs_key_table() {
     let missing: Vec<&String> = policy.as_object().expect("object").keys().filter(|k| !named(k)).collect();
     assert!(missing.is_empty(), "policies[] keys missing from docs/simulator.md: {missing:?}");
 }
+
+/// `--batch-every N` runs stowage-batch's optimiser on one cycle in N: fewer cycles solve a
+/// model, never more than one in N; 0 is refused, naming the flag.
+#[test]
+fn the_batch_optimiser_runs_on_one_cycle_in_batch_every() {
+    let dir = scratch("batch-every");
+    let run = |every: &str| {
+        let args = ["--synthetic", "500", "--load-scale", "2", "--policy", "stowage-batch", "--batch-every", every];
+        simulated(&dir, &args)["policies"][0].clone()
+    };
+    let (all, some) = (run("1"), run("4"));
+    let figure = |p: &serde_json::Value, key: &str| p[key].as_u64().expect(key);
+    assert!(figure(&all, "batch_cycles") > 0, "the optimiser never ran: {all}");
+    assert!(figure(&some, "batch_cycles") < figure(&all, "batch_cycles"));
+    assert!(figure(&some, "batch_cycles") <= figure(&some, "cycles") / 4 + 1);
+    let o = stowage(&["simulate", "--policy", "stowage-batch", "--batch-every", "0"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--batch-every"), "{}", stderr(&o));
+}

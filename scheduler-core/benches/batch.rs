@@ -4,16 +4,21 @@
 //! a proven optimum, microlp, and CBC when built with `--features cbc`.
 //! `cargo bench -p scheduler-core --bench batch` (docs/performance.md has the figures).
 //!
+//! The contended family, on its own: `cargo bench -p scheduler-core --bench batch -- contended
+//! [CANDIDATES]`: windows of 200 to 1,000 gangs on a fleet three quarters full, where greedy
+//! strands room (`fixture::contended`), with HiGHS's own proven bound as the yardstick (a run
+//! to the optimum of a 1,000-gang model would take far longer than the figure it checks), at
+//! the default candidates per gang or the number given.
+//!
 //! Not criterion: the figures that matter are answer quality and one solve's time, per
 //! instance, and a run to optimality takes seconds.
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use scheduler_core::fixture::{GangExt, gang, uniform_cluster};
+use scheduler_core::fixture::{GangExt, contended, gang};
 use scheduler_core::{
-    Batch, BatchReport, Capacity, Config, Fleet, FleetBuilder, Gang, Level, PodShape, QueueSpec, Queues, Snapshot,
-    Solver, cycle,
+    Batch, BatchReport, Capacity, Config, Fleet, Gang, Level, PodShape, QueueSpec, Queues, Snapshot, Solver, cycle,
 };
 
 const CLUSTERS: usize = 4;
@@ -21,12 +26,7 @@ const CLUSTERS: usize = 4;
 const MICROLP_DEADLINE: Duration = Duration::from_secs(20);
 
 fn fleet() -> Fleet {
-    let mut b = FleetBuilder::new();
-    for c in 0..CLUSTERS {
-        let fanout = [(Level::Block, 2), (Level::Rack, 4), (Level::Host, 8)];
-        uniform_cluster(&mut b, &format!("c{c}"), "h100", 8, &fanout).expect("valid");
-    }
-    b.build().expect("valid")
+    contended::fleet(CLUSTERS)
 }
 
 struct Rng(u64);
@@ -87,6 +87,11 @@ fn solve(fleet: &Fleet, queues: &Queues, cap: &Capacity, pending: &[Gang], batch
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|a| a == "contended") {
+        let candidates = args.get(at + 1).and_then(|n| n.parse().ok()).unwrap_or(Batch::DEFAULT.candidates);
+        return contended(candidates);
+    }
     let fleet = fleet();
     let queues = Queues::new(vec![QueueSpec::unlimited("default")]).expect("valid");
     // The reference: every candidate domain kept, searched to a proven optimum.
@@ -166,5 +171,48 @@ fn microlp(fleet: &Fleet, queues: &Queues, cap: &Capacity, pending: &[Gang], win
         }
         Ok(Outcome { report, took }) => format!("failed ({:?}) in {took:.1?}", report.and_then(|r| r.rejected)),
         Err(_) => format!("unfinished after {MICROLP_DEADLINE:?}"),
+    }
+}
+
+/// The contended family: for each window, five seeded instances, HiGHS at the cycle's node
+/// limit against the bound it proved.
+fn contended(candidates: usize) {
+    let fleet = fleet();
+    let queues = Queues::new(vec![QueueSpec::unlimited("default")]).expect("valid");
+    let max_nodes = Batch::DEFAULT.max_nodes;
+    println!(
+        "contended: {CLUSTERS} clusters of 64 hosts x 8 GPUs, three quarters used; {candidates} candidates per gang"
+    );
+    println!("gap: (bound - objective) / bound; realised: the cycle's value against greedy's; HiGHS@{max_nodes}");
+    println!("window seed binaries rows | greedy/bound (time) | objective/bound    gap realised  time");
+    for (singles, window) in [true, false].into_iter().flat_map(|s| [200usize, 500, 1000].map(|w| (s, w))) {
+        if window == 200 {
+            println!("{}", if singles { "with single pods:" } else { "multi-node gangs only:" });
+        }
+        for seed in 1..=5u64 {
+            let (cap, pending) = contended::window(&fleet, seed, window, singles);
+            let greedy = solve(&fleet, &queues, &cap, &pending, None);
+            let batch = Batch { window, max_nodes, candidates, ..Batch::DEFAULT };
+            let out = solve(&fleet, &queues, &cap, &pending, Some(batch));
+            print!("{window:>6} {seed:>4}");
+            let Some(r) = &out.report else {
+                println!(" — nothing waits for room: the optimiser has nothing to do");
+                continue;
+            };
+            let Some(bound) = r.bound else {
+                println!(" — HiGHS proved no bound ({:?})", r.rejected);
+                continue;
+            };
+            print!(" {:>8} {:>4} | {:.4} ({:>7.1?}) |", r.binaries, r.rows, r.greedy_objective / bound, greedy.took);
+            let (objective, gap) = (r.objective / bound, 100.0 * r.gap().unwrap_or(f64::NAN));
+            match &r.rejected {
+                None => println!(
+                    " {objective:>15.4} {gap:>5.2}% {:>8.4} {:>5.0?}",
+                    r.realised_value / r.greedy_value,
+                    out.took
+                ),
+                Some(why) => println!(" {objective:>15.4} {gap:>5.2}% rejected ({why}) {:.0?}", out.took),
+            }
+        }
     }
 }

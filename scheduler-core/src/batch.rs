@@ -37,7 +37,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use good_lp::{Expression, ProblemVariables, Solution, SolverModel, Variable, variable};
 
 use crate::config::{Batch, Config, Solver};
-use crate::decision::Decision;
+use crate::decision::{Admission, Decision};
 use crate::fleet::{ClusterId, DomainId, FlavorId, Fleet};
 use crate::gang::Gang;
 use crate::order::queue_order;
@@ -111,8 +111,8 @@ fn solver_error(solver: &'static str) -> impl Fn(String) -> Rejected {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Plan {
     pub window: BTreeSet<usize>,
-    /// (pending index, cluster, domain, placed as written rather than held).
-    pub pins: Vec<(usize, ClusterId, DomainId, bool)>,
+    /// The gangs the answer admits, in the order the cycle first tries them.
+    pub pins: Vec<Pin>,
     /// The gang holding a reservation and the gangs behind it that may not start without it.
     pub leader: Option<(usize, Vec<usize>)>,
     /// The gangs greedy admitted, which the plan must admit too.
@@ -130,6 +130,26 @@ impl Plan {
             .as_ref()
             .is_none_or(|(leader, followers)| admitted(*leader) || !followers.iter().any(|&f| admitted(f)));
         reservation_kept && self.keeps.iter().all(|&i| admitted(i))
+    }
+}
+
+/// A gang the plan admits.
+#[derive(Debug, Clone)]
+pub(crate) enum Pin {
+    /// Where the greedy pass put it, on the same hosts: the answer left it in the domain that
+    /// holds greedy's placement, and those placements fitted together.
+    Again { gang: usize, admission: Admission },
+    /// Anywhere inside `domain` of `cluster`, placed as written rather than held when `written`;
+    /// for a gang greedy admitted, where greedy put it when the domain has no room after all.
+    Within { gang: usize, cluster: ClusterId, domain: DomainId, written: bool, greedy: Option<Admission> },
+}
+
+impl Pin {
+    /// The pending index of the gang pinned.
+    pub(crate) fn gang(&self) -> usize {
+        match *self {
+            Pin::Again { gang, .. } | Pin::Within { gang, .. } => gang,
+        }
     }
 }
 
@@ -174,7 +194,8 @@ struct Answer {
 
 /// The optimiser's plan for this cycle, given the greedy cycle's `decisions`; `None` when it
 /// has nothing to improve (every gang that waits, waits for something other than room), and
-/// `Err` with the report when the solver failed or its answer did not check out.
+/// `Err` with the report when the solver failed, its answer did not check out (`rejected`
+/// says why) or was worth no more than greedy's.
 pub(crate) fn plan(
     run: &Run<'_>,
     window: Vec<usize>,
@@ -209,7 +230,11 @@ pub(crate) fn plan(
     match answer {
         Ok(answer) => {
             (report.objective, report.bound) = (answer.objective, answer.bound);
-            Some(Ok((model.plan(run.fleet, pending, &answer), report)))
+            if answer.objective <= report.greedy_objective + EPSILON {
+                // Nothing better than greedy's answer was found: there is nothing to realise.
+                return Some(Err(report));
+            }
+            Some(Ok((model.plan(run.fleet, pending, decisions, &answer, &warm), report)))
         }
         Err(why) => {
             report.rejected = Some(why);
@@ -374,18 +399,16 @@ impl Model {
             mine.truncate(keep.max(1));
             for (_, _, _, cand, f) in mine {
                 let k = candidates.len();
+                let needs: Vec<(u32, (u64, u64))> =
+                    sizes.iter().map(|&size| (size, need(run, gang, &cand, f, size))).collect();
                 let mut d = Some(cand.domain);
                 while let Some(e) = d {
                     let hist = run.cap().histogram(fleet, e, f);
-                    for &size in &sizes {
-                        let big = gang.pod_sets.iter().filter(|ps| ps.shape.gpus >= size);
-                        let (pods, gpus) = big.fold((0u64, 0u64), |(p, g), ps| {
-                            (p + u64::from(ps.pods), g + u64::from(ps.pods) * u64::from(ps.shape.gpus))
-                        });
-                        if pods == 0 {
-                            continue;
-                        }
+                    for &(size, (pods, gpus)) in &needs {
                         for (counts_pods, need) in [(true, pods), (false, gpus)] {
+                            if need == 0 {
+                                continue;
+                            }
                             let row = capacity
                                 .entry((e, f, size, counts_pods))
                                 .or_insert_with(|| Row { limit: room(hist, size, counts_pods), terms: Vec::new() });
@@ -573,22 +596,31 @@ impl Model {
         Ok(())
     }
 
-    /// The pins, narrowest domains first: the model lets a gang in a wide domain use any of its
-    /// room, so it goes after those held to a part of it. Among equals, largest gangs first
-    /// (they are the hardest to fit into what is left), then queue order.
-    fn plan(&self, fleet: &Fleet, pending: &[Gang], answer: &Answer) -> Plan {
-        let mut pins: Vec<(usize, ClusterId, DomainId, bool)> = answer
-            .chosen
-            .iter()
-            .map(|&k| {
-                let c = &self.candidates[k];
-                (self.window[c.gang], c.cluster, c.domain, c.written)
-            })
-            .collect();
+    /// The pins: first the gangs the answer left where greedy put them, on greedy's hosts (a
+    /// subset of what fitted together fits together); then the rest, narrowest domains first
+    /// (the model lets a gang in a wide domain use any of its room, so it goes after those
+    /// held to a part of it), among equals largest gangs first (they are the hardest to fit
+    /// into what is left), then queue order.
+    fn plan(&self, fleet: &Fleet, pending: &[Gang], decisions: &[Decision], answer: &Answer, warm: &[usize]) -> Plan {
         let rank: BTreeMap<usize, usize> = self.window.iter().enumerate().map(|(w, &i)| (i, w)).collect();
-        pins.sort_by_key(|&(i, _, d, _)| {
+        let warm: BTreeSet<usize> = warm.iter().copied().collect();
+        let (again, mut within): (Vec<usize>, Vec<usize>) = answer.chosen.iter().partition(|k| warm.contains(k));
+        let again = again.into_iter().filter_map(|k| {
+            let gang = self.window[self.candidates[k].gang];
+            let admission = decisions[gang].admission()?.clone();
+            Some(Pin::Again { gang, admission })
+        });
+        let pin = |k: usize| {
+            let c = &self.candidates[k];
+            let gang = self.window[c.gang];
+            let greedy = decisions[gang].admission().cloned();
+            Pin::Within { gang, cluster: c.cluster, domain: c.domain, written: c.written, greedy }
+        };
+        within.sort_by_key(|&k| {
+            let (i, d) = (self.window[self.candidates[k].gang], self.candidates[k].domain);
             (std::cmp::Reverse(fleet.domain(d).depth), std::cmp::Reverse(pending[i].total_gpus()), rank[&i])
         });
+        let pins: Vec<Pin> = again.chain(within.into_iter().map(pin)).collect();
         let leader = self
             .follows
             .first()
@@ -655,6 +687,27 @@ fn options(
     mine
 }
 
+/// What a candidate takes of a domain's room (`room`) for `size`-GPU pods: (room counted in
+/// pods, GPUs on hosts with `size` or more free). On a host it is exact: the room before less
+/// the room after. Elsewhere the hosts are not known, so only what holds wherever the pods go:
+/// a pod of g GPUs takes at least g / size (rounded down) of a host's room for `size`-GPU pods
+/// (counting it once would let the model put two 4-GPU pods and an 8-GPU one on two free
+/// hosts), and pods smaller than `size` may take none of it.
+fn need(run: &Run<'_>, gang: &Gang, cand: &Candidate, flavor: FlavorId, size: u32) -> (u64, u64) {
+    let size = u64::from(size);
+    if run.fleet.domain(cand.domain).node.is_some() {
+        let free = run.cap().free_gpus(run.fleet, cand.domain, flavor);
+        let after = free.saturating_sub(gang.total_gpus());
+        let gpus_over = |f: u64| if f >= size { f } else { 0 };
+        return (free / size - after / size, gpus_over(free) - gpus_over(after));
+    }
+    let big = gang.pod_sets.iter().filter(|ps| u64::from(ps.shape.gpus) >= size);
+    big.fold((0, 0), |(p, g), ps| {
+        let (n, each) = (u64::from(ps.pods), u64::from(ps.shape.gpus));
+        (p + n * (each / size), g + n * each)
+    })
+}
+
 /// From a domain's histogram of hosts by free GPUs: how many pods of `size` GPUs fit on its
 /// hosts (`counts_pods`), or how many GPUs its hosts with `size` or more free hold.
 fn room(hist: &[u32], size: u32, counts_pods: bool) -> u64 {
@@ -686,4 +739,58 @@ fn integral(values: &[f64]) -> Result<Vec<usize>, Rejected> {
         }
     }
     Ok(chosen)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capacity::{Capacity, PodShape};
+    use crate::fixture::{GangExt, gang, uniform_cluster};
+    use crate::fleet::FleetBuilder;
+    use crate::queue::{QueueSpec, QuotaUsage};
+
+    /// One rack of two hosts of 8 GPUs: the first with 4 taken, the second free.
+    fn rack() -> (Fleet, Capacity) {
+        let mut b = FleetBuilder::new();
+        uniform_cluster(&mut b, "c", "h100", 8, &[(Level::Rack, 1), (Level::Host, 2)]).expect("valid");
+        let fleet = b.build().expect("valid");
+        let mut cap = Capacity::empty(&fleet);
+        let first = fleet.hosts().next().expect("a host").0;
+        cap.take(&fleet, first, 4, PodShape { gpus: 1, cpu_milli: 0, memory_mib: 0 });
+        cap.commit();
+        (fleet, cap)
+    }
+
+    fn needs(fleet: &Fleet, cap: &Capacity, g: &Gang, domain: DomainId) -> Vec<(u32, (u64, u64))> {
+        let queues = Queues::new(vec![QueueSpec::unlimited("default")]).expect("valid");
+        let config = Config::stowage();
+        let run = Run::new(fleet, &queues, &config, cap.clone(), QuotaUsage::default());
+        let cand = Candidate { gang: 0, cluster: ClusterId(0), domain, value: 1.0, written: false };
+        [2, 4, 8].into_iter().map(|s| (s, need(&run, g, &cand, FlavorId(0), s))).collect()
+    }
+
+    #[test]
+    fn on_a_host_a_candidate_takes_exactly_the_room_it_leaves_less() {
+        let (fleet, cap) = rack();
+        let free = fleet.hosts().nth(1).expect("two hosts").0;
+        // Two 2-GPU pods on the free host: 8 free becomes 4, so it loses two 2-GPU slots of
+        // four, one 4-GPU slot of two and its one 8-GPU slot, though no pod is that large.
+        let pair = gang("pair").pods(2).gpus(2);
+        assert_eq!(needs(&fleet, &cap, &pair, free), vec![(2, (2, 4)), (4, (1, 4)), (8, (1, 8))]);
+        // On the host with 4 free the same gang takes all of it: nothing is left for any size.
+        let half = fleet.hosts().next().expect("a host").0;
+        assert_eq!(needs(&fleet, &cap, &pair, half), vec![(2, (2, 4)), (4, (1, 4)), (8, (0, 0))]);
+    }
+
+    #[test]
+    fn in_a_wider_domain_a_pod_takes_at_least_its_size_in_smaller_slots() {
+        let (fleet, cap) = rack();
+        let rack = fleet.domain(fleet.hosts().next().expect("a host").0).parent.expect("a rack");
+        // One 8-GPU pod takes four 2-GPU slots and two 4-GPU ones wherever it goes; pods
+        // smaller than a size may take none of its room.
+        let big = gang("big").gpus(8);
+        assert_eq!(needs(&fleet, &cap, &big, rack), vec![(2, (4, 8)), (4, (2, 8)), (8, (1, 8))]);
+        let pair = gang("pair").pods(2).gpus(2);
+        assert_eq!(needs(&fleet, &cap, &pair, rack), vec![(2, (2, 4)), (4, (0, 0)), (8, (0, 0))]);
+    }
 }

@@ -9,9 +9,9 @@
 
 use std::borrow::Cow;
 use std::cell::OnceCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use crate::batch::{self, BatchReport, Plan};
+use crate::batch::{self, BatchReport, Pin};
 use crate::capacity::Capacity;
 use crate::config::Config;
 use crate::decision::{CycleStats, Decision};
@@ -38,6 +38,9 @@ pub struct Cycle {
     pub reserved: Option<Reserved>,
 }
 
+/// How many orders of its pins a plan is realised in before it is given up (`cycle`).
+const REALISE_ATTEMPTS: usize = 24;
+
 /// Runs one cycle. See the module docs.
 pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config) -> Cycle {
     let Some(settings) = config.batch else {
@@ -56,23 +59,56 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
     };
     let (plan, mut report) = match plan {
         Ok(planned) => planned,
-        Err(report) => return Cycle { batch: Some(report), ..first },
+        Err(mut report) => {
+            let greedy = batch::value(run.fleet, pending, &held, &first.decisions);
+            (report.greedy_value, report.realised_value) = (greedy, greedy);
+            return Cycle { batch: Some(report), ..first };
+        }
     };
-    let second = greedy(snapshot, pending, config, Some(&plan));
-    if !plan.honoured(&second.decisions) {
-        report.rejected = Some(batch::Rejected::Realised);
-        return Cycle { batch: Some(report), ..first };
+    // A pin can fail where the model saw room (it is a relaxation: it counts room per pod
+    // size, not which host each pod takes), so the plan is realised again with the pins that
+    // failed moved to the front, the way a squeaky wheel gets the grease, until every pin
+    // holds: a few greedy passes, each far cheaper than the solve. Of the realisations that
+    // keep the plan's promises, the most valuable is kept.
+    let greedy_value = batch::value(run.fleet, pending, &held, &first.decisions);
+    let mut pins = plan.pins.clone();
+    let mut best: Option<(f64, Cycle)> = None;
+    for _ in 0..REALISE_ATTEMPTS {
+        let second = greedy(snapshot.clone(), pending, config, Some((&plan.window, &pins)));
+        let admitted = |p: &Pin| second.decisions[p.gang()].admission().is_some();
+        let (mut failed, placed): (Vec<Pin>, Vec<Pin>) = pins.into_iter().partition(|p| !admitted(p));
+        let done = failed.is_empty();
+        if plan.honoured(&second.decisions) {
+            let value = batch::value(run.fleet, pending, &held, &second.decisions);
+            if best.as_ref().is_none_or(|(v, _)| value > *v + batch::EPSILON) {
+                best = Some((value, second));
+            }
+        }
+        if done {
+            break;
+        }
+        failed.extend(placed);
+        pins = failed;
     }
-    let values = [&first, &second].map(|c| batch::value(run.fleet, pending, &held, &c.decisions));
+    let Some((realised_value, second)) = best else {
+        report.rejected = Some(batch::Rejected::Realised);
+        (report.greedy_value, report.realised_value) = (greedy_value, greedy_value);
+        return Cycle { batch: Some(report), ..first };
+    };
     // Ties keep the greedy answer: it is the one users can predict.
-    report.kept_ilp = values[1] > values[0] + batch::EPSILON;
-    (report.greedy_value, report.realised_value) = (values[0], values[1]);
+    report.kept_ilp = realised_value > greedy_value + batch::EPSILON;
+    (report.greedy_value, report.realised_value) = (greedy_value, realised_value);
     let kept = if report.kept_ilp { second } else { first };
     Cycle { batch: Some(report), ..kept }
 }
 
 /// One greedy pass; with a `plan`, its pins are admitted when the pass reaches the plan's window.
-fn greedy<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config, mut plan: Option<&Plan>) -> Cycle {
+fn greedy<'a>(
+    snapshot: Snapshot<'a>,
+    pending: &'a [Gang],
+    config: &'a Config,
+    mut plan: Option<(&BTreeSet<usize>, &[Pin])>,
+) -> Cycle {
     let Snapshot { fleet, queues, capacity, usage, now_ms, releases, running, reserved: last, unhanded } = snapshot;
     // Each gang as it is held this cycle: preferences its patience still holds it to become
     // requirements (see `Patience`).
@@ -101,11 +137,25 @@ fn greedy<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config, m
     let lowest_running =
         running.iter().map(|r| if r.evicting { i32::MIN } else { r.gang.priority }).min().unwrap_or(i32::MAX);
     while let Some(i) = order.next(pending, queues, run.usage()) {
-        if let Some(p) = plan.filter(|p| p.window.contains(&i)) {
+        if let Some((_, pins)) = plan.filter(|(window, _)| window.contains(&i)) {
             plan = None;
-            for &(j, cluster, domain, written) in &p.pins {
-                let gang = if written { &pending[j] } else { &*held[j] };
-                if let Some(admission) = run.pinned(gang, cluster, domain) {
+            for pin in pins {
+                let (j, admitted) = match *pin {
+                    Pin::Again { gang, ref admission } => (gang, run.retake(&pending[gang], admission)),
+                    Pin::Within { gang, cluster, domain, written, ref greedy } => {
+                        let as_placed = if written { &pending[gang] } else { &*held[gang] };
+                        let pinned = run.pinned(as_placed, cluster, domain);
+                        let admitted = pinned.or_else(|| {
+                            // A gang greedy admitted must stay admitted: where greedy put it,
+                            // else wherever it fits now.
+                            let greedy = greedy.as_ref()?;
+                            run.retake(&pending[gang], greedy)
+                                .or_else(|| run.patient_gang(&pending[gang], &held[gang]).ok())
+                        });
+                        (gang, admitted)
+                    }
+                };
+                if let Some(admission) = admitted {
                     run.txn.stats.admitted += 1;
                     decisions[j] = Some(Decision::Admit(admission));
                 }

@@ -130,3 +130,77 @@ impl GangExt for Gang {
 pub fn greedy() -> crate::Config {
     crate::Config::baseline(crate::ClusterChoice::Scored, crate::Fill::Locality, None)
 }
+
+/// Contended windows for the batch optimiser (`benches/batch.rs`, and a scenario test): a
+/// fleet three quarters used, with its free GPUs mostly in pieces smaller than a host, and
+/// gangs of mixed sizes and locality levels waiting for it.
+pub mod contended {
+    use super::{GangExt, gang, uniform_cluster};
+    use crate::capacity::{Capacity, PodShape};
+    use crate::fleet::{Fleet, FleetBuilder};
+    use crate::gang::Gang;
+    use crate::topology::Level;
+
+    /// `clusters` clusters of 2 blocks × 4 racks × 8 hosts × 8 H100s.
+    pub fn fleet(clusters: usize) -> Fleet {
+        let mut b = FleetBuilder::new();
+        for c in 0..clusters {
+            let fanout = [(Level::Block, 2), (Level::Rack, 4), (Level::Host, 8)];
+            uniform_cluster(&mut b, &format!("c{c}"), "h100", 8, &fanout).expect("a valid layout");
+        }
+        b.build().expect("a valid fleet")
+    }
+
+    /// The capacity and `n` waiting gangs of instance `seed`. Hosts: 60 % full, 25 % partly
+    /// (1–7 GPUs of 8 taken), 15 % free. Gangs: a third single pods of 1–4 GPUs (with
+    /// `singles`), a quarter pairs of 2- or 4-GPU pods that prefer a host or a rack, a quarter
+    /// 2–4 pods of 8 GPUs that prefer a rack, the rest 2–8 pods of 8 GPUs that require a
+    /// block. Without `singles` every gang is multi-node: nothing small fills the gaps
+    /// greedy leaves.
+    pub fn window(fleet: &Fleet, seed: u64, n: usize, singles: bool) -> (Capacity, Vec<Gang>) {
+        let mut rng = XorShift(0xD1B5_4A32_D192_ED03 ^ seed);
+        let mut cap = Capacity::empty(fleet);
+        let one = PodShape { gpus: 1, cpu_milli: 0, memory_mib: 0 };
+        for (host, _) in fleet.hosts() {
+            let used = match rng.next() % 20 {
+                0..=11 => 8,
+                12..=16 => 1 + (rng.next() % 7) as u32,
+                _ => 0,
+            };
+            if used > 0 {
+                cap.take(fleet, host, used, one);
+            }
+        }
+        cap.commit();
+        let first = if singles { 0 } else { 4 };
+        let gangs = (0..n)
+            .map(|i| {
+                let r = rng.next();
+                let g = gang(&format!("g{i:04}")).submitted(i as u64);
+                let pick = (r >> 8) as u32;
+                match first + r % (12 - first) {
+                    0..=3 => g.gpus(1 + pick % 4),
+                    4..=6 => {
+                        let level = [Level::Host, Level::Rack][(pick >> 4) as usize % 2];
+                        g.pods(2).gpus([2, 4][pick as usize % 2]).preferred(level)
+                    }
+                    7..=9 => g.pods(2 + pick % 3).gpus(8).preferred(Level::Rack),
+                    _ => g.pods(2 + pick % 7).gpus(8).required(Level::Block),
+                }
+            })
+            .collect();
+        (cap, gangs)
+    }
+
+    /// A seeded xorshift: the instances are the same on every machine.
+    struct XorShift(u64);
+
+    impl XorShift {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+}

@@ -173,6 +173,28 @@ impl<'a> Run<'a> {
         Some(admission)
     }
 
+    /// The gang admitted again exactly as `admission` places it (on the hosts an earlier pass
+    /// of this cycle chose), if those hosts and its queue's quota still have the room.
+    pub(crate) fn retake(&mut self, gang: &Gang, admission: &Admission) -> Option<Admission> {
+        let queue = self.queues.id(&gang.queue)?;
+        let cp = self.txn.checkpoint();
+        for (ps, placement) in gang.pod_sets.iter().zip(&admission.pod_sets) {
+            for &(host, pods) in &placement.hosts {
+                if self.txn.cap.node_free(host).pods(&ps.shape) < pods {
+                    self.txn.rollback(cp);
+                    return None;
+                }
+                self.txn.cap.take(self.fleet, host, pods, ps.shape);
+            }
+        }
+        if self.check_quota(queue, gang, admission).is_err() {
+            self.txn.rollback(cp);
+            return None;
+        }
+        self.commit(gang, admission);
+        Some(admission.clone())
+    }
+
     fn fit_within(&mut self, cluster: ClusterId, gang: &Gang, within: Option<DomainId>) -> Option<Admission> {
         let queue = self.queues.id(&gang.queue)?;
         let resolved: Vec<Resolved> =
@@ -505,6 +527,10 @@ impl<'a> Run<'a> {
         resolved: &[Resolved],
         within: Option<DomainId>,
     ) -> Result<Admission, usize> {
+        // Inside the domain the batch optimiser chose, pods go to the fullest hosts that take
+        // them: the model counted that domain's room by pod size, and the narrowest span
+        // would put two 4-GPU pods on a free host that an 8-GPU pod was counted on.
+        let fill = if within.is_some() { Fill::BinPack } else { self.config.fill };
         let mut placements = Vec::with_capacity(gang.pod_sets.len());
         for (i, (ps, r)) in gang.pod_sets.iter().zip(resolved).enumerate() {
             let placed =
@@ -517,7 +543,7 @@ impl<'a> Run<'a> {
                             None => self.known_span(cluster, ps, flavor),
                             Some(_) => None,
                         };
-                        let mut placer = Placer { fleet: self.fleet, cap: &mut self.txn.cap, fill: self.config.fill };
+                        let mut placer = Placer { fleet: self.fleet, cap: &mut self.txn.cap, fill };
                         match span {
                             Some(None) => None,
                             Some(Some(span)) => placer.place_in(&ask, span),

@@ -992,6 +992,41 @@ fn the_batch_optimiser_decides_the_same_on_the_same_snapshot() {
     }
 }
 
+/// A contended window (a fleet three quarters used, multi-node gangs only, 200 of them), where
+/// the model counts room per pod size, not which host each pod takes: realising its answer
+/// in one order used to drop a gang greedy admitted, and the optimiser gave its answer up
+/// (`benches/batch.rs`, the contended family: every such window did). It is realised now,
+/// keeps every gang greedy admitted and admits more, on hosts that hold it all.
+#[test]
+fn the_batch_optimiser_realises_its_answer_on_a_contended_window() {
+    use scheduler_core::fixture::contended;
+    let fleet = contended::fleet(4);
+    let (cap, pending) = contended::window(&fleet, 1, 200, false);
+    let queues = default_queues();
+    let snapshot = || Snapshot { capacity: cap.clone(), ..Snapshot::idle(&fleet, &queues) };
+    let greedy = cycle(snapshot(), &pending, &Config::stowage());
+    let config = Config { batch: Some(Batch { window: 200, candidates: 4, ..Batch::DEFAULT }), ..Config::stowage() };
+    let out = cycle(snapshot(), &pending, &config);
+    let report = out.batch.as_ref().expect("the optimiser ran");
+    assert_eq!(report.rejected, None, "{report:?}");
+    assert!(report.kept_ilp && report.realised_value > report.greedy_value, "{report:?}");
+    let mut room = cap.clone();
+    let mut more = 0;
+    for ((g, before), after) in pending.iter().zip(&greedy.decisions).zip(&out.decisions) {
+        assert!(before.admission().is_none() || after.admission().is_some(), "{} was dropped", g.id);
+        let Some(a) = after.admission() else { continue };
+        more += usize::from(before.admission().is_none());
+        invariants::check_gang(&fleet, g, a).expect("whole, inside its required level");
+        for (ps, placement) in g.pod_sets.iter().zip(&a.pod_sets) {
+            for &(host, pods) in &placement.hosts {
+                assert!(room.node_free(host).pods(&ps.shape) >= pods, "{} over-commits a host", g.id);
+                room.take(&fleet, host, pods, ps.shape);
+            }
+        }
+    }
+    assert!(more > 0);
+}
+
 /// One cluster of plain H100 nodes, one of H100 nodes labelled `node-type=training` and tainted
 /// `dedicated=ml:NoSchedule`: a gang goes only where its pods can bind, or says what it lacks.
 #[test]

@@ -57,6 +57,10 @@ pub struct SimOptions {
     /// its last checkpoint, and preemption prefers victims that checkpointed recently. `None`:
     /// no checkpoints, every restart starts over.
     pub checkpoint_interval_s: Option<u64>,
+    /// Under a policy with the batch optimiser (stowage-batch), it runs on one cycle in this
+    /// many (1: every cycle); the others are greedy. What the optimiser buys against what it
+    /// costs, when it cannot run every cycle.
+    pub batch_every: u32,
     /// Hand every cycle its whole window, even where the cut (`cut`) proves what the gangs
     /// left out would be told: the same report, slower. For tests and measurements.
     pub uncut: bool,
@@ -83,6 +87,7 @@ impl Default for SimOptions {
             locality_cost: Some(scheduler_core::Slowdown::DEFAULT),
             urgent_percent: 0,
             checkpoint_interval_s: None,
+            batch_every: 1,
             uncut: false,
             check_cut: false,
         }

@@ -22,7 +22,10 @@ impl Sim<'_> {
         }
         let _span = tracing::debug_span!("cycle", policy = %self.policy, t, pending = self.pending.len()).entered();
         let now_ms = t.saturating_mul(1000);
-        let config = self.policy.config_with(self.opts.patience, self.opts.locality_cost);
+        let mut config = self.policy.config_with(self.opts.patience, self.opts.locality_cost);
+        if !self.run.cycles.is_multiple_of(u64::from(self.opts.batch_every.max(1))) {
+            config.batch = None;
+        }
         self.lend(&config, now_ms);
         // Only a policy that plans reservations reads the releases: the others skip building them.
         let releases = if config.reservations { self.running.releases() } else { &[] };
