@@ -4,6 +4,9 @@
 //! fleet before the burst (the pure `decide` with the dispatcher's policy, timed apart from the
 //! API round trips).
 //!
+//! The fleet is the dev fleet, each pool's nodes multiplied by the least factor that holds all N
+//! one-GPU TrainJobs (1 up to 672).
+//!
 //! `cargo build --locked -p playground --example burst && target/debug/examples/burst [N]`
 //! (default 500; the dev profile is optimised), or `scripts/bench-burst`, which runs it five
 //! times and writes the table in docs/performance.md; from the repository root with ../shared
@@ -54,7 +57,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_writer(std::io::stderr)
         .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .init();
-    let p = Playground::start(&Playground::dev_fleet()?, PlaygroundOptions::default()).await?;
+    // The dev fleet, each pool's nodes times the least factor that holds all N at once: a
+    // burst measures placing what fits, not the dispatcher deciding again, every cycle, over
+    // the jobs that cannot start (at N = 2,000 the plain dev fleet holds only 672).
+    let mut fleet = Playground::dev_fleet()?;
+    let gpus: u64 = fleet.clusters.iter().flat_map(|c| &c.pools).map(|p| u64::from(p.gpus_per_node * p.nodes)).sum();
+    let times = u32::try_from((n as u64).div_ceil(gpus).max(1))?;
+    for pool in fleet.clusters.iter_mut().flat_map(|c| &mut c.pools) {
+        pool.nodes *= times;
+    }
+    let p = Playground::start(&fleet, PlaygroundOptions::default()).await?;
     let hub = p.hub();
     // Let the agents report capacity first.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -183,7 +195,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     decide_times.sort();
 
-    println!("burst of {n} TrainJobs (1 × 1 GPU each) on the dev fleet ({} members)", p.members.len());
+    let fleet_name = if times == 1 { "the dev fleet".to_string() } else { format!("the dev fleet × {times}") };
+    println!(
+        "burst of {n} TrainJobs (1 × 1 GPU each) on {fleet_name} ({} members, {} GPUs)",
+        p.members.len(),
+        gpus * u64::from(times)
+    );
     println!("  submitted in            {:>8.1} ms", submitted.as_secs_f64() * 1e3);
     println!("  JobSets seen            {:>8} of {}", latencies.len(), created.len());
     if !latencies.is_empty() {
