@@ -16,7 +16,7 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use scheduler_core::fixture::{GangExt, contended, gang};
+use scheduler_core::fixture::{GangExt, XorShift, contended, gang};
 use scheduler_core::{
     Batch, BatchReport, Capacity, Config, Fleet, Gang, Level, PodShape, QueueSpec, Queues, Snapshot, Solver, cycle,
 };
@@ -29,25 +29,14 @@ fn fleet() -> Fleet {
     contended::fleet(CLUSTERS)
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 /// Hosts a third fully used, a third partly, a third free: the fragmented middle of a busy day.
-fn busy(fleet: &Fleet, rng: &mut Rng) -> Capacity {
+fn busy(fleet: &Fleet, rng: &mut XorShift) -> Capacity {
     let mut cap = Capacity::empty(fleet);
     let one = PodShape { gpus: 1, cpu_milli: 0, memory_mib: 0 };
     for (host, _) in fleet.hosts() {
-        let used = match rng.next() % 3 {
+        let used = match rng.draw() % 3 {
             0 => 8,
-            1 => 1 + (rng.next() % 7) as u32,
+            1 => 1 + (rng.draw() % 7) as u32,
             _ => 0,
         };
         if used > 0 {
@@ -59,10 +48,10 @@ fn busy(fleet: &Fleet, rng: &mut Rng) -> Capacity {
 }
 
 /// Philly-like shapes: mostly single pods, a third multi-node gangs that want a rack or block.
-fn gangs(n: usize, rng: &mut Rng) -> Vec<Gang> {
+fn gangs(n: usize, rng: &mut XorShift) -> Vec<Gang> {
     (0..n)
         .map(|i| {
-            let r = rng.next();
+            let r = rng.draw();
             let g = gang(&format!("g{i:03}")).submitted(i as u64);
             match r % 10 {
                 0..=5 => g.gpus([1, 2, 4, 8][(r >> 8) as usize % 4]),
@@ -106,7 +95,7 @@ fn main() {
     println!("| optimum time");
     for window in [80usize, 200] {
         for seed in 1..=5u64 {
-            let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ seed);
+            let mut rng = XorShift(0x9E37_79B9_7F4A_7C15 ^ seed);
             let cap = busy(&fleet, &mut rng);
             let pending = gangs(window, &mut rng);
             let greedy = solve(&fleet, &queues, &cap, &pending, None);

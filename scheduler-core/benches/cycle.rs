@@ -12,7 +12,7 @@
 use std::borrow::Cow;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use scheduler_core::fixture::{GangExt, gang, uniform_cluster};
+use scheduler_core::fixture::{GangExt, XorShift, gang, uniform_cluster};
 use scheduler_core::{
     Admission, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang, Level, QueuePreemption,
     QueueSpec, QueueingStrategy, Queues, QuotaUsage, Reason, Release, Running, Snapshot, WithinQueue, cycle,
@@ -33,25 +33,13 @@ fn fleet(clusters: usize) -> Fleet {
     b.build().expect("valid")
 }
 
-/// A deterministic xorshift stream: the same gangs in every run.
-struct Stream(u64);
-
-impl Stream {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 /// `n` gangs of mixed sizes, mostly small with a long tail up to 128 pods, round-robin over
 /// `queues` queues (`q00`, `q01`, ...), priorities 0-2, each with a run time of 1-48 hours.
 fn gangs(prefix: &str, n: usize, queues: usize, seed: u64) -> Vec<Gang> {
-    let mut s = Stream(seed);
+    let mut s = XorShift(seed);
     (0..n)
         .map(|i| {
-            let r = s.next();
+            let r = s.draw();
             let pods = match r % 10 {
                 0..=4 => 1,
                 5..=6 => 1 + (r >> 8) as u32 % 4,
@@ -116,11 +104,11 @@ fn load(fleet: &Fleet, queues: &Queues, share: f64, priority: i32) -> Load {
         .count();
     filler.truncate(take);
     let out = cycle(Snapshot::idle(fleet, queues), &filler, &config);
-    let mut s = Stream(0xD1B5_4A32_D192_ED03);
+    let mut s = XorShift(0xD1B5_4A32_D192_ED03);
     let (mut gangs, mut admissions, mut started_ms) = (Vec::new(), Vec::new(), Vec::new());
     for (g, d) in filler.into_iter().zip(out.decisions) {
         if let Decision::Admit(a) = d {
-            started_ms.push(NOW_MS - HOUR_MS * (1 + s.next() % 24));
+            started_ms.push(NOW_MS - HOUR_MS * (1 + s.draw() % 24));
             gangs.push(g);
             admissions.push(a);
         }

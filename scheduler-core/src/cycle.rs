@@ -57,11 +57,11 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
     let Some(plan) = batch::plan(&run, window, pending, &held, &first.decisions, &settings, snapshot.now_ms) else {
         return first;
     };
-    let (plan, mut report) = match plan {
+    let greedy_value = batch::value(run.fleet, pending, &held, &first.decisions);
+    let (mut plan, mut report) = match plan {
         Ok(planned) => planned,
         Err(mut report) => {
-            let greedy = batch::value(run.fleet, pending, &held, &first.decisions);
-            (report.greedy_value, report.realised_value) = (greedy, greedy);
+            (report.greedy_value, report.realised_value) = (greedy_value, greedy_value);
             return Cycle { batch: Some(report), ..first };
         }
     };
@@ -70,8 +70,7 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
     // failed moved to the front, the way a squeaky wheel gets the grease, until every pin
     // holds: a few greedy passes, each far cheaper than the solve. Of the realisations that
     // keep the plan's promises, the most valuable is kept.
-    let greedy_value = batch::value(run.fleet, pending, &held, &first.decisions);
-    let mut pins = plan.pins.clone();
+    let mut pins = std::mem::take(&mut plan.pins);
     let mut best: Option<(f64, Cycle)> = None;
     for _ in 0..REALISE_ATTEMPTS {
         let second = greedy(snapshot.clone(), pending, config, Some((&plan.window, &pins)));

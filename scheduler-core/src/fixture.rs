@@ -135,7 +135,7 @@ pub fn greedy() -> crate::Config {
 /// fleet three quarters used, with its free GPUs mostly in pieces smaller than a host, and
 /// gangs of mixed sizes and locality levels waiting for it.
 pub mod contended {
-    use super::{GangExt, gang, uniform_cluster};
+    use super::{GangExt, XorShift, gang, uniform_cluster};
     use crate::capacity::{Capacity, PodShape};
     use crate::fleet::{Fleet, FleetBuilder};
     use crate::gang::Gang;
@@ -162,9 +162,9 @@ pub mod contended {
         let mut cap = Capacity::empty(fleet);
         let one = PodShape { gpus: 1, cpu_milli: 0, memory_mib: 0 };
         for (host, _) in fleet.hosts() {
-            let used = match rng.next() % 20 {
+            let used = match rng.draw() % 20 {
                 0..=11 => 8,
-                12..=16 => 1 + (rng.next() % 7) as u32,
+                12..=16 => 1 + (rng.draw() % 7) as u32,
                 _ => 0,
             };
             if used > 0 {
@@ -175,7 +175,7 @@ pub mod contended {
         let first = if singles { 0 } else { 4 };
         let gangs = (0..n)
             .map(|i| {
-                let r = rng.next();
+                let r = rng.draw();
                 let g = gang(&format!("g{i:04}")).submitted(i as u64);
                 let pick = (r >> 8) as u32;
                 match first + r % (12 - first) {
@@ -191,16 +191,17 @@ pub mod contended {
             .collect();
         (cap, gangs)
     }
+}
 
-    /// A seeded xorshift: the instances are the same on every machine.
-    struct XorShift(u64);
+/// A seeded xorshift stream: benches and tests draw the same instances on every machine.
+#[derive(Debug, Clone)]
+pub struct XorShift(pub u64);
 
-    impl XorShift {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
+impl XorShift {
+    pub fn draw(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
     }
 }
