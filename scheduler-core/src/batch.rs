@@ -24,9 +24,10 @@
 //! is trade a gang away, so it neither reorders the queue nor costs anyone locality.
 //!
 //! That is a relaxation (a domain's GPUs may be split across hosts in ways no pod fits), so an
-//! answer is only a plan: the cycle realises it with the same placer as always, each chosen
-//! gang held inside its domain, then serves every other gang greedily; `cycle` keeps whichever
-//! of that and the plain greedy cycle scores higher (`value`). The solver is warm-started with
+//! answer is only a plan (`Pin`): the cycle realises it with the same placer as always, each
+//! chosen gang on greedy's hosts where the answer left it in place, else held inside its
+//! domain, then serves every other gang greedily, retrying with the pins that failed first;
+//! `cycle` keeps whichever of that and the plain greedy cycle scores higher (`value`). The solver is warm-started with
 //! the greedy answer and limited by branch-and-bound nodes, not seconds, so the same snapshot
 //! gives the same decisions on any machine. Every answer is checked (integral, one domain per
 //! gang, within every row) before use.
