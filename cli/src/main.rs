@@ -176,7 +176,9 @@ struct DispatcherArgs {
     preemption_min_runtime: u64,
     /// The batch optimiser: assign up to this many TrainJobs at the head of the queue jointly
     /// with an ILP (HiGHS) when one waits for room, keeping its answer only when it admits more
-    /// than greedy (docs/policy.md); 0: off. Costs up to about 0.15 s per cycle on 2 cores.
+    /// than greedy (docs/policy.md); 0: off. Costs 0.1-0.7 s per cycle on 2 cores at 200, and
+    /// several seconds when the window is many multi-node gangs on a crowded fleet
+    /// (docs/performance.md, "Contended windows"): the cycle waits for it.
     #[arg(long, value_name = "JOBS", default_value_t = 0)]
     batch_window: usize,
     #[command(flatten)]

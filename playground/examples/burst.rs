@@ -61,7 +61,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // burst measures placing what fits, not the dispatcher deciding again, every cycle, over
     // the jobs that cannot start (at N = 2,000 the plain dev fleet holds only 672).
     let mut fleet = Playground::dev_fleet()?;
-    let gpus: u64 = fleet.clusters.iter().flat_map(|c| &c.pools).map(|p| u64::from(p.gpus_per_node * p.nodes)).sum();
+    let gpus: u64 =
+        fleet.clusters.iter().flat_map(|c| &c.pools).map(|p| u64::from(p.gpus_per_node) * u64::from(p.nodes)).sum();
     let times = u32::try_from((n as u64).div_ceil(gpus).max(1))?;
     for pool in fleet.clusters.iter_mut().flat_map(|c| &mut c.pools) {
         pool.nodes *= times;
