@@ -170,6 +170,12 @@ struct DispatcherArgs {
     /// locality patience alone decides (docs/policy.md).
     #[arg(long, value_parser = parse_locality_cost, default_value = "20,5,15,100")]
     locality_cost: LocalityCost,
+    /// When the first TrainJob that cannot start is given a reservation (capacity held where it
+    /// will start soonest; TrainJobs that state they end before may still use it): once it has
+    /// waited this long (seconds, or 90m, 4h, 2d), or none. Default: the policy's own
+    /// (docs/policy.md).
+    #[arg(long, value_name = "WAIT", value_parser = parse_reserve_after)]
+    reserve_after: Option<ReserveAfter>,
     /// A running TrainJob younger than this is never evicted for a higher-priority one (whom a
     /// TrainJob may evict is its Queue's `spec.preemption`): seconds or 90s, 10m, 2h.
     #[arg(long, value_parser = parse_duration_s, default_value = "10m")]
@@ -409,7 +415,7 @@ struct SimulateArgs {
     #[arg(long, value_name = "KUBECONFIG", conflicts_with_all = [
         "fleet", "machines", "trace", "synthetic", "bench", "gpu_sharing", "helios", "helios_day",
         "trace_format", "skip_bad_rows", "policy", "seed", "load_scale", "node_failure_rate", "tenants",
-        "json", "svg", "locality_patience", "locality_cost", "urgent", "checkpoint_interval", "mix",
+        "json", "svg", "locality_patience", "locality_cost", "reserve_after", "urgent", "checkpoint_interval", "mix",
         "machines_format", "batch_every",
     ])]
     from: Option<PathBuf>,
@@ -443,6 +449,11 @@ struct SimulateArgs {
     /// defaults (docs/simulator.md).
     #[arg(long, value_parser = parse_locality_cost, default_value = "20,5,15,100")]
     locality_cost: LocalityCost,
+    /// When the stowage policy gives the first gang that cannot start a reservation (capacity
+    /// held where it will start soonest, EASY backfilling): once it has waited this long
+    /// (seconds, or 90m, 4h, 2d), or none. Default: the policy's own (docs/policy.md).
+    #[arg(long, value_name = "WAIT", value_parser = parse_reserve_after)]
+    reserve_after: Option<ReserveAfter>,
     /// Submit this percent of jobs (chosen by id and seed) at high priority: stowage preempts
     /// lower-priority gangs for them, the baselines do not.
     #[arg(long, value_name = "PERCENT", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
@@ -519,6 +530,18 @@ fn parse_patience(s: &str) -> Result<Patience, String> {
         return Err(format!("{s:?}: the wider hold ({wider}) ends before the exact one ({exact})"));
     }
     Ok(Patience(Some(scheduler_core::Patience { exact_ms: exact_s * 1000, wider_ms: wider_s * 1000 })))
+}
+
+/// A wait before a reservation (`4h`), or `none`: no reservations.
+#[derive(Debug, Clone, Copy)]
+struct ReserveAfter(Option<scheduler_core::Reservations>);
+
+fn parse_reserve_after(s: &str) -> Result<ReserveAfter, String> {
+    if s.trim().eq_ignore_ascii_case("none") {
+        return Ok(ReserveAfter(None));
+    }
+    let after_s = parse_duration_s(s)?;
+    Ok(ReserveAfter(Some(scheduler_core::Reservations { after_ms: after_s.saturating_mul(1000) })))
 }
 
 /// Extra run time per level crossed, in percent (`NVLINK,RACK,BLOCK,ZONE`), or `none`.
@@ -729,6 +752,7 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
         queues: helios.as_ref().map(|(day, _)| day.queues()).unwrap_or_default(),
         patience: args.locality_patience.0,
         locality_cost: args.locality_cost.0,
+        reservations: args.reserve_after.map_or(Some(scheduler_core::Reservations::DEFAULT), |r| r.0),
         urgent_percent: args.urgent,
         checkpoint_interval_s: args.checkpoint_interval,
         batch_every: args.batch_every,
@@ -870,6 +894,7 @@ fn dispatcher_command(args: DispatcherArgs) -> Result<(), CliError> {
             config: scheduler_core::Config {
                 patience: args.locality_patience.0,
                 locality_cost: args.locality_cost.0,
+                reservations: args.reserve_after.map_or(Some(scheduler_core::Reservations::DEFAULT), |r| r.0),
                 preemption: Some(scheduler_core::Preemption {
                     min_runtime_ms: args.preemption_min_runtime.saturating_mul(1000),
                     ..scheduler_core::Preemption::DEFAULT

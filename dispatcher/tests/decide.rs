@@ -458,19 +458,38 @@ fn three_of_four_nodes_busy() -> Observed {
 
 #[test]
 fn a_blocked_trainjob_gets_a_reservation_from_running_deadlines_and_only_a_short_one_backfills() {
-    let mut o = three_of_four_nodes_busy();
-    o.queues = vec![annotated_default_queue()];
-    o.trainjobs.push(trainjob(
-        "whole-rack",
-        "ub",
-        4,
-        -50,
-        json!({"stowage.dev/priority": "10", "stowage.dev/topology": "required:rack"}),
-        json!({}),
-    ));
-    o.trainjobs.push(trainjob("short", "us", 1, -40, json!({"stowage.dev/expected-runtime-seconds": "60"}), json!({})));
-    o.trainjobs.push(trainjob("unknown", "uu", 1, -30, json!({}), json!({})));
-    let plan = decide(&o, &Config::stowage(), &settings(), Time(now()));
+    let with_whole_rack_waiting = |waited_s: i64| {
+        let mut o = three_of_four_nodes_busy();
+        o.queues = vec![annotated_default_queue()];
+        o.trainjobs.push(trainjob(
+            "whole-rack",
+            "ub",
+            4,
+            -waited_s,
+            json!({"stowage.dev/priority": "10", "stowage.dev/topology": "required:rack"}),
+            json!({}),
+        ));
+        o.trainjobs.push(trainjob(
+            "short",
+            "us",
+            1,
+            -40,
+            json!({"stowage.dev/expected-runtime-seconds": "60"}),
+            json!({}),
+        ));
+        o.trainjobs.push(trainjob("unknown", "uu", 1, -30, json!({}), json!({})));
+        o
+    };
+    // Waiting less than the policy's bound (a day): no capacity is held for it yet, and the
+    // first TrainJob behind it that fits starts.
+    let plan = decide(&with_whole_rack_waiting(50), &Config::stowage(), &settings(), Time(now()));
+    let waits = pending_of(&plan, "whole-rack").expect("pending");
+    assert_ne!(waits.reason, "Reserved", "{}", waits.message);
+    let placed: Vec<&str> = plan.placements.iter().map(|w| w.name.as_str()).collect();
+    assert_eq!(placed, ["short"]);
+    assert!(pending_of(&plan, "unknown").is_some());
+    // Waiting a day and more: reserved for.
+    let plan = decide(&with_whole_rack_waiting(90_000), &Config::stowage(), &settings(), Time(now()));
     let pending = |name: &str| pending_of(&plan, name);
     let reserved = pending("whole-rack").expect("pending");
     assert_eq!(reserved.reason, "Reserved");
@@ -877,13 +896,14 @@ fn explain_projects_when_a_waiting_trainjob_starts_without_a_reservation() {
     );
     let text = after.to_string();
     assert!(text.contains("expected: to start on m in about 1300 s, after 1 TrainJob(s) that start first"), "{text}");
-    // With a deadline the cycle's own reservation answers, as before.
+    // With a deadline, and waiting past the policy's bound (a day), the cycle's own reservation
+    // answers.
     let mut reserved = three_of_four_nodes_busy();
     reserved.trainjobs.push(trainjob(
         "whole-rack",
         "ub",
         4,
-        -50,
+        -90_000,
         json!({"stowage.dev/topology": "required:rack"}),
         json!({}),
     ));

@@ -35,9 +35,10 @@ pub struct Config {
     /// Admit across queues by weighted dominant-resource share (see `order`); otherwise in one
     /// global order of priority and submit time.
     pub fair_sharing: bool,
-    /// Reserve capacity for the first gang that cannot start, where it will start soonest (from
-    /// the snapshot's `releases`); later gangs use that capacity only if they end before.
-    pub reservations: bool,
+    /// Reserve capacity for the first gang that cannot start and has waited long enough, where
+    /// it will start soonest (from the snapshot's `releases`); later gangs use that capacity only
+    /// if they end before. `None`: never.
+    pub reservations: Option<Reservations>,
     /// Evict running gangs for pending ones as their queues' policies allow (see `preempt`);
     /// `None`: never.
     pub preemption: Option<Preemption>,
@@ -69,7 +70,7 @@ impl Config {
             locality_cost: Some(Slowdown::DEFAULT),
             patience: Some(Patience::DEFAULT),
             fair_sharing: false,
-            reservations: true,
+            reservations: Some(Reservations::DEFAULT),
             preemption: Some(Preemption::DEFAULT),
             batch: None,
             depth: Self::DEPTH,
@@ -88,7 +89,7 @@ impl Config {
             locality_cost: None,
             patience: None,
             fair_sharing: false,
-            reservations: false,
+            reservations: None,
             preemption: None,
             batch: None,
             depth: Self::DEPTH,
@@ -101,7 +102,7 @@ impl Config {
         Config {
             locality_cost: None,
             patience: None,
-            reservations: false,
+            reservations: None,
             preemption: None,
             batch: None,
             depth: u32::MAX,
@@ -147,6 +148,30 @@ impl Patience {
         } else {
             2
         }
+    }
+}
+
+/// When a gang that cannot start is given a reservation (EASY backfilling's, see `reserve`):
+/// once it has waited `after_ms` since it was submitted. A reservation holds capacity from
+/// every gang behind that cannot state it ends in time; held for a gang that would have started
+/// soon anyway, it costs the many small gangs behind more than it saves the one. The bound keeps
+/// light load greedy and still caps how long any gang can be passed over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reservations {
+    pub after_ms: u64,
+}
+
+impl Reservations {
+    /// Stowage's default, a day: chosen on the tuning set (docs/policy.md, "Tuning and
+    /// evaluation") among 0, 30 minutes, 2, 6, 12, 24 and 48 hours, 4 days and none.
+    pub const DEFAULT: Reservations = Reservations { after_ms: 86_400_000 };
+
+    /// For the first gang that cannot start, however briefly it has waited (plain EASY).
+    pub const AT_ONCE: Reservations = Reservations { after_ms: 0 };
+
+    /// Whether a gang that has waited `waited_ms` may be given a reservation.
+    pub fn due(&self, waited_ms: u64) -> bool {
+        waited_ms >= self.after_ms
     }
 }
 

@@ -58,7 +58,8 @@ pub(crate) struct Reservation {
 }
 
 /// A gang that does not fit now: it backfills in front of the reservation if it may, or stays
-/// pending, with a reservation of its own when it is the first that cannot start.
+/// pending, with a reservation of its own when it is the first that cannot start and has waited
+/// long enough (`Reservations::after_ms`).
 #[allow(clippy::too_many_arguments)] // the cycle's state, each read or changed here
 pub(crate) fn no_room<'a>(
     run: &mut Run<'a>,
@@ -75,7 +76,8 @@ pub(crate) fn no_room<'a>(
     }
     let capacity_bound =
         matches!(reason, Reason::NoDomain(_) | Reason::HoldingForLocality { .. } | Reason::ReclaimDeferred { .. });
-    if !(run.config.reservations && reservation.is_none() && capacity_bound) {
+    let due = run.config.reservations.is_some_and(|r| r.due(now_ms.saturating_sub(held.submitted_ms)));
+    if !(due && reservation.is_none() && capacity_bound) {
         return Decision::Pending(reason);
     }
     let hint = last.filter(|l| l.gang == gang.id).map(|l| l.start_ms);

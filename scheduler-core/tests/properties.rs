@@ -8,7 +8,8 @@ use scheduler_core::invariants;
 use scheduler_core::{
     Admission, Batch, BorrowWithinCohort, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang,
     Level, Patience, Preemption, QueuePreemption, QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage,
-    ReclaimWithinCohort, Release, Reserved, Resource, Running, Slowdown, Snapshot, Solver, WithinQueue, cycle, release,
+    ReclaimWithinCohort, Release, Reservations, Reserved, Resource, Running, Slowdown, Snapshot, Solver, WithinQueue,
+    cycle, release,
 };
 
 fn arb_fleet() -> impl Strategy<Value = Fleet> {
@@ -107,7 +108,8 @@ fn arb_config() -> impl Strategy<Value = Config> {
         prop::sample::select(vec![Fill::Locality, Fill::FirstFit, Fill::BinPack]),
         any::<bool>(),
         prop::option::of((0u64..5_000, 0u64..5_000)),
-        any::<bool>(),
+        // Reservations at once, and only after a wait some gangs have made and some not.
+        prop::option::of(prop::sample::select(vec![0u64, 1_000])),
         prop::option::of((0u64..2_000, any::<bool>())),
         // The batch optimiser with small windows and node limits, so answers cut short are
         // exercised too.
@@ -129,7 +131,7 @@ fn arb_config() -> impl Strategy<Value = Config> {
                 locality_cost,
                 patience: patience.map(|(a, b)| Patience { exact_ms: a, wider_ms: a + b }),
                 fair_sharing,
-                reservations,
+                reservations: reservations.map(|after_ms| Reservations { after_ms }),
                 preemption: preemption
                     .map(|(min_runtime_ms, prefer_checkpointed)| Preemption { min_runtime_ms, prefer_checkpointed }),
                 batch: batch.map(|(window, candidates, max_nodes)| Batch {

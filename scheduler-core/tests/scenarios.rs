@@ -5,7 +5,7 @@ use scheduler_core::invariants;
 use scheduler_core::{
     Admission, Batch, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang, GangId, Level,
     Patience, PodShape, Preemption, QueuePreemption, QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage, Reason,
-    ReclaimWithinCohort, Release, Resource, Running, Slowdown, Snapshot, WithinQueue, cycle,
+    ReclaimWithinCohort, Release, Reservations, Resource, Running, Slowdown, Snapshot, WithinQueue, cycle,
 };
 
 use Level::{Block, Host, Rack};
@@ -158,7 +158,7 @@ fn multikueue_emulation_takes_the_first_cluster_that_admits() {
         locality_cost: None,
         patience: None,
         fair_sharing: false,
-        reservations: false,
+        reservations: None,
         preemption: None,
         batch: None,
         depth: Config::DEPTH,
@@ -566,7 +566,7 @@ fn a_queue_with_twice_the_weight_gets_twice_the_share() {
 
 /// One rack of four 8-GPU hosts; three run gangs, ending at 1 s (host 0) and 5 s (hosts 1, 2).
 /// A whole-rack gang waits; two one-host gangs come after it, one short and one long.
-fn behind_a_reservation(config: Config, head_priority: i32) -> (Vec<Gang>, Vec<Decision>) {
+fn behind_a_reservation(config: Config, head_priority: i32, now_ms: u64) -> (Vec<Gang>, Vec<Decision>) {
     let f = fleet(&[("c1", "h100", 8, &[(Rack, 1), (Host, 4)])]);
     let q = default_queues();
     let hosts = f.clusters()[0].hosts().to_vec();
@@ -585,7 +585,8 @@ fn behind_a_reservation(config: Config, head_priority: i32) -> (Vec<Gang>, Vec<D
         gang("long").gpus(8).submitted(1).runtime(10_000),
         gang("short").gpus(8).submitted(2).runtime(2_000),
     ];
-    let snapshot = Snapshot { releases: releases.into(), ..Snapshot::at(&f, &q, capacity, QuotaUsage::default(), 0) };
+    let snapshot =
+        Snapshot { releases: releases.into(), ..Snapshot::at(&f, &q, capacity, QuotaUsage::default(), now_ms) };
     let out = cycle(snapshot, &gangs, &config);
     // The hold is given back at the end of the cycle: host 3 is free unless a gang took it.
     let admitted = out.decisions.iter().filter(|d| matches!(d, Decision::Admit(_))).count() as u32;
@@ -595,7 +596,11 @@ fn behind_a_reservation(config: Config, head_priority: i32) -> (Vec<Gang>, Vec<D
 
 #[test]
 fn the_blocked_head_gets_a_reservation_and_only_gangs_that_end_before_it_backfill() {
-    let (_, d) = behind_a_reservation(Config { reservations: true, ..scheduler_core::fixture::greedy() }, 10);
+    let (_, d) = behind_a_reservation(
+        Config { reservations: Some(Reservations::AT_ONCE), ..scheduler_core::fixture::greedy() },
+        10,
+        0,
+    );
     match &d[0] {
         Decision::Pending(Reason::Reserved { cluster, in_s, .. }) => assert_eq!((cluster.as_str(), *in_s), ("c1", 5)),
         other => panic!("expected a reservation, got {other:?}"),
@@ -603,16 +608,37 @@ fn the_blocked_head_gets_a_reservation_and_only_gangs_that_end_before_it_backfil
     assert!(matches!(d[1], Decision::Pending(_)), "the long gang would delay the reservation: {:?}", d[1]);
     assert!(matches!(d[2], Decision::Admit(_)), "the short gang ends before it: {:?}", d[2]);
     // Without reservations the long gang, first in line, takes the free host.
-    let (_, d) = behind_a_reservation(Config { reservations: false, ..scheduler_core::fixture::greedy() }, 10);
+    let (_, d) = behind_a_reservation(Config { reservations: None, ..scheduler_core::fixture::greedy() }, 10, 0);
     assert!(matches!(d[1], Decision::Admit(_)) && matches!(d[2], Decision::Pending(_)), "{d:?}");
+}
+
+#[test]
+fn a_blocked_gang_is_reserved_for_only_once_it_has_waited_the_bound() {
+    let config = Config { reservations: Some(Reservations { after_ms: 1_000 }), ..scheduler_core::fixture::greedy() };
+    // Half the bound: the head waits with no capacity held, and the long gang behind it starts.
+    let (_, d) = behind_a_reservation(config, 10, 500);
+    assert!(matches!(d[0], Decision::Pending(Reason::NoDomain(_))), "not yet reserved for: {:?}", d[0]);
+    assert!(matches!(d[1], Decision::Admit(_)) && matches!(d[2], Decision::Pending(_)), "{d:?}");
+    // At the bound: reserved for, from now on (the same room, 4 s away now), and only the
+    // short gang backfills.
+    let (_, d) = behind_a_reservation(config, 10, 1_000);
+    match &d[0] {
+        Decision::Pending(Reason::Reserved { cluster, in_s, .. }) => assert_eq!((cluster.as_str(), *in_s), ("c1", 4)),
+        other => panic!("expected a reservation, got {other:?}"),
+    }
+    assert!(matches!(d[1], Decision::Pending(_)) && matches!(d[2], Decision::Admit(_)), "{d:?}");
 }
 
 #[test]
 fn the_batch_optimiser_never_lets_a_gang_start_ahead_of_the_reserved_one() {
     // All of one priority, so the three share the optimiser's window. Left free, it would
     // start `long` (earlier, so worth more) on the free host and delay the reservation.
-    let config = Config { reservations: true, batch: Some(Batch::DEFAULT), ..scheduler_core::fixture::greedy() };
-    let (_, d) = behind_a_reservation(config, 0);
+    let config = Config {
+        reservations: Some(Reservations::AT_ONCE),
+        batch: Some(Batch::DEFAULT),
+        ..scheduler_core::fixture::greedy()
+    };
+    let (_, d) = behind_a_reservation(config, 0, 0);
     assert!(matches!(d[0], Decision::Pending(Reason::Reserved { .. })), "{:?}", d[0]);
     assert!(matches!(d[1], Decision::Pending(_)), "the long gang would delay the reservation: {:?}", d[1]);
     assert!(matches!(d[2], Decision::Admit(_)), "the short gang ends before it: {:?}", d[2]);

@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use scheduler_core::{
     Batch, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, Gang, Patience, QueueingStrategy, Queues,
-    QuotaUsage, Slowdown, Snapshot, cycle, release,
+    QuotaUsage, Reservations, Slowdown, Snapshot, cycle, release,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -90,15 +90,23 @@ impl Policy {
         }
     }
 
-    /// The core configuration with the run's locality settings (only policies that have them,
-    /// ours, take them: no peer holds a gang for locality).
-    pub fn config_with(self, patience: Option<Patience>, locality_cost: Option<Slowdown>) -> Config {
+    /// The core configuration with the run's locality and reservation settings (only policies
+    /// that have them, ours, take them: no peer holds a gang for locality or reserves for it).
+    pub fn config_with(
+        self,
+        patience: Option<Patience>,
+        locality_cost: Option<Slowdown>,
+        reservations: Option<Reservations>,
+    ) -> Config {
         let mut c = self.config();
         if c.patience.is_some() {
             c.patience = patience;
         }
         if c.locality_cost.is_some() {
             c.locality_cost = locality_cost;
+        }
+        if c.reservations.is_some() {
+            c.reservations = reservations;
         }
         c
     }

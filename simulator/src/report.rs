@@ -50,6 +50,9 @@ pub struct OptionsSummary {
     pub locality_patience_s: Option<(u64, u64)>,
     /// The slowdowns the policy weighs holding for locality with (`None`: patience alone).
     pub locality_cost: Option<crate::cost::TopologyCost>,
+    /// How long a gang waits before the policy may reserve for it (`--reserve-after`); `None`:
+    /// no reservations.
+    pub reserve_after_s: Option<u64>,
     /// Percent of jobs submitted at high priority (`--urgent`).
     pub urgent_percent: u32,
     /// How often jobs checkpoint (`--checkpoint-interval`); `None`: never.

@@ -128,7 +128,7 @@ pub(super) fn run(
     if waiting(jobs).next().is_none() && !candidates.iter().any(|c| c.state.schedules()) {
         return Schedule::Idle;
     }
-    let where_bound = config.preemption.is_some() || config.reservations;
+    let where_bound = config.preemption.is_some() || config.reservations.is_some();
     let Ground { fleet, capacity, usage, admissions, held, .. } =
         match ground(members, queues, jobs, candidates, config, now_ms, where_bound) {
             Ok(g) => g,
@@ -136,7 +136,7 @@ pub(super) fn run(
         };
     // Each running gang gives its room back at its expected end (one being evicted, now);
     // gangs with no estimate are not counted on.
-    let releases = if config.reservations {
+    let releases = if config.reservations.is_some() {
         admissions
             .iter()
             .filter_map(|(a, admission)| {

@@ -50,6 +50,8 @@ pub struct SimOptions {
     pub patience: Option<scheduler_core::Patience>,
     /// The slowdowns those policies weigh holding for locality with (`None`: patience alone).
     pub locality_cost: Option<scheduler_core::Slowdown>,
+    /// When those of them that reserve give a waiting gang a reservation (`None`: never).
+    pub reservations: Option<scheduler_core::Reservations>,
     /// Percent of jobs (chosen by id and seed) submitted at priority `URGENT`, on top of the
     /// trace's own: the load that makes preemption matter on traces without priorities.
     pub urgent_percent: u32,
@@ -69,6 +71,22 @@ pub struct SimOptions {
     pub check_cut: bool,
 }
 
+impl SimOptions {
+    /// The core configuration `policy` decides with in this run.
+    fn config(&self, policy: Policy) -> scheduler_core::Config {
+        policy.config_with(self.patience, self.locality_cost, self.reservations)
+    }
+}
+
+/// A replay checks its invariants whole (`Sim::check`) after one instant in this many, and at
+/// its end: after every instant where debug assertions are on (the tests), one in 16 otherwise.
+/// The check recounts every host in use, as much as a cycle costs on a full fleet. What it
+/// finds (capacity or quota usage counted wrong) stays wrong until it is found, so a sample
+/// still finds it, later; only a queue over its quota for less than the instants between two
+/// checks can pass a release replay unseen, and the tests check every instant. A host
+/// over-committed is found as the gang starts, in every build (`RunningSet::insert`).
+const CHECK_EVERY: u64 = if cfg!(debug_assertions) { 1 } else { 16 };
+
 /// The priority `urgent_percent` gives its jobs.
 pub const URGENT: i32 = 100;
 
@@ -85,6 +103,7 @@ impl Default for SimOptions {
             queues: Vec::new(),
             patience: Some(scheduler_core::Patience::DEFAULT),
             locality_cost: Some(scheduler_core::Slowdown::DEFAULT),
+            reservations: Some(scheduler_core::Reservations::DEFAULT),
             urgent_percent: 0,
             checkpoint_interval_s: None,
             batch_every: 1,
@@ -343,9 +362,7 @@ pub fn simulate(
         empty: fleet.allocatable().clone(),
         usage: QuotaUsage::default(),
         pending: Pending::default(),
-        cutting: !opts.uncut
-            && !policy.nominates()
-            && cut::applies(&policy.config_with(opts.patience, opts.locality_cost)),
+        cutting: !opts.uncut && !policy.nominates() && cut::applies(&opts.config(policy)),
         classes: Classes::default(),
         groups: vec![None; trace.jobs.len()],
         reserved: None,
@@ -404,6 +421,7 @@ pub fn simulate(
     let total = trace.jobs.len() as u64;
     let mut arrived = 0u64;
     let mut last_t = 0u64;
+    let mut instants = 0u64;
     while let Some(&Reverse((t, _, _))) = sim.events.peek() {
         if opts.horizon_s.is_some_and(|h| t > h) {
             break;
@@ -431,9 +449,13 @@ pub fn simulate(
         while sim.schedule(t)? && follow_on > 0 {
             follow_on -= 1;
         }
-        sim.check(t)?;
+        instants += 1;
+        if instants.is_multiple_of(CHECK_EVERY) {
+            sim.check(t)?;
+        }
         progress(arrived, total);
     }
+    sim.check(last_t)?;
     let end = match opts.horizon_s {
         Some(h) if !sim.pending.is_empty() || !sim.running.is_empty() => h,
         _ => last_t,
@@ -467,7 +489,7 @@ impl Sim<'_> {
             Event::Arrival(i) => {
                 let r = &self.records[i];
                 let mut gang = gang_of(&trace.jobs[i], r.queue.clone(), r.submit_s, r.priority);
-                let config = self.policy.config_with(self.opts.patience, self.opts.locality_cost);
+                let config = self.opts.config(self.policy);
                 let bound = self.policy.bind_at_submit(
                     self.fleet,
                     self.queues,
@@ -537,7 +559,7 @@ impl Sim<'_> {
     /// Job `j` waits (again), in the group a cut cycle decides it with.
     fn wait(&mut self, j: usize, gang: Gang) {
         if self.cutting {
-            let config = self.policy.config_with(self.opts.patience, self.opts.locality_cost);
+            let config = self.opts.config(self.policy);
             self.groups[j] = self.classes.group(self.fleet, self.queues, &config, &gang);
         }
         self.pending.push(j, gang);
@@ -705,6 +727,15 @@ mod tests {
                 SimOptions {
                     locality_cost: None,
                     patience: Some(Patience { exact_ms: hour, wider_ms: 2 * hour }),
+                    ..SimOptions::default()
+                },
+                &[Policy::Stowage],
+            ),
+            // Reservations only for gangs that have waited an hour: the first gang left waiting
+            // may make none, one behind it may.
+            (
+                SimOptions {
+                    reservations: Some(scheduler_core::Reservations { after_ms: hour }),
                     ..SimOptions::default()
                 },
                 &[Policy::Stowage],

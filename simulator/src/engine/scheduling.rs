@@ -22,13 +22,13 @@ impl Sim<'_> {
         }
         let _span = tracing::debug_span!("cycle", policy = %self.policy, t, pending = self.pending.len()).entered();
         let now_ms = t.saturating_mul(1000);
-        let mut config = self.policy.config_with(self.opts.patience, self.opts.locality_cost);
+        let mut config = self.opts.config(self.policy);
         if !self.run.cycles.is_multiple_of(u64::from(self.opts.batch_every.max(1))) {
             config.batch = None;
         }
         self.lend(&config, now_ms);
         // Only a policy that plans reservations reads the releases: the others skip building them.
-        let releases = if config.reservations { self.running.releases() } else { &[] };
+        let releases = if config.reservations.is_some() { self.running.releases() } else { &[] };
         // Only a policy that preempts reads the running gangs as possible victims.
         let (victims, victim_jobs): (Vec<Victim<'_>>, Vec<usize>) = if config.preemption.is_some() {
             self.running
