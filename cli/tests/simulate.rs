@@ -534,3 +534,28 @@ fn the_batch_optimiser_runs_on_one_cycle_in_batch_every() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--batch-every"), "{}", stderr(&o));
 }
+
+/// `--reserve-after`: the default (a day) in the report's options, a bound of its own that
+/// changes what stowage decides on a loaded run, `none` for no reservations, and a clear error
+/// naming the flag for anything else.
+#[test]
+fn reserve_after_sets_when_stowage_reserves_and_says_so_in_the_report() {
+    let dir = scratch("reserve-after");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["--synthetic", "400", "--load-scale", "3", "--policy", "stowage"];
+        args.extend_from_slice(extra);
+        simulated(&dir, &args)
+    };
+    let (default, at_once, never) = (run(&[]), run(&["--reserve-after", "0"]), run(&["--reserve-after", "none"]));
+    assert_eq!(default["options"]["reserve_after_s"], 86_400);
+    assert_eq!(at_once["options"]["reserve_after_s"], 0);
+    assert!(never["options"]["reserve_after_s"].is_null());
+    let reserved = |r: &serde_json::Value| r["policies"][0]["pending_reason_cycles"]["reserved"].as_u64().unwrap_or(0);
+    assert!(reserved(&at_once) > reserved(&default), "at once {} vs after a day {}", reserved(&at_once), reserved(&default));
+    assert_eq!(reserved(&never), 0);
+    for bad in ["soon", "1.5.2h", "3w"] {
+        let o = stowage(&["simulate", "--reserve-after", bad]);
+        assert_eq!(o.status.code(), Some(2), "{bad}");
+        assert!(stderr(&o).contains("--reserve-after"), "{bad}: {}", stderr(&o));
+    }
+}

@@ -5,7 +5,7 @@
 //! is preempted on the way, and the batch optimiser is left out. Pure and bounded: at most
 //! [`MAX_STEPS`] cycles, and nothing past the horizon.
 
-use crate::config::{Config, Reservations};
+use crate::config::Config;
 use crate::cycle::cycle;
 use crate::decision::{Admission, Decision, release};
 use crate::fleet::ClusterId;
@@ -161,7 +161,7 @@ mod tests {
         fixture::uniform_cluster(&mut builder, "east", "h100", 8, &[(Level::Rack, 1), (Level::Host, 4)]).expect("east");
         let fleet = builder.build().expect("fleet");
         let queues = Queues::new(vec![QueueSpec::unlimited("default")]).expect("queues");
-        let config = Config { reservations: Some(Reservations::AT_ONCE), ..fixture::greedy() };
+        let config = Config { reservations: Some(crate::config::Reservations::AT_ONCE), ..fixture::greedy() };
         let a = fixture::gang("a").pods(4).gpus(8);
         let idle = Snapshot::idle(&fleet, &queues);
         let first = cycle(idle.clone(), std::slice::from_ref(&a), &config);
