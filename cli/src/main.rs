@@ -172,10 +172,9 @@ struct DispatcherArgs {
     locality_cost: LocalityCost,
     /// When the first TrainJob that cannot start is given a reservation (capacity held where it
     /// will start soonest; TrainJobs that state they end before may still use it): once it has
-    /// waited this long (seconds, or 90m, 4h, 2d), or none. Default: the policy's own
-    /// (docs/policy.md).
-    #[arg(long, value_name = "WAIT", value_parser = parse_reserve_after)]
-    reserve_after: Option<ReserveAfter>,
+    /// waited this long (seconds, or 90m, 4h, 2d), or none (docs/policy.md).
+    #[arg(long, value_name = "WAIT", value_parser = parse_reserve_after, default_value = "24h")]
+    reserve_after: ReserveAfter,
     /// A running TrainJob younger than this is never evicted for a higher-priority one (whom a
     /// TrainJob may evict is its Queue's `spec.preemption`): seconds or 90s, 10m, 2h.
     #[arg(long, value_parser = parse_duration_s, default_value = "10m")]
@@ -451,9 +450,10 @@ struct SimulateArgs {
     locality_cost: LocalityCost,
     /// When the stowage policy gives the first gang that cannot start a reservation (capacity
     /// held where it will start soonest, EASY backfilling): once it has waited this long
-    /// (seconds, or 90m, 4h, 2d), or none. Default: the policy's own (docs/policy.md).
-    #[arg(long, value_name = "WAIT", value_parser = parse_reserve_after)]
-    reserve_after: Option<ReserveAfter>,
+    /// (seconds, or 90m, 4h, 2d), or none. The default was chosen on the tuning set
+    /// (docs/policy.md).
+    #[arg(long, value_name = "WAIT", value_parser = parse_reserve_after, default_value = "24h")]
+    reserve_after: ReserveAfter,
     /// Submit this percent of jobs (chosen by id and seed) at high priority: stowage preempts
     /// lower-priority gangs for them, the baselines do not.
     #[arg(long, value_name = "PERCENT", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
@@ -752,7 +752,7 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
         queues: helios.as_ref().map(|(day, _)| day.queues()).unwrap_or_default(),
         patience: args.locality_patience.0,
         locality_cost: args.locality_cost.0,
-        reservations: args.reserve_after.map_or(Some(scheduler_core::Reservations::DEFAULT), |r| r.0),
+        reservations: args.reserve_after.0,
         urgent_percent: args.urgent,
         checkpoint_interval_s: args.checkpoint_interval,
         batch_every: args.batch_every,
@@ -894,7 +894,7 @@ fn dispatcher_command(args: DispatcherArgs) -> Result<(), CliError> {
             config: scheduler_core::Config {
                 patience: args.locality_patience.0,
                 locality_cost: args.locality_cost.0,
-                reservations: args.reserve_after.map_or(Some(scheduler_core::Reservations::DEFAULT), |r| r.0),
+                reservations: args.reserve_after.0,
                 preemption: Some(scheduler_core::Preemption {
                     min_runtime_ms: args.preemption_min_runtime.saturating_mul(1000),
                     ..scheduler_core::Preemption::DEFAULT
@@ -1137,6 +1137,26 @@ mod tests {
         assert_eq!(parse_duration_s("1.5h"), Ok(5400));
         assert_eq!(parse_duration_s("14d"), Ok(1_209_600));
         assert!(parse_duration_s("3 weeks").is_err());
+    }
+
+    #[test]
+    fn reserve_after_defaults_to_the_policys_own_bound() {
+        let commands = [
+            SimulateArgs::augment_args(clap::Command::new("simulate")),
+            DispatcherArgs::augment_args(clap::Command::new("dispatcher")),
+        ];
+        for command in commands {
+            let arg = command.get_arguments().find(|a| a.get_id() == "reserve_after").expect("--reserve-after");
+            let default: String = arg.get_default_values().iter().map(|v| v.to_string_lossy()).collect();
+            let parsed = parse_reserve_after(&default).expect("valid").0;
+            assert_eq!(parsed, Some(scheduler_core::Reservations::DEFAULT), "{}", command.get_name());
+        }
+        assert_eq!(parse_reserve_after("none").expect("valid").0, None);
+        assert_eq!(
+            parse_reserve_after("90m").expect("valid").0,
+            Some(scheduler_core::Reservations { after_ms: 5_400_000 })
+        );
+        assert!(parse_reserve_after("soon").is_err());
     }
 
     #[test]

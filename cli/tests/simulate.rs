@@ -551,7 +551,12 @@ fn reserve_after_sets_when_stowage_reserves_and_says_so_in_the_report() {
     assert_eq!(at_once["options"]["reserve_after_s"], 0);
     assert!(never["options"]["reserve_after_s"].is_null());
     let reserved = |r: &serde_json::Value| r["policies"][0]["pending_reason_cycles"]["reserved"].as_u64().unwrap_or(0);
-    assert!(reserved(&at_once) > reserved(&default), "at once {} vs after a day {}", reserved(&at_once), reserved(&default));
+    assert!(
+        reserved(&at_once) > reserved(&default),
+        "at once {} vs after a day {}",
+        reserved(&at_once),
+        reserved(&default)
+    );
     assert_eq!(reserved(&never), 0);
     for bad in ["soon", "1.5.2h", "3w"] {
         let o = stowage(&["simulate", "--reserve-after", bad]);
