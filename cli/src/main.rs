@@ -415,7 +415,7 @@ struct SimulateArgs {
         "fleet", "machines", "trace", "synthetic", "bench", "gpu_sharing", "helios", "helios_day",
         "trace_format", "skip_bad_rows", "policy", "seed", "load_scale", "node_failure_rate", "tenants",
         "json", "svg", "locality_patience", "locality_cost", "reserve_after", "urgent", "checkpoint_interval", "mix",
-        "machines_format", "batch_every",
+        "machines_format", "batch_every", "check_every",
     ])]
     from: Option<PathBuf>,
     /// With --from: an edit to try, shown beside the hub as it is: `add-pool cluster=X flavor=F
@@ -466,6 +466,10 @@ struct SimulateArgs {
     /// others greedy (1: every cycle).
     #[arg(long, value_name = "CYCLES", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     batch_every: u32,
+    /// Check the replay's invariants after one instant in this many, and at its end (1: every
+    /// instant, as the tests do). Default: 16 in a release build (docs/simulator.md).
+    #[arg(long, value_name = "INSTANTS", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    check_every: Option<u32>,
     /// Benchmark mode: replay the trace repeated N times and report jobs replayed per second.
     #[arg(long, value_name = "N")]
     bench: Option<u32>,
@@ -756,6 +760,7 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
         urgent_percent: args.urgent,
         checkpoint_interval_s: args.checkpoint_interval,
         batch_every: args.batch_every,
+        check_every: args.check_every.unwrap_or(simulator::engine::CHECK_EVERY),
         ..SimOptions::default()
     };
     let inputs = Inputs { fleet: &fleet, fleet_name: &fleet_name, trace: &trace, trace_name: &trace_name };

@@ -564,3 +564,21 @@ fn reserve_after_sets_when_stowage_reserves_and_says_so_in_the_report() {
         assert!(stderr(&o).contains("--reserve-after"), "{bad}: {}", stderr(&o));
     }
 }
+
+/// `--check-every`: how often the invariants are checked changes nothing a replay decides (the
+/// same report, byte for byte), and 0 is refused naming the flag.
+#[test]
+fn the_invariant_check_sample_changes_no_figure() {
+    let dir = scratch("check-every");
+    let run = |every: &str| {
+        let out = dir.join(format!("out-{every}.json"));
+        let args = ["simulate", "--synthetic", "400", "--load-scale", "2", "--check-every", every, "--json"];
+        let o = stowage(&[&args[..], &[out.to_str().expect("utf-8")]].concat());
+        assert!(o.status.success(), "{}", stderr(&o));
+        std::fs::read(&out).expect("report")
+    };
+    assert_eq!(run("1"), run("1000"));
+    let o = stowage(&["simulate", "--check-every", "0"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--check-every"), "{}", stderr(&o));
+}

@@ -63,6 +63,9 @@ pub struct SimOptions {
     /// many (1: every cycle); the others are greedy. What the optimiser buys against what it
     /// costs, when it cannot run every cycle.
     pub batch_every: u32,
+    /// Check the invariants whole after one instant in this many (and at the end); see
+    /// [`CHECK_EVERY`], the default. 1: after every instant.
+    pub check_every: u32,
     /// Hand every cycle its whole window, even where the cut (`cut`) proves what the gangs
     /// left out would be told: the same report, slower. For tests and measurements.
     pub uncut: bool,
@@ -78,14 +81,15 @@ impl SimOptions {
     }
 }
 
-/// A replay checks its invariants whole (`Sim::check`) after one instant in this many, and at
-/// its end: after every instant where debug assertions are on (the tests), one in 16 otherwise.
-/// The check recounts every host in use, as much as a cycle costs on a full fleet. What it
-/// finds (capacity or quota usage counted wrong) stays wrong until it is found, so a sample
-/// still finds it, later; only a queue over its quota for less than the instants between two
-/// checks can pass a release replay unseen, and the tests check every instant. A host
-/// over-committed is found as the gang starts, in every build (`RunningSet::insert`).
-const CHECK_EVERY: u64 = if cfg!(debug_assertions) { 1 } else { 16 };
+/// By default a replay checks its invariants whole (`Sim::check`) after one instant in this
+/// many (`SimOptions::check_every`), and at its end: after every instant where debug assertions
+/// are on (the tests), one in 16 otherwise. The check recounts every host in use, as much as a
+/// cycle costs on a full fleet. What it finds (capacity or quota usage counted wrong) stays
+/// wrong until it is found, so a sample still finds it, later; only a queue over its quota for
+/// less than the instants between two checks can pass a release replay unseen, and the tests
+/// check every instant. A host over-committed is found as the gang starts, in every build
+/// (`RunningSet::insert`).
+pub const CHECK_EVERY: u32 = if cfg!(debug_assertions) { 1 } else { 16 };
 
 /// The priority `urgent_percent` gives its jobs.
 pub const URGENT: i32 = 100;
@@ -107,6 +111,7 @@ impl Default for SimOptions {
             urgent_percent: 0,
             checkpoint_interval_s: None,
             batch_every: 1,
+            check_every: CHECK_EVERY,
             uncut: false,
             check_cut: false,
         }
@@ -450,7 +455,7 @@ pub fn simulate(
             follow_on -= 1;
         }
         instants += 1;
-        if instants.is_multiple_of(CHECK_EVERY) {
+        if instants.is_multiple_of(u64::from(opts.check_every.max(1))) {
             sim.check(t)?;
         }
         progress(arrived, total);
