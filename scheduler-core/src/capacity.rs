@@ -133,12 +133,6 @@ impl Capacity {
         self.node_free[host.idx()]
     }
 
-    /// What is free on each domain, by id (zero for inner domains): the rest of a capacity is
-    /// summed from it, so two capacities of one fleet with equal slices are equal.
-    pub fn free_by_domain(&self) -> &[NodeFree] {
-        &self.node_free
-    }
-
     pub fn free_cpu_milli(&self, d: DomainId) -> u64 {
         self.free_cpu_milli[d.idx()]
     }

@@ -250,6 +250,6 @@ fn greedy<'a>(
         })
         .collect();
     let (capacity, usage, stats) = run.txn.finish();
-    let reserved = reservation.map(|r| Reserved { gang: r.gang, start_ms: r.start_ms, basis: Some(r.basis) });
+    let reserved = reservation.map(|r| Reserved { gang: r.gang, start_ms: r.start_ms });
     Cycle { decisions, capacity, usage, stats, batch: None, reserved }
 }

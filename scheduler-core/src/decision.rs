@@ -95,8 +95,6 @@ pub struct CycleStats {
     pub attempts: u64,
     /// Gangs answered from the cycle's memo of shapes that fit nowhere.
     pub memo_hits: u64,
-    /// Reservations taken from the last cycle's, found on the same state, not searched again.
-    pub reservations_reused: u64,
 }
 
 /// What an admitted gang charges its queue's quota, per quota key (`queue::quota_charges`).

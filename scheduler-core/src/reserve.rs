@@ -6,13 +6,11 @@
 use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use crate::capacity::{NodeFree, PodShape};
+use crate::capacity::PodShape;
 use crate::decision::{Admission, Decision};
 use crate::fleet::{ClusterId, DomainId, FlavorId};
 use crate::gang::{Gang, GangId, PodSet};
-use crate::queue::QuotaUsage;
 use crate::reason::Reason;
 use crate::run::{Prepared, Resolved, Run};
 use crate::snapshot::{Release, Reserved};
@@ -57,7 +55,6 @@ pub(crate) struct Reservation {
     /// What it will need on each host, and how much of that is free now and held.
     want: Vec<(DomainId, u32, PodShape)>,
     held: Vec<(DomainId, u32, PodShape)>,
-    pub(crate) basis: Arc<Basis>,
 }
 
 /// A gang that does not fit now: it backfills in front of the reservation if it may, or stays
@@ -83,7 +80,8 @@ pub(crate) fn no_room<'a>(
     if !(due && reservation.is_none() && capacity_bound) {
         return Decision::Pending(reason);
     }
-    match reserve(run, held, releases, last.filter(|l| l.gang == gang.id)) {
+    let hint = last.filter(|l| l.gang == gang.id).map(|l| l.start_ms);
+    match reserve(run, held, releases, hint) {
         Some(r) => {
             let reason = Reason::Reserved {
                 cluster: run.fleet.cluster(r.cluster).name.clone(),
@@ -99,68 +97,13 @@ pub(crate) fn no_room<'a>(
 
 /// Where and when `gang` would start, from what running gangs release in order of their
 /// expected ends (`earliest`). Holds what of that placement is free now, so later gangs cannot
-/// take it unless they end before (`backfill`). `last`: the last cycle's reservation for this
-/// gang; when it was found on what the cycle sees now, the search would find it again, and is
-/// not run.
-fn reserve<'a>(
-    run: &mut Run<'a>,
-    gang: &'a Gang,
-    releases: &Releases<'_>,
-    last: Option<&Reserved>,
-) -> Option<Reservation> {
-    let order = releases.live(run);
-    let basis = match last.and_then(|l| l.basis.as_ref()).filter(|b| b.holds(run, gang, &order)) {
-        Some(b) => {
-            run.txn.stats.reservations_reused += 1;
-            Arc::clone(b)
-        }
-        None => {
-            let found = earliest(run, gang, releases, last.map(|l| l.start_ms));
-            Arc::new(Basis::of(run, gang, &order, found))
-        }
-    };
-    let (start_ms, admission) = basis.found.clone()?;
+/// take it unless they end before (`backfill`).
+fn reserve<'a>(run: &mut Run<'a>, gang: &'a Gang, releases: &Releases<'_>, hint: Option<u64>) -> Option<Reservation> {
+    let (start_ms, admission) = earliest(run, gang, releases, hint)?;
     let want: Vec<(DomainId, u32, PodShape)> = Release::of(gang, &admission, start_ms).hosts;
-    let cluster = admission.cluster;
-    let mut r = Reservation { gang: gang.id.clone(), cluster, start_ms, want, held: Vec::new(), basis };
+    let mut r = Reservation { gang: gang.id.clone(), cluster: admission.cluster, start_ms, want, held: Vec::new() };
     hold(run, &mut r);
     Some(r)
-}
-
-/// What a reservation was found on: the gang as searched, the capacity and quota usage before
-/// anything was held, and the releases in order. `earliest` reads nothing else that changes
-/// between cycles (the fleet, queues and config stay), so on the same of each it finds the
-/// same again, and a cycle that sees them unchanged (one run on an arrival that started
-/// nothing, in a replay) takes its answer instead of searching.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Basis {
-    gang: Gang,
-    free: Vec<NodeFree>,
-    usage: QuotaUsage,
-    releases: Vec<(GangId, u64)>,
-    found: Option<(u64, Admission)>,
-}
-
-impl Basis {
-    fn of(run: &Run<'_>, gang: &Gang, order: &[&Release], found: Option<(u64, Admission)>) -> Self {
-        Basis {
-            gang: gang.clone(),
-            free: run.txn.cap.free_by_domain().to_vec(),
-            usage: run.usage().clone(),
-            releases: order.iter().map(|r| (r.gang.clone(), r.end_ms)).collect(),
-            found,
-        }
-    }
-
-    /// Whether `gang` is searched for on what this was found on. Compared field by field
-    /// (capacity by what is free on every domain), never by a digest: equal means equal.
-    fn holds(&self, run: &Run<'_>, gang: &Gang, order: &[&Release]) -> bool {
-        self.gang == *gang
-            && self.free == run.txn.cap.free_by_domain()
-            && self.usage == *run.usage()
-            && self.releases.len() == order.len()
-            && self.releases.iter().zip(order).all(|((g, end), r)| *end == r.end_ms && *g == r.gang)
-    }
 }
 
 /// How many of `order`'s releases (by expected end) must happen before the fleet has as many

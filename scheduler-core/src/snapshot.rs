@@ -3,14 +3,12 @@
 //! back and which of them could be evicted.
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
 use crate::capacity::{Capacity, PodShape};
 use crate::decision::Admission;
 use crate::fleet::{DomainId, Fleet};
 use crate::gang::{Gang, GangId};
 use crate::queue::{Queues, QuotaUsage};
-pub use crate::reserve::Basis;
 
 /// The cycle consumes the capacity and usage and returns them, updated by what it admits.
 #[derive(Debug, Clone)]
@@ -29,9 +27,7 @@ pub struct Snapshot<'a> {
     /// The running gangs preemption may choose victims among. Empty: no preemption.
     pub running: Vec<Running<'a>>,
     /// The last cycle's reservation (`Cycle::reserved`): this cycle's search for the same
-    /// gang starts where it ended, or is skipped when the gang, the capacity, the usage and the
-    /// releases are what it was found on (pass it only while the fleet, queues and config are
-    /// those it was found under). A hint only: the reservation found is the same without it,
+    /// gang starts where it ended. A hint only: the reservation found is the same without it,
     /// found with fewer placements when little has changed.
     pub reserved: Option<Reserved>,
     /// Gangs waiting within the cycle's depth that the caller did not hand it, knowing none of
@@ -46,16 +42,6 @@ pub struct Snapshot<'a> {
 pub struct Reserved {
     pub gang: GangId,
     pub start_ms: u64,
-    /// What it was found on, so that the next cycle can tell it would find the same
-    /// (`None` when made by hand: the next cycle searches again, from `start_ms`).
-    pub basis: Option<Arc<Basis>>,
-}
-
-impl Reserved {
-    /// A reservation known only by its gang and start (a hint for the next cycle's search).
-    pub fn hint(gang: GangId, start_ms: u64) -> Self {
-        Reserved { gang, start_ms, basis: None }
-    }
 }
 
 impl<'a> Snapshot<'a> {

@@ -629,61 +629,6 @@ fn a_blocked_gang_is_reserved_for_only_once_it_has_waited_the_bound() {
     assert!(matches!(d[1], Decision::Pending(_)) && matches!(d[2], Decision::Admit(_)), "{d:?}");
 }
 
-/// A reservation handed to the next cycle is taken again, not searched for, only while the
-/// gang, the capacity, the quota usage and the releases are what it was found on; taken or
-/// searched, the cycle decides the same.
-#[test]
-fn the_last_reservation_is_taken_again_only_on_the_state_it_was_found_on() {
-    let f = fleet(&[("c1", "h100", 8, &[(Rack, 1), (Host, 4)])]);
-    let q = default_queues();
-    let hosts = f.clusters()[0].hosts().to_vec();
-    let shape = PodShape { gpus: 8, cpu_milli: 0, memory_mib: 0 };
-    let mut capacity = Capacity::empty(&f);
-    for &h in &hosts[..3] {
-        capacity.take(&f, h, 1, shape);
-    }
-    capacity.commit();
-    let releases = vec![
-        Release { gang: "r0".into(), end_ms: 1_000, hosts: vec![(hosts[0], 1, shape)] },
-        Release { gang: "r1".into(), end_ms: 5_000, hosts: vec![(hosts[1], 1, shape), (hosts[2], 1, shape)] },
-    ];
-    let gangs =
-        vec![gang("whole-rack").pods(4).gpus(8).required(Rack), gang("long").gpus(8).submitted(1).runtime(10_000)];
-    let config = Config { reservations: Some(Reservations::AT_ONCE), ..scheduler_core::fixture::greedy() };
-    let at = |capacity: &Capacity, releases: &[Release], reserved| Snapshot {
-        releases: releases.to_vec().into(),
-        reserved,
-        ..Snapshot::at(&f, &q, capacity.clone(), QuotaUsage::default(), 0)
-    };
-    let first = cycle(at(&capacity, &releases, None), &gangs, &config);
-    assert_eq!(first.stats.reservations_reused, 0);
-    let last = first.reserved.clone();
-    assert_eq!(last.as_ref().map(|r| r.start_ms), Some(5_000));
-    // The same state: taken again, and the same decisions.
-    let again = cycle(at(&capacity, &releases, last.clone()), &gangs, &config);
-    assert_eq!(again.stats.reservations_reused, 1);
-    assert_eq!((&again.decisions, &again.reserved), (&first.decisions, &first.reserved));
-    // Each part changed: searched again, and the same as a cycle with no last reservation.
-    let mut later = releases.clone();
-    later[1].end_ms = 7_000;
-    let mut fuller = capacity.clone();
-    fuller.take(&f, hosts[3], 1, PodShape { gpus: 1, ..shape });
-    fuller.commit();
-    let mut other = gangs.clone();
-    other[0].pod_sets[0].shape.cpu_milli = 1;
-    let changed: [(&str, &Capacity, &[Release], &[Gang]); 3] = [
-        ("a release", &capacity, &later, &gangs),
-        ("the capacity", &fuller, &releases, &gangs),
-        ("the gang", &capacity, &releases, &other),
-    ];
-    for (what, capacity, releases, gangs) in changed {
-        let searched = cycle(at(capacity, releases, last.clone()), gangs, &config);
-        let fresh = cycle(at(capacity, releases, None), gangs, &config);
-        assert_eq!(searched.stats.reservations_reused, 0, "{what} changed");
-        assert_eq!((&searched.decisions, &searched.reserved), (&fresh.decisions, &fresh.reserved), "{what} changed");
-    }
-}
-
 #[test]
 fn the_batch_optimiser_never_lets_a_gang_start_ahead_of_the_reserved_one() {
     // All of one priority, so the three share the optimiser's window. Left free, it would

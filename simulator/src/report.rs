@@ -85,8 +85,6 @@ pub struct PolicyReport {
     /// for policies without it).
     pub batch_cycles: u64,
     pub batch_kept: u64,
-    /// Reservations taken from the cycle before, found on the same state: searches saved.
-    pub reservations_reused: u64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -330,7 +328,6 @@ pub fn policy_report(fleet: &Fleet, run: &PolicyRun) -> PolicyReport {
         cycles: run.cycles,
         batch_cycles: run.batch_cycles,
         batch_kept: run.batch_kept,
-        reservations_reused: run.reservations_reused,
     }
 }
 

@@ -199,8 +199,6 @@ pub struct PolicyRun {
     /// because the part proved nothing.
     pub cut_cycles: u64,
     pub cut_undone: u64,
-    /// Reservations the cycles took from the cycle before, found on the same state.
-    pub reservations_reused: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -413,7 +411,6 @@ pub fn simulate(
             batch_cycles: 0,
             batch_kept: 0,
             cut_cycles: 0,
-            reservations_reused: 0,
             cut_undone: 0,
             node_failures: 0,
         },

@@ -105,7 +105,6 @@ impl Sim<'_> {
             }
         };
         self.run.cycles += 1;
-        self.run.reservations_reused += out.stats.reservations_reused;
         if let Some(b) = &out.batch {
             self.run.batch_cycles += 1;
             self.run.batch_kept += u64::from(b.kept_ilp);
