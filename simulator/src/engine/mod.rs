@@ -339,7 +339,8 @@ struct Sim<'a> {
 }
 
 /// Replays `trace` on `fleet` under `policy`. `progress(done, total)` is called as arrivals
-/// are processed.
+/// are processed, and once with none done before anything else (a caller timing the replay
+/// starts its clock there).
 pub fn simulate(
     fleet: &Fleet,
     trace: &Trace,
@@ -353,6 +354,8 @@ pub fn simulate(
     if !(opts.node_failure_rate.is_finite() && opts.node_failure_rate >= 0.0) {
         return Err(SimError::Option { option: "--node-failure-rate", problem: "must be zero or more".into() });
     }
+    let total = trace.jobs.len() as u64;
+    progress(0, total);
     let tenancy = Tenancy::new(trace, opts)?;
     let queues = &tenancy.queues;
     let mut sim = Sim {
@@ -423,7 +426,6 @@ pub fn simulate(
     if opts.node_failure_rate > 0.0 {
         sim.schedule_failure(0);
     }
-    let total = trace.jobs.len() as u64;
     let mut arrived = 0u64;
     let mut last_t = 0u64;
     let mut instants = 0u64;
