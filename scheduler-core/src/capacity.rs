@@ -58,7 +58,10 @@ struct Change {
 
 /// A checkpoint in the journal; [`Capacity::rollback`] returns to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Checkpoint(usize);
+pub struct Checkpoint {
+    at: usize,
+    version: u64,
+}
 
 #[derive(Debug, Clone, Default)]
 pub struct Capacity {
@@ -72,6 +75,10 @@ pub struct Capacity {
     /// what was worked out from a cluster's capacity holds while its stamp is the same.
     stamps: Vec<u64>,
     clock: u64,
+    /// Which state the capacity is in, on `clock`: every change makes a new one and a rollback
+    /// returns to the one it was at, so equal versions of one `Capacity` (and its clones, until
+    /// either changes) mean equal capacity, however many tries came and went between.
+    version: u64,
 }
 
 /// Capacities are equal when they hold the same: not when they changed at the same moments.
@@ -99,6 +106,7 @@ impl Capacity {
             journal: Vec::new(),
             stamps: vec![0; fleet.clusters().len()],
             clock: 0,
+            version: 0,
         };
         for (host, spec) in fleet.hosts() {
             let free = NodeFree { gpus: spec.gpus, cpu_milli: spec.cpu_milli, memory_mib: spec.memory_mib };
@@ -211,8 +219,14 @@ impl Capacity {
         self.stamps.get(cluster.idx()).copied().unwrap_or(self.clock)
     }
 
+    /// The state the capacity is in (see `version`).
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
     fn adjust(&mut self, fleet: &Fleet, host: DomainId, pods: u32, shape: PodShape, take: bool) {
         self.clock += 1;
+        self.version = self.clock;
         if let Some(stamp) = self.stamps.get_mut(fleet.domain(host).cluster.idx()) {
             *stamp = self.clock;
         }
@@ -259,15 +273,20 @@ impl Capacity {
     }
 
     pub fn checkpoint(&self) -> Checkpoint {
-        Checkpoint(self.journal.len())
+        Checkpoint { at: self.journal.len(), version: self.version }
     }
 
     /// Undoes every `take` and `give_back` since the checkpoint.
     pub fn rollback(&mut self, fleet: &Fleet, cp: Checkpoint) {
-        while self.journal.len() > cp.0 {
+        // Past a commit the journal no longer reaches back to the checkpoint's state.
+        let reaches = self.journal.len() >= cp.at;
+        while self.journal.len() > cp.at {
             if let Some(c) = self.journal.pop() {
                 self.adjust(fleet, c.host, c.pods, c.shape, !c.taken);
             }
+        }
+        if reaches {
+            self.version = cp.version;
         }
     }
 

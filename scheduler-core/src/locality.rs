@@ -85,7 +85,7 @@ pub(crate) fn weigh<'a>(
     let cp = run.txn.checkpoint();
     // Nothing fits as written either: the gang waits whatever it prefers, for its preferred
     // level (a reservation, if it gets one, is for that).
-    let Ok(spread) = run.gang(gang) else {
+    let Ok(spread) = run.spread(gang) else {
         return Err(Reason::HoldingForLocality { preferred, held: level, shortfall, cost: None });
     };
     let spread_ms = extra_ms(run, &slowdown, &spread, runtime_ms);
@@ -133,8 +133,8 @@ pub(crate) fn weigh<'a>(
             };
             Err(Reason::HoldingForLocality { preferred, held: held_level, shortfall, cost: Some(Box::new(cost)) })
         }
-        // Placing it again on the same state finds the same room.
-        _ => run.gang(gang).map_err(|_| Reason::HoldingForLocality { preferred, held: level, shortfall, cost: None }),
+        // Placing it again on the same state finds the same room (taken again, not searched).
+        _ => run.spread(gang).map_err(|_| Reason::HoldingForLocality { preferred, held: level, shortfall, cost: None }),
     }
 }
 

@@ -94,6 +94,10 @@ pub(crate) struct Run<'a> {
     /// to the capacity, a rollback's too, moves the cluster's stamp, so a rollback of the
     /// transaction leaves nothing here that could be read as current.
     spans: Spans,
+    /// Where gangs weighed for locality would go as written ([`Self::spread`]), and the
+    /// capacity's version they were found on: held gangs of one shape are weighed one after
+    /// another on the same capacity (a hold takes nothing), and each would find the same room.
+    spreads: Vec<(&'a Gang, u64, Admission)>,
 }
 
 /// [`Run::spans`]: one row per pod-set shape and flavor, one slot per cluster. Looked up once
@@ -128,7 +132,14 @@ impl<'a> Run<'a> {
         cap: Capacity,
         usage: QuotaUsage,
     ) -> Self {
-        Run { fleet, queues, config, txn: Txn::new(fleet, queues, cap, usage), spans: Spans::default() }
+        Run {
+            fleet,
+            queues,
+            config,
+            txn: Txn::new(fleet, queues, cap, usage),
+            spans: Spans::default(),
+            spreads: Vec::new(),
+        }
     }
 
     pub(crate) fn cap(&self) -> &Capacity {
@@ -158,6 +169,23 @@ impl<'a> Run<'a> {
             }
             other => other,
         }
+    }
+
+    /// The gang admitted as written ([`Self::gang`]), or on the hosts a gang of the same pod
+    /// sets, clusters and queue was admitted on when the capacity was last as it is now: a
+    /// search would find the same room for it.
+    pub(crate) fn spread(&mut self, gang: &'a Gang) -> Result<Admission, Reason> {
+        let version = self.txn.cap.version();
+        let same = |g: &Gang| g.pod_sets == gang.pod_sets && g.clusters == gang.clusters && g.queue == gang.queue;
+        if let Some(found) = self.spreads.iter().find(|(g, v, _)| *v == version && same(g)).map(|(_, _, a)| a.clone())
+            && let Some(admission) = self.retake(gang, &found)
+        {
+            return Ok(admission);
+        }
+        let admission = self.gang(gang)?;
+        self.spreads.retain(|(_, v, _)| *v == version);
+        self.spreads.push((gang, version, admission.clone()));
+        Ok(admission)
     }
 
     /// The gang placed on `cluster` as things stand, its quota checked; what it takes stays

@@ -204,6 +204,36 @@ mod tests {
         Queues::new(vec![q]).expect("valid")
     }
 
+    /// A gang weighed as written on the capacity another gang of its shape was weighed on, the
+    /// other's placement rolled back between (a hold), is placed on the same hosts without a
+    /// search; once anything was admitted, it is searched for again.
+    #[test]
+    fn a_spread_placement_is_taken_again_only_on_the_capacity_it_was_found_on() {
+        let mut b = FleetBuilder::new();
+        uniform_cluster(&mut b, "east", "h100", 8, &[(Level::Rack, 2), (Level::Host, 4)]).expect("cluster");
+        let fleet = b.build().expect("fleet");
+        let queues = queues();
+        let config = greedy();
+        let (first, second, other) =
+            (gang("first").pods(3).gpus(8), gang("second").pods(3).gpus(8), gang("other").pods(1).gpus(8));
+        let mut run = Run::new(&fleet, &queues, &config, Capacity::empty(&fleet), QuotaUsage::default());
+        let before = run.txn.cap.version();
+        let sp = run.txn.checkpoint();
+        let found = run.spread(&first).expect("fits");
+        assert!(run.txn.stats.attempts > 0, "the first is searched for");
+        run.txn.rollback(sp);
+        assert_eq!(run.txn.cap.version(), before, "a rollback returns to the version it was at");
+        let again = run.spread(&second).expect("fits");
+        assert_eq!((&again.pod_sets, run.txn.stats.attempts), (&found.pod_sets, 0), "the second is not");
+        run.txn.rollback(sp);
+        let taken = run.spread(&other).expect("fits");
+        let moved = run.txn.stats.attempts;
+        let after = run.spread(&second).expect("fits");
+        assert!(run.txn.stats.attempts > moved, "searched again once the capacity changed");
+        let hosts = |a: &Admission| a.pod_sets[0].hosts.iter().map(|h| h.0).collect::<Vec<_>>();
+        assert!(hosts(&after).iter().all(|h| !hosts(&taken).contains(h)), "{after:?} beside {taken:?}");
+    }
+
     /// Every kind of change a cycle makes, inside a savepoint, then rolled back: the state is
     /// what it was, piece by piece. A new piece of scratch state that `rollback` forgets fails
     /// here (add it to `State`).
