@@ -185,7 +185,7 @@ mod tests {
     use super::*;
     use crate::capacity::PodShape;
     use crate::fixture::{GangExt, gang, greedy, uniform_cluster};
-    use crate::fleet::FleetBuilder;
+    use crate::fleet::{Fleet, FleetBuilder};
     use crate::memo;
     use crate::queue::{QueueSpec, Quota, Resource};
     use crate::reason::Shortfall;
@@ -204,14 +204,19 @@ mod tests {
         Queues::new(vec![q]).expect("valid")
     }
 
+    /// One cluster of two racks of four 8-GPU hosts.
+    fn east() -> Fleet {
+        let mut b = FleetBuilder::new();
+        uniform_cluster(&mut b, "east", "h100", 8, &[(Level::Rack, 2), (Level::Host, 4)]).expect("cluster");
+        b.build().expect("fleet")
+    }
+
     /// A gang weighed as written on the capacity another gang of its shape was weighed on, the
     /// other's placement rolled back between (a hold), is placed on the same hosts without a
     /// search; once anything was admitted, it is searched for again.
     #[test]
     fn a_spread_placement_is_taken_again_only_on_the_capacity_it_was_found_on() {
-        let mut b = FleetBuilder::new();
-        uniform_cluster(&mut b, "east", "h100", 8, &[(Level::Rack, 2), (Level::Host, 4)]).expect("cluster");
-        let fleet = b.build().expect("fleet");
+        let fleet = east();
         let queues = queues();
         let config = greedy();
         let (first, second, other) =
@@ -239,9 +244,7 @@ mod tests {
     /// here (add it to `State`).
     #[test]
     fn rollback_undoes_capacity_usage_memo_evictions_and_counters() {
-        let mut b = FleetBuilder::new();
-        uniform_cluster(&mut b, "east", "h100", 8, &[(Level::Rack, 2), (Level::Host, 4)]).expect("cluster");
-        let fleet = b.build().expect("fleet");
+        let fleet = east();
         let queues = queues();
         let config = greedy();
         let running_gang = gang("running").pods(2).gpus(8);

@@ -227,11 +227,16 @@ mod tests {
         assert!(checkpointed.gpu_hours_lost <= 0.1 * ours.gpu_hours_lost, "{checkpointed:?} vs {ours:?}");
     }
 
-    #[test]
-    fn same_inputs_and_seed_give_identical_json() {
+    /// The built-in fleet and the first `jobs` of the built-in trace.
+    fn builtin_head(jobs: usize) -> (Fleet, Trace) {
         let fleet = FleetSpec::builtin().build("built-in").expect("fleet");
         let trace = builtin_trace().expect("trace");
-        let small = Trace { jobs: trace.jobs[..200].to_vec(), ..trace };
+        (fleet, Trace { jobs: trace.jobs[..jobs].to_vec(), ..trace })
+    }
+
+    #[test]
+    fn same_inputs_and_seed_give_identical_json() {
+        let (fleet, small) = builtin_head(200);
         let inputs = Inputs { fleet: &fleet, fleet_name: "built-in", trace: &small, trace_name: "head" };
         let opts = SimOptions { node_failure_rate: 0.05, urgent_percent: 10, ..SimOptions::default() };
         let json = || {
@@ -245,9 +250,7 @@ mod tests {
     /// every policy says it started before its own set-up, and is done with its figures then.
     #[test]
     fn each_policy_reports_its_start_before_any_of_its_work() {
-        let fleet = FleetSpec::builtin().build("built-in").expect("fleet");
-        let trace = builtin_trace().expect("trace");
-        let small = Trace { jobs: trace.jobs[..50].to_vec(), ..trace };
+        let (fleet, small) = builtin_head(50);
         let inputs = Inputs { fleet: &fleet, fleet_name: "built-in", trace: &small, trace_name: "head" };
         let policies = [Policy::Stowage, Policy::FifoFirstFit];
         let mut calls = Vec::new();
