@@ -52,9 +52,10 @@ pub(crate) struct Reservation {
     pub(crate) gang: GangId,
     cluster: ClusterId,
     pub(crate) start_ms: u64,
-    /// What it will need on each host, and how much of that is free now and held.
+    /// What it will need on each host (pods of a shape), and how much of that is free now and
+    /// held (all of a host's held as one part, see `hold`).
     want: Vec<(DomainId, u32, PodShape)>,
-    held: Vec<(DomainId, u32, PodShape)>,
+    held: Vec<(DomainId, PodShape)>,
 }
 
 /// A gang that does not fit now: it backfills in front of the reservation if it may, or stays
@@ -326,22 +327,30 @@ pub fn may_backfill(gang: &Gang, now_ms: u64, start_ms: u64, reserved_for: &Gang
     gang.runtime_ms.is_some_and(|run| now_ms.saturating_add(run) <= start_ms) && gang.id != *reserved_for
 }
 
-/// Takes what the reservation wants and is free now.
+/// Takes what the reservation wants and is free now: on each host, of each resource, what is
+/// free up to what its pods there will ask, whether or not that makes a whole pod. Held by
+/// whole pods, the rest of a host a backfill took part of would go to anyone, delaying the
+/// reservation, and the cycle's capacity would grow (what fit nowhere would fit after).
 fn hold(run: &mut Run<'_>, r: &mut Reservation) {
     r.held.clear();
     for &(h, n, shape) in &r.want {
-        let free = run.txn.cap.node_free(h).pods(&shape).min(n);
-        if free > 0 {
-            run.txn.cap.take(run.fleet, h, free, shape);
-            r.held.push((h, free, shape));
+        let free = run.txn.cap.node_free(h);
+        let part = PodShape {
+            gpus: free.gpus.min(shape.gpus.saturating_mul(n)),
+            cpu_milli: free.cpu_milli.min(shape.cpu_milli.saturating_mul(u64::from(n))),
+            memory_mib: free.memory_mib.min(shape.memory_mib.saturating_mul(u64::from(n))),
+        };
+        if part != PodShape::default() {
+            run.txn.cap.take(run.fleet, h, 1, part);
+            r.held.push((h, part));
         }
     }
 }
 
 /// Gives the held room back: the cycle does so at its end, since nothing admitted uses it.
 pub(crate) fn unhold(run: &mut Run<'_>, r: &Reservation) {
-    for &(h, n, shape) in &r.held {
-        run.txn.cap.give_back(run.fleet, h, n, shape);
+    for &(h, part) in &r.held {
+        run.txn.cap.give_back(run.fleet, h, 1, part);
     }
 }
 
@@ -355,7 +364,9 @@ fn backfill<'a>(
     reservation: Option<&mut Reservation>,
 ) -> Option<Admission> {
     let r = reservation?;
-    if !may_backfill(gang, now_ms, r.start_ms, &r.gang) {
+    // Holding nothing (none of its hosts is free yet), the reservation leaves the capacity as
+    // the gang was just tried on: it would miss again.
+    if r.held.is_empty() || !may_backfill(gang, now_ms, r.start_ms, &r.gang) {
         return None;
     }
     unhold(run, r);
@@ -433,6 +444,51 @@ mod tests {
             run.txn.rollback(sp);
             placed.map(|a| (order[k - 1].end_ms, a))
         })
+    }
+
+    /// A backfill that takes part of a held host leaves the rest of it held: a gang that would
+    /// not end before the reservation starts is told, truly, that nothing fits, and one that
+    /// would may take it.
+    #[test]
+    fn a_backfill_leaves_the_rest_of_a_held_host_held() {
+        let mut b = FleetBuilder::new();
+        uniform_cluster(&mut b, "east", "h100", 8, &[(Level::Rack, 1), (Level::Host, 2)]).expect("east");
+        let fleet = b.build().expect("fleet");
+        let queues = Queues::new(vec![QueueSpec::unlimited("default")]).expect("queues");
+        let config = Config { reservations: Some(crate::Reservations::AT_ONCE), ..greedy() };
+        let busy = [gang("busy").gpus(8)];
+        let first = cycle(Snapshot::idle(&fleet, &queues), &busy, &config);
+        let Decision::Admit(running) = &first.decisions[0] else { panic!("busy starts: {:?}", first.decisions) };
+        let releases = [Release::of(&busy[0], running, 100_000)];
+        let snapshot = Snapshot {
+            releases: Cow::Borrowed(&releases),
+            ..Snapshot::at(&fleet, &queues, first.capacity, first.usage, 1_000)
+        };
+        let pending = [
+            // Waits for busy's host: reserves both hosts, and holds the free one.
+            gang("big").pods(2).gpus(8).submitted(0),
+            gang("x").gpus(4).submitted(1),
+            // Ends before big starts: backfills into the held host, half of it.
+            gang("y").gpus(4).runtime(10_000).submitted(2),
+            // Would not end before big starts (a shape not tried yet, so searched): the half
+            // y left stays big's.
+            gang("z").gpus(3).submitted(3),
+            // Would: takes part of it.
+            gang("w").gpus(2).runtime(20_000).submitted(4),
+        ];
+        let out = cycle(snapshot, &pending, &config);
+        let decision = |i: usize| &out.decisions[i];
+        assert!(matches!(decision(0), Decision::Pending(Reason::Reserved { .. })), "{:?}", decision(0));
+        for i in [1, 3] {
+            let Decision::Pending(Reason::NoDomain(s)) = decision(i) else { panic!("{i}: {:?}", decision(i)) };
+            assert_eq!(s.largest, 0, "{i}: nothing but the hold is free");
+        }
+        let hosts = |i: usize| match decision(i) {
+            Decision::Admit(a) => a.pod_sets[0].hosts.clone(),
+            other => panic!("{i} backfills: {other:?}"),
+        };
+        assert_eq!(hosts(2), hosts(4), "y and w share the held host");
+        assert_eq!(out.capacity.node_free(hosts(2)[0].0).gpus, 2, "the cycle gives the rest of the hold back");
     }
 
     /// The counted bound, the galloping, the bisection, the hint and the moves of the future
