@@ -100,9 +100,30 @@ pub(crate) struct Run<'a> {
     spreads: Vec<(&'a Gang, u64, Admission)>,
 }
 
-/// [`Run::spans`]: one row per pod-set shape and flavor, one slot per cluster. Looked up once
-/// per pod set and flavor of a gang, never iterated, so the hash order decides nothing.
-type Spans = FxHashMap<SpanKey, SpanRow>;
+/// [`Run::spans`]: one row per pod-set shape and flavor, one slot per cluster. A row is found
+/// by one lookup per pod set and flavor of a gang and then written in place (rows live apart
+/// from the index, so ranking the clusters can write them while it reads the run); the index
+/// is never iterated, so the hash order decides nothing.
+#[derive(Debug, Default)]
+struct Spans {
+    index: FxHashMap<SpanKey, usize>,
+    rows: Vec<SpanRow>,
+}
+
+impl Spans {
+    /// The row of `key`, a fresh one (nothing looked at) the first time.
+    fn row(&mut self, key: SpanKey, clusters: usize) -> usize {
+        let rows = &mut self.rows;
+        *self.index.entry(key).or_insert_with(|| {
+            rows.push(vec![None; clusters]);
+            rows.len() - 1
+        })
+    }
+
+    fn get(&self, key: &SpanKey) -> Option<&SpanRow> {
+        self.index.get(key).map(|&i| &self.rows[i])
+    }
+}
 
 /// What a pod set's span in a cluster depends on besides the cluster's capacity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -508,27 +529,21 @@ impl<'a> Run<'a> {
         resolved: &[Resolved],
     ) -> (Vec<ClusterId>, Vec<Rank>) {
         if self.config.choice == ClusterChoice::Scored {
-            // The rows of the gang's pod sets, taken out of the memo while the clusters are
-            // ranked (one lookup per pod set and flavor, not per cluster) and put back after.
+            // The rows of the gang's pod sets, found once per pod set and flavor (not per
+            // cluster), and taken out of the run while the clusters are ranked.
             let clusters = self.fleet.clusters().len();
-            let mut rows: Vec<Vec<(Option<FlavorId>, SpanRow)>> = gang
+            let rows: Vec<Vec<(Option<FlavorId>, usize)>> = gang
                 .pod_sets
                 .iter()
                 .zip(resolved)
-                .map(|(ps, r)| {
-                    let mut row = |f| self.spans.remove(&SpanKey::of(ps, f)).unwrap_or_else(|| vec![None; clusters]);
-                    r.flavors.iter().map(|&f| (f, row(f))).collect()
-                })
+                .map(|(ps, r)| r.flavors.iter().map(|&f| (f, self.spans.row(SpanKey::of(ps, f), clusters))).collect())
                 .collect();
+            let mut found = std::mem::take(&mut self.spans.rows);
             let mut ranked = Vec::with_capacity(candidates.len());
             for &c in candidates {
-                ranked.extend(self.estimate(c, gang, &mut rows));
+                ranked.extend(self.estimate(c, gang, &rows, &mut found));
             }
-            for (ps, flavors) in gang.pod_sets.iter().zip(rows) {
-                for (f, row) in flavors {
-                    self.spans.insert(SpanKey::of(ps, f), row);
-                }
-            }
+            self.spans.rows = found;
             ranked.sort_unstable();
             return (ranked.iter().map(|r| r.cluster).collect(), ranked);
         }
@@ -598,16 +613,22 @@ impl<'a> Run<'a> {
     /// current capacity: preferences missed, then locality (the narrowest common domain), then
     /// what is left over in the spans (best fit), then the admin's cost weight, then balance.
     /// `None` when some pod set has no span there.
-    fn estimate(&self, cluster: ClusterId, gang: &Gang, rows: &mut [Vec<(Option<FlavorId>, SpanRow)>]) -> Option<Rank> {
+    fn estimate(
+        &self,
+        cluster: ClusterId,
+        gang: &Gang,
+        rows: &[Vec<(Option<FlavorId>, usize)>],
+        found: &mut [SpanRow],
+    ) -> Option<Rank> {
         let fleet = self.fleet;
         let c = fleet.cluster(cluster);
         let (mut missed, mut leftover) = (0u32, 0u64);
         let mut spans = Vec::with_capacity(gang.pod_sets.len());
-        for (ps, flavors) in gang.pod_sets.iter().zip(rows.iter_mut()) {
-            let (span, left) = flavors
-                .iter_mut()
-                .filter(|(f, _)| f.is_none_or(|f| c.has_flavor(f)))
-                .find_map(|(f, row)| self.span(cluster, &ask(fleet, cluster, ps, *f), &mut row[cluster.idx()]))?;
+        for (ps, flavors) in gang.pod_sets.iter().zip(rows) {
+            let (span, left) =
+                flavors.iter().filter(|(f, _)| f.is_none_or(|f| c.has_flavor(f))).find_map(|&(f, row)| {
+                    self.span(cluster, &ask(fleet, cluster, ps, f), &mut found[row][cluster.idx()])
+                })?;
             leftover += left;
             if let TopologyConstraint::Preferred(level) = ps.topology
                 && fleet.level_of(span).is_none_or(|l| l < level)
