@@ -111,12 +111,7 @@ fn reserve<'a>(run: &mut Run<'a>, gang: &'a Gang, releases: &Releases<'_>, hint:
 /// GPUs free as `gang` asks for; `None`: not even all of them.
 fn enough_after(run: &Run<'_>, gang: &Gang, order: &[&Release]) -> Option<usize> {
     let need = gang.total_gpus();
-    let mut free: u64 = run
-        .fleet
-        .clusters()
-        .iter()
-        .flat_map(|c| c.flavors.iter().map(|&f| run.txn.cap.free_gpus(run.fleet, c.root, f)))
-        .sum();
+    let mut free = free_gpus(run);
     let mut first = 0;
     while free < need {
         let r = order.get(first)?;
@@ -124,6 +119,12 @@ fn enough_after(run: &Run<'_>, gang: &Gang, order: &[&Release]) -> Option<usize>
         first += 1;
     }
     Some(first)
+}
+
+/// The GPUs free in the whole fleet, of every flavor.
+fn free_gpus(run: &Run<'_>) -> u64 {
+    let (fleet, cap) = (run.fleet, &run.txn.cap);
+    fleet.clusters().iter().flat_map(|c| c.flavors.iter().map(|&f| cap.free_gpus(fleet, c.root, f))).sum()
 }
 
 /// How many of `order`'s releases (by expected end) must happen before `gang` could fit: the
@@ -367,6 +368,11 @@ fn backfill<'a>(
     // Holding nothing (none of its hosts is free yet), the reservation leaves the capacity as
     // the gang was just tried on: it would miss again.
     if r.held.is_empty() || !may_backfill(gang, now_ms, r.start_ms, &r.gang) {
+        return None;
+    }
+    // Nor when the fleet, with the hold given back, has fewer GPUs free than the gang asks.
+    let held_gpus: u64 = r.held.iter().map(|(_, part)| u64::from(part.gpus)).sum();
+    if free_gpus(run) + held_gpus < gang.total_gpus() {
         return None;
     }
     unhold(run, r);
