@@ -38,8 +38,8 @@ enum Undo<'a> {
     Charged(Charge),
     Discharged(Charge),
     Evicted(&'a str),
-    /// A memo key and what it held before.
-    Memo(MemoKey<'a>, Option<Vec<MemoEntry>>),
+    /// An entry pushed under a memo key (entries are only ever appended).
+    Memo(MemoKey<'a>),
     MemoCleared(Memo<'a>, Memo<'a>),
     MemosSwapped,
 }
@@ -87,11 +87,13 @@ impl<'a> Txn<'a> {
                 Undo::Evicted(id) => {
                     self.evicted.remove(id);
                 }
-                Undo::Memo(key, Some(old)) => {
-                    self.memo.insert(key, old);
-                }
-                Undo::Memo(key, None) => {
-                    self.memo.remove(&key);
+                Undo::Memo(key) => {
+                    if let Some(entries) = self.memo.get_mut(&key) {
+                        entries.pop();
+                        if entries.is_empty() {
+                            self.memo.remove(&key);
+                        }
+                    }
                 }
                 Undo::MemoCleared(memo, unheld) => (self.memo, self.unheld) = (memo, unheld),
                 Undo::MemosSwapped => std::mem::swap(&mut self.memo, &mut self.unheld),
@@ -160,9 +162,8 @@ impl<'a> Txn<'a> {
         if entries.iter().any(|e| e.flavors == entry.flavors && e.min_pods <= pods && e.words_fit(pods)) {
             return;
         }
-        let old = (!entries.is_empty()).then(|| entries.clone());
         entries.push(entry);
-        self.undo.push(Undo::Memo(key, old));
+        self.undo.push(Undo::Memo(key));
     }
 
     /// Forgets the memos: capacity was given back, so what fit nowhere may fit now.
