@@ -71,6 +71,9 @@ pub struct Capacity {
     free_cpu_milli: Vec<u64>,
     free_memory_mib: Vec<u64>,
     journal: Vec<Change>,
+    /// Changes committed (forgotten from the journal) so far: a checkpoint counts from the
+    /// first change ever, so one taken before a commit is told apart from one after it.
+    committed: usize,
     /// Per cluster, when its capacity last changed, on `clock` (which counts every change):
     /// what was worked out from a cluster's capacity holds while its stamp is the same.
     stamps: Vec<u64>,
@@ -104,6 +107,7 @@ impl Capacity {
             free_cpu_milli: vec![0; n],
             free_memory_mib: vec![0; n],
             journal: Vec::new(),
+            committed: 0,
             stamps: vec![0; fleet.clusters().len()],
             clock: 0,
             version: 0,
@@ -273,17 +277,18 @@ impl Capacity {
     }
 
     pub fn checkpoint(&self) -> Checkpoint {
-        Checkpoint { at: self.journal.len(), version: self.version }
+        Checkpoint { at: self.committed + self.journal.len(), version: self.version }
     }
 
-    /// Undoes every `take` and `give_back` since the checkpoint.
+    /// Undoes every `take` and `give_back` since the checkpoint, or since the last commit
+    /// when the checkpoint is older than that (what was committed stays).
     pub fn rollback(&mut self, fleet: &Fleet, cp: Checkpoint) {
-        // Past a commit the journal no longer reaches back to the checkpoint's state.
-        let reaches = self.journal.len() >= cp.at;
-        while self.journal.len() > cp.at {
-            if let Some(c) = self.journal.pop() {
-                self.adjust(fleet, c.host, c.pods, c.shape, !c.taken);
-            }
+        // Past a commit the journal no longer reaches back to the checkpoint's state, nor may
+        // its version be taken for this one's.
+        let reaches = cp.at >= self.committed;
+        while self.committed + self.journal.len() > cp.at {
+            let Some(c) = self.journal.pop() else { break };
+            self.adjust(fleet, c.host, c.pods, c.shape, !c.taken);
         }
         if reaches {
             self.version = cp.version;
@@ -292,6 +297,7 @@ impl Capacity {
 
     /// Forgets the journal: what was taken or given back stays so.
     pub fn commit(&mut self) {
+        self.committed += self.journal.len();
         self.journal.clear();
     }
 
@@ -370,6 +376,38 @@ mod tests {
     use crate::fixture::uniform_cluster;
     use crate::fleet::FleetBuilder;
     use crate::topology::Level;
+
+    /// A rollback to a checkpoint taken before a commit undoes only what came after the commit,
+    /// and does not take the checkpoint's version for a state it is not in; one after the commit
+    /// returns to that state and its version.
+    #[test]
+    fn a_rollback_past_a_commit_keeps_what_was_committed_and_its_version() {
+        let mut b = FleetBuilder::new();
+        uniform_cluster(&mut b, "east", "h100", 8, &[(Level::Rack, 1), (Level::Host, 4)]).expect("cluster");
+        let fleet = b.build().expect("fleet");
+        let hosts = fleet.clusters()[0].hosts().to_vec();
+        let pod = PodShape { gpus: 2, cpu_milli: 1_000, memory_mib: 1_024 };
+        let mut cap = Capacity::empty(&fleet);
+        let before = cap.checkpoint();
+        cap.take(&fleet, hosts[0], 1, pod);
+        cap.take(&fleet, hosts[0], 1, pod);
+        cap.commit();
+        let committed = (cap.clone(), cap.version());
+        let after = cap.checkpoint();
+        cap.take(&fleet, hosts[1], 1, pod);
+        cap.take(&fleet, hosts[2], 1, pod);
+        cap.take(&fleet, hosts[3], 1, pod);
+        cap.rollback(&fleet, after);
+        assert_eq!((cap.clone(), cap.version()), committed, "back to the committed state");
+        cap.take(&fleet, hosts[1], 1, pod);
+        cap.take(&fleet, hosts[2], 1, pod);
+        let moved = cap.version();
+        cap.rollback(&fleet, before);
+        assert_eq!(cap, committed.0, "what was committed stays taken");
+        assert_eq!(cap.node_free(hosts[0]).gpus, 4);
+        assert_ne!(cap.version(), before.version, "not the empty fleet's version");
+        assert_ne!(cap.version(), moved);
+    }
 
     /// Both ways of checking agree: on the capacity as it should be, and on each kind of drift.
     #[test]
