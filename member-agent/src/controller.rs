@@ -1,11 +1,11 @@
 //! The member agent's shell, pull mode. It watches the hub's Placements for its cluster (by
 //! label) and its member's JobSets, and caches the member's Nodes and Pods. It works at two
-//! paces. Every wake starts what is placed but not yet there: rendered (pure [`render`]),
-//! applied with server-side apply and reported Applied, each on its own. Beside that, one
-//! *round* at a time deletes what older epochs or withdrawn TrainJobs left (fencing) and
-//! reports each Placement's status from its JobSet and the MemberCluster's status (heartbeat,
-//! gang scheduler, topology, capacity): a round writing hundreds of statuses never holds back
-//! what was just placed.
+//! paces. Every wake starts what is placed but not yet there: claimed, rendered (pure
+//! [`render`]) and applied with server-side apply, each on its own. Beside that, one *round* at
+//! a time deletes what older epochs or withdrawn TrainJobs left (fencing) and reports each
+//! Placement's status from its JobSet (the first, Applied or Running, replacing the claim) and
+//! the MemberCluster's status (heartbeat, gang scheduler, topology, capacity): a round writing
+//! hundreds of statuses never holds back what was just placed.
 //!
 //! Two timers guard the fleet's promise that a TrainJob never runs twice and never waits
 //! forever: an agent that cannot reach the hub for `hub_lost` deletes the JobSets it made (the

@@ -180,7 +180,8 @@ pub(crate) fn survey(
                     .map_or(Duration::ZERO, |t| now.duration_since(t.0).unsigned_abs());
                 let unstarted = status_of(js, p.spec.epoch, None, false).phase == PlacementPhase::Applied;
                 // Gangs younger than two heartbeats are most likely just starting: no need to ask.
-                let reason = match reported {
+                // The claim's "being made on" is not a reason to wait: the JobSet is made.
+                let reason = match reported.filter(|r| r.phase != PlacementPhase::Pending) {
                     _ if !unstarted => None,
                     Some(r) if !heartbeat || age < cfg.timing.heartbeat * 2 => r.message.clone(),
                     _ => pending_reason(&pods, &ns, &js.name_any()),
@@ -310,6 +311,26 @@ mod tests {
         let s = survey(&config(), &c, &mut state, Reach::Round, k8s_openapi::jiff::Timestamp::now());
         let phases: Vec<PlacementPhase> = s.round.statuses.iter().map(|(_, _, s)| s.phase).collect();
         assert_eq!(phases, [PlacementPhase::Unschedulable]);
+    }
+
+    #[test]
+    fn a_claimed_placement_is_reported_from_its_jobset_without_the_claims_words() {
+        // The agent writes no Applied of its own after making the JobSet: the claim (Pending,
+        // "being made on") stands until a round reports what the JobSet says.
+        let mut claimed = placement("a", "east", Some("Pending"));
+        if let Some(s) = claimed.status.as_mut() {
+            s.message = Some("being made on east".into());
+        }
+        let mut state = State::new(Instant::now());
+        for (ready, phase) in [(0, PlacementPhase::Applied), (1, PlacementPhase::Running)] {
+            let c = caches(vec![claimed.clone()], vec![jobset("a", 1, ready)]);
+            for reach in [Reach::Round, Reach::Heartbeat] {
+                let s = survey(&config(), &c, &mut state, reach, k8s_openapi::jiff::Timestamp::now());
+                let reported: Vec<(PlacementPhase, Option<&str>)> =
+                    s.round.statuses.iter().map(|(_, _, s)| (s.phase, s.message.as_deref())).collect();
+                assert_eq!(reported, [(phase, None)], "{reach:?}");
+            }
+        }
     }
 
     #[test]

@@ -26,8 +26,8 @@ pub(crate) fn name_taken(p: &Placement, taken: &Error) -> PlacementStatus {
     }
 }
 
-/// Placements being realised, at most `CONCURRENT_APPLIES` at once: each is rendered, applied
-/// and reported Applied on its own, as soon as the agent sees it, so a burst's first placements
+/// Placements being realised, at most `CONCURRENT_APPLIES` at once: each is claimed, rendered
+/// and applied on its own, as soon as the agent sees it, so a burst's first placements
 /// need not wait for its last, nor for a round.
 #[derive(Debug)]
 pub(crate) struct Work {
@@ -68,20 +68,18 @@ impl Work {
                     }
                     claim(&hub, &cfg.cluster, &p).await?;
                     let realised = realise(&hub, &member, &cfg, &caches, &p).await;
-                    // The member's part is done: the next placement may start while the hub hears.
+                    // The member's part is done: the next placement may start.
                     drop(permit);
-                    let status = match &realised {
-                        Ok(()) => PlacementStatus {
-                            phase: PlacementPhase::Applied,
-                            observed_epoch: p.spec.epoch,
-                            ..Default::default()
-                        },
+                    // Made: the claim stands until the next round reports what the JobSet
+                    // says (Applied with its counts, or already Running). An Applied written
+                    // here as well was a third Placement status write per TrainJob, a tenth
+                    // of the hub's writes in a burst (issue #39), always overwritten moments
+                    // later by the round's counts.
+                    if let Err(taken @ Error::NameTaken { .. }) = &realised {
                         // Someone else's object holds a name the gang needs: it cannot run here
                         // as it is, and the dispatcher tells the user which object and moves it.
-                        Err(taken @ Error::NameTaken { .. }) => name_taken(&p, taken),
-                        Err(_) => return realised,
-                    };
-                    write_status(&hub, &ns, &p.name_any(), &status).await?;
+                        write_status(&hub, &ns, &p.name_any(), &name_taken(&p, taken)).await?;
+                    }
                     realised
                 }
                 .await;
