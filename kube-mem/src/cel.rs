@@ -366,11 +366,56 @@ fn env() -> Arc<Env> {
     ENV.get_or_init(|| Arc::new(Env::stdlib())).clone()
 }
 
-/// Inputs bound once for every expression evaluated over them: a policy's `object`,
-/// `oldObject`, `request` and `namespaceObject`, or a CRD rule's `self` and `oldSelf`. The JSON
-/// is converted once per scope, its strings borrowed, not once per expression: a policy of
-/// eleven expressions over a Pod converted it twenty-two times, most of the hub's write path
-/// (issue #39).
+/// Inputs for every expression evaluated over them: a policy's `object`, `oldObject`,
+/// `request` and `namespaceObject`, or a CRD rule's `self` and `oldSelf`. Each is converted
+/// from JSON the first time an expression reads it, once for all the expressions of a scope,
+/// its strings borrowed; one no expression reaches is never converted. A policy's validations
+/// mostly begin by asking which resource a request is for, so a Placement's status write
+/// converted both versions of the Placement and read neither (issue #39).
+pub struct Inputs<'v> {
+    bound: Vec<(&'static str, Option<&'v serde_json::Value>, OnceLock<Box<dyn Val + 'v>>)>,
+}
+
+impl std::fmt::Debug for Inputs<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.bound.iter().map(|(name, ..)| name)).finish()
+    }
+}
+
+impl<'v> Inputs<'v> {
+    /// The inputs (an absent one is `null`), refusing more than [`MAX_INPUT_VALUES`] values in
+    /// all, read or not: what is bounded is what a request may bring.
+    pub fn new(
+        inputs: impl IntoIterator<Item = (&'static str, Option<&'v serde_json::Value>)>,
+    ) -> Result<Self, CelError> {
+        let mut left = MAX_INPUT_VALUES;
+        let mut bound = Vec::new();
+        for (name, v) in inputs {
+            if let Some(v) = v {
+                let n = count_values(v, left);
+                if n > left {
+                    return Err(CelError::InputTooLarge);
+                }
+                left -= n;
+            }
+            bound.push((name, v, OnceLock::new()));
+        }
+        Ok(Inputs { bound })
+    }
+}
+
+impl cel::context::VariableResolver for Inputs<'_> {
+    fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
+        let (_, json, converted) = self.bound.iter().find(|(name, ..)| *name == variable)?;
+        let value = converted.get_or_init(|| match json {
+            Some(v) => borrowed(v),
+            None => Box::new(CelNull),
+        });
+        Some(CowVal::Borrowed(value.as_ref()))
+    }
+}
+
+/// A context for evaluating expressions over [`Inputs`], all charging one [`Budget`].
 pub struct Scope<'v> {
     ctx: Context<'v, 'v>,
     budget: Arc<Budget>,
@@ -383,30 +428,12 @@ impl std::fmt::Debug for Scope<'_> {
 }
 
 impl<'v> Scope<'v> {
-    /// Binds `inputs` (an absent one as `null`), refusing more than [`MAX_INPUT_VALUES`] values
-    /// in all; evaluations charge `budget`.
-    pub fn new(
-        inputs: impl IntoIterator<Item = (&'static str, Option<&'v serde_json::Value>)>,
-        budget: &Arc<Budget>,
-    ) -> Result<Scope<'v>, CelError> {
+    /// Evaluations read `inputs` and charge `budget`.
+    pub fn new<'i: 'v>(inputs: &'v Inputs<'i>, budget: &Arc<Budget>) -> Result<Scope<'v>, CelError> {
         let mut ctx = Context::with_env(env());
         ctx.add_function(CHARGE, charge_function(budget.clone()))
             .map_err(|e| CelError::Evaluation(format!("the evaluator could not be set up: {e}")))?;
-        let mut left = MAX_INPUT_VALUES;
-        for (name, v) in inputs {
-            let value: Box<dyn Val + 'v> = match v {
-                Some(v) => {
-                    let n = count_values(v, left);
-                    if n > left {
-                        return Err(CelError::InputTooLarge);
-                    }
-                    left -= n;
-                    borrowed(v)
-                }
-                None => Box::new(CelNull),
-            };
-            ctx.add_variable_as_val(name, value);
-        }
+        ctx.set_variable_resolver(inputs);
         Ok(Scope { ctx, budget: budget.clone() })
     }
 
@@ -526,7 +553,8 @@ mod tests {
 
     fn eval(source: &str, vars: &[(&'static str, serde_json::Value)]) -> Result<Value, CelError> {
         let p = compile(source)?;
-        Scope::new(vars.iter().map(|(n, v)| (*n, Some(v))), &Budget::new())?.evaluate(&p)
+        let inputs = Inputs::new(vars.iter().map(|(n, v)| (*n, Some(v))))?;
+        Scope::new(&inputs, &Budget::new())?.evaluate(&p)
     }
 
     #[test]
@@ -578,6 +606,20 @@ mod tests {
     }
 
     #[test]
+    fn an_input_is_converted_when_first_read_and_never_when_not() {
+        let (request, object) = (json!({"resource": "pods"}), json!({"spec": {"n": 1}}));
+        let inputs = Inputs::new([("request", Some(&request)), ("object", Some(&object))]).expect("small");
+        let converted = |name: &str| inputs.bound.iter().any(|(n, _, v)| *n == name && v.get().is_some());
+        let scope = Scope::new(&inputs, &Budget::new()).expect("scope");
+        let first = compile("request.resource != 'placements' || object.spec.n == 1").expect("compiles");
+        assert_eq!(scope.evaluate(&first), Ok(Value::Bool(true)));
+        assert!(converted("request") && !converted("object"), "{inputs:?}");
+        let second = compile("object.spec.n == 1 && object.spec.n > 0").expect("compiles");
+        assert_eq!(scope.evaluate(&second), Ok(Value::Bool(true)));
+        assert!(converted("object"));
+    }
+
+    #[test]
     fn runtime_errors_are_errors() {
         assert_eq!(eval("self.missing == 1", &[("self", json!({}))]).map_err(|e| e.kind()), Err("evaluation"));
         assert_eq!(eval("1 / 0 == 1", &[]).map_err(|e| e.kind()), Err("evaluation"));
@@ -589,7 +631,7 @@ mod tests {
         let p = compile(&deep).expect("compiles");
         let r = std::thread::Builder::new()
             .stack_size(2 * 1024 * 1024)
-            .spawn(move || Scope::new([], &Budget::new())?.evaluate(&p))
+            .spawn(move || Scope::new(&Inputs::new([])?, &Budget::new())?.evaluate(&p))
             .expect("thread")
             .join()
             .expect("no overflow");

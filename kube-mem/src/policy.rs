@@ -156,7 +156,11 @@ fn evaluate(
     }
     let inputs =
         [("object", a.object), ("oldObject", a.old), ("request", Some(request)), ("namespaceObject", namespace)];
-    let mut scope = match cel::Scope::new(inputs, budget) {
+    let inputs = match cel::Inputs::new(inputs) {
+        Ok(i) => i,
+        Err(e) => return Verdict::Error(e.to_string()),
+    };
+    let mut scope = match cel::Scope::new(&inputs, budget) {
         Ok(s) => s,
         Err(e) => return Verdict::Error(e.to_string()),
     };

@@ -210,7 +210,8 @@ fn check_rule(
         return None;
     }
     let inputs = [("self", Some(new)), ("oldSelf", old.filter(|_| transition))];
-    let scope = cel::Scope::new(inputs.into_iter().take(if transition { 2 } else { 1 }), budget);
+    let inputs = cel::Inputs::new(inputs.into_iter().take(if transition { 2 } else { 1 }));
+    let scope = inputs.as_ref().map_err(Clone::clone).and_then(|inputs| cel::Scope::new(inputs, budget));
     let verdict = scope.as_ref().map_err(Clone::clone).and_then(|s| s.evaluate_bool(&program));
     let detail = match verdict {
         Ok(true) => return None,
