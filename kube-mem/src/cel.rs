@@ -373,12 +373,18 @@ fn env() -> Arc<Env> {
 /// mostly begin by asking which resource a request is for, so a Placement's status write
 /// converted both versions of the Placement and read neither (issue #39).
 pub struct Inputs<'v> {
-    bound: Vec<(&'static str, Option<&'v serde_json::Value>, OnceLock<Box<dyn Val + 'v>>)>,
+    bound: Vec<Input<'v>>,
+}
+
+struct Input<'v> {
+    name: &'static str,
+    json: Option<&'v serde_json::Value>,
+    converted: OnceLock<Box<dyn Val + 'v>>,
 }
 
 impl std::fmt::Debug for Inputs<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.bound.iter().map(|(name, ..)| name)).finish()
+        f.debug_list().entries(self.bound.iter().map(|i| i.name)).finish()
     }
 }
 
@@ -398,7 +404,7 @@ impl<'v> Inputs<'v> {
                 }
                 left -= n;
             }
-            bound.push((name, v, OnceLock::new()));
+            bound.push(Input { name, json: v, converted: OnceLock::new() });
         }
         Ok(Inputs { bound })
     }
@@ -406,8 +412,8 @@ impl<'v> Inputs<'v> {
 
 impl cel::context::VariableResolver for Inputs<'_> {
     fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
-        let (_, json, converted) = self.bound.iter().find(|(name, ..)| *name == variable)?;
-        let value = converted.get_or_init(|| match json {
+        let input = self.bound.iter().find(|i| i.name == variable)?;
+        let value = input.converted.get_or_init(|| match input.json {
             Some(v) => borrowed(v),
             None => Box::new(CelNull),
         });
@@ -609,7 +615,7 @@ mod tests {
     fn an_input_is_converted_when_first_read_and_never_when_not() {
         let (request, object) = (json!({"resource": "pods"}), json!({"spec": {"n": 1}}));
         let inputs = Inputs::new([("request", Some(&request)), ("object", Some(&object))]).expect("small");
-        let converted = |name: &str| inputs.bound.iter().any(|(n, _, v)| *n == name && v.get().is_some());
+        let converted = |name: &str| inputs.bound.iter().any(|i| i.name == name && i.converted.get().is_some());
         let scope = Scope::new(&inputs, &Budget::new()).expect("scope");
         let first = compile("request.resource != 'placements' || object.spec.n == 1").expect("compiles");
         assert_eq!(scope.evaluate(&first), Ok(Value::Bool(true)));
