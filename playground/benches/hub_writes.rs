@@ -122,9 +122,14 @@ fn one_trainjob(s: &mut Store, k: &Kinds, i: u64) {
         "reason": "Placed", "message": "placed on east, block b0, epoch 1", "type": "Normal", "count": 1,
         "source": {"component": "stowage-dispatcher"}});
     s.create(Requester::Manager(&dispatcher, "stowage-dispatcher"), &k.events, ns, event, &opts).expect("Event");
-    for phase in ["Applied", "Running", "Running"] {
-        let status = json!({"status": {"phase": phase, "observedEpoch": 1,
-            "jobsStatus": [{"name": "node", "active": i32::from(phase == "Running"), "ready": 0, "succeeded": 0, "failed": 0, "suspended": 0}]}});
+    // The agent's claim, then what its rounds report from the JobSet: Applied with its counts,
+    // then Running (a burst counts 2.3-2.7 of these per TrainJob: a slow round sees Running at once).
+    for (phase, ready) in [("Pending", 0), ("Applied", 0), ("Running", 1)] {
+        let jobs = json!([{"name": "node", "active": 1, "ready": ready, "succeeded": 0, "failed": 0, "suspended": 0}]);
+        let status = match phase {
+            "Pending" => json!({"status": {"phase": phase, "observedEpoch": 1, "message": "being made on east"}}),
+            _ => json!({"status": {"phase": phase, "observedEpoch": 1, "message": null, "jobsStatus": jobs}}),
+        };
         s.update(
             Requester::Manager(&agent, "stowage-agent"),
             &k.placements,
