@@ -331,6 +331,12 @@ mod tests {
                 assert_eq!(reported, [(phase, None)], "{reach:?}");
             }
         }
+        // Its JobSet gone while the claim still stands (no round reported it): made again here,
+        // not reported Lost.
+        let gone = caches(vec![claimed], Vec::new());
+        let s = survey(&config(), &gone, &mut state, Reach::Round, k8s_openapi::jiff::Timestamp::now());
+        assert_eq!(names(&s.realise), ["a"]);
+        assert!(s.round.statuses.is_empty(), "{:?}", s.round.statuses);
     }
 
     #[test]
