@@ -31,7 +31,7 @@ impl Sim<'_> {
             rec.restarts += 1;
             rec.preemptions += 1;
             rec.lost_gpu_s += gpus * lost_s;
-            rec.outcome = Outcome::Pending(not_looked_at(self.policy, &rec.queue));
+            rec.outcome = Outcome::Pending(Arc::new(not_looked_at(self.policy, &rec.queue)));
             self.wait(j, gang);
         }
     }

@@ -14,6 +14,7 @@ use scheduling::not_looked_at;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::sync::Arc;
 
 use scheduler_core::invariants::Violation;
 use scheduler_core::{
@@ -138,8 +139,11 @@ pub enum SimError {
 pub enum Outcome {
     Completed,
     Running,
-    Pending(Reason),
-    Rejected(Reason),
+    /// Shared: a cycle tells a whole class of gangs the same words (`Sim::tell`), so each is
+    /// told by a count, not by a copy or a comparison of them.
+    Pending(Arc<Reason>),
+    /// Boxed: rare, and it keeps every record small.
+    Rejected(Box<Reason>),
 }
 
 /// One job's history in one policy's run.
@@ -358,6 +362,8 @@ pub fn simulate(
     progress(0, total);
     let tenancy = Tenancy::new(trace, opts)?;
     let queues = &tenancy.queues;
+    // Every job starts told the words of its queue: one of them per queue.
+    let mut first_words: BTreeMap<String, Arc<Reason>> = BTreeMap::new();
     let mut sim = Sim {
         fleet,
         queues,
@@ -385,9 +391,11 @@ pub fn simulate(
             .map(|j| {
                 let submit_s = (j.submit_s as f64 / opts.load_scale).floor() as u64;
                 let queue = tenancy.queue_of(j).to_string();
+                let unseen =
+                    first_words.entry(queue.clone()).or_insert_with(|| Arc::new(not_looked_at(policy, &queue)));
                 JobRecord {
                     id: j.id.clone(),
-                    outcome: Outcome::Pending(not_looked_at(policy, &queue)),
+                    outcome: Outcome::Pending(unseen.clone()),
                     queue,
                     gpus: j.pod_sets.iter().map(|p| u64::from(p.pods) * u64::from(p.gpus_per_pod)).sum(),
                     submit_s,

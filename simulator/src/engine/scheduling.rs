@@ -165,7 +165,7 @@ impl Sim<'_> {
         // Overtaken, they are not looked at: the cycle would have said so.
         for &j in self.pending.overtaken() {
             let queue = config.fair_sharing.then(|| self.records[j].queue.clone());
-            self.records[j].outcome = Outcome::Pending(Reason::BeyondDepth { queue, depth: config.depth });
+            self.records[j].outcome = Outcome::Pending(Arc::new(Reason::BeyondDepth { queue, depth: config.depth }));
         }
         let unseen = self.pending.len() - self.pending.lent().len();
         if unseen > 0 {
@@ -200,6 +200,9 @@ impl Sim<'_> {
     ) -> Result<(), SimError> {
         let mut taken = taken.into_iter();
         let mut decisions: Vec<Option<Decision>> = decisions.into_iter().map(Some).collect();
+        // The words each class's first gang left waiting (by window position) gives its
+        // class-mates this cycle: one allocation shared by the class.
+        let mut words_of: Vec<Option<Arc<Reason>>> = vec![None; jobs.len()];
         // Reasons counted by kind, a run of the same kind at a time: most of a cycle's share one.
         let mut run_of: Option<(&'static str, u64)> = None;
         for (&j, &told) in jobs.iter().zip(told) {
@@ -207,7 +210,7 @@ impl Sim<'_> {
                 Told::Decided(k) => match decisions[k].take() {
                     Some(Decision::Pending(reason)) if !reason.is_permanent() => {
                         let kind = reason.kind();
-                        self.records[j].outcome = Outcome::Pending(reason);
+                        self.records[j].outcome = Outcome::Pending(Arc::new(reason));
                         kind
                     }
                     Some(decision) => {
@@ -215,7 +218,7 @@ impl Sim<'_> {
                         match decision {
                             Decision::Admit(admission) => self.start(t, j, gang, admission)?,
                             Decision::Preempt { admission, .. } => self.start(t, j, gang, admission)?,
-                            Decision::Pending(reason) => self.records[j].outcome = Outcome::Rejected(reason),
+                            Decision::Pending(reason) => self.records[j].outcome = Outcome::Rejected(Box::new(reason)),
                         }
                         continue;
                     }
@@ -225,23 +228,35 @@ impl Sim<'_> {
                 // gang left out is told what it was told the cycle before).
                 Told::Behind(at) => {
                     let (blocker, rec) = (&self.records[jobs[at]].id, &self.records[j]);
-                    let told_so = matches!(&rec.outcome,
-                        Outcome::Pending(Reason::WaitingBehind { queue, gang }) if *queue == rec.queue && gang == blocker);
+                    let told_so = matches!(&rec.outcome, Outcome::Pending(r)
+                        if matches!(&**r, Reason::WaitingBehind { queue, gang } if *queue == rec.queue && gang == blocker));
                     if !told_so {
                         let reason = Reason::WaitingBehind { queue: rec.queue.clone(), gang: blocker.clone() };
-                        self.records[j].outcome = Outcome::Pending(reason);
+                        self.records[j].outcome = Outcome::Pending(Arc::new(reason));
                     }
                     Reason::WAITING_BEHIND
                 }
                 Told::Like(at) => {
-                    let Outcome::Pending(reason) = &self.records[jobs[at]].outcome else {
-                        unreachable!("a class's first gang left waiting is recorded pending before the rest")
+                    let words = match &words_of[at] {
+                        Some(words) => words.clone(),
+                        None => {
+                            let Outcome::Pending(reason) = &self.records[jobs[at]].outcome else {
+                                unreachable!("a class's first gang left waiting is recorded pending before the rest")
+                            };
+                            let words = match Told::words(reason) {
+                                w if std::ptr::eq(w, &**reason) => reason.clone(),
+                                // Its class-mates' words from the cycle before, when the same.
+                                w => match &self.records[j].outcome {
+                                    Outcome::Pending(r) if **r == *w => r.clone(),
+                                    _ => Arc::new(w.clone()),
+                                },
+                            };
+                            words_of[at] = Some(words.clone());
+                            words
+                        }
                     };
-                    let words = Told::words(reason);
                     let kind = words.kind();
-                    if !matches!(&self.records[j].outcome, Outcome::Pending(r) if r == words) {
-                        self.records[j].outcome = Outcome::Pending(words.clone());
-                    }
+                    self.records[j].outcome = Outcome::Pending(words);
                     kind
                 }
             };
