@@ -29,10 +29,11 @@
 //! rest on the core's memo: every gang of one shape and size that fits nowhere is told the same
 //! all cycle (`scheduler_core::memo`), which holds for gangs of one pod set.
 
+use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 
+use rustc_hash::FxHashMap;
 use scheduler_core::may_backfill;
 use scheduler_core::preempt::may_evict_any;
 use scheduler_core::{
@@ -40,7 +41,7 @@ use scheduler_core::{
 };
 
 /// Gangs a cycle decides alike, in queue order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Group {
     /// A strict FIFO queue: the first gang left waiting blocks the rest.
     Queue(QueueId),
@@ -226,8 +227,9 @@ fn fits_nowhere(reason: &Reason) -> bool {
 /// queue), and the GPUs free as the cycle starts where a group may go (`room`, asked once per
 /// group); `None` when nothing would be left out.
 pub fn plan(members: impl Iterator<Item = (Option<Group>, u64)>, room: impl Fn(Group) -> u64) -> Option<Cut> {
-    // Per group: its room, and the GPUs handed so far, or `None` once past the room.
-    let mut asked: BTreeMap<Group, (u64, Option<u64>)> = BTreeMap::new();
+    // Per group: its room, and the GPUs handed so far, or `None` once past the room. Only
+    // looked up, never walked: its order decides nothing.
+    let mut asked: FxHashMap<Group, (u64, Option<u64>)> = FxHashMap::default();
     let mut cut = Cut { handed: Vec::new(), left: Vec::new() };
     for (i, (group, gpus)) in members.enumerate() {
         let Some(g) = group else {
@@ -276,8 +278,8 @@ impl Cut {
         }
         // Per group, window positions: a strict queue's blocker; a class's first gang whose
         // forms fit nowhere, and its first that fit nowhere without the hold either.
-        let mut blocker: BTreeMap<Group, usize> = BTreeMap::new();
-        let mut nowhere: BTreeMap<Group, (usize, Option<usize>)> = BTreeMap::new();
+        let mut blocker: FxHashMap<Group, usize> = FxHashMap::default();
+        let mut nowhere: FxHashMap<Group, (usize, Option<usize>)> = FxHashMap::default();
         for (&(i, group), d) in self.handed.iter().zip(decisions) {
             let (Some(g), Decision::Pending(reason)) = (group, d) else { continue };
             match g {

@@ -210,7 +210,11 @@ impl Sim<'_> {
                 Told::Decided(k) => match decisions[k].take() {
                     Some(Decision::Pending(reason)) if !reason.is_permanent() => {
                         let kind = reason.kind();
-                        self.records[j].outcome = Outcome::Pending(Arc::new(reason));
+                        // Kept when the same: its class-mates are then told by the same words as
+                        // the cycle before, with nothing to change (`Told::Like`).
+                        if !matches!(&self.records[j].outcome, Outcome::Pending(r) if **r == reason) {
+                            self.records[j].outcome = Outcome::Pending(Arc::new(reason));
+                        }
                         kind
                     }
                     Some(decision) => {
@@ -256,7 +260,10 @@ impl Sim<'_> {
                         }
                     };
                     let kind = words.kind();
-                    self.records[j].outcome = Outcome::Pending(words);
+                    // Told so last cycle: the same words, not even a count to change.
+                    if !matches!(&self.records[j].outcome, Outcome::Pending(r) if Arc::ptr_eq(r, &words)) {
+                        self.records[j].outcome = Outcome::Pending(words);
+                    }
                     kind
                 }
             };
