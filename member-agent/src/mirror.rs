@@ -192,34 +192,52 @@ impl MirrorPlan {
 }
 
 /// Compares the member's TrainJob pods of the placements current here (`owners`, by placement)
-/// with the hub's copies.
+/// with the hub's copies. A copy is built only to be written: a round in a burst looks at
+/// thousands of pods whose copies are as they should be.
 pub fn plan(
     cluster: &str,
     member_pods: &[Arc<Pod>],
     copies: &[Arc<Pod>],
     owners: &BTreeMap<PlacementKey, Owner>,
 ) -> MirrorPlan {
-    let key = |p: &Pod| (p.metadata.namespace.clone().unwrap_or_default(), p.name_any());
-    let on_hub: BTreeMap<(String, String), &Pod> = copies.iter().map(|p| (key(p), p.as_ref())).collect();
+    let mut on_hub: BTreeMap<(&str, &str), (&Pod, bool)> =
+        copies.iter().map(|p| (key(p), (p.as_ref(), false))).collect();
     let mut plan = MirrorPlan::default();
-    let mut wanted = std::collections::BTreeSet::new();
     for pod in member_pods {
         let Some(owner) = PlacementKey::of_labels(pod.labels()).and_then(|k| owners.get(&k)) else { continue };
         if pod.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        let copy = copy(cluster, pod, owner);
-        wanted.insert(key(&copy));
-        match on_hub.get(&key(&copy)) {
-            None => plan.create.push(copy),
-            Some(seen) if seen.status != copy.status || seen.metadata.labels != copy.metadata.labels => {
-                plan.update.push(copy)
+        match on_hub.get_mut(&key(pod)) {
+            None => plan.create.push(copy(cluster, pod, owner)),
+            Some((seen, wanted)) => {
+                *wanted = true;
+                if seen.status != pod.status || !copied_labels(seen, pod, cluster) {
+                    plan.update.push(copy(cluster, pod, owner));
+                }
             }
-            Some(_) => {}
         }
     }
-    plan.delete = on_hub.into_keys().filter(|k| !wanted.contains(k)).collect();
+    plan.delete = on_hub
+        .into_iter()
+        .filter(|(_, (_, wanted))| !wanted)
+        .map(|((ns, name), _)| (ns.to_string(), name.to_string()))
+        .collect();
     plan
+}
+
+/// A pod's namespace and name.
+fn key(p: &Pod) -> (&str, &str) {
+    (p.metadata.namespace.as_deref().unwrap_or_default(), p.metadata.name.as_deref().unwrap_or_default())
+}
+
+/// Whether a copy has the labels [`copy`] gives it: the pod's, and the member's.
+fn copied_labels(seen: &Pod, pod: &Pod, cluster: &str) -> bool {
+    let (seen, labels) = (seen.labels(), pod.labels());
+    let added = usize::from(!labels.contains_key(CLUSTER_LABEL));
+    seen.get(CLUSTER_LABEL).is_some_and(|c| c == cluster)
+        && seen.len() == labels.len() + added
+        && labels.iter().all(|(k, v)| k == CLUSTER_LABEL || seen.get(k) == Some(v))
 }
 
 #[cfg(test)]
@@ -272,6 +290,19 @@ mod tests {
         // Copied already: only a change on the member is written again.
         let copied = Arc::new(c.clone());
         assert!(super::plan("east", &pods[..1], std::slice::from_ref(&copied), &owners()).is_empty());
+        // A label the copy lacks or has over the pod's, or without the member's: written again.
+        let mut relabelled = c.clone();
+        relabelled.labels_mut().insert("extra".into(), "x".into());
+        let mut unlabelled = c.clone();
+        unlabelled.labels_mut().remove(CLUSTER_LABEL);
+        let mut elsewhere = c.clone();
+        elsewhere.labels_mut().insert(CLUSTER_LABEL.into(), "west".into());
+        for wrong in [relabelled, unlabelled, elsewhere] {
+            let labels = wrong.labels().clone();
+            let plan = super::plan("east", &pods[..1], &[Arc::new(wrong)], &owners());
+            assert_eq!((plan.update.len(), plan.create.len(), plan.delete.len()), (1, 0, 0), "{labels:?}");
+            assert_eq!(plan.update[0].labels(), c.labels());
+        }
         let done = member_pod("t1-node-0-0-a", "u1", 2, "Succeeded");
         let again = super::plan("east", &[done], &[copied], &owners());
         assert_eq!(again.update.len(), 1);

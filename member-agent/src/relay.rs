@@ -45,11 +45,11 @@ pub fn relays(
     owners: &BTreeMap<PlacementKey, Owner>,
     relayed: &BTreeMap<String, i32>,
 ) -> Vec<Relay> {
-    let owner_of: BTreeMap<(String, String), &Owner> = pods
+    let owner_of: BTreeMap<(&str, &str), &Owner> = pods
         .iter()
         .filter_map(|p| {
             let owner = owners.get(&PlacementKey::of_labels(p.labels())?)?;
-            Some(((p.metadata.namespace.clone()?, p.name_any()), owner))
+            Some(((p.metadata.namespace.as_deref()?, p.metadata.name.as_deref()?), owner))
         })
         .collect();
     let mut out = Vec::new();
@@ -59,11 +59,11 @@ pub fn relays(
         if o.kind.as_deref() != Some("Pod") {
             continue;
         }
-        let (Some(ns), Some(pod)) = (o.namespace.clone(), o.name.clone()) else { continue };
-        let Some(owner) = owner_of.get(&(ns.clone(), pod.clone())) else { continue };
-        let Some(uid) = e.metadata.uid.clone() else { continue };
+        let (Some(ns), Some(pod)) = (o.namespace.as_deref(), o.name.as_deref()) else { continue };
+        let Some(owner) = owner_of.get(&(ns, pod)) else { continue };
+        let Some(uid) = e.metadata.uid.as_deref() else { continue };
         let count = e.count.unwrap_or(1).max(1);
-        let before = relayed.get(&uid).copied().unwrap_or(0);
+        let before = relayed.get(uid).copied().unwrap_or(0);
         if count <= before {
             continue;
         }
@@ -76,7 +76,7 @@ pub fn relays(
                     api_version: Some("trainer.kubeflow.org/v1alpha1".into()),
                     kind: Some("TrainJob".into()),
                     name: Some(owner.name.clone()),
-                    namespace: Some(ns),
+                    namespace: Some(ns.to_string()),
                     uid: Some(owner.uid.clone()),
                     ..Default::default()
                 },
@@ -86,7 +86,7 @@ pub fn relays(
                 times: count - before,
                 component: format!("stowage-agent-{cluster}"),
             },
-            seen: (uid, count),
+            seen: (uid.to_string(), count),
         });
     }
     out

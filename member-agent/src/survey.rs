@@ -7,6 +7,7 @@ use std::time::Duration;
 use api::jobset::JobSet;
 use api::stowage::{Placement, PlacementKey, PlacementPhase, PlacementStatus};
 use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
 use tokio::time::Instant;
 
 use kube_shell::watch::{self};
@@ -140,6 +141,9 @@ pub(crate) fn survey(
     reach: Reach,
     now: k8s_openapi::jiff::Timestamp,
 ) -> Survey {
+    if !reach.round() {
+        return Survey { realise: starts(cfg, caches, state), round: Round::default() };
+    }
     let placements: Vec<Arc<Placement>> = watch::sorted(&caches.placements)
         .into_iter()
         .filter(|p| p.spec.cluster.as_deref() == Some(cfg.cluster.as_str()))
@@ -170,8 +174,6 @@ pub(crate) fn survey(
             continue;
         }
         let status = match jobsets.get(&key) {
-            // Statuses are a round's business, and one is running.
-            Some(_) if !reach.round() => continue,
             Some(js) => {
                 let age = js
                     .metadata
@@ -201,33 +203,23 @@ pub(crate) fn survey(
                 }
                 status
             }
-            None if state.applied.contains(&key) || state.in_flight.contains(&key) => continue,
-            None if matches!(phase, Some(PlacementPhase::Applied | PlacementPhase::Running))
-                && !state.fenced.contains_key(&key) =>
-            {
-                if !reach.round() {
-                    continue;
-                }
-                PlacementStatus {
-                    phase: PlacementPhase::Lost,
-                    observed_epoch: p.spec.epoch,
-                    message: Some(format!("JobSet {ns}/{name} disappeared from the member before it finished")),
-                    ..PlacementStatus::default()
-                }
-            }
-            // Fenced for a lost hub: made again only once confirmed and claimed (`Loop::confirmed`).
-            None if state.fenced.contains_key(&key) => continue,
-            None => {
+            None if to_start(&p, &key, state) => {
                 survey.realise.push(p);
                 continue;
             }
+            None if state.applied.contains(&key) || state.in_flight.contains(&key) => continue,
+            None if reported_made(&p) && !state.fenced.contains_key(&key) => PlacementStatus {
+                phase: PlacementPhase::Lost,
+                observed_epoch: p.spec.epoch,
+                message: Some(format!("JobSet {ns}/{name} disappeared from the member before it finished")),
+                ..PlacementStatus::default()
+            },
+            // Fenced for a lost hub: made again only once confirmed and claimed (`Loop::confirmed`).
+            None => continue,
         };
         if reported != Some(&status) {
             survey.round.statuses.push((ns, name, status));
         }
-    }
-    if !reach.round() {
-        return survey;
     }
     for (key, js) in &jobsets {
         *survey.round.jobsets.entry(phase_label(status_of(js, key.epoch, None, false).phase)).or_default() += 1;
@@ -243,6 +235,61 @@ pub(crate) fn survey(
     survey.round.gone =
         state.fenced.iter().filter(|(k, _)| !current.contains(*k)).map(|(k, ns)| (k.clone(), ns.clone())).collect();
     survey
+}
+
+/// Whether the hub has the placement reported made (Applied or Running) at its epoch.
+fn reported_made(p: &Placement) -> bool {
+    let reported = p.status.as_ref().filter(|s| s.observed_epoch == p.spec.epoch);
+    reported.is_some_and(|s| matches!(s.phase, PlacementPhase::Applied | PlacementPhase::Running))
+}
+
+/// Whether a placement here with no JobSet of its epoch on the member is to be made now: not
+/// reported made at this epoch (gone, it is Lost: a round's business), nor just applied by this
+/// process, being made, or fenced for a lost hub (made again only once confirmed and claimed,
+/// `Loop::confirmed`).
+fn to_start(p: &Placement, key: &Key, state: &State) -> bool {
+    !reported_made(p)
+        && !state.applied.contains(key)
+        && !state.in_flight.contains(key)
+        && !state.fenced.contains_key(key)
+}
+
+/// What a wake during a round starts: the survey's `realise`, found without a round's tables.
+/// A burst wakes the agent hundreds of times while rounds run, and each wake used to build
+/// every table of a round over every placement and JobSet (quadratic in the burst); this reads
+/// each placement once and looks its JobSet up by name (the agent names it after the TrainJob,
+/// as the Placement is). Forgets the applied keys whose JobSets the cache now has, as a round does.
+fn starts(cfg: &AgentConfig, caches: &Caches, state: &mut State) -> Vec<Arc<Placement>> {
+    let made = |p: &Placement, key: &Key| {
+        let name = ObjectRef::new(&p.name_any()).within(&p.namespace().unwrap_or_default());
+        caches.jobsets.get(&name).is_some_and(|js| owner_key(&js).as_ref() == Some(key))
+    };
+    let mut realise: Vec<Arc<Placement>> = Vec::new();
+    for p in caches.placements.state() {
+        if p.spec.cluster.as_deref() != Some(cfg.cluster.as_str()) || finished(&p) {
+            continue;
+        }
+        // Most of them, settled without a key or a lookup.
+        if reported_made(&p) {
+            continue;
+        }
+        let key = Key::of(&p);
+        if state.applied.contains(&key) {
+            if made(&p, &key) {
+                state.applied.remove(&key);
+            }
+            continue;
+        }
+        if to_start(&p, &key, state) && !made(&p, &key) {
+            realise.push(p);
+        }
+    }
+    // In the order the round's survey finds them (`watch::sorted`).
+    realise.sort_by(|a, b| {
+        (a.metadata.namespace.as_deref(), a.metadata.name.as_deref())
+            .cmp(&(b.metadata.namespace.as_deref(), b.metadata.name.as_deref()))
+    });
+    realise
 }
 
 #[cfg(test)]
@@ -284,6 +331,45 @@ mod tests {
         let stale: Vec<&str> = between.round.stale.iter().map(|(k, _)| k.uid.as_str()).collect();
         assert_eq!(stale, ["old-epoch"]);
         assert!(!between.round.heartbeat);
+    }
+
+    /// A wake during a round finds what to start without a round's tables: the same as a round's
+    /// look would, in every case that decides it.
+    #[test]
+    fn a_wake_during_a_round_starts_what_a_rounds_look_would() {
+        let mut claimed = placement("claimed", "east", Some("Pending"));
+        if let Some(s) = claimed.status.as_mut() {
+            s.message = Some("being made on east".into());
+        }
+        let placements = vec![
+            placement("new", "east", None),
+            // Its JobSet is the last epoch's: this epoch is still to make.
+            placement("moved-back", "east", Some("Pending")),
+            claimed,
+            placement("applied", "east", None),
+            placement("in-flight", "east", None),
+            placement("fenced", "east", Some("Pending")),
+            placement("vanished", "east", Some("Running")),
+            placement("elsewhere", "west", None),
+            placement("done", "east", Some("Succeeded")),
+        ];
+        let jobsets = vec![jobset("moved-back", 0, 1), jobset("claimed", 1, 0), jobset("applied", 1, 0)];
+        let c = caches(placements, jobsets);
+        let fresh = || {
+            let mut state = State::new(Instant::now());
+            state.applied.insert(key("applied", 1));
+            state.in_flight.insert(key("in-flight", 1));
+            state.fenced.insert(key("fenced", 1), "team".into());
+            state
+        };
+        let (mut during, mut between) = (fresh(), fresh());
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let starts = survey(&config(), &c, &mut during, Reach::Starts, now);
+        let round = survey(&config(), &c, &mut between, Reach::Round, now);
+        assert_eq!(names(&starts.realise), ["moved-back", "new"]);
+        assert_eq!(names(&starts.realise), names(&round.realise));
+        assert_eq!(during.applied, between.applied, "both forget what the JobSet cache has caught up with");
+        assert!(during.applied.is_empty());
     }
 
     #[test]
