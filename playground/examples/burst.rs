@@ -20,6 +20,7 @@ use dispatcher::decide::{Observed, Settings, decide};
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::WatchStreamExt;
 use playground::{Playground, PlaygroundOptions};
 use serde_json::json;
 
@@ -80,12 +81,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|e| unreachable!("a valid TrainJob: {e}"))
     };
     // Watch the members' JobSets, as any client would, and note when each TrainJob's appears.
+    // With a back-off, as every watch should have: once the servers stop at the end, a watcher
+    // without one retries at once, each request failing at once, and never yields, so the
+    // runtime's shutdown waited on it for ever (the rare hang at exit, caught by its stacks).
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
     for m in &p.members {
         let api: Api<api::jobset::JobSet> = Api::all(m.sim.server.client_as("observer")?);
         let tx = tx.clone();
         tokio::spawn(async move {
-            let mut events = std::pin::pin!(kube::runtime::watcher(api, Default::default()));
+            let mut events = std::pin::pin!(kube::runtime::watcher(api, Default::default()).default_backoff());
             while let Some(e) = events.next().await {
                 if let Ok(kube::runtime::watcher::Event::Apply(js) | kube::runtime::watcher::Event::InitApply(js)) = e
                     && let Some(uid) = js.metadata.labels.as_ref().and_then(|l| l.get(api::stowage::TRAINJOB_UID_LABEL))
@@ -100,7 +104,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     {
         let api: Api<api::stowage::Placement> = Api::all(hub.clone());
         tokio::spawn(async move {
-            let mut events = std::pin::pin!(kube::runtime::watcher(api, Default::default()));
+            let mut events = std::pin::pin!(kube::runtime::watcher(api, Default::default()).default_backoff());
             while let Some(e) = events.next().await {
                 if let Ok(kube::runtime::watcher::Event::Apply(p) | kube::runtime::watcher::Event::InitApply(p)) = e {
                     let _ = ptx.send((p.spec.train_job_uid.clone(), Instant::now()));
