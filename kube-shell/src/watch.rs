@@ -109,11 +109,14 @@ where
     K::DynamicType: Eq + Hash + Clone,
 {
     let mut v = store.state();
-    v.sort_by(|a, b| {
-        (a.meta().namespace.as_deref(), a.meta().name.as_deref())
-            .cmp(&(b.meta().namespace.as_deref(), b.meta().name.as_deref()))
-    });
+    v.sort_by(|a, b| by_name(a.as_ref(), b.as_ref()));
     v
+}
+
+/// The order [`sorted`] gives: namespace, then name.
+pub fn by_name<K: kube::Resource>(a: &K, b: &K) -> std::cmp::Ordering {
+    (a.meta().namespace.as_deref(), a.meta().name.as_deref())
+        .cmp(&(b.meta().namespace.as_deref(), b.meta().name.as_deref()))
 }
 
 /// [`sorted`], owned.

@@ -285,10 +285,7 @@ fn starts(cfg: &AgentConfig, caches: &Caches, state: &mut State) -> Vec<Arc<Plac
         }
     }
     // In the order the round's survey finds them (`watch::sorted`).
-    realise.sort_by(|a, b| {
-        (a.metadata.namespace.as_deref(), a.metadata.name.as_deref())
-            .cmp(&(b.metadata.namespace.as_deref(), b.metadata.name.as_deref()))
-    });
+    realise.sort_by(|a, b| watch::by_name(a.as_ref(), b.as_ref()));
     realise
 }
 
