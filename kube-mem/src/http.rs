@@ -24,6 +24,7 @@ use super::status::ApiError;
 use super::storage::{Event, EventType, Signal};
 use super::store::{ApplyOptions, Part, WriteOptions};
 use super::table;
+use super::view;
 use super::{Access, Shared, Store};
 
 /// The largest request body accepted, as the real server's default (3 MiB).
@@ -395,7 +396,6 @@ async fn serve(
         (Method::PATCH, Some(name)) => {
             let bytes = read_body(req.into_body()).await?;
             let mut store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
-            let current = store.get(rt, ns, &name);
             if content_type.starts_with("application/apply-patch") {
                 let applied = parse_body(&bytes, "yaml")?;
                 check_kind(rt, &applied)?;
@@ -404,23 +404,28 @@ async fn serve(
                     .cloned()
                     .ok_or_else(|| ApiError::bad_request("fieldManager is required for apply patch"))?;
                 let force = q.get("force").and_then(|f| super::logs::query_bool(f)).unwrap_or(false);
-                match current {
-                    Err(e) if e.code != 404 => return Err(e),
-                    // Apply that creates is also authorized as a create, as the real server does.
-                    Err(_) if target.part == Part::Main => {
-                        let create = Access { verb: "create".into(), subresource: None, name: None, ..access };
-                        authorize_in(&shared, &store, &user, rbac::Request::Resource(&create))?;
-                    }
-                    _ => {}
+                // Apply that creates is also authorized as a create, as the real server does.
+                if target.part == Part::Main && store.view().peek(rt, ns, &name).is_none() {
+                    let create = Access { verb: "create".into(), subresource: None, name: None, ..access };
+                    authorize_in(&shared, &store, &user, rbac::Request::Resource(&create))?;
                 }
                 let apply = ApplyOptions { manager: &manager, force };
                 let (obj, created) =
                     store.apply(Requester::User(&user), rt, ns, &name, applied, target.part, &opts, &apply)?;
                 return Ok(json_response(if created { 201 } else { 200 }, &obj));
             }
-            let mut obj = current?;
+            let patch_type = content_type.split(';').next().unwrap_or("");
+            // A merge patch of the status is applied to the metadata and status alone: the
+            // write keeps nothing else. A JSON patch may test or move any path: all of it.
+            let mut obj = match store.view().peek(rt, ns, &name) {
+                Some(o) if target.part == Part::Status && patch_type != "application/json-patch+json" => {
+                    view::present_status(rt, o)
+                }
+                Some(o) => view::present(rt, o),
+                None => return Err(ApiError::not_found(&rt.display_name(), &name)),
+            };
             let patch_body = parse_body(&bytes, "json")?;
-            match content_type.split(';').next().unwrap_or("") {
+            match patch_type {
                 "application/merge-patch+json" => patch::merge_patch(&mut obj, &patch_body),
                 "application/json-patch+json" => patch::json_patch(&mut obj, &patch_body)?,
                 "application/strategic-merge-patch+json" => patch::strategic_merge(&mut obj, &patch_body),

@@ -21,7 +21,7 @@ use super::status::ApiError;
 use super::storage::Storage;
 use super::time::now_rfc3339;
 use super::typed::Ty;
-use super::view::{Bucket, ReadView, View, meta_str, present, store_key};
+use super::view::{Bucket, ReadView, View, meta_str, present, store_key, without_status};
 
 /// kube-apiserver's generic registry for every kind: the one door per verb, each running the
 /// admission chain and the kind's strategy (names, generation, status, finalizers) before the
@@ -401,15 +401,13 @@ impl Store {
                     }
                 },
                 Part::Status => {
+                    // Everything but the status from the stored object, as kube-apiserver's
+                    // status strategies copy it: the old status is not copied only to be
+                    // replaced (it is most of a pod's or a Placement's bytes).
                     let status = obj.as_object_mut().and_then(|o| o.remove("status"));
-                    obj = old.clone();
-                    match status {
-                        Some(s) => obj["status"] = s,
-                        None => {
-                            if let Some(o) = obj.as_object_mut() {
-                                o.remove("status");
-                            }
-                        }
+                    obj = without_status(old);
+                    if let (Some(s), Some(o)) = (status, obj.as_object_mut()) {
+                        o.insert("status".into(), s);
                     }
                 }
             }

@@ -107,6 +107,32 @@ pub(crate) fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
     obj.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str)
 }
 
+/// The object without its status, copied: what a status write keeps of the stored object.
+pub(crate) fn without_status(obj: &Value) -> Value {
+    match obj.as_object() {
+        Some(o) => {
+            Value::Object(o.iter().filter(|(k, _)| *k != "status").map(|(k, v)| (k.clone(), v.clone())).collect())
+        }
+        None => obj.clone(),
+    }
+}
+
+/// What a patch of the status subresource is applied to: the object as a client of `rt`'s
+/// version sees it, but only its metadata and status. A status write keeps nothing else of
+/// what it is sent (it takes the rest from the stored object), so the spec is not copied to be
+/// patched and thrown away.
+pub(crate) fn present_status(rt: &ResourceType, obj: &Value) -> Value {
+    let mut o = serde_json::Map::new();
+    o.insert("apiVersion".into(), rt.api_version().into());
+    o.insert("kind".into(), rt.kind.clone().into());
+    for part in ["metadata", "status"] {
+        if let Some(v) = obj.get(part) {
+            o.insert(part.into(), v.clone());
+        }
+    }
+    Value::Object(o)
+}
+
 /// The object as a client of `rt`'s version sees it.
 pub(crate) fn present(rt: &ResourceType, obj: &Value) -> Value {
     let mut o = obj.clone();

@@ -92,6 +92,59 @@ async fn spec_and_status_are_written_separately() {
     assert_eq!(after.metadata.generation, Some(2));
 }
 
+/// A status patch is applied to the status and metadata alone (the server copies the rest of
+/// the stored object, as kube-apiserver's status strategies do): what it says of anything else
+/// is ignored, its resourceVersion is still a precondition, and a JSON patch still sees, and
+/// may test, the whole object.
+#[tokio::test]
+async fn a_status_patch_keeps_only_the_status_and_still_checks_the_rest() {
+    let server = ApiServer::start().await.expect("server");
+    let tjs: Api<TrainJob> = Api::default_namespaced(with_trainjob_crd(&server).await);
+    let created = tjs.create(&PostParams::default(), &trainjob("p", 3)).await.expect("create");
+    let condition = |t: &str| {
+        json!({"type": t, "status": "True", "reason": "R", "message": "m",
+                                      "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    };
+    let status = json!({"metadata": {"labels": {"ignored": "yes"}}, "spec": {"suspend": true},
+                        "status": {"conditions": [condition("Created")]}});
+    let after = tjs.patch_status("p", &PatchParams::default(), &Patch::Merge(&status)).await.expect("status patch");
+    assert_eq!(after.spec.trainer.as_ref().and_then(|t| t.num_nodes), Some(3));
+    assert_ne!(after.spec.suspend, Some(true), "the spec is the stored one");
+    assert!(after.labels().get("ignored").is_none(), "metadata other than managedFields is the stored one");
+    assert_eq!(after.status.as_ref().map(|s| s.conditions[0].type_.as_str()), Some("Created"));
+    assert!(
+        after.managed_fields().iter().any(|m| m.subresource.as_deref() == Some("status")),
+        "the status write is recorded under its subresource"
+    );
+    // The stale resourceVersion of the object as created: a conflict, nothing written.
+    let stale = json!({"metadata": {"resourceVersion": created.resource_version()},
+                       "status": {"conditions": [condition("Failed")]}});
+    let err = tjs.patch_status("p", &PatchParams::default(), &Patch::Merge(&stale)).await.expect_err("stale");
+    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 409), "{err:?}");
+    // A JSON patch tests the spec it does not write, and fails when the test does.
+    let tested = |nodes: i64| {
+        Patch::<()>::Json(
+            serde_json::from_value(json!([
+                {"op": "test", "path": "/spec/trainer/numNodes", "value": nodes},
+                {"op": "replace", "path": "/status/conditions/0/type", "value": "Complete"}
+            ]))
+            .expect("json patch"),
+        )
+    };
+    tjs.patch_status("p", &PatchParams::default(), &tested(4)).await.expect_err("the test fails on the spec");
+    let after = tjs.patch_status("p", &PatchParams::default(), &tested(3)).await.expect("the test holds");
+    assert_eq!(after.status.as_ref().map(|s| s.conditions[0].type_.as_str()), Some("Complete"));
+    // A status emptied by merge patch is refused by the CRD's schema (status needs a property),
+    // and the status stays; a status removed by merge patch is removed.
+    let empty = Patch::Merge(json!({"status": {"conditions": null}}));
+    let err = tjs.patch_status("p", &PatchParams::default(), &empty).await.expect_err("empty");
+    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 422), "{err:?}");
+    let cleared =
+        tjs.patch_status("p", &PatchParams::default(), &Patch::Merge(json!({"status": null}))).await.expect("clear");
+    assert!(cleared.status.is_none());
+    assert_eq!(tjs.get("p").await.expect("get").spec.trainer.and_then(|t| t.num_nodes), Some(3));
+}
+
 #[tokio::test]
 async fn finalizers_hold_deletion_and_owners_take_their_dependents_along() {
     let server = ApiServer::start().await.expect("server");
