@@ -47,8 +47,58 @@ pub struct Event {
     /// For MODIFIED, the object before: a selector-filtered watch turns a change into ADDED or
     /// DELETED when the object starts or stops matching, as the real server does.
     pub previous: Option<Arc<Value>>,
-    /// The object and the previous one as JSON, in bytes: what the event costs the history.
-    pub bytes: usize,
+}
+
+/// An event as the history keeps it: as JSON, not as the object. A parsed object costs about
+/// fourteen times its JSON (each JSON object a B-tree node of its own), and the history is
+/// the only holder of every version but the latest: kept as trees, the 10,000 events it may
+/// hold grew a burst's server by hundreds of megabytes, and its bound, counted in JSON bytes,
+/// bounded a fourteenth of what it held. A watch resuming from it parses what it replays.
+#[derive(Debug)]
+struct Kept {
+    rv: u64,
+    store: (String, String),
+    kind: EventType,
+    json: bytes::Bytes,
+    previous: Option<bytes::Bytes>,
+    /// The object's namespace, name and labels (`{"metadata": {...}}`), for readers that only
+    /// ask whose events they were ([`Storage::since_meta`]), without parsing the JSON.
+    meta: Value,
+}
+
+impl Kept {
+    /// What it costs the history, as JSON bytes (its bound).
+    fn bytes(&self) -> usize {
+        self.json.len() + self.previous.as_ref().map_or(0, bytes::Bytes::len)
+    }
+
+    /// The event again, parsed from its JSON; `None` only if the JSON the store wrote did not
+    /// parse back, which serde_json does not do.
+    fn event(&self) -> Option<Event> {
+        let parse = |b: &bytes::Bytes| serde_json::from_slice::<Value>(b).ok().map(Arc::new);
+        let previous = match &self.previous {
+            Some(p) => Some(parse(p)?),
+            None => None,
+        };
+        Some(Event {
+            rv: self.rv,
+            store: self.store.clone(),
+            kind: self.kind,
+            object: parse(&self.json)?,
+            json: self.json.clone(),
+            previous,
+        })
+    }
+}
+
+/// `{"metadata": {namespace, name, labels}}` of an object: who it is, for [`Kept::meta`].
+fn meta_of(object: &Value) -> Value {
+    let metadata = &object["metadata"];
+    let kept: serde_json::Map<String, Value> = ["namespace", "name", "labels"]
+        .into_iter()
+        .filter_map(|k| metadata.get(k).map(|v| (k.to_string(), v.clone())))
+        .collect();
+    serde_json::json!({ "metadata": kept })
 }
 
 impl Event {
@@ -62,7 +112,6 @@ impl Event {
             object: Arc::new(object),
             json: bytes::Bytes::new(),
             previous: None,
-            bytes: 0,
         }
     }
 }
@@ -75,28 +124,11 @@ pub enum Signal {
     Expire,
 }
 
-/// The length of `v` as compact JSON, counted without writing it anywhere.
-fn json_bytes(v: &Value) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    let _ = serde_json::to_writer(&mut count, v);
-    count.0
-}
-
 #[derive(Debug)]
 pub struct Storage {
     objects: Objects,
     rv: u64,
-    history: VecDeque<Arc<Event>>,
+    history: VecDeque<Kept>,
     /// The bytes of the events in `history`, and the most it may hold: past it the oldest go,
     /// as past [`HISTORY`] events (a few large updates must not grow the server without bound).
     history_bytes: usize,
@@ -193,12 +225,22 @@ impl Storage {
 
     fn emit(&mut self, rt: &ResourceType, kind: EventType, object: Arc<Value>, previous: Option<Arc<Value>>) {
         // Writing a Value into a Vec cannot fail.
-        let json = bytes::Bytes::from(serde_json::to_vec(&*object).unwrap_or_default());
-        let bytes = json.len() + previous.as_deref().map_or(0, json_bytes);
-        let event = Arc::new(Event { rv: self.rv, store: store_key(rt), kind, object, json, previous, bytes });
-        self.history.push_back(event.clone());
-        self.history_bytes += bytes;
+        let to_json = |v: &Value| bytes::Bytes::from(serde_json::to_vec(v).unwrap_or_default());
+        let json = to_json(&object);
+        let kept = Kept {
+            rv: self.rv,
+            store: store_key(rt),
+            kind,
+            json: json.clone(),
+            previous: previous.as_deref().map(to_json),
+            meta: meta_of(&object),
+        };
+        self.history_bytes += kept.bytes();
+        self.history.push_back(kept);
         self.compact_history();
+        // Watches open now get the objects themselves, shared with the store: dropped once
+        // every watch has taken its copy of the signal.
+        let event = Arc::new(Event { rv: self.rv, store: store_key(rt), kind, object, json, previous });
         let _ = self.tx.send(Signal::Event(event));
     }
 
@@ -207,7 +249,7 @@ impl Storage {
     fn compact_history(&mut self) {
         while self.history.len() > HISTORY || self.history_bytes > self.history_limit_bytes {
             let Some(e) = self.history.pop_front() else { break };
-            self.history_bytes -= e.bytes;
+            self.history_bytes -= e.bytes();
             self.oldest_rv = e.rv + 1;
         }
     }
@@ -222,8 +264,19 @@ impl Storage {
         let _ = self.tx.send(Signal::Expire);
     }
 
-    /// Events of one store after `rv`, or 410 when they are no longer kept.
+    /// Events of one store after `rv`, parsed from the history, or 410 when they are no longer
+    /// kept.
     pub fn since(&self, rt: &ResourceType, rv: u64) -> Result<Vec<Arc<Event>>, ApiError> {
+        Ok(self.kept_after(rt, rv)?.filter_map(Kept::event).map(Arc::new).collect())
+    }
+
+    /// Whose events of one store came after `rv`: each one's `{"metadata": {namespace, name,
+    /// labels}}`, in order, without parsing the objects; or 410 when they are no longer kept.
+    pub fn since_meta(&self, rt: &ResourceType, rv: u64) -> Result<impl Iterator<Item = &Value>, ApiError> {
+        Ok(self.kept_after(rt, rv)?.map(|e| &e.meta))
+    }
+
+    fn kept_after(&self, rt: &ResourceType, rv: u64) -> Result<impl Iterator<Item = &Kept>, ApiError> {
         if rv + 1 < self.oldest_rv {
             return Err(ApiError::gone(format!("too old resource version: {rv} ({})", self.oldest_rv)));
         }
@@ -231,12 +284,67 @@ impl Storage {
         // The history is in resourceVersion order: what is after `rv` is found by halving, not
         // by reading every kept event (the playground's members ask 20 times a second).
         let after = self.history.partition_point(|e| e.rv <= rv);
-        Ok(self.history.range(after..).filter(|e| e.store == key).cloned().collect())
+        Ok(self.history.range(after..).filter(move |e| e.store == key))
     }
 }
 
 impl Default for Storage {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn configmaps() -> ResourceType {
+        crate::resources::builtins().into_iter().find(|r| r.plural == "configmaps").unwrap_or_else(|| unreachable!())
+    }
+
+    fn cm(data: &str) -> Value {
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": "c", "namespace": "ns", "labels": {"app": "a"}, "managedFields": [{"manager": "m"}]},
+                           "data": {"k": data}})
+    }
+
+    #[test]
+    fn the_history_keeps_json_not_objects_and_replays_every_version_with_the_one_before() {
+        let (rt, mut storage) = (configmaps(), Storage::new());
+        let key = ("ns".to_string(), "c".to_string());
+        let start = storage.resource_version();
+        let first = Arc::downgrade(&storage.put(&rt, key.clone(), cm("one")));
+        storage.put(&rt, key.clone(), cm("two"));
+        // No watch holds the signal and the store holds the second version: nothing keeps the
+        // first version's object alive, though its event is still replayable.
+        assert!(first.upgrade().is_none(), "the history must not hold the objects it replays");
+        let events = storage.since(&rt, start).unwrap_or_default();
+        let data: Vec<_> = events.iter().map(|e| e.object["data"]["k"].as_str()).collect();
+        assert_eq!(data, [Some("one"), Some("two")]);
+        assert_eq!((events[0].kind, events[1].kind), (EventType::Added, EventType::Modified));
+        assert_eq!(events[1].previous.as_ref().map(|p| p["data"]["k"].clone()), Some("one".into()));
+        assert_eq!(events[1].json, serde_json::to_vec(&*events[1].object).unwrap_or_default());
+        // Who they were, without the objects: namespace, name, labels, and nothing more.
+        let metas: Vec<&Value> = storage.since_meta(&rt, start + 1).map(Iterator::collect).unwrap_or_default();
+        assert_eq!(metas, [&serde_json::json!({"metadata": {"name": "c", "namespace": "ns", "labels": {"app": "a"}}})]);
+        // The bound counts what the history holds: each event's JSON and its previous one's.
+        let one = events[0].json.len();
+        let two = events[1].json.len();
+        assert_eq!(storage.history_bytes(), one + two + one);
+    }
+
+    #[test]
+    fn a_history_past_its_bytes_forgets_the_oldest_and_a_resume_from_before_them_is_gone() {
+        let (rt, mut storage) = (configmaps(), Storage::new());
+        let start = storage.resource_version();
+        for i in 0..20 {
+            storage.put(&rt, ("ns".into(), format!("c{i}")), cm(&"x".repeat(1000)));
+        }
+        storage.set_history_limit_bytes(5_000);
+        assert!(storage.history_bytes() <= 5_000);
+        assert!(matches!(storage.since(&rt, start), Err(e) if e.code == 410));
+        assert!(storage.since_meta(&rt, start).is_err());
+        let kept = storage.since(&rt, storage.oldest_rv - 1).unwrap_or_default();
+        assert!(!kept.is_empty() && kept.len() < 20, "{} kept", kept.len());
     }
 }
