@@ -51,9 +51,10 @@ pub struct Event {
 
 /// An event as the history keeps it: as JSON, not as the object. A parsed object costs about
 /// fourteen times its JSON (each JSON object a B-tree node of its own), and the history is
-/// the only holder of every version but the latest: kept as trees, the 10,000 events it may
-/// hold grew a burst's server by hundreds of megabytes, and its bound, counted in JSON bytes,
-/// bounded a fourteenth of what it held. A watch resuming from it parses what it replays.
+/// the only holder of every version but the latest: kept as trees, they grew a burst of 500's
+/// servers by about 100 MB, and the bound, counted in JSON bytes, bounded a fourteenth of what
+/// it held. Everything kept is JSON and counted. A watch resuming from it parses what it
+/// replays.
 #[derive(Debug)]
 struct Kept {
     rv: u64,
@@ -61,15 +62,16 @@ struct Kept {
     kind: EventType,
     json: bytes::Bytes,
     previous: Option<bytes::Bytes>,
-    /// The object's namespace, name and labels (`{"metadata": {...}}`), for readers that only
-    /// ask whose events they were ([`Storage::since_meta`]), without parsing the JSON.
-    meta: Value,
+    /// The object's namespace, name and labels as JSON (`{"metadata": {...}}`), for readers
+    /// that only ask whose events they were ([`Storage::since_meta`]): a few hundred bytes to
+    /// parse instead of the object.
+    meta: bytes::Bytes,
 }
 
 impl Kept {
     /// What it costs the history, as JSON bytes (its bound).
     fn bytes(&self) -> usize {
-        self.json.len() + self.previous.as_ref().map_or(0, bytes::Bytes::len)
+        self.json.len() + self.previous.as_ref().map_or(0, bytes::Bytes::len) + self.meta.len()
     }
 
     /// The event again, parsed from its JSON; `None` only if the JSON the store wrote did not
@@ -233,7 +235,7 @@ impl Storage {
             kind,
             json: json.clone(),
             previous: previous.as_deref().map(to_json),
-            meta: meta_of(&object),
+            meta: to_json(&meta_of(&object)),
         };
         self.history_bytes += kept.bytes();
         self.history.push_back(kept);
@@ -272,8 +274,8 @@ impl Storage {
 
     /// Whose events of one store came after `rv`: each one's `{"metadata": {namespace, name,
     /// labels}}`, in order, without parsing the objects; or 410 when they are no longer kept.
-    pub fn since_meta(&self, rt: &ResourceType, rv: u64) -> Result<impl Iterator<Item = &Value>, ApiError> {
-        Ok(self.kept_after(rt, rv)?.map(|e| &e.meta))
+    pub fn since_meta(&self, rt: &ResourceType, rv: u64) -> Result<impl Iterator<Item = Value>, ApiError> {
+        Ok(self.kept_after(rt, rv)?.filter_map(|e| serde_json::from_slice(&e.meta).ok()))
     }
 
     fn kept_after(&self, rt: &ResourceType, rv: u64) -> Result<impl Iterator<Item = &Kept>, ApiError> {
@@ -325,12 +327,14 @@ mod tests {
         assert_eq!(events[1].previous.as_ref().map(|p| p["data"]["k"].clone()), Some("one".into()));
         assert_eq!(events[1].json, serde_json::to_vec(&*events[1].object).unwrap_or_default());
         // Who they were, without the objects: namespace, name, labels, and nothing more.
-        let metas: Vec<&Value> = storage.since_meta(&rt, start + 1).map(Iterator::collect).unwrap_or_default();
-        assert_eq!(metas, [&serde_json::json!({"metadata": {"name": "c", "namespace": "ns", "labels": {"app": "a"}}})]);
-        // The bound counts what the history holds: each event's JSON and its previous one's.
-        let one = events[0].json.len();
-        let two = events[1].json.len();
-        assert_eq!(storage.history_bytes(), one + two + one);
+        let metas: Vec<Value> = storage.since_meta(&rt, start + 1).map(Iterator::collect).unwrap_or_default();
+        let meta = serde_json::json!({"metadata": {"name": "c", "namespace": "ns", "labels": {"app": "a"}}});
+        assert_eq!(metas, std::slice::from_ref(&meta));
+        // The bound counts all the history holds: each event's JSON, its previous one's, and
+        // who it was.
+        let (one, two) = (events[0].json.len(), events[1].json.len());
+        let meta = serde_json::to_vec(&meta).unwrap_or_default().len();
+        assert_eq!(storage.history_bytes(), one + meta + two + one + meta);
     }
 
     #[test]

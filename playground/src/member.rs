@@ -322,9 +322,9 @@ fn touched(store: &Store, jobsets_rt: &ResourceType, rv: Option<u64>) -> Option<
     ] {
         // Whose events they were is all a pass needs: not the objects parsed again.
         for meta in store.storage.since_meta(&rt, rv).ok()? {
-            let name = if own { meta["metadata"]["name"].as_str() } else { Some(jobset_label(meta)) };
+            let name = if own { meta["metadata"]["name"].as_str() } else { Some(jobset_label(&meta)) };
             if let Some(name) = name.filter(|n| !n.is_empty()) {
-                keys.insert((ns_of(meta), name.to_string()));
+                keys.insert((ns_of(&meta), name.to_string()));
             }
         }
     }
