@@ -410,9 +410,30 @@ impl<'v> Inputs<'v> {
     }
 }
 
+/// The most values a qualified name's value may hold to be converted on its own, each time it is
+/// read: a field or a small object. Past it the name is selected from the input converted whole,
+/// once.
+const SELECTED_VALUES: usize = 64;
+
 impl cel::context::VariableResolver for Inputs<'_> {
+    /// The interpreter asks for a qualified name (`oldObject.spec.cluster`) before its prefixes,
+    /// so a field read converts only that field's value: a policy reading one field of a
+    /// Placement converted the whole Placement, managedFields and all, on every write (issue
+    /// #39). A name not found as JSON fields, or holding more than [`SELECTED_VALUES`] values,
+    /// is left to the shorter names, and so to the whole input, as before.
     fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
-        let input = self.bound.iter().find(|i| i.name == variable)?;
+        let (name, fields) = match variable.split_once('.') {
+            Some((name, fields)) => (name, Some(fields)),
+            None => (variable, None),
+        };
+        let input = self.bound.iter().find(|i| i.name == name)?;
+        if let Some(fields) = fields {
+            let mut value = input.json?;
+            for field in fields.split('.') {
+                value = value.as_object()?.get(field)?;
+            }
+            return (count_values(value, SELECTED_VALUES) <= SELECTED_VALUES).then(|| CowVal::Owned(borrowed(value)));
+        }
         let value = input.converted.get_or_init(|| match input.json {
             Some(v) => borrowed(v),
             None => Box::new(CelNull),
@@ -612,17 +633,58 @@ mod tests {
     }
 
     #[test]
-    fn an_input_is_converted_when_first_read_and_never_when_not() {
+    fn an_input_is_converted_whole_only_when_read_whole() {
         let (request, object) = (json!({"resource": "pods"}), json!({"spec": {"n": 1}}));
         let inputs = Inputs::new([("request", Some(&request)), ("object", Some(&object))]).expect("small");
         let converted = |name: &str| inputs.bound.iter().any(|i| i.name == name && i.converted.get().is_some());
         let scope = Scope::new(&inputs, &Budget::new()).expect("scope");
         let first = compile("request.resource != 'placements' || object.spec.n == 1").expect("compiles");
         assert_eq!(scope.evaluate(&first), Ok(Value::Bool(true)));
-        assert!(converted("request") && !converted("object"), "{inputs:?}");
+        assert!(!converted("request") && !converted("object"), "fields are read alone: {inputs:?}");
         let second = compile("object.spec.n == 1 && object.spec.n > 0").expect("compiles");
         assert_eq!(scope.evaluate(&second), Ok(Value::Bool(true)));
+        assert!(!converted("object"), "a field read converts that field alone");
+        let third = compile("object.size() == 1").expect("compiles");
+        assert_eq!(scope.evaluate(&third), Ok(Value::Bool(true)));
         assert!(converted("object"));
+    }
+
+    /// A qualified name read as JSON fields gives what selecting it from the whole input gives,
+    /// errors included, whether or not the whole was converted first.
+    #[test]
+    fn a_field_read_alone_reads_as_the_whole_would() {
+        let big: Vec<i64> = (0..(SELECTED_VALUES as i64 + 10)).collect();
+        let object = json!({"metadata": {"name": "a", "labels": {"x": "1"}},
+            "spec": {"cluster": "m1", "none": null, "list": [1, 2], "big": big, "empty": {}}});
+        let cases = [
+            "object.spec.cluster == 'm1'",
+            "object.metadata.labels.x == '1'",
+            "has(object.spec.cluster)",
+            "has(object.spec.missing)",
+            "has(object.spec.none)",
+            "object.spec.none == null",
+            "object.spec.list.size() == 2 && object.spec.list[1] == 2",
+            "object.spec.big.size()",
+            "object.spec.big.exists(x, x == 70)",
+            "object.spec.empty.size() == 0",
+            "object.spec.missing == 1",
+            "object.spec.none.deeper == 1",
+            "object.spec.cluster.deeper == 1",
+            "has(object.spec.cluster.deeper)",
+            "object.spec.list.x == 1",
+            "object.spec.all(k, k != '')",
+            "[object].all(object, object.spec.cluster == 'm1')",
+        ];
+        for source in cases {
+            let program = compile(source).expect("compiles");
+            let inputs = Inputs::new([("object", Some(&object))]).expect("small");
+            let alone = Scope::new(&inputs, &Budget::new()).expect("scope").evaluate(&program);
+            let inputs = Inputs::new([("object", Some(&object))]).expect("small");
+            let scope = Scope::new(&inputs, &Budget::new()).expect("scope");
+            scope.evaluate(&compile("object.size() > 0").expect("compiles")).expect("evaluates");
+            let from_whole = scope.evaluate(&program);
+            assert_eq!(alone.map_err(|e| e.kind()), from_whole.map_err(|e| e.kind()), "{source}");
+        }
     }
 
     #[test]
