@@ -27,13 +27,15 @@ impl Watches {
     }
 
     /// Starts watching `api` (relisting with back-off when a watch breaks) into a cache; every
-    /// change wakes the controller.
+    /// change wakes the controller. The cache keeps no managedFields: no controller reads
+    /// them, and k8s-openapi parses each entry's field set into a JSON tree, often the larger
+    /// half of a cached object.
     pub fn watch<K>(&mut self, api: Api<K>, config: watcher::Config) -> Store<K>
     where
         K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
         K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
     {
-        self.start(api, config, |_| {}, Some(self.wake.clone()))
+        self.start(api, config, without_managed_fields::<K>, Some(self.wake.clone()))
     }
 
     /// A cache that does not wake the controller and keeps of each object only what `strip`
@@ -88,6 +90,11 @@ impl Watches {
     pub fn poke(&self) {
         self.wake.notify_one();
     }
+}
+
+/// Drops an object's managedFields, which the caches do not keep.
+pub fn without_managed_fields<K: kube::Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
 }
 
 /// Waits until every cache has its first full list.

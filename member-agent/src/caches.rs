@@ -53,12 +53,12 @@ impl Caches {
             copies: watches.cache(
                 Api::all(hub.clone()),
                 watcher::Config::default().labels(&format!("{CLUSTER_LABEL}={cluster}")),
-                |p: &mut Pod| p.metadata.managed_fields = None,
+                kube_shell::watch::without_managed_fields::<Pod>,
             ),
             events: watches.cache(
                 Api::all(member.clone()),
                 watcher::Config::default().fields("involvedObject.kind=Pod"),
-                |e: &mut Event| e.metadata.managed_fields = None,
+                kube_shell::watch::without_managed_fields::<Event>,
             ),
         }
     }
