@@ -245,36 +245,47 @@ fn check_rule(
 /// it the oldest goes (compiled again if met again), so CRDs created without end cannot grow it.
 const COMPILED_SCHEMAS: usize = 512;
 
+/// The [`compiled`] validators, by schema (its pointer, its fingerprint) in the order kept.
+type Cache = std::sync::Mutex<Vec<(u64, Arc<Value>, Arc<jsonschema::Validator>)>>;
+static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
+
 /// The schema's validator, compiled once per distinct schema: compiling a CRD's schema costs
 /// far more than validating an object against it.
 fn compiled(schema: &Arc<Value>) -> Option<Arc<jsonschema::Validator>> {
-    type Cache = std::sync::Mutex<Vec<(u64, Arc<Value>, Arc<jsonschema::Validator>)>>;
-    static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     // The same shared schema first: comparing whole schemas on every write showed in profiles.
     let mut entries = cache.lock().ok()?;
     if let Some((_, _, v)) = entries.iter().find(|(_, s, _)| Arc::ptr_eq(s, schema)) {
         return Some(v.clone());
     }
-    // An equal schema read again (a CRD re-applied) shares the validator, and takes the entry
-    // over rather than adding one. Fingerprints first: a new schema shares most of its bytes
-    // with some kept one (another version of the CRD, a fuzzed copy), and comparing it whole
-    // against every entry was a fifth of the hub fuzz target's time.
+    // An equal schema read again (a CRD re-applied, or the same CRD on another server of the
+    // process) shares the validator, under an entry of its own: were it to take the entry
+    // over, two servers holding one CRD would take it from each other on every write, each
+    // time hashing and comparing the whole schema again (3 % of a burst's samples, issue
+    // #39). Fingerprints first: a new schema shares most of its bytes with some kept one
+    // (another version of the CRD, a fuzzed copy), and comparing it whole against every entry
+    // was a fifth of the hub fuzz target's time.
     let print = fingerprint(schema);
-    if let Some(entry) = entries.iter_mut().find(|(p, s, _)| *p == print && s == schema) {
-        entry.1 = schema.clone();
-        return Some(entry.2.clone());
+    let equal = entries.iter().find(|(p, s, _)| *p == print && s == schema).map(|(_, _, v)| v.clone());
+    if let Some(v) = equal {
+        keep(&mut entries, (print, schema.clone(), v.clone()));
+        return Some(v);
     }
     // Draft 4: a CRD's OpenAPI v3 schema is JSON Schema's Wright-00 draft, which draft 4 is
     // closest to (a boolean `exclusiveMaximum`, no `$dynamicRef`). Compiled as the newest draft
     // (what `validator_for` picks for a schema naming none) the upstream CRDs took five times
     // the memory: 1.7 GB for JobSet, TrainJob, TrainingRuntime and Workload, 0.34 GB so.
     let v = Arc::new(jsonschema::draft4::new(schema).ok()?);
+    keep(&mut entries, (print, schema.clone(), v.clone()));
+    Some(v)
+}
+
+/// Adds a [`compiled`] entry; past [`COMPILED_SCHEMAS`] the oldest goes.
+fn keep<T>(entries: &mut Vec<T>, entry: T) {
     if entries.len() >= COMPILED_SCHEMAS {
         entries.remove(0);
     }
-    entries.push((print, schema.clone(), v.clone()));
-    Some(v)
+    entries.push(entry);
 }
 
 /// A hash of a JSON value: equal values hash alike (numbers by value, objects in key order).
@@ -356,6 +367,9 @@ pub fn validate(schema: &Arc<Value>, value: &Value) -> Vec<Violation> {
     out
 }
 
+/// A missing required field's message.
+pub const REQUIRED: &str = "Required value";
+
 /// What kube-apiserver adds when schema violations kept the rules from running.
 pub const RULES_NOT_CHECKED: (&str, &str) = (
     "<nil>",
@@ -386,7 +400,7 @@ fn kube_error(e: &jsonschema::ValidationError<'_>) -> Violation {
         K::Required { property } => {
             let name = property.as_str().map_or_else(|| property.to_string(), str::to_string);
             let field = join(&field, &name);
-            return Violation { field, message: "Required value".into(), blocks_rules: true, fraction: false };
+            return Violation { field, message: REQUIRED.into(), blocks_rules: true, fraction: false };
         }
         K::Enum { options } => {
             let supported: Vec<String> = options
@@ -481,6 +495,22 @@ mod tests {
                 "mode": {"type": "string", "default": "fast"},
                 "items": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}}}},
                 "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}})
+    }
+
+    /// Two servers of one process holding the same CRD each find the validator by their own
+    /// schema's pointer, and share one: neither takes the entry from the other.
+    #[test]
+    fn equal_schemas_held_apart_share_one_validator_and_keep_their_entries() {
+        let mut unique = schema();
+        unique["properties"]["marker"] = json!({"type": "string", "description": "held apart"});
+        let (a, b) = (Arc::new(unique.clone()), Arc::new(unique));
+        let first = compiled(&a).expect("compiles");
+        assert!(Arc::ptr_eq(&first, &compiled(&b).expect("compiles")), "one validator");
+        let held = |s: &Arc<Value>| {
+            let cache = std::sync::Mutex::lock(&CACHE.get().expect("cache")).expect("lock");
+            cache.iter().any(|(_, kept, _)| Arc::ptr_eq(kept, s))
+        };
+        assert!(held(&a) && held(&b), "each schema keeps an entry of its own");
     }
 
     #[test]
