@@ -71,6 +71,48 @@ fn builtin_defaults(rt: &ResourceType, obj: &mut Value) {
 /// the write here; the others are returned, to be reported with the rules' failures
 /// ([`validate`]), as kube-apiserver reports them.
 pub(crate) fn mutate(rt: &ResourceType, obj: &mut Value, strict: bool) -> Result<Vec<(String, String)>, ApiError> {
+    mutate_part(rt, obj, strict, None)
+}
+
+/// The fields a status write takes from the stored object unchanged: all but these.
+const STATUS_WRITE_FIELDS: [&str; 4] = ["apiVersion", "kind", "metadata", "status"];
+
+/// Whether a status write of `rt` may be mutated by [`mutate_status`]: a CRD kind whose schema
+/// counts no properties at its root (with `minProperties` or `maxProperties`, the fields left
+/// out would count).
+pub(crate) fn mutates_status_alone(rt: &ResourceType) -> bool {
+    rt.schema.as_deref().is_some_and(|s| s.get("minProperties").is_none() && s.get("maxProperties").is_none())
+}
+
+/// [`mutate`] for a status write of a kind [`mutates_status_alone`] allows: `obj` holds the
+/// metadata and the new status, and gets the stored object's other fields (`stored`) once
+/// defaulted, pruned and validated. Those fields are the stored object's, unchanged, so they
+/// are neither defaulted nor pruned again nor validated: Kubernetes' validation ratcheting
+/// (GA in 1.33) reports no error of a value equal to the old one, and walking them (a JobSet's
+/// pod templates, a TrainJob's spec) was most of a status write's admission. Only a root
+/// `required` field the write kept is taken as present.
+pub(crate) fn mutate_status(
+    rt: &ResourceType,
+    obj: &mut Value,
+    strict: bool,
+    stored: &Value,
+) -> Result<Vec<(String, String)>, ApiError> {
+    let kept = |k: &str| !STATUS_WRITE_FIELDS.contains(&k);
+    let causes = mutate_part(rt, obj, strict, Some(&|field: &str| kept(field) && stored.get(field).is_some()))?;
+    if let (Some(o), Some(stored)) = (obj.as_object_mut(), stored.as_object()) {
+        o.extend(stored.iter().filter(|(k, _)| kept(k)).map(|(k, v)| (k.clone(), v.clone())));
+    }
+    Ok(causes)
+}
+
+/// [`mutate`], on an object whose root fields for which `elsewhere` holds are left out: their
+/// root `required` violations are not violations.
+fn mutate_part(
+    rt: &ResourceType,
+    obj: &mut Value,
+    strict: bool,
+    elsewhere: Option<&dyn Fn(&str) -> bool>,
+) -> Result<Vec<(String, String)>, ApiError> {
     // Every kind's metadata is Go's ObjectMeta: empty labels, annotations, finalizers and
     // owner references are not kept (`omitempty`).
     if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -94,7 +136,10 @@ pub(crate) fn mutate(rt: &ResourceType, obj: &mut Value, strict: bool) -> Result
         let causes = unknown.into_iter().map(|f| (f, "field not declared in schema".to_string())).collect();
         return Err(ApiError::invalid(&rt.group_kind(), &name, causes));
     }
-    let violations = schema::validate(schema, obj);
+    let mut violations = schema::validate(schema, obj);
+    if let Some(elsewhere) = elsewhere {
+        violations.retain(|v| !(v.message == schema::REQUIRED && elsewhere(&v.field)));
+    }
     let blocked = violations.iter().any(|v| v.blocks_rules);
     let mut causes: Vec<(String, String)> = violations.into_iter().map(|v| (v.field, v.message)).collect();
     if blocked {

@@ -21,7 +21,7 @@ use super::status::ApiError;
 use super::storage::Storage;
 use super::time::now_rfc3339;
 use super::typed::Ty;
-use super::view::{Bucket, ReadView, View, meta_str, present, store_key, without_status};
+use super::view::{Bucket, ReadView, View, meta_str, present, store_key, with_status, without_status};
 
 /// kube-apiserver's generic registry for every kind: the one door per verb, each running the
 /// admission chain and the kind's strategy (names, generation, status, finalizers) before the
@@ -389,8 +389,13 @@ impl Store {
         // What the client sent (or apply computed), before a status write starts from the old
         // object.
         let sent_managed = obj.pointer("/metadata/managedFields").cloned();
+        // A status write of a CRD kind is admitted on its metadata and status alone, and
+        // given the rest of the stored object after ([`admission::mutate_status`]).
+        let status_alone = rt.status_subresource && part == Part::Status && admission::mutates_status_alone(rt);
         // Status and spec are written separately where a status subresource exists.
-        if rt.status_subresource {
+        if status_alone {
+            obj = with_status(old, obj.as_object_mut().and_then(|o| o.remove("status")));
+        } else if rt.status_subresource {
             match part {
                 Part::Main => match old.get("status") {
                     Some(s) => obj["status"] = s.clone(),
@@ -423,7 +428,11 @@ impl Store {
                 }
             }
         }
-        let violations = admission::mutate(rt, &mut obj, opts.strict)?;
+        let violations = if status_alone {
+            admission::mutate_status(rt, &mut obj, opts.strict, old)?
+        } else {
+            admission::mutate(rt, &mut obj, opts.strict)?
+        };
         Self::record(rt, old, &mut obj, part, sent_managed, record);
         let defines = admission::validate(
             self.view(),

@@ -117,6 +117,19 @@ pub(crate) fn without_status(obj: &Value) -> Value {
     }
 }
 
+/// The stored object's apiVersion, kind and metadata with `status`: what a status write of a
+/// CRD kind is admitted on (`admission::mutate_status` adds the rest).
+pub(crate) fn with_status(stored: &Value, status: Option<Value>) -> Value {
+    let mut o: serde_json::Map<String, Value> = ["apiVersion", "kind", "metadata"]
+        .into_iter()
+        .filter_map(|k| stored.get(k).map(|v| (k.to_string(), v.clone())))
+        .collect();
+    if let Some(s) = status {
+        o.insert("status".into(), s);
+    }
+    Value::Object(o)
+}
+
 /// What a patch of the status subresource is applied to: the object as a client of `rt`'s
 /// version sees it, but only its metadata and status. A status write keeps nothing else of
 /// what it is sent (it takes the rest from the stored object), so the spec is not copied to be

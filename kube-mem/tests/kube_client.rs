@@ -376,3 +376,60 @@ async fn immutable_fields_cannot_change() {
     // Mutable fields still change.
     tjs.patch("i", &PatchParams::default(), &Patch::Merge(json!({"spec": {"suspend": true}}))).await.expect("suspend");
 }
+
+/// A CRD of widgets with a status subresource: `spec.size` at most `max`, `status.phase` one of
+/// two words.
+fn widget_crd(max: i64) -> CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "required": ["spec"], "properties": {
+                    "spec": {"type": "object", "required": ["size"], "properties": {
+                        "size": {"type": "integer", "maximum": max}}},
+                    "status": {"type": "object", "properties": {
+                        "phase": {"type": "string", "enum": ["Ready", "Failed"]},
+                        "count": {"type": "integer", "default": 0}}}}}}}]}
+    }))
+    .expect("crd")
+}
+
+/// A status write is checked on what it changes: its status against the schema, while the spec
+/// it keeps, unchanged, is not checked again (Kubernetes' validation ratcheting): a widget whose
+/// spec a tightened schema no longer allows still has its status written, and not its spec.
+#[tokio::test]
+async fn a_status_write_checks_the_status_and_ratchets_the_unchanged_spec() {
+    let server = ApiServer::start().await.expect("server");
+    let c = client(&server).await;
+    let crds = Api::<CustomResourceDefinition>::all(c.clone());
+    crds.create(&PostParams::default(), &widget_crd(10)).await.expect("crd");
+    let ar = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("example.com", "v1", "Widget"),
+        "widgets",
+    );
+    let widgets: Api<kube::api::DynamicObject> = Api::default_namespaced_with(c, &ar);
+    let widget = serde_json::from_value(json!({"apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "w"}, "spec": {"size": 8}}))
+    .expect("widget");
+    widgets.create(&PostParams::default(), &widget).await.expect("fits the first schema");
+    let mut tightened = widget_crd(5);
+    tightened.metadata.resource_version = crds.get("widgets.example.com").await.expect("crd").metadata.resource_version;
+    crds.replace("widgets.example.com", &PostParams::default(), &tightened).await.expect("tightened");
+    let refused = |e: kube::Error| match e {
+        kube::Error::Api(s) if s.code == 422 => s.message,
+        other => panic!("{other:?}"),
+    };
+    let status = |phase: &str| Patch::Merge(json!({"status": {"phase": phase}}));
+    let written = widgets.patch_status("w", &PatchParams::default(), &status("Ready")).await.expect("ratcheted");
+    assert_eq!(written.data["spec"], json!({"size": 8}), "the spec is the stored one");
+    assert_eq!(written.data["status"], json!({"phase": "Ready", "count": 0}), "the status defaulted");
+    let bad = widgets.patch_status("w", &PatchParams::default(), &status("Lost")).await.expect_err("not an enum value");
+    let message = refused(bad);
+    assert!(message.contains("status.phase") && !message.contains("spec"), "{message}");
+    let spec = Patch::Merge(json!({"spec": {"size": 9}}));
+    let message = refused(widgets.patch("w", &PatchParams::default(), &spec).await.expect_err("changed spec"));
+    assert!(message.contains("spec.size"), "{message}");
+    assert_eq!(widgets.get("w").await.expect("get").data["status"]["phase"], "Ready");
+}
