@@ -12,7 +12,7 @@
 //! thread of its own with a large stack, and a panic inside the crate is an error, not a crash.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -379,6 +379,10 @@ pub struct Inputs<'v> {
 struct Input<'v> {
     name: &'static str,
     json: Option<&'v serde_json::Value>,
+    /// How many values `json` holds (up to the bound).
+    values: usize,
+    /// How many values its fields read alone have converted so far.
+    read_alone: AtomicUsize,
     converted: OnceLock<Box<dyn Val + 'v>>,
 }
 
@@ -397,30 +401,25 @@ impl<'v> Inputs<'v> {
         let mut left = MAX_INPUT_VALUES;
         let mut bound = Vec::new();
         for (name, v) in inputs {
-            if let Some(v) = v {
-                let n = count_values(v, left);
-                if n > left {
-                    return Err(CelError::InputTooLarge);
-                }
-                left -= n;
+            let values = v.map_or(0, |v| count_values(v, left));
+            if values > left {
+                return Err(CelError::InputTooLarge);
             }
-            bound.push(Input { name, json: v, converted: OnceLock::new() });
+            left -= values;
+            bound.push(Input { name, json: v, values, read_alone: AtomicUsize::new(0), converted: OnceLock::new() });
         }
         Ok(Inputs { bound })
     }
 }
 
-/// The most values a qualified name's value may hold to be converted on its own, each time it is
-/// read: a field or a small object. Past it the name is selected from the input converted whole,
-/// once.
-const SELECTED_VALUES: usize = 64;
-
 impl cel::context::VariableResolver for Inputs<'_> {
     /// The interpreter asks for a qualified name (`oldObject.spec.cluster`) before its prefixes,
     /// so a field read converts only that field's value: a policy reading one field of a
     /// Placement converted the whole Placement, managedFields and all, on every write (issue
-    /// #39). A name not found as JSON fields, or holding more than [`SELECTED_VALUES`] values,
-    /// is left to the shorter names, and so to the whole input, as before.
+    /// #39). Each read converts again, so once the fields read alone have converted as many
+    /// values as the input holds, the input is converted whole, once, and read from (at most
+    /// twice the work of converting it whole at first). A name not found as JSON fields is
+    /// left to the shorter names, and so to the whole input, as before.
     fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
         let (name, fields) = match variable.split_once('.') {
             Some((name, fields)) => (name, Some(fields)),
@@ -428,11 +427,16 @@ impl cel::context::VariableResolver for Inputs<'_> {
         };
         let input = self.bound.iter().find(|i| i.name == name)?;
         if let Some(fields) = fields {
+            if input.converted.get().is_some() {
+                return None;
+            }
             let mut value = input.json?;
             for field in fields.split('.') {
                 value = value.as_object()?.get(field)?;
             }
-            return (count_values(value, SELECTED_VALUES) <= SELECTED_VALUES).then(|| CowVal::Owned(borrowed(value)));
+            let n = count_values(value, input.values);
+            let read = input.read_alone.fetch_add(n, Ordering::Relaxed).saturating_add(n);
+            return (read <= input.values).then(|| CowVal::Owned(borrowed(value)));
         }
         let value = input.converted.get_or_init(|| match input.json {
             Some(v) => borrowed(v),
@@ -647,13 +651,25 @@ mod tests {
         let third = compile("object.size() == 1").expect("compiles");
         assert_eq!(scope.evaluate(&third), Ok(Value::Bool(true)));
         assert!(converted("object"));
+        // A large field read again and again: alone while the reads have converted fewer
+        // values than the input holds, then from the input converted whole.
+        let object = json!({"spec": {"list": (0..50).collect::<Vec<_>>()}});
+        let inputs = Inputs::new([("object", Some(&object))]).expect("small");
+        let converted = || inputs.bound[0].converted.get().is_some();
+        let scope = Scope::new(&inputs, &Budget::new()).expect("scope");
+        let read = compile("object.spec.list.size() == 50").expect("compiles");
+        assert_eq!(scope.evaluate(&read), Ok(Value::Bool(true)));
+        assert!(!converted());
+        assert_eq!(scope.evaluate(&read), Ok(Value::Bool(true)));
+        assert!(converted(), "the second read of most of the input converts it whole");
+        assert_eq!(scope.evaluate(&read), Ok(Value::Bool(true)));
     }
 
     /// A qualified name read as JSON fields gives what selecting it from the whole input gives,
     /// errors included, whether or not the whole was converted first.
     #[test]
     fn a_field_read_alone_reads_as_the_whole_would() {
-        let big: Vec<i64> = (0..(SELECTED_VALUES as i64 + 10)).collect();
+        let big: Vec<i64> = (0..80).collect();
         let object = json!({"metadata": {"name": "a", "labels": {"x": "1"}},
             "spec": {"cluster": "m1", "none": null, "list": [1, 2], "big": big, "empty": {}}});
         let cases = [
