@@ -49,6 +49,13 @@ const PARSER_STACK_BYTES: usize = 64 * 1024 * 1024;
 /// The function the budget is charged through; not a name CEL source can call (`__` is
 /// reserved for the implementation).
 const CHARGE: &str = "__stowage_charge";
+/// The function `s.matches(re)` is evaluated by: the standard one compiles `re` on every call,
+/// a TrainJob's name rule made each of its writes compile a regex. cel-go, which Kubernetes
+/// runs, compiles a constant pattern once; here each pattern is compiled once and kept
+/// ([`REGEXES`] of them at most).
+const MATCHES: &str = "__stowage_matches";
+/// The compiled patterns [`MATCHES`] keeps; past it they are all compiled again as met.
+const REGEXES: usize = 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CelError {
@@ -220,6 +227,11 @@ fn charged(e: IdedExpr) -> IdedExpr {
 fn instrument(e: IdedExpr) -> IdedExpr {
     let IdedExpr { id, expr } = e;
     let expr = match expr {
+        // `s.matches(re)` as [`MATCHES`]`(s, re)`, charged alike.
+        Expr::Call(CallExpr { func_name, target: Some(target), args }) if func_name == "matches" && args.len() == 1 => {
+            let args = std::iter::once(*target).chain(args).map(|x| charged(instrument(x))).collect();
+            Expr::Call(CallExpr { func_name: MATCHES.into(), target: None, args })
+        }
         Expr::Call(CallExpr { func_name, target, args }) => {
             let short_circuit =
                 matches!(func_name.as_str(), operators::LOGICAL_AND | operators::LOGICAL_OR | operators::CONDITIONAL);
@@ -361,6 +373,42 @@ fn charge_function(budget: Arc<Budget>) -> RawFunction {
     })
 }
 
+/// [`MATCHES`]: `this.matches(pattern)` as the standard library answers it (its errors too),
+/// each pattern compiled once.
+fn matches_function() -> RawFunction {
+    type Compiled = Result<Arc<regex::Regex>, String>;
+    static COMPILED: OnceLock<Mutex<HashMap<String, Compiled>>> = OnceLock::new();
+    Box::new(|ftx| {
+        let (Some(pattern), Some(this)) = (ftx.args.pop(), ftx.args.pop()) else {
+            return Err(ExecutionError::invalid_argument_count(2, ftx.args.len()));
+        };
+        let (Some(text), Some(pattern)) =
+            (this.downcast_ref::<CelString<'_>>(), pattern.downcast_ref::<CelString<'_>>())
+        else {
+            let types = [&this, &pattern].map(|v| v.get_type().name().to_owned()).to_vec();
+            return Err(ExecutionError::no_such_member_overload("matches", types));
+        };
+        let cache = COMPILED.get_or_init(Default::default);
+        let mut compiled = cache.lock().unwrap_or_else(|e| e.into_inner());
+        if compiled.len() >= REGEXES && !compiled.contains_key(pattern.inner()) {
+            compiled.clear();
+        }
+        let regex = compiled
+            .entry(pattern.inner().to_string())
+            .or_insert_with(|| {
+                regex::Regex::new(pattern.inner())
+                    .map(Arc::new)
+                    .map_err(|e| format!("'{}' not a valid regex:\n{e}", pattern.inner()))
+            })
+            .clone();
+        drop(compiled);
+        match regex {
+            Ok(re) => Ok(CowVal::owned(CelBool::from(re.is_match(text.inner())))),
+            Err(message) => Err(ExecutionError::FunctionError { function: "matches".into(), message }),
+        }
+    })
+}
+
 fn env() -> Arc<Env> {
     static ENV: OnceLock<Arc<Env>> = OnceLock::new();
     ENV.get_or_init(|| Arc::new(Env::stdlib())).clone()
@@ -463,6 +511,7 @@ impl<'v> Scope<'v> {
     pub fn new<'i: 'v>(inputs: &'v Inputs<'i>, budget: &Arc<Budget>) -> Result<Scope<'v>, CelError> {
         let mut ctx = Context::with_env(env());
         ctx.add_function(CHARGE, charge_function(budget.clone()))
+            .and_then(|()| ctx.add_function(MATCHES, matches_function()))
             .map_err(|e| CelError::Evaluation(format!("the evaluator could not be set up: {e}")))?;
         ctx.set_variable_resolver(inputs);
         Ok(Scope { ctx, budget: budget.clone() })
@@ -700,6 +749,38 @@ mod tests {
             scope.evaluate(&compile("object.size() > 0").expect("compiles")).expect("evaluates");
             let from_whole = scope.evaluate(&program);
             assert_eq!(alone.map_err(|e| e.kind()), from_whole.map_err(|e| e.kind()), "{source}");
+        }
+    }
+
+    /// `matches` with its patterns kept answers as the standard library's, errors included.
+    #[test]
+    fn matches_answers_as_the_standard_library_does() {
+        let cases = [
+            "'abc'.matches('^a.c$')",
+            "'abc'.matches('^b')",
+            "'abc'.matches('b')",
+            "'abc'.matches('(')",
+            "1.matches('1')",
+            "'1'.matches(1)",
+            "self.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+            "self.name.matches('^[A-Z]')",
+            "self.missing.matches('x')",
+            "matches('abc', 'b')",
+            "['ab', 'cd'].all(x, x.matches('^[a-d]+$'))",
+        ];
+        let program = compile("'a'.matches('a')").expect("compiles");
+        assert!(format!("{:?}", program.expr).contains(MATCHES), "evaluated by the function that keeps patterns");
+        let object = json!({"name": "burst-0001"});
+        for source in cases {
+            let ours = eval(source, &[("self", object.clone())]);
+            let mut context = Context::default();
+            context.add_variable_from_value("self", to_cel(&object));
+            let standard = cel::Program::compile(source).expect("parses").execute(&context);
+            match (ours, standard) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "{source}"),
+                (Err(CelError::Evaluation(a)), Err(b)) => assert_eq!(a, b.to_string(), "{source}"),
+                (a, b) => panic!("{source}: {a:?} against {b:?}"),
+            }
         }
     }
 
