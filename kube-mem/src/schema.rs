@@ -507,7 +507,7 @@ mod tests {
         let first = compiled(&a).expect("compiles");
         assert!(Arc::ptr_eq(&first, &compiled(&b).expect("compiles")), "one validator");
         let held = |s: &Arc<Value>| {
-            let cache = std::sync::Mutex::lock(&CACHE.get().expect("cache")).expect("lock");
+            let cache = CACHE.get().expect("cache").lock().expect("lock");
             cache.iter().any(|(_, kept, _)| Arc::ptr_eq(kept, s))
         };
         assert!(held(&a) && held(&b), "each schema keeps an entry of its own");
