@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use cel::common::ast::{CallExpr, ComprehensionExpr, EntryExpr, Expr, IdedExpr, ListExpr, operators};
+use cel::common::ast::{CallExpr, ComprehensionExpr, EntryExpr, Expr, IdedExpr, ListExpr, LiteralValue, operators};
 use cel::common::types::{CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString, CelUInt};
 use cel::common::value::{CowVal, Val};
 use cel::objects::Map;
@@ -49,10 +49,10 @@ const PARSER_STACK_BYTES: usize = 64 * 1024 * 1024;
 /// The function the budget is charged through; not a name CEL source can call (`__` is
 /// reserved for the implementation).
 const CHARGE: &str = "__stowage_charge";
-/// The function `s.matches(re)` is evaluated by: the standard one compiles `re` on every call,
-/// a TrainJob's name rule made each of its writes compile a regex. cel-go, which Kubernetes
-/// runs, compiles a constant pattern once; here each pattern is compiled once and kept
-/// ([`REGEXES`] of them at most).
+/// The function `s.matches('re')` with a constant pattern is evaluated by: the standard one
+/// compiles `re` on every call, a TrainJob's name rule made each of its writes compile a regex.
+/// cel-go, which Kubernetes runs, compiles a constant pattern once; here each is compiled once
+/// and kept ([`REGEXES`] of them at most).
 const MATCHES: &str = "__stowage_matches";
 /// The compiled patterns [`MATCHES`] keeps; past it they are all compiled again as met.
 const REGEXES: usize = 1024;
@@ -227,8 +227,13 @@ fn charged(e: IdedExpr) -> IdedExpr {
 fn instrument(e: IdedExpr) -> IdedExpr {
     let IdedExpr { id, expr } = e;
     let expr = match expr {
-        // `s.matches(re)` as [`MATCHES`]`(s, re)`, charged alike.
-        Expr::Call(CallExpr { func_name, target: Some(target), args }) if func_name == "matches" && args.len() == 1 => {
+        // `s.matches('re')` as [`MATCHES`]`(s, 're')`, charged alike; a pattern computed from
+        // the input is left to the standard function, so the patterns kept are the
+        // expressions' own, bounded as the programs are.
+        Expr::Call(CallExpr { func_name, target: Some(target), args })
+            if func_name == "matches"
+                && matches!(args.as_slice(), [IdedExpr { expr: Expr::Literal(LiteralValue::String(_)), .. }]) =>
+        {
             let args = std::iter::once(*target).chain(args).map(|x| charged(instrument(x))).collect();
             Expr::Call(CallExpr { func_name: MATCHES.into(), target: None, args })
         }
@@ -767,9 +772,13 @@ mod tests {
             "self.missing.matches('x')",
             "matches('abc', 'b')",
             "['ab', 'cd'].all(x, x.matches('^[a-d]+$'))",
+            "'abc'.matches(self.name)",
+            "'ab'.matches('a' + 'b')",
         ];
         let program = compile("'a'.matches('a')").expect("compiles");
         assert!(format!("{:?}", program.expr).contains(MATCHES), "evaluated by the function that keeps patterns");
+        let computed = compile("'a'.matches(self.p)").expect("compiles");
+        assert!(!format!("{:?}", computed.expr).contains(MATCHES), "a pattern from the input is not kept");
         let object = json!({"name": "burst-0001"});
         for source in cases {
             let ours = eval(source, &[("self", object.clone())]);
