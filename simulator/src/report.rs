@@ -130,6 +130,9 @@ pub struct SizeClassWait {
     pub jobs: usize,
     /// First start − submit; for a job never started, end of run − submit.
     pub max_wait_s: u64,
+    /// The same wait, averaged over the class: which sizes a policy makes wait, where the
+    /// overall mean cannot tell (most jobs are one GPU, so their wait weighs most in it).
+    pub mean_wait_s: f64,
     /// Jobs of this size never started by the end of the run.
     pub never_started: usize,
 }
@@ -146,6 +149,7 @@ fn size_class_waits(jobs: &[&crate::engine::JobRecord], end_s: u64) -> Vec<SizeC
                 gpus,
                 jobs: of_size.len(),
                 max_wait_s: of_size.iter().map(wait).max().unwrap_or(0),
+                mean_wait_s: r4(mean(&of_size.iter().map(|j| wait(j) as f64).collect::<Vec<_>>())),
                 never_started: of_size.iter().filter(|j| j.first_start_s.is_none()).count(),
             }
         })
@@ -356,6 +360,12 @@ pub fn table(report: &Report) -> String {
     row("fragmentation", &|r| pct(r.fragmentation));
     row("Jain fairness (queues)", &|r| format!("{:.3}", r.fairness_jain));
     for (i, (gpus, _, _)) in SIZE_CLASSES.iter().enumerate() {
+        row(&format!("mean wait, {gpus} GPU jobs"), &|r| {
+            let w = &r.max_wait_by_size[i];
+            if w.jobs == 0 { "-".into() } else { hours(w.mean_wait_s) }
+        });
+    }
+    for (i, (gpus, _, _)) in SIZE_CLASSES.iter().enumerate() {
         row(&format!("max wait, {gpus} GPU jobs"), &|r| {
             let w = &r.max_wait_by_size[i];
             match (w.jobs, w.never_started) {
@@ -460,6 +470,32 @@ mod tests {
         assert_eq!(percentile(&v, 50.0), 50.0);
         assert_eq!(percentile(&v, 99.0), 99.0);
         assert_eq!(percentile(&[], 50.0), 0.0);
+    }
+
+    #[test]
+    fn size_classes_count_a_job_never_started_as_waiting_to_the_end() {
+        let job = |gpus: u64, submit_s: u64, first_start_s: Option<u64>| crate::engine::JobRecord {
+            id: format!("j{gpus}-{submit_s}"),
+            queue: "q".into(),
+            gpus,
+            submit_s,
+            duration_s: 60,
+            priority: 0,
+            first_start_s,
+            end_s: None,
+            restarts: 0,
+            preemptions: 0,
+            lost_gpu_s: 0,
+            placement: None,
+            outcome: crate::engine::Outcome::Completed,
+        };
+        let jobs = [job(1, 0, Some(10)), job(1, 100, Some(130)), job(8, 0, None), job(4, 50, Some(50))];
+        let refs: Vec<_> = jobs.iter().collect();
+        let w = size_class_waits(&refs, 1_000);
+        assert_eq!((w[0].gpus, w[0].jobs, w[0].max_wait_s, w[0].mean_wait_s), ("1", 2, 30, 20.0));
+        // The 8-GPU job never started: it waited to the end of the run.
+        assert_eq!((w[1].jobs, w[1].max_wait_s, w[1].mean_wait_s, w[1].never_started), (2, 1_000, 500.0, 1));
+        assert_eq!((w[3].jobs, w[3].max_wait_s, w[3].mean_wait_s), (0, 0, 0.0));
     }
 
     #[test]
