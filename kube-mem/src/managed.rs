@@ -237,8 +237,7 @@ pub fn apply(
         .recursive_difference(reset);
     let last = entries.iter().position(|e| e.is(w, Operation::Apply)).map(|i| entries.remove(i));
     let new = prune(&merged, &entries, &applied, last.as_ref().map(|e| &e.fields), ty);
-    let mut cmp = typed::compare(&live, &new, ty).map_err(|e| typing_error("compare objects", &e))?;
-    cmp.exclude(reset);
+    let cmp = typed::compare_except(&live, &new, ty, reset).map_err(|e| typing_error("compare objects", &e))?;
     take_from_others(&mut entries, &cmp, force)?;
     let changed = !cmp.is_same() || new != live;
     let fields = applied.difference(stripped());
@@ -314,8 +313,7 @@ fn recorded_update(
     reset: &FieldSet,
     now: &str,
 ) -> Option<Vec<Entry>> {
-    let mut cmp = typed::compare(old, new, ty).ok()?;
-    cmp.exclude(reset);
+    let cmp = typed::compare_except(old, new, ty, reset).ok()?;
     let own = entries.iter().position(|e| e.is(w, Operation::Update)).map(|i| entries.remove(i));
     let taken = cmp.modified.union(&cmp.added).difference(stripped());
     // Cannot fail: forced.

@@ -212,19 +212,20 @@ impl Comparison {
     pub fn is_same(&self) -> bool {
         self.added.is_empty() && self.modified.is_empty() && self.removed.is_empty()
     }
-
-    /// Drops `fields` and everything under them (the fields a write to this part may not change).
-    pub fn exclude(&mut self, fields: &FieldSet) {
-        self.added = self.added.recursive_difference(fields);
-        self.modified = self.modified.recursive_difference(fields);
-        self.removed = self.removed.recursive_difference(fields);
-    }
 }
 
 /// What changed from `old` to `new`, `metadata.managedFields` left out.
 pub fn compare(old: &Value, new: &Value, ty: Ty<'_>) -> Result<Comparison, TypedError> {
+    compare_except(old, new, ty, &FieldSet::default())
+}
+
+/// [`compare`] with the fields of `except` and everything under them left out (each set's
+/// `recursive_difference` with `except`), without walking them: a status write's comparison
+/// skips the spec (its reset field) rather than comparing the whole spec to itself. Members
+/// reached through map fields are skipped; lists' items are compared whole.
+pub fn compare_except(old: &Value, new: &Value, ty: Ty<'_>, except: &FieldSet) -> Result<Comparison, TypedError> {
     let mut c = Comparison::default();
-    compare_in(Some(old), Some(new), ty, &mut Vec::new(), &mut c)?;
+    compare_in(Some(old), Some(new), ty, Some(except), &mut Vec::new(), &mut c)?;
     Ok(c)
 }
 
@@ -256,6 +257,7 @@ fn compare_in(
     l: Option<&Value>,
     r: Option<&Value>,
     ty: Ty<'_>,
+    except: Option<&FieldSet>,
     path: &mut Vec<PathElement>,
     c: &mut Comparison,
 ) -> Result<(), TypedError> {
@@ -269,8 +271,13 @@ fn compare_in(
             // both objects copied without it on every write.
             let in_metadata = path.len() == 1 && path[0] == PathElement::field("metadata");
             for k in keys.into_iter().filter(|k| !(in_metadata && *k == "managedFields")) {
-                path.push(PathElement::field(k));
-                compare_in(lm.and_then(|m| m.get(k)), rm.and_then(|m| m.get(k)), ty.field(k).0, path, c)?;
+                let pe = PathElement::field(k);
+                if except.is_some_and(|e| e.has_member(&pe)) {
+                    continue;
+                }
+                let under = except.and_then(|e| e.child(&pe));
+                path.push(pe);
+                compare_in(lm.and_then(|m| m.get(k)), rm.and_then(|m| m.get(k)), ty.field(k).0, under, path, c)?;
                 path.pop();
             }
             false
@@ -337,7 +344,7 @@ fn compare_items(
         let rs = r_items.get(&pe).map_or(&[][..], Vec::as_slice);
         path.push(pe);
         match (ls.len(), rs.len()) {
-            (0 | 1, 0 | 1) => compare_in(ls.first().copied(), rs.first().copied(), ty.item(), path, c)?,
+            (0 | 1, 0 | 1) => compare_in(ls.first().copied(), rs.first().copied(), ty.item(), None, path, c)?,
             // Duplicates on both sides compare as one atomic value.
             (_, 2..) if ls.len() >= 2 => {
                 if ls.len() != rs.len() || ls.iter().zip(rs).any(|(a, b)| !json_eq(a, b)) {
@@ -346,13 +353,13 @@ fn compare_items(
             }
             (2.., _) => {
                 if let Some(r0) = rs.first() {
-                    compare_in(None, Some(r0), ty.item(), path, c)?;
+                    compare_in(None, Some(r0), ty.item(), None, path, c)?;
                 }
                 c.removed.insert(path);
             }
             _ => {
                 if let Some(l0) = ls.first() {
-                    compare_in(Some(l0), None, ty.item(), path, c)?;
+                    compare_in(Some(l0), None, ty.item(), None, path, c)?;
                 }
                 c.added.insert(path);
             }
@@ -620,6 +627,46 @@ mod tests {
                 r#".spec.containers[name="c"].name"#,
             ]
         );
+    }
+
+    #[test]
+    fn comparing_except_fields_is_comparing_all_then_dropping_them() {
+        let s = schema();
+        let old = json!({"metadata": {"name": "a", "labels": {"app": "x", "gone": "y"}},
+            "spec": {"x": "1", "tags": ["a"], "ports": [{"port": 80}], "flavors": {"cpu": {"n": 1}}},
+            "status": {"conditions": [{"type": "Ready", "status": "False"}]}});
+        let new = json!({"metadata": {"name": "a", "labels": {"app": "z"}, "annotations": {"n": "1"}},
+            "spec": {"x": "2", "tags": ["a", "b"], "ports": [{"port": 81}], "more": {"k": "v"}},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}], "phase": "Running"}});
+        let set = |paths: &[&[&str]]| {
+            let mut f = FieldSet::default();
+            for p in paths {
+                f.insert(&p.iter().map(|k| PathElement::field(k)).collect::<Vec<_>>());
+            }
+            f
+        };
+        let excepts = [
+            set(&[]),
+            set(&[&["spec"]]),
+            set(&[&["status"]]),
+            set(&[&["metadata", "labels"], &["spec", "more"], &["spec", "flavors", "cpu"]]),
+            set(&[&["status", "phase"], &["spec", "tags"], &["nothing", "here"]]),
+        ];
+        let ty = Ty::Root(Some(&s));
+        let all = compare(&old, &new, ty).expect("compare");
+        for except in &excepts {
+            let dropped = Comparison {
+                added: all.added.recursive_difference(except),
+                modified: all.modified.recursive_difference(except),
+                removed: all.removed.recursive_difference(except),
+            };
+            let skipped = compare_except(&old, &new, ty, except).expect("compare");
+            assert_eq!(skipped, dropped, "except {:?}", paths(except));
+        }
+        // There is something to leave out each time: the test compares more than empty sets.
+        assert!(paths(&all.modified).iter().any(|p| p.starts_with(".spec")));
+        assert!(paths(&all.added).iter().any(|p| p.starts_with(".status")));
+        assert!(paths(&all.removed).iter().any(|p| p.starts_with(".metadata.labels")));
     }
 
     #[test]
