@@ -221,8 +221,9 @@ pub fn compare(old: &Value, new: &Value, ty: Ty<'_>) -> Result<Comparison, Typed
 
 /// [`compare`] with the fields of `except` and everything under them left out (each set's
 /// `recursive_difference` with `except`), without walking them: a status write's comparison
-/// skips the spec (its reset field) rather than comparing the whole spec to itself. Members
-/// reached through map fields are skipped; lists' items are compared whole.
+/// skips the spec (its reset field) rather than comparing the whole spec to itself. `except`
+/// names fields reached from the root through maps alone, as reset fields are: members under a
+/// list's items are not looked for.
 pub fn compare_except(old: &Value, new: &Value, ty: Ty<'_>, except: &FieldSet) -> Result<Comparison, TypedError> {
     let mut c = Comparison::default();
     compare_in(Some(old), Some(new), ty, Some(except), &mut Vec::new(), &mut c)?;
