@@ -97,6 +97,10 @@ pub struct Program {
     /// Every name the expression reads (variables, and a comprehension's own): only these are
     /// bound when it runs, since binding converts a whole object into the evaluator's values.
     names: BTreeSet<String>,
+    /// The fields it selects of `variables` (`variables.isAgent`: `isAgent`); `None` when it
+    /// reads `variables` otherwise (whole, indexed): a policy's variables are evaluated when an
+    /// expression reads them, as kube-apiserver's are.
+    variables: Option<BTreeSet<String>>,
 }
 
 impl Program {
@@ -109,34 +113,63 @@ impl Program {
     pub fn references(&self, variable: &str) -> bool {
         self.names.contains(variable)
     }
+
+    /// The policy variables it reads by name; `None`: possibly any.
+    pub fn variables_read(&self) -> Option<&BTreeSet<String>> {
+        if !self.names.contains(VARIABLES) {
+            return Some(&NONE);
+        }
+        self.variables.as_ref()
+    }
+}
+
+/// The identifier a policy's variables are read through.
+const VARIABLES: &str = "variables";
+static NONE: BTreeSet<String> = BTreeSet::new();
+
+/// `e`'s direct subexpressions.
+fn each_child<'e>(e: &'e IdedExpr, f: &mut dyn FnMut(&'e IdedExpr)) {
+    let mut entry = |x: &'e EntryExpr| match x {
+        EntryExpr::MapEntry(m) => {
+            f(&m.key);
+            f(&m.value);
+        }
+        EntryExpr::StructField(s) => f(&s.value),
+    };
+    match &e.expr {
+        Expr::Call(c) => c.target.iter().map(|t| &**t).chain(&c.args).for_each(&mut *f),
+        Expr::Comprehension(c) => {
+            for x in [&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result] {
+                f(x);
+            }
+        }
+        Expr::List(l) => l.elements.iter().for_each(f),
+        Expr::Map(m) => m.entries.iter().for_each(|x| entry(&x.expr)),
+        Expr::Struct(s) => s.entries.iter().for_each(|x| entry(&x.expr)),
+        Expr::Select(s) => f(&s.operand),
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+    }
 }
 
 /// The identifiers `e` reads, into `out`.
 fn names(e: &IdedExpr, out: &mut BTreeSet<String>) {
-    let entry = |x: &EntryExpr, out: &mut BTreeSet<String>| match x {
-        EntryExpr::MapEntry(m) => {
-            names(&m.key, out);
-            names(&m.value, out);
-        }
-        EntryExpr::StructField(f) => names(&f.value, out),
-    };
+    if let Expr::Ident(n) = &e.expr {
+        out.insert(n.clone());
+    }
+    each_child(e, &mut |c| names(c, out));
+}
+
+/// The fields `e` selects of `ident`, into `out`; `out` becomes `None` where `ident` is read
+/// otherwise.
+fn selected(e: &IdedExpr, ident: &str, out: &mut Option<BTreeSet<String>>) {
     match &e.expr {
-        Expr::Ident(n) => {
-            out.insert(n.clone());
+        Expr::Select(s) if matches!(&s.operand.expr, Expr::Ident(n) if n == ident) => {
+            if let Some(fields) = out {
+                fields.insert(s.field.clone());
+            }
         }
-        Expr::Call(c) => {
-            c.target.iter().map(|t| &**t).chain(&c.args).for_each(|x| names(x, out));
-        }
-        Expr::Comprehension(c) => {
-            [&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result]
-                .into_iter()
-                .for_each(|x| names(x, out));
-        }
-        Expr::List(l) => l.elements.iter().for_each(|x| names(x, out)),
-        Expr::Map(m) => m.entries.iter().for_each(|x| entry(&x.expr, out)),
-        Expr::Struct(s) => s.entries.iter().for_each(|x| entry(&x.expr, out)),
-        Expr::Select(s) => names(&s.operand, out),
-        Expr::Literal(_) | Expr::Unspecified => {}
+        Expr::Ident(n) if n == ident => *out = None,
+        _ => each_child(e, &mut |c| selected(c, ident, out)),
     }
 }
 
@@ -180,7 +213,9 @@ fn parse(source: &str) -> Result<Arc<Program>, CelError> {
     }
     let mut read = BTreeSet::new();
     names(&expr, &mut read);
-    Ok(Arc::new(Program { source: source.to_string(), expr: instrument(expr), names: read }))
+    let mut variables = Some(BTreeSet::new());
+    selected(&expr, VARIABLES, &mut variables);
+    Ok(Arc::new(Program { source: source.to_string(), expr: instrument(expr), names: read, variables }))
 }
 
 fn one_line(s: &str) -> String {

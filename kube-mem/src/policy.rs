@@ -3,7 +3,7 @@
 //! the binding's `matchResources`, then the policy's `matchConditions`) has the policy's
 //! `validations` evaluated in CEL ([`super::cel`]) with `object`, `oldObject`, `request`
 //! (operation, subResource, name, namespace, userInfo …), `namespaceObject` and `variables`
-//! bound. The first validation that fails, under a binding whose `validationActions` include
+//! bound, each variable evaluated when an expression first reads it, as kube-apiserver's are. The first validation that fails, under a binding whose `validationActions` include
 //! `Deny`, refuses the write with the API server's words: `<resource> "<name>" is forbidden:
 //! ValidatingAdmissionPolicy '<policy>' with binding '<binding>' denied request: <message>`,
 //! and the validation's `reason` (Forbidden: 403; unset or Invalid: 422). An expression that
@@ -164,44 +164,50 @@ fn evaluate(
         Ok(s) => s,
         Err(e) => return Verdict::Error(e.to_string()),
     };
-    let mut variables = serde_json::Map::new();
-    scope.set("variables", &Value::Object(variables.clone()));
-    let run = |source: &str, scope: &cel::Scope<'_>| -> Result<cel::Value, String> {
+    let declared: Vec<(&str, &str)> = spec
+        .get("variables")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|v| {
+            let field = |f: &str| v.get(f).and_then(Value::as_str).unwrap_or("");
+            (field("name"), field("expression"))
+        })
+        .collect();
+    let mut variables = Variables::new(declared);
+    scope.set("variables", &Value::Object(serde_json::Map::new()));
+    // Match conditions see no variables (`variables` is bound empty for them); validations
+    // and their messages have what they read evaluated first.
+    let mut run = |source: &str, scope: &mut cel::Scope<'_>, with_variables: bool| -> Result<cel::Value, String> {
         let program = cel::compile(source).map_err(|e| format!("compilation failed for expression '{source}': {e}"))?;
-        scope.evaluate(&program).map_err(|e| match e {
+        let failed = |e: CelError| match e {
             CelError::Budget => format!("expression '{source}' exceeded the cost budget"),
             e => format!("expression '{source}' resulted in error: {e}"),
-        })
+        };
+        // A variable that failed is left unbound: the expression fails where it reads it (its
+        // error then named, as the cause), unless CEL's `||` or `&&` absorb that error, as
+        // cel-go's do an error value.
+        let cause = if with_variables { variables.ready(&program, scope) } else { None };
+        scope.evaluate(&program).map_err(|e| failed(cause.filter(|_| e != CelError::Budget).unwrap_or(e)))
     };
     for c in spec.get("matchConditions").and_then(Value::as_array).into_iter().flatten() {
         let source = c.get("expression").and_then(Value::as_str).unwrap_or("");
-        match run(source, &scope) {
+        match run(source, &mut scope, false) {
             Ok(cel::Value::Bool(true)) => {}
             Ok(cel::Value::Bool(false)) => return Verdict::Admit,
             Ok(_) => return Verdict::Error(format!("matchCondition '{source}' does not yield a bool")),
             Err(e) => return Verdict::Error(e),
         }
     }
-    for v in spec.get("variables").and_then(Value::as_array).into_iter().flatten() {
-        let name = v.get("name").and_then(Value::as_str).unwrap_or("").to_string();
-        let source = v.get("expression").and_then(Value::as_str).unwrap_or("");
-        match run(source, &scope).and_then(|x| to_json(&x)) {
-            Ok(value) => {
-                variables.insert(name, value);
-                scope.set("variables", &Value::Object(variables.clone()));
-            }
-            Err(e) => return Verdict::Error(e),
-        }
-    }
     for check in spec.get("validations").and_then(Value::as_array).into_iter().flatten() {
         let source = check.get("expression").and_then(Value::as_str).unwrap_or("");
-        match run(source, &scope) {
+        match run(source, &mut scope, true) {
             Ok(cel::Value::Bool(true)) => {}
             Ok(cel::Value::Bool(false)) => {
                 let from_expression = check
                     .get("messageExpression")
                     .and_then(Value::as_str)
-                    .and_then(|m| run(m, &scope).ok())
+                    .and_then(|m| run(m, &mut scope, true).ok())
                     .and_then(|m| cel::as_string(&m))
                     .filter(|m| !m.trim().is_empty() && !m.contains('\n'));
                 let message = from_expression
@@ -215,6 +221,81 @@ fn evaluate(
         }
     }
     Verdict::Admit
+}
+
+/// A policy's variables, each evaluated the first time an expression reads it and kept for the
+/// rest of the request, as kube-apiserver's composition evaluates them (a `lazy.MapValue`): a
+/// variable nothing reads costs nothing and cannot fail the request, and one that fails fails
+/// the expressions that read it, with its error (unless `||` or `&&` absorb it).
+struct Variables<'s> {
+    /// Name and expression, in the policy's order: a variable reads only those before it.
+    declared: Vec<(&'s str, &'s str)>,
+    /// Per declared variable, once evaluated: its value or its error.
+    values: Vec<Option<Result<Value, CelError>>>,
+    /// The values so far, as `variables` is bound.
+    bound: serde_json::Map<String, Value>,
+}
+
+impl<'s> Variables<'s> {
+    fn new(declared: Vec<(&'s str, &'s str)>) -> Self {
+        let values = vec![None; declared.len()];
+        Variables { declared, values, bound: serde_json::Map::new() }
+    }
+
+    /// Evaluates the variables `program` reads (and those they read) that are not yet, and
+    /// binds those that did not fail; the first error among them. What a variable reads comes before it, so
+    /// marking from the last down and evaluating from the first up needs no recursion, however
+    /// long the chain.
+    fn ready(&mut self, program: &cel::Program, scope: &mut cel::Scope<'_>) -> Option<CelError> {
+        let visible = self.declared.len();
+        let mut needed = vec![false; visible];
+        mark(&mut needed, &self.declared, program.variables_read());
+        let mut programs: Vec<Option<Result<Arc<cel::Program>, CelError>>> = vec![None; visible];
+        for i in (0..visible).rev() {
+            if !needed[i] || self.values[i].is_some() {
+                continue;
+            }
+            let compiled = cel::compile(self.declared[i].1);
+            if let Ok(p) = &compiled {
+                mark(&mut needed[..i], &self.declared, p.variables_read());
+            }
+            programs[i] = Some(compiled);
+        }
+        let mut changed = false;
+        for (i, compiled) in programs.into_iter().enumerate() {
+            let Some(compiled) = compiled else { continue };
+            let (name, _) = self.declared[i];
+            let value = match compiled {
+                Err(e) => Err(CelError::Evaluation(format!("composited variable \"{name}\" fails to compile: {e}"))),
+                Ok(p) => {
+                    if changed {
+                        scope.set("variables", &Value::Object(self.bound.clone()));
+                        changed = false;
+                    }
+                    scope.evaluate(&p).and_then(|v| to_json(&v).map_err(CelError::Evaluation))
+                }
+            };
+            if let Ok(v) = &value {
+                self.bound.insert(name.to_string(), v.clone());
+                changed = true;
+            }
+            self.values[i] = Some(value);
+        }
+        if changed {
+            scope.set("variables", &Value::Object(self.bound.clone()));
+        }
+        needed.iter().zip(&self.values).find_map(|(n, v)| match v {
+            Some(Err(e)) if *n => Some(e.clone()),
+            _ => None,
+        })
+    }
+}
+
+/// Marks in `needed` the variables `reads` names (`None`: every one).
+fn mark(needed: &mut [bool], declared: &[(&str, &str)], reads: Option<&std::collections::BTreeSet<String>>) {
+    for (i, n) in needed.iter_mut().enumerate() {
+        *n |= reads.is_none_or(|r| r.contains(declared[i].0));
+    }
 }
 
 /// A variable's value, kept as JSON between evaluations.

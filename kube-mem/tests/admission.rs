@@ -322,6 +322,55 @@ async fn malformed_and_expensive_expressions_neither_crash_nor_hang_the_server()
     assert!(started.elapsed() < Duration::from_secs(2));
 }
 
+/// Variables are evaluated when an expression reads them (kube-apiserver's composition,
+/// `lazy.MapValue`): one nothing reads cannot fail the request, one that fails fails the
+/// expression that reads it, naming that expression, and a chain resolves in order.
+#[tokio::test]
+async fn policy_variables_are_evaluated_when_read() {
+    let server = ApiServer::start().await.expect("server");
+    let client = server.client_as("anyone").expect("client");
+    let failing = "object.data.missing == 'x'";
+    for (name, validation) in [
+        ("unread", "object.data.size() > 0"),
+        ("read", "variables.broken"),
+        ("absorbed", "variables.broken || true"),
+        ("chain", "variables.third == 'v-v-v'"),
+        ("message", "variables.second == 'nope'"),
+    ] {
+        let (mut p, b) = configmap_policy(name, validation, "Fail");
+        p["spec"]["variables"] = json!([
+            {"name": "broken", "expression": failing},
+            {"name": "first", "expression": "object.data.k"},
+            {"name": "second", "expression": "variables.first + '-' + variables.first"},
+            {"name": "third", "expression": "variables.second + '-' + variables.first"},
+        ]);
+        if name == "message" {
+            p["spec"]["validations"][0]["messageExpression"] = json!("'second is ' + variables.second");
+        }
+        create::<ValidatingAdmissionPolicy>(&client, p).await;
+        create::<ValidatingAdmissionPolicyBinding>(&client, b).await;
+    }
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let cm = |name: &str| -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": "v"}})).expect("cm")
+    };
+    // A variable that would fail, read by nothing: admitted (evaluating every variable first
+    // refused this write).
+    cms.create(&PostParams::default(), &cm("unread")).await.expect("an unread variable cannot fail the request");
+    cms.create(&PostParams::default(), &cm("chain")).await.expect("variables read variables before them");
+    // CEL's `||` absorbs an error when its other side is true, a failed variable's too.
+    cms.create(&PostParams::default(), &cm("absorbed")).await.expect("`error || true` is true");
+    let err = api_error(cms.create(&PostParams::default(), &cm("read")).await.expect_err("a read variable fails"));
+    assert_eq!(err.code, 422, "{err:?}");
+    assert!(
+        err.message.contains("expression 'variables.broken' resulted in error") && err.message.contains("missing"),
+        "{}",
+        err.message
+    );
+    let err = api_error(cms.create(&PostParams::default(), &cm("message")).await.expect_err("denied"));
+    assert!(err.message.ends_with("denied request: second is v-v"), "{}", err.message);
+}
+
 #[tokio::test]
 async fn unknown_tokens_are_anonymous_unless_the_server_refuses_them() {
     let server = ApiServer::start().await.expect("server");

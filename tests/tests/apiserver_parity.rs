@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
@@ -309,7 +310,78 @@ async fn cases(client: &Client) -> Vec<(&'static str, Value)> {
         .unwrap_or_else(|e| vec![json!(["stream error", e.to_string()])]);
     out.push(("watch from a list's version", json!(seen)));
 
+    out.extend(policy_variables(client, &ns).await);
+
     let _ = ns_api.delete(&ns, &DeleteParams::default()).await;
+    out
+}
+
+/// A ValidatingAdmissionPolicy's variables are evaluated when read: one that fails and is not
+/// read admits, one read fails the expression reading it, `||` absorbs that failure, a chain
+/// of variables resolves. Each case is a dry-run create of a ConfigMap its policy matches by
+/// name, in `ns` alone; what is kept is admitted or the code and whether the message names
+/// the failing expression (the evaluators' own words for a missing key differ).
+async fn policy_variables(client: &Client, ns: &str) -> Vec<(&'static str, Value)> {
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    let cases = [
+        ("policy variable failing, not read", "unread", "object.data.size() > 0"),
+        ("policy variable failing, read", "read", "variables.broken"),
+        ("policy variable failing, absorbed by ||", "absorbed", "variables.broken || true"),
+        ("policy variables read in a chain", "chain", "variables.third == 'v-v-v'"),
+    ];
+    let name = |case: &str| format!("{ns}-{case}");
+    for (_, case, validation) in cases {
+        let policy = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name(case)},
+            "spec": {"failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE"], "resources": ["configmaps"]}]},
+                "matchConditions": [{"name": "this-case", "expression":
+                    format!("request.namespace == '{ns}' && object.metadata.name == '{case}'")}],
+                "variables": [
+                    {"name": "broken", "expression": "object.data.missing == 'x'"},
+                    {"name": "first", "expression": "object.data.k"},
+                    {"name": "second", "expression": "variables.first + '-' + variables.first"},
+                    {"name": "third", "expression": "variables.second + '-' + variables.first"}],
+                "validations": [{"expression": validation}]}});
+        let binding = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name(case)}, "spec": {"policyName": name(case), "validationActions": ["Deny"]}});
+        policies
+            .create(&PostParams::default(), &serde_json::from_value(policy).expect("policy"))
+            .await
+            .expect("policy");
+        bindings
+            .create(&PostParams::default(), &serde_json::from_value(binding).expect("binding"))
+            .await
+            .expect("binding");
+    }
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
+    let cm = |case: &str| -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": case}, "data": {"k": "v"}})).expect("cm")
+    };
+    // A real API server takes a moment to enforce a new policy: until the one that must deny does.
+    for _ in 0..100 {
+        if cms.create(&dry_run, &cm("read")).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut out = Vec::new();
+    for (label, case, validation) in cases {
+        let seen = match cms.create(&dry_run, &cm(case)).await {
+            Ok(_) => json!("admitted"),
+            Err(kube::Error::Api(s)) => json!({"code": s.code,
+                "names the expression": s.message.contains(&format!("expression '{validation}' resulted in error"))}),
+            Err(other) => json!({"not an API error": other.to_string()}),
+        };
+        out.push((label, seen));
+    }
+    for (_, case, _) in cases {
+        let _ = bindings.delete(&name(case), &DeleteParams::default()).await;
+        let _ = policies.delete(&name(case), &DeleteParams::default()).await;
+    }
     out
 }
 
