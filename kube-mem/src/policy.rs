@@ -3,8 +3,9 @@
 //! the binding's `matchResources`, then the policy's `matchConditions`) has the policy's
 //! `validations` evaluated in CEL ([`super::cel`]) with `object`, `oldObject`, `request`
 //! (operation, subResource, name, namespace, userInfo …), `namespaceObject` and `variables`
-//! bound, each variable evaluated when an expression first reads it, as kube-apiserver's are. The first validation that fails, under a binding whose `validationActions` include
-//! `Deny`, refuses the write with the API server's words: `<resource> "<name>" is forbidden:
+//! bound, each variable evaluated when an expression first reads it, as kube-apiserver's are.
+//! The first validation that fails, under a binding whose `validationActions` include `Deny`,
+//! refuses the write with the API server's words: `<resource> "<name>" is forbidden:
 //! ValidatingAdmissionPolicy '<policy>' with binding '<binding>' denied request: <message>`,
 //! and the validation's `reason` (Forbidden: 403; unset or Invalid: 422). An expression that
 //! does not compile, fails or runs out of budget denies under `failurePolicy: Fail` (the
@@ -243,9 +244,9 @@ impl<'s> Variables<'s> {
     }
 
     /// Evaluates the variables `program` reads (and those they read) that are not yet, and
-    /// binds those that did not fail; the first error among them. What a variable reads comes before it, so
-    /// marking from the last down and evaluating from the first up needs no recursion, however
-    /// long the chain.
+    /// binds those that did not fail; the first error among them. What a variable reads comes
+    /// before it, so marking from the last down and evaluating from the first up needs no
+    /// recursion, however long the chain.
     fn ready(&mut self, program: &cel::Program, scope: &mut cel::Scope<'_>) -> Option<CelError> {
         let visible = self.declared.len();
         let mut needed = vec![false; visible];
