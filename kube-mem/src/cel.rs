@@ -671,6 +671,21 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    #[test]
+    fn a_program_names_the_policy_variables_it_reads_or_says_it_may_read_any() {
+        let read = |source: &str| {
+            compile(source).expect("compiles").variables_read().map(|r| r.iter().cloned().collect::<Vec<_>>())
+        };
+        let some = |names: &[&str]| Some(names.iter().map(|n| n.to_string()).collect::<Vec<_>>());
+        assert_eq!(read("object.spec.x == 1"), some(&[]));
+        assert_eq!(read("variables.b + variables.a == variables.b"), some(&["a", "b"]));
+        assert_eq!(read("has(variables.c) && [1].all(x, variables.d > x)"), some(&["c", "d"]));
+        // Read whole, indexed, or handed to a function: any of them may be read.
+        assert_eq!(read("variables['a'] == 1"), None);
+        assert_eq!(read("variables.size() > 0"), None);
+        assert_eq!(read("[variables].size() == 1 || variables.a"), None);
+    }
+
     fn eval(source: &str, vars: &[(&'static str, serde_json::Value)]) -> Result<Value, CelError> {
         let p = compile(source)?;
         let inputs = Inputs::new(vars.iter().map(|(n, v)| (*n, Some(v))))?;
