@@ -404,9 +404,11 @@ async fn serve(
                     .cloned()
                     .ok_or_else(|| ApiError::bad_request("fieldManager is required for apply patch"))?;
                 let force = q.get("force").and_then(|f| super::logs::query_bool(f)).unwrap_or(false);
-                // Apply that creates is also authorized as a create, as the real server does.
+                // Apply that creates is also authorized as a create, as the real server does:
+                // of this name, so a role's resourceNames can grant it (patch.go's
+                // createAuthorizerAttributes).
                 if target.part == Part::Main && store.view().peek(rt, ns, &name).is_none() {
-                    let create = Access { verb: "create".into(), subresource: None, name: None, ..access };
+                    let create = Access { verb: "create".into(), subresource: None, ..access };
                     authorize_in(&shared, &store, &user, rbac::Request::Resource(&create))?;
                 }
                 let apply = ApplyOptions { manager: &manager, force };

@@ -140,7 +140,8 @@ impl Store {
         for rt in resources::builtins() {
             s.types.insert(rt.key(), rt);
         }
-        for ns in ["default", "kube-system", "kube-public"] {
+        // kube-apiserver's system namespaces (its bootstrap controller makes them at start).
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let _ = s.create(
                 Requester::InProcess,
                 &s.types_by_plural("", "v1", "namespaces"),

@@ -432,4 +432,29 @@ async fn an_agent_writes_only_its_own_members_pod_copies_and_virtual_node() {
         assert!(err.message.contains("its own member's virtual Node"), "{}", err.message);
     }
     assert_eq!(api_error(nodes.delete("stowage-west", &Default::default()).await.expect_err("delete")).code, 403);
+
+    // The virtual Node's Lease, renewed by server-side apply as the agent does.
+    use k8s_openapi::api::coordination::v1::Lease;
+    let lease = |ns: &str, name: &str, member: &str| -> (Api<Lease>, Lease) {
+        let l = serde_json::from_value(json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": ns, "labels": {"stowage.dev/cluster": member}},
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40}}))
+        .expect("lease");
+        (Api::namespaced(hub.as_("west"), ns), l)
+    };
+    let apply = PatchParams::apply("stowage-agent").force();
+    let (leases, own) = lease("kube-node-lease", "stowage-west", "west");
+    leases.patch("stowage-west", &apply, &Patch::Apply(&own)).await.expect("its own Lease, made");
+    leases.patch("stowage-west", &apply, &Patch::Apply(&own)).await.expect("its own Lease, renewed");
+    for (ns, name, member, why) in [
+        ("kube-node-lease", "stowage-east", "east", "east's Lease"),
+        ("kube-node-lease", "stowage-east", "west", "a Lease named for east"),
+        ("default", "stowage-west", "west", "a Lease outside kube-node-lease"),
+    ] {
+        let (api, l) = lease(ns, name, member);
+        let err = api_error(api.patch(name, &apply, &Patch::Apply(&l)).await.expect_err(why));
+        assert_eq!(err.code, 403, "{why}");
+        assert!(err.message.contains("its own member's Node Lease"), "{why}: {}", err.message);
+    }
+    assert_eq!(api_error(leases.delete("stowage-west", &Default::default()).await.expect_err("delete")).code, 403);
 }

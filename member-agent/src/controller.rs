@@ -34,6 +34,10 @@ pub async fn run(hub: Client, member: Client, cfg: AgentConfig) {
     caches.ready().await;
     cfg.metrics.ready.set();
     let mut agent = Loop::new(cfg.clone(), Instant::now());
+    // The virtual Node's Lease, renewed apart from the rounds for as long as this runs.
+    let since = Timestamp::now();
+    let mut lease = tokio::task::JoinSet::new();
+    lease.spawn(crate::lease::keep(hub.clone(), cfg.cluster.clone(), since, cfg.timing.heartbeat));
     let mut work = Work::default();
     let mut rounds: tokio::task::JoinSet<(Result<Delivered, Error>, Instant)> = tokio::task::JoinSet::new();
     let mut wake = Wake::Changed;
@@ -49,7 +53,7 @@ pub async fn run(hub: Client, member: Client, cfg: AgentConfig) {
                     let limit = agent.round_limit();
                     rounds.spawn(async move {
                         let started = Instant::now();
-                        let result = tokio::time::timeout(limit, deliver(hub, member, cfg, caches, *round))
+                        let result = tokio::time::timeout(limit, deliver(hub, member, cfg, caches, *round, since))
                             .await
                             .unwrap_or(Err(Error::Timeout(limit)));
                         (result, started)

@@ -8,6 +8,7 @@ pub mod config;
 pub mod controller;
 mod error;
 mod fence;
+pub mod lease;
 pub mod logs;
 pub mod metrics;
 pub mod mirror;

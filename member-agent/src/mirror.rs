@@ -21,6 +21,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
+use serde_json::Value;
 
 /// The taint keeping everything but the copies off a member's virtual Node (virtual-kubelet's).
 pub const VIRTUAL_TAINT: &str = "virtual-kubelet.io/provider";
@@ -51,9 +52,15 @@ impl KubeletEndpoint {
 }
 
 /// Member `cluster` as a hub Node: tainted, labelled with its member, Ready while its agent
-/// reports, with the member's GPUs as capacity and, when a relay serves its logs, the relay as
-/// its kubelet.
-pub fn virtual_node(cluster: &str, gpus: u64, now: Timestamp, kubelet: Option<&KubeletEndpoint>) -> Node {
+/// reports (since `since`, reported `now`), with the member's GPUs as capacity and, when a relay
+/// serves its logs, the relay as its kubelet.
+pub fn virtual_node(
+    cluster: &str,
+    gpus: u64,
+    since: Timestamp,
+    now: Timestamp,
+    kubelet: Option<&KubeletEndpoint>,
+) -> Node {
     let gpus: BTreeMap<String, Quantity> = [("nvidia.com/gpu".to_string(), Quantity(gpus.to_string()))].into();
     Node {
         metadata: ObjectMeta {
@@ -86,7 +93,7 @@ pub fn virtual_node(cluster: &str, gpus: u64, now: Timestamp, kubelet: Option<&K
                 reason: Some("AgentReporting".into()),
                 message: Some(format!("the Stowage agent of member {cluster} reports")),
                 last_heartbeat_time: Some(Time(now)),
-                last_transition_time: Some(Time(now)),
+                last_transition_time: Some(Time(since)),
             }]),
             addresses: kubelet.map(|k| {
                 let kind = if k.address.parse::<std::net::IpAddr>().is_ok() { "InternalIP" } else { "Hostname" };
@@ -180,7 +187,7 @@ pub struct MirrorPlan {
     /// Copies to create (then given their status).
     pub create: Vec<Pod>,
     /// Copies whose labels or status changed on the member.
-    pub update: Vec<Pod>,
+    pub update: Vec<Update>,
     /// Copies of pods gone from the member, or of placements no longer here: (namespace, name).
     pub delete: Vec<(String, String)>,
 }
@@ -189,6 +196,20 @@ impl MirrorPlan {
     pub fn is_empty(&self) -> bool {
         self.create.is_empty() && self.update.is_empty() && self.delete.is_empty()
     }
+}
+
+/// A copy to write again: a JSON merge patch of whichever of its labels and status differ from
+/// the member pod's, and nothing for the part that does not. Each patch also removes what the
+/// member pod no longer has (a label taken off, a status field cleared), which a patch of the
+/// wanted values alone would leave on the copy, found different again by every round.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Update {
+    pub namespace: String,
+    pub name: String,
+    /// The merge patch of `metadata.labels`.
+    pub labels: Option<Value>,
+    /// The merge patch of `status`.
+    pub status: Option<Value>,
 }
 
 /// Compares the member's TrainJob pods of the placements current here (`owners`, by placement)
@@ -212,8 +233,8 @@ pub fn plan(
             None => plan.create.push(copy(cluster, pod, owner)),
             Some((seen, wanted)) => {
                 *wanted = true;
-                if seen.status != pod.status || !copied_labels(seen, pod, cluster) {
-                    plan.update.push(copy(cluster, pod, owner));
+                if let Some(update) = update(cluster, seen, pod) {
+                    plan.update.push(update);
                 }
             }
         }
@@ -224,6 +245,58 @@ pub fn plan(
         .map(|((ns, name), _)| (ns.to_string(), name.to_string()))
         .collect();
     plan
+}
+
+/// What to write to copy `seen` of member pod `pod`: `None` when it is up to date. Compared
+/// as typed values first, so an unchanged copy costs no JSON.
+fn update(cluster: &str, seen: &Pod, pod: &Pod) -> Option<Update> {
+    let labels = (!copied_labels(seen, pod, cluster)).then(|| {
+        let mut wanted = pod.labels().clone();
+        wanted.insert(CLUSTER_LABEL.into(), cluster.into());
+        merge_patch(&json(seen.labels()), &json(&wanted))
+    });
+    let status = (seen.status != pod.status).then(|| merge_patch(&json(&seen.status), &json(&pod.status)));
+    let (labels, status) = (labels.flatten(), status.flatten());
+    (labels.is_some() || status.is_some()).then(|| Update {
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        name: pod.name_any(),
+        labels,
+        status,
+    })
+}
+
+/// A typed value as JSON; none (or one that does not serialise, which k8s-openapi's never fail
+/// to) as an empty object, so a patch to it adds every field.
+fn json<T: serde::Serialize>(value: &T) -> Value {
+    match serde_json::to_value(value) {
+        Ok(Value::Null) | Err(_) => Value::Object(Default::default()),
+        Ok(v) => v,
+    }
+}
+
+/// The JSON merge patch (RFC 7386) that turns `from` into `to`, `None` when they are equal:
+/// changed and new keys with their values (objects patched key by key), removed keys as null.
+/// `to` holds no nulls (k8s-openapi leaves unset fields out), so none is misread as a removal.
+pub fn merge_patch(from: &Value, to: &Value) -> Option<Value> {
+    match (from, to) {
+        (Value::Object(from), Value::Object(to)) => {
+            let mut patch = serde_json::Map::new();
+            for (k, v) in to {
+                let changed = match from.get(k) {
+                    Some(old) => merge_patch(old, v),
+                    None => Some(v.clone()),
+                };
+                if let Some(p) = changed {
+                    patch.insert(k.clone(), p);
+                }
+            }
+            for k in from.keys().filter(|k| !to.contains_key(*k)) {
+                patch.insert(k.clone(), Value::Null);
+            }
+            (!patch.is_empty()).then_some(Value::Object(patch))
+        }
+        _ => (from != to).then(|| to.clone()),
+    }
 }
 
 /// A pod's namespace and name.
@@ -242,7 +315,6 @@ fn copied_labels(seen: &Pod, pod: &Pod, cluster: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::PodStatus;
     use serde_json::json;
 
     use super::*;
@@ -301,11 +373,71 @@ mod tests {
             let labels = wrong.labels().clone();
             let plan = super::plan("east", &pods[..1], &[Arc::new(wrong)], &owners());
             assert_eq!((plan.update.len(), plan.create.len(), plan.delete.len()), (1, 0, 0), "{labels:?}");
-            assert_eq!(plan.update[0].labels(), c.labels());
+            let u = &plan.update[0];
+            assert_eq!((u.namespace.as_str(), u.name.as_str()), ("ml", "t1-node-0-0-a"));
+            assert_eq!(u.status, None, "the status is as the member's: not written");
+            // The patch, applied as the API server applies it, gives the copy the labels it needs.
+            assert_eq!(apply(json(&labels), u.labels.as_ref().expect("a label patch")), json(c.labels()), "{labels:?}");
         }
+        // The member pod finished and its reason was cleared: only the status is written, and its
+        // patch removes the reason.
+        let mut waiting = c.clone();
+        waiting.status.as_mut().expect("status").reason = Some("ContainerCreating".into());
         let done = member_pod("t1-node-0-0-a", "u1", 2, "Succeeded");
-        let again = super::plan("east", &[done], &[copied], &owners());
+        let again = super::plan("east", std::slice::from_ref(&done), &[Arc::new(waiting.clone())], &owners());
         assert_eq!(again.update.len(), 1);
-        assert_eq!(again.update[0].status, Some(PodStatus { phase: Some("Succeeded".into()), ..Default::default() }));
+        let u = &again.update[0];
+        assert_eq!(u.labels, None, "the labels are as the member's: not written");
+        let status = u.status.as_ref().expect("a status patch");
+        assert_eq!(status, &json!({"phase": "Succeeded", "reason": null}));
+        assert_eq!(apply(json(&waiting.status), status), json(&done.status));
+    }
+
+    /// RFC 7386's merge, as the API server applies a merge patch.
+    fn apply(target: Value, patch: &Value) -> Value {
+        let Value::Object(patch) = patch else { return patch.clone() };
+        let mut target = match target {
+            Value::Object(t) => t,
+            _ => Default::default(),
+        };
+        for (k, v) in patch {
+            let old = target.remove(k).unwrap_or(Value::Null);
+            if !v.is_null() {
+                target.insert(k.clone(), apply(old, v));
+            }
+        }
+        Value::Object(target)
+    }
+
+    #[test]
+    fn a_merge_patch_turns_the_old_value_into_the_new_and_is_none_when_they_are_equal() {
+        let cases = [
+            (json!({}), json!({})),
+            (json!({"a": 1}), json!({"a": 1})),
+            (json!({"a": 1}), json!({"a": 2})),
+            (json!({"a": 1, "b": 2}), json!({"b": 2})),
+            (json!({}), json!({"a": {"b": [1, 2]}})),
+            (json!({"a": {"b": 1, "c": {"d": "x"}}}), json!({"a": {"b": 1, "c": {"e": "y"}}})),
+            (json!({"a": [{"x": 1}, {"y": 2}]}), json!({"a": [{"x": 1}]})),
+            (json!({"a": "text"}), json!({"a": {"now": "an object"}})),
+            (json!({"a": {"was": "an object"}}), json!({"a": "text"})),
+            (
+                json!({"conditions": [{"type": "Ready"}], "phase": "Pending", "message": "m", "reason": "r"}),
+                json!({"conditions": [{"type": "Ready", "status": "True"}], "phase": "Running"}),
+            ),
+        ];
+        for (from, to) in cases {
+            match merge_patch(&from, &to) {
+                None => assert_eq!(from, to, "no patch, yet they differ"),
+                Some(patch) => {
+                    assert_ne!(from, to, "a patch for equal values: {patch}");
+                    assert_eq!(apply(from.clone(), &patch), to, "{from} + {patch}");
+                    // Only what differs: no key whose value was already right.
+                    if let (Value::Object(p), Value::Object(f)) = (&patch, &from) {
+                        assert!(p.iter().all(|(k, v)| f.get(k) != Some(v)), "{patch} repeats {from}");
+                    }
+                }
+            }
+        }
     }
 }

@@ -10,6 +10,7 @@ use api::stowage::{
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -44,10 +45,11 @@ pub(crate) async fn deliver(
     cfg: AgentConfig,
     caches: Caches,
     round: Round,
+    since: Timestamp,
 ) -> Result<Delivered, Error> {
     let mut reported = false;
     if round.heartbeat {
-        report(&hub, &member, &cfg, &caches, Scope::Heartbeat).await?;
+        report(&hub, &member, &cfg, &caches, Scope::Heartbeat, since).await?;
         reported = true;
     }
     for (key, js) in &round.stale {
@@ -63,7 +65,7 @@ pub(crate) async fn deliver(
         cleaned.push(key);
     }
     if !round.statuses.is_empty() && !reported {
-        report(&hub, &member, &cfg, &caches, Scope::Capacity).await?;
+        report(&hub, &member, &cfg, &caches, Scope::Capacity, since).await?;
         reported = true;
     }
     cfg.metrics.jobsets(&cfg.cluster, &round.jobsets);
@@ -126,44 +128,23 @@ async fn last_log_lines(member: &Client, ns: &str, pod: &str, container: &str) -
 }
 
 /// Writes the hub's copies of the member's TrainJob pods (`mirror`): created, then given their
-/// status (a create ignores it, as on any API server); changed, their labels and status;
-/// gone, deleted. Each write stands alone: the first error is returned once all were tried. A
-/// name already taken on the hub by a pod that is not this member's copy (someone made it first)
-/// is that pod's problem, not the round's: it is skipped, said once per round, and never written.
+/// status (a create ignores it, as on any API server); changed, whichever of their labels and
+/// status changed, each by its own patch; gone, deleted. Each write stands alone: the first
+/// error is returned once all were tried. A name already taken on the hub by a pod that is not
+/// this member's copy (someone made it first) is that pod's problem, not the round's: it is
+/// skipped, said once per round, and never written.
 async fn write_copies(hub: &Client, cluster: &str, plan: MirrorPlan) -> Result<(), Error> {
     let MirrorPlan { create, update, delete } = plan;
-    let writes = create.into_iter().map(|p| (true, p)).chain(update.into_iter().map(|p| (false, p)));
+    enum Write {
+        Create(Box<Pod>),
+        Update(mirror::Update),
+    }
+    let writes = create.into_iter().map(|p| Write::Create(Box::new(p))).chain(update.into_iter().map(Write::Update));
     let written: Vec<Result<(), Error>> = futures::stream::iter(writes)
-        .map(|(new, p)| {
-            let hub = hub.clone();
-            async move {
-                let (ns, name) = (p.namespace().unwrap_or_default(), p.name_any());
-                let api = Api::<Pod>::namespaced(hub, &ns);
-                let what = || format!("writing the hub's copy of pod {ns}/{name}");
-                if new {
-                    match api.create(&PostParams::default(), &p).await {
-                        Ok(_) => {}
-                        // Made by an earlier round whose cache had not seen it yet, or squatted.
-                        Err(kube::Error::Api(e)) if e.code == 409 => {
-                            let existing = api.get_opt(&name).await.map_err(kube_err(what()))?;
-                            if !existing.as_ref().is_some_and(|e| mirror::is_copy_of(e, cluster)) {
-                                tracing::warn!(pod = %format!("{ns}/{name}"), %cluster, "the hub has a pod of this copy's name that is not this member's copy: no copy made");
-                                return Ok(());
-                            }
-                        }
-                        Err(e) => return Err(kube_err(what())(e)),
-                    }
-                } else {
-                    let labels = json!({"metadata": {"labels": p.metadata.labels}});
-                    api.patch(&name, &PatchParams::default(), &Patch::Merge(&labels))
-                        .await
-                        .map_err(kube_err(what()))?;
-                }
-                let status = json!({"status": p.status});
-                api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
-                    .await
-                    .map(|_| ())
-                    .map_err(kube_err(what()))
+        .map(|w| async move {
+            match w {
+                Write::Create(copy) => create_copy(hub, cluster, *copy).await,
+                Write::Update(update) => update_copy(hub, update).await,
             }
         })
         .buffer_unordered(CONCURRENT_APPLIES)
@@ -186,10 +167,47 @@ async fn write_copies(hub: &Client, cluster: &str, plan: MirrorPlan) -> Result<(
     written.into_iter().chain(deleted).find_map(Result::err).map_or(Ok(()), Err)
 }
 
+async fn create_copy(hub: &Client, cluster: &str, copy: Pod) -> Result<(), Error> {
+    let (ns, name) = (copy.namespace().unwrap_or_default(), copy.name_any());
+    let api = Api::<Pod>::namespaced(hub.clone(), &ns);
+    let what = || format!("writing the hub's copy of pod {ns}/{name}");
+    match api.create(&PostParams::default(), &copy).await {
+        Ok(_) => {}
+        // Made by an earlier round whose cache had not seen it yet, or squatted.
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let existing = api.get_opt(&name).await.map_err(kube_err(what()))?;
+            if !existing.as_ref().is_some_and(|e| mirror::is_copy_of(e, cluster)) {
+                tracing::warn!(pod = %format!("{ns}/{name}"), %cluster, "the hub has a pod of this copy's name that is not this member's copy: no copy made");
+                return Ok(());
+            }
+        }
+        Err(e) => return Err(kube_err(what())(e)),
+    }
+    let status = json!({"status": copy.status});
+    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await.map(|_| ()).map_err(kube_err(what()))
+}
+
+async fn update_copy(hub: &Client, update: mirror::Update) -> Result<(), Error> {
+    let api = Api::<Pod>::namespaced(hub.clone(), &update.namespace);
+    let what = || format!("writing the hub's copy of pod {}/{}", update.namespace, update.name);
+    if let Some(labels) = &update.labels {
+        let patch = json!({"metadata": {"labels": labels}});
+        api.patch(&update.name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(kube_err(what()))?;
+    }
+    if let Some(status) = &update.status {
+        let patch = json!({"status": status});
+        api.patch_status(&update.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(kube_err(what()))?;
+    }
+    Ok(())
+}
+
 /// The member's virtual Node on the hub, made or refreshed with each heartbeat: its GPUs, and
-/// Ready with the time of this report.
-async fn write_virtual_node(hub: &Client, cfg: &AgentConfig, gpus: u64) -> Result<(), Error> {
-    let node = mirror::virtual_node(&cfg.cluster, gpus, k8s_openapi::jiff::Timestamp::now(), cfg.logs.kubelet());
+/// Ready since the agent started reporting (`since`), with the time of this report. Its Lease
+/// (`lease`) is what keeps it Ready between these writes.
+async fn write_virtual_node(hub: &Client, cfg: &AgentConfig, gpus: u64, since: Timestamp) -> Result<(), Error> {
+    let node = mirror::virtual_node(&cfg.cluster, gpus, since, Timestamp::now(), cfg.logs.kubelet());
     let name = mirror::node_name(&cfg.cluster);
     let api = Api::<Node>::all(hub.clone());
     let what = || format!("writing the hub's virtual Node {name}");
@@ -263,7 +281,7 @@ pub(crate) async fn detect_gang_scheduler(
 /// The heartbeat alone: one small hub write, so the hub-lost clock measures the hub, not how
 /// busy the member is.
 pub(crate) async fn heartbeat(hub: &Client, cfg: &AgentConfig) -> Result<(), Error> {
-    let status = json!({"status": {"heartbeatTime": k8s_openapi::jiff::Timestamp::now().to_string()}});
+    let status = json!({"status": {"heartbeatTime": Timestamp::now().to_string()}});
     Api::<MemberCluster>::all(hub.clone())
         .patch_status(&cfg.cluster, &PatchParams::default(), &Patch::Merge(&status))
         .await
@@ -302,17 +320,18 @@ pub(crate) async fn report(
     cfg: &AgentConfig,
     caches: &Caches,
     scope: Scope,
+    since: Timestamp,
 ) -> Result<(), Error> {
     let (nodes, pods) = (caches.nodes.state(), caches.pods.state());
     let domains = crate::capacity::summarize(&cfg.levels, &cfg.node_labels, &nodes, &pods);
     let gpus: u64 = domains.iter().map(|d| d.allocatable_gpus).fold(0, u64::saturating_add);
     let mut status = json!({
-        "heartbeatTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+        "heartbeatTime": Timestamp::now().to_string(),
         "domains": domains,
         "counted": counted(&pods),
     });
     if scope == Scope::Heartbeat {
-        write_virtual_node(hub, cfg, gpus).await?;
+        write_virtual_node(hub, cfg, gpus, since).await?;
         status["agentVersion"] = env!("CARGO_PKG_VERSION").into();
         status["gangScheduler"] = json!(detect_gang_scheduler(member, cfg.capabilities.gang_scheduler).await?);
         status["kueue"] = matches!(cfg.capabilities.topology_mode, render::TopologyMode::Kueue).into();

@@ -256,6 +256,54 @@ async fn a_native_gang_larger_than_its_member_binds_none_of_its_pods_and_one_tha
     .await;
 }
 
+/// Each member's virtual Node on the real hub has a Lease in `kube-node-lease`, renewed by its
+/// agent apart from its rounds (the node lifecycle controller's heartbeat, as a kubelet's), with
+/// the real RBAC and status-writers policy; the Node is Ready; another member's agent may not
+/// write the Lease.
+#[tokio::test]
+#[ignore = "needs the real testbed: scripts/test-real"]
+async fn each_virtual_nodes_lease_is_renewed_by_its_own_agent_and_no_other() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let t = Testbed::open().await;
+    let leases = Api::<Lease>::namespaced(t.hub.clone(), "kube-node-lease");
+    let renewed = |l: &Lease| l.spec.as_ref().and_then(|s| s.renew_time.clone());
+    for m in t.members.keys() {
+        let name = format!("stowage-{m}");
+        let first = eventually(&format!("Lease {name}"), || async { leases.get_opt(&name).await.ok().flatten() }).await;
+        let spec = first.spec.clone().expect("spec");
+        assert_eq!(spec.holder_identity.as_deref(), Some(name.as_str()));
+        let before = renewed(&first).expect("a renew time");
+        eventually(&format!("Lease {name} renewed"), || async {
+            let now = leases.get(&name).await.ok()?;
+            renewed(&now).filter(|t| *t > before).map(|_| ())
+        })
+        .await;
+        let node = Api::<Node>::all(t.hub.clone()).get(&name).await.expect("the virtual Node");
+        let conditions = node.status.and_then(|s| s.conditions).unwrap_or_default();
+        assert!(conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"), "{name}: {conditions:?}");
+    }
+    let mut names = t.members.keys();
+    let (own, other) = (names.next().expect("a member"), names.next().expect("a second member"));
+    let intruder = client(&t.dir.join("agents").join(format!("{other}-on-hub.kubeconfig"))).await;
+    let forged = Api::<Lease>::namespaced(intruder, "kube-node-lease")
+        .patch(
+            &format!("stowage-{own}"),
+            &PatchParams::apply("stowage-agent").force(),
+            &Patch::Apply(member_agent::lease::node_lease(
+                own,
+                k8s_openapi::jiff::Timestamp::now(),
+                k8s_openapi::jiff::Timestamp::now(),
+                Duration::from_secs(10),
+            )),
+        )
+        .await
+        .expect_err("another member's agent may not renew this member's Lease");
+    match forged {
+        kube::Error::Api(s) => assert_eq!(s.code, 403, "{s:?}"),
+        other => panic!("not a refusal: {other:?}"),
+    }
+}
+
 #[tokio::test]
 #[ignore = "needs the real testbed: scripts/test-real"]
 async fn an_agents_own_credential_is_refused_by_the_real_apiserver_on_another_members_placement() {
@@ -812,6 +860,8 @@ async fn each_identity_may_do_what_the_rbac_table_says_and_no_more() {
     let own_status = format!("memberclusters.stowage.dev/{member}");
     let other_status = format!("memberclusters.stowage.dev/{other}");
     let own_node = format!("nodes/stowage-{member}");
+    let own_lease = format!("leases.coordination.k8s.io/stowage-{member}");
+    let other_lease = format!("leases.coordination.k8s.io/stowage-{other}");
     // (kubeconfig, who, verb, resource, subresource, namespace, allowed)
     let cases: Vec<(&std::path::Path, String, &str, &str, &str, &str, bool)> = vec![
         (&hub, sa("stowage-dispatcher"), "list", "trainjobs.trainer.kubeflow.org", "", "", true),
@@ -831,10 +881,14 @@ async fn each_identity_may_do_what_the_rbac_table_says_and_no_more() {
         (&hub, agent_on_hub.clone(), "patch", &own_status, "status", "", true),
         (&hub, agent_on_hub.clone(), "patch", &own_node, "status", "", true),
         (&hub, agent_on_hub.clone(), "patch", &other_status, "status", "", false),
+        (&hub, agent_on_hub.clone(), "patch", &own_lease, "", "kube-node-lease", true),
+        (&hub, agent_on_hub.clone(), "create", &own_lease, "", "kube-node-lease", true),
+        (&hub, agent_on_hub.clone(), "patch", &other_lease, "", "kube-node-lease", false),
         (&hub, agent_on_hub.clone(), "list", "trainjobs.trainer.kubeflow.org", "", "default", false),
         (&hub, agent_on_hub.clone(), "create", "placements.stowage.dev", "", "default", false),
         (&hub, agent_on_hub.clone(), "get", "secrets", "", "default", false),
         (&hub, sa("stowage-webhook"), "get", "clustertrainingruntimes.trainer.kubeflow.org", "", "", true),
+        (&hub, sa("stowage-webhook"), "watch", "trainingruntimes.trainer.kubeflow.org", "", "default", true),
         (&hub, sa("stowage-webhook"), "list", "trainjobs.trainer.kubeflow.org", "", "default", false),
         (&hub, sa("stowage-webhook"), "create", "events", "", "default", false),
         (&hub, sa("stowage-relay"), "get", "pods", "", "default", true),
