@@ -15,6 +15,8 @@ use kube::Client;
 use kube::api::{Api, DynamicObject};
 use kube::core::Status;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use tracing::Instrument;
 
 /// Where Trainer's webhook is served (its kubebuilder marker), so a configuration written for
@@ -94,25 +96,48 @@ fn deny(
     response
 }
 
-/// Looks up the runtime a TrainJob names on the hub.
-async fn lookup(hub: &Client, req: &AdmissionRequest<DynamicObject>) -> Lookup {
-    let Some(tj) = req.object.as_ref().and_then(|o| serde_json::to_value(o).ok()) else { return Ok(None) };
-    let Ok(tj) = serde_json::from_value::<TrainJob>(tj) else { return Ok(None) };
-    let r = &tj.spec.runtime_ref;
-    let ns = req.namespace.clone().unwrap_or_else(|| "default".into());
-    Ok(match r.kind_or_default() {
-        "TrainingRuntime" => {
-            Api::<TrainingRuntime>::namespaced(hub.clone(), &ns).get_opt(&r.name).await?.map(Runtime::Namespaced)
+/// The hub's runtimes, watched: a review reads the runtime it names here, as Trainer's webhook
+/// reads its informer's cache, instead of asking the hub once per TrainJob created. One the
+/// cache has not seen yet (made a moment before the TrainJob) is read from the hub.
+#[derive(Clone)]
+struct Runtimes {
+    namespaced: Store<TrainingRuntime>,
+    cluster: Store<ClusterTrainingRuntime>,
+}
+
+impl Runtimes {
+    fn watch(hub: &Client, watches: &mut kube_shell::watch::Watches) -> Self {
+        use kube_shell::watch::without_managed_fields as keep;
+        Runtimes {
+            namespaced: watches.cache(Api::all(hub.clone()), watcher::Config::default(), keep::<TrainingRuntime>),
+            cluster: watches.cache(Api::all(hub.clone()), watcher::Config::default(), keep::<ClusterTrainingRuntime>),
         }
-        "ClusterTrainingRuntime" => {
-            Api::<ClusterTrainingRuntime>::all(hub.clone()).get_opt(&r.name).await?.map(Runtime::Cluster)
-        }
-        _ => None,
-    })
+    }
+
+    /// The runtime a TrainJob names: from the cache, else from the hub.
+    async fn lookup(&self, hub: &Client, req: &AdmissionRequest<DynamicObject>) -> Lookup {
+        let Some(tj) = req.object.as_ref().and_then(|o| serde_json::to_value(o).ok()) else { return Ok(None) };
+        let Ok(tj) = serde_json::from_value::<TrainJob>(tj) else { return Ok(None) };
+        let r = &tj.spec.runtime_ref;
+        let ns = req.namespace.clone().unwrap_or_else(|| "default".into());
+        Ok(match r.kind_or_default() {
+            "TrainingRuntime" => match self.namespaced.get(&ObjectRef::new(&r.name).within(&ns)) {
+                Some(rt) => Some(TrainingRuntime::clone(&rt)),
+                None => Api::<TrainingRuntime>::namespaced(hub.clone(), &ns).get_opt(&r.name).await?,
+            }
+            .map(Runtime::Namespaced),
+            "ClusterTrainingRuntime" => match self.cluster.get(&ObjectRef::new(&r.name)) {
+                Some(rt) => Some(ClusterTrainingRuntime::clone(&rt)),
+                None => Api::<ClusterTrainingRuntime>::all(hub.clone()).get_opt(&r.name).await?,
+            }
+            .map(Runtime::Cluster),
+            _ => None,
+        })
+    }
 }
 
 /// Reads a review, answers it.
-async fn review(hub: &Client, body: &[u8]) -> Response<Full<Bytes>> {
+async fn review(hub: &Client, runtimes: &Runtimes, body: &[u8]) -> Response<Full<Bytes>> {
     let reply = |code: StatusCode, body: Vec<u8>| {
         let mut r = Response::new(Full::new(Bytes::from(body)));
         *r.status_mut() = code;
@@ -128,7 +153,7 @@ async fn review(hub: &Client, body: &[u8]) -> Response<Full<Bytes>> {
         Err(e) => return reply(StatusCode::BAD_REQUEST, format!("not an AdmissionReview: {e}").into_bytes()),
     };
     let span = tracing::info_span!("admission", trainjob = %format!("{}/{}", req.namespace.as_deref().unwrap_or(""), req.name));
-    let runtime = lookup(hub, &req).instrument(span.clone()).await;
+    let runtime = runtimes.lookup(hub, &req).instrument(span.clone()).await;
     let _in = span.enter();
     let response = answer(&req, runtime);
     if !response.allowed {
@@ -156,8 +181,11 @@ fn plain(code: StatusCode, text: &'static str) -> Response<kube_shell::serve::Bo
 pub async fn serve(addr: SocketAddr, tls: tokio_rustls::rustls::ServerConfig, hub: Client) -> Result<(), WebhookError> {
     let listener = kube_shell::serve::bind(addr).await?;
     tracing::info!(%addr, path = PATH, "serving TrainJob admission");
+    // Dropped (the watches stopped) only when serving ends.
+    let mut watches = kube_shell::watch::Watches::new();
+    let runtimes = Runtimes::watch(&hub, &mut watches);
     let handler: kube_shell::serve::Handler = Arc::new(move |req: Request<hyper::body::Incoming>| {
-        let hub = hub.clone();
+        let (hub, runtimes) = (hub.clone(), runtimes.clone());
         Box::pin(async move {
             if req.uri().path() != PATH {
                 return plain(StatusCode::NOT_FOUND, "not found");
@@ -173,9 +201,81 @@ pub async fn serve(addr: SocketAddr, tls: tokio_rustls::rustls::ServerConfig, hu
                 Ok(b) => b.to_bytes(),
                 Err(_) => return plain(StatusCode::PAYLOAD_TOO_LARGE, "review too large"),
             };
-            review(&hub, &body).await.map(|b| b.boxed())
+            review(&hub, &runtimes, &body).await.map(|b| b.boxed())
         })
     });
     kube_shell::serve::serve(listener, Some(Arc::new(tls)), handler).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::api::PostParams;
+    use kube::runtime::reflector;
+    use serde_json::json;
+
+    use super::*;
+
+    const UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/upstream/trainer");
+
+    fn request(runtime: &str) -> AdmissionRequest<DynamicObject> {
+        let review: AdmissionReview<DynamicObject> = serde_json::from_value(json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": "r1", "operation": "CREATE", "name": "t", "namespace": "default",
+            "kind": {"group": "trainer.kubeflow.org", "version": "v1alpha1", "kind": "TrainJob"},
+            "resource": {"group": "trainer.kubeflow.org", "version": "v1alpha1", "resource": "trainjobs"},
+            "userInfo": {"username": "alice"}, "dryRun": false,
+            "object": {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                "metadata": {"name": "t", "namespace": "default"},
+                "spec": {"runtimeRef": {"name": runtime, "kind": "ClusterTrainingRuntime"}}}}}))
+        .expect("review");
+        review.try_into().expect("request")
+    }
+
+    fn runtime(name: &str) -> ClusterTrainingRuntime {
+        serde_json::from_value(json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+            "metadata": {"name": name}, "spec": {"template": {"spec": {"replicatedJobs": []}}}}))
+        .expect("runtime")
+    }
+
+    fn named(lookup: Lookup) -> Option<String> {
+        match lookup.expect("looked up") {
+            Some(Runtime::Cluster(rt)) => rt.metadata.name,
+            other => panic!("not a ClusterTrainingRuntime: {other:?}"),
+        }
+    }
+
+    /// A review reads the runtime from the cache when the cache has it, and from the hub when
+    /// it does not (made a moment ago): the hub alone has `fresh`, the cache alone `cached`.
+    #[tokio::test]
+    async fn a_review_reads_its_runtime_from_the_cache_and_asks_the_hub_on_a_miss() {
+        let server = kube_mem::ApiServer::start().await.expect("hub");
+        let hub = server.client_as("webhook").expect("client");
+        let crd = input_limits::yaml::from_str(
+            &std::fs::read_to_string(format!("{UPSTREAM}/trainer.kubeflow.org_clustertrainingruntimes.yaml"))
+                .expect("crd"),
+        )
+        .expect("yaml");
+        Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(
+            hub.clone(),
+        )
+        .create(&PostParams::default(), &crd)
+        .await
+        .expect("crd created");
+        Api::<ClusterTrainingRuntime>::all(hub.clone())
+            .create(&PostParams::default(), &runtime("fresh"))
+            .await
+            .expect("runtime created");
+        let (cluster, mut writer) = reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Apply(runtime("cached")));
+        let runtimes = Runtimes { namespaced: reflector::store().0, cluster };
+
+        server.faults().record_accesses();
+        assert_eq!(named(runtimes.lookup(&hub, &request("cached")).await).as_deref(), Some("cached"));
+        let asked = |verb: &str| server.faults().accesses().iter().filter(|a| a.verb == verb).count();
+        assert_eq!(asked("get"), 0, "a cached runtime is not read from the hub");
+        assert_eq!(named(runtimes.lookup(&hub, &request("fresh")).await).as_deref(), Some("fresh"));
+        assert_eq!(asked("get"), 1, "a runtime the cache lacks is read from the hub");
+        assert!(runtimes.lookup(&hub, &request("nowhere")).await.expect("looked up").is_none());
+    }
 }
