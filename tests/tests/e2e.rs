@@ -339,9 +339,11 @@ async fn a_dispatcher_killed_mid_cycle_hands_over_without_duplicate_or_lost_plac
     let first =
         eventually("a leader", || async { leases.get_opt("stowage-dispatcher").await.ok().flatten().and_then(leader) })
             .await;
-    // Slow requests, so a cycle writing many Placements (16 at a time) is caught half done.
+    // Slow requests, so a cycle writing many Placements (16 at a time) is caught half done: six
+    // rounds of writes, 0.6 s, so a test slowed by a loaded machine still sees the first ones
+    // before the last (with three rounds it once saw none before all 48 were written).
     p.hub_server.faults().set_latency(Duration::from_millis(100));
-    let names: Vec<String> = (0..48).map(|i| format!("burst-{i}")).collect();
+    let names: Vec<String> = (0..96).map(|i| format!("burst-{i}")).collect();
     for n in &names {
         submit(&hub, &trainjob(n, 1, 1, json!({}))).await;
     }
