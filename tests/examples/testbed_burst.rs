@@ -87,6 +87,7 @@ async fn main() {
         });
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let (requests_before, cpu_before) = (hub_requests(&dir), cpu_seconds(&dir));
 
     // The burst: every create in flight at once (64 at a time, as a client's connection pool
     // would carry them), each timed from when it was sent.
@@ -121,6 +122,14 @@ async fn main() {
     while bound.lock().expect("lock").len() < jobs && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let (requests, cpu_after) = (hub_requests(&dir) - requests_before, cpu_seconds(&dir));
+    let cpu = |process: Option<&str>| -> f64 {
+        cpu_after
+            .iter()
+            .filter(|(p, _)| process.is_none_or(|want| p.as_str() == want))
+            .map(|(p, after)| after - cpu_before.get(p).copied().unwrap_or(0.0))
+            .sum()
+    };
     let (jobsets, bound) = (jobsets.lock().expect("lock").clone(), bound.lock().expect("lock").clone());
     let latencies = |seen: &BTreeMap<String, Instant>| {
         let mut v: Vec<Duration> =
@@ -142,8 +151,51 @@ async fn main() {
         millis(percentile(&to_bound, 99.0)),
         to_jobset.len() as f64 / last.as_secs_f64().max(1e-3),
     );
+    println!(
+        "{prefix}: the hub was asked {requests:.0} requests ({:.1} per TrainJob); CPU: the hub's kube-apiserver {:.1} s, every testbed process {:.1} s",
+        requests / jobs as f64,
+        cpu(Some("hub-apiserver")),
+        cpu(None),
+    );
     if to_bound.len() < jobs {
         eprintln!("{prefix}: only {} of {jobs} had a pod bound within 10 minutes", to_bound.len());
         std::process::exit(1);
     }
+}
+
+/// Every request the hub's kube-apiserver has served (its `apiserver_request_total`, summed over
+/// verbs, resources and codes), read with kubectl.
+fn hub_requests(dir: &std::path::Path) -> f64 {
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(dir.join("hub.kubeconfig"))
+        .args(["get", "--raw", "/metrics"])
+        .output()
+        .expect("kubectl runs");
+    assert!(out.status.success(), "the hub's metrics: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+/// The CPU seconds (user and system) each testbed process has used, by its pid file's name.
+/// /proc counts in USER_HZ ticks, 100 a second on Linux.
+fn cpu_seconds(dir: &std::path::Path) -> BTreeMap<String, f64> {
+    let Ok(entries) = std::fs::read_dir(dir.join("pids")) else { return BTreeMap::new() };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.path().file_stem()?.to_string_lossy().into_owned();
+            let pid = std::fs::read_to_string(e.path()).ok()?.trim().to_string();
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // The fields after the command's closing parenthesis: utime and stime are the 12th
+            // and 13th (fields 14 and 15 of the whole line).
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let fields: Vec<&str> = rest.split(' ').collect();
+            let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+            Some((name, ticks / 100.0))
+        })
+        .collect()
 }
