@@ -13,7 +13,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use trainer_render::{self as render};
 
@@ -27,8 +27,8 @@ use crate::survey::Round;
 /// What a round did, for the wake loop to remember.
 #[derive(Debug)]
 pub(crate) struct Delivered {
-    /// The MemberCluster status was written.
-    pub(crate) reported: bool,
+    /// The capacity the MemberCluster status was written with; `None` when it was not written.
+    pub(crate) capacity: Option<Arc<Value>>,
     /// Keys whose companions it deleted: no longer fenced.
     pub(crate) cleaned: Vec<Key>,
     /// Member Events relayed (best effort, as Events are): UID and count.
@@ -47,10 +47,9 @@ pub(crate) async fn deliver(
     round: Round,
     since: Timestamp,
 ) -> Result<Delivered, Error> {
-    let mut reported = false;
+    let mut capacity = None;
     if round.heartbeat {
-        report(&hub, &member, &cfg, &caches, Scope::Heartbeat, since).await?;
-        reported = true;
+        capacity = report(&hub, &member, &cfg, &caches, Scope::Heartbeat, since).await?;
     }
     for (key, js) in &round.stale {
         let ns = js.namespace().unwrap_or_default();
@@ -64,9 +63,9 @@ pub(crate) async fn deliver(
         delete_companions(&member, &ns, &key).await?;
         cleaned.push(key);
     }
-    if !round.statuses.is_empty() && !reported {
-        report(&hub, &member, &cfg, &caches, Scope::Capacity, since).await?;
-        reported = true;
+    if !round.statuses.is_empty() && capacity.is_none() {
+        let scope = Scope::Capacity { reported: round.reported_capacity.clone() };
+        capacity = report(&hub, &member, &cfg, &caches, scope, since).await?;
     }
     cfg.metrics.jobsets(&cfg.cluster, &round.jobsets);
     let log_tails = &round.log_tails;
@@ -101,7 +100,7 @@ pub(crate) async fn deliver(
             Err(e) => first_error = first_error.or(Some(e)),
         }
     }
-    first_error.map_or(Ok(Delivered { reported, cleaned, relayed }), Err)
+    first_error.map_or(Ok(Delivered { capacity, cleaned, relayed }), Err)
 }
 
 /// How long the agent waits for a failed container's log before it reports without it.
@@ -302,18 +301,29 @@ pub(crate) fn counted(pods: &[Arc<Pod>]) -> Vec<String> {
 
 /// How much of the MemberCluster status a report writes. A merge patch leaves the rest as last
 /// written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Scope {
     /// Everything, with the gang scheduler detected afresh and `bound` (where each placement's
     /// pods are, which grows with the pods running).
     Heartbeat,
     /// Between heartbeats, only to count new pods: capacity and `counted`. The hub ignores a node
     /// whose free GPUs no longer match, so a `bound` list a heartbeat old is never read wrongly.
-    Capacity,
+    /// Nothing is written when the capacity is what the last report wrote (`reported`): a burst's
+    /// rounds, one after another, would otherwise each write the same.
+    Capacity { reported: Option<Arc<Value>> },
+}
+
+impl Scope {
+    fn name(&self) -> &'static str {
+        match self {
+            Scope::Heartbeat => "heartbeat",
+            Scope::Capacity { .. } => "capacity",
+        }
+    }
 }
 
 /// Writes the MemberCluster status, capacity summarised from the Node and Pod caches.
-#[tracing::instrument(skip_all, fields(cluster = %cfg.cluster, ?scope))]
+#[tracing::instrument(skip_all, fields(cluster = %cfg.cluster, scope = scope.name()))]
 pub(crate) async fn report(
     hub: &Client,
     member: &Client,
@@ -321,15 +331,18 @@ pub(crate) async fn report(
     caches: &Caches,
     scope: Scope,
     since: Timestamp,
-) -> Result<(), Error> {
+) -> Result<Option<Arc<Value>>, Error> {
     let (nodes, pods) = (caches.nodes.state(), caches.pods.state());
     let domains = crate::capacity::summarize(&cfg.levels, &cfg.node_labels, &nodes, &pods);
     let gpus: u64 = domains.iter().map(|d| d.allocatable_gpus).fold(0, u64::saturating_add);
-    let mut status = json!({
-        "heartbeatTime": Timestamp::now().to_string(),
-        "domains": domains,
-        "counted": counted(&pods),
-    });
+    let capacity = json!({"domains": domains, "counted": counted(&pods)});
+    if let Scope::Capacity { reported: Some(reported) } = &scope
+        && **reported == capacity
+    {
+        return Ok(None);
+    }
+    let mut status = capacity.clone();
+    status["heartbeatTime"] = Timestamp::now().to_string().into();
     if scope == Scope::Heartbeat {
         write_virtual_node(hub, cfg, gpus, since).await?;
         status["agentVersion"] = env!("CARGO_PKG_VERSION").into();
@@ -343,5 +356,5 @@ pub(crate) async fn report(
         .patch_status(&cfg.cluster, &PatchParams::default(), &Patch::Merge(&json!({"status": status})))
         .await
         .map_err(kube_err(format!("writing MemberCluster {} status", cfg.cluster)))?;
-    Ok(())
+    Ok(Some(Arc::new(capacity)))
 }

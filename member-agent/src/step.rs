@@ -301,9 +301,10 @@ impl Loop {
         match result {
             Ok(d) => {
                 self.backoff.succeed();
-                if d.reported {
+                if d.capacity.is_some() {
                     self.state.last_report = Some(now);
                     self.state.last_hub_contact = now;
+                    self.state.last_capacity = d.capacity;
                 }
                 for key in d.cleaned {
                     self.state.fenced.remove(&key);
@@ -328,7 +329,7 @@ mod tests {
     fn key(uid: &str, epoch: i64) -> Key {
         Key { uid: uid.into(), epoch }
     }
-    use crate::testkit::{caches, config, names, placement};
+    use crate::testkit::{caches, config, jobset, names, placement};
 
     fn kinds(actions: &[Action]) -> Vec<&'static str> {
         actions
@@ -377,6 +378,43 @@ mod tests {
         // Before the retry time nothing starts; at it, the round runs again.
         assert_eq!(kinds(&agent.step(Wake::Changed, &c, t0, Timestamp::now())), ["wait"]);
         assert_eq!(kinds(&agent.step(Wake::Timer, &c, retry_at, Timestamp::now())), ["round", "wait"]);
+    }
+
+    /// The capacity a round wrote goes with the next rounds, which write none while it holds;
+    /// a round that wrote none keeps it, and does not put the heartbeat off.
+    #[test]
+    fn the_capacity_last_written_goes_with_the_next_round_and_a_round_writing_none_keeps_it() {
+        let t0 = Instant::now();
+        let cfg = config();
+        let heartbeat = cfg.timing.heartbeat;
+        let mut agent = Loop::new(cfg, t0);
+        let c = caches(Vec::new(), Vec::new());
+        let round = |actions: Vec<Action>| {
+            actions.into_iter().find_map(|a| match a {
+                Action::StartRound(r) => Some(r),
+                _ => None,
+            })
+        };
+        let first = round(agent.step(Wake::Changed, &c, t0, Timestamp::now())).expect("a round");
+        assert!(first.heartbeat && first.reported_capacity.is_none());
+        let written = Arc::new(serde_json::json!({"domains": [], "counted": ["u1/1"]}));
+        let delivered = Delivered { capacity: Some(written.clone()), cleaned: Vec::new(), relayed: Vec::new() };
+        agent.step(Wake::RoundEnded(Some(Ok(delivered))), &c, t0, Timestamp::now());
+        // Between heartbeats a JobSet starts running: a round for its status.
+        let t1 = t0 + heartbeat / 2;
+        let c = caches(vec![placement("a", "east", Some("Applied"))], vec![jobset("a", 1, 1)]);
+        let next = round(agent.step(Wake::Changed, &c, t1, Timestamp::now())).expect("a round for the change");
+        assert!(!next.statuses.is_empty());
+        assert!(!next.heartbeat);
+        assert_eq!(next.reported_capacity.as_deref(), Some(&*written));
+        // That round found the capacity unchanged and wrote none: the memory stays, and the
+        // heartbeat is due a heartbeat after the last report, not after this round.
+        let quiet = Delivered { capacity: None, cleaned: Vec::new(), relayed: Vec::new() };
+        agent.step(Wake::RoundEnded(Some(Ok(quiet))), &c, t1, Timestamp::now());
+        assert_eq!(agent.state.last_capacity.as_deref(), Some(&*written));
+        let due = round(agent.step(Wake::Timer, &c, t0 + heartbeat, Timestamp::now())).expect("the heartbeat");
+        assert!(due.heartbeat);
+        assert_eq!(due.reported_capacity.as_deref(), Some(&*written));
     }
 
     #[test]

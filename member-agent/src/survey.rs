@@ -35,6 +35,9 @@ pub struct State {
     /// When a fresh list last confirmed which fenced placements are still placed here.
     pub(crate) confirmed_at: Option<Instant>,
     pub(crate) last_report: Option<Instant>,
+    /// The capacity (domains and counted placements) the last report wrote, as written: a round
+    /// whose capacity is the same writes none (a heartbeat writes it whatever it is).
+    pub(crate) last_capacity: Option<Arc<serde_json::Value>>,
     pub(crate) last_hub_contact: Instant,
     /// Member Events relayed to the hub: UID → the count relayed (`relay`).
     pub(crate) relayed: BTreeMap<String, i32>,
@@ -50,6 +53,7 @@ impl State {
             fenced_at: None,
             confirmed_at: None,
             last_report: None,
+            last_capacity: None,
             last_hub_contact: now,
             relayed: BTreeMap::new(),
         }
@@ -71,6 +75,8 @@ pub(crate) struct Survey {
 pub(crate) struct Round {
     /// A heartbeat is due: the whole MemberCluster status, not only capacity.
     pub(crate) heartbeat: bool,
+    /// The capacity the hub has from the last report (`State::last_capacity`).
+    pub(crate) reported_capacity: Option<Arc<serde_json::Value>>,
     /// Placement statuses that differ from what the hub has.
     pub(crate) statuses: Vec<(String, String, PlacementStatus)>,
     /// JobSets this agent made for an epoch or TrainJob no longer placed here (fencing).
@@ -162,7 +168,8 @@ pub(crate) fn survey(
     let heartbeat = reach == Reach::Heartbeat;
     // Asking the pods why a gang waits is for heartbeats; the last answer is kept between.
     let pods = if heartbeat { caches.pods.state() } else { Vec::new() };
-    let mut survey = Survey { round: Round { heartbeat, ..Round::default() }, ..Survey::default() };
+    let reported_capacity = state.last_capacity.clone();
+    let mut survey = Survey { round: Round { heartbeat, reported_capacity, ..Round::default() }, ..Survey::default() };
     let mut current = BTreeSet::new();
     for p in placements {
         let key = Key::of(&p);
