@@ -96,7 +96,8 @@ impl Logs {
 /// The agent's timers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timing {
-    /// How often it reports (heartbeat and capacity) when nothing changes.
+    /// How often it reports its whole status (heartbeat, gang scheduler, capacity, `bound`, and
+    /// why waiting gangs wait), whatever capacity reports it writes between.
     pub heartbeat: Duration,
     /// Unable to reach the hub for this long, it deletes the JobSets it made. Keep it well
     /// under the dispatcher's member grace period.

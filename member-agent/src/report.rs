@@ -29,6 +29,8 @@ use crate::survey::Round;
 pub(crate) struct Delivered {
     /// The capacity the MemberCluster status was written with; `None` when it was not written.
     pub(crate) capacity: Option<Arc<Value>>,
+    /// The whole status was written (the heartbeat's scope), not only the capacity.
+    pub(crate) heartbeat: bool,
     /// Keys whose companions it deleted: no longer fenced.
     pub(crate) cleaned: Vec<Key>,
     /// Member Events relayed (best effort, as Events are): UID and count.
@@ -48,7 +50,8 @@ pub(crate) async fn deliver(
     since: Timestamp,
 ) -> Result<Delivered, Error> {
     let mut capacity = None;
-    if round.heartbeat {
+    let heartbeat = round.heartbeat;
+    if heartbeat {
         capacity = report(&hub, &member, &cfg, &caches, Scope::Heartbeat, since).await?;
     }
     for (key, js) in &round.stale {
@@ -100,7 +103,7 @@ pub(crate) async fn deliver(
             Err(e) => first_error = first_error.or(Some(e)),
         }
     }
-    first_error.map_or(Ok(Delivered { capacity, cleaned, relayed }), Err)
+    first_error.map_or(Ok(Delivered { capacity, heartbeat, cleaned, relayed }), Err)
 }
 
 /// How long the agent waits for a failed container's log before it reports without it.

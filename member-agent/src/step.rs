@@ -301,8 +301,13 @@ impl Loop {
         match result {
             Ok(d) => {
                 self.backoff.succeed();
-                if d.capacity.is_some() {
+                // Only the heartbeat's report puts the next one off: a burst's capacity reports,
+                // round after round, would put it off for as long as the burst lasts, and with it
+                // the pods' answers why a gang waits, the gang scheduler and `bound`.
+                if d.heartbeat {
                     self.state.last_report = Some(now);
+                }
+                if d.capacity.is_some() {
                     self.state.last_hub_contact = now;
                     self.state.last_capacity = d.capacity;
                 }
@@ -398,7 +403,8 @@ mod tests {
         let first = round(agent.step(Wake::Changed, &c, t0, Timestamp::now())).expect("a round");
         assert!(first.heartbeat && first.reported_capacity.is_none());
         let written = Arc::new(serde_json::json!({"domains": [], "counted": ["u1/1"]}));
-        let delivered = Delivered { capacity: Some(written.clone()), cleaned: Vec::new(), relayed: Vec::new() };
+        let delivered =
+            Delivered { capacity: Some(written.clone()), heartbeat: true, cleaned: Vec::new(), relayed: Vec::new() };
         agent.step(Wake::RoundEnded(Some(Ok(delivered))), &c, t0, Timestamp::now());
         // Between heartbeats a JobSet starts running: a round for its status.
         let t1 = t0 + heartbeat / 2;
@@ -408,13 +414,27 @@ mod tests {
         assert!(!next.heartbeat);
         assert_eq!(next.reported_capacity.as_deref(), Some(&*written));
         // That round found the capacity unchanged and wrote none: the memory stays, and the
-        // heartbeat is due a heartbeat after the last report, not after this round.
-        let quiet = Delivered { capacity: None, cleaned: Vec::new(), relayed: Vec::new() };
+        // heartbeat is due a heartbeat after the last one, not after this round.
+        let quiet = Delivered { capacity: None, heartbeat: false, cleaned: Vec::new(), relayed: Vec::new() };
         agent.step(Wake::RoundEnded(Some(Ok(quiet))), &c, t1, Timestamp::now());
         assert_eq!(agent.state.last_capacity.as_deref(), Some(&*written));
         let due = round(agent.step(Wake::Timer, &c, t0 + heartbeat, Timestamp::now())).expect("the heartbeat");
         assert!(due.heartbeat);
         assert_eq!(due.reported_capacity.as_deref(), Some(&*written));
+        let beat =
+            Delivered { capacity: Some(written.clone()), heartbeat: true, cleaned: Vec::new(), relayed: Vec::new() };
+        agent.step(Wake::RoundEnded(Some(Ok(beat))), &c, t0 + heartbeat, Timestamp::now());
+        // A round that wrote a new capacity between heartbeats (a burst's) is remembered, and
+        // does not put the next heartbeat off either.
+        let t2 = t0 + heartbeat + heartbeat / 2;
+        round(agent.step(Wake::Changed, &c, t2, Timestamp::now())).expect("a round for the change");
+        let newer = Arc::new(serde_json::json!({"domains": [], "counted": ["u1/1", "u2/1"]}));
+        let counted =
+            Delivered { capacity: Some(newer.clone()), heartbeat: false, cleaned: Vec::new(), relayed: Vec::new() };
+        agent.step(Wake::RoundEnded(Some(Ok(counted))), &c, t2, Timestamp::now());
+        assert_eq!(agent.state.last_capacity.as_deref(), Some(&*newer));
+        let due = round(agent.step(Wake::Timer, &c, t0 + 2 * heartbeat, Timestamp::now()));
+        assert!(due.is_some_and(|r| r.heartbeat), "the heartbeat is due a heartbeat after the last one");
     }
 
     #[test]
