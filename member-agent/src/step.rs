@@ -385,6 +385,11 @@ mod tests {
         assert_eq!(kinds(&agent.step(Wake::Timer, &c, retry_at, Timestamp::now())), ["round", "wait"]);
     }
 
+    /// A round that ended well, having written `capacity` (and the whole status, `heartbeat`).
+    fn ended(capacity: Option<Arc<serde_json::Value>>, heartbeat: bool) -> Wake {
+        Wake::RoundEnded(Some(Ok(Delivered { capacity, heartbeat, cleaned: Vec::new(), relayed: Vec::new() })))
+    }
+
     /// The capacity a round wrote goes with the next rounds, which write none while it holds;
     /// a round that wrote none keeps it, and does not put the heartbeat off.
     #[test]
@@ -403,9 +408,7 @@ mod tests {
         let first = round(agent.step(Wake::Changed, &c, t0, Timestamp::now())).expect("a round");
         assert!(first.heartbeat && first.reported_capacity.is_none());
         let written = Arc::new(serde_json::json!({"domains": [], "counted": ["u1/1"]}));
-        let delivered =
-            Delivered { capacity: Some(written.clone()), heartbeat: true, cleaned: Vec::new(), relayed: Vec::new() };
-        agent.step(Wake::RoundEnded(Some(Ok(delivered))), &c, t0, Timestamp::now());
+        agent.step(ended(Some(written.clone()), true), &c, t0, Timestamp::now());
         // Between heartbeats a JobSet starts running: a round for its status.
         let t1 = t0 + heartbeat / 2;
         let c = caches(vec![placement("a", "east", Some("Applied"))], vec![jobset("a", 1, 1)]);
@@ -415,23 +418,18 @@ mod tests {
         assert_eq!(next.reported_capacity.as_deref(), Some(&*written));
         // That round found the capacity unchanged and wrote none: the memory stays, and the
         // heartbeat is due a heartbeat after the last one, not after this round.
-        let quiet = Delivered { capacity: None, heartbeat: false, cleaned: Vec::new(), relayed: Vec::new() };
-        agent.step(Wake::RoundEnded(Some(Ok(quiet))), &c, t1, Timestamp::now());
+        agent.step(ended(None, false), &c, t1, Timestamp::now());
         assert_eq!(agent.state.last_capacity.as_deref(), Some(&*written));
         let due = round(agent.step(Wake::Timer, &c, t0 + heartbeat, Timestamp::now())).expect("the heartbeat");
         assert!(due.heartbeat);
         assert_eq!(due.reported_capacity.as_deref(), Some(&*written));
-        let beat =
-            Delivered { capacity: Some(written.clone()), heartbeat: true, cleaned: Vec::new(), relayed: Vec::new() };
-        agent.step(Wake::RoundEnded(Some(Ok(beat))), &c, t0 + heartbeat, Timestamp::now());
+        agent.step(ended(Some(written.clone()), true), &c, t0 + heartbeat, Timestamp::now());
         // A round that wrote a new capacity between heartbeats (a burst's) is remembered, and
         // does not put the next heartbeat off either.
         let t2 = t0 + heartbeat + heartbeat / 2;
         round(agent.step(Wake::Changed, &c, t2, Timestamp::now())).expect("a round for the change");
         let newer = Arc::new(serde_json::json!({"domains": [], "counted": ["u1/1", "u2/1"]}));
-        let counted =
-            Delivered { capacity: Some(newer.clone()), heartbeat: false, cleaned: Vec::new(), relayed: Vec::new() };
-        agent.step(Wake::RoundEnded(Some(Ok(counted))), &c, t2, Timestamp::now());
+        agent.step(ended(Some(newer.clone()), false), &c, t2, Timestamp::now());
         assert_eq!(agent.state.last_capacity.as_deref(), Some(&*newer));
         let due = round(agent.step(Wake::Timer, &c, t0 + 2 * heartbeat, Timestamp::now()));
         assert!(due.is_some_and(|r| r.heartbeat), "the heartbeat is due a heartbeat after the last one");
