@@ -415,7 +415,7 @@ struct SimulateArgs {
         "fleet", "machines", "trace", "synthetic", "bench", "gpu_sharing", "helios", "helios_day",
         "trace_format", "skip_bad_rows", "policy", "seed", "load_scale", "node_failure_rate", "tenants",
         "json", "svg", "locality_patience", "locality_cost", "reserve_after", "urgent", "checkpoint_interval", "mix",
-        "machines_format", "batch_every", "check_every",
+        "machines_format", "batch_every", "check_every", "explain",
     ])]
     from: Option<PathBuf>,
     /// With --from: an edit to try, shown beside the hub as it is: `add-pool cluster=X flavor=F
@@ -470,6 +470,11 @@ struct SimulateArgs {
     /// instant, as the tests do). Default: 16 in a release build (docs/simulator.md).
     #[arg(long, value_name = "INSTANTS", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     check_every: Option<u32>,
+    /// Tell this job's story under each policy after the table: what each cycle told it, one
+    /// line per change (why it waited, where it ran, when it ended). Repeat for up to 16 jobs;
+    /// the ids are the trace's (the report's `rejected` lines and --json show them).
+    #[arg(long, value_name = "JOB", conflicts_with = "bench")]
+    explain: Vec<String>,
     /// Benchmark mode: replay the trace repeated N times and report jobs replayed per second.
     #[arg(long, value_name = "N")]
     bench: Option<u32>,
@@ -761,6 +766,7 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
         checkpoint_interval_s: args.checkpoint_interval,
         batch_every: args.batch_every,
         check_every: args.check_every.unwrap_or(simulator::engine::CHECK_EVERY),
+        explain: args.explain.clone(),
         ..SimOptions::default()
     };
     let inputs = Inputs { fleet: &fleet, fleet_name: &fleet_name, trace: &trace, trace_name: &trace_name };

@@ -582,3 +582,39 @@ fn the_invariant_check_sample_changes_no_figure() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--check-every"), "{}", stderr(&o));
 }
+
+/// `--explain JOB`: each policy tells the job's story after the table (and under `explained`
+/// in the JSON, which leaves the key out when nothing is asked); a job the trace lacks, or
+/// `--explain` beside `--bench`, is refused naming the flag.
+#[test]
+fn explain_tells_a_jobs_story_under_each_policy() {
+    let dir = scratch("explain");
+    let args = ["--synthetic", "400", "--load-scale", "3", "--policy", "stowage,fifo-firstfit"];
+    let out_json = dir.join("out.json");
+    let mut all = vec!["simulate"];
+    all.extend_from_slice(&args);
+    all.extend(["--explain", "syn-0000399", "--json", out_json.to_str().expect("utf-8")]);
+    let o = stowage(&all);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for policy in ["stowage", "fifo-firstfit"] {
+        assert!(text.contains(&format!("{policy}: syn-0000399 (submitted at ")), "{text}");
+    }
+    let report = json(&out_json);
+    for p in report["policies"].as_array().expect("policies") {
+        let story = &p["explained"][0];
+        assert_eq!(story["job"], "syn-0000399");
+        let steps = story["steps"].as_array().expect("steps");
+        assert_eq!(steps.last().map(|s| &s["kind"]), Some(&serde_json::json!("completed")), "{story}");
+        assert!(steps.iter().any(|s| s["kind"] == "running"), "{story}");
+    }
+    let plain = simulated(&dir, &args);
+    assert!(plain["policies"][0].get("explained").is_none(), "the key is left out when nothing is asked");
+
+    let o = stowage(&["simulate", "--synthetic", "40", "--explain", "no-such-job"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--explain: no job \"no-such-job\" in the trace"), "{}", stderr(&o));
+    let o = stowage(&["simulate", "--bench", "2", "--explain", "syn-0000001"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--explain"), "{}", stderr(&o));
+}

@@ -85,6 +85,9 @@ pub struct PolicyReport {
     /// for policies without it).
     pub batch_cycles: u64,
     pub batch_kept: u64,
+    /// The stories of the jobs `--explain` names (none unless asked: the key is then left out).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub explained: Vec<crate::engine::story::Story>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -332,6 +335,7 @@ pub fn policy_report(fleet: &Fleet, run: &PolicyRun) -> PolicyReport {
         cycles: run.cycles,
         batch_cycles: run.batch_cycles,
         batch_kept: run.batch_kept,
+        explained: run.stories.clone(),
     }
 }
 
@@ -455,6 +459,11 @@ pub fn table(report: &Report) -> String {
         }
         if r.rejected.len() > 5 {
             let _ = writeln!(out, "{}: … and {} more rejected (see --json)", r.name, r.rejected.len() - 5);
+        }
+    }
+    for r in p {
+        for story in &r.explained {
+            out.push_str(&crate::engine::story::text(&r.name, story));
         }
     }
     out

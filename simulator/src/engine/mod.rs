@@ -7,6 +7,7 @@
 
 mod accounting;
 mod scheduling;
+pub mod story;
 
 pub use accounting::fragmented_free;
 use accounting::{free_gpus, whole};
@@ -73,6 +74,9 @@ pub struct SimOptions {
     /// Run every cut cycle on the whole window too, and stop at the first gang told otherwise
     /// (`SimError::CutDiffers`). For tests: a report shows a waiting gang's words only at its end.
     pub check_cut: bool,
+    /// Jobs (by trace id) whose story the run keeps (`story`): what each was told, instant by
+    /// instant. At most [`story::MAX_JOBS`].
+    pub explain: Vec<String>,
 }
 
 impl SimOptions {
@@ -115,6 +119,7 @@ impl Default for SimOptions {
             check_every: CHECK_EVERY,
             uncut: false,
             check_cut: false,
+            explain: Vec::new(),
         }
     }
 }
@@ -203,6 +208,8 @@ pub struct PolicyRun {
     /// because the part proved nothing.
     pub cut_cycles: u64,
     pub cut_undone: u64,
+    /// The stories of the jobs `SimOptions::explain` names, in its order.
+    pub stories: Vec<story::Story>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -358,6 +365,22 @@ pub fn simulate(
     if !(opts.node_failure_rate.is_finite() && opts.node_failure_rate >= 0.0) {
         return Err(SimError::Option { option: "--node-failure-rate", problem: "must be zero or more".into() });
     }
+    if opts.explain.len() > story::MAX_JOBS {
+        return Err(SimError::Option {
+            option: "--explain",
+            problem: format!("{} jobs named: at most {}", opts.explain.len(), story::MAX_JOBS),
+        });
+    }
+    let explained: Vec<usize> =
+        opts.explain
+            .iter()
+            .map(|id| {
+                trace.jobs.iter().position(|j| j.id == *id).ok_or_else(|| SimError::Option {
+                    option: "--explain",
+                    problem: format!("no job {id:?} in the trace"),
+                })
+            })
+            .collect::<Result<_, _>>()?;
     let total = trace.jobs.len() as u64;
     progress(0, total);
     let tenancy = Tenancy::new(trace, opts)?;
@@ -424,8 +447,10 @@ pub fn simulate(
             cut_cycles: 0,
             cut_undone: 0,
             node_failures: 0,
+            stories: Vec::new(),
         },
     };
+    let mut stories: Vec<story::Story> = explained.iter().map(|&j| story::Story::new(&sim.records[j])).collect();
     for (i, r) in sim.records.iter().enumerate() {
         let t = r.submit_s;
         sim.events.push(Reverse((t, i as u64, Event::Arrival(i))));
@@ -464,6 +489,9 @@ pub fn simulate(
         while sim.schedule(t)? && follow_on > 0 {
             follow_on -= 1;
         }
+        for (story, &j) in stories.iter_mut().zip(&explained) {
+            story.observe(t, &sim.records[j]);
+        }
         instants += 1;
         if instants.is_multiple_of(u64::from(opts.check_every.max(1))) {
             sim.check(t)?;
@@ -484,6 +512,7 @@ pub fn simulate(
     }
     let mut run = sim.run;
     run.jobs = sim.records;
+    run.stories = stories;
     Ok(run)
 }
 
@@ -650,6 +679,53 @@ mod tests {
                 ..QueueSpec::unlimited(name)
             })
             .into()
+    }
+
+    /// `--explain`: a job that waits for room behind one that fills the fleet is told why, in
+    /// the cycle's words, then where it ran and when it ended, as the replay's records have it;
+    /// under every policy, cut or whole. A name the trace lacks, or too many, is refused by name.
+    #[test]
+    fn a_story_says_why_a_job_waited_where_it_ran_and_when_it_ended() {
+        let fleet = fleet();
+        let any = TopologyConstraint::Unconstrained;
+        let trace = Trace {
+            jobs: vec![
+                job("fills", 0, 1000, 16, 8, any),
+                job("waits", 10, 500, 2, 8, any),
+                job("other", 20, 50, 1, 8, any),
+            ],
+            skipped_rows: 0,
+            withdrawn: 0,
+        };
+        for policy in [Policy::Stowage, Policy::FifoFirstFit, Policy::KueueMultiKueue] {
+            for uncut in [false, true] {
+                let opts = SimOptions { explain: vec!["waits".into()], uncut, ..SimOptions::default() };
+                let run = simulate(&fleet, &trace, policy, &opts, &mut |_, _| {}).expect("runs");
+                let [story] = run.stories.as_slice() else { panic!("one story: {:?}", run.stories) };
+                let record = run.jobs.iter().find(|j| j.id == "waits").expect("recorded");
+                let kinds: Vec<&str> = story.steps.iter().map(|s| s.kind.as_str()).collect();
+                assert_eq!(kinds, ["no-domain", "running", "completed"], "{policy}");
+                let (waiting, running, done) = (&story.steps[0], &story.steps[1], &story.steps[2]);
+                assert_eq!((story.submit_s, waiting.from_s), (10, 10), "{policy}");
+                assert!(waiting.words.contains("free slots of 8 h100 GPUs"), "{policy}: {}", waiting.words);
+                assert_eq!(Some(running.from_s), record.first_start_s, "{policy}");
+                assert_eq!(Some(done.from_s), record.end_s, "{policy}");
+                assert!(running.words.starts_with("on a: 2 host(s)"), "{policy}: {}", running.words);
+                // The third job arrives at 20: the wait saw two instants (the arrivals at 10 and
+                // 20), then it started as the first ended (after 1000 s, slowed by its span).
+                let fills = run.jobs.iter().find(|j| j.id == "fills").and_then(|j| j.end_s);
+                assert_eq!((waiting.instants, waiting.to_s, Some(running.from_s)), (2, 20, fills), "{policy}");
+            }
+        }
+        let refused = |explain: Vec<String>| {
+            let opts = SimOptions { explain, ..SimOptions::default() };
+            simulate(&fleet, &trace, Policy::Stowage, &opts, &mut |_, _| {}).expect_err("refused").to_string()
+        };
+        assert_eq!(refused(vec!["nope".into()]), "invalid option --explain: no job \"nope\" in the trace");
+        assert_eq!(
+            refused(vec!["waits".into(); story::MAX_JOBS + 1]),
+            format!("invalid option --explain: {} jobs named: at most {}", story::MAX_JOBS + 1, story::MAX_JOBS)
+        );
     }
 
     /// A burst deeper than the queue depth that fits starts at the instant it arrives, as the
