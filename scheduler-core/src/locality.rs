@@ -67,8 +67,9 @@ fn extra_ms(run: &Run<'_>, slowdown: &Slowdown, admission: &Admission, runtime_m
     runtime_ms.saturating_mul(u64::from(permille)) / 1000
 }
 
-/// A gang held for its preferred level (`reason` says no domain of it is free): start it now
-/// as written if that costs less than waiting (for the preferred level or any wider one the
+/// A gang held for its preferred level (`reason` says no domain of it is free): told why the
+/// written form does not fit either, when it does not; else start it now as written if that
+/// costs less than waiting (for the preferred level or any wider one the
 /// spread placement would still cross), else keep it waiting and say what each costs. The
 /// spread admission stays taken (uncommitted) when it is returned. `wider`: this cycle's
 /// store for the gang's widened forms, built the first time they are needed.
@@ -80,12 +81,15 @@ pub(crate) fn weigh<'a>(
     wider: &'a OnceCell<Vec<Gang>>,
     at: &Moment<'_>,
 ) -> Result<Admission, Reason> {
-    let (Some(slowdown), Some(runtime_ms)) = (run.config.locality_cost, gang.runtime_ms) else { return Err(reason) };
     let Reason::HoldingForLocality { preferred, held: level, shortfall, .. } = reason else { return Err(reason) };
     let cp = run.txn.checkpoint();
-    // Nothing fits as written either: the gang waits whatever it prefers, for its preferred
-    // level (a reservation, if it gets one, is for that).
-    let Ok(spread) = run.spread(gang) else {
+    // Nothing fits as written either: that is why it waits, whatever it prefers (told it holds
+    // out for locality, its owner would drop the preference for nothing). A reservation, if it
+    // gets one, is still for its preferred level.
+    let spread = run.spread(gang)?;
+    // With no run time, or no slowdowns to weigh, its patience alone holds it.
+    let (Some(slowdown), Some(runtime_ms)) = (run.config.locality_cost, gang.runtime_ms) else {
+        run.txn.rollback(cp);
         return Err(Reason::HoldingForLocality { preferred, held: level, shortfall, cost: None });
     };
     let spread_ms = extra_ms(run, &slowdown, &spread, runtime_ms);

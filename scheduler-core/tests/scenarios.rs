@@ -448,6 +448,31 @@ fn a_gang_waits_for_its_rack_when_the_wait_costs_less_than_running_spread() {
     assert!(matches!(d, Decision::Pending(Reason::HoldingForLocality { cost: None, .. })), "{d:?}");
 }
 
+/// A gang that prefers a rack and finds no room even spread is told that, not that it holds
+/// out for a rack: dropping the preference would start it no sooner. With a run time to weigh
+/// or without. Given room spread, it starts there (a rack is a day away) or, with no run time
+/// to weigh, its patience holds it, and it is told so.
+#[test]
+fn a_gang_with_no_room_even_spread_is_told_so_not_that_it_holds_out() {
+    // 32 hosts in 8 racks of 4; all but three, one in each of three racks, in use for a day.
+    let busy: Vec<(usize, u64)> = (0..32).filter(|h| ![1, 5, 9].contains(h)).map(|h| (h, DAY_MS)).collect();
+    for runtime in [Some(20 * HOUR_MS), None] {
+        let wide = Gang { runtime_ms: runtime, ..gang("wide").pods(4).gpus(8).preferred(Rack) };
+        let (_, d) = weighed_on(&busy, wide.clone(), 0, 0, Config::DEPTH);
+        let Decision::Pending(Reason::NoDomain(shortfall)) = &d else { panic!("{runtime:?}: {d:?}") };
+        assert_eq!((shortfall.pods, shortfall.largest), (4, 3), "{runtime:?}: {d:?}");
+        // One more host free: it fits spread.
+        let (_, d) = weighed_on(&busy[1..], wide, 0, 0, Config::DEPTH);
+        match runtime {
+            Some(_) => assert!(matches!(d, Decision::Admit(_)), "{d:?}"),
+            None => assert!(
+                matches!(d, Decision::Pending(Reason::HoldingForLocality { held: Rack, cost: None, .. })),
+                "{d:?}"
+            ),
+        }
+    }
+}
+
 #[test]
 fn running_spread_weighs_the_gpu_time_it_takes_from_the_gangs_waiting_behind() {
     // Alone, a rack two hours away is not worth the hour spreading costs (above). With 16

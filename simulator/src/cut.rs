@@ -212,8 +212,9 @@ pub fn backfills(gang: &Gang, now_ms: u64, reserved: Option<&Reserved>) -> bool 
     reserved.is_some_and(|r| may_backfill(gang, now_ms, r.start_ms, &r.gang))
 }
 
-/// Whether a gang left waiting with `reason` proves that none of its class after it fits:
-/// neither its held form nor (where it was tried) its written form fit. A hold weighed by cost
+/// Whether a gang left waiting with `reason` proves that none of its class after it fits, or
+/// is told otherwise: no domain for its written form, or none for its held form while patience
+/// alone holds it (its class-mates, at the same stage, are held alike). A hold weighed by cost
 /// had room to start spread; a reservation's own words wrap the reason it had.
 fn fits_nowhere(reason: &Reason) -> bool {
     match reason {
