@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
-use hyper::body::{Frame, Incoming};
+use hyper::body::Frame;
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
 
@@ -34,6 +34,15 @@ pub const BOOKMARK_EVERY: Duration = Duration::from_secs(1);
 
 pub type Body = BoxBody<Bytes, Infallible>;
 
+/// A request's body as the handler reads it: a connection's (`hyper::body::Incoming`) or an
+/// in-process client's ([`crate::local`]), boxed so the handler is written once for both.
+pub type RequestBody = BoxBody<Bytes, BodyError>;
+
+/// A request's body broke off (the handler answers that it is too large, whatever the cause).
+#[derive(Debug, thiserror::Error)]
+#[error("the request's body broke off: {0}")]
+pub struct BodyError(pub String);
+
 fn json_response(code: u16, v: &Value) -> Response<Body> {
     let mut r = Response::new(Full::new(Bytes::from(v.to_string())).boxed());
     *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -50,7 +59,7 @@ fn error_response(e: &ApiError) -> Response<Body> {
 }
 
 /// The query's parameters, decoded (selectors carry `=`, `,`, `!`, spaces and parentheses).
-fn query(req: &Request<Incoming>) -> BTreeMap<String, String> {
+fn query(req: &Request<RequestBody>) -> BTreeMap<String, String> {
     form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes()).into_owned().collect()
 }
 
@@ -139,7 +148,7 @@ fn route(shared: &Shared, path: &str) -> Result<Route, ApiError> {
     Ok(Route::Resource(Box::new(target)))
 }
 
-async fn read_body(body: Incoming) -> Result<Bytes, ApiError> {
+async fn read_body(body: RequestBody) -> Result<Bytes, ApiError> {
     let limited = http_body_util::Limited::new(body, MAX_BODY_BYTES);
     limited.collect().await.map(|c| c.to_bytes()).map_err(|_| ApiError::too_large(MAX_BODY_BYTES))
 }
@@ -186,7 +195,7 @@ fn error_text(e: &dyn std::error::Error) -> String {
 }
 
 /// The bearer token a client sent: who it is, for fault hooks and the access log.
-fn token(req: &Request<Incoming>) -> String {
+fn token(req: &Request<RequestBody>) -> String {
     req.headers()
         .get("authorization")
         .and_then(|v| v.to_str().ok())
@@ -236,7 +245,7 @@ impl std::fmt::Display for Partitioned {
 impl std::error::Error for Partitioned {}
 
 /// Answers a request, or `None` when its client is cut off (see `Faults::partition_client`).
-pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Option<Response<Body>> {
+pub async fn handle(shared: Arc<Shared>, req: Request<RequestBody>) -> Option<Response<Body>> {
     let token = token(&req);
     // A request that reaches a kept-alive connection after a partition began is dropped too:
     // the connection's cut and its next request race.
@@ -267,7 +276,7 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Option<Respo
 
 async fn serve(
     shared: Arc<Shared>,
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
     token: String,
     user: UserInfo,
 ) -> Result<Response<Body>, ApiError> {

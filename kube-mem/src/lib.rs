@@ -1,4 +1,5 @@
-//! An in-memory Kubernetes API server over HTTP on loopback, for tests and the playground.
+//! An in-memory Kubernetes API server over HTTP on loopback, for tests and the playground
+//! (clients in its own process reach it without a socket: [`local`]).
 //! It follows the API conventions the controllers rely on: discovery, CRDs registered from
 //! their YAML, get/list/watch with resourceVersions, bookmarks and 410 Gone, create, update
 //! with optimistic concurrency, merge / JSON / strategic-merge patches and server-side apply
@@ -18,6 +19,7 @@ pub mod cel;
 pub mod fields;
 mod gc;
 mod http;
+pub mod local;
 pub mod logs;
 pub mod managed;
 mod namespaces;
@@ -42,6 +44,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use http_body_util::BodyExt;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use kube_shell::listen::{Accepted, Limits, Listener};
@@ -249,6 +252,7 @@ impl ApiServer {
         let handle = runtime.handle().clone();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let s = shared.clone();
+        let generation = local::register(addr, handle.clone(), shared.clone());
         let thread = std::thread::Builder::new().name(format!("apiserver-{}", addr.port())).spawn(move || {
             runtime.block_on(async move {
                 let Ok(listener) = TcpListener::from_std(listener) else { return };
@@ -271,7 +275,12 @@ impl ApiServer {
                                 let s = s.clone();
                                 // A cut-off client's connection drops without an answer, as over
                                 // a broken network (an error status would be retried instead).
-                                async move { http::handle(s, req).await.ok_or(http::Partitioned) }
+                                async move {
+                                    let req = req.map(|b: hyper::body::Incoming| {
+                                        b.map_err(|e| http::BodyError(e.to_string())).boxed()
+                                    });
+                                    http::handle(s, req).await.ok_or(http::Partitioned)
+                                }
                             });
                             let conn = http.serve_connection(TokioIo::new(stream), svc);
                             let cut = s2.faults.cut.notified();
@@ -290,6 +299,7 @@ impl ApiServer {
                     _ = stopped => {}
                 }
             });
+            local::unregister(addr, generation);
             // The runtime drops here with every connection, watch and spawned task on it.
         })?;
         Ok(ApiServer { addr, shared, thread: ServerThread { runtime: handle, stop: Some(stop), thread: Some(thread) } })
@@ -373,8 +383,15 @@ impl ApiServer {
         self.shared.auth.lock().unwrap_or_else(|e| e.into_inner()).set_unknown(unknown);
     }
 
-    /// A kube client of this server that identifies itself as `token` (see [`Faults::partition_client`]).
+    /// A kube client of this server that identifies itself as `token` (see [`Faults::partition_client`]),
+    /// in-process ([`local`]): no socket, the same handler and faults.
     pub fn client_as(&self, token: &str) -> Result<kube::Client, kube::Error> {
+        local::client(self.addr, token).map_err(|e| kube::Error::Service(Box::new(e)))
+    }
+
+    /// [`ApiServer::client_as`] over loopback TCP and HTTP/1, as a client in another process
+    /// connects: for tests of the connection itself.
+    pub fn tcp_client_as(&self, token: &str) -> Result<kube::Client, kube::Error> {
         let uri = self.url().parse().map_err(|e| kube::Error::Service(Box::new(e)))?;
         let mut config = kube::Config::new(uri);
         config.auth_info.token = Some(token.to_string().into());

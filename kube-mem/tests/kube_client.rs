@@ -292,10 +292,19 @@ async fn watches_deliver_bookmarks_and_events_in_order() {
     assert_eq!(events, ["added w", "deleted w"]);
 }
 
+/// The hooks act alike on a client over TCP and on one in the server's process
+/// (`ApiServer::client_as`, `kube_mem::local`).
 #[tokio::test]
 async fn fault_hooks_fail_partition_and_restart() {
+    for in_process in [false, true] {
+        fault_hooks_on(in_process).await;
+    }
+}
+
+async fn fault_hooks_on(in_process: bool) {
     let server = ApiServer::start().await.expect("server");
-    let cms: Api<ConfigMap> = Api::default_namespaced(client(&server).await);
+    let c = if in_process { server.client_as("someone").expect("in-process client") } else { client(&server).await };
+    let cms: Api<ConfigMap> = Api::default_namespaced(c);
     cms.create(&PostParams::default(), &cm("kept", json!({}))).await.expect("create");
     server.faults().fail_next(2, 500);
     for _ in 0..2 {
@@ -317,6 +326,17 @@ async fn fault_hooks_fail_partition_and_restart() {
     assert!(cms.get("kept").await.is_err(), "partitioned");
     server.faults().partition(false);
     assert!(cms.get("kept").await.is_ok());
+    // A client that goes away mid-request takes the request along, as a closed connection does.
+    server.faults().set_latency(Duration::from_millis(500));
+    let gone = tokio::spawn({
+        let cms = cms.clone();
+        async move { cms.create(&PostParams::default(), &cm("never", json!({}))).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    gone.abort();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    server.faults().set_latency(Duration::ZERO);
+    assert!(cms.get_opt("never").await.expect("get").is_none(), "a request its client left was not carried out");
     let stopped = server.stop().await;
     assert!(cms.get("kept").await.is_err(), "stopped");
     let server = stopped.clone().restart(true).await.expect("restart");
@@ -324,6 +344,57 @@ async fn fault_hooks_fail_partition_and_restart() {
     let stopped = server.stop().await;
     let _server = stopped.restart(false).await.expect("restart empty");
     assert!(cms.get_opt("kept").await.expect("get").is_none(), "state lost when asked to");
+}
+
+/// An in-process client sees what one over a connection sees: a partition ends its watch and
+/// drops the request it was waiting on, a client cut off alone is refused while others are
+/// served, and the server's own checks (a bad token's 401) answer as over HTTP.
+#[tokio::test]
+async fn an_in_process_client_is_cut_off_as_a_connection_is() {
+    let server = ApiServer::start().await.expect("server");
+    let a: Api<ConfigMap> = Api::default_namespaced(server.client_as("agent-a").expect("client"));
+    let b: Api<ConfigMap> = Api::default_namespaced(server.client_as("agent-b").expect("client"));
+    a.create(&PostParams::default(), &cm("one", json!({}))).await.expect("create");
+
+    let mut watch = a.watch(&kube::api::WatchParams::default(), "0").await.expect("watch").boxed();
+    assert!(matches!(watch.try_next().await, Ok(Some(_))), "the watch delivers the ConfigMap");
+    server.faults().partition(true);
+    let ended = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match watch.next().await {
+                None | Some(Err(_)) => return,
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "a partition ends an open watch");
+    assert!(b.get("one").await.is_err(), "a partitioned server refuses requests");
+    server.faults().partition(false);
+
+    // A request the server sits on (30 s of latency) is dropped when a partition begins, as
+    // its connection would be, not answered once the latency is over.
+    server.faults().set_latency(Duration::from_secs(30));
+    let slow = tokio::spawn({
+        let a = a.clone();
+        async move { a.get("one").await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.faults().partition(true);
+    let dropped = tokio::time::timeout(Duration::from_secs(20), slow).await.expect("dropped at the partition");
+    assert!(dropped.expect("task").is_err(), "the request got no answer");
+    server.faults().partition(false);
+    server.faults().set_latency(Duration::ZERO);
+
+    server.faults().partition_client("agent-a", true);
+    assert!(a.get("one").await.is_err(), "the cut-off client is refused");
+    assert!(b.get("one").await.is_ok(), "another client is served");
+    server.faults().partition_client("agent-a", false);
+    assert!(a.get("one").await.is_ok(), "and the first again once reconnected");
+
+    server.set_unknown_tokens(kube_mem::UnknownTokens::Refuse);
+    let e = a.get("one").await.expect_err("an unknown token is refused");
+    assert!(matches!(e, kube::Error::Api(ref s) if s.code == 401), "{e:?}");
 }
 
 #[tokio::test]

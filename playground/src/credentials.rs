@@ -181,13 +181,17 @@ where
     api.create(pp, &obj).await.map(drop).map_err(|e| e.to_string())
 }
 
-/// A client from a kubeconfig's text, as `--kubeconfig FILE` makes one.
+/// A client from a kubeconfig's text, as `--kubeconfig FILE` makes one; in-process
+/// (`kube_mem::local`) when it names a server of this process.
 pub async fn client_from_kubeconfig(text: &str) -> Result<Client, kube::Error> {
     let kc = kube::config::Kubeconfig::from_yaml(text).map_err(kube::Error::InferKubeconfig)?;
     let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
         .await
         .map_err(kube::Error::InferKubeconfig)?;
-    Client::try_from(config)
+    match kube_mem::local::client_for(&config) {
+        Some(local) => local.map_err(|e| kube::Error::Service(Box::new(e))),
+        None => Client::try_from(config),
+    }
 }
 
 /// The files [`write_kubeconfigs`] wrote.
