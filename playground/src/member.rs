@@ -279,6 +279,11 @@ impl Controller {
 struct Controllers {
     children: Option<u64>,
     statuses: Option<u64>,
+    /// The kubelet's last look at every pod: the second it was in, and the store's version at
+    /// its last look at any. Durations are whole seconds, so within a second only pods written
+    /// since can have come due; the first pass of each second looks at them all (at 2,000
+    /// TrainJobs a look at every pod 20 times a second was a twentieth of a burst's samples).
+    kubelet: Option<(u64, u64)>,
 }
 
 impl Controllers {
@@ -296,7 +301,7 @@ impl Controllers {
                 apply(store, children);
             }
             Controller::Scheduler => {}
-            Controller::Kubelet => kubelet(store, &rt, duration_of),
+            Controller::Kubelet => self.kubelet(store, &rt, duration_of, now_secs()),
             Controller::Statuses => {
                 let only = touched(store, &rt, self.statuses);
                 self.statuses = Some(store.resource_version());
@@ -304,6 +309,19 @@ impl Controllers {
                 apply(store, statuses);
             }
         }
+    }
+}
+
+impl Controllers {
+    /// The kubelet's pass at `now` (seconds): every pod in the second's first pass, else the
+    /// pods written since the last.
+    fn kubelet(&mut self, store: &mut Store, jobsets_rt: &ResourceType, duration_of: &DurationOf, now: u64) {
+        let only = match self.kubelet {
+            Some((second, rv)) if second == now => pods_written_since(store, rv),
+            _ => None,
+        };
+        self.kubelet = Some((now, store.resource_version()));
+        kubelet(store, jobsets_rt, duration_of, now, only.as_ref());
     }
 }
 
@@ -329,6 +347,13 @@ fn touched(store: &Store, jobsets_rt: &ResourceType, rv: Option<u64>) -> Option<
         }
     }
     Some(keys)
+}
+
+/// The pods written since `rv` (by namespace and name); `None` when the history no longer
+/// reaches back so far.
+fn pods_written_since(store: &Store, rv: u64) -> Option<BTreeSet<(String, String)>> {
+    let pods_rt = builtin(store, "", "v1", "pods");
+    Some(store.storage.since_meta(&pods_rt, rv).ok()?.map(|meta| (ns_of(&meta), name_of(&meta))).collect())
 }
 
 /// The JobSets a pass looks at: `only` those, or every one.
@@ -676,7 +701,14 @@ fn schedule(store: &mut Store) {
 
 /// The kubelet: running pods succeed once their JobSet's simulated duration has passed: the
 /// JobSet's own [`DURATION_ANNOTATION`], else what `duration_of` says for its TrainJob's UID.
-fn kubelet(store: &mut Store, jobsets_rt: &ResourceType, duration_of: &DurationOf) {
+/// `only`: the pods to look at (those written within the second), else every one.
+fn kubelet(
+    store: &mut Store,
+    jobsets_rt: &ResourceType,
+    duration_of: &DurationOf,
+    now: u64,
+    only: Option<&BTreeSet<(String, String)>>,
+) {
     let pods_rt = builtin(store, "", "v1", "pods");
     let duration = |j: &Value| -> Option<u64> {
         match j["metadata"]["annotations"][DURATION_ANNOTATION].as_str() {
@@ -684,11 +716,13 @@ fn kubelet(store: &mut Store, jobsets_rt: &ResourceType, duration_of: &DurationO
             None => duration_of(j["metadata"]["labels"][TRAINJOB_UID_LABEL].as_str()?),
         }
     };
-    let now = now_secs();
     // Each running pod's JobSet looked up by its label (not every JobSet's duration first: most
     // have ended or not started, and this runs 20 times a second).
-    let done: Vec<(String, String)> = store
-        .objects(&pods_rt)
+    let pods: Box<dyn Iterator<Item = &Value>> = match only {
+        Some(keys) => Box::new(keys.iter().filter_map(|(ns, name)| store.peek(&pods_rt, Some(ns), name))),
+        None => Box::new(store.objects(&pods_rt)),
+    };
+    let done: Vec<(String, String)> = pods
         .filter(|p| p["status"]["phase"] == "Running")
         .filter(|p| {
             let ns = p["metadata"]["namespace"].as_str().unwrap_or("default");
@@ -934,5 +968,44 @@ mod tests {
             [("default".to_string(), "a".to_string()), ("default".to_string(), "b".to_string())].into();
         assert_eq!(only, want);
         assert_eq!(touched(&store, &rt, Some(store.resource_version())), Some(BTreeSet::new()), "nothing since");
+    }
+
+    /// The kubelet's first pass in a second looks at every running pod, the others at the pods
+    /// written since: a pod written within the second that is due ends at once, one that comes
+    /// due with the next second ends in that second's first pass.
+    #[test]
+    fn the_kubelet_looks_at_every_pod_once_a_second_and_at_new_ones_between() {
+        let mut store = Store::default();
+        install_crds(&mut store).expect("CRDs");
+        let rt = jobsets_type(&store).expect("JobSets served");
+        let pods = builtin(&store, "", "v1", "pods");
+        let no_duration: DurationOf = std::sync::Arc::new(|_: &str| None);
+        let d = DEFAULT_DURATION.as_secs();
+        let t0: u64 = 1_800_000_000;
+        let running = |store: &mut Store, name: &str, started: u64| {
+            create(
+                store,
+                &pods,
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"jobset.sigs.k8s.io/jobset-name": "none"}},
+                       "spec": {"containers": [{"name": "c", "image": "busybox"}], "nodeName": "n"}}),
+            );
+            let status = json!({"status": {"phase": "Running", "startTime": kube_mem::time::rfc3339(started as i64)}});
+            store
+                .update(Requester::InProcess, &pods, Some("default"), name, status, Part::Status, &write_options())
+                .expect("running");
+        };
+        let phase = |store: &Store, name: &str| {
+            store.peek(&pods, Some("default"), name).and_then(|p| p["status"]["phase"].as_str().map(str::to_string))
+        };
+        let mut c = Controllers::default();
+        running(&mut store, "old", t0);
+        c.kubelet(&mut store, &rt, &no_duration, t0 + d - 1);
+        assert_eq!(phase(&store, "old").as_deref(), Some("Running"), "not due yet");
+        running(&mut store, "new", t0 - d);
+        c.kubelet(&mut store, &rt, &no_duration, t0 + d - 1);
+        assert_eq!(phase(&store, "new").as_deref(), Some("Succeeded"), "written within the second and due");
+        assert_eq!(phase(&store, "old").as_deref(), Some("Running"));
+        c.kubelet(&mut store, &rt, &no_duration, t0 + d);
+        assert_eq!(phase(&store, "old").as_deref(), Some("Succeeded"), "due with the next second, not written since");
     }
 }
