@@ -554,19 +554,73 @@ fn node_matches(pod: &Value, node: &Value) -> bool {
     selector_ok && affinity_ok && taints_ok
 }
 
+/// What the gang scheduler decided in a pass, written once it has finished reading.
+enum Scheduled {
+    Bound { namespace: String, pod: String, node: String },
+    Unschedulable { namespace: String, pod: String, message: String },
+}
+
 /// The gang scheduler: binds a gang's pods all or nothing once minMember of them exist.
 fn schedule(store: &mut Store) {
     let pods_rt = builtin(store, "", "v1", "pods");
+    for decision in scheduled(store) {
+        match decision {
+            Scheduled::Bound { namespace: ns, pod, node } => {
+                let Ok(mut obj) = store.get(&pods_rt, Some(&ns), &pod) else { continue };
+                obj["spec"]["nodeName"] = node.into();
+                let bound = store.update(
+                    Requester::InProcess,
+                    &pods_rt,
+                    Some(&ns),
+                    &pod,
+                    obj.clone(),
+                    Part::Main,
+                    &write_options(),
+                );
+                if bound.is_err() {
+                    continue;
+                }
+                write_log(store, &obj, &start_lines(&obj));
+                let started = kube_mem::time::now_rfc3339();
+                let containers = container_statuses(&obj, true, json!({"running": {"startedAt": started}}));
+                let status = json!({"status": {"phase": "Running", "startTime": started,
+                    "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
+                    "containerStatuses": containers}});
+                let _ = store.update(
+                    Requester::InProcess,
+                    &pods_rt,
+                    Some(&ns),
+                    &pod,
+                    status,
+                    Part::Status,
+                    &write_options(),
+                );
+            }
+            Scheduled::Unschedulable { namespace: ns, pod, message } => {
+                let Ok(mut obj) = store.get(&pods_rt, Some(&ns), &pod) else { continue };
+                obj["status"]["conditions"] =
+                    json!([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]);
+                let _ =
+                    store.update(Requester::InProcess, &pods_rt, Some(&ns), &pod, obj, Part::Status, &write_options());
+            }
+        }
+    }
+}
+
+/// The scheduler's pass over the store, borrowed: which gangs bind where, and which pods to
+/// tell they cannot (a pass that copied every pending pod and every node was the simulated
+/// members' largest part in a burst of 2,000).
+fn scheduled(store: &Store) -> Vec<Scheduled> {
+    let pods_rt = builtin(store, "", "v1", "pods");
     let nodes_rt = builtin(store, "", "v1", "nodes");
-    let pods: Vec<Value> = store
+    let pods: Vec<&Value> = store
         .objects(&pods_rt)
         .filter(|p| !p["spec"]["nodeName"].is_string() && p["status"]["phase"] == "Pending")
-        .cloned()
         .collect();
     if pods.is_empty() {
-        return;
+        return Vec::new();
     }
-    let nodes: Vec<Value> = store.objects(&nodes_rt).cloned().collect();
+    let nodes: Vec<&Value> = store.objects(&nodes_rt).collect();
     let mut free: BTreeMap<String, BTreeMap<String, f64>> = nodes
         .iter()
         .map(|n| {
@@ -598,13 +652,14 @@ fn schedule(store: &mut Store) {
     for p in store.objects(&pods_rt).filter(|p| matches!(p["status"]["phase"].as_str(), Some("Pending" | "Running"))) {
         *live.entry((ns_of(p), gang_of(p).0)).or_default() += 1;
     }
+    let mut decided = Vec::new();
     for ((ns, gang), members) in gangs {
         let pg_kind = gang_of(members[0]).1;
         let pg = pg_kind
-            .and_then(|(g, v, plural)| store.lookup(g, v, plural).cloned())
-            .and_then(|rt| store.get(&rt, Some(&ns), &gang).ok());
-        let min_member = pg.as_ref().and_then(|pg| pg["spec"]["minMember"].as_i64()).unwrap_or(members.len() as i64);
-        let timeout = pg.as_ref().and_then(|pg| pg["spec"]["scheduleTimeoutSeconds"].as_u64()).unwrap_or(60);
+            .and_then(|(g, v, plural)| store.lookup(g, v, plural))
+            .and_then(|rt| store.peek(rt, Some(&ns), &gang));
+        let min_member = pg.and_then(|pg| pg["spec"]["minMember"].as_i64()).unwrap_or(members.len() as i64);
+        let timeout = pg.and_then(|pg| pg["spec"]["scheduleTimeoutSeconds"].as_u64()).unwrap_or(60);
         if (live.get(&(ns.clone(), gang.clone())).copied().unwrap_or(0) as i64) < min_member {
             continue;
         }
@@ -612,7 +667,7 @@ fn schedule(store: &mut Store) {
         let mut binding: Vec<(String, String, BTreeMap<String, f64>)> = Vec::new();
         for p in &members {
             let need = requests(p);
-            let node = nodes.iter().filter(|n| node_matches(p, n)).map(name_of).find(|n| {
+            let node = nodes.iter().filter(|n| node_matches(p, n)).map(|n| name_of(n)).find(|n| {
                 free.get(n).is_some_and(|f| need.iter().all(|(k, v)| f.get(k).copied().unwrap_or(0.0) >= *v))
             });
             let Some(n) = node else { break };
@@ -624,39 +679,11 @@ fn schedule(store: &mut Store) {
             binding.push((name_of(p), n, need));
         }
         if binding.len() == members.len() {
-            for (pod, node, _) in binding {
-                if let Ok(mut obj) = store.get(&pods_rt, Some(&ns), &pod) {
-                    obj["spec"]["nodeName"] = node.into();
-                    if store
-                        .update(
-                            Requester::InProcess,
-                            &pods_rt,
-                            Some(&ns),
-                            &pod,
-                            obj.clone(),
-                            Part::Main,
-                            &write_options(),
-                        )
-                        .is_ok()
-                    {
-                        write_log(store, &obj, &start_lines(&obj));
-                        let started = kube_mem::time::now_rfc3339();
-                        let containers = container_statuses(&obj, true, json!({"running": {"startedAt": started}}));
-                        let status = json!({"status": {"phase": "Running", "startTime": started,
-                            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
-                            "containerStatuses": containers}});
-                        let _ = store.update(
-                            Requester::InProcess,
-                            &pods_rt,
-                            Some(&ns),
-                            &pod,
-                            status,
-                            Part::Status,
-                            &write_options(),
-                        );
-                    }
-                }
-            }
+            decided.extend(binding.into_iter().map(|(pod, node, _)| Scheduled::Bound {
+                namespace: ns.clone(),
+                pod,
+                node,
+            }));
             continue;
         }
         for (_, n, need) in &binding {
@@ -679,24 +706,17 @@ fn schedule(store: &mut Store) {
                     .into_iter()
                     .flatten()
                     .any(|c| c["message"] == message.as_str());
-                if already {
-                    continue;
+                if !already {
+                    decided.push(Scheduled::Unschedulable {
+                        namespace: ns.clone(),
+                        pod: name_of(p),
+                        message: message.clone(),
+                    });
                 }
-                let mut obj = (*p).clone();
-                obj["status"]["conditions"] =
-                    json!([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]);
-                let _ = store.update(
-                    Requester::InProcess,
-                    &pods_rt,
-                    Some(&ns),
-                    &name_of(p),
-                    obj,
-                    Part::Status,
-                    &write_options(),
-                );
             }
         }
     }
+    decided
 }
 
 /// The kubelet: running pods succeed once their JobSet's simulated duration has passed: the
