@@ -83,18 +83,22 @@ pub fn serves(addr: SocketAddr) -> bool {
 /// A kube client of the in-process server on `addr` sending `token`, with kube's own retry of
 /// 429 and 503 answers (as a client made from a kubeconfig has) and `default` its namespace.
 pub fn client(addr: SocketAddr, token: &str) -> Result<kube::Client, LocalError> {
+    client_in(addr, token, "default")
+}
+
+fn client_in(addr: SocketAddr, token: &str, namespace: &str) -> Result<kube::Client, LocalError> {
     let token = HeaderValue::from_str(&format!("Bearer {token}")).map_err(LocalError::Token)?;
     let transport =
         tower::ServiceExt::map_err(Transport { addr, token }, |e: LocalError| -> tower::BoxError { Box::new(e) });
     let service = tower::ServiceBuilder::new()
         .layer(tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry()))
         .service(transport);
-    Ok(kube::Client::new(service, "default"))
+    Ok(kube::Client::new(service, namespace))
 }
 
 /// The in-process client a kubeconfig's `config` describes: its server one of this process's,
-/// over plain HTTP, with a bearer token. `None` otherwise (TLS, another process, other
-/// credentials): the caller connects as usual.
+/// over plain HTTP, with a bearer token; its context's namespace the default. `None` otherwise
+/// (TLS, another process, other credentials): the caller connects as usual.
 pub fn client_for(config: &kube::Config) -> Option<Result<kube::Client, LocalError>> {
     use secrecy::ExposeSecret;
     let url = &config.cluster_url;
@@ -103,7 +107,7 @@ pub fn client_for(config: &kube::Config) -> Option<Result<kube::Client, LocalErr
     }
     let addr: SocketAddr = url.authority()?.as_str().parse().ok()?;
     let token = config.auth_info.token.as_ref()?;
-    serves(addr).then(|| client(addr, token.expose_secret()))
+    serves(addr).then(|| client_in(addr, token.expose_secret(), &config.default_namespace))
 }
 
 /// The transport: a request as a task on the server's thread.

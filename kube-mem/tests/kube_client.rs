@@ -303,7 +303,7 @@ async fn fault_hooks_fail_partition_and_restart() {
 
 async fn fault_hooks_on(in_process: bool) {
     let server = ApiServer::start().await.expect("server");
-    let c = if in_process { server.client_as("someone").expect("in-process client") } else { client(&server).await };
+    let c = if in_process { server.client_as("someone") } else { server.tcp_client_as("someone") }.expect("client");
     let cms: Api<ConfigMap> = Api::default_namespaced(c);
     cms.create(&PostParams::default(), &cm("kept", json!({}))).await.expect("create");
     server.faults().fail_next(2, 500);
@@ -391,6 +391,25 @@ async fn an_in_process_client_is_cut_off_as_a_connection_is() {
     assert!(b.get("one").await.is_ok(), "another client is served");
     server.faults().partition_client("agent-a", false);
     assert!(a.get("one").await.is_ok(), "and the first again once reconnected");
+
+    // A kubeconfig naming this server makes an in-process client with its context's namespace;
+    // one naming TLS or a port no server of this process has, none.
+    let mut config = Config::new(server.url().parse().expect("url"));
+    config.default_namespace = "team-a".into();
+    config.auth_info.token = Some("agent-a".to_string().into());
+    let local = kube_mem::local::client_for(&config).expect("this process's server").expect("client");
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "team-a"}})).expect("namespace");
+    Api::all(local.clone()).create(&PostParams::default(), &ns).await.expect("namespace created");
+    let made = Api::<ConfigMap>::default_namespaced(local).create(&PostParams::default(), &cm("two", json!({}))).await;
+    assert_eq!(made.expect("created").namespace().as_deref(), Some("team-a"));
+    let elsewhere = |url: &str| {
+        let mut c = config.clone();
+        c.cluster_url = url.parse().expect("url");
+        kube_mem::local::client_for(&c).is_none()
+    };
+    assert!(elsewhere(&server.url().replace("http://", "https://")), "TLS: not in-process");
+    assert!(elsewhere("http://127.0.0.1:1"), "another port: not in-process");
 
     server.set_unknown_tokens(kube_mem::UnknownTokens::Refuse);
     let e = a.get("one").await.expect_err("an unknown token is refused");
