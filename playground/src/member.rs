@@ -287,6 +287,17 @@ struct Controllers {
 }
 
 impl Controllers {
+    /// The kubelet's pass at `now` (seconds): every pod in the second's first pass, else the
+    /// pods written since the last.
+    fn kubelet(&mut self, store: &mut Store, jobsets_rt: &ResourceType, duration_of: &DurationOf, now: u64) {
+        let only = match self.kubelet {
+            Some((second, rv)) if second == now => pods_written_since(store, rv),
+            _ => None,
+        };
+        self.kubelet = Some((now, store.resource_version()));
+        kubelet(store, jobsets_rt, duration_of, now, only.as_ref());
+    }
+
     fn pass(&mut self, controller: Controller, store: &mut Store, duration_of: &DurationOf) {
         // The scheduler binds any pod; the others need JobSets to be served.
         if let Controller::Scheduler = controller {
@@ -309,19 +320,6 @@ impl Controllers {
                 apply(store, statuses);
             }
         }
-    }
-}
-
-impl Controllers {
-    /// The kubelet's pass at `now` (seconds): every pod in the second's first pass, else the
-    /// pods written since the last.
-    fn kubelet(&mut self, store: &mut Store, jobsets_rt: &ResourceType, duration_of: &DurationOf, now: u64) {
-        let only = match self.kubelet {
-            Some((second, rv)) if second == now => pods_written_since(store, rv),
-            _ => None,
-        };
-        self.kubelet = Some((now, store.resource_version()));
-        kubelet(store, jobsets_rt, duration_of, now, only.as_ref());
     }
 }
 
