@@ -24,7 +24,7 @@ use super::status::ApiError;
 use super::storage::{Event, EventType, Signal};
 use super::store::{ApplyOptions, Part, WriteOptions};
 use super::table;
-use super::view;
+use super::view::{self, ReadView};
 use super::{Access, Shared, Store};
 
 /// The largest request body accepted, as the real server's default (3 MiB).
@@ -44,7 +44,22 @@ pub type RequestBody = BoxBody<Bytes, BodyError>;
 pub struct BodyError(pub String);
 
 fn json_response(code: u16, v: &Value) -> Response<Body> {
-    let mut r = Response::new(Full::new(Bytes::from(v.to_string())).boxed());
+    bytes_response(code, Bytes::from(v.to_string()))
+}
+
+/// An object's answer, `obj` as a client of `rt`'s version sees it: the JSON the store wrote
+/// for it once when `obj` is the stored object (not a dry run's copy) in that version, as most
+/// writes' answers are; else written here.
+fn object_response(code: u16, view: ReadView<'_>, rt: &ResourceType, obj: &Arc<Value>) -> Response<Body> {
+    let stored = view.stored(rt, view::meta_str(obj, "namespace"), view::meta_str(obj, "name").unwrap_or(""));
+    match stored {
+        Some(s) if Arc::ptr_eq(&s.object, obj) && view::in_version(rt, obj) => bytes_response(code, s.json.clone()),
+        _ => json_response(code, obj),
+    }
+}
+
+fn bytes_response(code: u16, json: Bytes) -> Response<Body> {
+    let mut r = Response::new(Full::new(json).boxed());
     *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     r.headers_mut().insert("content-type", hyper::header::HeaderValue::from_static("application/json"));
     r
@@ -370,6 +385,12 @@ async fn serve(
         (Method::GET, None) => list(&shared, &target, &q, as_table.map(|v| (v, include))),
         (Method::GET, Some(name)) => {
             let store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
+            let stored = store.view().stored(rt, ns, &name);
+            if let (None, Some(s)) = (as_table, stored)
+                && view::in_version(rt, s)
+            {
+                return Ok(bytes_response(200, s.json.clone()));
+            }
             let obj = store.get(rt, ns, &name)?;
             Ok(json_response(
                 200,
@@ -390,17 +411,16 @@ async fn serve(
             let body = parse_body(&read_body(req.into_body()).await?, &content_type)?;
             check_kind(rt, &body)?;
             let mut store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
-            Ok(json_response(201, &*store.create(Requester::Manager(&user, &manager), rt, ns, body, &opts)?))
+            let created = store.create(Requester::Manager(&user, &manager), rt, ns, body, &opts)?;
+            Ok(object_response(201, store.view(), rt, &created))
         }
         (Method::PUT, Some(name)) => {
             check_content_type(&content_type, &["json", "yaml", PROTOBUF])?;
             let body = parse_body(&read_body(req.into_body()).await?, &content_type)?;
             check_kind(rt, &body)?;
             let mut store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
-            Ok(json_response(
-                200,
-                &*store.update(Requester::Manager(&user, &manager), rt, ns, &name, body, target.part, &opts)?,
-            ))
+            let updated = store.update(Requester::Manager(&user, &manager), rt, ns, &name, body, target.part, &opts)?;
+            Ok(object_response(200, store.view(), rt, &updated))
         }
         (Method::PATCH, Some(name)) => {
             let bytes = read_body(req.into_body()).await?;
@@ -442,10 +462,8 @@ async fn serve(
                 "application/strategic-merge-patch+json" => patch::strategic_merge(&mut obj, &patch_body),
                 other => return Err(ApiError::unsupported_media_type(other)),
             }
-            Ok(json_response(
-                200,
-                &*store.update(Requester::Manager(&user, &manager), rt, ns, &name, obj, target.part, &opts)?,
-            ))
+            let updated = store.update(Requester::Manager(&user, &manager), rt, ns, &name, obj, target.part, &opts)?;
+            Ok(object_response(200, store.view(), rt, &updated))
         }
         (Method::DELETE, Some(name)) => {
             let mut store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;

@@ -10,7 +10,7 @@ use tokio::sync::broadcast;
 
 use crate::resources::ResourceType;
 use crate::status::ApiError;
-use crate::view::{Objects, store_key};
+use crate::view::{Objects, Stored, store_key};
 
 /// How many events watches can resume from; older resourceVersions get 410 Gone.
 pub const HISTORY: usize = input_limits::WATCH_HISTORY_EVENTS;
@@ -91,6 +91,12 @@ impl Kept {
             previous,
         })
     }
+}
+
+/// An object as compact JSON.
+fn to_json(v: &Value) -> bytes::Bytes {
+    // Writing a Value into a Vec cannot fail.
+    bytes::Bytes::from(serde_json::to_vec(v).unwrap_or_default())
 }
 
 /// `{"metadata": {namespace, name, labels}}` of an object: who it is, for [`Kept::meta`].
@@ -191,21 +197,23 @@ impl Storage {
     pub(crate) fn put(&mut self, rt: &ResourceType, key: (String, String), mut obj: Value) -> Arc<Value> {
         self.rv += 1;
         obj["metadata"]["resourceVersion"] = self.rv.to_string().into();
-        let stored = Arc::new(obj);
+        let stored = Stored { json: to_json(&obj), object: Arc::new(obj) };
         let previous = self.objects.entry(store_key(rt)).or_default().insert(key, stored.clone());
         let kind = if previous.is_some() { EventType::Modified } else { EventType::Added };
-        self.emit(rt, kind, stored.clone(), previous);
-        stored
+        let object = stored.object.clone();
+        self.emit(rt, kind, stored, previous);
+        object
     }
 
     /// Removes the object at `key` under the next resourceVersion, as DELETED.
     pub(crate) fn take(&mut self, rt: &ResourceType, key: &(String, String)) -> Option<Arc<Value>> {
-        let mut obj = Arc::unwrap_or_clone(self.objects.get_mut(&store_key(rt))?.remove(key)?);
+        let mut obj = Arc::unwrap_or_clone(self.objects.get_mut(&store_key(rt))?.remove(key)?.object);
         self.rv += 1;
         obj["metadata"]["resourceVersion"] = self.rv.to_string().into();
-        let obj = Arc::new(obj);
-        self.emit(rt, EventType::Deleted, obj.clone(), None);
-        Some(obj)
+        let gone = Stored { json: to_json(&obj), object: Arc::new(obj) };
+        let object = gone.object.clone();
+        self.emit(rt, EventType::Deleted, gone, None);
+        Some(object)
     }
 
     /// Forgets every object of a kind no longer served (its CRD deleted), without events.
@@ -225,16 +233,17 @@ impl Storage {
         self.history_bytes
     }
 
-    fn emit(&mut self, rt: &ResourceType, kind: EventType, object: Arc<Value>, previous: Option<Arc<Value>>) {
-        // Writing a Value into a Vec cannot fail.
-        let to_json = |v: &Value| bytes::Bytes::from(serde_json::to_vec(v).unwrap_or_default());
-        let json = to_json(&object);
+    /// `previous`, the object this one replaced, was written as JSON when it was stored: the
+    /// history keeps those bytes, shared, rather than the object written again.
+    fn emit(&mut self, rt: &ResourceType, kind: EventType, stored: Stored, previous: Option<Stored>) {
+        let Stored { object, json } = stored;
+        let (previous, previous_json) = previous.map(|p| (p.object, p.json)).unzip();
         let kept = Kept {
             rv: self.rv,
             store: store_key(rt),
             kind,
             json: json.clone(),
-            previous: previous.as_deref().map(to_json),
+            previous: previous_json,
             meta: to_json(&meta_of(&object)),
         };
         self.history_bytes += kept.bytes();

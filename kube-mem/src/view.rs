@@ -21,8 +21,25 @@ pub trait View {
     fn peek(&self, rt: &ResourceType, ns: Option<&str>, name: &str) -> Option<&Value>;
 }
 
-/// One kind's objects by (namespace, name), shared with the events that wrote them.
-pub(crate) type Bucket = BTreeMap<(String, String), Arc<Value>>;
+/// A stored object, shared with the events that wrote it, and its JSON as the store wrote it
+/// once for its event: what a write's answer, a read of it in its stored version and the next
+/// event's `previous` send instead of writing the object again.
+#[derive(Debug, Clone)]
+pub(crate) struct Stored {
+    pub(crate) object: Arc<Value>,
+    pub(crate) json: bytes::Bytes,
+}
+
+impl std::ops::Deref for Stored {
+    type Target = Value;
+
+    fn deref(&self) -> &Value {
+        &self.object
+    }
+}
+
+/// One kind's objects by (namespace, name).
+pub(crate) type Bucket = BTreeMap<(String, String), Stored>;
 
 /// Every kind's objects, by (group, plural): an object is stored once, whichever version a
 /// client uses.
@@ -80,6 +97,11 @@ impl<'a> ReadView<'a> {
     /// Whether an object is stored under (group, plural) and (namespace, name).
     pub(crate) fn contains(&self, store: &(String, String), key: &(String, String)) -> bool {
         self.objects.get(store).is_some_and(|b| b.contains_key(key))
+    }
+
+    /// One stored object with its JSON.
+    pub(crate) fn stored(&self, rt: &ResourceType, ns: Option<&str>, name: &str) -> Option<&'a Stored> {
+        self.bucket(rt)?.get(&(ns.unwrap_or("").to_string(), name.to_string()))
     }
 
     /// One object as a client of `rt`'s version sees it.
@@ -144,6 +166,12 @@ pub(crate) fn present_status(rt: &ResourceType, obj: &Value) -> Value {
         }
     }
     Value::Object(o)
+}
+
+/// Whether `obj` is stored as a client of `rt`'s version sees it ([`present`] would not change it).
+pub(crate) fn in_version(rt: &ResourceType, obj: &Value) -> bool {
+    obj.get("apiVersion").and_then(Value::as_str) == Some(rt.api_version().as_str())
+        && obj.get("kind").and_then(Value::as_str) == Some(rt.kind.as_str())
 }
 
 /// The object as a client of `rt`'s version sees it.

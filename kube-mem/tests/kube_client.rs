@@ -523,3 +523,57 @@ async fn a_status_write_checks_the_status_and_ratchets_the_unchanged_spec() {
     assert!(message.contains("spec.size"), "{message}");
     assert_eq!(widgets.get("w").await.expect("get").data["status"]["phase"], "Ready");
 }
+
+/// Answers are the object as the client's version sees it, whichever way they are written: a
+/// read and a write's answer in the stored version are the JSON the store wrote once (the same
+/// bytes each time), one in another served version carries that version, and a dry run's
+/// answer is what the write would have made, not what is stored.
+#[tokio::test]
+async fn answers_carry_the_clients_version_and_a_dry_run_answers_what_it_would_write() {
+    let server = ApiServer::start().await.expect("server");
+    let c = client(&server).await;
+    let mut crd = serde_json::to_value(widget_crd(100)).expect("crd");
+    let mut v2 = crd["spec"]["versions"][0].clone();
+    v2["name"] = "v2".into();
+    v2["storage"] = false.into();
+    crd["spec"]["versions"].as_array_mut().expect("versions").push(v2);
+    let crd: CustomResourceDefinition = serde_json::from_value(crd).expect("crd");
+    Api::<CustomResourceDefinition>::all(c.clone()).create(&PostParams::default(), &crd).await.expect("crd created");
+    let path = |v: &str, name: &str| format!("/apis/example.com/{v}/namespaces/default/widgets{name}");
+    let send = |method: &str, uri: String, content_type: &str, body: serde_json::Value| {
+        let request = hyper::Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("content-type", content_type)
+            .body(if body.is_null() { Vec::new() } else { body.to_string().into_bytes() })
+            .expect("request");
+        let c = c.clone();
+        async move { c.request_text(request).await.expect("answered") }
+    };
+    let as_json = |text: &str| serde_json::from_str::<serde_json::Value>(text).expect("json");
+    let widget =
+        json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 1}});
+    let created = send("POST", path("v1", ""), "application/json", widget).await;
+    let read = send("GET", path("v1", "/w"), "", serde_json::Value::Null).await;
+    assert_eq!(created, read, "a write's answer and a read of it are the same JSON");
+    assert_eq!(as_json(&read)["apiVersion"], "example.com/v1");
+    let in_v2 = as_json(&send("GET", path("v2", "/w"), "", serde_json::Value::Null).await);
+    assert_eq!((in_v2["apiVersion"].as_str(), in_v2["spec"]["size"].as_i64()), (Some("example.com/v2"), Some(1)));
+
+    let grow = json!({"spec": {"size": 7}});
+    let merge = "application/merge-patch+json";
+    let dry = as_json(&send("PATCH", path("v2", "/w?dryRun=All"), merge, grow.clone()).await);
+    assert_eq!((dry["apiVersion"].as_str(), dry["spec"]["size"].as_i64()), (Some("example.com/v2"), Some(7)));
+    assert_eq!(as_json(&send("GET", path("v1", "/w"), "", serde_json::Value::Null).await)["spec"]["size"], 1);
+    let dry_v1 = as_json(&send("PATCH", path("v1", "/w?dryRun=All"), merge, grow.clone()).await);
+    assert_eq!(dry_v1["spec"]["size"], 7, "a dry run answers what it would write, not what is stored");
+
+    let patched = send("PATCH", path("v2", "/w"), merge, grow).await;
+    assert_eq!(
+        (as_json(&patched)["apiVersion"].as_str(), as_json(&patched)["spec"]["size"].as_i64()),
+        (Some("example.com/v2"), Some(7))
+    );
+    let patched_v1 = send("PATCH", path("v1", "/w"), merge, json!({"spec": {"size": 8}})).await;
+    assert_eq!(patched_v1, send("GET", path("v1", "/w"), "", serde_json::Value::Null).await);
+    assert_eq!(as_json(&patched_v1)["spec"]["size"], 8);
+}
