@@ -542,18 +542,34 @@ fn list(
         None => None,
     };
     let store = shared.store.lock().map_err(|_| ApiError::internal("store poisoned"))?;
-    let (items, next) = store.list(&t.rt, t.namespace.as_deref(), &|o| selector.matches(o), limit, cont);
+    let (items, next) = store.list_stored(&t.rt, t.namespace.as_deref(), &|o| selector.matches(o), limit, cont);
     let mut meta = json!({"resourceVersion": store.resource_version().to_string()});
     if let Some((ns, name)) = next {
         meta["continue"] = format!("{ns}/{name}").into();
     }
     if let Some((version, include)) = as_table {
+        let items: Vec<Value> = items.into_iter().map(|o| view::present(&t.rt, o)).collect();
         return Ok(json_response(200, &table::table(&t.rt, &items, version, include, meta)));
     }
-    Ok(json_response(
-        200,
-        &json!({"kind": format!("{}List", t.rt.kind), "apiVersion": t.rt.api_version(), "metadata": meta, "items": items}),
-    ))
+    // The list written around its items' JSON as the store wrote it, where they are stored in
+    // the client's version (most lists); the others presented and written here.
+    let head = json!({"kind": format!("{}List", t.rt.kind), "apiVersion": t.rt.api_version(), "metadata": meta});
+    let mut body = serde_json::to_vec(&head).unwrap_or_default();
+    body.pop(); // the closing brace: the items follow
+    body.extend_from_slice(b",\"items\":[");
+    for (i, o) in items.into_iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        if view::in_version(&t.rt, o) {
+            body.extend_from_slice(&o.json);
+        } else {
+            // Writing a Value into a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut body, &view::present(&t.rt, o));
+        }
+    }
+    body.extend_from_slice(b"]}");
+    Ok(bytes_response(200, Bytes::from(body)))
 }
 
 /// `{"type":…,"object":…}` and a newline, written straight from the borrowed object.

@@ -21,7 +21,7 @@ use super::status::ApiError;
 use super::storage::Storage;
 use super::time::now_rfc3339;
 use super::typed::Ty;
-use super::view::{Bucket, ReadView, View, meta_str, present, store_key, with_status, without_status};
+use super::view::{Bucket, ReadView, Stored, View, meta_str, present, store_key, with_status, without_status};
 
 /// kube-apiserver's generic registry for every kind: the one door per verb, each running the
 /// admission chain and the kind's strategy (names, generation, status, finalizers) before the
@@ -201,6 +201,19 @@ impl Store {
         limit: Option<usize>,
         continue_after: Option<(String, String)>,
     ) -> (Vec<Value>, Option<(String, String)>) {
+        let (items, next) = self.list_stored(rt, ns, keep, limit, continue_after);
+        (items.into_iter().map(|o| present(rt, o)).collect(), next)
+    }
+
+    /// [`Store::list`]'s items as stored, with their JSON, borrowed.
+    pub(crate) fn list_stored(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        keep: &dyn Fn(&Value) -> bool,
+        limit: Option<usize>,
+        continue_after: Option<(String, String)>,
+    ) -> (Vec<&Stored>, Option<(String, String)>) {
         let mut items = Vec::new();
         let mut next = None;
         for ((ons, name), obj) in self.bucket(rt).into_iter().flatten() {
@@ -211,12 +224,12 @@ impl Store {
                 continue;
             }
             if limit.is_some_and(|l| items.len() >= l) {
-                next = items.last().map(|o: &Value| {
+                next = items.last().map(|o: &&Stored| {
                     (meta_str(o, "namespace").unwrap_or("").to_string(), meta_str(o, "name").unwrap_or("").to_string())
                 });
                 break;
             }
-            items.push(present(rt, obj));
+            items.push(obj);
         }
         (items, next)
     }

@@ -576,4 +576,30 @@ async fn answers_carry_the_clients_version_and_a_dry_run_answers_what_it_would_w
     let patched_v1 = send("PATCH", path("v1", "/w"), merge, json!({"spec": {"size": 8}})).await;
     assert_eq!(patched_v1, send("GET", path("v1", "/w"), "", serde_json::Value::Null).await);
     assert_eq!(as_json(&patched_v1)["spec"]["size"], 8);
+
+    // Lists: each item in the list's version, whichever version it was stored in, and pages.
+    let other =
+        json!({"apiVersion": "example.com/v2", "kind": "Widget", "metadata": {"name": "x"}, "spec": {"size": 2}});
+    send("POST", path("v2", ""), "application/json", other).await;
+    for v in ["v1", "v2"] {
+        let list = as_json(&send("GET", path(v, ""), "", serde_json::Value::Null).await);
+        assert_eq!(list["kind"], "WidgetList");
+        let items: Vec<_> = list["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .map(|i| (i["apiVersion"].clone(), i["spec"]["size"].clone()))
+            .collect();
+        let version = json!(format!("example.com/{v}"));
+        assert_eq!(items, [(version.clone(), json!(8)), (version, json!(2))], "{v}");
+    }
+    let page = as_json(&send("GET", path("v2", "?limit=1"), "", serde_json::Value::Null).await);
+    assert_eq!(
+        (page["items"].as_array().map(Vec::len), page["metadata"]["continue"].as_str()),
+        (Some(1), Some("default/w"))
+    );
+    let none = as_json(
+        &send("GET", "/apis/example.com/v1/namespaces/elsewhere/widgets".into(), "", serde_json::Value::Null).await,
+    );
+    assert_eq!(none["items"], json!([]));
 }
