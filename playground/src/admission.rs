@@ -8,6 +8,7 @@ use kube_mem::ApiError;
 use kube_mem::admission::{Review, Validator};
 use kube_mem::view::ReadView;
 use serde_json::Value;
+use serde::Deserialize;
 
 /// The admission step for `trainjobs.trainer.kubeflow.org`.
 #[derive(Debug, Default)]
@@ -37,16 +38,18 @@ impl Validator for TrainJobAdmission {
 /// does not decode, which the schema already rules out).
 fn runtime_of(objects: &ReadView<'_>, tj: &TrainJob, namespace: Option<&str>) -> Option<Runtime> {
     let r = &tj.spec.runtime_ref;
+    // Decoded from the stored object borrowed: a copy of a runtime per TrainJob write was
+    // most of what this admission allocated.
     let get = |plural: &str, ns: Option<&str>| {
         let rt = objects.lookup("trainer.kubeflow.org", "v1alpha1", plural)?;
-        objects.get(rt, ns, &r.name).ok()
+        objects.peek(rt, ns, &r.name)
     };
     match r.kind_or_default() {
         "TrainingRuntime" => get("trainingruntimes", namespace)
-            .and_then(|v| serde_json::from_value::<TrainingRuntime>(v).ok())
+            .and_then(|v| TrainingRuntime::deserialize(v).ok())
             .map(Runtime::Namespaced),
         "ClusterTrainingRuntime" => get("clustertrainingruntimes", None)
-            .and_then(|v| serde_json::from_value::<ClusterTrainingRuntime>(v).ok())
+            .and_then(|v| ClusterTrainingRuntime::deserialize(v).ok())
             .map(Runtime::Cluster),
         _ => None,
     }
