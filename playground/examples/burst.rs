@@ -7,8 +7,8 @@
 //! The fleet is the dev fleet, each pool's nodes multiplied by the least factor that holds all N
 //! one-GPU TrainJobs (1 up to 672).
 //!
-//! `cargo build --locked -p playground --example burst && target/debug/examples/burst [N]`
-//! (default 500; the dev profile is optimised), or `scripts/bench-burst`, which runs it five
+//! `cargo build --locked --release -p playground --example burst && target/release/examples/burst [N]`
+//! (default 500; the release profile, as the issue measured), or `scripts/bench-burst`, which runs it five
 //! times and writes the table in docs/performance.md; from the repository root with ../shared
 //! beside it.
 
