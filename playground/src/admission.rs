@@ -7,8 +7,8 @@ use api::trainer::{ClusterTrainingRuntime, Runtime, TrainJob, TrainingRuntime};
 use kube_mem::ApiError;
 use kube_mem::admission::{Review, Validator};
 use kube_mem::view::ReadView;
-use serde_json::Value;
 use serde::Deserialize;
+use serde_json::Value;
 
 /// The admission step for `trainjobs.trainer.kubeflow.org`.
 #[derive(Debug, Default)]
