@@ -692,6 +692,43 @@ mod tests {
         Scope::new(&inputs, &Budget::new())?.evaluate(&p)
     }
 
+    /// JSON objects behave as cel's maps in every operation: presence, `in`, indexing, size,
+    /// equality either way round and against a literal, iteration, functions, and a map as
+    /// the result (what a lazier conversion, tried for issue #39, has to keep).
+    #[test]
+    fn json_objects_behave_as_maps_whichever_way_they_are_read() {
+        let object = json!({"metadata": {"labels": {"a": "1", "b": "2"}, "managedFields": [{"fieldsV1": {"f:x": {}}}]},
+                            "spec": {"nodeName": "n", "empty": {}, "nested": {"k": [1, {"z": true}]}}});
+        let old = json!({"metadata": {"labels": {"b": "2", "a": "1"}}, "spec": {"nodeName": "m"}});
+        let vars = [("object", object.clone()), ("oldObject", old)];
+        let cases = [
+            ("has(object.metadata.labels) && has(object.spec.nodeName)", Value::Bool(true)),
+            ("has(object.spec.missing) || has(object.metadata.nothing)", Value::Bool(false)),
+            ("'a' in object.metadata.labels && !('c' in object.metadata.labels)", Value::Bool(true)),
+            ("object.metadata.labels['b'] == '2' && object.spec.nested.k[1].z", Value::Bool(true)),
+            ("size(object.metadata.labels) == 2 && object.spec.empty.size() == 0", Value::Bool(true)),
+            ("object.metadata.labels == oldObject.metadata.labels", Value::Bool(true)),
+            ("object.metadata.labels == {'a': '1', 'b': '2'}", Value::Bool(true)),
+            ("{'b': '2', 'a': '1'} == object.metadata.labels", Value::Bool(true)),
+            ("{'a': '1'} == object.metadata.labels || object.spec == oldObject.spec", Value::Bool(false)),
+            (
+                "object.metadata.labels.all(k, k in ['a', 'b']) && object.spec.exists(k, k == 'nested')",
+                Value::Bool(true),
+            ),
+            ("[object.metadata.labels][0]['a'] == '1' && type(object.spec) == map", Value::Bool(true)),
+            ("object.metadata.labels", to_cel(&json!({"a": "1", "b": "2"}))),
+        ];
+        for (rule, want) in cases {
+            assert_eq!(eval(rule, &vars), Ok(want), "{rule}");
+        }
+        // A missing key and a key of another type fail as on cel's own maps.
+        assert!(
+            matches!(eval("object.spec.missing == 1", &vars), Err(CelError::Evaluation(e)) if e.contains("missing"))
+        );
+        assert!(eval("object.spec[1] == 1", &vars).is_err());
+        assert_eq!(eval("1 in object.spec", &vars), Ok(Value::Bool(false)));
+    }
+
     #[test]
     fn evaluates_the_rules_the_upstream_crds_use() {
         let s = json!({"torch": {}, "mpi": {"n": 1}, "items": ["a", "b", "a"], "n": 3});
