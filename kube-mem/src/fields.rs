@@ -358,6 +358,28 @@ impl FieldSet {
         out
     }
 
+    /// Adds `other`'s paths to `self`, in place (as [`FieldSet::union`]).
+    pub fn add(&mut self, other: &FieldSet) {
+        self.union_in(other);
+    }
+
+    /// Removes `other`'s paths from `self`, in place (as [`FieldSet::difference`]): only the
+    /// levels both have are visited. A write takes its few changed fields from every other
+    /// manager's entry, and a difference copied each entry whole to remove nothing from most.
+    pub fn remove(&mut self, other: &FieldSet) {
+        for pe in &other.members {
+            self.members.remove(pe);
+        }
+        for (pe, o) in &other.children {
+            if let Some(child) = self.children.get_mut(pe) {
+                child.remove(o);
+                if child.is_empty() {
+                    self.children.remove(pe);
+                }
+            }
+        }
+    }
+
     /// The paths of `self` not in `other`; a member of `other` does not take the paths under it
     /// along (see [`FieldSet::recursive_difference`] for that).
     pub fn difference(&self, other: &FieldSet) -> FieldSet {
@@ -511,6 +533,32 @@ mod tests {
     /// managedFields as kube-apiserver wrote them for a Workload's status (a keyed list, its
     /// item owned with fields of its own, a nested struct and a leaf list).
     const KUEUE: &str = r#"{"f:status":{".":{},"f:admission":{".":{},"f:clusterQueue":{},"f:podSetAssignments":{}},"f:conditions":{".":{},"k:{\"type\":\"QuotaReserved\"}":{".":{},"f:lastTransitionTime":{},"f:message":{},"f:reason":{},"f:status":{},"f:type":{}}},"f:nominatedClusterNames":{}}}"#;
+
+    /// In place, `remove` and `add` leave what `difference` and `union` return, including a
+    /// level emptied by the removal (dropped, as a set never holds an empty child).
+    #[test]
+    fn removing_and_adding_in_place_match_difference_and_union() {
+        let set = |json: &str| FieldSet::from_fields_v1(&serde_json::from_str(json).expect("json")).expect("parses");
+        let kueue = set(KUEUE);
+        let others = [
+            r#"{"f:status":{"f:admission":{"f:clusterQueue":{}}}}"#,
+            r#"{"f:status":{".":{},"f:conditions":{"k:{\"type\":\"QuotaReserved\"}":{".":{},"f:lastTransitionTime":{},"f:message":{},"f:reason":{},"f:status":{},"f:type":{}}}}}"#,
+            r#"{"f:spec":{"f:x":{}},"f:status":{"f:nominatedClusterNames":{}}}"#,
+            KUEUE,
+            "{}",
+        ];
+        for other in others.map(set) {
+            let mut removed = kueue.clone();
+            removed.remove(&other);
+            assert_eq!(removed, kueue.difference(&other), "{}", other.to_fields_v1_string());
+            let mut added = removed.clone();
+            added.add(&other);
+            assert_eq!(added, removed.union(&other), "{}", other.to_fields_v1_string());
+        }
+        let mut all_gone = kueue.clone();
+        all_gone.remove(&kueue);
+        assert!(all_gone.is_empty() && all_gone == FieldSet::default());
+    }
 
     #[test]
     fn fields_v1_round_trips_byte_for_byte() {

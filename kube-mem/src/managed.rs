@@ -289,7 +289,8 @@ fn take_from_others(entries: &mut Vec<Entry>, cmp: &Comparison, force: bool) -> 
         return Err(ApiError::apply_conflicts(conflicts));
     }
     for e in entries.iter_mut() {
-        e.fields = e.fields.difference(&changed).difference(&cmp.removed);
+        e.fields.remove(&changed);
+        e.fields.remove(&cmp.removed);
     }
     entries.retain(|e| !e.fields.is_empty());
     Ok(())
@@ -319,12 +320,14 @@ fn recorded_update(
     // Cannot fail: forced.
     take_from_others(&mut entries, &cmp, true).ok()?;
     let previous = own.map(|mut e| {
-        e.fields = e.fields.difference(&cmp.modified).difference(&cmp.added).difference(&cmp.removed);
+        for taken_or_gone in [&cmp.modified, &cmp.added, &cmp.removed] {
+            e.fields.remove(taken_or_gone);
+        }
         e
     });
     let entry = match previous {
         Some(mut e) if !taken.is_empty() => {
-            e.fields = e.fields.union(&taken);
+            e.fields.add(&taken);
             e.time = Some(now.to_string());
             Some(e)
         }
@@ -363,7 +366,7 @@ fn cap_updaters(entries: &mut Vec<Entry>) {
         let e = &entries[*i];
         match buckets.iter_mut().find(|b| b.api_version == e.api_version) {
             Some(b) => {
-                b.fields = b.fields.union(&e.fields);
+                b.fields.add(&e.fields);
                 b.time = e.time.clone();
             }
             None => buckets.push(Entry { manager: "ancient-changes".into(), subresource: String::new(), ..e.clone() }),
@@ -376,7 +379,7 @@ fn cap_updaters(entries: &mut Vec<Entry>) {
     });
     for b in buckets {
         match entries.iter_mut().find(|e| same_identity(e, &b)) {
-            Some(e) => e.fields = e.fields.union(&b.fields),
+            Some(e) => e.fields.add(&b.fields),
             None => entries.push(b),
         }
     }
