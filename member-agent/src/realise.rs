@@ -39,15 +39,8 @@ pub(crate) async fn runtime(hub: &Client, caches: &Caches, tj: &TrainJob) -> Res
     })
 }
 
-/// Applies one placement's objects to the member.
-#[tracing::instrument(skip_all, fields(cluster = %cfg.cluster, placement = %p.name_any()))]
-pub(crate) async fn realise(
-    hub: &Client,
-    member: &Client,
-    cfg: &AgentConfig,
-    caches: &Caches,
-    p: &Placement,
-) -> Result<(), Error> {
+/// What a placement is made from: its TrainJob, read from the hub, and its runtime.
+pub(crate) async fn read(hub: &Client, caches: &Caches, p: &Placement) -> Result<(TrainJob, Runtime), Error> {
     let ns = p.namespace().unwrap_or_default();
     let name = p.name_any();
     let tj = Api::<TrainJob>::namespaced(hub.clone(), &ns)
@@ -55,11 +48,25 @@ pub(crate) async fn realise(
         .await
         .map_err(kube_err(format!("reading TrainJob {ns}/{name}")))?;
     let rt = runtime(hub, caches, &tj).await?;
+    Ok((tj, rt))
+}
+
+/// Applies one placement's objects, rendered from its TrainJob and runtime ([`read`]), to the
+/// member.
+#[tracing::instrument(skip_all, fields(cluster = %cfg.cluster, placement = %p.name_any()))]
+pub(crate) async fn realise(
+    member: &Client,
+    cfg: &AgentConfig,
+    p: &Placement,
+    (tj, rt): &(TrainJob, Runtime),
+) -> Result<(), Error> {
+    let ns = p.namespace().unwrap_or_default();
+    let name = p.name_any();
     let is_mpi = rt.spec().ml_policy.as_ref().is_some_and(|m| m.mpi.is_some());
     let key = if is_mpi { Some(trainer_render::sshkey::generate()?) } else { None };
     let input = Input {
-        trainjob: &tj,
-        runtime: &rt,
+        trainjob: tj,
+        runtime: rt,
         placement: Some(p),
         capabilities: &cfg.capabilities,
         ssh_key: key.as_ref(),
@@ -69,12 +76,18 @@ pub(crate) async fn realise(
         render::render(&input).map_err(|source| Error::Render { namespace: ns.clone(), name: name.clone(), source })?;
     // Every name is checked before anything is applied: an object of that name the agent did
     // not make for this TrainJob is someone else's, and is neither changed nor adopted.
-    let mut made = Vec::with_capacity(objects.len());
-    for o in &objects {
-        let obj_name = o.to_value()["metadata"]["name"].as_str().unwrap_or("").to_string();
+    // The names are read at once (each its own round trip to the member), then judged in order.
+    let names: Vec<String> =
+        objects.iter().map(|o| o.to_value()["metadata"]["name"].as_str().unwrap_or("").to_string()).collect();
+    let existing = futures::future::try_join_all(objects.iter().zip(&names).map(|(o, obj_name)| {
         let api = Api::<DynamicObject>::namespaced_with(member.clone(), &ns, &resource_of(o));
-        let existing =
-            api.get_opt(&obj_name).await.map_err(kube_err(format!("reading {} {ns}/{obj_name}", o.kind())))?;
+        let what = format!("reading {} {ns}/{obj_name}", o.kind());
+        async move { api.get_opt(obj_name).await.map_err(kube_err(what)) }
+    }))
+    .await?;
+    let mut made = Vec::with_capacity(objects.len());
+    for ((o, obj_name), existing) in objects.iter().zip(names).zip(existing) {
+        let api = Api::<DynamicObject>::namespaced_with(member.clone(), &ns, &resource_of(o));
         match existing.as_ref().map(|e| (owner_of(&e.metadata, &p.spec.train_job_uid), e)) {
             None => made.push(false),
             Some((Owner::This, _)) => made.push(true),

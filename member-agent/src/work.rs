@@ -9,7 +9,7 @@ use kube::{Client, ResourceExt};
 use crate::caches::{Caches, Key};
 use crate::config::{AgentConfig, CONCURRENT_APPLIES};
 use crate::error::Error;
-use crate::realise::{ensure_namespace, realise};
+use crate::realise::{ensure_namespace, read, realise};
 use crate::report::{claim, write_status};
 use crate::step::Wake;
 
@@ -66,8 +66,13 @@ impl Work {
                             known.insert(ns.clone());
                         }
                     }
-                    claim(&hub, &cfg.cluster, &p).await?;
-                    let realised = realise(&hub, &member, &cfg, &caches, &p).await;
+                    // The claim and the reads are independent round trips to the hub: made at
+                    // once, a realisation waits for one of them before it touches the member,
+                    // not for both in turn (in a burst the hub's queue is the longest wait).
+                    // What was read is used only once the claim stands.
+                    let (claimed, read) = tokio::join!(claim(&hub, &cfg.cluster, &p), read(&hub, &caches, &p));
+                    claimed?;
+                    let realised = realise(&member, &cfg, &p, &read?).await;
                     // The member's part is done: the next placement may start.
                     drop(permit);
                     // Made: the claim stands until the next round reports what the JobSet
