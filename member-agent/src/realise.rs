@@ -79,14 +79,14 @@ pub(crate) async fn realise(
     // The names are read at once (each its own round trip to the member), then judged in order.
     let names: Vec<String> =
         objects.iter().map(|o| o.to_value()["metadata"]["name"].as_str().unwrap_or("").to_string()).collect();
-    let existing = futures::future::try_join_all(objects.iter().zip(&names).map(|(o, obj_name)| {
+    let found = futures::future::try_join_all(objects.iter().zip(&names).map(|(o, obj_name)| {
         let api = Api::<DynamicObject>::namespaced_with(member.clone(), &ns, &resource_of(o));
         let what = format!("reading {} {ns}/{obj_name}", o.kind());
         async move { api.get_opt(obj_name).await.map_err(kube_err(what)) }
     }))
     .await?;
     let mut made = Vec::with_capacity(objects.len());
-    for ((o, obj_name), existing) in objects.iter().zip(names).zip(existing) {
+    for ((o, obj_name), existing) in objects.iter().zip(names).zip(found) {
         let api = Api::<DynamicObject>::namespaced_with(member.clone(), &ns, &resource_of(o));
         match existing.as_ref().map(|e| (owner_of(&e.metadata, &p.spec.train_job_uid), e)) {
             None => made.push(false),

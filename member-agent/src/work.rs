@@ -70,9 +70,9 @@ impl Work {
                     // once, a realisation waits for one of them before it touches the member,
                     // not for both in turn (in a burst the hub's queue is the longest wait).
                     // What was read is used only once the claim stands.
-                    let (claimed, read) = tokio::join!(claim(&hub, &cfg.cluster, &p), read(&hub, &caches, &p));
+                    let (claimed, inputs) = tokio::join!(claim(&hub, &cfg.cluster, &p), read(&hub, &caches, &p));
                     claimed?;
-                    let realised = realise(&member, &cfg, &p, &read?).await;
+                    let realised = realise(&member, &cfg, &p, &inputs?).await;
                     // The member's part is done: the next placement may start.
                     drop(permit);
                     // Made: the claim stands until the next round reports what the JobSet
