@@ -119,8 +119,134 @@ impl Work {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
+    use serde_json::{Value, json};
+
     use super::*;
-    use crate::testkit::placement;
+    use crate::testkit::{caches, config, placement};
+
+    type Asked = Arc<Mutex<Vec<String>>>;
+
+    /// A client of a fake API server that answers each request by `answer(method, path)` and
+    /// keeps what it was asked, as `METHOD path`.
+    fn fake(answer: fn(&str, &str) -> (u16, Value)) -> (Client, Asked) {
+        let asked = Asked::default();
+        let seen = asked.clone();
+        let service = tower::service_fn(move |req: hyper::Request<kube::client::Body>| {
+            let (method, path) = (req.method().to_string(), req.uri().path().to_string());
+            seen.lock().expect("asked").push(format!("{method} {path}"));
+            let (code, body) = answer(&method, &path);
+            async move {
+                hyper::Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(http_body_util::Full::new(bytes::Bytes::from(body.to_string())))
+            }
+        });
+        (Client::new(service, "default"), asked)
+    }
+
+    fn status(code: u16, reason: &str) -> (u16, Value) {
+        (
+            code,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "code": code,
+                      "message": reason}),
+        )
+    }
+
+    /// The hub: the TrainJob and its runtime are there to read; the claim is answered by
+    /// `claim`.
+    fn hub(claim: (u16, Value), method: &str, path: &str) -> (u16, Value) {
+        match (method, path) {
+            ("PATCH", "/apis/stowage.dev/v1alpha1/namespaces/team/placements/u1/status") => claim,
+            ("GET", "/apis/trainer.kubeflow.org/v1alpha1/namespaces/team/trainjobs/u1") => (
+                200,
+                json!({
+                "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                "metadata": {"name": "u1", "namespace": "team", "uid": "u1"},
+                "spec": {"runtimeRef": {"name": "torch"}}}),
+            ),
+            ("GET", "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes/torch") => (
+                200,
+                json!({
+                "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+                "metadata": {"name": "torch"},
+                "spec": {"mlPolicy": {"numNodes": 1, "torch": {}},
+                         "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {
+                             "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                             "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "pytorch"}]}}}}}]}}}}),
+            ),
+            _ => status(404, "NotFound"),
+        }
+    }
+
+    /// The member: its namespace exists, nothing else does yet, and what is applied is taken.
+    fn member(method: &str, path: &str) -> (u16, Value) {
+        match method {
+            "GET" if path == "/api/v1/namespaces/team" => {
+                (200, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}))
+            }
+            "PATCH" => (200, json!({"apiVersion": "v1", "kind": "Object", "metadata": {"name": "u1"}})),
+            _ => status(404, "NotFound"),
+        }
+    }
+
+    /// One placement realised against the fake hub and member: its outcome, and what each was
+    /// asked.
+    async fn realise_one(hub: fn(&str, &str) -> (u16, Value)) -> (Result<(), Error>, Vec<String>, Vec<String>) {
+        let ((hub, hub_asked), (member, member_asked)) = (fake(hub), fake(member));
+        let mut p = placement("u1", "east", None);
+        p.metadata.resource_version = Some("7".into());
+        let mut work = Work::default();
+        work.add(vec![Arc::new(p)], (&hub, &member, &config(), &caches(Vec::new(), Vec::new())));
+        let Some(Wake::Realised { result, .. }) = work.next().await else { panic!("a realisation ends") };
+        let asked = |a: Asked| a.lock().expect("asked").clone();
+        (result, asked(hub_asked), asked(member_asked))
+    }
+
+    /// The claim and the TrainJob's read go to the hub at once; a claim refused (the Placement
+    /// changed since the agent's cache saw it, 409) makes nothing on the member, although the
+    /// read succeeded: what was read is used only once the claim stands.
+    #[tokio::test]
+    async fn a_refused_claim_makes_nothing_though_the_trainjob_was_read() {
+        let (result, hub_asked, member_asked) = realise_one(|m, p| hub(status(409, "Conflict"), m, p)).await;
+        let error = result.expect_err("a refused claim fails the realisation");
+        assert!(kube_shell::error_chain(&error).contains("claiming Placement team/u1"), "{error}");
+        assert!(
+            hub_asked.iter().any(|a| a.ends_with("/trainjobs/u1")),
+            "the read went out beside the claim: {hub_asked:?}"
+        );
+        assert_eq!(member_asked, ["GET /api/v1/namespaces/team"], "nothing but the namespace looked at");
+    }
+
+    /// The same realisation with the claim standing: the names are read and the objects applied
+    /// on the member, the JobSet among them (so the test above fails if claims stop mattering).
+    #[tokio::test]
+    async fn a_standing_claim_reads_the_names_and_applies_the_objects() {
+        let (result, hub_asked, member_asked) = realise_one(|m, p| {
+            let claimed = json!({"apiVersion": "stowage.dev/v1alpha1", "kind": "Placement",
+                "metadata": {"name": "u1", "namespace": "team"}, "spec": {"trainJobUid": "u1", "cluster": "east", "epoch": 1}});
+            hub((200, claimed), m, p)
+        })
+        .await;
+        result.expect("realised");
+        assert!(
+            hub_asked.iter().any(|a| a.starts_with("PATCH ") && a.ends_with("/placements/u1/status")),
+            "{hub_asked:?}"
+        );
+        let applied: Vec<&String> = member_asked.iter().filter(|a| a.starts_with("PATCH ")).collect();
+        assert!(applied.iter().any(|a| a.ends_with("/jobsets/u1")), "the JobSet applied: {member_asked:?}");
+        let first_apply = member_asked.iter().position(|a| a.starts_with("PATCH ")).expect("applied");
+        assert!(
+            member_asked[..first_apply]
+                .iter()
+                .filter(|a| a.starts_with("GET ") && !a.ends_with("/namespaces/team"))
+                .count()
+                == applied.len(),
+            "every name read before anything is applied: {member_asked:?}"
+        );
+    }
 
     #[test]
     fn a_taken_name_is_reported_unschedulable_naming_the_object() {
