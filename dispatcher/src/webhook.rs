@@ -107,7 +107,7 @@ struct Runtimes {
 
 impl Runtimes {
     fn watch(hub: &Client, watches: &mut kube_shell::watch::Watches) -> Self {
-        use kube_shell::watch::without_managed_fields as keep;
+        use kube_shell::watch::whole as keep;
         Runtimes {
             namespaced: watches.cache(Api::all(hub.clone()), watcher::Config::default(), keep::<TrainingRuntime>),
             cluster: watches.cache(Api::all(hub.clone()), watcher::Config::default(), keep::<ClusterTrainingRuntime>),

@@ -10,6 +10,7 @@
 pub mod backoff;
 pub mod events;
 pub mod health;
+pub mod lean;
 pub mod listen;
 pub mod metrics;
 pub mod serve;

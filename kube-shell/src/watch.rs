@@ -6,13 +6,15 @@ use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
+
+use crate::lean::{self, Lean};
 
 /// The caches of one controller and what wakes it. Dropping it stops the watches.
 #[derive(Debug, Default)]
@@ -28,19 +30,18 @@ impl Watches {
 
     /// Starts watching `api` (relisting with back-off when a watch breaks) into a cache; every
     /// change wakes the controller. The cache keeps no managedFields: no controller reads
-    /// them, and k8s-openapi parses each entry's field set into a JSON tree, often the larger
-    /// half of a cached object.
+    /// them, and they are not even decoded ([`crate::lean`]).
     pub fn watch<K>(&mut self, api: Api<K>, config: watcher::Config) -> Store<K>
     where
         K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
         K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
     {
-        self.start(api, config, without_managed_fields::<K>, Some(self.wake.clone()))
+        self.start(api, config, whole::<K>, Some(self.wake.clone()))
     }
 
     /// A cache that does not wake the controller and keeps of each object only what `strip`
-    /// leaves: for kinds read at the controller's own pace that change far more often than it
-    /// acts on them (a member's Pods, for the capacity report).
+    /// leaves (and never its managedFields): for kinds read at the controller's own pace that
+    /// change far more often than it acts on them (a member's Pods, for the capacity report).
     pub fn cache<K>(&mut self, api: Api<K>, config: watcher::Config, strip: fn(&mut K)) -> Store<K>
     where
         K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -63,7 +64,8 @@ impl Watches {
         let (reader, writer) = reflector::store();
         let kind = K::kind(&K::DynamicType::default()).into_owned();
         self.tasks.spawn(async move {
-            let events = reflector::reflector(writer, watcher(api, config).modify(strip)).default_backoff();
+            let objects = watcher(lean::api(api), config).map_ok(move |e| unwrap(e).modify(strip));
+            let events = reflector::reflector(writer, objects).default_backoff();
             events
                 .for_each(|e| {
                     match e {
@@ -92,9 +94,19 @@ impl Watches {
     }
 }
 
-/// Drops an object's managedFields, which the caches do not keep.
-pub fn without_managed_fields<K: kube::Resource>(object: &mut K) {
-    object.meta_mut().managed_fields = None;
+/// Keeps the whole object (but its managedFields, which no cache decodes): the `strip` of a
+/// [`Watches::cache`] that wants everything.
+pub fn whole<K>(_object: &mut K) {}
+
+/// A watch event of [`Lean`] objects as one of the objects themselves.
+fn unwrap<K>(event: watcher::Event<Lean<K>>) -> watcher::Event<K> {
+    match event {
+        watcher::Event::Apply(Lean(o)) => watcher::Event::Apply(o),
+        watcher::Event::Delete(Lean(o)) => watcher::Event::Delete(o),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(Lean(o)) => watcher::Event::InitApply(o),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
 }
 
 /// Waits until every cache has its first full list.

@@ -53,12 +53,12 @@ impl Caches {
             copies: watches.cache(
                 Api::all(hub.clone()),
                 watcher::Config::default().labels(&format!("{CLUSTER_LABEL}={cluster}")),
-                kube_shell::watch::without_managed_fields::<Pod>,
+                kube_shell::watch::whole::<Pod>,
             ),
             events: watches.cache(
                 Api::all(member.clone()),
                 watcher::Config::default().fields("involvedObject.kind=Pod"),
-                kube_shell::watch::without_managed_fields::<Event>,
+                kube_shell::watch::whole::<Event>,
             ),
         }
     }
