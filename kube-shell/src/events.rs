@@ -7,6 +7,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
 
+use crate::lean::{self, Lean};
+
 /// One Event to record, or count again.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record {
@@ -44,18 +46,20 @@ pub async fn record(client: &Client, r: &Record) -> Result<(), kube::Error> {
         reporting_instance: Some(r.component.clone()),
         ..Default::default()
     };
-    match api.create(&PostParams::default(), &event).await {
+    // What the create answers is not read: decoded without its managedFields (`lean`).
+    let event = Lean(event);
+    match lean::api(api.clone()).create(&PostParams::default(), &event).await {
         Err(kube::Error::Api(ae)) if ae.code == 409 => {
             let mut seen = api.get(&r.name).await?;
             let same = seen.involved_object.uid == r.involved.uid;
             seen.count = Some(if same { seen.count.unwrap_or(1).saturating_add(times) } else { times });
             if !same {
                 seen.first_timestamp = Some(now.clone());
-                seen.involved_object = event.involved_object;
+                seen.involved_object = event.0.involved_object;
             }
             seen.last_timestamp = Some(now);
-            seen.message = event.message;
-            seen.type_ = event.type_;
+            seen.message = event.0.message;
+            seen.type_ = event.0.type_;
             api.replace(&r.name, &PostParams::default(), &seen).await.map(|_| ())
         }
         other => other.map(|_| ()),

@@ -1,44 +1,100 @@
-//! Objects decoded without their `metadata.managedFields`, which no controller of ours reads.
+//! Objects decoded without their `metadata.managedFields`, which no controller of ours reads,
+//! and answers not decoded at all where nobody reads them.
 //!
 //! k8s-openapi decodes each managed-fields entry's field set into a `serde_json::Value` tree,
 //! often the larger half of an object, and every watcher of every kind did that work for each
-//! event only to drop the entries afterwards: 5 % of a burst's CPU. [`Lean`] decodes the object through a deserializer that skips the entries
-//! unparsed, the way `serde::de::IgnoredAny` skips a field nobody asked for. It wraps whatever
-//! deserializer it is given, so it does not depend on the JSON's key order or on borrowing from
-//! the input (a watch event whose `object` comes before its `type` is buffered by serde first).
+//! event only to drop the entries afterwards, as every write did for the object it answered
+//! with: 5 % of a burst's CPU. [`Lean`] decodes the object through a deserializer that skips the
+//! entries unparsed, the way `serde::de::IgnoredAny` skips a field nobody asked for. It wraps
+//! whatever deserializer it is given, so it does not depend on the JSON's key order or on
+//! borrowing from the input (a watch event whose `object` comes before its `type` is buffered
+//! by serde first). [`Unread`] is a write's answer that is checked to be JSON and dropped.
 
 use std::fmt;
+use std::marker::PhantomData;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::DynamicResourceScope;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, IntoDeserializer, MapAccess, Visitor};
 
-/// `K` as decoded without `metadata.managedFields` (left `None`); otherwise `K` itself.
+/// `K` as decoded without `metadata.managedFields` (left `None`); otherwise `K` itself, and
+/// written as `K` is.
 #[derive(Clone, Debug)]
 pub struct Lean<K>(pub K);
 
-impl<K: kube::Resource> kube::Resource for Lean<K> {
-    type DynamicType = K::DynamicType;
-    // Dynamic, so an `Api` of either scope can be made for it ([`api`]).
-    type Scope = DynamicResourceScope;
+/// An answer to a write that nobody reads: the same request, its answer not decoded.
+pub struct Unread<K> {
+    // `Resource` hands out metadata: there is none to hand.
+    meta: ObjectMeta,
+    kind: PhantomData<fn() -> K>,
+}
 
-    fn kind(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
-        K::kind(dt)
+/// The type information of `K`, for a wrapper of it.
+macro_rules! resource_of {
+    ($wrapper:ident, $meta:ident, $meta_mut:ident) => {
+        impl<K: kube::Resource> kube::Resource for $wrapper<K> {
+            type DynamicType = K::DynamicType;
+            // Dynamic, so an `Api` of either scope can be made for it ([`api`]).
+            type Scope = DynamicResourceScope;
+
+            fn kind(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+                K::kind(dt)
+            }
+            fn group(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+                K::group(dt)
+            }
+            fn version(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+                K::version(dt)
+            }
+            fn plural(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+                K::plural(dt)
+            }
+            fn meta(&self) -> &ObjectMeta {
+                $meta(self)
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                $meta_mut(self)
+            }
+        }
+    };
+}
+
+fn lean_meta<K: kube::Resource>(o: &Lean<K>) -> &ObjectMeta {
+    o.0.meta()
+}
+fn lean_meta_mut<K: kube::Resource>(o: &mut Lean<K>) -> &mut ObjectMeta {
+    o.0.meta_mut()
+}
+fn unread_meta<K>(o: &Unread<K>) -> &ObjectMeta {
+    &o.meta
+}
+fn unread_meta_mut<K>(o: &mut Unread<K>) -> &mut ObjectMeta {
+    &mut o.meta
+}
+resource_of!(Lean, lean_meta, lean_meta_mut);
+resource_of!(Unread, unread_meta, unread_meta_mut);
+
+impl<K> Clone for Unread<K> {
+    fn clone(&self) -> Self {
+        Unread { meta: self.meta.clone(), kind: PhantomData }
     }
-    fn group(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
-        K::group(dt)
+}
+
+impl<K> fmt::Debug for Unread<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Unread")
     }
-    fn version(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
-        K::version(dt)
+}
+
+impl<'de, K> de::Deserialize<'de> for Unread<K> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        IgnoredAny::deserialize(d).map(|_| Unread { meta: ObjectMeta::default(), kind: PhantomData })
     }
-    fn plural(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
-        K::plural(dt)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        self.0.meta()
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        self.0.meta_mut()
+}
+
+impl<K: serde::Serialize> serde::Serialize for Lean<K> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
     }
 }
 
@@ -48,12 +104,38 @@ where
     K: kube::Resource,
     K::DynamicType: Default,
 {
-    let dt = K::DynamicType::default();
+    api_with(api, &K::DynamicType::default())
+}
+
+/// [`api`] for a kind known at run time (a `DynamicObject`'s).
+pub fn api_with<K: kube::Resource>(api: kube::Api<K>, dt: &K::DynamicType) -> kube::Api<Lean<K>> {
+    same_requests(api, dt)
+}
+
+/// The same requests as `api`, their answers not decoded ([`Unread`]).
+pub fn unread<K>(api: kube::Api<K>) -> kube::Api<Unread<K>>
+where
+    K: kube::Resource,
+    K::DynamicType: Default,
+{
+    unread_with(api, &K::DynamicType::default())
+}
+
+/// [`unread`] for a kind known at run time (a `DynamicObject`'s).
+pub fn unread_with<K: kube::Resource>(api: kube::Api<K>, dt: &K::DynamicType) -> kube::Api<Unread<K>> {
+    same_requests(api, dt)
+}
+
+fn same_requests<K, W>(api: kube::Api<K>, dt: &K::DynamicType) -> kube::Api<W>
+where
+    K: kube::Resource,
+    W: kube::Resource<DynamicType = K::DynamicType, Scope = DynamicResourceScope>,
+{
     let namespace = api.namespace().map(str::to_owned);
     let client = api.into_client();
     match namespace {
-        Some(ns) => kube::Api::namespaced_with(client, &ns, &dt),
-        None => kube::Api::all_with(client, &dt),
+        Some(ns) => kube::Api::namespaced_with(client, &ns, dt),
+        None => kube::Api::all_with(client, dt),
     }
 }
 
@@ -366,6 +448,58 @@ mod tests {
         let watched: kube::core::WatchEvent<Lean<Pod>> =
             serde_json::from_value(json!({"object": v, "type": "MODIFIED"})).unwrap_or_else(|e| unreachable!("{e}"));
         assert!(matches!(watched, kube::core::WatchEvent::Modified(p) if p.0.metadata.managed_fields.is_none()));
+    }
+
+    #[test]
+    fn a_lean_object_is_written_as_the_object_and_an_unread_answer_is_still_checked_as_json() {
+        let p = stripped(&pod());
+        assert_eq!(serde_json::to_value(Lean(p.clone())).ok(), serde_json::to_value(&p).ok());
+        assert!(serde_json::from_value::<Unread<Pod>>(pod()).is_ok());
+        assert!(serde_json::from_str::<Unread<Pod>>(r#"{"metadata": {"#).is_err());
+    }
+
+    #[test]
+    fn a_dynamic_object_keeps_its_data_and_loses_only_its_managed_fields() {
+        let o: Lean<kube::api::DynamicObject> = serde_json::from_value(pod()).unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(o.0.metadata.managed_fields, None);
+        assert_eq!(o.0.metadata.name.as_deref(), Some("p"));
+        assert_eq!(o.0.data["spec"]["containers"][0]["image"], "i");
+    }
+
+    /// The requests of an `Api` and of its lean and unread twins, and what each decoded.
+    #[tokio::test]
+    async fn the_twins_ask_what_the_api_asks_and_decode_its_answer_lean_or_not_at_all() {
+        type Asked = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+        let asked = Asked::default();
+        let seen = asked.clone();
+        let service = tower::service_fn(move |req: hyper::Request<kube::client::Body>| {
+            seen.lock().map(|mut s| s.push(format!("{} {}", req.method(), req.uri().path()))).ok();
+            async move {
+                hyper::Response::builder()
+                    .header("content-type", "application/json")
+                    .body(http_body_util::Full::new(bytes::Bytes::from(pod().to_string())))
+            }
+        });
+        let client = kube::Client::new(service, "default");
+        let patch = kube::api::Patch::Merge(json!({}));
+        let pp = kube::api::PatchParams::default();
+        let namespaced = kube::Api::<Pod>::namespaced(client.clone(), "ns");
+        let full = namespaced.get("p").await.ok().and_then(|p| p.metadata.managed_fields);
+        assert!(full.is_some(), "the plain Api decodes the entries");
+        let Ok(Lean(lean)) = api(namespaced.clone()).get("p").await else { unreachable!("the fake answers") };
+        assert_eq!(lean, stripped(&pod()));
+        assert!(unread(namespaced).patch_status("p", &pp, &patch).await.is_ok());
+        assert!(unread(kube::Api::<Pod>::all(client)).list(&Default::default()).await.is_err(), "a pod is no list");
+        let asked = asked.lock().map(|a| a.clone()).unwrap_or_default();
+        assert_eq!(
+            asked,
+            [
+                "GET /api/v1/namespaces/ns/pods/p",
+                "GET /api/v1/namespaces/ns/pods/p",
+                "PATCH /api/v1/namespaces/ns/pods/p/status",
+                "GET /api/v1/pods"
+            ]
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
+use kube_shell::lean::{self, Lean};
 use serde_json::json;
 
 use trainer_render::{self as render, Input, Object};
@@ -43,7 +44,7 @@ pub(crate) async fn runtime(hub: &Client, caches: &Caches, tj: &TrainJob) -> Res
 pub(crate) async fn read(hub: &Client, caches: &Caches, p: &Placement) -> Result<(TrainJob, Runtime), Error> {
     let ns = p.namespace().unwrap_or_default();
     let name = p.name_any();
-    let tj = Api::<TrainJob>::namespaced(hub.clone(), &ns)
+    let Lean(tj) = lean::api(Api::<TrainJob>::namespaced(hub.clone(), &ns))
         .get(&name)
         .await
         .map_err(kube_err(format!("reading TrainJob {ns}/{name}")))?;
@@ -80,9 +81,10 @@ pub(crate) async fn realise(
     let names: Vec<String> =
         objects.iter().map(|o| o.to_value()["metadata"]["name"].as_str().unwrap_or("").to_string()).collect();
     let found = futures::future::try_join_all(objects.iter().zip(&names).map(|(o, obj_name)| {
-        let api = Api::<DynamicObject>::namespaced_with(member.clone(), &ns, &resource_of(o));
+        let resource = resource_of(o);
+        let api = lean::api_with(Api::<DynamicObject>::namespaced_with(member.clone(), &ns, &resource), &resource);
         let what = format!("reading {} {ns}/{obj_name}", o.kind());
-        async move { api.get_opt(obj_name).await.map_err(kube_err(what)) }
+        async move { api.get_opt(obj_name).await.map(|found| found.map(|Lean(o)| o)).map_err(kube_err(what)) }
     }))
     .await?;
     let mut made = Vec::with_capacity(objects.len());
@@ -119,7 +121,8 @@ pub(crate) async fn realise(
         }
         let v = o.to_value();
         let obj_name = v["metadata"]["name"].as_str().unwrap_or("").to_string();
-        Api::<DynamicObject>::namespaced_with(member.clone(), &ns, &resource_of(o))
+        let resource = resource_of(o);
+        lean::unread_with(Api::<DynamicObject>::namespaced_with(member.clone(), &ns, &resource), &resource)
             .patch(&obj_name, &pp, &Patch::Apply(&v))
             .await
             .map_err(kube_err(format!("applying {} {ns}/{obj_name}", o.kind())))?;

@@ -13,6 +13,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
+use kube_shell::lean::{self, Lean};
 use serde_json::{Value, json};
 
 use trainer_render::{self as render};
@@ -173,7 +174,9 @@ async fn create_copy(hub: &Client, cluster: &str, copy: Pod) -> Result<(), Error
     let (ns, name) = (copy.namespace().unwrap_or_default(), copy.name_any());
     let api = Api::<Pod>::namespaced(hub.clone(), &ns);
     let what = || format!("writing the hub's copy of pod {ns}/{name}");
-    match api.create(&PostParams::default(), &copy).await {
+    // The answers are not read: decoded without managedFields, or not at all (`lean`).
+    let copy = Lean(copy);
+    match lean::api(api.clone()).create(&PostParams::default(), &copy).await {
         Ok(_) => {}
         // Made by an earlier round whose cache had not seen it yet, or squatted.
         Err(kube::Error::Api(e)) if e.code == 409 => {
@@ -185,12 +188,16 @@ async fn create_copy(hub: &Client, cluster: &str, copy: Pod) -> Result<(), Error
         }
         Err(e) => return Err(kube_err(what())(e)),
     }
-    let status = json!({"status": copy.status});
-    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await.map(|_| ()).map_err(kube_err(what()))
+    let status = json!({"status": copy.0.status});
+    lean::unread(api)
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .map(|_| ())
+        .map_err(kube_err(what()))
 }
 
 async fn update_copy(hub: &Client, update: mirror::Update) -> Result<(), Error> {
-    let api = Api::<Pod>::namespaced(hub.clone(), &update.namespace);
+    let api = lean::unread(Api::<Pod>::namespaced(hub.clone(), &update.namespace));
     let what = || format!("writing the hub's copy of pod {}/{}", update.namespace, update.name);
     if let Some(labels) = &update.labels {
         let patch = json!({"metadata": {"labels": labels}});
@@ -225,7 +232,7 @@ async fn write_virtual_node(hub: &Client, cfg: &AgentConfig, gpus: u64, since: T
 }
 
 pub(crate) async fn write_status(hub: &Client, ns: &str, name: &str, status: &PlacementStatus) -> Result<(), Error> {
-    Api::<Placement>::namespaced(hub.clone(), ns)
+    lean::unread(Api::<Placement>::namespaced(hub.clone(), ns))
         .patch_status(name, &PatchParams::default(), &Patch::Merge(&status.merge_patch()))
         .await
         .map(|_| ())
@@ -247,7 +254,7 @@ pub(crate) async fn claim(hub: &Client, cluster: &str, p: &Placement) -> Result<
     };
     let mut body = status.merge_patch();
     body["metadata"] = json!({"resourceVersion": p.resource_version()});
-    Api::<Placement>::namespaced(hub.clone(), &ns)
+    lean::unread(Api::<Placement>::namespaced(hub.clone(), &ns))
         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
         .await
         .map(|_| ())

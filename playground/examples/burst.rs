@@ -21,6 +21,7 @@ use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::WatchStreamExt;
+use kube_shell::lean::{self, Lean};
 use playground::{Playground, PlaygroundOptions};
 use serde_json::json;
 
@@ -72,7 +73,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hub = p.hub();
     // Let the agents report capacity first.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let tjs: Api<TrainJob> = Api::default_namespaced(hub.clone());
+    // The client decodes what it reads without managedFields (`kube_shell::lean`), as the
+    // controllers do: it measures them, not its own decoding.
+    let tjs = lean::api(Api::<TrainJob>::default_namespaced(hub.clone()));
     let trainjob = |i: usize| -> TrainJob {
         serde_json::from_value(json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
             "metadata": {"name": format!("burst-{i:04}"), "annotations": {"stowage.dev/simulated-duration-seconds": "3600"}},
@@ -86,12 +89,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // runtime's shutdown waited on it for ever (the rare hang at exit, caught by its stacks).
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
     for m in &p.members {
-        let api: Api<api::jobset::JobSet> = Api::all(m.sim.server.client_as("observer")?);
+        let api = lean::api(Api::<api::jobset::JobSet>::all(m.sim.server.client_as("observer")?));
         let tx = tx.clone();
         tokio::spawn(async move {
             let mut events = std::pin::pin!(kube::runtime::watcher(api, Default::default()).default_backoff());
             while let Some(e) = events.next().await {
-                if let Ok(kube::runtime::watcher::Event::Apply(js) | kube::runtime::watcher::Event::InitApply(js)) = e
+                if let Ok(
+                    kube::runtime::watcher::Event::Apply(Lean(js)) | kube::runtime::watcher::Event::InitApply(Lean(js)),
+                ) = e
                     && let Some(uid) = js.metadata.labels.as_ref().and_then(|l| l.get(api::stowage::TRAINJOB_UID_LABEL))
                 {
                     let _ = tx.send((uid.clone(), Instant::now()));
@@ -102,11 +107,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // And the hub's Placements, to split the latency between the dispatcher and the agents.
     let (ptx, mut prx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
     {
-        let api: Api<api::stowage::Placement> = Api::all(hub.clone());
+        let api = lean::api(Api::<api::stowage::Placement>::all(hub.clone()));
         tokio::spawn(async move {
             let mut events = std::pin::pin!(kube::runtime::watcher(api, Default::default()).default_backoff());
             while let Some(e) = events.next().await {
-                if let Ok(kube::runtime::watcher::Event::Apply(p) | kube::runtime::watcher::Event::InitApply(p)) = e {
+                if let Ok(
+                    kube::runtime::watcher::Event::Apply(Lean(p)) | kube::runtime::watcher::Event::InitApply(Lean(p)),
+                ) = e
+                {
                     let _ = ptx.send((p.spec.train_job_uid.clone(), Instant::now()));
                 }
             }
@@ -124,8 +132,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let tjs = tjs.clone();
             let tj = trainjob(i);
             async move {
-                let made = tjs.create(&PostParams::default(), &tj).await;
-                (made.map(|t| t.metadata.uid.unwrap_or_default()), Instant::now())
+                let made = tjs.create(&PostParams::default(), &Lean(tj)).await;
+                (made.map(|Lean(t)| t.metadata.uid.unwrap_or_default()), Instant::now())
             }
         })
         .buffer_unordered(32)
@@ -175,7 +183,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .await?
             .items
             .into_iter()
-            .map(|mut t| {
+            .map(|Lean(mut t)| {
                 t.status = None;
                 t
             })

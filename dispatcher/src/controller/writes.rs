@@ -9,6 +9,7 @@ use api::trainer::TrainJob;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube_shell::lean::{self, Lean};
 use serde_json::json;
 
 use super::{Error, FIELD_MANAGER};
@@ -16,20 +17,22 @@ use crate::decide::events::EventWrite;
 use crate::decide::{MemberConditionWrite, NominationWrite, PlacementWrite, QueueStatusWrite, StatusWrite};
 
 pub(super) async fn write_placement(hub: &Client, w: &PlacementWrite) -> Result<Option<Placement>, Error> {
-    let api = Api::<Placement>::namespaced(hub.clone(), &w.namespace);
-    let p = w.object();
+    // The answers are kept as written (`Written`), as the caches keep objects: without
+    // managedFields.
+    let api = lean::api(Api::<Placement>::namespaced(hub.clone(), &w.namespace));
+    let p = Lean(w.object());
     let result = match &w.replaces {
         None => api.create(&PostParams::default(), &p).await,
         Some(_) => api.replace(&w.name, &PostParams::default(), &p).await,
     };
-    match result {
+    match result.map(|Lean(p)| p) {
         Ok(p) => match w.withdrawn_status().filter(|s| p.status.as_ref() != Some(s)) {
             // Withdrawn: no agent writes its status any more, so the dispatcher clears what the
             // last one wrote (a Running phase, a "being made on" message, its counts).
             Some(status) => {
                 let patch = Patch::Merge(status.merge_patch());
                 match api.patch_status(&w.name, &PatchParams::default(), &patch).await {
-                    Ok(p) => Ok(Some(p)),
+                    Ok(Lean(p)) => Ok(Some(p)),
                     Err(e) => {
                         let placement = format!("{}/{}", w.namespace, w.name);
                         tracing::warn!(%placement, error = %e, "clearing a withdrawn Placement's status");
@@ -54,11 +57,11 @@ pub(super) async fn write_placement(hub: &Client, w: &PlacementWrite) -> Result<
 /// since: the next cycle decides on what it is now.
 pub(super) async fn write_nomination(hub: &Client, n: &NominationWrite) -> Result<Option<Workload>, Error> {
     let pp = PatchParams::apply(ADMISSION_FIELD_MANAGER).force();
-    match Api::<Workload>::namespaced(hub.clone(), &n.namespace)
+    match lean::api(Api::<Workload>::namespaced(hub.clone(), &n.namespace))
         .patch_status(&n.name, &pp, &Patch::Apply(&n.apply))
         .await
     {
-        Ok(w) => Ok(Some(w)),
+        Ok(Lean(w)) => Ok(Some(w)),
         Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
             tracing::debug!(workload = %format!("{}/{}", n.namespace, n.name), "changed since observed; next cycle");
             Ok(None)
@@ -74,7 +77,7 @@ pub(super) async fn write_nomination(hub: &Client, n: &NominationWrite) -> Resul
 
 pub(super) async fn write_status(hub: &Client, s: &StatusWrite) -> Result<(), Error> {
     let body = json!({"status": {"conditions": s.conditions, "jobsStatus": s.jobs}});
-    Api::<TrainJob>::namespaced(hub.clone(), &s.namespace)
+    lean::unread(Api::<TrainJob>::namespaced(hub.clone(), &s.namespace))
         .patch_status(&s.name, &PatchParams::default(), &Patch::Merge(&body))
         .await
         .map(|_| ())
@@ -88,7 +91,7 @@ pub(super) async fn write_status(hub: &Client, s: &StatusWrite) -> Result<(), Er
 
 pub(super) async fn write_member_conditions(hub: &Client, m: &MemberConditionWrite) -> Result<(), Error> {
     let body = json!({"status": {"conditions": m.conditions}});
-    Api::<MemberCluster>::all(hub.clone())
+    lean::unread(Api::<MemberCluster>::all(hub.clone()))
         .patch_status(&m.name, &PatchParams::default(), &Patch::Merge(&body))
         .await
         .map(|_| ())
@@ -102,7 +105,7 @@ pub(super) async fn write_member_conditions(hub: &Client, m: &MemberConditionWri
 
 pub(super) async fn write_queue_status(hub: &Client, q: &QueueStatusWrite) -> Result<(), Error> {
     let body = json!({"status": q.status});
-    Api::<api::stowage::Queue>::all(hub.clone())
+    lean::unread(Api::<api::stowage::Queue>::all(hub.clone()))
         .patch_status(&q.name, &PatchParams::default(), &Patch::Merge(&body))
         .await
         .map(|_| ())
