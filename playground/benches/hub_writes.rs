@@ -6,6 +6,9 @@
 //! copy (the status-writers ValidatingAdmissionPolicy judges the Placement and pod writes).
 //! `per write` divides by the writes of an iteration.
 //!
+//! A second group, `client_decode`, times what a client pays to decode those objects, whole or
+//! lean (`kube_shell::lean`).
+//!
 //! `cargo bench -p playground --bench hub_writes`
 
 use std::hint::black_box;
@@ -206,5 +209,63 @@ fn bench(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, bench);
+/// What a client pays to decode the objects one TrainJob leaves on the hub (its TrainJob, its
+/// Placement, a pod copy, as the hub serves them, managedFields and all): whole, as kube's
+/// `Api<K>` decodes them; lean, as the controllers' caches and write answers do
+/// (`kube_shell::lean::Lean`, without managedFields); and unread, as a write answer nobody reads
+/// (`lean::Unread`, checked as JSON).
+fn client_decode(c: &mut Criterion) {
+    use api::stowage::Placement;
+    use api::trainer::TrainJob;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube_shell::lean::{Lean, Unread};
+    let mut store = hub();
+    let k = kinds(&store);
+    one_trainjob(&mut store, &k, 0);
+    let served = |rt: &kube_mem::resources::ResourceType, name: &str| {
+        let object = store.get(rt, Some("default"), name).expect("stored");
+        serde_json::to_vec(&object).expect("JSON")
+    };
+    let (tj, placement, pod) = (
+        served(&k.trainjobs, "burst-000000"),
+        served(&k.placements, "burst-000000"),
+        served(&k.pods, "burst-000000-node-0-0"),
+    );
+    // What the timings compare: the whole decode keeps the entries, the lean one does not.
+    let whole: TrainJob = serde_json::from_slice(&tj).expect("TrainJob");
+    let lean: Lean<TrainJob> = serde_json::from_slice(&tj).expect("TrainJob");
+    assert!(whole.metadata.managed_fields.is_some() && lean.0.metadata.managed_fields.is_none());
+    let mut g = c.benchmark_group("client_decode");
+    g.bench_function("whole", |b| {
+        b.iter(|| {
+            black_box(serde_json::from_slice::<TrainJob>(black_box(&tj)).ok());
+            black_box(serde_json::from_slice::<Placement>(black_box(&placement)).ok());
+            black_box(serde_json::from_slice::<Pod>(black_box(&pod)).ok());
+        })
+    });
+    g.bench_function("lean", |b| {
+        b.iter(|| {
+            black_box(serde_json::from_slice::<Lean<TrainJob>>(black_box(&tj)).ok());
+            black_box(serde_json::from_slice::<Lean<Placement>>(black_box(&placement)).ok());
+            black_box(serde_json::from_slice::<Lean<Pod>>(black_box(&pod)).ok());
+        })
+    });
+    g.bench_function("unread", |b| {
+        b.iter(|| {
+            black_box(serde_json::from_slice::<Unread<TrainJob>>(black_box(&tj)).ok());
+            black_box(serde_json::from_slice::<Unread<Placement>>(black_box(&placement)).ok());
+            black_box(serde_json::from_slice::<Unread<Pod>>(black_box(&pod)).ok());
+        })
+    });
+    g.finish();
+    println!(
+        "client_decode: {} bytes (TrainJob {}, Placement {}, pod copy {})",
+        tj.len() + placement.len() + pod.len(),
+        tj.len(),
+        placement.len(),
+        pod.len()
+    );
+}
+
+criterion_group!(benches, bench, client_decode);
 criterion_main!(benches);
