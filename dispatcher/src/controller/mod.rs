@@ -3,12 +3,12 @@
 //!
 //! Reflectors keep caches of the kinds it reads (Trainer's, Stowage's, and Kueue's where the hub
 //! serves them). Any change (or the resync tick, which drives time-based decisions such as a
-//! member's grace period) wakes a cycle, once a burst of changes pauses ([`settle`]). It keeps
-//! nothing between cycles but its memory (`hub`'s `memory`): the writes its caches have not caught
-//! up with yet, since when each placement reported Running has gone uncounted, and its nominations'
-//! times, so a restart or a new leader rebuilds everything from hub objects (and waits a grace
-//! period before calling such a placement lost). Placement writes are conditional (create, or
-//! replace at the observed resourceVersion), so a deposed leader racing a new one cannot leave two
+//! member's grace period) wakes a cycle. It keeps nothing between cycles but its memory
+//! (`hub`'s `memory`): the writes its caches have not caught up with yet, since when each
+//! placement reported Running has gone uncounted, and its nominations' times, so a
+//! restart or a new leader rebuilds everything from hub objects (and waits a grace period
+//! before calling such a placement lost). Placement writes are conditional (create, or replace
+//! at the observed resourceVersion), so a deposed leader racing a new one cannot leave two
 //! answers. Failed cycles back off exponentially.
 
 mod hub;
@@ -34,11 +34,9 @@ use crate::leader::{self, LeaderConfig, Leadership};
 use crate::metrics::Metrics;
 
 pub const FIELD_MANAGER: &str = "stowage-dispatcher";
-/// How long the hub must stay quiet before a cycle decides on what changed: a cycle costs a
+/// How long a burst of watch events may land before a cycle decides on them: a cycle costs a
 /// snapshot of the whole fleet, so it waits longer than the agent does.
 const DEBOUNCE: Duration = Duration::from_millis(20);
-/// The longest a stream of changes may delay a cycle (see [`settle`]).
-const SETTLE: Duration = Duration::from_millis(60);
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -210,25 +208,6 @@ async fn cycle(hub: &Client, observed: &Observed, opts: &Options, written: &mut 
     result.map(|()| plan)
 }
 
-/// Waits, after a change, until the hub has been quiet for [`DEBOUNCE`], but no longer than
-/// [`SETTLE`]. A burst of submissions that lasts less than that is decided in one cycle: one
-/// snapshot and one decision, each TrainJob's status written once, where a cycle that started
-/// at the burst's first TrainJob would place the few that had come and leave the rest to wait
-/// for its writes (issue #39: about 150 of a burst of 500, the rest a cycle later, 0.3 s on).
-/// A hub that never goes quiet (a large fleet's agents reporting) delays each cycle by `SETTLE`
-/// at most (Volcano's scheduler opens a session once a second, `--schedule-period`).
-async fn settle(watches: &Watches) {
-    let deadline = tokio::time::Instant::now() + SETTLE;
-    loop {
-        let quiet = tokio::time::Instant::now() + DEBOUNCE;
-        tokio::select! {
-            biased;
-            () = tokio::time::sleep_until(quiet.min(deadline)) => return,
-            () = watches.changed() => {}
-        }
-    }
-}
-
 /// Runs until dropped: campaigns for leadership if configured, and while leading runs a cycle on
 /// every change or resync tick. Errors are logged and retried with exponential back-off.
 pub async fn run(hub: Client, opts: Options) {
@@ -251,7 +230,7 @@ pub async fn run(hub: Client, opts: Options) {
             _ = watches.changed() => {}
             _ = tokio::time::sleep(opts.resync) => {}
         }
-        settle(&watches).await;
+        tokio::time::sleep(DEBOUNCE).await;
         opts.metrics.leader.set(i64::from(leadership.is_leading()));
         if !leadership.is_leading() {
             written = Written::default();
@@ -272,55 +251,5 @@ pub async fn run(hub: Client, opts: Options) {
                 watches.poke();
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Paused time: the runtime advances the clock only when every task waits.
-    #[tokio::test(start_paused = true)]
-    async fn a_quiet_hub_is_decided_on_after_the_debounce() {
-        let watches = Watches::new();
-        let started = tokio::time::Instant::now();
-        settle(&watches).await;
-        assert_eq!(started.elapsed(), DEBOUNCE);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_burst_is_waited_for_until_it_pauses() {
-        let watches = Watches::new();
-        let started = tokio::time::Instant::now();
-        // Three changes 10 ms apart, then quiet: the cycle waits for the last, and DEBOUNCE more.
-        let pokes = async {
-            for _ in 0..3 {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                watches.poke();
-            }
-        };
-        tokio::join!(settle(&watches), pokes);
-        assert_eq!(started.elapsed(), Duration::from_millis(30) + DEBOUNCE);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_hub_that_never_goes_quiet_delays_a_cycle_by_settle_at_most() {
-        let watches = Watches::new();
-        let started = tokio::time::Instant::now();
-        let decided = async {
-            settle(&watches).await;
-            started.elapsed()
-        };
-        let stream = async {
-            loop {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                watches.poke();
-            }
-        };
-        let waited = tokio::select! {
-            waited = decided => waited,
-            () = stream => unreachable!("the stream of changes never ends"),
-        };
-        assert_eq!(waited, SETTLE);
     }
 }
