@@ -993,7 +993,6 @@ fn agent_command(args: AgentArgs) -> Result<(), CliError> {
                 heartbeat: Duration::from_secs(args.heartbeat_seconds.max(1)),
                 hub_lost: Duration::from_secs(args.hub_lost_seconds),
                 start_timeout: Duration::from_secs(args.start_timeout_seconds),
-                ..member_agent::Timing::default()
             },
             metrics: member_agent::metrics::Metrics::register(&mut registry, &shared),
             logs,

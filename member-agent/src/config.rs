@@ -104,12 +104,6 @@ pub struct Timing {
     pub hub_lost: Duration,
     /// A gang not running this long after its JobSet was made is reported Unschedulable.
     pub start_timeout: Duration,
-    /// A Placement status that changed in its jobs' counts alone (pods becoming ready one by
-    /// one, phase and message the same) is written this long after the change was first seen,
-    /// with the counts of then, as Kubernetes' Job controller batches its own (`syncJobBatchPeriod`,
-    /// a second): a gang of many pods starting writes its Placement, and so its TrainJob, once
-    /// a batch, not once a pod. A change of anything else is written at once, with the counts.
-    pub counts_batch: Duration,
 }
 
 impl Default for Timing {
@@ -118,7 +112,6 @@ impl Default for Timing {
             heartbeat: Duration::from_secs(10),
             hub_lost: Duration::from_secs(60),
             start_timeout: Duration::from_secs(600),
-            counts_batch: Duration::from_secs(1),
         }
     }
 }

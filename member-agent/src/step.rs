@@ -26,7 +26,7 @@ use crate::config::AgentConfig;
 use crate::error::Error;
 use crate::fence::Fenced;
 use crate::report::Delivered;
-use crate::survey::{Reach, Round, State, counts_due, finished, survey};
+use crate::survey::{Reach, Round, State, finished, survey};
 
 /// What woke the agent.
 #[derive(Debug)]
@@ -145,8 +145,7 @@ impl Loop {
             (true, false) => Reach::Round,
             (true, true) => Reach::Heartbeat,
         };
-        let counts_due = counts_due(&self.state, self.cfg.timing.counts_batch).is_some_and(|due| now >= due);
-        let mut survey = survey(&self.cfg, caches, &mut self.state, reach, wall, now);
+        let mut survey = survey(&self.cfg, caches, &mut self.state, reach, wall);
         // Fenced and not confirmed since: the caches may be what the hub-lost time left, with
         // placements the dispatcher has moved on meanwhile. Nothing new starts from them.
         if self.suspect() {
@@ -165,7 +164,7 @@ impl Loop {
             }
             actions.push(Action::Realise(survey.realise));
         }
-        if may_start && (self.changed || heartbeat_due || counts_due) && !survey.round.is_empty() {
+        if may_start && (self.changed || heartbeat_due) && !survey.round.is_empty() {
             self.changed = false;
             self.round_running = true;
             actions.push(Action::StartRound(Box::new(survey.round)));
@@ -273,12 +272,7 @@ impl Loop {
         let probe = self.last_probe.filter(|_| stale).map(|t| (t + self.probe_interval()).max(now));
         // A realisation backing off is tried again when its time comes.
         let retry = self.realise_retry.values().map(|(_, at)| (*at).max(now)).min();
-        // Counts held back are written when their batch is up, if nothing wakes it sooner.
-        // (Not before a back-off ends: a round cannot start before.)
-        let counts = counts_due(&self.state, self.cfg.timing.counts_batch)
-            .filter(|_| !self.round_running)
-            .map(|c| c.max(now).max(self.retry_at));
-        Action::Wait([until.map(|u| u.max(now)), probe, retry, counts].into_iter().flatten().min())
+        Action::Wait([until.map(|u| u.max(now)), probe, retry].into_iter().flatten().min())
     }
 
     fn realised(&mut self, key: Key, placement: &str, result: Result<(), Error>, now: Instant) {
@@ -340,7 +334,7 @@ mod tests {
     fn key(uid: &str, epoch: i64) -> Key {
         Key { uid: uid.into(), epoch }
     }
-    use crate::testkit::{applied_uncounted, caches, config, jobset, names, placement};
+    use crate::testkit::{caches, config, jobset, names, placement};
 
     fn kinds(actions: &[Action]) -> Vec<&'static str> {
         actions
@@ -389,27 +383,6 @@ mod tests {
         // Before the retry time nothing starts; at it, the round runs again.
         assert_eq!(kinds(&agent.step(Wake::Changed, &c, t0, Timestamp::now())), ["wait"]);
         assert_eq!(kinds(&agent.step(Wake::Timer, &c, retry_at, Timestamp::now())), ["round", "wait"]);
-    }
-
-    #[test]
-    fn counts_held_back_wake_the_loop_and_start_a_round_when_due() {
-        let t0 = Instant::now();
-        let cfg = config();
-        let batch = cfg.timing.counts_batch;
-        let mut agent = Loop::new(cfg, t0);
-        let js = jobset("a", 1, 0);
-        let c = caches(vec![applied_uncounted(&js)], vec![js]);
-        // The heartbeat's round goes without the counts, which are held.
-        let first = agent.step(Wake::Changed, &c, t0, Timestamp::now());
-        let Some(Action::StartRound(round)) = first.first() else { panic!("{first:?}") };
-        assert!(round.heartbeat && round.statuses.is_empty(), "{round:?}");
-        let after = agent.step(ended(None, true), &c, t0, Timestamp::now());
-        assert!(matches!(after[..], [Action::Wait(Some(t))] if t == t0 + batch), "woken when due: {after:?}");
-        // Due, with nothing else changed: a round writes them.
-        let due = agent.step(Wake::Timer, &c, t0 + batch, Timestamp::now());
-        let Some(Action::StartRound(round)) = due.first() else { panic!("{due:?}") };
-        let written: Vec<i32> = round.statuses.iter().map(|(_, _, s)| s.jobs_status[0].active).collect();
-        assert_eq!(written, [1]);
     }
 
     /// A round that ended well, having written `capacity` (and the whole status, `heartbeat`).

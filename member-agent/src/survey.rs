@@ -41,9 +41,6 @@ pub struct State {
     pub(crate) last_hub_contact: Instant,
     /// Member Events relayed to the hub: UID → the count relayed (`relay`).
     pub(crate) relayed: BTreeMap<String, i32>,
-    /// Placements whose status has changed in its jobs' counts alone and is not yet written:
-    /// since when (`Timing::counts_batch`).
-    pub(crate) counts_changed: BTreeMap<Key, Instant>,
 }
 
 impl State {
@@ -59,7 +56,6 @@ impl State {
             last_capacity: None,
             last_hub_contact: now,
             relayed: BTreeMap::new(),
-            counts_changed: BTreeMap::new(),
         }
     }
 }
@@ -131,49 +127,6 @@ impl Reach {
     }
 }
 
-/// Whether a round writes `status` over the `reported` one now: when they differ, but not
-/// when only in their jobs' counts, until `batch` after that was first seen (`Timing::counts_batch`).
-/// `held` is since when each placement's counts were held back before this look; those still
-/// held go into `holding`. A change of anything else writes at once, counts and all.
-fn write_now(
-    held: &BTreeMap<Key, Instant>,
-    holding: &mut BTreeMap<Key, Instant>,
-    (key, at, batch): (&Key, Instant, Duration),
-    reported: Option<&PlacementStatus>,
-    status: &PlacementStatus,
-) -> bool {
-    match reported {
-        Some(r) if r == status => false,
-        Some(r) if counts_alone(r, status) => {
-            let since = held.get(key).copied().unwrap_or(at);
-            let due = at.duration_since(since) >= batch;
-            if !due {
-                holding.insert(key.clone(), since);
-            }
-            due
-        }
-        _ => true,
-    }
-}
-
-/// Whether two statuses differ in their jobs' counts and nothing else. Every field is named, so
-/// a field added to the status is weighed here too.
-fn counts_alone(a: &PlacementStatus, b: &PlacementStatus) -> bool {
-    let PlacementStatus { phase, observed_epoch, conditions, jobs_status, start_time, completion_time, message } = a;
-    *jobs_status != b.jobs_status
-        && *phase == b.phase
-        && *observed_epoch == b.observed_epoch
-        && *conditions == b.conditions
-        && *start_time == b.start_time
-        && *completion_time == b.completion_time
-        && *message == b.message
-}
-
-/// When the first count change held back is due: a round must run then, changed or not.
-pub(crate) fn counts_due(state: &State, batch: Duration) -> Option<Instant> {
-    state.counts_changed.values().min().map(|since| *since + batch)
-}
-
 /// Whether the agent has reported the placement's current epoch over: done, or given up here.
 pub(crate) fn finished(p: &Placement) -> bool {
     p.status.as_ref().filter(|s| s.observed_epoch == p.spec.epoch).is_some_and(|s| {
@@ -186,14 +139,13 @@ pub(crate) fn finished(p: &Placement) -> bool {
 
 /// Compares the placements for this cluster with the member's JobSets: what to realise and,
 /// as far as `reach` goes, what a round should do. Forgets applied keys the JobSet
-/// cache has caught up with. `at` is `now` on the agent's own clock, which its timers keep.
+/// cache has caught up with.
 pub(crate) fn survey(
     cfg: &AgentConfig,
     caches: &Caches,
     state: &mut State,
     reach: Reach,
     now: k8s_openapi::jiff::Timestamp,
-    at: Instant,
 ) -> Survey {
     if !reach.round() {
         return Survey { realise: starts(cfg, caches, state), round: Round::default() };
@@ -219,8 +171,6 @@ pub(crate) fn survey(
     let reported_capacity = state.last_capacity.clone();
     let mut survey = Survey { round: Round { heartbeat, reported_capacity, ..Round::default() }, ..Survey::default() };
     let mut current = BTreeSet::new();
-    // Counts held back stay held only for the placements this look weighs again.
-    let held = std::mem::take(&mut state.counts_changed);
     for p in placements {
         let key = Key::of(&p);
         current.insert(key.clone());
@@ -274,7 +224,7 @@ pub(crate) fn survey(
             // Fenced for a lost hub: made again only once confirmed and claimed (`Loop::confirmed`).
             None => continue,
         };
-        if write_now(&held, &mut state.counts_changed, (&key, at, cfg.timing.counts_batch), reported, &status) {
+        if reported != Some(&status) {
             survey.round.statuses.push((ns, name, status));
         }
     }
@@ -356,7 +306,7 @@ mod tests {
     fn key(uid: &str, epoch: i64) -> Key {
         Key { uid: uid.into(), epoch }
     }
-    use crate::testkit::{applied_uncounted, caches, config, from, jobset, names, placement};
+    use crate::testkit::{caches, config, from, jobset, names, placement};
 
     #[test]
     fn a_wake_during_a_round_starts_new_placements_and_nothing_else() {
@@ -372,14 +322,12 @@ mod tests {
             vec![jobset("running", 1, 1), jobset("old-epoch", 0, 1)],
         );
         let mut state = State::new(Instant::now());
-        let during =
-            survey(&config(), &c, &mut state, Reach::Starts, k8s_openapi::jiff::Timestamp::now(), Instant::now());
+        let during = survey(&config(), &c, &mut state, Reach::Starts, k8s_openapi::jiff::Timestamp::now());
         assert_eq!(names(&during.realise), ["new-a", "new-b"], "queue order, this cluster only");
         assert!(during.round.is_empty(), "statuses and fencing wait for the round: {:?}", during.round);
 
         // No round running: the same look also finds what to tell the hub and what to fence.
-        let between =
-            survey(&config(), &c, &mut state, Reach::Round, k8s_openapi::jiff::Timestamp::now(), Instant::now());
+        let between = survey(&config(), &c, &mut state, Reach::Round, k8s_openapi::jiff::Timestamp::now());
         assert_eq!(names(&between.realise), ["new-a", "new-b"]);
         let phases: Vec<(&str, PlacementPhase)> =
             between.round.statuses.iter().map(|(_, name, s)| (name.as_str(), s.phase)).collect();
@@ -420,8 +368,8 @@ mod tests {
         };
         let (mut during, mut between) = (fresh(), fresh());
         let now = k8s_openapi::jiff::Timestamp::now();
-        let starts = survey(&config(), &c, &mut during, Reach::Starts, now, Instant::now());
-        let round = survey(&config(), &c, &mut between, Reach::Round, now, Instant::now());
+        let starts = survey(&config(), &c, &mut during, Reach::Starts, now);
+        let round = survey(&config(), &c, &mut between, Reach::Round, now);
         assert_eq!(names(&starts.realise), ["moved-back", "new"]);
         assert_eq!(names(&starts.realise), names(&round.realise));
         assert_eq!(during.applied, between.applied, "both forget what the JobSet cache has caught up with");
@@ -435,14 +383,13 @@ mod tests {
         state.in_flight.insert(key("b", 1));
         // Applied by this process, not yet in the JobSet cache.
         state.applied.insert(key("a", 1));
-        let s =
-            survey(&config(), &c, &mut state, Reach::Heartbeat, k8s_openapi::jiff::Timestamp::now(), Instant::now());
+        let s = survey(&config(), &c, &mut state, Reach::Heartbeat, k8s_openapi::jiff::Timestamp::now());
         assert!(s.realise.is_empty());
         assert!(s.round.statuses.is_empty(), "{:?}", s.round.statuses);
         assert!(s.round.heartbeat);
         // Once the JobSet cache has it, `applied` forgets it.
         let c = caches(vec![placement("a", "east", Some("Applied"))], vec![jobset("a", 1, 0)]);
-        let s = survey(&config(), &c, &mut state, Reach::Round, k8s_openapi::jiff::Timestamp::now(), Instant::now());
+        let s = survey(&config(), &c, &mut state, Reach::Round, k8s_openapi::jiff::Timestamp::now());
         assert!(!state.applied.contains(&key("a", 1)));
         let phases: Vec<PlacementPhase> = s.round.statuses.iter().map(|(_, _, s)| s.phase).collect();
         assert_eq!(phases, [PlacementPhase::Applied], "still Applied, now with the JobSet's counts");
@@ -451,59 +398,9 @@ mod tests {
         late.metadata.creation_timestamp =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(from(json!("2026-01-01T00:00:00Z"))));
         let c = caches(vec![placement("a", "east", Some("Applied"))], vec![late]);
-        let s = survey(&config(), &c, &mut state, Reach::Round, k8s_openapi::jiff::Timestamp::now(), Instant::now());
+        let s = survey(&config(), &c, &mut state, Reach::Round, k8s_openapi::jiff::Timestamp::now());
         let phases: Vec<PlacementPhase> = s.round.statuses.iter().map(|(_, _, s)| s.phase).collect();
         assert_eq!(phases, [PlacementPhase::Unschedulable]);
-    }
-
-    #[test]
-    fn a_change_in_the_jobs_counts_alone_is_written_once_its_batch_is_up() {
-        let js = jobset("a", 1, 0);
-        let c = caches(vec![applied_uncounted(&js)], vec![js]);
-        let (cfg, wall, t0) = (config(), k8s_openapi::jiff::Timestamp::now(), Instant::now());
-        let batch = cfg.timing.counts_batch;
-        let mut state = State::new(t0);
-        // First seen: held, due a batch on.
-        let s = survey(&cfg, &c, &mut state, Reach::Round, wall, t0);
-        assert!(s.round.statuses.is_empty(), "{:?}", s.round.statuses);
-        assert_eq!(counts_due(&state, batch), Some(t0 + batch));
-        // Looked at again before then (another change woke the agent): still held, from when
-        // first seen.
-        let s = survey(&cfg, &c, &mut state, Reach::Heartbeat, wall, t0 + batch / 2);
-        assert!(s.round.statuses.is_empty(), "{:?}", s.round.statuses);
-        assert_eq!(counts_due(&state, batch), Some(t0 + batch));
-        // Due: written, with the counts of now.
-        let s = survey(&cfg, &c, &mut state, Reach::Round, wall, t0 + batch);
-        let written: Vec<(PlacementPhase, i32)> =
-            s.round.statuses.iter().map(|(_, _, s)| (s.phase, s.jobs_status[0].active)).collect();
-        assert_eq!(written, [(PlacementPhase::Applied, 1)]);
-        assert_eq!(counts_due(&state, batch), None);
-    }
-
-    #[test]
-    fn a_change_beyond_the_counts_is_written_at_once_and_ends_the_hold() {
-        let js = jobset("a", 1, 0);
-        let (cfg, wall, t0) = (config(), k8s_openapi::jiff::Timestamp::now(), Instant::now());
-        let mut state = State::new(t0);
-        let held =
-            survey(&cfg, &caches(vec![applied_uncounted(&js)], vec![js.clone()]), &mut state, Reach::Round, wall, t0);
-        assert!(held.round.statuses.is_empty());
-        // Its Job ready: Running, written at once, counts and all.
-        let mut ready = js;
-        if let Some(s) = ready.status.as_mut() {
-            s.replicated_jobs_status[0].ready = 1;
-        }
-        let s = survey(&cfg, &caches(vec![applied_uncounted(&ready)], vec![ready]), &mut state, Reach::Round, wall, t0);
-        let written: Vec<(PlacementPhase, i32)> =
-            s.round.statuses.iter().map(|(_, _, s)| (s.phase, s.jobs_status[0].ready)).collect();
-        assert_eq!(written, [(PlacementPhase::Running, 1)]);
-        assert_eq!(counts_due(&state, cfg.timing.counts_batch), None, "nothing held any more");
-        // A placement gone (or finished) is held no longer either.
-        let js = jobset("a", 1, 0);
-        survey(&cfg, &caches(vec![applied_uncounted(&js)], vec![js]), &mut state, Reach::Round, wall, t0);
-        assert!(counts_due(&state, cfg.timing.counts_batch).is_some());
-        survey(&cfg, &caches(Vec::new(), Vec::new()), &mut state, Reach::Round, wall, t0);
-        assert_eq!(counts_due(&state, cfg.timing.counts_batch), None);
     }
 
     #[test]
@@ -518,7 +415,7 @@ mod tests {
         for (ready, phase) in [(0, PlacementPhase::Applied), (1, PlacementPhase::Running)] {
             let c = caches(vec![claimed.clone()], vec![jobset("a", 1, ready)]);
             for reach in [Reach::Round, Reach::Heartbeat] {
-                let s = survey(&config(), &c, &mut state, reach, k8s_openapi::jiff::Timestamp::now(), Instant::now());
+                let s = survey(&config(), &c, &mut state, reach, k8s_openapi::jiff::Timestamp::now());
                 let reported: Vec<(PlacementPhase, Option<&str>)> =
                     s.round.statuses.iter().map(|(_, _, s)| (s.phase, s.message.as_deref())).collect();
                 assert_eq!(reported, [(phase, None)], "{reach:?}");
@@ -527,7 +424,7 @@ mod tests {
         // Its JobSet gone while the claim still stands (no round reported it): made again here,
         // not reported Lost.
         let gone = caches(vec![claimed], Vec::new());
-        let s = survey(&config(), &gone, &mut state, Reach::Round, k8s_openapi::jiff::Timestamp::now(), Instant::now());
+        let s = survey(&config(), &gone, &mut state, Reach::Round, k8s_openapi::jiff::Timestamp::now());
         assert_eq!(names(&s.realise), ["a"]);
         assert!(s.round.statuses.is_empty(), "{:?}", s.round.statuses);
     }
@@ -540,7 +437,7 @@ mod tests {
         state.fenced_at = Some(Instant::now());
         // The cache may be what the hub-lost time left, or a relist taken while the dispatcher
         // moves it: only a claim (Loop::confirmed) makes it again.
-        let s = survey(&config(), &c, &mut state, Reach::Round, k8s_openapi::jiff::Timestamp::now(), Instant::now());
+        let s = survey(&config(), &c, &mut state, Reach::Round, k8s_openapi::jiff::Timestamp::now());
         assert!(s.realise.is_empty() && s.round.statuses.is_empty(), "{:?}", s.round.statuses);
     }
 }

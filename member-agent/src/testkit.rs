@@ -78,13 +78,3 @@ pub(crate) fn config() -> AgentConfig {
 pub(crate) fn names(ps: &[Arc<Placement>]) -> Vec<String> {
     ps.iter().map(|p| p.name_any()).collect()
 }
-
-/// Placement "a" as reported: Applied since its JobSet `js` was made, its Jobs not yet
-/// counted.
-pub(crate) fn applied_uncounted(js: &JobSet) -> Placement {
-    let mut p = placement("a", "east", Some("Applied"));
-    if let Some(s) = p.status.as_mut() {
-        s.start_time = js.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string());
-    }
-    p
-}

@@ -38,7 +38,6 @@ pub fn fast() -> PlaygroundOptions {
             heartbeat: Duration::from_millis(250),
             hub_lost: Duration::from_millis(2500),
             start_timeout: Duration::from_secs(600),
-            ..Timing::default()
         },
         gang_scheduler: GangScheduler::Coscheduling,
         // No minimum runtime: a test's victims have only just started.
