@@ -236,10 +236,15 @@ pub fn apply(
         .map_err(|e| typing_error("create typed patch object", &e))?
         .recursive_difference(reset);
     let last = entries.iter().position(|e| e.is(w, Operation::Apply)).map(|i| entries.remove(i));
-    let new = prune(&merged, &entries, &applied, last.as_ref().map(|e| &e.fields), ty);
-    let cmp = typed::compare_except(&live, &new, ty, reset).map_err(|e| typing_error("compare objects", &e))?;
-    take_from_others(&mut entries, &cmp, force)?;
-    let changed = !cmp.is_same() || new != live;
+    let new = prune(merged, &entries, &applied, last.as_ref().map(|e| &e.fields), ty);
+    // Other managers lose what this write changes. With none (most applies that create), there
+    // is no one to take from and the comparison, a walk of both objects whole, is skipped.
+    if !entries.is_empty() {
+        let cmp = typed::compare_except(&live, &new, ty, reset).map_err(|e| typing_error("compare objects", &e))?;
+        take_from_others(&mut entries, &cmp, force)?;
+    }
+    // Equal objects compare the same, so whether anything changed is whether they differ.
+    let changed = new != live;
     let fields = applied.difference(stripped());
     if !fields.is_empty() {
         let time = if changed { Some(now.to_string()) } else { last.and_then(|e| e.time) };
@@ -260,8 +265,9 @@ pub fn apply(
 /// The merged object without the fields the applier applied last time and applies no more,
 /// unless another manager (or the applier's new configuration) owns them: structured-merge-diff's
 /// prune, which also takes along structs left owned by nobody.
-fn prune(merged: &Value, others: &[Entry], applied: &FieldSet, last: Option<&FieldSet>, ty: Ty<'_>) -> Value {
-    let Some(last) = last.filter(|l| !l.is_empty()) else { return merged.clone() };
+fn prune(merged: Value, others: &[Entry], applied: &FieldSet, last: Option<&FieldSet>, ty: Ty<'_>) -> Value {
+    let Some(last) = last.filter(|l| !l.is_empty()) else { return merged };
+    let merged = &merged;
     let named = |s: &FieldSet| typed::ensure_named_members(s, ty);
     let set_of = |v: &Value| typed::field_set(v, ty).map(|s| named(&s)).unwrap_or_default();
     let last = named(last);
@@ -462,6 +468,14 @@ mod tests {
         let a =
             apply(&json!({}), &cm(json!({"x": "1", "y": "1"})), &writer("a", ""), false, ty, &none, T).expect("create");
         assert_eq!(owners(&a), vec![("a".into(), r#"{"f:data":{"f:x":{},"f:y":{}}}"#.into())]);
+        // Made now (nobody else managed it: nothing taken, no comparison).
+        let made = decode(a.pointer("/metadata/managedFields")).unwrap_or_default();
+        assert_eq!(made[0].time.as_deref(), Some(T));
+        // Applied again unchanged, by its only manager: its time kept.
+        let again =
+            apply(&a, &cm(json!({"x": "1", "y": "1"})), &writer("a", ""), false, ty, &none, "2030-01-01T00:00:00Z")
+                .expect("again");
+        assert_eq!(again, a);
         // Another manager: the same value is shared, a different one conflicts.
         let b = apply(&a, &cm(json!({"x": "1"})), &writer("b", ""), false, ty, &none, T).expect("shared");
         assert_eq!(b["data"], a["data"]);

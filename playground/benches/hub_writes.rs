@@ -7,7 +7,9 @@
 //! `per write` divides by the writes of an iteration.
 //!
 //! A second group, `client_decode`, times what a client pays to decode those objects, whole or
-//! lean (`kube_shell::lean`).
+//! lean (`kube_shell::lean`). A third, `member_apply`, times a member's API server creating a
+//! TrainJob's JobSet by server-side apply, as the agent makes it (Trainer's own render of the
+//! burst's TrainJob on the torch runtime).
 //!
 //! `cargo bench -p playground --bench hub_writes`
 
@@ -267,5 +269,80 @@ fn client_decode(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, bench, client_decode);
+/// A member's store as the playground's members set it up: the JobSet and PodGroup CRDs.
+fn member() -> Store {
+    let mut s = Store::new();
+    let crd_rt = s.lookup("apiextensions.k8s.io", "v1", "customresourcedefinitions").cloned().expect("CRDs");
+    for crd in upstream::MEMBER_CRDS.iter().flat_map(|f| yaml_docs(f.text)) {
+        s.create(Requester::InProcess, &crd_rt, None, crd, &WriteOptions::default()).expect("CRD");
+    }
+    s
+}
+
+/// The JobSet the agent applies for the burst's TrainJob: Trainer's render on the torch runtime.
+fn rendered_jobset() -> Value {
+    use api::trainer::Runtime;
+    use trainer_render::{Capabilities, Input, Object};
+    let runtime = upstream::RUNTIMES
+        .iter()
+        .filter(|f| f.path.contains("torch"))
+        .flat_map(|f| yaml_docs(f.text))
+        .find(|d| d["metadata"]["name"] == "torch-distributed")
+        .expect("the torch-distributed runtime");
+    let runtime = Runtime::Cluster(serde_json::from_value(runtime).expect("a ClusterTrainingRuntime"));
+    let tj = serde_json::from_value(json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "burst-000000", "namespace": "default", "uid": "7f9c1a54-aaaa-bbbb-cccc-ddddeeeeffff"},
+        "spec": {"runtimeRef": {"name": "torch-distributed"},
+                 "trainer": {"numNodes": 1, "resourcesPerNode": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}}}))
+    .expect("a TrainJob");
+    let input = Input {
+        trainjob: &tj,
+        runtime: &runtime,
+        placement: None,
+        capabilities: &Capabilities::default(),
+        ssh_key: None,
+        jobset_uid: None,
+    };
+    let objects = trainer_render::render(&input).expect("rendered");
+    let js = objects.into_iter().find_map(|o| match o {
+        Object::JobSet(js) => Some(js),
+        _ => None,
+    });
+    let mut js = serde_json::to_value(js.expect("a JobSet")).expect("JSON");
+    js["apiVersion"] = "jobset.x-k8s.io/v1alpha2".into();
+    js["kind"] = "JobSet".into();
+    js
+}
+
+fn member_apply(c: &mut Criterion) {
+    use kube_mem::store::ApplyOptions;
+    let jobset = rendered_jobset();
+    let agent = ApplyOptions { manager: "stowage-agent", force: true };
+    let mut g = c.benchmark_group("member_apply");
+    g.bench_function("jobset_create", |b| {
+        b.iter_custom(|iters| {
+            let mut store = member();
+            let rt = store.lookup("jobset.x-k8s.io", "v1alpha2", "jobsets").cloned().expect("JobSets");
+            let mut spent = Duration::ZERO;
+            for i in 0..iters {
+                if i > 0 && i % PER_STORE == 0 {
+                    store = member();
+                }
+                let name = format!("burst-{i:06}");
+                let mut js = jobset.clone();
+                js["metadata"]["name"] = name.clone().into();
+                let t = Instant::now();
+                let who = Requester::InProcess;
+                let made =
+                    store.apply(who, &rt, Some("default"), &name, js, Part::Main, &WriteOptions::default(), &agent);
+                black_box(made.expect("applied"));
+                spent += t.elapsed();
+            }
+            spent
+        });
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench, client_decode, member_apply);
 criterion_main!(benches);
