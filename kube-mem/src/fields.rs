@@ -394,6 +394,23 @@ impl FieldSet {
         out
     }
 
+    /// [`FieldSet::recursive_difference`] in place: what `other` does not touch is neither
+    /// walked nor copied.
+    pub fn remove_recursive(&mut self, other: &FieldSet) {
+        for pe in &other.members {
+            self.members.remove(pe);
+            self.children.remove(pe);
+        }
+        for (pe, o) in &other.children {
+            if let Some(child) = self.children.get_mut(pe) {
+                child.remove_recursive(o);
+                if child.is_empty() {
+                    self.children.remove(pe);
+                }
+            }
+        }
+    }
+
     /// The paths of `self` not in `other`, a member of `other` removing everything under it.
     pub fn recursive_difference(&self, other: &FieldSet) -> FieldSet {
         let mut out =
@@ -641,6 +658,9 @@ mod tests {
         let mut status = FieldSet::default();
         status.insert(&[f("status")]);
         assert_eq!(a.recursive_difference(&spec), status);
+        let mut in_place = a.clone();
+        in_place.remove_recursive(&spec);
+        assert_eq!(in_place, status);
         assert!(a.difference(&a).is_empty() && a.difference(&a).to_fields_v1() == json!({}));
         assert_eq!(
             u.paths().iter().map(|p| path_string(p)).collect::<Vec<_>>(),

@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 
 use super::fields::{FieldSet, PathElement, path_string};
 use super::status::ApiError;
-use super::typed::{self, Comparison, Ty, TypedError};
+use super::typed::{self, Ty, TypedError};
 
 /// Update entries beyond this many are merged, oldest first, into `ancient-changes`.
 pub const MAX_UPDATE_MANAGERS: usize = 10;
@@ -232,20 +232,20 @@ pub fn apply(
     let mut entries = decode(live.pointer("/metadata/managedFields")).unwrap_or_default();
     let live = without_managed(live);
     let merged = typed::merge(&live, config, ty).map_err(|e| typing_error("merge config", &e))?;
-    let applied = typed::field_set(config, ty)
-        .map_err(|e| typing_error("create typed patch object", &e))?
-        .recursive_difference(reset);
+    let mut applied = typed::field_set(config, ty).map_err(|e| typing_error("create typed patch object", &e))?;
+    applied.remove_recursive(reset);
     let last = entries.iter().position(|e| e.is(w, Operation::Apply)).map(|i| entries.remove(i));
     let new = prune(merged, &entries, &applied, last.as_ref().map(|e| &e.fields), ty);
     // Other managers lose what this write changes. With none (most applies that create), there
     // is no one to take from and the comparison, a walk of both objects whole, is skipped.
     if !entries.is_empty() {
         let cmp = typed::compare_except(&live, &new, ty, reset).map_err(|e| typing_error("compare objects", &e))?;
-        take_from_others(&mut entries, &cmp, force)?;
+        take_from_others(&mut entries, &cmp.modified.union(&cmp.added), &cmp.removed, force)?;
     }
     // Equal objects compare the same, so whether anything changed is whether they differ.
     let changed = new != live;
-    let fields = applied.difference(stripped());
+    let mut fields = applied;
+    fields.remove(stripped());
     if !fields.is_empty() {
         let time = if changed { Some(now.to_string()) } else { last.and_then(|e| e.time) };
         entries.push(Entry {
@@ -282,21 +282,29 @@ fn prune(merged: Value, others: &[Entry], applied: &FieldSet, last: Option<&Fiel
 
 /// Other managers lose the fields this write changed (a conflict, unless forced) and the ones
 /// it removed; entries left empty go.
-fn take_from_others(entries: &mut Vec<Entry>, cmp: &Comparison, force: bool) -> Result<(), ApiError> {
-    let changed = cmp.modified.union(&cmp.added);
-    let conflicts: Vec<(String, String)> = entries
-        .iter()
-        .flat_map(|e| {
-            let who = e.display();
-            e.fields.intersection(&changed).paths().into_iter().map(move |p| (who.clone(), path_string(&p)))
-        })
-        .collect();
-    if !force && !conflicts.is_empty() {
-        return Err(ApiError::apply_conflicts(conflicts));
+/// `changed` is what the write modified or added.
+fn take_from_others(
+    entries: &mut Vec<Entry>,
+    changed: &FieldSet,
+    removed: &FieldSet,
+    force: bool,
+) -> Result<(), ApiError> {
+    // A forced write takes without asking who had it.
+    if !force {
+        let conflicts: Vec<(String, String)> = entries
+            .iter()
+            .flat_map(|e| {
+                let who = e.display();
+                e.fields.intersection(changed).paths().into_iter().map(move |p| (who.clone(), path_string(&p)))
+            })
+            .collect();
+        if !conflicts.is_empty() {
+            return Err(ApiError::apply_conflicts(conflicts));
+        }
     }
     for e in entries.iter_mut() {
-        e.fields.remove(&changed);
-        e.fields.remove(&cmp.removed);
+        e.fields.remove(changed);
+        e.fields.remove(removed);
     }
     entries.retain(|e| !e.fields.is_empty());
     Ok(())
@@ -322,9 +330,11 @@ fn recorded_update(
 ) -> Option<Vec<Entry>> {
     let cmp = typed::compare_except(old, new, ty, reset).ok()?;
     let own = entries.iter().position(|e| e.is(w, Operation::Update)).map(|i| entries.remove(i));
-    let taken = cmp.modified.union(&cmp.added).difference(stripped());
+    let changed = cmp.modified.union(&cmp.added);
     // Cannot fail: forced.
-    take_from_others(&mut entries, &cmp, true).ok()?;
+    take_from_others(&mut entries, &changed, &cmp.removed, true).ok()?;
+    let mut taken = changed;
+    taken.remove(stripped());
     let previous = own.map(|mut e| {
         for taken_or_gone in [&cmp.modified, &cmp.added, &cmp.removed] {
             e.fields.remove(taken_or_gone);

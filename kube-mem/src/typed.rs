@@ -663,6 +663,13 @@ mod tests {
             };
             let skipped = compare_except(&old, &new, ty, except).expect("compare");
             assert_eq!(skipped, dropped, "except {:?}", paths(except));
+            for (whole, cut) in
+                [(&all.added, &dropped.added), (&all.modified, &dropped.modified), (&all.removed, &dropped.removed)]
+            {
+                let mut in_place = whole.clone();
+                in_place.remove_recursive(except);
+                assert_eq!(&in_place, cut, "in place, except {:?}", paths(except));
+            }
         }
         // There is something to leave out each time: the test compares more than empty sets.
         assert!(paths(&all.modified).iter().any(|p| p.starts_with(".spec")));
