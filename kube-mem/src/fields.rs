@@ -367,64 +367,46 @@ impl FieldSet {
     /// levels both have are visited. A write takes its few changed fields from every other
     /// manager's entry, and a difference copied each entry whole to remove nothing from most.
     pub fn remove(&mut self, other: &FieldSet) {
-        for pe in &other.members {
-            self.members.remove(pe);
-        }
-        for (pe, o) in &other.children {
-            if let Some(child) = self.children.get_mut(pe) {
-                child.remove(o);
-                if child.is_empty() {
-                    self.children.remove(pe);
-                }
-            }
-        }
+        self.remove_in(other, false);
     }
 
     /// The paths of `self` not in `other`; a member of `other` does not take the paths under it
     /// along (see [`FieldSet::recursive_difference`] for that).
     pub fn difference(&self, other: &FieldSet) -> FieldSet {
-        let mut out =
-            FieldSet { members: self.members.difference(&other.members).cloned().collect(), ..Default::default() };
-        for (pe, set) in &self.children {
-            match other.children.get(pe) {
-                Some(o) => out.set_child(pe.clone(), set.difference(o)),
-                None => out.set_child(pe.clone(), set.clone()),
-            }
-        }
+        let mut out = self.clone();
+        out.remove(other);
         out
     }
 
     /// [`FieldSet::recursive_difference`] in place: what `other` does not touch is neither
     /// walked nor copied.
     pub fn remove_recursive(&mut self, other: &FieldSet) {
+        self.remove_in(other, true);
+    }
+
+    /// The paths of `self` not in `other`, a member of `other` removing everything under it.
+    pub fn recursive_difference(&self, other: &FieldSet) -> FieldSet {
+        let mut out = self.clone();
+        out.remove_recursive(other);
+        out
+    }
+
+    /// Both removals: `recursive` says whether a member of `other` also takes the paths under it.
+    fn remove_in(&mut self, other: &FieldSet, recursive: bool) {
         for pe in &other.members {
             self.members.remove(pe);
-            self.children.remove(pe);
+            if recursive {
+                self.children.remove(pe);
+            }
         }
         for (pe, o) in &other.children {
             if let Some(child) = self.children.get_mut(pe) {
-                child.remove_recursive(o);
+                child.remove_in(o, recursive);
                 if child.is_empty() {
                     self.children.remove(pe);
                 }
             }
         }
-    }
-
-    /// The paths of `self` not in `other`, a member of `other` removing everything under it.
-    pub fn recursive_difference(&self, other: &FieldSet) -> FieldSet {
-        let mut out =
-            FieldSet { members: self.members.difference(&other.members).cloned().collect(), ..Default::default() };
-        for (pe, set) in &self.children {
-            if other.members.contains(pe) {
-                continue;
-            }
-            match other.children.get(pe) {
-                Some(o) => out.set_child(pe.clone(), set.recursive_difference(o)),
-                None => out.set_child(pe.clone(), set.clone()),
-            }
-        }
-        out
     }
 
     /// Every member path, members of a level before the levels under it, in order.
