@@ -129,6 +129,9 @@ fn greedy<'a>(
         releases: &releases,
         last: last.as_ref(),
         waiting: (order.considered() as u64).saturating_add(unhanded).saturating_sub(1),
+        earliest_ms: pending.iter().fold([u64::MAX; 2], |[a, b], g| {
+            if g.submitted_ms < a { [g.submitted_ms, a] } else { [a, b.min(g.submitted_ms)] }
+        }),
         cluster_gpus: OnceCell::new(),
     };
     let mut reservation: Option<Reservation> = None;

@@ -477,15 +477,20 @@ fn a_gang_with_no_room_even_spread_is_told_so_not_that_it_holds_out() {
 fn running_spread_weighs_the_gpu_time_it_takes_from_the_gangs_waiting_behind() {
     // Alone, a rack two hours away is not worth the hour spreading costs (above). With 16
     // gangs waiting, the spread gang's extra hour on 32 of the fleet's 256 GPUs delays each by
-    // 7.5 min: 3 h in all, more than the two-hour wait.
+    // 7.5 min: 3 h in all, more than the two-hour wait. They have waited 3 h, so holding it
+    // (5 h in all) keeps it within twice the longest other wait: out of the tail.
     let wide = gang("wide").pods(4).gpus(8).preferred(Rack).runtime(20 * HOUR_MS);
-    let (_, d) = weighed(wide, 0, 2 * HOUR_MS, 16);
+    let (_, d) = weighed(wide.clone(), 3 * HOUR_MS, 5 * HOUR_MS, 16);
     let Decision::Pending(Reason::HoldingForLocality { cost: Some(c), .. }) = d else { panic!("{d:?}") };
     assert_eq!((c.wait_s, c.spread_extra_s, c.others_delay_s), (7_200, 3_600, 7_200));
     // Only the gangs a cycle looks at count: with a depth of 4, three wait behind it (1,350 s
     // in all), and the two-hour wait is dearer than spreading.
-    let (f, d) =
-        weighed_deep(gang("wide").pods(4).gpus(8).preferred(Rack).runtime(20 * HOUR_MS), 0, 2 * HOUR_MS, 16, 4);
+    let (f, d) = weighed_deep(wide.clone(), 3 * HOUR_MS, 5 * HOUR_MS, 16, 4);
+    assert_eq!(span_level(&f, &d), Some(Some(Block)), "{d:?}");
+    // The same gangs just submitted: held two hours, it would wait longer than twice anyone
+    // else has, and longer than a twentieth of its own run time (1 h): it would be the tail,
+    // so it starts spread now, whatever waiting saves the others.
+    let (f, d) = weighed(wide, 0, 2 * HOUR_MS, 16);
     assert_eq!(span_level(&f, &d), Some(Some(Block)), "{d:?}");
 }
 
