@@ -11,6 +11,8 @@
 //! stop at [`COST_LIMIT`] units or [`TIME_LIMIT`], whichever comes first. Parsing runs on a
 //! thread of its own with a large stack, and a panic inside the crate is an error, not a crash.
 
+mod shortcut;
+
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -101,6 +103,8 @@ pub struct Program {
     /// reads `variables` otherwise (whole, indexed): a policy's variables are evaluated when an
     /// expression reads them, as kube-apiserver's are.
     variables: Option<BTreeSet<String>>,
+    /// The leading comparisons that may decide it without the interpreter.
+    shortcut: Option<shortcut::Shortcut>,
 }
 
 impl Program {
@@ -215,7 +219,8 @@ fn parse(source: &str) -> Result<Arc<Program>, CelError> {
     names(&expr, &mut read);
     let mut variables = Some(BTreeSet::new());
     selected(&expr, VARIABLES, &mut variables);
-    Ok(Arc::new(Program { source: source.to_string(), expr: instrument(expr), names: read, variables }))
+    let shortcut = shortcut::Shortcut::of(&expr);
+    Ok(Arc::new(Program { source: source.to_string(), expr: instrument(expr), names: read, variables, shortcut }))
 }
 
 fn one_line(s: &str) -> String {
@@ -534,10 +539,22 @@ impl cel::context::VariableResolver for Inputs<'_> {
     }
 }
 
+impl shortcut::Fields for Inputs<'_> {
+    fn string_at(&self, input: &str, path: &[String]) -> Option<&str> {
+        let mut value = self.bound.iter().find(|i| i.name == input)?.json?;
+        for field in path {
+            value = value.as_object()?.get(field)?;
+        }
+        value.as_str()
+    }
+}
+
 /// A context for evaluating expressions over [`Inputs`], all charging one [`Budget`].
 pub struct Scope<'v> {
     ctx: Context<'v, 'v>,
     budget: Arc<Budget>,
+    /// The inputs, as [`Scope::decided`] reads them.
+    fields: &'v dyn shortcut::Fields,
 }
 
 impl std::fmt::Debug for Scope<'_> {
@@ -554,7 +571,22 @@ impl<'v> Scope<'v> {
             .and_then(|()| ctx.add_function(MATCHES, matches_function()))
             .map_err(|e| CelError::Evaluation(format!("the evaluator could not be set up: {e}")))?;
         ctx.set_variable_resolver(inputs);
-        Ok(Scope { ctx, budget: budget.clone() })
+        Ok(Scope { ctx, budget: budget.clone(), fields: inputs })
+    }
+
+    /// `program`'s value when its leading comparisons decide it (`shortcut`), charged as the
+    /// interpreter would charge them; `None`: only [`Scope::evaluate`] can tell, and nothing
+    /// was charged. Names bound with [`Scope::set`] are not read here: a shortcut reads inputs.
+    pub fn decided(&self, program: &Program) -> Result<Option<bool>, CelError> {
+        let Some(shortcut) = &program.shortcut else { return Ok(None) };
+        if self.budget.exceeded() {
+            return Err(CelError::Budget);
+        }
+        let Some((value, charges)) = shortcut.decide(self.fields) else { return Ok(None) };
+        for units in charges {
+            self.budget.charge(units).map_err(|_| CelError::Budget)?;
+        }
+        Ok(Some(value))
     }
 
     /// Binds (or binds again) a small owned value, such as a policy's `variables` as they grow.
@@ -690,6 +722,75 @@ mod tests {
         let p = compile(source)?;
         let inputs = Inputs::new(vars.iter().map(|(n, v)| (*n, Some(v))))?;
         Scope::new(&inputs, &Budget::new())?.evaluate(&p)
+    }
+
+    /// What a shortcut decides is what the interpreter gives, charged alike; where it cannot
+    /// tell (a field absent or not a string, an operand of another form first) it leaves the
+    /// expression to the interpreter and charges nothing.
+    #[test]
+    fn a_shortcut_decides_as_the_interpreter_would_and_charges_alike() {
+        let requests = [
+            json!({"resource": {"resource": "pods"}, "operation": "CREATE", "name": "a", "count": 3}),
+            json!({"resource": {"resource": "placements"}, "operation": "UPDATE", "name": "b", "subResource": "status"}),
+            json!({"resource": {"resource": "memberclusters"}, "operation": "DELETE", "name": "ünï"}),
+        ];
+        let object = json!({"spec": {"nodeName": "n1", "x": 1}});
+        // (expression, what the shortcut says for each request above: None, the interpreter's)
+        let cases: [(&str, [Option<bool>; 3]); 9] = [
+            ("request.resource.resource != 'pods' || object.spec.x == 2", [None, Some(true), Some(true)]),
+            (
+                "'placements' == request.resource.resource || request.operation == 'DELETE' || request.name.startsWith('a')",
+                [None, Some(true), Some(true)],
+            ),
+            // A long chain, balanced into a tree by the parser, decided by its fourth operand.
+            (
+                "request.name == 'x' || request.name == 'y' || request.name == 'z' || request.operation == 'UPDATE' || object.spec.x == 1 || object.spec.x == 2",
+                [None, Some(true), None],
+            ),
+            (
+                "request.operation == 'CREATE' && request.resource.resource == 'pods' && object.spec.nodeName == 'n1'",
+                [None, Some(false), Some(false)],
+            ),
+            // Not a string, absent, a has() test, a function call: the interpreter's to decide.
+            ("request.count == '3' || request.resource.resource == 'pods'", [None, None, None]),
+            ("request.subResource != 'status' || object.spec.x == 1", [None, None, None]),
+            ("has(request.subResource) || request.resource.resource == 'pods'", [None, None, None]),
+            ("request.name.startsWith('a') || request.resource.resource == 'pods'", [None, None, None]),
+            // A multi-byte name is charged by its characters, as the interpreter counts them.
+            ("request.name != 'ünï' || object.spec.x == 2", [Some(true), Some(true), None]),
+        ];
+        for (source, expected) in cases {
+            let program = compile(source).expect("compiles");
+            for (request, want) in requests.iter().zip(expected) {
+                let inputs = Inputs::new([("request", Some(request)), ("object", Some(&object))]).expect("inputs");
+                let (quick, full) = (Budget::new(), Budget::new());
+                let decided = Scope::new(&inputs, &quick).expect("scope").decided(&program).expect("no budget error");
+                assert_eq!(decided, want, "{source} on {request}");
+                let spent = |b: &Budget| b.spent.load(Ordering::Relaxed);
+                match decided {
+                    Some(v) => {
+                        let evaluated = Scope::new(&inputs, &full).expect("scope").evaluate(&program);
+                        assert_eq!(evaluated, Ok(Value::Bool(v)), "{source} on {request}");
+                        assert_eq!(spent(&quick), spent(&full), "{source} on {request}: charged alike");
+                    }
+                    None => assert_eq!(spent(&quick), 0, "{source}: nothing charged when undecided"),
+                }
+            }
+        }
+    }
+
+    /// A shortcut stops at the budget where the interpreter would.
+    #[test]
+    fn a_shortcut_stops_at_the_budget() {
+        let program = compile("request.name != 'x' || object.spec.x == 1").expect("compiles");
+        let request = json!({"name": "a".repeat(100)});
+        let inputs = Inputs::new([("request", Some(&request)), ("object", None)]).expect("inputs");
+        let budget = Budget::new();
+        budget.spent.store(COST_LIMIT - 50, Ordering::Relaxed);
+        let scope = Scope::new(&inputs, &budget).expect("scope");
+        assert_eq!(scope.decided(&program), Err(CelError::Budget));
+        assert!(budget.exceeded());
+        assert_eq!(scope.evaluate(&program), Err(CelError::Budget));
     }
 
     /// JSON objects behave as cel's maps in every operation: presence, `in`, indexing, size,

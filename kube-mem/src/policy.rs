@@ -185,6 +185,11 @@ fn evaluate(
             CelError::Budget => format!("expression '{source}' exceeded the cost budget"),
             e => format!("expression '{source}' resulted in error: {e}"),
         };
+        // Decided by its first comparisons (which kind of write this is), it reads no variable,
+        // and none is evaluated: kube-apiserver's are evaluated when first read.
+        if let Some(decided) = scope.decided(&program).map_err(failed)? {
+            return Ok(cel::Value::Bool(decided));
+        }
         // A variable that failed is left unbound: the expression fails where it reads it (its
         // error then named, as the cause), unless CEL's `||` or `&&` absorb that error, as
         // cel-go's do an error value.

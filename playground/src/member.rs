@@ -201,7 +201,11 @@ fn name_of(o: &Value) -> String {
 }
 
 fn ns_of(o: &Value) -> String {
-    o["metadata"]["namespace"].as_str().unwrap_or("default").to_string()
+    namespace_of(o).to_string()
+}
+
+fn namespace_of(o: &Value) -> &str {
+    o["metadata"]["namespace"].as_str().unwrap_or("default")
 }
 
 fn owner(o: &Value) -> Value {
@@ -476,19 +480,19 @@ fn replicated_job_reached(js: &Value, rjob: &str, want: &str) -> bool {
 
 /// The gang a pod belongs to: its PodGroup (coscheduling label, Volcano or KAI annotation), or
 /// its JobSet when it names none.
-fn gang_of(pod: &Value) -> (String, Option<(&'static str, &'static str, &'static str)>) {
+fn gang_of(pod: &Value) -> (&str, Option<(&'static str, &'static str, &'static str)>) {
     let l = &pod["metadata"]["labels"];
     let a = &pod["metadata"]["annotations"];
     if let Some(g) = l["scheduling.x-k8s.io/pod-group"].as_str() {
-        return (g.into(), Some(("scheduling.x-k8s.io", "v1alpha1", "podgroups")));
+        return (g, Some(("scheduling.x-k8s.io", "v1alpha1", "podgroups")));
     }
     if let Some(g) = a["scheduling.k8s.io/group-name"].as_str() {
-        return (g.into(), Some(("scheduling.volcano.sh", "v1beta1", "podgroups")));
+        return (g, Some(("scheduling.volcano.sh", "v1beta1", "podgroups")));
     }
     if let Some(g) = a["pod-group-name"].as_str() {
-        return (g.into(), Some(("scheduling.run.ai", "v2alpha2", "podgroups")));
+        return (g, Some(("scheduling.run.ai", "v2alpha2", "podgroups")));
     }
-    (l["jobset.sigs.k8s.io/jobset-name"].as_str().unwrap_or("").into(), None)
+    (l["jobset.sigs.k8s.io/jobset-name"].as_str().unwrap_or(""), None)
 }
 
 fn requests(pod: &Value) -> BTreeMap<String, f64> {
@@ -611,10 +615,26 @@ fn schedule(store: &mut Store) {
 fn scheduled(store: &Store) -> Vec<Scheduled> {
     let pods_rt = builtin(store, "", "v1", "pods");
     let nodes_rt = builtin(store, "", "v1", "nodes");
-    let pods: Vec<&Value> = store
-        .objects(&pods_rt)
-        .filter(|p| !p["spec"]["nodeName"].is_string() && p["status"]["phase"] == "Pending")
-        .collect();
+    // One pass over the pods, borrowed: the pending ones not bound yet, the ones bound (what
+    // they take from their nodes) and, as coscheduling's PreFilter counts them, each group's
+    // pods that exist and are not finished, bound or not (a launcher made after its workers
+    // run joins a full group). Three passes, each naming every pod's group anew, were most of
+    // a pass's time once a burst had thousands of pods (issue #39).
+    let mut pods: Vec<&Value> = Vec::new();
+    let mut bound: Vec<&Value> = Vec::new();
+    let mut live: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    for p in store.objects(&pods_rt) {
+        let phase = p["status"]["phase"].as_str();
+        if !matches!(phase, Some("Pending" | "Running")) {
+            continue;
+        }
+        *live.entry((namespace_of(p), gang_of(p).0)).or_default() += 1;
+        if p["spec"]["nodeName"].is_string() {
+            bound.push(p);
+        } else if phase == Some("Pending") {
+            pods.push(p);
+        }
+    }
     if pods.is_empty() {
         return Vec::new();
     }
@@ -631,34 +651,26 @@ fn scheduled(store: &Store) -> Vec<Scheduled> {
             (name_of(n), alloc)
         })
         .collect();
-    for p in store.objects(&pods_rt).filter(|p| {
-        p["spec"]["nodeName"].is_string() && matches!(p["status"]["phase"].as_str(), Some("Pending" | "Running"))
-    }) {
+    for p in bound {
         if let Some(f) = free.get_mut(p["spec"]["nodeName"].as_str().unwrap_or("")) {
             for (k, v) in requests(p) {
                 *f.entry(k).or_insert(0.0) -= v;
             }
         }
     }
-    let mut gangs: BTreeMap<(String, String), Vec<&Value>> = BTreeMap::new();
+    let mut gangs: BTreeMap<(&str, &str), Vec<&Value>> = BTreeMap::new();
     for p in &pods {
-        gangs.entry((ns_of(p), gang_of(p).0)).or_default().push(p);
-    }
-    // As coscheduling's PreFilter: each group's pods that exist and are not finished, bound or
-    // not, against minMember (a launcher made after its workers run joins a full group).
-    let mut live: BTreeMap<(String, String), usize> = BTreeMap::new();
-    for p in store.objects(&pods_rt).filter(|p| matches!(p["status"]["phase"].as_str(), Some("Pending" | "Running"))) {
-        *live.entry((ns_of(p), gang_of(p).0)).or_default() += 1;
+        gangs.entry((namespace_of(p), gang_of(p).0)).or_default().push(p);
     }
     let mut decided = Vec::new();
     for ((ns, gang), members) in gangs {
         let pg_kind = gang_of(members[0]).1;
         let pg = pg_kind
             .and_then(|(g, v, plural)| store.lookup(g, v, plural))
-            .and_then(|rt| store.peek(rt, Some(&ns), &gang));
+            .and_then(|rt| store.peek(rt, Some(ns), gang));
         let min_member = pg.and_then(|pg| pg["spec"]["minMember"].as_i64()).unwrap_or(members.len() as i64);
         let timeout = pg.and_then(|pg| pg["spec"]["scheduleTimeoutSeconds"].as_u64()).unwrap_or(60);
-        if (live.get(&(ns.clone(), gang.clone())).copied().unwrap_or(0) as i64) < min_member {
+        if (live.get(&(ns, gang)).copied().unwrap_or(0) as i64) < min_member {
             continue;
         }
         // Bound on trial, taken back unless the whole gang fits.
@@ -678,7 +690,7 @@ fn scheduled(store: &Store) -> Vec<Scheduled> {
         }
         if binding.len() == members.len() {
             decided.extend(binding.into_iter().map(|(pod, node, _)| Scheduled::Bound {
-                namespace: ns.clone(),
+                namespace: ns.to_string(),
                 pod,
                 node,
             }));
@@ -706,7 +718,7 @@ fn scheduled(store: &Store) -> Vec<Scheduled> {
                     .any(|c| c["message"] == message.as_str());
                 if !already {
                     decided.push(Scheduled::Unschedulable {
-                        namespace: ns.clone(),
+                        namespace: ns.to_string(),
                         pod: name_of(p),
                         message: message.clone(),
                     });
