@@ -665,9 +665,8 @@ fn scheduled(store: &Store) -> Vec<Scheduled> {
     let mut decided = Vec::new();
     for ((ns, gang), members) in gangs {
         let pg_kind = gang_of(members[0]).1;
-        let pg = pg_kind
-            .and_then(|(g, v, plural)| store.lookup(g, v, plural))
-            .and_then(|rt| store.peek(rt, Some(ns), gang));
+        let pg =
+            pg_kind.and_then(|(g, v, plural)| store.lookup(g, v, plural)).and_then(|rt| store.peek(rt, Some(ns), gang));
         let min_member = pg.and_then(|pg| pg["spec"]["minMember"].as_i64()).unwrap_or(members.len() as i64);
         let timeout = pg.and_then(|pg| pg["spec"]["scheduleTimeoutSeconds"].as_u64()).unwrap_or(60);
         if (live.get(&(ns, gang)).copied().unwrap_or(0) as i64) < min_member {
