@@ -88,11 +88,66 @@ pub fn prune(schema: &Value, value: &mut Value) -> Vec<String> {
 /// the old ones are not checked again (ratcheting, as Kubernetes 1.33 does). Each failure is
 /// (field, message) with the message as Kubernetes words it: `Invalid value: <message>`.
 /// One request's rules share one [`cel::Budget`].
-pub fn validation_rules(schema: &Value, new: &Value, old: Option<&Value>) -> Vec<(String, String)> {
+pub fn validation_rules(schema: &Arc<Value>, new: &Value, old: Option<&Value>) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let budget = cel::Budget::new();
-    rules_in(schema, new, old, "", &budget, &mut out);
+    rules_in(schema, &ruled(schema), new, old, "", &budget, &mut out);
     out
+}
+
+/// The nodes of one schema that hold a rule, themselves or below (through `properties`,
+/// `additionalProperties` and `items`, where [`rules_in`] descends), by address in that schema,
+/// sorted. The walk of a value goes only where they are: most of an object (a JobSet's pod
+/// template, a pod copy's spec) lies under nodes without rules, and walking it, a path string
+/// made at every field, was most of what a write's rules cost (issue #39).
+#[derive(Debug, Default)]
+struct Ruled(Vec<usize>);
+
+impl Ruled {
+    fn of(schema: &Value) -> Ruled {
+        // Post-order, so a node is marked once its children are known. A schema's depth is
+        // bounded as every parsed body's is (serde_json's 128 levels).
+        fn mark(s: &Value, out: &mut Vec<usize>) -> bool {
+            let own = s.get("x-kubernetes-validations").and_then(Value::as_array).is_some_and(|r| !r.is_empty());
+            let props = s.get("properties").and_then(Value::as_object).into_iter().flat_map(|p| p.values());
+            let additional = s.get("additionalProperties").filter(|a| a.is_object());
+            let below = props.chain(additional).chain(s.get("items")).fold(false, |any, sub| mark(sub, out) | any);
+            if own || below {
+                out.push(address(s));
+            }
+            own || below
+        }
+        let mut out = Vec::new();
+        mark(schema, &mut out);
+        out.sort_unstable();
+        Ruled(out)
+    }
+
+    /// Whether `node`, a node of the schema this was made of, holds a rule or has one below.
+    fn holds(&self, node: &Value) -> bool {
+        self.0.binary_search(&address(node)).is_ok()
+    }
+}
+
+/// Where a schema node lives: nodes of one shared schema keep their addresses while it lives.
+fn address(node: &Value) -> usize {
+    std::ptr::from_ref(node) as usize
+}
+
+/// The [`Ruled`] index of a schema, made once per shared schema (by its pointer: the addresses
+/// are that schema's own) and kept as [`compiled`] keeps validators.
+fn ruled(schema: &Arc<Value>) -> Arc<Ruled> {
+    type Kept = std::sync::Mutex<Vec<(Arc<Value>, Arc<Ruled>)>>;
+    static RULED: std::sync::OnceLock<Kept> = std::sync::OnceLock::new();
+    let Ok(mut entries) = RULED.get_or_init(Default::default).lock() else {
+        return Arc::new(Ruled::of(schema));
+    };
+    if let Some((_, r)) = entries.iter().find(|(s, _)| Arc::ptr_eq(s, schema)) {
+        return r.clone();
+    }
+    let r = Arc::new(Ruled::of(schema));
+    keep(&mut entries, (schema.clone(), r.clone()));
+    r
 }
 
 /// Every rule of the schema that does not compile, as (where, why): a CRD carrying one is
@@ -136,13 +191,14 @@ fn join(path: &str, field: &str) -> String {
 
 fn rules_in(
     schema: &Value,
+    ruled: &Ruled,
     new: &Value,
     old: Option<&Value>,
     path: &str,
     budget: &std::sync::Arc<cel::Budget>,
     out: &mut Vec<(String, String)>,
 ) {
-    if new.is_null() || old == Some(new) {
+    if new.is_null() || old == Some(new) || !ruled.holds(schema) {
         return;
     }
     let rules = schema.get("x-kubernetes-validations").and_then(Value::as_array);
@@ -161,7 +217,7 @@ fn rules_in(
             let additional = schema.get("additionalProperties").filter(|a| a.is_object());
             for (k, v) in map {
                 let Some(sub) = props.and_then(|p| p.get(k)).or(additional) else { continue };
-                rules_in(sub, v, old.and_then(|o| o.get(k)), &join(path, k), budget, out);
+                rules_in(sub, ruled, v, old.and_then(|o| o.get(k)), &join(path, k), budget, out);
             }
         }
         Value::Array(items) => {
@@ -179,7 +235,7 @@ fn rules_in(
                 let correlated = (!keys.is_empty())
                     .then(|| old_items?.iter().find(|o| keys.iter().all(|k| o.get(k) == v.get(k))))
                     .flatten();
-                rules_in(sub, v, correlated, &format!("{path}[{i}]"), budget, out);
+                rules_in(sub, ruled, v, correlated, &format!("{path}[{i}]"), budget, out);
             }
         }
         _ => {}
@@ -543,9 +599,9 @@ mod tests {
 
     #[test]
     fn self_equals_old_self_makes_a_field_immutable() {
-        let schema = json!({"properties": {"spec": {"properties": {
+        let schema = Arc::new(json!({"properties": {"spec": {"properties": {
             "ref": {"type": "object", "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "ref is immutable"}]},
-            "free": {"type": "string"}}}}});
+            "free": {"type": "string"}}}}}));
         let old = json!({"spec": {"ref": {"name": "a"}, "free": "x"}});
         assert!(
             validation_rules(&schema, &json!({"spec": {"ref": {"name": "a"}, "free": "y"}}), Some(&old)).is_empty()
@@ -560,7 +616,7 @@ mod tests {
 
     #[test]
     fn rules_apply_to_each_item_and_value_and_name_the_field() {
-        let schema = json!({"properties": {"spec": {"type": "object", "properties": {
+        let schema = Arc::new(json!({"properties": {"spec": {"type": "object", "properties": {
             "workers": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
                 "items": {"type": "object", "x-kubernetes-validations": [
                     {"rule": "self.count >= 1", "messageExpression": "'count of ' + self.name + ' must be at least 1'"},
@@ -569,7 +625,7 @@ mod tests {
                 "x-kubernetes-validations": [{"rule": "size(self) <= 3"}]}},
             "mode": {"type": "string", "x-kubernetes-validations": [{"rule": "self in ['a', 'b']", "message": "mode must be a or b"}]}},
             "x-kubernetes-validations": [{"rule": "!has(self.mode) || self.mode != 'b' || has(self.labels)",
-                "message": "mode b needs labels", "fieldPath": ".mode"}]}}});
+                "message": "mode b needs labels", "fieldPath": ".mode"}]}}}));
         let obj = json!({"spec": {"workers": [{"name": "w", "count": 0}, {"name": "v", "count": 5}],
                                    "labels": {"k": "long"}, "mode": "c"}});
         let mut got = validation_rules(&schema, &obj, None);
@@ -596,10 +652,37 @@ mod tests {
         );
     }
 
+    /// The walk goes only under nodes with a rule at or below them; a subtree without one (a
+    /// pod template) is not walked, and one with a rule deep inside it is.
+    #[test]
+    fn rules_are_looked_for_only_where_the_schema_has_some() {
+        let schema = json!({"properties": {"spec": {"properties": {
+            "template": {"type": "object", "properties": {"containers": {"type": "array", "items": {"type": "object"}}}},
+            "jobs": {"type": "array", "items": {"type": "object", "additionalProperties": {"type": "string",
+                "x-kubernetes-validations": [{"rule": "self != 'x'"}]}}},
+            "empty": {"type": "string", "x-kubernetes-validations": []}}}}});
+        let ruled = Ruled::of(&schema);
+        let spec = &schema["properties"]["spec"];
+        let jobs = &spec["properties"]["jobs"];
+        for held in [&schema, spec, jobs, &jobs["items"], &jobs["items"]["additionalProperties"]] {
+            assert!(ruled.holds(held), "{held}");
+        }
+        let template = &spec["properties"]["template"];
+        for bare in [template, &template["properties"]["containers"], &spec["properties"]["empty"]] {
+            assert!(!ruled.holds(bare), "{bare}");
+        }
+        let schema = Arc::new(schema);
+        let obj = json!({"spec": {"template": {"containers": [{"x": "x"}]}, "jobs": [{"a": "y", "b": "x"}]}});
+        assert_eq!(
+            validation_rules(&schema, &obj, None),
+            vec![("spec.jobs[0].b".to_string(), "Invalid value: \"x\": failed rule: self != 'x'".to_string())]
+        );
+    }
+
     #[test]
     fn a_rule_that_does_not_compile_is_named() {
-        let schema = json!({"properties": {"spec": {"type": "object",
-            "x-kubernetes-validations": [{"rule": "self.a =="}]}}});
+        let schema = Arc::new(json!({"properties": {"spec": {"type": "object",
+            "x-kubernetes-validations": [{"rule": "self.a =="}]}}}));
         let errs = rule_compile_errors(&schema, "openAPIV3Schema");
         assert_eq!(errs.len(), 1, "{errs:?}");
         assert_eq!(errs[0].0, "openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule");

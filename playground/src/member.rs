@@ -570,21 +570,16 @@ fn schedule(store: &mut Store) {
             Scheduled::Bound { namespace: ns, pod, node } => {
                 let Ok(mut obj) = store.get(&pods_rt, Some(&ns), &pod) else { continue };
                 obj["spec"]["nodeName"] = node.into();
-                let bound = store.update(
-                    Requester::InProcess,
-                    &pods_rt,
-                    Some(&ns),
-                    &pod,
-                    obj.clone(),
-                    Part::Main,
-                    &write_options(),
-                );
-                if bound.is_err() {
-                    continue;
-                }
-                write_log(store, &obj, &start_lines(&obj));
+                // What starting it writes, read before the pod goes to the store (not copied).
+                let lines = start_lines(&obj);
                 let started = kube_mem::time::now_rfc3339();
                 let containers = container_statuses(&obj, true, json!({"running": {"startedAt": started}}));
+                let Ok(bound) =
+                    store.update(Requester::InProcess, &pods_rt, Some(&ns), &pod, obj, Part::Main, &write_options())
+                else {
+                    continue;
+                };
+                write_log(store, &bound, &lines);
                 let status = json!({"status": {"phase": "Running", "startTime": started,
                     "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
                     "containerStatuses": containers}});
