@@ -409,10 +409,12 @@ pub fn update_base(live: Option<&Value>, sent: Option<&Value>, subresource: &str
     if !subresource.is_empty() {
         return live_entries();
     }
-    let sent = sent.and_then(Value::as_array).filter(|l| !l.is_empty());
+    let sent = sent.filter(|s| s.as_array().is_some_and(|l| !l.is_empty()));
     match sent {
-        Some(l) if l.len() == 1 && l[0].as_object().is_some_and(Map::is_empty) => Vec::new(),
-        Some(l) => match decode(Some(&Value::Array(l.clone()))) {
+        Some(s) if s.as_array().is_some_and(|l| l.len() == 1 && l[0].as_object().is_some_and(Map::is_empty)) => {
+            Vec::new()
+        }
+        Some(s) => match decode(Some(s)) {
             Some(entries) if !entries.is_empty() => entries,
             _ => live_entries(),
         },

@@ -95,6 +95,11 @@ pub struct ApplyOptions<'a> {
     pub force: bool,
 }
 
+/// Takes `metadata.managedFields` out of an object.
+fn take_managed(obj: &mut Value) -> Option<Value> {
+    obj.get_mut("metadata").and_then(Value::as_object_mut).and_then(|m| m.remove("managedFields"))
+}
+
 /// How a write's field ownership lands in `metadata.managedFields`.
 #[derive(Debug, Clone, Copy)]
 enum Record<'a> {
@@ -400,15 +405,25 @@ impl Store {
                 meta_str(&obj, "name").unwrap_or("")
             )));
         }
-        // What the client sent (or apply computed), before a status write starts from the old
-        // object.
-        let sent_managed = obj.pointer("/metadata/managedFields").cloned();
+        // What the client sent (or apply computed), taken before a status write starts from
+        // the old object. Recorded writes write managedFields anew ([`Self::record`]), so the
+        // object goes on without them and the stored ones are not copied into it only to be
+        // replaced; an Update of a subresource starts from the stored entries and reads none sent.
+        let recorded = !matches!(record, Record::Keep);
+        let sent_managed = match record {
+            Record::Keep => None,
+            Record::Update(_) if part == Part::Status => {
+                take_managed(&mut obj);
+                None
+            }
+            Record::Update(_) | Record::Applied => take_managed(&mut obj),
+        };
         // A status write of a CRD kind is admitted on its metadata and status alone, and
         // given the rest of the stored object after ([`admission::mutate_status`]).
         let status_alone = rt.status_subresource && part == Part::Status && admission::mutates_status_alone(rt);
         // Status and spec are written separately where a status subresource exists.
         if status_alone {
-            obj = with_status(old, obj.as_object_mut().and_then(|o| o.remove("status")));
+            obj = with_status(old, obj.as_object_mut().and_then(|o| o.remove("status")), !recorded);
         } else if rt.status_subresource {
             match part {
                 Part::Main => match old.get("status") {
@@ -424,7 +439,7 @@ impl Store {
                     // status strategies copy it: the old status is not copied only to be
                     // replaced (it is most of a pod's or a Placement's bytes).
                     let status = obj.as_object_mut().and_then(|o| o.remove("status"));
-                    obj = without_status(old);
+                    obj = without_status(old, !recorded);
                     if let (Some(s), Some(o)) = (status, obj.as_object_mut()) {
                         o.insert("status".into(), s);
                     }

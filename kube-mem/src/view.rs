@@ -130,26 +130,44 @@ pub(crate) fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
 }
 
 /// The object without its status, copied: what a status write keeps of the stored object.
-pub(crate) fn without_status(obj: &Value) -> Value {
+/// Without `metadata.managedFields` unless `managed`: a write that records its own does not copy
+/// the stored ones to replace them.
+pub(crate) fn without_status(obj: &Value, managed: bool) -> Value {
     match obj.as_object() {
-        Some(o) => {
-            Value::Object(o.iter().filter(|(k, _)| *k != "status").map(|(k, v)| (k.clone(), v.clone())).collect())
-        }
+        Some(o) => Value::Object(
+            o.iter()
+                .filter(|(k, _)| *k != "status")
+                .map(|(k, v)| (k.clone(), if k == "metadata" { metadata(v, managed) } else { v.clone() }))
+                .collect(),
+        ),
         None => obj.clone(),
     }
 }
 
 /// The stored object's apiVersion, kind and metadata with `status`: what a status write of a
-/// CRD kind is admitted on (`admission::mutate_status` adds the rest).
-pub(crate) fn with_status(stored: &Value, status: Option<Value>) -> Value {
+/// CRD kind is admitted on (`admission::mutate_status` adds the rest). `managed` as for
+/// [`without_status`].
+pub(crate) fn with_status(stored: &Value, status: Option<Value>, managed: bool) -> Value {
     let mut o: serde_json::Map<String, Value> = ["apiVersion", "kind", "metadata"]
         .into_iter()
-        .filter_map(|k| stored.get(k).map(|v| (k.to_string(), v.clone())))
+        .filter_map(|k| {
+            stored.get(k).map(|v| (k.to_string(), if k == "metadata" { metadata(v, managed) } else { v.clone() }))
+        })
         .collect();
     if let Some(s) = status {
         o.insert("status".into(), s);
     }
     Value::Object(o)
+}
+
+/// A copy of an object's metadata, with its managedFields or without.
+fn metadata(meta: &Value, managed: bool) -> Value {
+    match meta.as_object() {
+        Some(m) if !managed => Value::Object(
+            m.iter().filter(|(k, _)| *k != "managedFields").map(|(k, v)| (k.clone(), v.clone())).collect(),
+        ),
+        _ => meta.clone(),
+    }
 }
 
 /// What a patch of the status subresource is applied to: the object as a client of `rt`'s
