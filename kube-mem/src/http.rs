@@ -446,16 +446,20 @@ async fn serve(
                 return Ok(json_response(if created { 201 } else { 200 }, &obj));
             }
             let patch_type = content_type.split(';').next().unwrap_or("");
-            // A merge patch of the status is applied to the metadata and status alone: the
-            // write keeps nothing else. A JSON patch may test or move any path: all of it.
-            let mut obj = match store.view().peek(rt, ns, &name) {
-                Some(o) if target.part == Part::Status && patch_type != "application/json-patch+json" => {
-                    view::present_status(rt, o)
-                }
-                Some(o) => view::present(rt, o),
-                None => return Err(ApiError::not_found(&rt.display_name(), &name)),
+            let Some(stored) = store.view().peek(rt, ns, &name) else {
+                return Err(ApiError::not_found(&rt.display_name(), &name));
             };
             let patch_body = parse_body(&bytes, "json")?;
+            // A JSON patch may test or move any path: it is applied to all of the object. A
+            // merge patch, to the object without its managedFields (a merge patch replaces a
+            // list whole, so the entries it is read with are those it names, or none: the
+            // stored ones), and of the status, to the metadata and status alone (the write keeps
+            // nothing else). See `view::patch_target`.
+            let mut obj = if patch_type == "application/json-patch+json" {
+                view::present(rt, stored)
+            } else {
+                view::patch_target(rt, stored, target.part == Part::Status)
+            };
             match patch_type {
                 "application/merge-patch+json" => patch::merge_patch(&mut obj, &patch_body),
                 "application/json-patch+json" => patch::json_patch(&mut obj, &patch_body)?,

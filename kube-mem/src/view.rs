@@ -170,19 +170,27 @@ fn metadata(meta: &Value, managed: bool) -> Value {
     }
 }
 
-/// What a patch of the status subresource is applied to: the object as a client of `rt`'s
-/// version sees it, but only its metadata and status. A status write keeps nothing else of
-/// what it is sent (it takes the rest from the stored object), so the spec is not copied to be
-/// patched and thrown away.
-pub(crate) fn present_status(rt: &ResourceType, obj: &Value) -> Value {
+/// What a merge patch (JSON or strategic) is applied to: the object as a client of `rt`'s
+/// version sees it, without `metadata.managedFields`, and of the status subresource
+/// (`status_only`) only its metadata and status. A status write keeps nothing else of what it is
+/// sent (it takes the rest from the stored object), so the spec is not copied to be patched and
+/// thrown away. Both patches replace the entry list whole (ObjectMeta gives it no merge key),
+/// so a write reads the entries a patch names, or, naming none, the stored ones, which a copy
+/// here would only stand for.
+pub fn patch_target(rt: &ResourceType, obj: &Value, status_only: bool) -> Value {
     let mut o = serde_json::Map::new();
+    for (k, v) in obj.as_object().into_iter().flatten() {
+        let copy = match k.as_str() {
+            "apiVersion" | "kind" => continue,
+            "metadata" => metadata(v, false),
+            "status" => v.clone(),
+            _ if status_only => continue,
+            _ => v.clone(),
+        };
+        o.insert(k.clone(), copy);
+    }
     o.insert("apiVersion".into(), rt.api_version().into());
     o.insert("kind".into(), rt.kind.clone().into());
-    for part in ["metadata", "status"] {
-        if let Some(v) = obj.get(part) {
-            o.insert(part.into(), v.clone());
-        }
-    }
     Value::Object(o)
 }
 

@@ -159,6 +159,11 @@ async fn other_writes_are_updates_by_their_manager() {
     let o = owners(&forced);
     assert_eq!(owner(&o, "applier"), Some(&json!({"f:data": {"f:y": {}}})));
     assert_eq!(owner(&o, "stowage-dispatcher"), None);
+    // A patch that names managedFields is read with them: one empty entry strips them all, as
+    // the Server-Side Apply documentation says ("Clearing managedFields").
+    let reset = json!({"metadata": {"managedFields": [{}]}});
+    let stripped = cms.patch("c", &PatchParams::default(), &Patch::Merge(reset)).await.expect("reset");
+    assert_eq!(owners(&serde_json::to_value(stripped).expect("json")), Vec::new());
 }
 
 /// The Workload CRD as shipped by Kueue, and a Workload `w` admitted nowhere yet.

@@ -186,10 +186,11 @@ fn one_trainjob(s: &mut Store, k: &Kinds, i: u64) {
     .expect("pod status");
 }
 
-/// The stored object with `patch` merged in, as the API server's merge patch makes the object
-/// it then updates.
+/// The stored object with `patch` merged in, as the API server's merge patch of the status
+/// makes the object it then updates (`kube_mem::view::patch_target`).
 fn merged(s: &Store, rt: &kube_mem::resources::ResourceType, name: &str, patch: &Value) -> Value {
-    let mut obj = s.get(rt, Some("default"), name).expect("stored");
+    let stored = s.view().peek(rt, Some("default"), name).expect("stored");
+    let mut obj = kube_mem::view::patch_target(rt, stored, true);
     kube_mem::patch::merge_patch(&mut obj, patch);
     obj
 }
