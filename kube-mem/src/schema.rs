@@ -671,6 +671,11 @@ mod tests {
         for bare in [template, &template["properties"]["containers"], &spec["properties"]["empty"]] {
             assert!(!ruled.holds(bare), "{bare}");
         }
+        // Schemas of other shapes (a tuple's `items`, a boolean `additionalProperties`, a
+        // non-object where a schema belongs) hold nothing and break nothing.
+        let odd = json!({"properties": {"t": {"items": [{"x-kubernetes-validations": [{"rule": "true"}]}]},
+                                        "m": {"additionalProperties": true}, "s": "string"}});
+        assert_eq!(Ruled::of(&odd).0, Vec::<usize>::new());
         let schema = Arc::new(schema);
         let obj = json!({"spec": {"template": {"containers": [{"x": "x"}]}, "jobs": [{"a": "y", "b": "x"}]}});
         assert_eq!(

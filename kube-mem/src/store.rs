@@ -408,16 +408,9 @@ impl Store {
         // What the client sent (or apply computed), taken before a status write starts from
         // the old object. Recorded writes write managedFields anew ([`Self::record`]), so the
         // object goes on without them and the stored ones are not copied into it only to be
-        // replaced; an Update of a subresource starts from the stored entries and reads none sent.
+        // replaced (an Update of a subresource reads none sent: `managed::update_base`).
         let recorded = !matches!(record, Record::Keep);
-        let sent_managed = match record {
-            Record::Keep => None,
-            Record::Update(_) if part == Part::Status => {
-                take_managed(&mut obj);
-                None
-            }
-            Record::Update(_) | Record::Applied => take_managed(&mut obj),
-        };
+        let sent_managed = if recorded { take_managed(&mut obj) } else { None };
         // A status write of a CRD kind is admitted on its metadata and status alone, and
         // given the rest of the stored object after ([`admission::mutate_status`]).
         let status_alone = rt.status_subresource && part == Part::Status && admission::mutates_status_alone(rt);
