@@ -288,6 +288,8 @@ struct Controllers {
     /// since can have come due; the first pass of each second looks at them all (at 2,000
     /// TrainJobs a look at every pod 20 times a second was a twentieth of a burst's samples).
     kubelet: Option<(u64, u64)>,
+    /// The gang scheduler's account of the live pods, kept between passes.
+    scheduler: Seen,
 }
 
 impl Controllers {
@@ -305,7 +307,7 @@ impl Controllers {
     fn pass(&mut self, controller: Controller, store: &mut Store, duration_of: &DurationOf) {
         // The scheduler binds any pod; the others need JobSets to be served.
         if let Controller::Scheduler = controller {
-            return schedule(store);
+            return schedule(store, &mut self.scheduler);
         }
         let Some(rt) = jobsets_type(store) else { return };
         match controller {
@@ -495,15 +497,34 @@ fn gang_of(pod: &Value) -> (&str, Option<(&'static str, &'static str, &'static s
     (l["jobset.sigs.k8s.io/jobset-name"].as_str().unwrap_or(""), None)
 }
 
-fn requests(pod: &Value) -> BTreeMap<String, f64> {
+/// A pod's requests summed over its containers, by resource name (borrowed from the pod).
+fn requests(pod: &Value) -> BTreeMap<&str, f64> {
     let mut total = BTreeMap::new();
     for c in pod["spec"]["containers"].as_array().into_iter().flatten() {
         for (k, v) in c["resources"]["requests"].as_object().into_iter().flatten() {
-            let q = v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
-            *total.entry(k.clone()).or_insert(0.0) += quantity(&q);
+            let q = match v.as_str() {
+                Some(q) => quantity(q),
+                None => quantity(&v.to_string()),
+            };
+            *total.entry(k.as_str()).or_insert(0.0) += q;
         }
     }
     total
+}
+
+/// Resources by name, as a node has them free (borrowed from the node and the pods).
+type Free<'s> = BTreeMap<&'s str, f64>;
+
+fn fits(free: &Free<'_>, need: &Free<'_>) -> bool {
+    need.iter().all(|(k, v)| free.get(k).copied().unwrap_or(0.0) >= *v)
+}
+
+/// `need` taken from `free` (`sign` -1) or given back (`sign` 1). A resource the node does not
+/// list is one it has none of.
+fn take<'s>(free: &mut Free<'s>, need: &Free<'s>, sign: f64) {
+    for (k, v) in need {
+        *free.entry(k).or_insert(0.0) += sign * v;
+    }
 }
 
 /// A quantity as a float in base units: enough for fit tests in a simulation.
@@ -563,9 +584,10 @@ enum Scheduled {
 }
 
 /// The gang scheduler: binds a gang's pods all or nothing once minMember of them exist.
-fn schedule(store: &mut Store) {
+fn schedule(store: &mut Store, seen: &mut Seen) {
     let pods_rt = builtin(store, "", "v1", "pods");
-    for decision in scheduled(store) {
+    seen.catch_up(store);
+    for decision in scheduled(store, seen) {
         match decision {
             Scheduled::Bound { namespace: ns, pod, node } => {
                 let Ok(mut obj) = store.get(&pods_rt, Some(&ns), &pod) else { continue };
@@ -604,55 +626,121 @@ fn schedule(store: &mut Store) {
     }
 }
 
-/// The scheduler's pass over the store, borrowed: which gangs bind where, and which pods to
-/// tell they cannot (a pass that copied every pending pod and every node was the simulated
-/// members' largest part in a burst of 2,000).
-fn scheduled(store: &Store) -> Vec<Scheduled> {
-    let pods_rt = builtin(store, "", "v1", "pods");
-    let nodes_rt = builtin(store, "", "v1", "nodes");
-    // One pass over the pods, borrowed: the pending ones not bound yet, the ones bound (what
-    // they take from their nodes) and, as coscheduling's PreFilter counts them, each group's
-    // pods that exist and are not finished, bound or not (a launcher made after its workers
-    // run joins a full group). Three passes, each naming every pod's group anew, were most of
-    // a pass's time once a burst had thousands of pods (issue #39).
-    let mut pods: Vec<&Value> = Vec::new();
-    let mut bound: Vec<&Value> = Vec::new();
-    let mut live: BTreeMap<(&str, &str), usize> = BTreeMap::new();
-    for p in store.objects(&pods_rt) {
-        let phase = p["status"]["phase"].as_str();
-        if !matches!(phase, Some("Pending" | "Running")) {
-            continue;
-        }
-        *live.entry((namespace_of(p), gang_of(p).0)).or_default() += 1;
-        if p["spec"]["nodeName"].is_string() {
-            bound.push(p);
-        } else if phase == Some("Pending") {
-            pods.push(p);
-        }
-    }
-    if pods.is_empty() {
-        return Vec::new();
-    }
-    let nodes: Vec<&Value> = store.objects(&nodes_rt).collect();
-    let mut free: BTreeMap<String, BTreeMap<String, f64>> = nodes
-        .iter()
-        .map(|n| {
-            let alloc = n["status"]["allocatable"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .map(|(k, v)| (k.clone(), quantity(v.as_str().unwrap_or("0"))))
-                .collect();
-            (name_of(n), alloc)
-        })
-        .collect();
-    for p in bound {
-        if let Some(f) = free.get_mut(p["spec"]["nodeName"].as_str().unwrap_or("")) {
-            for (k, v) in requests(p) {
-                *f.entry(k).or_insert(0.0) -= v;
+/// A live pod (Pending or Running) as the gang scheduler counts it.
+#[derive(Debug, Clone, PartialEq)]
+struct Live {
+    gang: (String, String),
+    /// The node it is bound to and what it takes there; `None`: not bound.
+    bound: Option<(String, BTreeMap<String, f64>)>,
+}
+
+/// The gang scheduler's account of the live pods, brought up to date each pass from the pods
+/// written since the last (as a scheduler's cache follows its pod watch): a pass that read
+/// every pod of the member, 20 times a second, was a twentieth of a burst of 2,000 (issue #39).
+#[derive(Debug, Default, PartialEq)]
+struct Seen {
+    /// The store's version when the account was last brought up to date; `None`: never.
+    rv: Option<u64>,
+    pods: BTreeMap<(String, String), Live>,
+    /// Each gang's live pods, bound or not: coscheduling's PreFilter counts them (a launcher
+    /// made after its workers run joins a full group).
+    live: BTreeMap<(String, String), usize>,
+    /// The live pods not bound yet, by (namespace, name): the first fit's order.
+    pending: BTreeSet<(String, String)>,
+    /// What bound pods take from each node, by node name.
+    used: BTreeMap<String, BTreeMap<String, f64>>,
+}
+
+impl Seen {
+    /// Brought up to date: the pods written since the last time, or every pod when the store's
+    /// history no longer reaches back so far (or at the first pass).
+    fn catch_up(&mut self, store: &Store) {
+        let pods_rt = builtin(store, "", "v1", "pods");
+        let written = self.rv.and_then(|rv| pods_written_since(store, rv));
+        self.rv = Some(store.resource_version());
+        let Some(written) = written else {
+            *self = Seen { rv: self.rv, ..Seen::default() };
+            for p in store.objects(&pods_rt) {
+                self.count(key(p), p);
+            }
+            return;
+        };
+        for at in written {
+            self.forget(&at);
+            if let Some(p) = store.peek(&pods_rt, Some(&at.0), &at.1) {
+                self.count((&at.0, &at.1), p);
             }
         }
     }
+
+    fn count(&mut self, (ns, name): (&str, &str), p: &Value) {
+        let phase = p["status"]["phase"].as_str();
+        if !matches!(phase, Some("Pending" | "Running")) {
+            return;
+        }
+        let at = (ns.to_string(), name.to_string());
+        let gang = (ns.to_string(), gang_of(p).0.to_string());
+        *self.live.entry(gang.clone()).or_default() += 1;
+        let bound = p["spec"]["nodeName"].as_str().map(|node| {
+            let need: BTreeMap<String, f64> = requests(p).into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+            let used = self.used.entry(node.to_string()).or_default();
+            for (k, v) in &need {
+                *used.entry(k.clone()).or_insert(0.0) += v;
+            }
+            (node.to_string(), need)
+        });
+        if bound.is_none() && phase == Some("Pending") {
+            self.pending.insert(at.clone());
+        }
+        self.pods.insert(at, Live { gang, bound });
+    }
+
+    fn forget(&mut self, at: &(String, String)) {
+        let Some(was) = self.pods.remove(at) else { return };
+        self.pending.remove(at);
+        if let Some(n) = self.live.get_mut(&was.gang) {
+            *n -= 1;
+            if *n == 0 {
+                self.live.remove(&was.gang);
+            }
+        }
+        if let Some((node, need)) = was.bound
+            && let Some(used) = self.used.get_mut(&node)
+        {
+            for (k, v) in need {
+                *used.entry(k).or_insert(0.0) -= v;
+            }
+        }
+    }
+}
+
+/// The scheduler's pass, the store borrowed and the live pods as `seen` counts them: which
+/// gangs bind where, and which pods to tell they cannot.
+fn scheduled(store: &Store, seen: &Seen) -> Vec<Scheduled> {
+    if seen.pending.is_empty() {
+        return Vec::new();
+    }
+    let pods_rt = builtin(store, "", "v1", "pods");
+    let nodes_rt = builtin(store, "", "v1", "nodes");
+    let pods: Vec<&Value> = seen.pending.iter().filter_map(|(ns, name)| store.peek(&pods_rt, Some(ns), name)).collect();
+    let nodes: Vec<&Value> = store.objects(&nodes_rt).collect();
+    // Free resources by node, in the store's order (first fit): allocatable less what the
+    // pods bound there take.
+    let mut free: Vec<Free<'_>> = nodes
+        .iter()
+        .map(|n| {
+            let mut free: Free<'_> = n["status"]["allocatable"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.as_str(), quantity(v.as_str().unwrap_or("0"))))
+                .collect();
+            if let Some(used) = seen.used.get(n["metadata"]["name"].as_str().unwrap_or("")) {
+                take(&mut free, &used.iter().map(|(k, v)| (k.as_str(), *v)).collect(), -1.0);
+            }
+            free
+        })
+        .collect();
     let mut gangs: BTreeMap<(&str, &str), Vec<&Value>> = BTreeMap::new();
     for p in &pods {
         gangs.entry((namespace_of(p), gang_of(p).0)).or_default().push(p);
@@ -664,38 +752,32 @@ fn scheduled(store: &Store) -> Vec<Scheduled> {
             pg_kind.and_then(|(g, v, plural)| store.lookup(g, v, plural)).and_then(|rt| store.peek(rt, Some(ns), gang));
         let min_member = pg.and_then(|pg| pg["spec"]["minMember"].as_i64()).unwrap_or(members.len() as i64);
         let timeout = pg.and_then(|pg| pg["spec"]["scheduleTimeoutSeconds"].as_u64()).unwrap_or(60);
-        if (live.get(&(ns, gang)).copied().unwrap_or(0) as i64) < min_member {
+        if (seen.live.get(&(ns.to_string(), gang.to_string())).copied().unwrap_or(0) as i64) < min_member {
             continue;
         }
-        // Bound on trial, taken back unless the whole gang fits.
-        let mut binding: Vec<(String, String, BTreeMap<String, f64>)> = Vec::new();
+        // Bound on trial, taken back unless the whole gang fits. The first node with room
+        // that the pod's selectors, affinity and tolerations allow: room is asked first, as
+        // it is the cheaper test and, once a burst fills the first nodes, the one most fail
+        // (both asked of every node was a twentieth of a burst of 2,000).
+        let mut binding: Vec<(&Value, usize, Free<'_>)> = Vec::new();
         for p in &members {
             let need = requests(p);
-            let node = nodes.iter().filter(|n| node_matches(p, n)).map(|n| name_of(n)).find(|n| {
-                free.get(n).is_some_and(|f| need.iter().all(|(k, v)| f.get(k).copied().unwrap_or(0.0) >= *v))
-            });
-            let Some(n) = node else { break };
-            if let Some(f) = free.get_mut(&n) {
-                for (k, v) in &need {
-                    *f.entry(k.clone()).or_insert(0.0) -= v;
-                }
-            }
-            binding.push((name_of(p), n, need));
+            let Some(i) = (0..nodes.len()).find(|&i| fits(&free[i], &need) && node_matches(p, nodes[i])) else {
+                break;
+            };
+            take(&mut free[i], &need, -1.0);
+            binding.push((p, i, need));
         }
         if binding.len() == members.len() {
-            decided.extend(binding.into_iter().map(|(pod, node, _)| Scheduled::Bound {
+            decided.extend(binding.into_iter().map(|(pod, i, _)| Scheduled::Bound {
                 namespace: ns.to_string(),
-                pod,
-                node,
+                pod: name_of(pod),
+                node: name_of(nodes[i]),
             }));
             continue;
         }
-        for (_, n, need) in &binding {
-            if let Some(f) = free.get_mut(n) {
-                for (k, v) in need {
-                    *f.entry(k.clone()).or_insert(0.0) += v;
-                }
-            }
+        for (_, i, need) in &binding {
+            take(&mut free[*i], need, 1.0);
         }
         if members.iter().any(|p| age_secs(p) >= timeout) {
             let message = format!(
@@ -992,6 +1074,127 @@ mod tests {
             [("default".to_string(), "a".to_string()), ("default".to_string(), "b".to_string())].into();
         assert_eq!(only, want);
         assert_eq!(touched(&store, &rt, Some(store.resource_version())), Some(BTreeSet::new()), "nothing since");
+    }
+
+    /// The gang scheduler binds each pod to the first node, in the store's order, with room
+    /// for it that its selector and the node's taints allow; a gang binds whole or not at all;
+    /// pods already bound take their room first.
+    #[test]
+    fn the_scheduler_binds_first_fit_and_whole_gangs_only() {
+        let mut store = Store::default();
+        let nodes = builtin(&store, "", "v1", "nodes");
+        let pods = builtin(&store, "", "v1", "pods");
+        let node = |name: &str, rack: &str, gpus: u32, taint: bool| {
+            let taints =
+                if taint { json!([{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]) } else { json!([]) };
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"rack": rack}},
+                   "spec": {"taints": taints},
+                   "status": {"allocatable": {"cpu": "8", "nvidia.com/gpu": gpus.to_string()}}})
+        };
+        let pod = |name: &str, gang: &str, rack: &str, gpus: u32, node: Option<&str>| {
+            let mut p = json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "labels": {"jobset.sigs.k8s.io/jobset-name": gang}},
+                "spec": {"nodeSelector": {"rack": rack},
+                         "containers": [{"name": "c", "image": "busybox",
+                                         "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": gpus.to_string()}}}]},
+                "status": {"phase": "Pending"}});
+            if let Some(n) = node {
+                p["spec"]["nodeName"] = n.into();
+            }
+            p
+        };
+        for n in
+            [node("n1", "a", 1, false), node("n2", "b", 2, false), node("n3", "b", 4, true), node("n4", "b", 4, false)]
+        {
+            store.create(Requester::InProcess, &nodes, None, n, &write_options()).expect("node");
+        }
+        for p in [
+            pod("held", "held", "a", 1, Some("n1")),
+            pod("a-0", "a", "a", 1, None),
+            pod("b-0", "b", "b", 1, None),
+            pod("b-1", "b", "b", 1, None),
+            pod("c-0", "c", "b", 3, None),
+            pod("d-0", "d", "b", 1, None),
+            pod("d-1", "d", "b", 4, None),
+        ] {
+            create(&mut store, &pods, p);
+        }
+        let mut seen = Seen::default();
+        seen.catch_up(&store);
+        let mut bound: Vec<(String, String)> = scheduled(&store, &seen)
+            .into_iter()
+            .filter_map(|d| match d {
+                Scheduled::Bound { pod, node, .. } => Some((pod, node)),
+                Scheduled::Unschedulable { .. } => None,
+            })
+            .collect();
+        bound.sort();
+        let want = [("b-0", "n2"), ("b-1", "n2"), ("c-0", "n4")].map(|(p, n)| (p.to_string(), n.to_string()));
+        // a-0: its rack's one node is taken by `held`. b: both on n2, the first with room. c-0:
+        // n3 has room but a taint it does not tolerate. d: d-1 finds no room once c-0 has n4, so
+        // d-0 is not bound either.
+        assert_eq!(bound, want);
+    }
+
+    /// The scheduler's account, brought up to date from the pods written since its last look,
+    /// is the account a look at every pod gives: after binds, a pod ending, one deleted and
+    /// new ones; and a pass with nothing pending decides nothing.
+    #[test]
+    fn the_schedulers_account_follows_the_pods_written_since_as_a_full_look_would() {
+        let mut store = Store::default();
+        let nodes = builtin(&store, "", "v1", "nodes");
+        let pods = builtin(&store, "", "v1", "pods");
+        store
+            .create(
+                Requester::InProcess,
+                &nodes,
+                None,
+                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"},
+                       "status": {"allocatable": {"cpu": "8", "nvidia.com/gpu": "8"}}}),
+                &write_options(),
+            )
+            .expect("node");
+        let pod = |name: &str, gang: &str| {
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "labels": {"jobset.sigs.k8s.io/jobset-name": gang}},
+                "spec": {"containers": [{"name": "c", "image": "busybox",
+                                         "resources": {"requests": {"cpu": "500m", "nvidia.com/gpu": "1"}}}]},
+                "status": {"phase": "Pending"}})
+        };
+        // Both at the store's version: the same account, whichever way it was made.
+        let full = |store: &Store| {
+            let mut s = Seen::default();
+            s.catch_up(store);
+            s
+        };
+        let mut seen = Seen::default();
+        for (name, gang) in [("a-0", "a"), ("a-1", "a"), ("b-0", "b")] {
+            create(&mut store, &pods, pod(name, gang));
+        }
+        schedule(&mut store, &mut seen);
+        let status = |phase: &str| json!({"status": {"phase": phase}});
+        store
+            .update(
+                Requester::InProcess,
+                &pods,
+                Some("default"),
+                "a-1",
+                status("Succeeded"),
+                Part::Status,
+                &write_options(),
+            )
+            .expect("ended");
+        store.delete(Requester::InProcess, &pods, Some("default"), "b-0", false).expect("deleted");
+        create(&mut store, &pods, pod("c-0", "c"));
+        seen.catch_up(&store);
+        assert_eq!(seen, full(&store));
+        assert_eq!(seen.live.get(&("default".to_string(), "a".to_string())), Some(&1), "a-1 ended, a-0 lives");
+        assert_eq!(seen.pending, BTreeSet::from([("default".to_string(), "c-0".to_string())]));
+        assert_eq!(seen.used["n"]["nvidia.com/gpu"], 1.0, "a-0 alone is bound");
+        schedule(&mut store, &mut seen);
+        seen.catch_up(&store);
+        assert!(seen.pending.is_empty(), "c-0 bound");
+        assert!(scheduled(&store, &seen).is_empty(), "nothing pending, nothing decided");
     }
 
     /// The kubelet's first pass in a second looks at every running pod, the others at the pods
