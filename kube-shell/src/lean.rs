@@ -29,6 +29,14 @@ pub struct Unread<K> {
     kind: PhantomData<fn() -> K>,
 }
 
+/// `K`'s metadata alone (without managedFields), the rest of the object skipped unparsed: for a
+/// watch that reads nothing else, such as the burst benchmark's, which notes when each JobSet
+/// and Placement appears and decoded whole JobSets, pod templates and all, to read a label.
+pub struct Meta<K> {
+    meta: ObjectMeta,
+    kind: PhantomData<fn() -> K>,
+}
+
 /// The type information of `K`, for a wrapper of it.
 macro_rules! resource_of {
     ($wrapper:ident, $meta:ident, $meta_mut:ident) => {
@@ -71,12 +79,43 @@ fn unread_meta<K>(o: &Unread<K>) -> &ObjectMeta {
 fn unread_meta_mut<K>(o: &mut Unread<K>) -> &mut ObjectMeta {
     &mut o.meta
 }
+fn meta_meta<K>(o: &Meta<K>) -> &ObjectMeta {
+    &o.meta
+}
+fn meta_meta_mut<K>(o: &mut Meta<K>) -> &mut ObjectMeta {
+    &mut o.meta
+}
 resource_of!(Lean, lean_meta, lean_meta_mut);
+resource_of!(Meta, meta_meta, meta_meta_mut);
 resource_of!(Unread, unread_meta, unread_meta_mut);
 
 impl<K> Clone for Unread<K> {
     fn clone(&self) -> Self {
         Unread { meta: self.meta.clone(), kind: PhantomData }
+    }
+}
+
+impl<K> Clone for Meta<K> {
+    fn clone(&self) -> Self {
+        Meta { meta: self.meta.clone(), kind: PhantomData }
+    }
+}
+
+impl<K> fmt::Debug for Meta<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Meta").field(&self.meta).finish()
+    }
+}
+
+impl<'de, K> de::Deserialize<'de> for Meta<K> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // Every other field is skipped as serde skips a field nobody declared (IgnoredAny).
+        #[derive(serde::Deserialize)]
+        struct Only {
+            #[serde(default)]
+            metadata: ObjectMeta,
+        }
+        Lean::<Only>::deserialize(d).map(|Lean(o)| Meta { meta: o.metadata, kind: PhantomData })
     }
 }
 
@@ -110,6 +149,15 @@ where
 /// [`api`] for a kind known at run time (a `DynamicObject`'s).
 pub fn api_with<K: kube::Resource>(api: kube::Api<K>, dt: &K::DynamicType) -> kube::Api<Lean<K>> {
     same_requests(api, dt)
+}
+
+/// The same requests as `api`, answered with the objects' metadata alone ([`Meta`]).
+pub fn meta<K>(api: kube::Api<K>) -> kube::Api<Meta<K>>
+where
+    K: kube::Resource,
+    K::DynamicType: Default,
+{
+    same_requests(api, &K::DynamicType::default())
 }
 
 /// The same requests as `api`, their answers not decoded ([`Unread`]).
@@ -456,6 +504,27 @@ mod tests {
         assert_eq!(serde_json::to_value(Lean(p.clone())).ok(), serde_json::to_value(&p).ok());
         assert!(serde_json::from_value::<Unread<Pod>>(pod()).is_ok());
         assert!(serde_json::from_str::<Unread<Pod>>(r#"{"metadata": {"#).is_err());
+    }
+
+    #[test]
+    fn metadata_alone_is_the_full_decodes_metadata_without_its_managed_fields() {
+        let v = pod();
+        let meta: Meta<Pod> =
+            serde_json::from_slice(&serde_json::to_vec(&v).unwrap_or_default()).unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(kube::Resource::meta(&meta), &stripped(&v).metadata);
+        // In any key order, from a deserializer that owns its strings, as a watch event.
+        let watched: kube::core::WatchEvent<Meta<Pod>> =
+            serde_json::from_value(json!({"object": v, "type": "ADDED"})).unwrap_or_else(|e| unreachable!("{e}"));
+        assert!(
+            matches!(watched, kube::core::WatchEvent::Added(m) if m.meta.labels == stripped(&pod()).metadata.labels)
+        );
+        // The rest is skipped, not read: a spec no Pod could have still decodes.
+        let odd = json!({"metadata": {"name": "p"}, "spec": {"containers": "not a list"}});
+        assert!(serde_json::from_value::<Meta<Pod>>(odd).is_ok());
+        assert!(
+            serde_json::from_str::<Meta<Pod>>(r#"{"metadata": {"name": 7}}"#).is_err(),
+            "metadata is still checked"
+        );
     }
 
     #[test]
