@@ -100,12 +100,12 @@ pub fn admit(store: &impl View, a: &Attributes<'_>) -> Result<(), ApiError> {
     };
     let budget = Budget::new();
     let mut request = None;
+    let namespace =
+        a.namespace.and_then(|ns| store.lookup("", "v1", "namespaces").and_then(|rt| store.peek(rt, None, ns)));
     for binding in store.objects(bindings) {
         let policy_name = binding.pointer("/spec/policyName").and_then(Value::as_str).unwrap_or("");
         let Some(policy) = store.peek(policies, None, policy_name) else { continue };
         let policy_spec = policy.get("spec").unwrap_or(&Value::Null);
-        let namespace =
-            a.namespace.and_then(|ns| store.lookup("", "v1", "namespaces").and_then(|rt| store.peek(rt, None, ns)));
         if !matches(policy_spec.get("matchConstraints"), a, namespace, true)
             || !matches(binding.pointer("/spec/matchResources"), a, namespace, false)
         {
