@@ -636,7 +636,7 @@ struct Live {
 
 /// The gang scheduler's account of the live pods, brought up to date each pass from the pods
 /// written since the last (as a scheduler's cache follows its pod watch): a pass that read
-/// every pod of the member, 20 times a second, was a twentieth of a burst of 2,000 (issue #39).
+/// every pod of the member, 20 times a second, was 6 % of a burst of 2,000's CPU (issue #39).
 #[derive(Debug, Default, PartialEq)]
 struct Seen {
     /// The store's version when the account was last brought up to date; `None`: never.
@@ -757,8 +757,8 @@ fn scheduled(store: &Store, seen: &Seen) -> Vec<Scheduled> {
         }
         // Bound on trial, taken back unless the whole gang fits. The first node with room
         // that the pod's selectors, affinity and tolerations allow: room is asked first, as
-        // it is the cheaper test and, once a burst fills the first nodes, the one most fail
-        // (both asked of every node was a twentieth of a burst of 2,000).
+        // it is the cheaper test (the other reads the pod's and the node's JSON) and, once a
+        // burst fills the first nodes, the one most of them fail.
         let mut binding: Vec<(&Value, usize, Free<'_>)> = Vec::new();
         for p in &members {
             let need = requests(p);
