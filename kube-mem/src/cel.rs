@@ -105,6 +105,11 @@ pub struct Program {
     variables: Option<BTreeSet<String>>,
     /// The leading comparisons that may decide it without the interpreter.
     shortcut: Option<shortcut::Shortcut>,
+    /// The `has()` tests `expr` answers from the inputs' JSON ([`PRESENT`]), each as its
+    /// input's name, the fields down to the tested one's map, and the tested field.
+    present: Vec<Vec<String>>,
+    /// `expr` as written, for an evaluation where one of `present` cannot be answered so.
+    as_written: Option<IdedExpr>,
 }
 
 impl Program {
@@ -220,7 +225,89 @@ fn parse(source: &str) -> Result<Arc<Program>, CelError> {
     let mut variables = Some(BTreeSet::new());
     selected(&expr, VARIABLES, &mut variables);
     let shortcut = shortcut::Shortcut::of(&expr);
-    Ok(Arc::new(Program { source: source.to_string(), expr: instrument(expr), names: read, variables, shortcut }))
+    let mut present = Vec::new();
+    let mut answered = expr.clone();
+    answer_presence(&mut answered, &mut Vec::new(), &mut present);
+    let (expr, as_written) =
+        if present.is_empty() { (instrument(expr), None) } else { (instrument(answered), Some(instrument(expr))) };
+    Ok(Arc::new(Program { source: source.to_string(), expr, names: read, variables, shortcut, present, as_written }))
+}
+
+/// The prefix of the name a `has()` test on an input's fields is rewritten to
+/// (`has(object.metadata.labels)`: `@present:object.metadata.labels`): not a name CEL source
+/// can write (`@` is the macros' own). The interpreter resolves the operand of `has()` first,
+/// and the inputs' resolver converts what it names whole into the evaluator's maps: a
+/// policy's `has(object.metadata.labels)` converted the pod's metadata, managedFields and
+/// all, and `has(object.spec.nodeName)` its spec, on every write (issue #39). Rewritten, the
+/// resolver answers from the JSON. Only where it can: when a tested field's parent is not a
+/// JSON object of the inputs (absent, null, a list, a name the inputs do not bind), the
+/// expression as written is evaluated instead, so errors are the interpreter's own.
+const PRESENT: &str = "@present:";
+
+/// Rewrites each `has(name.a.b)` whose operand is a chain of fields on a name not bound by an
+/// enclosing comprehension (`bound`) into [`PRESENT`] and the path, pushed onto `paths`.
+/// `has()` is not a call, so it is charged nothing either way; where it is an argument, the
+/// charge wraps the rewritten name and charges its bool alike.
+fn answer_presence(e: &mut IdedExpr, bound: &mut Vec<String>, paths: &mut Vec<Vec<String>>) {
+    if let Expr::Select(s) = &e.expr
+        && s.test
+        && let Some(mut path) = field_chain(&s.operand)
+        && !bound.contains(&path[0])
+    {
+        path.push(s.field.clone());
+        if path.iter().all(|p| !p.is_empty() && !p.contains(['.', ':'])) {
+            e.expr = Expr::Ident(format!("{PRESENT}{}", path.join(".")));
+            paths.push(path);
+            return;
+        }
+    }
+    match &mut e.expr {
+        Expr::Comprehension(c) => {
+            // Its variables, bound for all of it (a name they shadow is left as written).
+            let n = bound.len();
+            bound.extend([c.iter_var.clone(), c.accu_var.clone()].into_iter().chain(c.iter_var2.clone()));
+            for x in [&mut c.iter_range, &mut c.accu_init, &mut c.loop_cond, &mut c.loop_step, &mut c.result] {
+                answer_presence(x, bound, paths);
+            }
+            bound.truncate(n);
+        }
+        Expr::Call(c) => {
+            for x in c.target.iter_mut().map(|t| &mut **t).chain(&mut c.args) {
+                answer_presence(x, bound, paths);
+            }
+        }
+        Expr::List(l) => l.elements.iter_mut().for_each(|x| answer_presence(x, bound, paths)),
+        Expr::Map(m) => {
+            for entry in &mut m.entries {
+                if let EntryExpr::MapEntry(me) = &mut entry.expr {
+                    answer_presence(&mut me.key, bound, paths);
+                    answer_presence(&mut me.value, bound, paths);
+                }
+            }
+        }
+        Expr::Struct(st) => {
+            for entry in &mut st.entries {
+                if let EntryExpr::StructField(f) = &mut entry.expr {
+                    answer_presence(&mut f.value, bound, paths);
+                }
+            }
+        }
+        Expr::Select(s) => answer_presence(&mut s.operand, bound, paths),
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+    }
+}
+
+/// `name.a.b` as `[name, a, b]`: fields selected (not tested) down from a name.
+fn field_chain(e: &IdedExpr) -> Option<Vec<String>> {
+    match &e.expr {
+        Expr::Ident(n) => Some(vec![n.clone()]),
+        Expr::Select(s) if !s.test => {
+            let mut chain = field_chain(&s.operand)?;
+            chain.push(s.field.clone());
+            Some(chain)
+        }
+        _ => None,
+    }
 }
 
 fn one_line(s: &str) -> String {
@@ -505,6 +592,20 @@ impl<'v> Inputs<'v> {
     }
 }
 
+impl Inputs<'_> {
+    /// Whether the JSON object at `path`'s first names (an input, then its fields) has the
+    /// last as a key, as `has()` tests a map; `None` when there is no such object.
+    fn present<S: AsRef<str>>(&self, path: &[S]) -> Option<bool> {
+        let (field, parent) = path.split_last()?;
+        let (input, fields) = parent.split_first()?;
+        let mut value = self.bound.iter().find(|i| i.name == input.as_ref())?.json?;
+        for f in fields {
+            value = value.as_object()?.get(f.as_ref())?;
+        }
+        Some(value.as_object()?.contains_key(field.as_ref()))
+    }
+}
+
 impl cel::context::VariableResolver for Inputs<'_> {
     /// The interpreter asks for a qualified name (`oldObject.spec.cluster`) before its prefixes,
     /// so a field read converts only that field's value: a policy reading one field of a
@@ -514,6 +615,10 @@ impl cel::context::VariableResolver for Inputs<'_> {
     /// twice the work of converting it whole at first). A name not found as JSON fields is
     /// left to the shorter names, and so to the whole input, as before.
     fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
+        if let Some(path) = variable.strip_prefix(PRESENT) {
+            let path: Vec<&str> = path.split('.').collect();
+            return self.present(&path).map(|b| CowVal::Owned(Box::new(CelBool::from(b))));
+        }
         let (name, fields) = match variable.split_once('.') {
             Some((name, fields)) => (name, Some(fields)),
             None => (variable, None),
@@ -546,6 +651,10 @@ impl shortcut::Fields for Inputs<'_> {
             value = value.as_object()?.get(field)?;
         }
         value.as_str()
+    }
+
+    fn present(&self, path: &[String]) -> Option<bool> {
+        Inputs::present(self, path)
     }
 }
 
@@ -599,7 +708,19 @@ impl<'v> Scope<'v> {
         if self.budget.exceeded() {
             return Err(CelError::Budget);
         }
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Value::resolve(&program.expr, &self.ctx)));
+        // The `has()` tests answered from the JSON, if every one of them can be (evaluated or
+        // not: reading the JSON has no effect and costs no budget); else the expression as
+        // written, whose errors are then the interpreter's.
+        match &program.as_written {
+            Some(written) if program.present.iter().any(|path| self.fields.present(path).is_none()) => {
+                self.run(written)
+            }
+            _ => self.run(&program.expr),
+        }
+    }
+
+    fn run(&self, expr: &IdedExpr) -> Result<Value, CelError> {
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Value::resolve(expr, &self.ctx)));
         match run {
             _ if self.budget.exceeded() => Err(CelError::Budget),
             Ok(Ok(v)) => Ok(v),
@@ -777,6 +898,56 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `has()` answered from the JSON gives what the interpreter gives on the expression as
+    /// written, value or error, charged alike; a name a comprehension binds is left as written.
+    #[test]
+    fn presence_answered_from_the_json_is_what_the_interpreter_says() {
+        let object = json!({"metadata": {"name": "p", "labels": {"a": "b"}, "managedFields": [{"manager": "m"}]},
+                            "spec": {"nodeName": "n", "empty": null, "list": [{"x": 1}, {"y": 2}]}});
+        let cases = [
+            "has(object.metadata.labels)",
+            "has(object.metadata.annotations)",
+            "has(object.spec.empty)",
+            "!has(object.spec.nodeName) || object.spec.nodeName == 'n'",
+            "has(object.spec.missing.deeper)",
+            "has(object.spec.nodeName.x)",
+            "has(object.spec.list.x)",
+            "has(oldObject.metadata.labels)",
+            "has(object.metadata)",
+            "has(request.name) ? request.name : 'none'",
+            "has(unbound.a)",
+            "object.spec.list.all(x, has(x.x))",
+            "object.spec.list.exists(object, has(object.y))",
+            "[object].all(o, has(o.spec.nodeName) && has(object.metadata.name))",
+            "{'k': has(object.metadata.labels)}['k'] && [has(object.spec.empty)][0]",
+            "has(object.metadata.labels) && 'a' in object.metadata.labels",
+        ];
+        let request = json!({"name": "r"});
+        for source in cases {
+            let program = compile(source).expect("compiles");
+            // Left as written where every has() is on a comprehension's name.
+            let Some(as_written) = program.as_written.as_ref() else {
+                let on_their_names =
+                    ["object.spec.list.all(x, has(x.x))", "object.spec.list.exists(object, has(object.y))"];
+                assert!(on_their_names.contains(&source), "{source}: a has() to answer");
+                continue;
+            };
+            for old in [None, Some(&object)] {
+                let inputs = Inputs::new([("object", Some(&object)), ("oldObject", old), ("request", Some(&request))])
+                    .expect("inputs");
+                let (answered, written) = (Budget::new(), Budget::new());
+                let a = Scope::new(&inputs, &answered).expect("scope").evaluate(&program);
+                let w = Scope::new(&inputs, &written).expect("scope").run(as_written);
+                assert_eq!(a, w, "{source} with oldObject {old:?}");
+                let spent = |b: &Budget| b.spent.load(Ordering::Relaxed);
+                assert_eq!(spent(&answered), spent(&written), "{source}: charged alike");
+            }
+        }
+        // The comprehension's own name is left as written; the input's is answered.
+        let program = compile("[1].all(object, has(object.a)) || has(object.b)").expect("compiles");
+        assert_eq!(program.present, vec![vec!["object".to_string(), "b".to_string()]]);
     }
 
     /// A shortcut stops at the budget where the interpreter would.

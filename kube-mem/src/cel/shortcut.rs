@@ -39,6 +39,9 @@ struct Guard {
 /// Where a [`Shortcut`] reads its fields: a bound input's string at a path of object fields.
 pub(super) trait Fields {
     fn string_at(&self, input: &str, path: &[String]) -> Option<&str>;
+    /// What `has()` says of the path's last field on the object its first names lead to
+    /// (`super::PRESENT`); `None` when they lead to no object.
+    fn present(&self, path: &[String]) -> Option<bool>;
 }
 
 impl Shortcut {
