@@ -15,9 +15,9 @@
 //! `cargo bench -p playground --bench hub_writes`
 //!
 //! On the binaries' allocator (mimalloc, as `stowage` and the burst example have). On the
-//! system's, which the bench had until 2026-12-05, allocation weighed more than in the product
-//! (`one_trainjob` 590-615 µs there, 524-529 µs here, the same code) and the policy's share
-//! of the write path read 45 % (without it 381 µs) where it is 33 % here (349-357 µs).
+//! system's, which the bench had until 2026-12-05, allocation weighed more than it does in
+//! the product (`one_trainjob` 590-615 µs there, 524-529 µs here, the same code), and with it
+//! the policy's share of the write path (docs/performance.md, "2026-12-05 (evening)").
 
 use std::hint::black_box;
 use std::sync::Arc;
