@@ -251,7 +251,7 @@ const PRESENT: &str = "@present:";
 fn answer_presence(e: &mut IdedExpr, bound: &mut Vec<String>, paths: &mut Vec<Vec<String>>) {
     if let Expr::Select(s) = &e.expr
         && s.test
-        && let Some(mut path) = field_chain(&s.operand)
+        && let Some(mut path) = shortcut::field_of(&s.operand)
         && !bound.contains(&path[0])
     {
         path.push(s.field.clone());
@@ -294,19 +294,6 @@ fn answer_presence(e: &mut IdedExpr, bound: &mut Vec<String>, paths: &mut Vec<Ve
         }
         Expr::Select(s) => answer_presence(&mut s.operand, bound, paths),
         Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
-    }
-}
-
-/// `name.a.b` as `[name, a, b]`: fields selected (not tested) down from a name.
-fn field_chain(e: &IdedExpr) -> Option<Vec<String>> {
-    match &e.expr {
-        Expr::Ident(n) => Some(vec![n.clone()]),
-        Expr::Select(s) if !s.test => {
-            let mut chain = field_chain(&s.operand)?;
-            chain.push(s.field.clone());
-            Some(chain)
-        }
-        _ => None,
     }
 }
 

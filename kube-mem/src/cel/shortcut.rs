@@ -115,7 +115,7 @@ fn guard(e: &IdedExpr) -> Option<Guard> {
 }
 
 /// `input.a.b` as `[input, a, b]`: selections (not `has()` tests) down to an identifier.
-fn field_of(e: &IdedExpr) -> Option<Vec<String>> {
+pub(super) fn field_of(e: &IdedExpr) -> Option<Vec<String>> {
     match &e.expr {
         Expr::Ident(name) => Some(vec![name.clone()]),
         Expr::Select(s) if !s.test => {
