@@ -1,5 +1,6 @@
 //! Objects decoded without their `metadata.managedFields`, which no controller of ours reads,
-//! and answers not decoded at all where nobody reads them.
+//! decoded to their metadata alone where nothing else is read ([`Meta`]), and answers not
+//! decoded at all where nobody reads them.
 //!
 //! k8s-openapi decodes each managed-fields entry's field set into a `serde_json::Value` tree,
 //! often the larger half of an object, and every watcher of every kind did that work for each
