@@ -20,9 +20,9 @@ impl Validator for TrainJobAdmission {
     }
 
     fn validate(&self, objects: &ReadView<'_>, review: &Review<'_>) -> Result<(), ApiError> {
+        // Decoded borrowed, as the runtime is below: not copied per write only to be decoded.
         let read = |v: &Value| {
-            serde_json::from_value::<TrainJob>(v.clone())
-                .map_err(|e| ApiError::bad_request(format!("the TrainJob does not decode: {e}")))
+            TrainJob::deserialize(v).map_err(|e| ApiError::bad_request(format!("the TrainJob does not decode: {e}")))
         };
         let trainjob = read(review.object)?;
         let old = review.old.map(read).transpose()?;
