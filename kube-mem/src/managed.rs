@@ -7,7 +7,7 @@
 //! the fields M applied before and no longer applies when nobody else owns them. Every other
 //! write is an `Update`: the fields it changed become its manager's and leave everyone else's.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use super::fields::{FieldSet, PathElement, path_string};
 use super::status::ApiError;
@@ -67,16 +67,21 @@ impl Entry {
     }
 
     fn to_json(&self) -> Value {
-        let mut e = json!({"manager": self.manager, "operation": self.operation.as_str(),
-                           "apiVersion": self.api_version, "fieldsType": "FieldsV1",
-                           "fieldsV1": self.fields.to_fields_v1()});
+        // Built as a map, the fields' tree moved in: `json!` would write a `Value` it is given
+        // over again, through serde, and this runs for every entry of every write.
+        let mut e = Map::new();
+        e.insert("manager".into(), self.manager.clone().into());
+        e.insert("operation".into(), self.operation.as_str().into());
+        e.insert("apiVersion".into(), self.api_version.clone().into());
         if let Some(t) = &self.time {
-            e["time"] = t.clone().into();
+            e.insert("time".into(), t.clone().into());
         }
+        e.insert("fieldsType".into(), "FieldsV1".into());
+        e.insert("fieldsV1".into(), self.fields.to_fields_v1());
         if !self.subresource.is_empty() {
-            e["subresource"] = self.subresource.clone().into();
+            e.insert("subresource".into(), self.subresource.clone().into());
         }
-        e
+        Value::Object(e)
     }
 
     fn from_json(v: &Value) -> Option<Entry> {
@@ -455,6 +460,8 @@ pub fn check_manager(field_manager: &str) -> Result<(), ApiError> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn writer<'a>(manager: &'a str, subresource: &'a str) -> Writer<'a> {

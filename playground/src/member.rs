@@ -208,6 +208,13 @@ fn namespace_of(o: &Value) -> &str {
     o["metadata"]["namespace"].as_str().unwrap_or("default")
 }
 
+/// A JSON object of these fields, their values moved in: `json!` writes a `Value` it is given
+/// over again through serde (deeper than a clone), and these are whole specs and statuses
+/// written on every pass.
+fn object<const N: usize>(fields: [(&str, Value); N]) -> Value {
+    Value::Object(fields.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+}
+
 fn owner(o: &Value) -> Value {
     json!([{"apiVersion": o["apiVersion"], "kind": o["kind"], "name": o["metadata"]["name"], "uid": o["metadata"]["uid"],
             "controller": true, "blockOwnerDeletion": true}])
@@ -247,7 +254,7 @@ fn apply(store: &mut Store, writes: Vec<Write>) {
                     &rt,
                     Some(&ns),
                     &name,
-                    json!({"status": status}),
+                    object([("status", status)]),
                     Part::Status,
                     &write_options(),
                 )
@@ -432,9 +439,18 @@ fn jobset_children(store: &Store, jobsets_rt: &ResourceType, only: Option<&BTree
                     labels.insert("jobset.sigs.k8s.io/replicatedjob-name".into(), rname.into());
                     labels.insert("jobset.sigs.k8s.io/job-index".into(), i.to_string().into());
                     labels.insert("jobset.sigs.k8s.io/restart-attempt".into(), restarts.to_string().into());
-                    let job = json!({"apiVersion": "batch/v1", "kind": "Job",
-                        "metadata": {"name": job_name, "namespace": ns, "labels": labels, "ownerReferences": owner(js)},
-                        "spec": tmpl["spec"]});
+                    let metadata = object([
+                        ("name", job_name.into()),
+                        ("namespace", ns.clone().into()),
+                        ("labels", labels.into()),
+                        ("ownerReferences", owner(js)),
+                    ]);
+                    let job = object([
+                        ("apiVersion", "batch/v1".into()),
+                        ("kind", "Job".into()),
+                        ("metadata", metadata),
+                        ("spec", tmpl["spec"].clone()),
+                    ]);
                     out.push(Write::Create(jobs_rt.clone(), ns.clone(), job));
                     continue;
                 };
@@ -452,10 +468,20 @@ fn jobset_children(store: &Store, jobsets_rt: &ResourceType, only: Option<&BTree
                     labels.insert("batch.kubernetes.io/job-completion-index".into(), idx.to_string().into());
                     let mut annotations = ptmpl["metadata"]["annotations"].as_object().cloned().unwrap_or_default();
                     annotations.insert("batch.kubernetes.io/job-completion-index".into(), idx.to_string().into());
-                    let pod = json!({"apiVersion": "v1", "kind": "Pod",
-                        "metadata": {"name": pod_name, "namespace": ns, "labels": labels, "annotations": annotations,
-                                     "ownerReferences": owner(job)},
-                        "spec": ptmpl["spec"], "status": {"phase": "Pending"}});
+                    let metadata = object([
+                        ("name", pod_name.into()),
+                        ("namespace", ns.clone().into()),
+                        ("labels", labels.into()),
+                        ("annotations", annotations.into()),
+                        ("ownerReferences", owner(job)),
+                    ]);
+                    let pod = object([
+                        ("apiVersion", "v1".into()),
+                        ("kind", "Pod".into()),
+                        ("metadata", metadata),
+                        ("spec", ptmpl["spec"].clone()),
+                        ("status", json!({"phase": "Pending"})),
+                    ]);
                     out.push(Write::Create(pods_rt.clone(), ns.clone(), pod));
                 }
             }
@@ -602,9 +628,10 @@ fn schedule(store: &mut Store, seen: &mut Seen) {
                     continue;
                 };
                 write_log(store, &bound, &lines);
-                let status = json!({"status": {"phase": "Running", "startTime": started,
-                    "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
-                    "containerStatuses": containers}});
+                let mut status = json!({"phase": "Running", "startTime": started,
+                    "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]});
+                status["containerStatuses"] = containers;
+                let status = object([("status", status)]);
                 let _ = store.update(
                     Requester::InProcess,
                     &pods_rt,
