@@ -78,8 +78,8 @@ pub(crate) async fn realise(
     // Every name is checked before anything is applied: an object of that name the agent did
     // not make for this TrainJob is someone else's, and is neither changed nor adopted.
     // The names are read at once (each its own round trip to the member), then judged in order.
-    let names: Vec<String> =
-        objects.iter().map(|o| o.to_value()["metadata"]["name"].as_str().unwrap_or("").to_string()).collect();
+    // From the typed objects: each written as JSON only once, to be applied.
+    let names: Vec<String> = objects.iter().map(|o| o.metadata().name.clone().unwrap_or_default()).collect();
     let found = futures::future::try_join_all(objects.iter().zip(&names).map(|(o, obj_name)| {
         let resource = resource_of(o);
         let api = lean::api_with(Api::<DynamicObject>::namespaced_with(member.clone(), &ns, &resource), &resource);
@@ -119,11 +119,10 @@ pub(crate) async fn realise(
         if matches!(o, Object::Secret(_)) && exists {
             continue;
         }
-        let v = o.to_value();
-        let obj_name = v["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let obj_name = o.metadata().name.as_deref().unwrap_or_default();
         let resource = resource_of(o);
         lean::unread_with(Api::<DynamicObject>::namespaced_with(member.clone(), &ns, &resource), &resource)
-            .patch(&obj_name, &pp, &Patch::Apply(&v))
+            .patch(obj_name, &pp, &Patch::Apply(&o.to_value()))
             .await
             .map_err(kube_err(format!("applying {} {ns}/{obj_name}", o.kind())))?;
     }

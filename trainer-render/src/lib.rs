@@ -32,6 +32,7 @@ use api::podgroup::{PodGroup, kai, native, volcano};
 use api::stowage::Placement;
 use api::trainer::{Runtime, TrainJob};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
 /// The gang scheduler the rendered PodGroup is for.
@@ -127,6 +128,19 @@ impl Object {
             Object::Kai(_) => "scheduling.run.ai/v2alpha2",
             Object::Native(_) => "scheduling.k8s.io/v1beta1",
             Object::ConfigMap(_) | Object::Secret(_) => "v1",
+        }
+    }
+
+    /// The object's metadata, as rendered (its name and namespace are the applied object's).
+    pub fn metadata(&self) -> &ObjectMeta {
+        match self {
+            Object::JobSet(o) => &o.metadata,
+            Object::Coscheduling(o) => &o.metadata,
+            Object::Volcano(o) => &o.metadata,
+            Object::Kai(o) => &o.metadata,
+            Object::Native(o) => &o.metadata,
+            Object::ConfigMap(o) => &o.metadata,
+            Object::Secret(o) => &o.metadata,
         }
     }
 

@@ -61,11 +61,15 @@ impl Schemas {
     /// Errors of one object against its CRD schema; core kinds (ConfigMap, Secret) are typed
     /// by k8s-openapi and have no CRD.
     fn check(&self, obj: &Object) -> Vec<String> {
-        let Some(schema) = self.0.get(obj.api_version()) else { return Vec::new() };
         let value = obj.to_value();
+        // The agent reads names from the typed metadata, and applies the JSON.
+        let mut errors: Vec<String> = (serde_json::to_value(obj.metadata()).ok().as_ref() != Some(&value["metadata"]))
+            .then(|| format!("metadata() is not the applied object's: {}", value["metadata"]))
+            .into_iter()
+            .collect();
+        let Some(schema) = self.0.get(obj.api_version()) else { return errors };
         let validator = jsonschema::validator_for(schema).expect("CRD schema compiles");
-        let mut errors: Vec<String> =
-            validator.iter_errors(&value).map(|e| format!("{}: {e}", e.instance_path)).collect();
+        errors.extend(validator.iter_errors(&value).map(|e| format!("{}: {e}", e.instance_path)));
         // Fields the schema does not declare: an API server would drop them without a word.
         errors.extend(
             kube_conventions::schema::undeclared(schema, &value)
