@@ -16,9 +16,10 @@
 //! annotations. As on a real server, the admissionregistration.k8s.io kinds themselves are
 //! exempt, so a policy cannot lock its own removal.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::auth::UserInfo;
 use super::cel::{self, Budget, CelError};
@@ -67,14 +68,20 @@ pub struct Attributes<'a> {
 impl Attributes<'_> {
     /// `request`, as `admission.k8s.io/v1` AdmissionRequest names its fields.
     fn request(&self) -> Value {
-        let gvk = json!({"group": self.rt.group, "version": self.rt.version, "kind": self.rt.kind});
-        let gvr = json!({"group": self.rt.group, "version": self.rt.version, "resource": self.rt.plural});
-        let mut request = json!({
-            "uid": "", "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
-            "operation": self.operation.as_str(),
-            "userInfo": {"username": self.user.username, "uid": "", "groups": self.user.groups},
-            "dryRun": self.dry_run,
-        });
+        // Each part built where it goes: `json!` writes a `Value` it is given over again.
+        let rt = self.rt;
+        let gvk = || json!({"group": rt.group, "version": rt.version, "kind": rt.kind});
+        let gvr = || json!({"group": rt.group, "version": rt.version, "resource": rt.plural});
+        let mut request = Map::new();
+        request.insert("uid".into(), "".into());
+        request.insert("kind".into(), gvk());
+        request.insert("resource".into(), gvr());
+        request.insert("requestKind".into(), gvk());
+        request.insert("requestResource".into(), gvr());
+        request.insert("operation".into(), self.operation.as_str().into());
+        let user = json!({"username": self.user.username, "uid": "", "groups": self.user.groups});
+        request.insert("userInfo".into(), user);
+        request.insert("dryRun".into(), self.dry_run.into());
         // As a real API server: an empty subResource, name or namespace is no key at all, and
         // an expression reading it without has() fails (the testbed showed a policy that read
         // request.subResource on a create deny every create there, and pass here).
@@ -82,10 +89,10 @@ impl Attributes<'_> {
             [("subResource", self.subresource), ("name", Some(self.name)), ("namespace", self.namespace)]
         {
             if let Some(v) = value.filter(|v| !v.is_empty()) {
-                request[key] = v.into();
+                request.insert(key.into(), v.into());
             }
         }
-        request
+        Value::Object(request)
     }
 }
 
@@ -114,8 +121,9 @@ pub fn admit(store: &impl View, a: &Attributes<'_>) -> Result<(), ApiError> {
         let actions = binding.pointer("/spec/validationActions").and_then(Value::as_array);
         let deny = actions.into_iter().flatten().any(|x| x == "Deny");
         let request = request.get_or_insert_with(|| a.request());
-        let verdict = evaluate(policy_spec, a, request, namespace, &budget);
-        let fail_open = policy_spec.get("failurePolicy").and_then(Value::as_str) == Some("Ignore");
+        let compiled = compiled(policy);
+        let verdict = evaluate(&compiled, a, request, namespace, &budget);
+        let fail_open = compiled.fail_open;
         let refusal = match verdict {
             Verdict::Admit => None,
             Verdict::Deny { reason, message } => Some((reason, message)),
@@ -145,14 +153,106 @@ enum Verdict {
     Error(String),
 }
 
+/// A policy's expressions, compiled once per version of the policy (its UID and
+/// resourceVersion), as kube-apiserver compiles a policy when it changes rather than per
+/// request: looking every expression up by its text (hashing a few hundred bytes per
+/// validation) and reading the spec again on every write was a part of each hub write (issue
+/// #39).
+#[derive(Debug)]
+struct Compiled {
+    /// `paramKind` is set, which this server does not support.
+    params: bool,
+    /// `failurePolicy: Ignore`.
+    fail_open: bool,
+    /// In the policy's order: a variable reads only those before it.
+    variables: Vec<Expression>,
+    conditions: Vec<Expression>,
+    validations: Vec<Validation>,
+}
+
+/// One expression of a policy, its text as written (errors quote it) and its program.
+#[derive(Debug)]
+struct Expression {
+    /// A variable's name (`""` for the other expressions).
+    name: String,
+    source: String,
+    program: Result<Arc<cel::Program>, CelError>,
+}
+
+#[derive(Debug)]
+struct Validation {
+    check: Expression,
+    message_expression: Option<Expression>,
+    message: Option<String>,
+    reason: String,
+}
+
+impl Expression {
+    fn of(e: &Value, field: &str) -> Expression {
+        let text = |f: &str| e.get(f).and_then(Value::as_str).unwrap_or("");
+        let source = text(field);
+        Expression { name: text("name").to_string(), source: source.to_string(), program: cel::compile(source) }
+    }
+}
+
+impl Compiled {
+    fn of(spec: &Value) -> Compiled {
+        let list = |f: &str| spec.get(f).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        let expressions = |f: &str| list(f).iter().map(|e| Expression::of(e, "expression")).collect();
+        let validations = list("validations")
+            .iter()
+            .map(|v| Validation {
+                check: Expression::of(v, "expression"),
+                message_expression: v.get("messageExpression").map(|_| Expression::of(v, "messageExpression")),
+                message: v.get("message").and_then(Value::as_str).map(str::to_string),
+                reason: v.get("reason").and_then(Value::as_str).unwrap_or("Invalid").to_string(),
+            })
+            .collect();
+        Compiled {
+            params: spec.get("paramKind").is_some(),
+            fail_open: spec.get("failurePolicy").and_then(Value::as_str) == Some("Ignore"),
+            variables: expressions("variables"),
+            conditions: expressions("matchConditions"),
+            validations,
+        }
+    }
+}
+
+/// Policies compiled, by UID and resourceVersion; at most this many are kept.
+const COMPILED_POLICIES: usize = 256;
+
+/// The stored policy compiled: once per version of it.
+fn compiled(policy: &Value) -> Arc<Compiled> {
+    type Cache = Mutex<HashMap<(String, String), Arc<Compiled>>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let spec = policy.get("spec").unwrap_or(&Value::Null);
+    let meta = |f: &str| policy.get("metadata").and_then(|m| m.get(f)).and_then(Value::as_str).unwrap_or("");
+    let key = (meta("uid"), meta("resourceVersion"));
+    if key.0.is_empty() || key.1.is_empty() {
+        return Arc::new(Compiled::of(spec));
+    }
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(hit) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&(key.0.to_string(), key.1.to_string())) {
+        return hit.clone();
+    }
+    // Compiled outside the lock: a new expression is parsed on a thread of its own.
+    let compiled = Arc::new(Compiled::of(spec));
+    let mut entries = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if entries.len() >= COMPILED_POLICIES {
+        entries.clear();
+    }
+    entries.insert((key.0.to_string(), key.1.to_string()), compiled.clone());
+    compiled
+}
+
 fn evaluate(
-    spec: &Value,
+    policy: &Compiled,
     a: &Attributes<'_>,
     request: &Value,
     namespace: Option<&Value>,
     budget: &Arc<Budget>,
 ) -> Verdict {
-    if spec.get("paramKind").is_some() {
+    if policy.params {
         return Verdict::Error("failed to configure policy: paramKind is not supported by this server".into());
     }
     let inputs =
@@ -165,64 +265,52 @@ fn evaluate(
         Ok(s) => s,
         Err(e) => return Verdict::Error(e.to_string()),
     };
-    let declared: Vec<(&str, &str)> = spec
-        .get("variables")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .map(|v| {
-            let field = |f: &str| v.get(f).and_then(Value::as_str).unwrap_or("");
-            (field("name"), field("expression"))
-        })
-        .collect();
-    let mut variables = Variables::new(declared);
+    let mut variables = Variables::new(&policy.variables);
     scope.set("variables", &Value::Object(serde_json::Map::new()));
     // Match conditions see no variables (`variables` is bound empty for them); validations
     // and their messages have what they read evaluated first.
-    let mut run = |source: &str, scope: &mut cel::Scope<'_>, with_variables: bool| -> Result<cel::Value, String> {
-        let program = cel::compile(source).map_err(|e| format!("compilation failed for expression '{source}': {e}"))?;
+    let mut run = |e: &Expression, scope: &mut cel::Scope<'_>, with_variables: bool| -> Result<cel::Value, String> {
+        let source = &e.source;
+        let program = e.program.as_ref().map_err(|e| format!("compilation failed for expression '{source}': {e}"))?;
         let failed = |e: CelError| match e {
             CelError::Budget => format!("expression '{source}' exceeded the cost budget"),
             e => format!("expression '{source}' resulted in error: {e}"),
         };
         // Decided by its first comparisons (which kind of write this is), it reads no variable,
         // and none is evaluated: kube-apiserver's are evaluated when first read.
-        if let Some(decided) = scope.decided(&program).map_err(failed)? {
+        if let Some(decided) = scope.decided(program).map_err(failed)? {
             return Ok(cel::Value::Bool(decided));
         }
         // A variable that failed is left unbound: the expression fails where it reads it (its
         // error then named, as the cause), unless CEL's `||` or `&&` absorb that error, as
         // cel-go's do an error value.
-        let cause = if with_variables { variables.ready(&program, scope) } else { None };
-        scope.evaluate(&program).map_err(|e| failed(cause.filter(|_| e != CelError::Budget).unwrap_or(e)))
+        let cause = if with_variables { variables.ready(program, scope) } else { None };
+        scope.evaluate(program).map_err(|e| failed(cause.filter(|_| e != CelError::Budget).unwrap_or(e)))
     };
-    for c in spec.get("matchConditions").and_then(Value::as_array).into_iter().flatten() {
-        let source = c.get("expression").and_then(Value::as_str).unwrap_or("");
-        match run(source, &mut scope, false) {
+    for c in &policy.conditions {
+        match run(c, &mut scope, false) {
             Ok(cel::Value::Bool(true)) => {}
             Ok(cel::Value::Bool(false)) => return Verdict::Admit,
-            Ok(_) => return Verdict::Error(format!("matchCondition '{source}' does not yield a bool")),
+            Ok(_) => return Verdict::Error(format!("matchCondition '{}' does not yield a bool", c.source)),
             Err(e) => return Verdict::Error(e),
         }
     }
-    for check in spec.get("validations").and_then(Value::as_array).into_iter().flatten() {
-        let source = check.get("expression").and_then(Value::as_str).unwrap_or("");
-        match run(source, &mut scope, true) {
+    for check in &policy.validations {
+        match run(&check.check, &mut scope, true) {
             Ok(cel::Value::Bool(true)) => {}
             Ok(cel::Value::Bool(false)) => {
                 let from_expression = check
-                    .get("messageExpression")
-                    .and_then(Value::as_str)
+                    .message_expression
+                    .as_ref()
                     .and_then(|m| run(m, &mut scope, true).ok())
                     .and_then(|m| cel::as_string(&m))
                     .filter(|m| !m.trim().is_empty() && !m.contains('\n'));
                 let message = from_expression
-                    .or_else(|| check.get("message").and_then(Value::as_str).map(str::to_string))
-                    .unwrap_or_else(|| format!("failed expression: {}", source.trim()));
-                let reason = check.get("reason").and_then(Value::as_str).unwrap_or("Invalid").to_string();
-                return Verdict::Deny { reason, message };
+                    .or_else(|| check.message.clone())
+                    .unwrap_or_else(|| format!("failed expression: {}", check.check.source.trim()));
+                return Verdict::Deny { reason: check.reason.clone(), message };
             }
-            Ok(_) => return Verdict::Error(format!("expression '{source}' does not yield a bool")),
+            Ok(_) => return Verdict::Error(format!("expression '{}' does not yield a bool", check.check.source)),
             Err(e) => return Verdict::Error(e),
         }
     }
@@ -234,8 +322,8 @@ fn evaluate(
 /// variable nothing reads costs nothing and cannot fail the request, and one that fails fails
 /// the expressions that read it, with its error (unless `||` or `&&` absorb it).
 struct Variables<'s> {
-    /// Name and expression, in the policy's order: a variable reads only those before it.
-    declared: Vec<(&'s str, &'s str)>,
+    /// In the policy's order: a variable reads only those before it.
+    declared: &'s [Expression],
     /// Per declared variable, once evaluated: its value or its error.
     values: Vec<Option<Result<Value, CelError>>>,
     /// The values so far, as `variables` is bound.
@@ -243,9 +331,8 @@ struct Variables<'s> {
 }
 
 impl<'s> Variables<'s> {
-    fn new(declared: Vec<(&'s str, &'s str)>) -> Self {
-        let values = vec![None; declared.len()];
-        Variables { declared, values, bound: serde_json::Map::new() }
+    fn new(declared: &'s [Expression]) -> Self {
+        Variables { declared, values: vec![None; declared.len()], bound: serde_json::Map::new() }
     }
 
     /// Evaluates the variables `program` reads (and those they read) that are not yet, and
@@ -255,34 +342,33 @@ impl<'s> Variables<'s> {
     fn ready(&mut self, program: &cel::Program, scope: &mut cel::Scope<'_>) -> Option<CelError> {
         let visible = self.declared.len();
         let mut needed = vec![false; visible];
-        mark(&mut needed, &self.declared, program.variables_read());
-        let mut programs: Vec<Option<Result<Arc<cel::Program>, CelError>>> = vec![None; visible];
+        mark(&mut needed, self.declared, program.variables_read());
         for i in (0..visible).rev() {
             if !needed[i] || self.values[i].is_some() {
                 continue;
             }
-            let compiled = cel::compile(self.declared[i].1);
-            if let Ok(p) = &compiled {
-                mark(&mut needed[..i], &self.declared, p.variables_read());
+            if let Ok(p) = &self.declared[i].program {
+                mark(&mut needed[..i], self.declared, p.variables_read());
             }
-            programs[i] = Some(compiled);
         }
         let mut changed = false;
-        for (i, compiled) in programs.into_iter().enumerate() {
-            let Some(compiled) = compiled else { continue };
-            let (name, _) = self.declared[i];
-            let value = match compiled {
+        for (i, variable) in self.declared.iter().enumerate() {
+            if !needed[i] || self.values[i].is_some() {
+                continue;
+            }
+            let name = &variable.name;
+            let value = match &variable.program {
                 Err(e) => Err(CelError::Evaluation(format!("composited variable \"{name}\" fails to compile: {e}"))),
                 Ok(p) => {
                     if changed {
                         scope.set("variables", &Value::Object(self.bound.clone()));
                         changed = false;
                     }
-                    scope.evaluate(&p).and_then(|v| to_json(&v).map_err(CelError::Evaluation))
+                    scope.evaluate(p).and_then(|v| to_json(&v).map_err(CelError::Evaluation))
                 }
             };
             if let Ok(v) = &value {
-                self.bound.insert(name.to_string(), v.clone());
+                self.bound.insert(name.clone(), v.clone());
                 changed = true;
             }
             self.values[i] = Some(value);
@@ -298,9 +384,9 @@ impl<'s> Variables<'s> {
 }
 
 /// Marks in `needed` the variables `reads` names (`None`: every one).
-fn mark(needed: &mut [bool], declared: &[(&str, &str)], reads: Option<&std::collections::BTreeSet<String>>) {
+fn mark(needed: &mut [bool], declared: &[Expression], reads: Option<&std::collections::BTreeSet<String>>) {
     for (i, n) in needed.iter_mut().enumerate() {
-        *n |= reads.is_none_or(|r| r.contains(declared[i].0));
+        *n |= reads.is_none_or(|r| r.contains(&declared[i].name));
     }
 }
 

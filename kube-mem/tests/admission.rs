@@ -322,6 +322,64 @@ async fn malformed_and_expensive_expressions_neither_crash_nor_hang_the_server()
     assert!(started.elapsed() < Duration::from_secs(2));
 }
 
+/// A policy is compiled once per version of it: a change, or the policy deleted and made
+/// again under the same name, judges the next write by what it says now.
+#[tokio::test]
+async fn a_changed_or_remade_policy_judges_the_next_write() {
+    let server = ApiServer::start().await.expect("server");
+    let client = server.client_as("anyone").expect("client");
+    let (p, b) = configmap_policy("gate", "object.data.k == 'open'", "Fail");
+    create::<ValidatingAdmissionPolicy>(&client, p.clone()).await;
+    create::<ValidatingAdmissionPolicyBinding>(&client, b).await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let cm = |name: &str, k: &str| -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": k}})).expect("cm")
+    };
+    let refused = |name: &str| {
+        format!("configmaps {name:?} is forbidden: ValidatingAdmissionPolicy 'gate' with binding 'gate' denied request")
+    };
+    cms.create(&PostParams::default(), &cm("gate-1", "open")).await.expect("admitted");
+    let err = api_error(cms.create(&PostParams::default(), &cm("gate-2", "shut")).await.expect_err("refused"));
+    assert!(err.message.contains(&refused("gate-2")), "{}", err.message);
+
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    let change = |expression: &str| json!({"spec": {"validations": [{"expression": expression}]}});
+    policies
+        .patch("gate", &PatchParams::default(), &Patch::Merge(change("object.data.k == 'shut'")))
+        .await
+        .expect("changed");
+    cms.create(&PostParams::default(), &cm("gate-2", "shut")).await.expect("admitted by the changed policy");
+    let err = api_error(cms.create(&PostParams::default(), &cm("gate-3", "open")).await.expect_err("refused"));
+    assert!(err.message.contains(&refused("gate-3")), "{}", err.message);
+
+    // Deleted and made again as it first was: a new object, judged as such.
+    policies.delete("gate", &DeleteParams::default()).await.expect("deleted");
+    create::<ValidatingAdmissionPolicy>(&client, p).await;
+    cms.create(&PostParams::default(), &cm("gate-3", "open")).await.expect("admitted by the policy made again");
+    let err = api_error(cms.create(&PostParams::default(), &cm("gate-4", "shut")).await.expect_err("refused"));
+    assert!(err.message.contains(&refused("gate-4")), "{}", err.message);
+}
+
+/// Two servers in one process (the playground's hub and members) may hold policies of the same
+/// name at the same resourceVersion: each is judged by its own.
+#[tokio::test]
+async fn policies_of_one_name_and_version_on_two_servers_are_each_their_own() {
+    let mut answers = Vec::new();
+    for allowed in ["open", "shut"] {
+        let server = ApiServer::start().await.expect("server");
+        let client = server.client_as("anyone").expect("client");
+        let (p, b) = configmap_policy("gate", &format!("object.data.k == '{allowed}'"), "Fail");
+        let p = create::<ValidatingAdmissionPolicy>(&client, p).await;
+        create::<ValidatingAdmissionPolicyBinding>(&client, b).await;
+        let cm: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": "gate-1"}, "data": {"k": "open"}})).expect("cm");
+        let made = Api::<ConfigMap>::default_namespaced(client).create(&PostParams::default(), &cm).await;
+        answers.push((p.metadata.resource_version, made.is_ok()));
+    }
+    assert_eq!(answers[0].0, answers[1].0, "the case needs both policies at one resourceVersion");
+    assert_eq!([answers[0].1, answers[1].1], [true, false], "each server's own policy decides");
+}
+
 /// Variables are evaluated when an expression reads them (kube-apiserver's composition,
 /// `lazy.MapValue`): one nothing reads cannot fail the request, one that fails fails the
 /// expression that reads it, naming that expression, and a chain resolves in order.
