@@ -338,6 +338,50 @@ fn a_report_about_an_older_epoch_moves_nothing() {
     assert!(plan.placements.is_empty(), "{plan:?}");
 }
 
+/// Each cycle hands its translations to the next (`Plan::translations` →
+/// `Observed::translations`): deciding with them is deciding without them, cycle after cycle,
+/// and only unfinished TrainJobs are remembered.
+#[test]
+fn cycles_fed_their_own_translations_decide_as_cycles_without_them() {
+    let mut o = observed(vec![member("a", 1), member("b", 1)]);
+    o.cluster_runtimes[0].metadata.uid = Some("r1".into());
+    o.cluster_runtimes[0].metadata.resource_version = Some("1".into());
+    let tj = o.trainjobs[0].clone();
+    o.trainjobs = (0..6)
+        .map(|i| {
+            let mut t = tj.clone();
+            t.metadata.name = Some(format!("t{i}"));
+            t.metadata.uid = Some(format!("u{i}"));
+            t.metadata.resource_version = Some(format!("{}", 10 + i));
+            t
+        })
+        .collect();
+    let greedy = scheduler_core::fixture::greedy();
+    let mut remembered = Default::default();
+    for step in 0..4 {
+        let fresh = decide(&o, &greedy, &settings(), at(step * 5));
+        let with = Observed { translations: std::mem::take(&mut remembered), ..o.clone() };
+        let mut plan = decide(&with, &greedy, &settings(), at(step * 5));
+        assert_eq!(plan, fresh, "step {step}");
+        assert_eq!(plan.translations.len(), o.trainjobs.len() - step as usize, "step {step}");
+        remembered = std::mem::take(&mut plan.translations);
+        o = written(o, &plan);
+        // One more finishes each step; another is edited (a new resourceVersion).
+        o.trainjobs[step as usize].status = Some(TrainJobStatus {
+            conditions: vec![Condition {
+                type_: "Complete".into(),
+                status: "True".into(),
+                reason: "JobSetCompleted".into(),
+                message: String::new(),
+                last_transition_time: at(step * 5),
+                observed_generation: None,
+            }],
+            ..Default::default()
+        });
+        o.trainjobs[5].metadata.resource_version = Some(format!("{}", 20 + step));
+    }
+}
+
 #[test]
 fn one_cycle_places_every_trainjob_that_fits() {
     let mut o = observed(vec![member("a", 1), member("b", 1)]);

@@ -186,8 +186,8 @@ async fn apply(hub: &Client, plan: &Plan, written: &mut Written, metrics: &Metri
 #[tracing::instrument(skip_all, fields(trainjobs = observed.trainjobs.len()))]
 async fn cycle(hub: &Client, observed: &Observed, opts: &Options, written: &mut Written) -> Result<Plan, Error> {
     let started = std::time::Instant::now();
-    let plan = decide(observed, &opts.config, &opts.settings, Time(k8s_openapi::jiff::Timestamp::now()));
-    written.remember(&plan);
+    let mut plan = decide(observed, &opts.config, &opts.settings, Time(k8s_openapi::jiff::Timestamp::now()));
+    written.remember(&mut plan);
     let result = apply(hub, &plan, written, &opts.metrics).await;
     opts.metrics.cycles.inc();
     opts.metrics.cycle_duration.observe(started.elapsed().as_secs_f64());

@@ -7,8 +7,11 @@ use api::kueue::QUEUE_NAME_LABEL;
 use api::stowage::{
     CHECKPOINT_ANNOTATION, CLUSTER_LABEL, ClusterBackoff, Placement, PlacementKey, PlacementPhase, PlacementStatus,
 };
-use api::trainer::{JobStatus, KUEUE_MULTIKUEUE_MANAGED_BY, Runtime, TrainJob, TrainJobCondition};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use api::trainer::{
+    ClusterTrainingRuntime, JobStatus, KUEUE_MULTIKUEUE_MANAGED_BY, Runtime, TrainJob, TrainJobCondition,
+    TrainingRuntime,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use scheduler_core::{ClusterFilter, Gang};
@@ -17,7 +20,7 @@ use super::members::Members;
 use super::namespaces;
 use super::priorities::Priorities;
 use super::queues::QueueSet;
-use super::{KueueMode, Moved, Observed, Redispatch, Settings, conditions, key};
+use super::{KueueMode, Moved, Observed, Redispatch, Settings, Translation, conditions, key};
 use crate::translate;
 
 /// One unfinished TrainJob, its status as this cycle will have it, and its state.
@@ -30,6 +33,8 @@ pub(super) struct Job<'a> {
     /// Reported Running by its member, whose report has not counted its pods since then: its
     /// JobSet may be gone without a word (see [`Observed::uncounted_since`]).
     pub(super) uncounted: Option<(PlacementKey, Timestamp)>,
+    /// Its gang as translated this cycle, by its UID, for the next one to reuse.
+    pub(super) translated: Option<(String, Translation)>,
 }
 
 /// A TrainJob's lifecycle as the dispatcher drives it.
@@ -131,7 +136,7 @@ pub(super) fn job<'a>(
         tracing::warn!(trainjob = %format!("{ns}/{name}"), "placement status says finished, its member counts its pods running: not believed");
     }
     let (conditions, jobs) = mirror(tj, placement.filter(|_| !claim_contradicted), now);
-    let mut job = Job { tj, conditions, jobs, state: JobState::Blocked, uncounted: None };
+    let mut job = Job { tj, conditions, jobs, state: JobState::Blocked, uncounted: None, translated: None };
     if tj.spec.suspend == Some(true) {
         // As a suspended JobSet's jobs read: none active or ready, each suspended.
         for j in &mut job.jobs {
@@ -152,8 +157,11 @@ pub(super) fn job<'a>(
         conditions::upsert(&mut job.conditions, conditions::waiting("RuntimeNotFound", message, now));
         return job;
     };
-    let (mut gang, priority) = match translate::gang(tj, &runtime) {
-        Ok(g) => g,
+    let translation = translation(o, tj, runtime);
+    let translated = translation.gang.clone();
+    job.translated = tj.metadata.uid.clone().map(|uid| (uid, translation));
+    let (mut gang, priority) = match translated.as_ref() {
+        Ok(g) => g.clone(),
         Err(e) => {
             conditions::upsert(&mut job.conditions, conditions::waiting("Invalid", e.to_string(), now));
             return job;
@@ -330,22 +338,59 @@ fn mirror(tj: &TrainJob, placement: Option<&Placement>, now: &Time) -> (Vec<Cond
     (conds, jobs)
 }
 
-fn runtime_for(o: &Observed, tj: &TrainJob) -> Option<Runtime> {
+/// The runtime a TrainJob names, as observed (borrowed: a translation remembered needs no copy).
+#[derive(Debug, Clone, Copy)]
+enum RuntimeOf<'a> {
+    Namespaced(&'a TrainingRuntime),
+    Cluster(&'a ClusterTrainingRuntime),
+}
+
+impl RuntimeOf<'_> {
+    fn metadata(&self) -> &ObjectMeta {
+        match self {
+            RuntimeOf::Namespaced(r) => &r.metadata,
+            RuntimeOf::Cluster(r) => &r.metadata,
+        }
+    }
+
+    fn owned(self) -> Runtime {
+        match self {
+            RuntimeOf::Namespaced(r) => Runtime::Namespaced(r.clone()),
+            RuntimeOf::Cluster(r) => Runtime::Cluster(r.clone()),
+        }
+    }
+}
+
+fn runtime_for<'a>(o: &'a Observed, tj: &TrainJob) -> Option<RuntimeOf<'a>> {
     let r = &tj.spec.runtime_ref;
     match r.kind_or_default() {
         "TrainingRuntime" => o
             .runtimes
             .iter()
             .find(|rt| rt.metadata.name.as_deref() == Some(&r.name) && rt.metadata.namespace == tj.metadata.namespace)
-            .cloned()
-            .map(Runtime::Namespaced),
-        _ => o
-            .cluster_runtimes
-            .iter()
-            .find(|rt| rt.metadata.name.as_deref() == Some(&r.name))
-            .cloned()
-            .map(Runtime::Cluster),
+            .map(RuntimeOf::Namespaced),
+        _ => o.cluster_runtimes.iter().find(|rt| rt.metadata.name.as_deref() == Some(&r.name)).map(RuntimeOf::Cluster),
     }
+}
+
+/// The TrainJob's gang: the last cycle's when neither the TrainJob nor its runtime was written
+/// since (their resourceVersions say so), else translated now. Objects without versions (never
+/// stored) are always translated.
+fn translation(o: &Observed, tj: &TrainJob, runtime: RuntimeOf<'_>) -> Translation {
+    let version = |m: &ObjectMeta| m.resource_version.clone().filter(|v| !v.is_empty());
+    let from = match (version(&tj.metadata), runtime.metadata().uid.clone(), version(runtime.metadata())) {
+        (Some(t), Some(u), Some(r)) => Some((t, u, r)),
+        _ => None,
+    };
+    let remembered = tj.metadata.uid.as_ref().and_then(|uid| o.translations.get(uid));
+    if let (Some(from), Some(t)) = (&from, remembered)
+        && t.from == *from
+    {
+        return t.clone();
+    }
+    let gang = std::sync::Arc::new(translate::gang(tj, &runtime.owned()));
+    // Unversioned objects get a stamp no stored object has, so they are never reused.
+    Translation { from: from.unwrap_or_default(), gang }
 }
 
 /// The status a member reported for the placement's current epoch (older epochs' reports say
@@ -512,5 +557,46 @@ mod tests {
             state_of(&observed(vec![member("east", 600)], Some(placed))),
             "waiting for epoch 2 leaving=true avoiding [\"east\"]"
         );
+    }
+
+    /// The gang a cycle translated is the next cycle's while neither the TrainJob nor its
+    /// runtime is written; a write to either translates again, and unstored objects always are.
+    #[test]
+    fn a_translation_is_reused_until_its_trainjob_or_runtime_is_written() {
+        let mut o = observed(vec![member("east", 1)], None);
+        o.trainjobs[0].metadata.resource_version = Some("10".into());
+        o.cluster_runtimes[0].metadata.uid = Some("r1".into());
+        o.cluster_runtimes[0].metadata.resource_version = Some("3".into());
+        let translated = |o: &Observed| {
+            let runtime = runtime_for(o, &o.trainjobs[0]).expect("runtime");
+            translation(o, &o.trainjobs[0], runtime)
+        };
+        let first = translated(&o);
+        assert_eq!(first.from, ("10".to_string(), "r1".to_string(), "3".to_string()));
+        assert_eq!(
+            *first.gang,
+            translate::gang(&o.trainjobs[0], &runtime_for(&o, &o.trainjobs[0]).expect("rt").owned())
+        );
+        // Remembered as something a translation would never give, to see which is used.
+        let marked = Translation {
+            from: first.from.clone(),
+            gang: std::sync::Arc::new(Err(translate::GangError::Annotation {
+                annotation: "remembered",
+                problem: "x".into(),
+            })),
+        };
+        o.translations.insert("u1".into(), marked.clone());
+        assert_eq!(translated(&o), marked, "nothing written since: the remembered one");
+        assert_eq!(state_of(&o), "blocked: Invalid", "and the cycle acts on it");
+        for write in ["trainjob", "runtime", "unstored"] {
+            let mut changed = o.clone();
+            match write {
+                "trainjob" => changed.trainjobs[0].metadata.resource_version = Some("11".into()),
+                "runtime" => changed.cluster_runtimes[0].metadata.resource_version = Some("4".into()),
+                _ => changed.trainjobs[0].metadata.resource_version = None,
+            }
+            assert_eq!(translated(&changed).gang, first.gang, "{write}: translated again");
+            assert_eq!(state_of(&changed), "waiting for epoch 1 leaving=false avoiding []", "{write}");
+        }
     }
 }

@@ -96,6 +96,21 @@ pub struct Observed {
     /// above it, never at an epoch an agent has already seen. A new leader starts from the
     /// Placements and the members' reports alone.
     pub epochs: BTreeMap<String, i64>,
+    /// The dispatcher's own memory: each unfinished TrainJob's gang as the last cycle
+    /// translated it, by TrainJob UID (the last cycle's [`Plan::translations`]).
+    pub translations: BTreeMap<String, Translation>,
+}
+
+/// A TrainJob's gang as a cycle translated it, and the versions it was translated from: the
+/// next cycle translates again only a TrainJob or runtime written since. Rendering every
+/// unfinished TrainJob's pod sets each cycle, its runtime copied first, was most of the
+/// dispatcher's CPU in a burst of cycles (issue #39); a translation depends on the TrainJob and
+/// its runtime alone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Translation {
+    /// The TrainJob's resourceVersion, its runtime's UID and resourceVersion.
+    from: (String, String, String),
+    gang: std::sync::Arc<Result<(scheduler_core::Gang, crate::translate::PrioritySource), crate::translate::GangError>>,
 }
 
 /// A Workload's namespace and name.
@@ -318,6 +333,8 @@ pub struct Plan {
     pub uncounted_since: BTreeMap<PlacementKey, Timestamp>,
     /// For the next cycle's [`Observed::epochs`].
     pub epochs: BTreeMap<String, i64>,
+    /// For the next cycle's [`Observed::translations`]: the unfinished TrainJobs' alone.
+    pub translations: BTreeMap<String, Translation>,
     /// What the metrics show of this cycle.
     pub figures: figures::Figures,
     /// Workloads' nominations to write (`--kueue multikueue`).
@@ -413,6 +430,7 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
         plan.batch = batch;
     }
     plan.epochs = epochs(o, &jobs);
+    plan.translations = jobs.iter().filter_map(|j| j.translated.clone()).collect();
     plan
 }
 

@@ -10,7 +10,7 @@ use api::stowage::Placement;
 use api::trainer::JobStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 
-use crate::decide::{NominationWrite, Observed, PlacementWrite, Plan, Remembered, WorkloadKey};
+use crate::decide::{NominationWrite, Observed, PlacementWrite, Plan, Remembered, Translation, WorkloadKey};
 
 /// Writes made but not yet seen in the caches: without them the next cycle would place a
 /// TrainJob twice or count its capacity free (the scheduler's "assumed" cache).
@@ -27,6 +27,9 @@ pub(in crate::controller) struct Written {
     workloads: BTreeMap<(String, String), (Option<String>, Workload)>,
     /// The last cycle's memory of the Workloads it nominates.
     kueue_memory: BTreeMap<WorkloadKey, Remembered>,
+    /// The last cycle's translations (see [`Observed::translations`]), moved in and out
+    /// rather than copied: one per unfinished TrainJob.
+    translations: BTreeMap<String, Translation>,
 }
 
 /// Each object's position by namespace and name (the first of two alike), so a cycle looks each
@@ -43,7 +46,8 @@ fn positions<'o>(metas: impl Iterator<Item = &'o ObjectMeta>) -> BTreeMap<(Strin
 
 impl Written {
     /// What the cycle's plan asks to be remembered for the next one.
-    pub(in crate::controller) fn remember(&mut self, plan: &Plan) {
+    pub(in crate::controller) fn remember(&mut self, plan: &mut Plan) {
+        self.translations = std::mem::take(&mut plan.translations);
         self.uncounted_since = plan.uncounted_since.clone();
         self.epochs = plan.epochs.clone();
         self.kueue_memory = plan.kueue_memory.clone();
@@ -75,6 +79,8 @@ impl Written {
         o.uncounted_since = self.uncounted_since.clone();
         o.epochs = self.epochs.clone();
         o.kueue_memory = self.kueue_memory.clone();
+        // A cycle that does not follow loses them: it translates again.
+        o.translations = std::mem::take(&mut self.translations);
         let placement_at = positions(o.placements.iter().map(|p| &p.metadata));
         self.placements.retain(|k, ours| match placement_at.get(k) {
             Some(&i) if o.placements[i].spec.epoch >= ours.spec.epoch => false,
