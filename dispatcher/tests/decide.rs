@@ -338,6 +338,19 @@ fn a_report_about_an_older_epoch_moves_nothing() {
     assert!(plan.placements.is_empty(), "{plan:?}");
 }
 
+/// `n` copies of `tj` as stored TrainJobs: `t<i>`, UID `u<i>`, resourceVersion `10 + i`.
+fn numbered(tj: &TrainJob, n: usize) -> Vec<TrainJob> {
+    (0..n)
+        .map(|i| {
+            let mut t = tj.clone();
+            t.metadata.name = Some(format!("t{i}"));
+            t.metadata.uid = Some(format!("u{i}"));
+            t.metadata.resource_version = Some(format!("{}", 10 + i));
+            t
+        })
+        .collect()
+}
+
 /// Each cycle hands its translations to the next (`Plan::translations` →
 /// `Observed::translations`): deciding with them is deciding without them, cycle after cycle,
 /// and only unfinished TrainJobs are remembered.
@@ -346,16 +359,7 @@ fn cycles_fed_their_own_translations_decide_as_cycles_without_them() {
     let mut o = observed(vec![member("a", 1), member("b", 1)]);
     o.cluster_runtimes[0].metadata.uid = Some("r1".into());
     o.cluster_runtimes[0].metadata.resource_version = Some("1".into());
-    let tj = o.trainjobs[0].clone();
-    o.trainjobs = (0..6)
-        .map(|i| {
-            let mut t = tj.clone();
-            t.metadata.name = Some(format!("t{i}"));
-            t.metadata.uid = Some(format!("u{i}"));
-            t.metadata.resource_version = Some(format!("{}", 10 + i));
-            t
-        })
-        .collect();
+    o.trainjobs = numbered(&o.trainjobs[0], 6);
     let greedy = scheduler_core::fixture::greedy();
     let mut remembered = Default::default();
     for step in 0..4 {
@@ -385,15 +389,7 @@ fn cycles_fed_their_own_translations_decide_as_cycles_without_them() {
 #[test]
 fn one_cycle_places_every_trainjob_that_fits() {
     let mut o = observed(vec![member("a", 1), member("b", 1)]);
-    let tj = o.trainjobs[0].clone();
-    o.trainjobs = (0..6)
-        .map(|i| {
-            let mut t = tj.clone();
-            t.metadata.name = Some(format!("t{i}"));
-            t.metadata.uid = Some(format!("u{i}"));
-            t
-        })
-        .collect();
+    o.trainjobs = numbered(&o.trainjobs[0], 6);
     let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), Time(now()));
     // Two members of 4 nodes hold four 2-node gangs; the other two wait.
     assert_eq!((plan.placements.len(), plan.pending), (4, 2), "{plan:#?}");

@@ -215,6 +215,11 @@ fn object<const N: usize>(fields: [(&str, Value); N]) -> Value {
     Value::Object(fields.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
 }
 
+/// An object a controller makes, from its parts.
+fn made(api_version: &str, kind: &str, metadata: Value, spec: Value) -> Value {
+    object([("apiVersion", api_version.into()), ("kind", kind.into()), ("metadata", metadata), ("spec", spec)])
+}
+
 fn owner(o: &Value) -> Value {
     json!([{"apiVersion": o["apiVersion"], "kind": o["kind"], "name": o["metadata"]["name"], "uid": o["metadata"]["uid"],
             "controller": true, "blockOwnerDeletion": true}])
@@ -445,12 +450,7 @@ fn jobset_children(store: &Store, jobsets_rt: &ResourceType, only: Option<&BTree
                         ("labels", labels.into()),
                         ("ownerReferences", owner(js)),
                     ]);
-                    let job = object([
-                        ("apiVersion", "batch/v1".into()),
-                        ("kind", "Job".into()),
-                        ("metadata", metadata),
-                        ("spec", tmpl["spec"].clone()),
-                    ]);
+                    let job = made("batch/v1", "Job", metadata, tmpl["spec"].clone());
                     out.push(Write::Create(jobs_rt.clone(), ns.clone(), job));
                     continue;
                 };
@@ -475,13 +475,8 @@ fn jobset_children(store: &Store, jobsets_rt: &ResourceType, only: Option<&BTree
                         ("annotations", annotations.into()),
                         ("ownerReferences", owner(job)),
                     ]);
-                    let pod = object([
-                        ("apiVersion", "v1".into()),
-                        ("kind", "Pod".into()),
-                        ("metadata", metadata),
-                        ("spec", ptmpl["spec"].clone()),
-                        ("status", json!({"phase": "Pending"})),
-                    ]);
+                    let mut pod = made("v1", "Pod", metadata, ptmpl["spec"].clone());
+                    pod["status"] = json!({"phase": "Pending"});
                     out.push(Write::Create(pods_rt.clone(), ns.clone(), pod));
                 }
             }
