@@ -383,14 +383,10 @@ fn translation(o: &Observed, tj: &TrainJob, runtime: RuntimeOf<'_>) -> Translati
         _ => None,
     };
     let remembered = tj.metadata.uid.as_ref().and_then(|uid| o.translations.get(uid));
-    if let (Some(from), Some(t)) = (&from, remembered)
-        && t.from == *from
-    {
+    if let Some(t) = remembered.filter(|t| from.is_some() && t.from == from) {
         return t.clone();
     }
-    let gang = std::sync::Arc::new(translate::gang(tj, &runtime.owned()));
-    // Unversioned objects get a stamp no stored object has, so they are never reused.
-    Translation { from: from.unwrap_or_default(), gang }
+    Translation { from, gang: std::sync::Arc::new(translate::gang(tj, &runtime.owned())) }
 }
 
 /// The status a member reported for the placement's current epoch (older epochs' reports say
@@ -572,7 +568,7 @@ mod tests {
             translation(o, &o.trainjobs[0], runtime)
         };
         let first = translated(&o);
-        assert_eq!(first.from, ("10".to_string(), "r1".to_string(), "3".to_string()));
+        assert_eq!(first.from, Some(("10".to_string(), "r1".to_string(), "3".to_string())));
         assert_eq!(
             *first.gang,
             translate::gang(&o.trainjobs[0], &runtime_for(&o, &o.trainjobs[0]).expect("rt").owned())
