@@ -28,6 +28,12 @@ use crate::fence::Fenced;
 use crate::report::Delivered;
 use crate::survey::{Reach, Round, State, finished, survey};
 
+/// While realisations are in flight, a round starts at most this often. In a burst, rounds
+/// back to back (each surveying every placement, then writing statuses, pod copies and Events
+/// to the hub) took the CPU the burst's JobSets were waiting for; the statuses a round writes
+/// are at most this late instead (docs/performance.md, "2026-12-05 (afternoon)").
+pub(crate) const ROUND_PACE: Duration = Duration::from_secs(1);
+
 /// What woke the agent.
 #[derive(Debug)]
 pub(crate) enum Wake {
@@ -79,6 +85,9 @@ pub(crate) struct Loop {
     /// would find them still to do and run it again.
     changed: bool,
     round_running: bool,
+    /// When the last round started: while realisations are in flight, the next waits
+    /// [`ROUND_PACE`] after it.
+    round_started: Option<Instant>,
     /// When the hub was last probed: while it does not answer, it is probed again only after
     /// `probe_interval`, not on every wake.
     last_probe: Option<Instant>,
@@ -99,6 +108,7 @@ impl Loop {
             retry_at: now,
             changed: true,
             round_running: false,
+            round_started: None,
             last_probe: None,
             last_confirm: None,
             realise_retry: BTreeMap::new(),
@@ -111,8 +121,11 @@ impl Loop {
             Wake::Timer => {}
             Wake::Realised { key, placement, result } => {
                 self.realised(key, &placement, result, now);
-                // Room for queued realisations; nothing new to survey.
-                return vec![self.wait(now)];
+                // Room for queued realisations; nothing new to survey, unless a round waited
+                // for the last of them.
+                if !self.state.in_flight.is_empty() || !self.changed {
+                    return vec![self.wait(now)];
+                }
             }
             Wake::RoundEnded(ended) => {
                 self.round_running = false;
@@ -139,7 +152,7 @@ impl Loop {
             Wake::Confirmed(listed) => return self.confirmed(listed, now),
         }
         let heartbeat_due = self.state.last_report.is_none_or(|t| now.duration_since(t) >= self.cfg.timing.heartbeat);
-        let may_start = !self.round_running && now >= self.retry_at;
+        let may_start = !self.round_running && now >= self.retry_at && self.paced_until(now).is_none();
         let reach = match (may_start, heartbeat_due) {
             (false, _) => Reach::Starts,
             (true, false) => Reach::Round,
@@ -167,6 +180,7 @@ impl Loop {
         if may_start && (self.changed || heartbeat_due) && !survey.round.is_empty() {
             self.changed = false;
             self.round_running = true;
+            self.round_started = Some(now);
             actions.push(Action::StartRound(Box::new(survey.round)));
         }
         if self.probe_due(now) {
@@ -260,12 +274,29 @@ impl Loop {
         vec![self.wait(now)]
     }
 
-    /// A running round wakes the loop when it ends; otherwise the next heartbeat or retry.
+    /// When a round held back by realisations in flight ([`ROUND_PACE`]) may start; `None` when
+    /// none is held back. Making what was placed comes before reporting on it, so a burst's
+    /// JobSets are not queued behind its reports.
+    fn paced_until(&self, now: Instant) -> Option<Instant> {
+        let until = self.round_started? + ROUND_PACE;
+        (!self.state.in_flight.is_empty() && now < until).then_some(until)
+    }
+
+    /// A running round wakes the loop when it ends; otherwise the next heartbeat or retry, and
+    /// a change held back by the pace when the pace is up (the last realisation ending wakes
+    /// it sooner).
     fn wait(&self, now: Instant) -> Action {
         let until = match (self.round_running, self.backoff.is_waiting()) {
             (true, _) => None,
-            (false, false) => Some(self.state.last_report.map_or(now, |t| t + self.cfg.timing.heartbeat)),
-            (false, true) => Some(self.retry_at),
+            (false, false) => {
+                let heartbeat = self.state.last_report.map_or(now, |t| t + self.cfg.timing.heartbeat);
+                Some(match self.paced_until(now) {
+                    Some(paced) if self.changed => paced,
+                    Some(paced) => heartbeat.max(paced),
+                    None => heartbeat,
+                })
+            }
+            (false, true) => Some(self.paced_until(now).map_or(self.retry_at, |p| p.max(self.retry_at))),
         };
         // An unanswering hub is probed again when the interval is up, whatever else waits.
         let stale = now.duration_since(self.state.last_hub_contact) >= self.cfg.timing.heartbeat;
@@ -383,6 +414,42 @@ mod tests {
         // Before the retry time nothing starts; at it, the round runs again.
         assert_eq!(kinds(&agent.step(Wake::Changed, &c, t0, Timestamp::now())), ["wait"]);
         assert_eq!(kinds(&agent.step(Wake::Timer, &c, retry_at, Timestamp::now())), ["round", "wait"]);
+    }
+
+    /// Making what was placed comes before reporting on it: while realisations are in flight, the
+    /// next round waits until the last of them ends, or [`ROUND_PACE`] after the last round
+    /// started, whichever is first.
+    #[test]
+    fn a_round_waits_for_realisations_in_flight_at_most_a_pace() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut agent = Loop::new(config(), t0);
+        let (a, b) = (placement("a", "east", None), placement("b", "east", None));
+        let c = caches(vec![a.clone(), b.clone()], Vec::new());
+        assert_eq!(kinds(&agent.step(Wake::Changed, &c, t0, Timestamp::now())), ["realise", "round", "wait"]);
+        // A change while the round runs; the round ends with both still being made (and the
+        // heartbeat not written: a round is due).
+        assert_eq!(kinds(&agent.step(Wake::Changed, &c, t0 + ms(10), Timestamp::now())), ["wait"]);
+        let after = agent.step(ended(None, false), &c, t0 + ms(20), Timestamp::now());
+        assert!(matches!(after[..], [Action::Wait(Some(t))] if t == t0 + ROUND_PACE), "{after:?}");
+        let realised = |p: &Placement| Wake::Realised {
+            key: Key::of(p),
+            placement: kube::ResourceExt::name_any(p),
+            result: Ok(()),
+        };
+        assert_eq!(kinds(&agent.step(realised(&a), &c, t0 + ms(30), Timestamp::now())), ["wait"]);
+        // The last one made: the round that waited starts.
+        assert_eq!(kinds(&agent.step(realised(&b), &c, t0 + ms(40), Timestamp::now())), ["round", "wait"]);
+
+        // With one in flight for longer, the round starts when the pace is up.
+        let t1 = t0 + ms(50);
+        let mut agent = Loop::new(config(), t1);
+        let c = caches(vec![a.clone()], Vec::new());
+        assert_eq!(kinds(&agent.step(Wake::Changed, &c, t1, Timestamp::now())), ["realise", "round", "wait"]);
+        agent.step(Wake::Changed, &c, t1, Timestamp::now());
+        assert_eq!(kinds(&agent.step(ended(None, false), &c, t1 + ms(10), Timestamp::now())), ["wait"]);
+        assert_eq!(kinds(&agent.step(Wake::Timer, &c, t1 + ROUND_PACE - ms(1), Timestamp::now())), ["wait"]);
+        assert_eq!(kinds(&agent.step(Wake::Timer, &c, t1 + ROUND_PACE, Timestamp::now())), ["round", "wait"]);
     }
 
     /// A round that ended well, having written `capacity` (and the whole status, `heartbeat`).

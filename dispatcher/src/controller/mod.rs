@@ -22,6 +22,7 @@ use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
 use kube_shell::backoff::Backoff;
+use kube_shell::events::Recorder;
 use kube_shell::watch::Watches;
 
 use hub::Written;
@@ -86,9 +87,19 @@ impl Error {
 /// not queue behind each other's round trips.
 const CONCURRENT_WRITES: usize = 16;
 
+/// Events waiting to be written before a cycle waits for room: a few large bursts' worth (a
+/// cycle records about one per TrainJob it places).
+const EVENTS_QUEUED: usize = 4096;
+
 /// Writes the plan. A conflict means someone else (another leader, an agent's status write)
 /// changed the Placement since it was observed: skip it, the next cycle sees the change.
-async fn apply(hub: &Client, plan: &Plan, written: &mut Written, metrics: &Metrics) -> Result<(), Error> {
+async fn apply(
+    hub: &Client,
+    plan: &Plan,
+    written: &mut Written,
+    metrics: &Metrics,
+    recorder: &Recorder,
+) -> Result<(), Error> {
     // Owned items: a stream of borrowed ones trips the compiler's higher-ranked lifetime check
     // inside the spawned controller future.
     let placed: Vec<(PlacementWrite, Result<Option<Placement>, Error>)> =
@@ -178,17 +189,23 @@ async fn apply(hub: &Client, plan: &Plan, written: &mut Written, metrics: &Metri
         }
     }
     let records = events.into_iter().chain(plan.workload_events.iter().cloned()).map(record_of);
-    kube_shell::events::record_all(hub, records.collect(), CONCURRENT_WRITES).await;
+    recorder.record(records).await;
     first_error.map_or(Ok(()), Err)
 }
 
 /// One cycle over an observed hub: decide and write.
 #[tracing::instrument(skip_all, fields(trainjobs = observed.trainjobs.len()))]
-async fn cycle(hub: &Client, observed: &Observed, opts: &Options, written: &mut Written) -> Result<Plan, Error> {
+async fn cycle(
+    hub: &Client,
+    observed: &Observed,
+    opts: &Options,
+    written: &mut Written,
+    recorder: &Recorder,
+) -> Result<Plan, Error> {
     let started = std::time::Instant::now();
     let mut plan = decide(observed, &opts.config, &opts.settings, Time(k8s_openapi::jiff::Timestamp::now()));
     written.remember(&mut plan);
-    let result = apply(hub, &plan, written, &opts.metrics).await;
+    let result = apply(hub, &plan, written, &opts.metrics, recorder).await;
     opts.metrics.cycles.inc();
     opts.metrics.cycle_duration.observe(started.elapsed().as_secs_f64());
     opts.metrics.show(&plan.figures);
@@ -224,6 +241,8 @@ pub async fn run(hub: Client, opts: Options) {
     view.ready().await;
     opts.metrics.ready.set();
     let mut written = Written::default();
+    // A cycle's Events are written beside the next cycle (`Recorder`), not before it starts.
+    let recorder = Recorder::spawn(hub.clone(), CONCURRENT_WRITES, EVENTS_QUEUED);
     let mut backoff = Backoff::default();
     loop {
         tokio::select! {
@@ -241,7 +260,7 @@ pub async fn run(hub: Client, opts: Options) {
         view.grow(&hub, &mut watches, opts.settings.kueue).await;
         let mut observed = view.snapshot();
         written.overlay(&mut observed);
-        match cycle(&hub, &observed, &opts, &mut written).await {
+        match cycle(&hub, &observed, &opts, &mut written, &recorder).await {
             Ok(_) => backoff.succeed(),
             Err(error) => {
                 opts.metrics.reconcile_error(error.kind());
