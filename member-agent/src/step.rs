@@ -31,7 +31,7 @@ use crate::survey::{Reach, Round, State, finished, survey};
 /// While realisations are in flight, a round starts at most this often. In a burst, rounds
 /// back to back (each surveying every placement, then writing statuses, pod copies and Events
 /// to the hub) took the CPU the burst's JobSets were waiting for; the statuses a round writes
-/// are at most this late instead (docs/performance.md, "2026-12-05 (afternoon)").
+/// are at most this late instead (docs/performance.md, "2026-12-05 (late night)").
 pub(crate) const ROUND_PACE: Duration = Duration::from_secs(1);
 
 /// What woke the agent.
