@@ -123,7 +123,7 @@ impl Loop {
                 self.realised(key, &placement, result, now);
                 // Room for queued realisations; nothing new to survey, unless a round waited
                 // for the last of them.
-                if !self.state.in_flight.is_empty() || !self.changed {
+                if !self.state.in_flight.is_empty() || !self.changed || self.round_running {
                     return vec![self.wait(now)];
                 }
             }
