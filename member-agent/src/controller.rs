@@ -6,8 +6,9 @@
 //! Placement's status from its JobSet (the first, Applied or Running, replacing the claim) and
 //! the MemberCluster's status (heartbeat, gang scheduler, topology, capacity): a round writing
 //! hundreds of statuses never holds back what was just placed, and while realisations are in
-//! flight the next round waits for them, at most `step::ROUND_PACE` after
-//! the last one started, so rounds back to back do not take the CPU a burst's JobSets need.
+//! flight the next round waits for them and a quiet after them (`step::ROUND_QUIET`), at most
+//! `step::ROUND_PACE` after the last one started, so rounds do not take the CPU a burst's
+//! JobSets need.
 //!
 //! Two timers guard the fleet's promise that a TrainJob never runs twice and never waits
 //! forever: an agent that cannot reach the hub for `hub_lost` deletes the JobSets it made (the

@@ -34,6 +34,13 @@ use crate::survey::{Reach, Round, State, finished, survey};
 /// are at most this late instead (docs/performance.md, "2026-12-05 (late night)").
 pub(crate) const ROUND_PACE: Duration = Duration::from_secs(1);
 
+/// Once the last realisation in flight ends, a round held back by the pace waits this much
+/// longer for the next to start (never past the pace). A burst reaches an agent in waves, one
+/// per dispatcher cycle; a round started in the gap between two surveyed and wrote (Applied
+/// statuses, pod copies, Events) beside the next wave's realisations, and wrote again, Running,
+/// moments later (docs/performance.md, "2026-12-05 (evening)").
+pub(crate) const ROUND_QUIET: Duration = Duration::from_millis(250);
+
 /// What woke the agent.
 #[derive(Debug)]
 pub(crate) enum Wake {
@@ -88,6 +95,8 @@ pub(crate) struct Loop {
     /// When the last round started: while realisations are in flight, the next waits
     /// [`ROUND_PACE`] after it.
     round_started: Option<Instant>,
+    /// When the last realisation ended: the next round waits [`ROUND_QUIET`] after it.
+    last_realised: Option<Instant>,
     /// When the hub was last probed: while it does not answer, it is probed again only after
     /// `probe_interval`, not on every wake.
     last_probe: Option<Instant>,
@@ -109,6 +118,7 @@ impl Loop {
             changed: true,
             round_running: false,
             round_started: None,
+            last_realised: None,
             last_probe: None,
             last_confirm: None,
             realise_retry: BTreeMap::new(),
@@ -121,8 +131,8 @@ impl Loop {
             Wake::Timer => {}
             Wake::Realised { key, placement, result } => {
                 self.realised(key, &placement, result, now);
-                // Room for queued realisations; nothing new to survey, unless a round waited
-                // for the last of them.
+                // Room for queued realisations; nothing new to survey, unless a round waits
+                // for the last of them (and then for the quiet after it).
                 if !self.state.in_flight.is_empty() || !self.changed || self.round_running {
                     return vec![self.wait(now)];
                 }
@@ -274,12 +284,16 @@ impl Loop {
         vec![self.wait(now)]
     }
 
-    /// When a round held back by realisations in flight ([`ROUND_PACE`]) may start; `None` when
-    /// none is held back. Making what was placed comes before reporting on it, so a burst's
-    /// JobSets are not queued behind its reports.
+    /// When a round held back by realisations in flight ([`ROUND_PACE`]), or just ended
+    /// ([`ROUND_QUIET`]), may start; `None` when none is held back. Making what was placed
+    /// comes before reporting on it, so a burst's JobSets are not queued behind its reports.
     fn paced_until(&self, now: Instant) -> Option<Instant> {
-        let until = self.round_started? + ROUND_PACE;
-        (!self.state.in_flight.is_empty() && now < until).then_some(until)
+        let pace = self.round_started? + ROUND_PACE;
+        let until = match self.state.in_flight.is_empty() {
+            true => pace.min(self.last_realised? + ROUND_QUIET),
+            false => pace,
+        };
+        (now < until).then_some(until)
     }
 
     /// A running round wakes the loop when it ends; otherwise the next heartbeat or retry, and
@@ -308,6 +322,7 @@ impl Loop {
 
     fn realised(&mut self, key: Key, placement: &str, result: Result<(), Error>, now: Instant) {
         self.state.in_flight.remove(&key);
+        self.last_realised = Some(now);
         match result {
             Ok(()) => {
                 self.realise_retry.remove(&key);
@@ -417,7 +432,7 @@ mod tests {
     }
 
     /// Making what was placed comes before reporting on it: while realisations are in flight, the
-    /// next round waits until the last of them ends, or [`ROUND_PACE`] after the last round
+    /// next round waits until [`ROUND_QUIET`] after the last of them ends, or [`ROUND_PACE`] after the last round
     /// started, whichever is first.
     #[test]
     fn a_round_waits_for_realisations_in_flight_at_most_a_pace() {
@@ -438,8 +453,27 @@ mod tests {
             result: Ok(()),
         };
         assert_eq!(kinds(&agent.step(realised(&a), &c, t0 + ms(30), Timestamp::now())), ["wait"]);
-        // The last one made: the round that waited starts.
-        assert_eq!(kinds(&agent.step(realised(&b), &c, t0 + ms(40), Timestamp::now())), ["round", "wait"]);
+        // The last one made: the round that waited starts once no other has started for the
+        // quiet after it.
+        let after = agent.step(realised(&b), &c, t0 + ms(40), Timestamp::now());
+        assert!(matches!(after[..], [Action::Wait(Some(t))] if t == t0 + ms(40) + ROUND_QUIET), "{after:?}");
+        assert_eq!(kinds(&agent.step(Wake::Timer, &c, t0 + ms(39) + ROUND_QUIET, Timestamp::now())), ["wait"]);
+        assert_eq!(kinds(&agent.step(Wake::Timer, &c, t0 + ms(40) + ROUND_QUIET, Timestamp::now())), ["round", "wait"]);
+
+        // A wave placed in the quiet is made at once, and the round waits for it in turn, at
+        // most until the pace is up.
+        let t2 = t0 + ms(100);
+        let mut agent = Loop::new(config(), t2);
+        let c = caches(vec![a.clone()], Vec::new());
+        assert_eq!(kinds(&agent.step(Wake::Changed, &c, t2, Timestamp::now())), ["realise", "round", "wait"]);
+        agent.step(ended(None, false), &c, t2 + ms(10), Timestamp::now());
+        agent.step(Wake::Changed, &c, t2 + ms(20), Timestamp::now());
+        assert_eq!(kinds(&agent.step(realised(&a), &c, t2 + ms(30), Timestamp::now())), ["wait"]);
+        let c = caches(vec![a.clone(), b.clone()], Vec::new());
+        let wave = agent.step(Wake::Changed, &c, t2 + ms(40), Timestamp::now());
+        assert_eq!(kinds(&wave), ["realise", "wait"], "the next wave made, no round beside it");
+        assert!(matches!(wave[1], Action::Wait(Some(t)) if t == t2 + ROUND_PACE), "{wave:?}");
+        assert_eq!(kinds(&agent.step(Wake::Timer, &c, t2 + ROUND_PACE, Timestamp::now())), ["round", "wait"]);
 
         // With one in flight for longer, the round starts when the pace is up.
         let t1 = t0 + ms(50);

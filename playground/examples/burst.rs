@@ -127,6 +127,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let members: Vec<api::stowage::MemberCluster> = Api::all(hub.clone()).list(&ListParams::default()).await?.items;
     // Every request the hub serves from here on, to count its writes per TrainJob.
     p.hub_server.faults().record_accesses();
+    for m in &p.members {
+        m.sim.server.faults().record_accesses();
+    }
     let cpu_before = thread_cpu();
     let started = Instant::now();
     let created: Vec<(String, Instant)> = futures::stream::iter(0..n)
@@ -164,6 +167,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut latencies: Vec<Duration> =
         created.iter().filter_map(|(uid, at)| seen.get(uid).map(|s| s.saturating_duration_since(*at))).collect();
     latencies.sort();
+    // The agents' share alone: each TrainJob's Placement appearing to its JobSet appearing.
+    let mut placement_to_jobset: Vec<Duration> =
+        placed_at.iter().filter_map(|(uid, p)| seen.get(uid).map(|s| s.saturating_duration_since(*p))).collect();
+    placement_to_jobset.sort();
+    // BURST_TIMELINE=FILE: each TrainJob's creation, Placement and JobSet, in ms since the
+    // first create, one line each: where a slow burst's time went, job by job.
+    if let Some(path) = std::env::var_os("BURST_TIMELINE") {
+        let ms = |t: Option<&Instant>| {
+            t.map_or(String::from("-"), |t| format!("{:.1}", t.duration_since(started).as_secs_f64() * 1e3))
+        };
+        let lines: Vec<String> = created
+            .iter()
+            .map(|(uid, at)| format!("{} {} {}", ms(Some(at)), ms(placed_at.get(uid)), ms(seen.get(uid))))
+            .collect();
+        std::fs::write(path, lines.join("\n") + "\n")?;
+    }
     let last = seen.values().max().map_or(Duration::ZERO, |t| t.duration_since(started));
     // The hub's writes until the last JobSet appeared (the agents' heartbeats included).
     let mut writes: BTreeMap<(String, String), usize> = BTreeMap::new();
@@ -226,6 +245,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("  creation → Placement p50 {:>7.1} ms", percentile(&to_placement, 0.5).as_secs_f64() * 1e3);
             println!("  creation → Placement p99 {:>7.1} ms", percentile(&to_placement, 0.99).as_secs_f64() * 1e3);
         }
+        if !placement_to_jobset.is_empty() {
+            println!("  Placement → JobSet p50  {:>8.1} ms", percentile(&placement_to_jobset, 0.5).as_secs_f64() * 1e3);
+            println!(
+                "  Placement → JobSet p99  {:>8.1} ms",
+                percentile(&placement_to_jobset, 0.99).as_secs_f64() * 1e3
+            );
+        }
         println!("  placements per second   {:>8.0}", latencies.len() as f64 / last.as_secs_f64());
     }
     // The Events by reason, counted (`count`) as the hub aggregates them.
@@ -264,6 +290,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("  CPU per TrainJob         {:>7.2} ms", cpu_total.as_secs_f64() * 1e3 / n.max(1) as f64);
     for (group, spent) in &cpu {
         println!("    {group:<34} {:>6.2} ms", spent.as_secs_f64() * 1e3 / n.max(1) as f64);
+    }
+    // The members' API requests (the agents' and this client's; their simulated controllers
+    // write in process, uncounted), all members together.
+    let mut member_requests: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for a in p.members.iter().flat_map(|m| m.sim.server.faults().requests()) {
+        let what = match &a.subresource {
+            Some(sub) => format!("{}/{sub}", a.resource),
+            None => a.resource.clone(),
+        };
+        *member_requests.entry((what, a.verb.clone())).or_default() += 1;
+    }
+    let member_total: usize = member_requests.values().sum();
+    println!("  member requests per TrainJob {:>3.2}", member_total as f64 / n.max(1) as f64);
+    for ((what, verb), count) in &member_requests {
+        println!("    {verb:>6} {what:<28} {:>6.2}", *count as f64 / n.max(1) as f64);
     }
     let total_reads: usize = reads.values().sum();
     println!("  hub reads per TrainJob   {:>7.2}", total_reads as f64 / n.max(1) as f64);
