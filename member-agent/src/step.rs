@@ -38,7 +38,7 @@ pub(crate) const ROUND_PACE: Duration = Duration::from_secs(1);
 /// longer for the next to start (never past the pace). A burst reaches an agent in waves, one
 /// per dispatcher cycle; a round started in the gap between two surveyed and wrote (Applied
 /// statuses, pod copies, Events) beside the next wave's realisations, and wrote again, Running,
-/// moments later (docs/performance.md, "2026-12-05 (evening)").
+/// moments later (docs/performance.md, "2026-12-05 (waves)").
 pub(crate) const ROUND_QUIET: Duration = Duration::from_millis(250);
 
 /// What woke the agent.
