@@ -281,10 +281,29 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         *cpu.entry(group).or_default() += spent;
     }
+    // What the hub served beside the creates until the last of them: what submission shared
+    // the hub with (the submission goal is the hub's write path, and everything else on it).
+    let requests = p.hub_server.faults().requests();
+    let last_create =
+        requests.iter().rposition(|a| a.resource == "trainjobs" && a.verb == "create" && a.subresource.is_none());
+    let mut beside: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for a in requests.iter().take(last_create.map_or(0, |i| i + 1)) {
+        if !(a.resource == "trainjobs" && a.verb == "create") {
+            let what = match &a.subresource {
+                Some(sub) => format!("{}/{sub}", a.resource),
+                None => a.resource.clone(),
+            };
+            *beside.entry((what, a.verb.clone())).or_default() += 1;
+        }
+    }
     let total: usize = writes.values().sum();
     println!("  hub writes per TrainJob  {:>7.2}", total as f64 / n.max(1) as f64);
     for ((what, verb), count) in &writes {
         println!("    {verb:>6} {what:<28} {:>6.2}", *count as f64 / n.max(1) as f64);
+    }
+    println!("  hub requests during submission, besides the creates {}", beside.values().sum::<usize>());
+    for ((what, verb), count) in &beside {
+        println!("    {verb:>6} {what:<28} {count:>6}");
     }
     let cpu_total: Duration = cpu.values().sum();
     println!("  CPU per TrainJob         {:>7.2} ms", cpu_total.as_secs_f64() * 1e3 / n.max(1) as f64);
