@@ -317,7 +317,7 @@ fn lookup(store: &Store, (group, version, plural): (&str, &str, &str)) -> Option
 /// status-writers policy, TrainJob admission), plus one object of each type to update.
 fn build_hub() -> Result<Store, String> {
     let mut store = Store::new();
-    store.add_validator(std::sync::Arc::new(playground::admission::TrainJobAdmission));
+    store.add_validator(std::sync::Arc::new(playground::admission::TrainJobAdmission::default()));
     let opts = WriteOptions { strict: false, dry_run: false };
     let user = UserInfo::admin();
     let crd_type = lookup(&store, TYPES[15]).ok_or("no CRD type")?;

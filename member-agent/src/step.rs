@@ -432,8 +432,8 @@ mod tests {
     }
 
     /// Making what was placed comes before reporting on it: while realisations are in flight, the
-    /// next round waits until [`ROUND_QUIET`] after the last of them ends, or [`ROUND_PACE`] after the last round
-    /// started, whichever is first.
+    /// next round waits until [`ROUND_QUIET`] after the last of them ends, or [`ROUND_PACE`]
+    /// after the last round started, whichever is first.
     #[test]
     fn a_round_waits_for_realisations_in_flight_at_most_a_pace() {
         let t0 = Instant::now();

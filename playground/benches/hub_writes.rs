@@ -58,7 +58,7 @@ fn hub() -> Store {
 
 fn hub_with(policy: Policy) -> Store {
     let mut s = Store::new();
-    s.add_validator(Arc::new(playground::admission::TrainJobAdmission));
+    s.add_validator(Arc::new(playground::admission::TrainJobAdmission::default()));
     let opts = WriteOptions::default();
     let crd_rt = s.lookup("apiextensions.k8s.io", "v1", "customresourcedefinitions").cloned().expect("CRDs");
     let crds = upstream::TRAINER_CRDS

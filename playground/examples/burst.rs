@@ -47,6 +47,15 @@ fn thread_cpu() -> BTreeMap<String, Duration> {
     by_name
 }
 
+/// A request as the tallies below name it: its resource (and subresource), and its verb.
+fn label(a: &kube_mem::Access) -> (String, String) {
+    let what = match &a.subresource {
+        Some(sub) => format!("{}/{sub}", a.resource),
+        None => a.resource.clone(),
+    };
+    (what, a.verb.clone())
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
@@ -188,13 +197,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut writes: BTreeMap<(String, String), usize> = BTreeMap::new();
     let mut reads: BTreeMap<(String, String), usize> = BTreeMap::new();
     for a in p.hub_server.faults().requests() {
-        let what = match &a.subresource {
-            Some(sub) => format!("{}/{sub}", a.resource),
-            None => a.resource.clone(),
-        };
         let tally =
             if matches!(a.verb.as_str(), "create" | "update" | "patch" | "delete") { &mut writes } else { &mut reads };
-        *tally.entry((what, a.verb.clone())).or_default() += 1;
+        *tally.entry(label(&a)).or_default() += 1;
     }
 
     // The decision alone: every TrainJob pending, the fleet as the agents reported it before.
@@ -289,11 +294,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut beside: BTreeMap<(String, String), usize> = BTreeMap::new();
     for a in requests.iter().take(last_create.map_or(0, |i| i + 1)) {
         if !(a.resource == "trainjobs" && a.verb == "create") {
-            let what = match &a.subresource {
-                Some(sub) => format!("{}/{sub}", a.resource),
-                None => a.resource.clone(),
-            };
-            *beside.entry((what, a.verb.clone())).or_default() += 1;
+            *beside.entry(label(a)).or_default() += 1;
         }
     }
     let total: usize = writes.values().sum();
@@ -310,18 +311,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (group, spent) in &cpu {
         println!("    {group:<34} {:>6.2} ms", spent.as_secs_f64() * 1e3 / n.max(1) as f64);
     }
-    // The members' API requests (the agents' and this client's; their simulated controllers
-    // write in process, uncounted), all members together.
+    // The members' API accesses (the agents' and this client's; their simulated controllers
+    // write in process, uncounted), all members together. As the servers audit them: an apply
+    // that creates is authorised as a create too, so it counts as a create and a patch.
     let mut member_requests: BTreeMap<(String, String), usize> = BTreeMap::new();
     for a in p.members.iter().flat_map(|m| m.sim.server.faults().requests()) {
-        let what = match &a.subresource {
-            Some(sub) => format!("{}/{sub}", a.resource),
-            None => a.resource.clone(),
-        };
-        *member_requests.entry((what, a.verb.clone())).or_default() += 1;
+        *member_requests.entry(label(&a)).or_default() += 1;
     }
     let member_total: usize = member_requests.values().sum();
-    println!("  member requests per TrainJob {:>3.2}", member_total as f64 / n.max(1) as f64);
+    println!("  member accesses per TrainJob {:>3.2}", member_total as f64 / n.max(1) as f64);
     for ((what, verb), count) in &member_requests {
         println!("    {verb:>6} {what:<28} {:>6.2}", *count as f64 / n.max(1) as f64);
     }

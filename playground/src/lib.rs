@@ -209,7 +209,7 @@ impl Playground {
         credentials::register(&hub_server, fleet);
         let hub = hub_server.client_as(&credentials::admin_token()).map_err(|e| setup("hub client")(e.to_string()))?;
         if let Ok(mut store) = hub_server.store().lock() {
-            store.add_validator(std::sync::Arc::new(admission::TrainJobAdmission));
+            store.add_validator(std::sync::Arc::new(admission::TrainJobAdmission::default()));
         }
         credentials::install_policy(&hub).await?;
         let crds: Api<CustomResourceDefinition> = Api::all(hub.clone());

@@ -150,10 +150,19 @@ pub(crate) fn patch_runtime(input: &Input<'_>, draft: &mut Draft) -> Result<(), 
     draft.namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
     draft.uid = meta.uid.clone().unwrap_or_default();
     let template = &input.runtime.spec().template;
-    let mut tmpl = serde_json::to_value(template).unwrap_or_default();
-    let known = |j: &Value| template.spec.replicated_jobs.iter().any(|r| Some(r.name.as_str()) == j["name"].as_str());
-    for p in &input.trainjob.spec.runtime_patches {
-        if let Some(t) = p.training_runtime_spec.as_ref().and_then(|s| s.get("template")) {
+    let patches: Vec<&Value> = (input.trainjob.spec.runtime_patches.iter())
+        .filter_map(|p| p.training_runtime_spec.as_ref().and_then(|s| s.get("template")))
+        .collect();
+    let patched = if patches.is_empty() {
+        // Nothing to merge: the template as the runtime has it. Written out as JSON and read
+        // back, it was a third of the hub's admission of a TrainJob, and a part of every
+        // render, to come back the same.
+        template.clone()
+    } else {
+        let mut tmpl = serde_json::to_value(template).unwrap_or_default();
+        let known =
+            |j: &Value| template.spec.replicated_jobs.iter().any(|r| Some(r.name.as_str()) == j["name"].as_str());
+        for t in patches {
             // A patch of a job the runtime lacks would add a job with no template; validation
             // refuses it in Trainer's words (`webhook_rules`), so it is not merged here.
             let mut t = t.clone();
@@ -162,17 +171,17 @@ pub(crate) fn patch_runtime(input: &Input<'_>, draft: &mut Draft) -> Result<(), 
             }
             kube_conventions::patch::strategic_merge(&mut tmpl, &t);
         }
-    }
-    let patched: api::trainer::JobSetTemplateSpec = serde_json::from_value(tmpl).map_err(|e| {
-        FieldError::new(
-            Source::TrainJob,
-            Rule::Stowage,
-            ErrorType::Invalid,
-            "spec.runtimePatches",
-            BadValue::Omit,
-            format!("the patched runtime is not a valid JobSet template: {e}"),
-        )
-    })?;
+        serde_json::from_value::<api::trainer::JobSetTemplateSpec>(tmpl).map_err(|e| {
+            FieldError::new(
+                Source::TrainJob,
+                Rule::Stowage,
+                ErrorType::Invalid,
+                "spec.runtimePatches",
+                BadValue::Omit,
+                format!("the patched runtime is not a valid JobSet template: {e}"),
+            )
+        })?
+    };
     let m = patched.metadata.unwrap_or_default();
     draft.labels = m.labels.unwrap_or_default();
     draft.annotations = m.annotations.unwrap_or_default();
