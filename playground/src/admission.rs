@@ -3,13 +3,14 @@
 //! exact words), run as the API server's admission step. On a real hub the same checks are
 //! served by `stowage webhook` behind a ValidatingWebhookConfiguration (manifests/hub).
 
+use std::sync::{Arc, Mutex};
+
 use api::trainer::{ClusterTrainingRuntime, Runtime, TrainJob, TrainingRuntime};
 use kube_mem::ApiError;
 use kube_mem::admission::{Review, Validator};
 use kube_mem::view::ReadView;
 use serde::Deserialize;
 use serde_json::Value;
-use std::sync::{Arc, Mutex};
 
 /// The admission step for `trainjobs.trainer.kubeflow.org`. It keeps the last runtime it read,
 /// by name and resourceVersion: a burst's TrainJobs mostly name one runtime, and decoding it

@@ -150,9 +150,9 @@ pub(crate) fn patch_runtime(input: &Input<'_>, draft: &mut Draft) -> Result<(), 
     draft.namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
     draft.uid = meta.uid.clone().unwrap_or_default();
     let template = &input.runtime.spec().template;
-    let patches: Vec<&Value> = (input.trainjob.spec.runtime_patches.iter())
-        .filter_map(|p| p.training_runtime_spec.as_ref().and_then(|s| s.get("template")))
-        .collect();
+    let spec = &input.trainjob.spec;
+    let patches: Vec<&Value> =
+        spec.runtime_patches.iter().filter_map(|p| p.training_runtime_spec.as_ref()?.get("template")).collect();
     let patched = if patches.is_empty() {
         // Nothing to merge: the template as the runtime has it. Written out as JSON and read
         // back, it was a third of the hub's admission of a TrainJob, and a part of every
