@@ -458,3 +458,36 @@ fn the_trainjobs_env_comes_before_or_after_the_policys_as_trainers_plugins_order
     assert_eq!(first_env("jax_distributed.yaml").1, "LR", "JAX: the TrainJob's env last");
     assert_eq!(first_env("mpi_distributed.yaml").1, "LR", "MPI: the TrainJob's env last");
 }
+
+/// A runtime's template is taken as it is when no patch touches it, and goes through JSON only
+/// to merge one: a patch that changes nothing (an empty template) renders exactly what no patch
+/// renders, for every upstream runtime, so the shortcut changes no output.
+#[test]
+fn an_empty_template_patch_renders_what_no_patch_renders() {
+    let caps = Capabilities::default();
+    let mut compared = 0;
+    for (file, rt) in runtimes() {
+        let runtime = Runtime::Cluster(rt.clone());
+        let plain = trainjob_for(&rt);
+        let mut patched = plain.clone();
+        patched.spec.runtime_patches = vec![api::trainer::RuntimePatch {
+            manager: "example.com/tuner".into(),
+            training_runtime_spec: Some(serde_json::json!({"template": {}})),
+            ..Default::default()
+        }];
+        let rendered = |tj: &TrainJob| -> Vec<serde_json::Value> {
+            let input = Input {
+                trainjob: tj,
+                runtime: &runtime,
+                placement: None,
+                capabilities: &caps,
+                ssh_key: Some(&key()),
+                jobset_uid: Some("9d9c7a54-aaaa-bbbb-cccc-ddddeeeeffff"),
+            };
+            render(&input).unwrap_or_else(|e| panic!("{}: {e}", file.display())).iter().map(Object::to_value).collect()
+        };
+        assert_eq!(rendered(&plain), rendered(&patched), "{}", file.display());
+        compared += 1;
+    }
+    assert!(compared >= 5, "{compared} runtimes compared");
+}
