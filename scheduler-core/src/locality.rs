@@ -33,7 +33,8 @@ pub fn crossed(fleet: &Fleet, span: DomainId) -> Level {
 /// [`Moment::within_tail`]). Chosen on the tuning set (docs/policy.md, "Locality by cost"):
 /// 1×, 1.5×, 2×, 3× and unbounded held in 19, 18, 18, 18 and 17 of its 28 runs, 1× at 1.3 %
 /// more mean queueing; 2× with [`OWN_RUNTIME_PERMILLE`] has the lowest mean JCT and queueing of
-/// those at 18. A gang held back by its queue's quota counts too: then the bound is loose.
+/// those at 18. With a third fleet (39 runs) 1×, 1.5×, 2× and 3× held in 25, 27, 27 and 27.
+/// A gang held back by its queue's quota counts too: then the bound is loose.
 const TAIL_FACTOR: u64 = 2;
 /// The wait a hold may always take, as a share of the gang's run time (permille): with nobody
 /// else waiting there is no tail to join, and a short wait for a rack is still worth it.
