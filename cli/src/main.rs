@@ -175,6 +175,12 @@ struct DispatcherArgs {
     /// waited this long (seconds, or 90m, 4h, 2d), or none (docs/policy.md).
     #[arg(long, value_name = "WAIT", value_parser = parse_reserve_after, default_value = "24h")]
     reserve_after: ReserveAfter,
+    /// How many TrainJobs that cannot start may hold a reservation at once: 1 is EASY
+    /// backfilling (Slurm's), more is conservative (each planned on the room the ones before
+    /// it leave, as Flux's reservation depth), at most 64 (docs/policy.md).
+    #[arg(long, value_name = "N", default_value_t = scheduler_core::Reservations::DEFAULT.depth,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(scheduler_core::Reservations::MAX_DEPTH)))]
+    reserve_depth: u32,
     /// A running TrainJob younger than this is never evicted for a higher-priority one (whom a
     /// TrainJob may evict is its Queue's `spec.preemption`): seconds or 90s, 10m, 2h.
     #[arg(long, value_parser = parse_duration_s, default_value = "10m")]
@@ -414,7 +420,7 @@ struct SimulateArgs {
     #[arg(long, value_name = "KUBECONFIG", conflicts_with_all = [
         "fleet", "machines", "trace", "synthetic", "bench", "gpu_sharing", "helios", "helios_day",
         "trace_format", "skip_bad_rows", "policy", "seed", "load_scale", "node_failure_rate", "tenants",
-        "json", "svg", "locality_patience", "locality_cost", "reserve_after", "urgent", "checkpoint_interval", "mix",
+        "json", "svg", "locality_patience", "locality_cost", "reserve_after", "reserve_depth", "urgent", "checkpoint_interval", "mix",
         "machines_format", "batch_every", "check_every", "explain",
     ])]
     from: Option<PathBuf>,
@@ -454,6 +460,12 @@ struct SimulateArgs {
     /// (docs/policy.md).
     #[arg(long, value_name = "WAIT", value_parser = parse_reserve_after, default_value = "24h")]
     reserve_after: ReserveAfter,
+    /// How many gangs that cannot start the stowage policy lets hold a reservation at once: 1
+    /// is EASY backfilling, more is conservative backfilling (each planned on the room the ones
+    /// before it leave, as Flux's reservation depth), at most 64 (docs/policy.md).
+    #[arg(long, value_name = "N", default_value_t = scheduler_core::Reservations::DEFAULT.depth,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(scheduler_core::Reservations::MAX_DEPTH)))]
+    reserve_depth: u32,
     /// Submit this percent of jobs (chosen by id and seed) at high priority: stowage preempts
     /// lower-priority gangs for them, the baselines do not.
     #[arg(long, value_name = "PERCENT", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
@@ -545,12 +557,20 @@ fn parse_patience(s: &str) -> Result<Patience, String> {
 #[derive(Debug, Clone, Copy)]
 struct ReserveAfter(Option<scheduler_core::Reservations>);
 
+impl ReserveAfter {
+    /// The reservations, with at most `depth` held at once (`--reserve-depth`).
+    fn with_depth(self, depth: u32) -> Option<scheduler_core::Reservations> {
+        self.0.map(|r| scheduler_core::Reservations { depth, ..r })
+    }
+}
+
 fn parse_reserve_after(s: &str) -> Result<ReserveAfter, String> {
     if s.trim().eq_ignore_ascii_case("none") {
         return Ok(ReserveAfter(None));
     }
     let after_s = parse_duration_s(s)?;
-    Ok(ReserveAfter(Some(scheduler_core::Reservations { after_ms: after_s.saturating_mul(1000) })))
+    let after_ms = after_s.saturating_mul(1000);
+    Ok(ReserveAfter(Some(scheduler_core::Reservations { after_ms, ..scheduler_core::Reservations::DEFAULT })))
 }
 
 /// Extra run time per level crossed, in percent (`NVLINK,RACK,BLOCK,ZONE`), or `none`.
@@ -761,7 +781,7 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
         queues: helios.as_ref().map(|(day, _)| day.queues()).unwrap_or_default(),
         patience: args.locality_patience.0,
         locality_cost: args.locality_cost.0,
-        reservations: args.reserve_after.0,
+        reservations: args.reserve_after.with_depth(args.reserve_depth),
         urgent_percent: args.urgent,
         checkpoint_interval_s: args.checkpoint_interval,
         batch_every: args.batch_every,
@@ -905,7 +925,7 @@ fn dispatcher_command(args: DispatcherArgs) -> Result<(), CliError> {
             config: scheduler_core::Config {
                 patience: args.locality_patience.0,
                 locality_cost: args.locality_cost.0,
-                reservations: args.reserve_after.0,
+                reservations: args.reserve_after.with_depth(args.reserve_depth),
                 preemption: Some(scheduler_core::Preemption {
                     min_runtime_ms: args.preemption_min_runtime.saturating_mul(1000),
                     ..scheduler_core::Preemption::DEFAULT
@@ -1161,11 +1181,14 @@ mod tests {
             let default: String = arg.get_default_values().iter().map(|v| v.to_string_lossy()).collect();
             let parsed = parse_reserve_after(&default).expect("valid").0;
             assert_eq!(parsed, Some(scheduler_core::Reservations::DEFAULT), "{}", command.get_name());
+            let arg = command.get_arguments().find(|a| a.get_id() == "reserve_depth").expect("--reserve-depth");
+            let default: String = arg.get_default_values().iter().map(|v| v.to_string_lossy()).collect();
+            assert_eq!(default, scheduler_core::Reservations::DEFAULT.depth.to_string(), "{}", command.get_name());
         }
         assert_eq!(parse_reserve_after("none").expect("valid").0, None);
         assert_eq!(
             parse_reserve_after("90m").expect("valid").0,
-            Some(scheduler_core::Reservations { after_ms: 5_400_000 })
+            Some(scheduler_core::Reservations { after_ms: 5_400_000, ..scheduler_core::Reservations::DEFAULT })
         );
         assert!(parse_reserve_after("soon").is_err());
     }

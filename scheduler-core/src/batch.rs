@@ -11,9 +11,9 @@
 //! of `s` GPUs or more stay within the hosts' room for `s`-GPU pods, and their GPUs within the
 //! free GPUs of hosts with `s` or more free (a pod needs one host: GPUs scattered in pieces
 //! smaller than it are no use to it); each queue stays within its quota headroom; and when the
-//! greedy cycle reserved room for a blocked gang, no gang behind it is admitted without it
-//! unless it would also have been let backfill (it ends before the reservation starts), so the
-//! optimiser may rearrange the queue to fit the blocked gang but never starves it. The
+//! greedy cycle reserved room for blocked gangs, no gang behind one is admitted without it
+//! unless it would also have been let backfill (it ends before that reservation starts), so
+//! the optimiser may rearrange the queue to fit a blocked gang but never starves it. The
 //! objective is admitted GPUs, weighted by the gang's place in the queue (the head counts
 //! double the tail, so of two waiting gangs the later is chosen only when that admits clearly
 //! more) with a bonus for meeting its locality.
@@ -114,8 +114,8 @@ pub(crate) struct Plan {
     pub window: BTreeSet<usize>,
     /// The gangs the answer admits, in the order the cycle first tries them.
     pub pins: Vec<Pin>,
-    /// The gang holding a reservation and the gangs behind it that may not start without it.
-    pub leader: Option<(usize, Vec<usize>)>,
+    /// Each gang holding a reservation, and the gangs behind it that may not start without it.
+    pub leaders: Vec<(usize, Vec<usize>)>,
     /// The gangs greedy admitted, which the plan must admit too.
     pub keeps: Vec<usize>,
 }
@@ -126,11 +126,9 @@ impl Plan {
     /// gang is admitted while it waits.
     pub fn honoured(&self, decisions: &[Decision]) -> bool {
         let admitted = |i: usize| decisions[i].admission().is_some();
-        let reservation_kept = self
-            .leader
-            .as_ref()
-            .is_none_or(|(leader, followers)| admitted(*leader) || !followers.iter().any(|&f| admitted(f)));
-        reservation_kept && self.keeps.iter().all(|&i| admitted(i))
+        let reservations_kept =
+            self.leaders.iter().all(|(leader, followers)| admitted(*leader) || !followers.iter().any(|&f| admitted(f)));
+        reservations_kept && self.keeps.iter().all(|&i| admitted(i))
     }
 }
 
@@ -279,16 +277,20 @@ pub(crate) fn window(
     (window.len() >= 2).then_some(window)
 }
 
-/// The window gangs that may start only with the first one holding a reservation: those behind
-/// it that would not end before the reservation starts. (window index, leader's window index).
+/// The window gangs that may start only with one holding a reservation: those behind it that
+/// would not end before its reservation starts. (window index, leader's window index), by
+/// leader.
 fn follows(pending: &[Gang], decisions: &[Decision], window: &[usize], now_ms: u64) -> Vec<(usize, usize)> {
-    let reserved = window.iter().enumerate().find_map(|(w, &i)| match &decisions[i] {
+    let reserved = window.iter().enumerate().filter_map(|(w, &i)| match &decisions[i] {
         Decision::Pending(Reason::Reserved { in_s, .. }) => Some((w, now_ms.saturating_add(in_s.saturating_mul(1000)))),
         _ => None,
     });
-    let Some((leader, start_ms)) = reserved else { return Vec::new() };
-    let backfills = |g: &Gang| g.runtime_ms.is_some_and(|r| now_ms.saturating_add(r) <= start_ms);
-    (leader + 1..window.len()).filter(|&w| !backfills(&pending[window[w]])).map(|w| (w, leader)).collect()
+    reserved
+        .flat_map(|(leader, start_ms)| {
+            let backfills = move |g: &Gang| g.runtime_ms.is_some_and(|r| now_ms.saturating_add(r) <= start_ms);
+            (leader + 1..window.len()).filter(move |&w| !backfills(&pending[window[w]])).map(move |w| (w, leader))
+        })
+        .collect()
 }
 
 /// How much a cycle's decisions are worth: every admitted gang's GPUs, weighted by its place in
@@ -622,12 +624,15 @@ impl Model {
             (std::cmp::Reverse(fleet.domain(d).depth), std::cmp::Reverse(pending[i].total_gpus()), rank[&i])
         });
         let pins: Vec<Pin> = again.chain(within.into_iter().map(pin)).collect();
-        let leader = self
-            .follows
-            .first()
-            .map(|&(_, l)| (self.window[l], self.follows.iter().map(|&(f, _)| self.window[f]).collect()));
+        let mut leaders: Vec<(usize, Vec<usize>)> = Vec::new();
+        for &(f, l) in &self.follows {
+            match leaders.last_mut() {
+                Some((leader, followers)) if *leader == self.window[l] => followers.push(self.window[f]),
+                _ => leaders.push((self.window[l], vec![self.window[f]])),
+            }
+        }
         let keeps = self.keeps.iter().map(|&w| self.window[w]).collect();
-        Plan { window: self.window.iter().copied().collect(), pins, leader, keeps }
+        Plan { window: self.window.iter().copied().collect(), pins, leaders, keeps }
     }
 }
 

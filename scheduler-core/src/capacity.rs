@@ -24,6 +24,48 @@ pub struct PodShape {
     pub memory_mib: u64,
 }
 
+/// Amounts of every resource at once, as reservations reckon them: the room of several pods on
+/// one host (`times`), what part of it is free (`capped`), what is still owed (`less`). Saturating:
+/// a held part is never more than what was wanted.
+impl PodShape {
+    /// `n` pods of this shape, as one amount.
+    pub fn times(self, n: u32) -> PodShape {
+        PodShape {
+            gpus: self.gpus.saturating_mul(n),
+            cpu_milli: self.cpu_milli.saturating_mul(u64::from(n)),
+            memory_mib: self.memory_mib.saturating_mul(u64::from(n)),
+        }
+    }
+
+    /// Of each resource, this or `cap`, whichever is smaller (not `Ord::min`, which compares
+    /// whole shapes).
+    pub fn capped(self, cap: PodShape) -> PodShape {
+        PodShape {
+            gpus: self.gpus.min(cap.gpus),
+            cpu_milli: self.cpu_milli.min(cap.cpu_milli),
+            memory_mib: self.memory_mib.min(cap.memory_mib),
+        }
+    }
+
+    /// Of each resource, this less `other`, or none.
+    pub fn less(self, other: PodShape) -> PodShape {
+        PodShape {
+            gpus: self.gpus.saturating_sub(other.gpus),
+            cpu_milli: self.cpu_milli.saturating_sub(other.cpu_milli),
+            memory_mib: self.memory_mib.saturating_sub(other.memory_mib),
+        }
+    }
+
+    /// Of each resource, both together.
+    pub fn plus(self, other: PodShape) -> PodShape {
+        PodShape {
+            gpus: self.gpus.saturating_add(other.gpus),
+            cpu_milli: self.cpu_milli.saturating_add(other.cpu_milli),
+            memory_mib: self.memory_mib.saturating_add(other.memory_mib),
+        }
+    }
+}
+
 impl NodeFree {
     /// What is left of this when `used` is taken, if it holds that much.
     pub fn less(&self, used: &NodeFree) -> Option<NodeFree> {

@@ -151,23 +151,31 @@ impl Patience {
     }
 }
 
-/// When a gang that cannot start is given a reservation (EASY backfilling's, see `reserve`):
-/// once it has waited `after_ms` since it was submitted. A reservation holds capacity from
-/// every gang behind that cannot state it ends in time; held for a gang that would have started
-/// soon anyway, it costs the many small gangs behind more than it saves the one. The bound keeps
-/// light load greedy and still caps how long any gang can be passed over.
+/// When a gang that cannot start is given a reservation (see `reserve`): once it has waited
+/// `after_ms` since it was submitted, and while fewer than `depth` gangs hold one this cycle. A
+/// reservation holds capacity from every gang behind that cannot state it ends in time; held
+/// for a gang that would have started soon anyway, it costs the many small gangs behind more
+/// than it saves the one. The bound keeps light load greedy and still caps how long any gang
+/// can be passed over. With a depth of one this is EASY backfilling (Slurm's default); deeper,
+/// each reservation is planned on the room the ones before it leave, and gets theirs back at
+/// their gangs' expected ends (conservative backfilling, as Flux's reservation depth).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reservations {
     pub after_ms: u64,
+    pub depth: u32,
 }
 
 impl Reservations {
-    /// Stowage's default, a day: chosen on the tuning set (docs/policy.md, "Tuning and
-    /// evaluation") among 0, 30 minutes, 2, 6, 12, 24 and 48 hours, 4 days and none.
-    pub const DEFAULT: Reservations = Reservations { after_ms: 86_400_000 };
+    /// The most reservations a cycle may hold: a backfill lifts them by a bit set of this size.
+    pub const MAX_DEPTH: u32 = 64;
+
+    /// Stowage's default: after a day, chosen on the tuning set (docs/policy.md, "Tuning and
+    /// evaluation") among 0, 30 minutes, 2, 6, 12, 24 and 48 hours, 4 days and none; the depth
+    /// likewise among 1, 2, 4 and 8.
+    pub const DEFAULT: Reservations = Reservations { after_ms: 86_400_000, depth: 1 };
 
     /// For the first gang that cannot start, however briefly it has waited (plain EASY).
-    pub const AT_ONCE: Reservations = Reservations { after_ms: 0 };
+    pub const AT_ONCE: Reservations = Reservations { after_ms: 0, depth: 1 };
 
     /// Whether a gang that has waited `waited_ms` may be given a reservation.
     pub fn due(&self, waited_ms: u64) -> bool {

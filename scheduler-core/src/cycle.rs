@@ -2,7 +2,7 @@
 //! Greedy, in queue order (`order`), into each queue until `Config::depth` of its gangs are left
 //! waiting (the rest wait, `BeyondDepth`); every gang is tried on the cycle's transaction (`txn`)
 //! and committed whole or rolled back (`run`); a gang that fits nowhere may preempt
-//! (`preempt`), backfill in front of the cycle's reservation or take one (`reserve`). With
+//! (`preempt`), backfill in front of the cycle's reservations or take one (`reserve`). With
 //! the batch optimiser on, a second pass realises its plan for the head of the queue and the
 //! better of the two passes is returned (`batch`). Same snapshot and config, same decisions:
 //! only ordered containers, explicit tie-breaks, no clock.
@@ -34,8 +34,9 @@ pub struct Cycle {
     pub stats: CycleStats,
     /// What the batch optimiser did this cycle, when it ran.
     pub batch: Option<BatchReport>,
-    /// The reservation it made, to hand the next cycle (`Snapshot::reserved`).
-    pub reserved: Option<Reserved>,
+    /// The reservations it made, in the order made, to hand the next cycle
+    /// (`Snapshot::reserved`).
+    pub reserved: Vec<Reserved>,
 }
 
 /// How many orders of its pins a plan is realised in before it is given up (`cycle`).
@@ -127,14 +128,14 @@ fn greedy<'a>(
     let moment = locality::Moment {
         now_ms,
         releases: &releases,
-        last: last.as_ref(),
+        last: &last,
         waiting: (order.considered() as u64).saturating_add(unhanded).saturating_sub(1),
         earliest_ms: pending.iter().fold([u64::MAX; 2], |[a, b], g| {
             if g.submitted_ms < a { [g.submitted_ms, a] } else { [a, b.min(g.submitted_ms)] }
         }),
         cluster_gpus: OnceCell::new(),
     };
-    let mut reservation: Option<Reservation> = None;
+    let mut reservations: Vec<Reservation> = Vec::new();
     // A gang being evicted is fair game for anyone, as if of the lowest priority.
     let lowest_running =
         running.iter().map(|r| if r.evicting { i32::MIN } else { r.gang.priority }).min().unwrap_or(i32::MAX);
@@ -177,7 +178,7 @@ fn greedy<'a>(
             }),
             _ => match run.patient_gang(gang, &held[i]).or_else(|reason| match reason {
                 Reason::HoldingForLocality { .. } => {
-                    locality::weigh(&mut run, gang, &held[i], reason, &wider[i], &moment)
+                    locality::weigh(&mut run, gang, &held[i], reason, &wider[i], &moment, &reservations)
                 }
                 other => Err(other),
             }) {
@@ -205,7 +206,6 @@ fn greedy<'a>(
                         }
                         other => {
                             let reason = if let Preempted::Deferred(why) = other { why } else { reason };
-                            let last = last.as_ref();
                             reserve::no_room(
                                 &mut run,
                                 gang,
@@ -213,8 +213,8 @@ fn greedy<'a>(
                                 reason,
                                 now_ms,
                                 &releases,
-                                last,
-                                &mut reservation,
+                                &last,
+                                &mut reservations,
                             )
                         }
                     }
@@ -236,8 +236,8 @@ fn greedy<'a>(
         // Between gangs no savepoint is open: what is decided stays decided.
         run.txn.commit();
     }
-    if let Some(r) = &reservation {
-        // The held capacity is not used by anything admitted: the cycle returns it.
+    // The held capacity is not used by anything admitted: the cycle returns it.
+    for r in &reservations {
         reserve::unhold(&mut run, r);
     }
     // What the order left undecided is beyond the queue depth.
@@ -253,6 +253,6 @@ fn greedy<'a>(
         })
         .collect();
     let (capacity, usage, stats) = run.txn.finish();
-    let reserved = reservation.map(|r| Reserved { gang: r.gang, start_ms: r.start_ms });
+    let reserved = reservations.into_iter().map(|r| Reserved { gang: r.gang, start_ms: r.start_ms }).collect();
     Cycle { decisions, capacity, usage, stats, batch: None, reserved }
 }

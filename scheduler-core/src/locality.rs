@@ -13,7 +13,7 @@ use crate::decision::Admission;
 use crate::fleet::{DomainId, Fleet};
 use crate::gang::Gang;
 use crate::reason::{HoldCost, Reason};
-use crate::reserve::{self, Releases};
+use crate::reserve::{self, Releases, Reservation};
 use crate::run::Run;
 use crate::snapshot::Reserved;
 use crate::topology::{Level, TopologyConstraint};
@@ -41,12 +41,12 @@ const TAIL_FACTOR: u64 = 2;
 const OWN_RUNTIME_PERMILLE: u64 = 50;
 
 /// What a cycle knows of its moment that weighing a hold needs: now, what running gangs
-/// release and when, the last cycle's reservation, and how contended the fleet is.
+/// release and when, the last cycle's reservations, and how contended the fleet is.
 #[derive(Debug)]
 pub(crate) struct Moment<'c> {
     pub(crate) now_ms: u64,
     pub(crate) releases: &'c Releases<'c>,
-    pub(crate) last: Option<&'c Reserved>,
+    pub(crate) last: &'c [Reserved],
     /// Gangs waiting at the cycle's start, and each cluster's GPUs: a spread gang holds its
     /// GPUs longer, and that time is taken from every gang waiting behind it.
     pub(crate) waiting: u64,
@@ -106,6 +106,7 @@ pub(crate) fn weigh<'a>(
     reason: Reason,
     wider: &'a OnceCell<Vec<Gang>>,
     at: &Moment<'_>,
+    reservations: &[Reservation],
 ) -> Result<Admission, Reason> {
     let Reason::HoldingForLocality { preferred, held: level, shortfall, .. } = reason else { return Err(reason) };
     let cp = run.txn.checkpoint();
@@ -130,9 +131,10 @@ pub(crate) fn weigh<'a>(
     if next_release.is_none_or(|t| t.saturating_sub(at.now_ms) >= spread_cost_ms) {
         return Ok(spread);
     }
-    // The waits are found on today's capacity plus future releases, without the spread placement.
+    // The waits are found on today's capacity plus future releases, less what the cycle's
+    // reservations take until their gangs end, without the spread placement.
     run.txn.rollback(cp);
-    let hint = at.last.filter(|l| l.gang == gang.id).map(|l| l.start_ms);
+    let hint = at.last.iter().find(|l| l.gang == gang.id).map(|l| l.start_ms);
     // Each level worth holding for, from the preferred one out to the one the spread placement
     // crosses (a domain of that level would cross only the next narrower): its expected wait
     // plus what the extra run time of the placement it would get then costs. Ties keep the
@@ -142,7 +144,7 @@ pub(crate) fn weigh<'a>(
     let mut best: Option<(u64, Level, u64)> = None;
     for (candidate, form) in std::iter::once((level, held)).chain(candidates.iter().copied().zip(wider)) {
         let hint = hint.filter(|_| candidate == level);
-        if let Some((start_ms, fits)) = reserve::earliest(run, form, at.releases, hint) {
+        if let Some((start_ms, fits)) = reserve::earliest(run, form, at.releases, reservations, hint) {
             let wait_ms = start_ms.saturating_sub(at.now_ms);
             let total =
                 wait_ms.saturating_add(at.cost_ms(run.fleet, gang, &fits, extra_ms(run, &slowdown, &fits, runtime_ms)));

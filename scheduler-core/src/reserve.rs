@@ -1,7 +1,9 @@
-//! Reservations and backfill: the first gang that cannot start is given the room where it
-//! will start soonest, from what running gangs release at their expected ends; that room is
-//! held, and a later gang may use it only if it states a run time that ends before the
-//! reservation starts (EASY backfilling, as Slurm).
+//! Reservations and backfill: the first gangs that cannot start (as many as
+//! `Reservations::depth`) are each given the room where they will start soonest, from what
+//! running gangs release at their expected ends and what the reservations before them take and
+//! give back at theirs; that room is held, and a later gang may use a reservation's room only
+//! if it states a run time that ends before that reservation starts. A depth of one is EASY
+//! backfilling (Slurm's); deeper is conservative backfilling (Flux's reservation depth).
 
 use std::borrow::Cow;
 use std::cell::OnceCell;
@@ -52,15 +54,18 @@ pub(crate) struct Reservation {
     pub(crate) gang: GangId,
     cluster: ClusterId,
     pub(crate) start_ms: u64,
+    /// When its room comes back for the reservations planned after it: its gang's expected
+    /// end (`None`: it states no run time, so never).
+    end_ms: Option<u64>,
     /// What it will need on each host (pods of a shape), and how much of that is free now and
     /// held (all of a host's held as one part, see `hold`).
     want: Vec<(DomainId, u32, PodShape)>,
     held: Vec<(DomainId, PodShape)>,
 }
 
-/// A gang that does not fit now: it backfills in front of the reservation if it may, or stays
-/// pending, with a reservation of its own when it is the first that cannot start and has waited
-/// long enough (`Reservations::after_ms`).
+/// A gang that does not fit now: it backfills in front of the reservations it ends before if it
+/// may, or stays pending, with a reservation of its own when it has waited long enough
+/// (`Reservations::after_ms`) and fewer than `Reservations::depth` are held this cycle.
 #[allow(clippy::too_many_arguments)] // the cycle's state, each read or changed here
 pub(crate) fn no_room<'a>(
     run: &mut Run<'a>,
@@ -69,42 +74,160 @@ pub(crate) fn no_room<'a>(
     reason: Reason,
     now_ms: u64,
     releases: &Releases<'_>,
-    last: Option<&Reserved>,
-    reservation: &mut Option<Reservation>,
+    last: &[Reserved],
+    reservations: &mut Vec<Reservation>,
 ) -> Decision {
-    if let Some(admission) = backfill(run, gang, held, now_ms, reservation.as_mut()) {
+    if let Some(admission) = backfill(run, gang, held, now_ms, reservations) {
         return Decision::Admit(admission);
     }
     let capacity_bound =
         matches!(reason, Reason::NoDomain(_) | Reason::HoldingForLocality { .. } | Reason::ReclaimDeferred { .. });
-    let due = run.config.reservations.is_some_and(|r| r.due(now_ms.saturating_sub(held.submitted_ms)));
-    if !(due && reservation.is_none() && capacity_bound) {
+    if !(capacity_bound && may_reserve(run, held, now_ms, reservations.len())) {
         return Decision::Pending(reason);
     }
-    let hint = last.filter(|l| l.gang == gang.id).map(|l| l.start_ms);
-    match reserve(run, held, releases, hint) {
+    let hint = last.iter().find(|l| l.gang == gang.id).map(|l| l.start_ms);
+    match reserve(run, held, releases, reservations, hint) {
         Some(r) => {
             let reason = Reason::Reserved {
                 cluster: run.fleet.cluster(r.cluster).name.clone(),
                 in_s: r.start_ms.saturating_sub(now_ms) / 1000,
                 now: Box::new(reason),
             };
-            *reservation = Some(r);
+            reservations.push(r);
             Decision::Pending(reason)
         }
         None => Decision::Pending(reason),
     }
 }
 
+/// Whether `gang`, left waiting at `now_ms` for room, may be given a reservation when `held`
+/// are held this cycle already.
+fn may_reserve(run: &Run<'_>, gang: &Gang, now_ms: u64, held: usize) -> bool {
+    run.config.reservations.is_some_and(|r| {
+        let depth = r.depth.min(crate::Reservations::MAX_DEPTH) as usize;
+        r.due(now_ms.saturating_sub(gang.submitted_ms)) && held < depth
+    })
+}
+
 /// Where and when `gang` would start, from what running gangs release in order of their
-/// expected ends (`earliest`). Holds what of that placement is free now, so later gangs cannot
-/// take it unless they end before (`backfill`).
-fn reserve<'a>(run: &mut Run<'a>, gang: &'a Gang, releases: &Releases<'_>, hint: Option<u64>) -> Option<Reservation> {
-    let (start_ms, admission) = earliest(run, gang, releases, hint)?;
+/// expected ends and what the cycle's `reservations` take and give back (`earliest`). Holds
+/// what of that placement is free now, so later gangs cannot take it unless they end before
+/// (`backfill`).
+fn reserve<'a>(
+    run: &mut Run<'a>,
+    gang: &'a Gang,
+    releases: &Releases<'_>,
+    reservations: &[Reservation],
+    hint: Option<u64>,
+) -> Option<Reservation> {
+    let (start_ms, admission) = earliest(run, gang, releases, reservations, hint)?;
     let want: Vec<(DomainId, u32, PodShape)> = Release::of(gang, &admission, start_ms).hosts;
-    let mut r = Reservation { gang: gang.id.clone(), cluster: admission.cluster, start_ms, want, held: Vec::new() };
+    let end_ms = gang.runtime_ms.map(|run| start_ms.saturating_add(run));
+    let mut r =
+        Reservation { gang: gang.id.clone(), cluster: admission.cluster, start_ms, end_ms, want, held: Vec::new() };
     hold(run, &mut r);
     Some(r)
+}
+
+/// What the cycle's reservations change in the releases a search for one more plans on:
+/// running gangs' releases pay each reservation what it will take on its hosts beyond what it
+/// holds now (in the order reservations were made), and each reservation's room comes back at
+/// its gang's expected end. A reservation's room is counted taken from now until then, also
+/// before it starts: the room it will take is freed by gangs that end before it starts, and a
+/// gang that would fit in that gap is a backfill's to find, not a reservation's. So capacity
+/// only grows along the line, as the search needs.
+#[derive(Debug, Default)]
+struct Planned {
+    /// The releases that pay a reservation, by their place in the running gangs' order: what
+    /// they still give back to anyone (`None`: nothing). The others are used as they are.
+    paying: Vec<(usize, Option<Release>)>,
+    /// Each reservation's room back, by its expected end.
+    ends: Vec<Release>,
+}
+
+impl Planned {
+    fn new(live: &[&Release], reservations: &[Reservation]) -> Self {
+        // What each reservation is owed on each host: what it wants there beyond what it holds;
+        // and what it gives back at its end: what it holds, and what it was paid.
+        let mut owed: Vec<BTreeMap<DomainId, PodShape>> = Vec::with_capacity(reservations.len());
+        let mut back: Vec<BTreeMap<DomainId, PodShape>> = Vec::with_capacity(reservations.len());
+        for r in reservations {
+            let (mut want, mut held): (BTreeMap<DomainId, PodShape>, BTreeMap<DomainId, PodShape>) = Default::default();
+            for &(h, n, shape) in &r.want {
+                let w = want.entry(h).or_default();
+                *w = w.plus(shape.times(n));
+            }
+            for &(h, part) in &r.held {
+                let w = want.entry(h).or_default();
+                *w = w.less(part);
+                let k = held.entry(h).or_default();
+                *k = k.plus(part);
+            }
+            want.retain(|_, w| *w != PodShape::default());
+            owed.push(want);
+            back.push(held);
+        }
+        let mut planned = Planned::default();
+        for (i, release) in live.iter().enumerate() {
+            // Copied only once one of its hosts pays: most releases pay nothing.
+            let mut hosts: Option<Vec<(DomainId, u32, PodShape)>> = None;
+            for (k, &(h, n, shape)) in release.hosts.iter().enumerate() {
+                let mut left = shape.times(n);
+                for (j, r) in reservations.iter().enumerate() {
+                    // A reservation over by then takes nothing of it.
+                    if r.end_ms.is_some_and(|end| end <= release.end_ms) {
+                        continue;
+                    }
+                    let Some(due) = owed[j].get_mut(&h) else { continue };
+                    let paid = left.capped(*due);
+                    *due = due.less(paid);
+                    left = left.less(paid);
+                    let got = back[j].entry(h).or_default();
+                    *got = got.plus(paid);
+                }
+                if hosts.is_none() && left != shape.times(n) {
+                    hosts = Some(release.hosts[..k].to_vec());
+                }
+                if let Some(hosts) = hosts.as_mut().filter(|_| left != PodShape::default()) {
+                    hosts.push((h, 1, left));
+                }
+            }
+            if let Some(hosts) = hosts {
+                let rest =
+                    (!hosts.is_empty()).then(|| Release { gang: release.gang.clone(), end_ms: release.end_ms, hosts });
+                planned.paying.push((i, rest));
+            }
+        }
+        for (r, back) in reservations.iter().zip(back) {
+            let Some(end_ms) = r.end_ms.filter(|_| !back.is_empty()) else { continue };
+            let hosts = back.into_iter().map(|(h, part)| (h, 1, part)).collect();
+            planned.ends.push(Release { gang: r.gang.clone(), end_ms, hosts });
+        }
+        planned.ends.sort_by_key(|r| r.end_ms);
+        planned
+    }
+
+    /// The releases in order of time: `live` (the running gangs', by expected end) with what
+    /// pays a reservation less what it pays, and the reservations' ends among them (at one
+    /// instant, running gangs' first).
+    fn order<'p>(&'p self, live: &[&'p Release]) -> Vec<&'p Release> {
+        let mut paying = self.paying.iter().peekable();
+        let mut ends = self.ends.iter().peekable();
+        let mut order = Vec::with_capacity(live.len() + self.ends.len());
+        for (i, &release) in live.iter().enumerate() {
+            let release = match paying.next_if(|(at, _)| *at == i) {
+                Some((_, Some(rest))) => rest,
+                Some((_, None)) => continue,
+                None => release,
+            };
+            while let Some(end) = ends.next_if(|e| e.end_ms < release.end_ms) {
+                order.push(end);
+            }
+            order.push(release);
+        }
+        order.extend(ends);
+        order
+    }
 }
 
 /// How many of `order`'s releases (by expected end) must happen before the fleet has as many
@@ -197,16 +320,28 @@ pub(crate) fn earliest_by_count(run: &Run<'_>, gang: &Gang, releases: &Releases<
 }
 
 /// When and where `gang` would start if nothing else were admitted meanwhile: the first
-/// release, in order of expected ends, after which it fits, and its placement then. `None`:
-/// it does not fit even once every running gang has ended. Leaves the cycle's state as it was.
-/// `hint`: when the last cycle's reservation for this gang started, where the search starts.
+/// release, in order of expected ends, after which it fits, and its placement then; with the
+/// cycle's `reservations` taking their room until their gangs' expected ends (`Planned`).
+/// `None`: it does not fit even once every running gang and reserved gang has ended. Leaves
+/// the cycle's state as it was. `hint`: when the last cycle's reservation for this gang
+/// started, where the search starts.
 pub(crate) fn earliest<'a>(
     run: &mut Run<'a>,
     gang: &'a Gang,
     releases: &Releases<'_>,
+    reservations: &[Reservation],
     hint: Option<u64>,
 ) -> Option<(u64, Admission)> {
-    let order = releases.live(run);
+    let live = releases.live(run);
+    let planned: Planned;
+    let line: Vec<&Release>;
+    let order: &[&Release] = if reservations.is_empty() {
+        &live
+    } else {
+        planned = Planned::new(&live, reservations);
+        line = planned.order(&live);
+        &line
+    };
     if order.is_empty() {
         return None;
     }
@@ -214,11 +349,11 @@ pub(crate) fn earliest<'a>(
     let prepared = run.prepare(gang).ok()?;
     // No release can make room before the fleet, and a domain each pod set may sit in, has as
     // many GPUs free as it asks for: the first `k` worth a placement is counted, not tried.
-    let first = room_after(run, gang, &prepared, &order)?;
+    let first = room_after(run, gang, &prepared, order)?;
     // Where the gang goes once the first `k` releases happened: tried on the future capacity
     // and rolled back whole (capacity, memo, usage, counters). Fitting only gets easier as k
     // grows, so the first k that fits can be searched for.
-    let mut future = Future::new(run, &order);
+    let mut future = Future::new(run, order);
     let mut fits_after = |run: &mut Run<'a>, k: usize| -> Option<Admission> {
         future.to(run, k);
         let sp = run.txn.checkpoint();
@@ -336,11 +471,8 @@ fn hold(run: &mut Run<'_>, r: &mut Reservation) {
     r.held.clear();
     for &(h, n, shape) in &r.want {
         let free = run.txn.cap.node_free(h);
-        let part = PodShape {
-            gpus: free.gpus.min(shape.gpus.saturating_mul(n)),
-            cpu_milli: free.cpu_milli.min(shape.cpu_milli.saturating_mul(u64::from(n))),
-            memory_mib: free.memory_mib.min(shape.memory_mib.saturating_mul(u64::from(n))),
-        };
+        let free = PodShape { gpus: free.gpus, cpu_milli: free.cpu_milli, memory_mib: free.memory_mib };
+        let part = shape.times(n).capped(free);
         if part != PodShape::default() {
             run.txn.cap.take(run.fleet, h, 1, part);
             r.held.push((h, part));
@@ -355,34 +487,50 @@ pub(crate) fn unhold(run: &mut Run<'_>, r: &Reservation) {
     }
 }
 
-/// A gang that did not fit beside the reservation may use its capacity if it states a run time
-/// that ends before the reservation starts; the reservation then holds what is left.
+/// A gang that did not fit beside the reservations may use the room of those it states a run
+/// time that ends before; they then hold what is left. The others stay held: it would still be
+/// running when they start.
 fn backfill<'a>(
     run: &mut Run<'a>,
     gang: &'a Gang,
     held: &'a Gang,
     now_ms: u64,
-    reservation: Option<&mut Reservation>,
+    reservations: &mut [Reservation],
 ) -> Option<Admission> {
-    let r = reservation?;
-    // Holding nothing (none of its hosts is free yet), the reservation leaves the capacity as
-    // the gang was just tried on: it would miss again.
-    if r.held.is_empty() || !may_backfill(gang, now_ms, r.start_ms, &r.gang) {
+    // A reservation holding nothing (none of its hosts is free yet) leaves the capacity as the
+    // gang was just tried on: lifting only such, it would miss again.
+    let lifted = lifted(reservations, gang, now_ms);
+    if lifted == 0 {
         return None;
     }
-    // Nor when the fleet, with the hold given back, has fewer GPUs free than the gang asks.
-    let held_gpus: u64 = r.held.iter().map(|(_, part)| u64::from(part.gpus)).sum();
+    let each = |mask: u64| (0..reservations.len()).filter(move |&i| mask & (1 << i) != 0);
+    // Nor when the fleet, with those holds given back, has fewer GPUs free than the gang asks.
+    let held_gpus: u64 = each(lifted).flat_map(|i| &reservations[i].held).map(|(_, part)| u64::from(part.gpus)).sum();
     if free_gpus(run) + held_gpus < gang.total_gpus() {
         return None;
     }
-    unhold(run, r);
-    // The memo's "fits nowhere" was learnt with the hold in place; without it more fits, and
-    // what fit nowhere without it is in the other memo.
-    run.txn.swap_memos();
+    for i in each(lifted) {
+        unhold(run, &reservations[i]);
+    }
+    // The memo's "fits nowhere" was learnt with the holds in place; without them more fits,
+    // and what fit nowhere without just these is in their memo.
+    run.txn.swap_memos(lifted);
     let admitted = run.patient_gang(gang, held).ok();
-    run.txn.swap_memos();
-    hold(run, r);
+    run.txn.swap_memos(lifted);
+    for i in each(lifted) {
+        hold(run, &mut reservations[i]);
+    }
     admitted
+}
+
+/// The reservations `gang`, decided at `now_ms`, may backfill in front of and that hold
+/// something, a bit each by their place in `reservations`.
+fn lifted(reservations: &[Reservation], gang: &Gang, now_ms: u64) -> u64 {
+    reservations
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !r.held.is_empty() && may_backfill(gang, now_ms, r.start_ms, &r.gang))
+        .fold(0, |mask, (i, _)| mask | (1 << i))
 }
 
 #[cfg(test)]
@@ -455,6 +603,61 @@ mod tests {
     /// A backfill that takes part of a held host leaves the rest of it held: a gang that would
     /// not end before the reservation starts is told, truly, that nothing fits, and one that
     /// would may take it.
+    /// Two gangs of two hosts wait on a fleet of three, all busy or held: the first is given
+    /// the first host to free and the free one; the second, with room for two reservations, is
+    /// planned on the room the first gives back at its expected end (30 s), not on the next
+    /// running gang's end (100 s); with room for one, it gets none. A backfill may use the room
+    /// of a reservation it ends before, never of one it does not.
+    #[test]
+    fn a_second_reservation_plans_on_the_room_the_first_gives_back() {
+        let mut b = FleetBuilder::new();
+        uniform_cluster(&mut b, "east", "h100", 8, &[(Level::Rack, 1), (Level::Host, 3)]).expect("east");
+        let fleet = b.build().expect("fleet");
+        let queues = Queues::new(vec![QueueSpec::unlimited("default")]).expect("queues");
+        let busy = [gang("a").gpus(8), gang("b").gpus(8)];
+        let first = cycle(Snapshot::idle(&fleet, &queues), &busy, &greedy());
+        let admitted = |i: usize| match &first.decisions[i] {
+            Decision::Admit(a) => a.clone(),
+            other => panic!("{i} starts: {other:?}"),
+        };
+        let releases = [Release::of(&busy[0], &admitted(0), 10_000), Release::of(&busy[1], &admitted(1), 100_000)];
+        let pending = [
+            gang("first").pods(2).gpus(8).runtime(20_000).submitted(0),
+            gang("second").pods(2).gpus(8).runtime(50_000).submitted(1),
+            // Ends after the first starts: the first's held host is not for it.
+            gang("fifteen").gpus(8).runtime(15_000).submitted(2),
+            // Ends before either starts.
+            gang("five").gpus(8).runtime(5_000).submitted(3),
+        ];
+        let at_depth = |depth: u32| {
+            let config = Config { reservations: Some(crate::Reservations { after_ms: 0, depth }), ..greedy() };
+            let snapshot = Snapshot {
+                releases: Cow::Borrowed(&releases),
+                ..Snapshot::at(&fleet, &queues, first.capacity.clone(), first.usage.clone(), 0)
+            };
+            cycle(snapshot, &pending, &config)
+        };
+        let starts = |out: &crate::Cycle| -> Vec<Option<u64>> {
+            out.decisions
+                .iter()
+                .map(|d| match d {
+                    Decision::Pending(Reason::Reserved { in_s, .. }) => Some(*in_s),
+                    _ => None,
+                })
+                .collect()
+        };
+        let two = at_depth(2);
+        assert_eq!(starts(&two), [Some(10), Some(30), None, None]);
+        let reserved: Vec<(&str, u64)> = two.reserved.iter().map(|r| (r.gang.as_str(), r.start_ms)).collect();
+        assert_eq!(reserved, [("first", 10_000), ("second", 30_000)]);
+        let one = at_depth(1);
+        assert_eq!(starts(&one), [Some(10), None, None, None], "one reservation: the second has none");
+        for out in [&one, &two] {
+            assert!(matches!(out.decisions[2], Decision::Pending(Reason::NoDomain(_))), "{:?}", out.decisions[2]);
+            assert!(matches!(out.decisions[3], Decision::Admit(_)), "five backfills: {:?}", out.decisions[3]);
+        }
+    }
+
     #[test]
     fn a_backfill_leaves_the_rest_of_a_held_host_held() {
         let mut b = FleetBuilder::new();
@@ -534,7 +737,7 @@ mod tests {
                 }
                 let hints = std::iter::once(None).chain(order.iter().map(|r| Some(r.end_ms))).chain([Some(0)]);
                 for hint in hints {
-                    let got = earliest(&mut run, target, &releases, hint);
+                    let got = earliest(&mut run, target, &releases, &[], hint);
                     assert_eq!(got, want, "seed {seed}, {target:?}, hint {hint:?}");
                     assert_eq!(run.cap(), &out.capacity, "seed {seed}: the capacity is left as it was");
                     checked += 1;

@@ -26,10 +26,10 @@ pub struct Snapshot<'a> {
     pub releases: Cow<'a, [Release]>,
     /// The running gangs preemption may choose victims among. Empty: no preemption.
     pub running: Vec<Running<'a>>,
-    /// The last cycle's reservation (`Cycle::reserved`): this cycle's search for the same
-    /// gang starts where it ended. A hint only: the reservation found is the same without it,
+    /// The last cycle's reservations (`Cycle::reserved`): this cycle's search for the same
+    /// gang starts where it ended. A hint only: a reservation found is the same without it,
     /// found with fewer placements when little has changed.
-    pub reserved: Option<Reserved>,
+    pub reserved: Vec<Reserved>,
     /// Gangs waiting within the cycle's depth that the caller did not hand it, knowing none of
     /// them can start this cycle (the simulator's cut cycles). A gang started spread delays
     /// them too, so weighing a hold counts them (`locality`). 0 when the caller hands every
@@ -57,7 +57,7 @@ impl<'a> Snapshot<'a> {
             now_ms,
             releases: Cow::Borrowed(&[]),
             running: Vec::new(),
-            reserved: None,
+            reserved: Vec::new(),
             unhanded: 0,
         }
     }

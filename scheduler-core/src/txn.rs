@@ -4,7 +4,7 @@
 //! a gang tried and failed, a victim set tried, a look at the capacity of the future, leave
 //! nothing behind, and a new piece of scratch state cannot be forgotten by one of them.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::capacity::{self, Capacity};
 use crate::decision::{Admission, CycleStats};
@@ -23,10 +23,10 @@ pub(crate) struct Txn<'a> {
     pub(crate) cap: Capacity,
     usage: QuotaUsage,
     memo: Memo<'a>,
-    /// The memo of the capacity with the cycle's reservation given back (`reserve::backfill`
-    /// looks there): that capacity too only shrinks as the cycle admits, so what fit nowhere
-    /// in it stays true between backfills.
-    unheld: Memo<'a>,
+    /// The memos of the capacity with some of the cycle's reservations given back, by the bit
+    /// set of those given back (`reserve::backfill` looks there): that capacity too only
+    /// shrinks as the cycle admits, so what fit nowhere in it stays true between backfills.
+    lifted: BTreeMap<u64, Memo<'a>>,
     evicted: BTreeSet<&'a str>,
     pub(crate) stats: CycleStats,
     undo: Vec<Undo<'a>>,
@@ -40,8 +40,8 @@ enum Undo<'a> {
     Evicted(&'a str),
     /// An entry pushed under a memo key (entries are only ever appended).
     Memo(MemoKey<'a>),
-    MemoCleared(Memo<'a>, Memo<'a>),
-    MemosSwapped,
+    MemoCleared(Memo<'a>, BTreeMap<u64, Memo<'a>>),
+    MemosSwapped(u64),
 }
 
 /// A point [`Txn::rollback`] returns to. The counters go back with the rest: work done on a
@@ -62,7 +62,7 @@ impl<'a> Txn<'a> {
             cap,
             usage,
             memo: Memo::new(),
-            unheld: Memo::new(),
+            lifted: BTreeMap::new(),
             evicted: BTreeSet::new(),
             stats: CycleStats::default(),
             undo: Vec::new(),
@@ -95,8 +95,8 @@ impl<'a> Txn<'a> {
                         }
                     }
                 }
-                Undo::MemoCleared(memo, unheld) => (self.memo, self.unheld) = (memo, unheld),
-                Undo::MemosSwapped => std::mem::swap(&mut self.memo, &mut self.unheld),
+                Undo::MemoCleared(memo, lifted) => (self.memo, self.lifted) = (memo, lifted),
+                Undo::MemosSwapped(lifted) => self.swap(lifted),
             }
         }
         self.stats = sp.stats;
@@ -169,15 +169,20 @@ impl<'a> Txn<'a> {
     /// Forgets the memos: capacity was given back, so what fit nowhere may fit now.
     pub(crate) fn forget(&mut self) {
         let memo = std::mem::take(&mut self.memo);
-        let unheld = std::mem::take(&mut self.unheld);
-        self.undo.push(Undo::MemoCleared(memo, unheld));
+        let lifted = std::mem::take(&mut self.lifted);
+        self.undo.push(Undo::MemoCleared(memo, lifted));
     }
 
-    /// Trades the memo in use for the other one, as the reservation's hold is given back or
-    /// taken again.
-    pub(crate) fn swap_memos(&mut self) {
-        std::mem::swap(&mut self.memo, &mut self.unheld);
-        self.undo.push(Undo::MemosSwapped);
+    /// Trades the memo in use for that of the capacity with the reservations in `lifted` (a
+    /// bit per reservation) given back, as their holds are given back, and back again as they
+    /// are taken again.
+    pub(crate) fn swap_memos(&mut self, lifted: u64) {
+        self.swap(lifted);
+        self.undo.push(Undo::MemosSwapped(lifted));
+    }
+
+    fn swap(&mut self, lifted: u64) {
+        std::mem::swap(&mut self.memo, self.lifted.entry(lifted).or_default());
     }
 }
 
@@ -301,7 +306,7 @@ mod tests {
 
         // The other memo (the reservation's hold given back) is a swap away, and back.
         let sp = txn.checkpoint();
-        txn.swap_memos();
+        txn.swap_memos(1);
         assert_eq!(txn.memo(&key).len(), 0, "the other memo knows nothing yet");
         txn.rollback(sp);
         assert_eq!(state(&txn), before);

@@ -108,8 +108,9 @@ fn arb_config() -> impl Strategy<Value = Config> {
         prop::sample::select(vec![Fill::Locality, Fill::FirstFit, Fill::BinPack]),
         any::<bool>(),
         prop::option::of((0u64..5_000, 0u64..5_000)),
-        // Reservations at once, and only after a wait some gangs have made and some not.
-        prop::option::of(prop::sample::select(vec![0u64, 1_000])),
+        // Reservations at once, and only after a wait some gangs have made and some not; for
+        // the first gang that cannot start (EASY) or for several (conservative).
+        prop::option::of((prop::sample::select(vec![0u64, 1_000]), prop::sample::select(vec![1u32, 3]))),
         prop::option::of((0u64..2_000, any::<bool>())),
         // The batch optimiser with small windows and node limits, so answers cut short are
         // exercised too.
@@ -131,7 +132,7 @@ fn arb_config() -> impl Strategy<Value = Config> {
                 locality_cost,
                 patience: patience.map(|(a, b)| Patience { exact_ms: a, wider_ms: a + b }),
                 fair_sharing,
-                reservations: reservations.map(|after_ms| Reservations { after_ms }),
+                reservations: reservations.map(|(after_ms, depth)| Reservations { after_ms, depth }),
                 preemption: preemption
                     .map(|(min_runtime_ms, prefer_checkpointed)| Preemption { min_runtime_ms, prefer_checkpointed }),
                 batch: batch.map(|(window, candidates, max_nodes)| Batch {
@@ -156,7 +157,7 @@ proptest! {
         // (gang, admission, started at)
         let mut running: Vec<(Gang, Admission, u64)> = Vec::new();
         let mut pending = gangs;
-        let mut last = None;
+        let mut last = Vec::new();
         for round in 0..4 {
             // Running gangs end in the order they started, one second apart; gangs run 1–3 s.
             let releases: Vec<Release> = running.iter().enumerate().map(|(i, (g, a, _))| Release::of(g, a, 1_000 * (i as u64 + 1))).collect();
@@ -169,12 +170,12 @@ proptest! {
                 .enumerate()
                 .map(|(i, (gang, admission, started_ms))| Running { gang, admission, started_ms: *started_ms, checkpoint_ms: (i % 2 == 0).then_some(now_ms), evicting: false })
                 .collect();
-            let snapshot = Snapshot { fleet: &fleet, queues: &queues, capacity: capacity.clone(), usage: usage.clone(), now_ms, releases: releases.into(), running: victims, reserved: None, unhanded: 0 };
+            let snapshot = Snapshot { fleet: &fleet, queues: &queues, capacity: capacity.clone(), usage: usage.clone(), now_ms, releases: releases.into(), running: victims, reserved: Vec::new(), unhanded: 0 };
             let again = cycle(snapshot.clone(), &pending, &config);
-            // The last reservation is a hint only: the last round's, or one off the mark for
-            // the head gang, and the cycle finds the same.
+            // The last reservations are a hint only: the last round's, or ones off the mark for
+            // the first two gangs, and the cycle finds the same.
             let from_last = cycle(Snapshot { reserved: last.clone(), ..snapshot.clone() }, &pending, &config);
-            let off = pending.first().map(|g| Reserved { gang: g.id.clone(), start_ms: 1_000 * (round % 3) + 500 });
+            let off: Vec<Reserved> = pending.iter().take(2).map(|g| Reserved { gang: g.id.clone(), start_ms: 1_000 * (round % 3) + 500 }).collect();
             let from_off = cycle(Snapshot { reserved: off, ..snapshot.clone() }, &pending, &config);
             let out = cycle(snapshot, &pending, &config);
             prop_assert_eq!(&out.decisions, &again.decisions, "same snapshot, same decisions");

@@ -644,7 +644,8 @@ fn the_blocked_head_gets_a_reservation_and_only_gangs_that_end_before_it_backfil
 
 #[test]
 fn a_blocked_gang_is_reserved_for_only_once_it_has_waited_the_bound() {
-    let config = Config { reservations: Some(Reservations { after_ms: 1_000 }), ..scheduler_core::fixture::greedy() };
+    let config =
+        Config { reservations: Some(Reservations { after_ms: 1_000, depth: 1 }), ..scheduler_core::fixture::greedy() };
     // Half the bound: the head waits with no capacity held, and the long gang behind it starts.
     let (_, d) = behind_a_reservation(config, 10, 500);
     assert!(matches!(d[0], Decision::Pending(Reason::NoDomain(_))), "not yet reserved for: {:?}", d[0]);

@@ -14,12 +14,14 @@
 //!
 //! Stowage's additions are why "because neither form fits" matters. A gang held out for
 //! locality by weighing costs (`HoldCost`) had room to start spread: its run time decided, so
-//! it proves nothing for the next. A gang that ends before the cycle's reservation starts may
-//! backfill into the reservation's room: only a class-mate that was tried without the hold (one
-//! decided before the reservation was made, the one that made it, or one that tried to
-//! backfill) proves it cannot. A class that might preempt is always handed, and an eviction
-//! (which gives capacity back) proves nothing. Each left-out gang is still counted as waiting
-//! where the cycle weighs a hold (`Snapshot::unhanded`).
+//! it proves nothing for the next. A gang that ends before one of the cycle's reservations
+//! starts may backfill into that reservation's room: only a class-mate that was tried without
+//! that hold (decided before the reservation was made, the one that made it, or one that
+//! backfilled in front of it too) proves it cannot. The first gangs due a reservation (as many
+//! as the cycle may make) are always handed, and a cut where one left out might have made one
+//! proves nothing. A class that might preempt is always handed, and an eviction (which gives
+//! capacity back) proves nothing. Each left-out gang is still counted as waiting where the
+//! cycle weighs a hold (`Snapshot::unhanded`).
 //!
 //! The gangs left out are told what the cycle would have told them ([`Told`]). If no handed
 //! gang of a group proves the rest (some were refused for good, which takes no room), the cut
@@ -46,9 +48,9 @@ pub enum Group {
     /// A strict FIFO queue: the first gang left waiting blocks the rest.
     Queue(QueueId),
     /// A class in a best-effort queue without quota ([`Classes`]), at a stage of its locality
-    /// patience (`Patience::stage`; 0 when nothing of it is held), split by whether its gangs
-    /// could backfill in front of the last cycle's reservation (see [`backfills`]).
-    Class { class: u32, stage: u8, short: bool },
+    /// patience (`Patience::stage`; 0 when nothing of it is held), split by which of the last
+    /// cycle's reservations its gangs could backfill in front of (see [`lifts`]).
+    Class { class: u32, stage: u8, lifts: u64 },
 }
 
 /// Whether cycles under `config` decide as the cut assumes (see the module docs): in one
@@ -137,12 +139,12 @@ impl Classes {
                 held,
             });
         }
-        Some(Group::Class { class, stage: 0, short: false })
+        Some(Group::Class { class, stage: 0, lifts: 0 })
     }
 
     /// `group` (of `gang`, from [`Self::group`]) as a cycle at `now_ms` decides it: a class at
-    /// the stage of patience the gang has reached, and whether it could backfill in front of
-    /// `reserved` (the last cycle's reservation, likely this one's too); or `None` (handed)
+    /// the stage of patience the gang has reached, and which of `reserved` it could backfill in
+    /// front of (the last cycle's reservations, likely this one's too); or `None` (handed)
     /// when the class might preempt some running gang, the lowest of whose priorities is
     /// `lowest_running`.
     pub fn at(
@@ -150,7 +152,7 @@ impl Classes {
         group: Option<Group>,
         gang: &Gang,
         (config, queues): (&Config, &Queues),
-        (now_ms, reserved): (u64, Option<&Reserved>),
+        (now_ms, reserved): (u64, &[Reserved]),
         lowest_running: Option<i32>,
     ) -> Option<Group> {
         let Some(Group::Class { class, .. }) = group else { return group };
@@ -163,7 +165,7 @@ impl Classes {
             Some(p) if c.held => p.stage(now_ms.saturating_sub(gang.submitted_ms)),
             _ => 0,
         };
-        Some(Group::Class { class, stage, short: backfills(gang, now_ms, reserved) })
+        Some(Group::Class { class, stage, lifts: lifts(gang, now_ms, reserved) })
     }
 
     /// The indices (in `Fleet::clusters`) of the clusters class `id` may use.
@@ -207,9 +209,16 @@ impl Told {
     }
 }
 
-/// Whether `gang`, decided at `now_ms`, may backfill in front of `reserved`, as the core asks.
-pub fn backfills(gang: &Gang, now_ms: u64, reserved: Option<&Reserved>) -> bool {
-    reserved.is_some_and(|r| may_backfill(gang, now_ms, r.start_ms, &r.gang))
+/// Which of `reserved` `gang`, decided at `now_ms`, may backfill in front of, as the core asks:
+/// a bit each, by their order. (The core lifts only those that hold something; lifting one
+/// that holds nothing leaves the same room, so a proof over these holds there too.)
+pub fn lifts(gang: &Gang, now_ms: u64, reserved: &[Reserved]) -> u64 {
+    reserved
+        .iter()
+        .take(64)
+        .enumerate()
+        .filter(|(_, r)| may_backfill(gang, now_ms, r.start_ms, &r.gang))
+        .fold(0, |mask, (i, _)| mask | (1 << i))
 }
 
 /// Whether a gang left waiting with `reason` proves that none of its class after it fits, or
@@ -263,24 +272,31 @@ impl Cut {
         self.left.len()
     }
 
+    /// The window positions left out, ascending.
+    pub fn left_out(&self) -> impl Iterator<Item = usize> + '_ {
+        self.left.iter().map(|&(i, _)| i)
+    }
+
     /// What each gang of the window is told, given the cycle's `decisions` for the handed ones,
-    /// which of them were decided without a reservation's hold in their way (`unheld`, by window
-    /// position), and which of the left out could backfill in front of the cycle's reservation
-    /// (`short`); `None` when the handed prove nothing of some left out.
+    /// and by window position the cycle's reservations made before a gang was decided
+    /// (`made_before`) and those it could backfill in front of (`lifts`), a bit each; `None`
+    /// when the handed prove nothing of some left out. A left-out gang saw the holds of those
+    /// made before it that it could not backfill in front of: a class-mate that fit nowhere
+    /// proves it fits nowhere either when every hold that mate saw, it saw too.
     pub fn word(
         &self,
         decisions: &[Decision],
-        unheld: impl Fn(usize) -> bool,
-        short: impl Fn(usize) -> bool,
+        made_before: impl Fn(usize) -> u64,
+        lifts: impl Fn(usize) -> u64,
     ) -> Option<Vec<Told>> {
         if decisions.iter().any(|d| matches!(d, Decision::Preempt { .. })) {
             // Evictions give capacity back: what fit nowhere may fit after them.
             return None;
         }
-        // Per group, window positions: a strict queue's blocker; a class's first gang whose
-        // forms fit nowhere, and its first that fit nowhere without the hold either.
+        // Per group, window positions: a strict queue's blocker; a class's gangs whose forms fit
+        // nowhere, with the holds each saw.
         let mut blocker: FxHashMap<Group, usize> = FxHashMap::default();
-        let mut nowhere: FxHashMap<Group, (usize, Option<usize>)> = FxHashMap::default();
+        let mut nowhere: FxHashMap<Group, Vec<(usize, u64)>> = FxHashMap::default();
         for (&(i, group), d) in self.handed.iter().zip(decisions) {
             let (Some(g), Decision::Pending(reason)) = (group, d) else { continue };
             match g {
@@ -288,10 +304,7 @@ impl Cut {
                     blocker.entry(g).or_insert(i);
                 }
                 Group::Class { .. } if fits_nowhere(reason) => {
-                    let (_, without_hold) = nowhere.entry(g).or_insert((i, None));
-                    if unheld(i) {
-                        without_hold.get_or_insert(i);
-                    }
+                    nowhere.entry(g).or_default().push((i, made_before(i) & !lifts(i)));
                 }
                 _ => {}
             }
@@ -304,8 +317,9 @@ impl Cut {
             told[i] = match g {
                 Group::Queue(_) => Told::Behind(*blocker.get(&g)?),
                 Group::Class { .. } => {
-                    let &(first, without_hold) = nowhere.get(&g)?;
-                    Told::Like(if short(i) { without_hold? } else { first })
+                    let saw = made_before(i) & !lifts(i);
+                    let &(like, _) = nowhere.get(&g)?.iter().find(|&&(_, held)| held & !saw == 0)?;
+                    Told::Like(like)
                 }
             };
         }
@@ -359,10 +373,10 @@ mod tests {
     }
 
     const QUEUE: Group = Group::Queue(QueueId(0));
-    const CLASS: Group = Group::Class { class: 0, stage: 0, short: false };
+    const CLASS: Group = Group::Class { class: 0, stage: 0, lifts: 0 };
     const Q: Option<Group> = Some(QUEUE);
     const A: Option<Group> = Some(CLASS);
-    const B: Option<Group> = Some(Group::Class { class: 1, stage: 0, short: false });
+    const B: Option<Group> = Some(Group::Class { class: 1, stage: 0, lifts: 0 });
 
     #[test]
     fn each_group_is_handed_up_to_the_first_gang_past_the_free_gpus() {
@@ -394,9 +408,9 @@ mod tests {
         assert_eq!(plan([(B, 0), (B, 0)].into_iter(), |_| 0), None);
     }
 
-    /// `Cut::word` with every handed gang decided without a hold and none left out short.
+    /// `Cut::word` with no reservation made.
     fn word(cut: &Cut, decisions: &[Decision]) -> Option<Vec<Told>> {
-        cut.word(decisions, |_| true, |_| false)
+        cut.word(decisions, |_| 0, |_| 0)
     }
 
     #[test]
@@ -421,10 +435,24 @@ mod tests {
                 cost: None
             }
         );
-        // One that could backfill needs a class-mate tried without the hold.
-        let short = |i: usize| i == 3;
-        assert_eq!(cut.word(&[waits(), waits()], |_| false, short), None);
-        let told = cut.word(&[waits(), waits()], |i| i == 1, short).expect("the second was tried without the hold");
+        // One that could backfill needs a class-mate tried without the hold: a reservation was
+        // made before any of them.
+        let lifts = |i: usize| if i == 3 { 1 } else { 0 };
+        assert_eq!(cut.word(&[waits(), waits()], |_| 1, lifts), None);
+        let lifts = |i: usize| if i == 1 || i == 3 { 1 } else { 0 };
+        let told = cut.word(&[waits(), waits()], |_| 1, lifts).expect("the second was tried without the hold");
+        assert_eq!(told, [Decided(0), Decided(1), Like(0), Like(1)]);
+        // Two reservations: one that could backfill in front of both needs a class-mate that
+        // saw neither hold, not one that lifted only the first.
+        let lifts = |i: usize| match i {
+            1 => 0b01,
+            3 => 0b11,
+            _ => 0,
+        };
+        assert_eq!(cut.word(&[waits(), waits()], |_| 0b11, lifts), None);
+        // Decided before the second was made, lifting the first, the second gang saw neither.
+        let made_before = |i: usize| if i <= 1 { 0b01 } else { 0b11 };
+        let told = cut.word(&[waits(), waits()], made_before, lifts).expect("the second saw no hold");
         assert_eq!(told, [Decided(0), Decided(1), Like(0), Like(1)]);
         // An eviction gives capacity back: nothing is proved.
         let evicts = Decision::Preempt {

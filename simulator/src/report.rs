@@ -53,6 +53,9 @@ pub struct OptionsSummary {
     /// How long a gang waits before the policy may reserve for it (`--reserve-after`); `None`:
     /// no reservations.
     pub reserve_after_s: Option<u64>,
+    /// How many gangs may hold a reservation at once (`--reserve-depth`); `None`: no
+    /// reservations.
+    pub reserve_depth: Option<u32>,
     /// Percent of jobs submitted at high priority (`--urgent`).
     pub urgent_percent: u32,
     /// How often jobs checkpoint (`--checkpoint-interval`); `None`: never.

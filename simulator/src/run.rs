@@ -75,6 +75,7 @@ pub fn run_policies(
             locality_patience_s: opts.patience.map(|p| (p.exact_ms / 1000, p.wider_ms / 1000)),
             locality_cost: opts.locality_cost.map(crate::cost::TopologyCost::from),
             reserve_after_s: opts.reservations.map(|r| r.after_ms / 1000),
+            reserve_depth: opts.reservations.map(|r| r.depth),
             urgent_percent: opts.urgent_percent,
             checkpoint_interval_s: opts.checkpoint_interval_s,
         },

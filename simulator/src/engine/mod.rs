@@ -336,8 +336,8 @@ struct Sim<'a> {
     cutting: bool,
     classes: Classes,
     groups: Vec<Option<Group>>,
-    /// The last cycle's reservation, handed to the next (where its search starts).
-    reserved: Option<Reserved>,
+    /// The last cycle's reservations, handed to the next (where their searches start).
+    reserved: Vec<Reserved>,
     running: RunningSet,
     attempts: Vec<u32>,
     /// Per job: seconds of its trace run time already done and checkpointed.
@@ -402,7 +402,7 @@ pub fn simulate(
         cutting: !opts.uncut && !policy.nominates() && cut::applies(&opts.config(policy)),
         classes: Classes::default(),
         groups: vec![None; trace.jobs.len()],
-        reserved: None,
+        reserved: Vec::new(),
         running: RunningSet::default(),
         attempts: vec![0; trace.jobs.len()],
         progress_s: vec![0.0; trace.jobs.len()],
@@ -826,7 +826,24 @@ mod tests {
             // may make none, one behind it may.
             (
                 SimOptions {
-                    reservations: Some(scheduler_core::Reservations { after_ms: hour }),
+                    reservations: Some(scheduler_core::Reservations { after_ms: hour, depth: 1 }),
+                    ..SimOptions::default()
+                },
+                &[Policy::Stowage],
+            ),
+            // Several reservations at once (conservative backfilling): a gang may backfill in
+            // front of some and not others, and one left out might have made one.
+            (
+                SimOptions {
+                    reservations: Some(scheduler_core::Reservations { after_ms: hour, depth: 4 }),
+                    ..SimOptions::default()
+                },
+                &[Policy::Stowage],
+            ),
+            (
+                SimOptions {
+                    reservations: Some(scheduler_core::Reservations { after_ms: 0, depth: 3 }),
+                    tenants: 2,
                     ..SimOptions::default()
                 },
                 &[Policy::Stowage],

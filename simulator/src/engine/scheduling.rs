@@ -3,7 +3,9 @@
 //! its decisions applied: evictions (`evict`), starts, and each waiting gang told its reason
 //! (`tell`).
 
-use scheduler_core::{Capacity, Config, Cycle, Decision, Gang, Reason, Reserved, Running as Victim, Snapshot, cycle};
+use scheduler_core::{
+    Capacity, Config, Cycle, Decision, Gang, Reason, Reservations, Reserved, Running as Victim, Snapshot, cycle,
+};
 
 use crate::cut::{self, Group, Told};
 use crate::policy::Policy;
@@ -55,11 +57,11 @@ impl Sim<'_> {
             ..Snapshot::at(self.fleet, self.queues, capacity, usage, now_ms)
         };
         let (capacity, usage, reserved) =
-            (std::mem::take(&mut self.capacity), std::mem::take(&mut self.usage), self.reserved.take());
+            (std::mem::take(&mut self.capacity), std::mem::take(&mut self.usage), std::mem::take(&mut self.reserved));
         let every = |n: usize| (0..n).map(Told::Decided).collect::<Vec<_>>();
         let cut = if self.cutting {
             let lowest_running = victims.iter().map(|v| v.gang.priority).min();
-            self.cut(&config, now_ms, (&capacity, reserved.as_ref()), lowest_running)
+            self.cut(&config, now_ms, (&capacity, &reserved), lowest_running)
         } else {
             None
         };
@@ -77,17 +79,30 @@ impl Sim<'_> {
                 let out = cycle(make(capacity, usage, reserved, cut.left() as u64), self.pending.front(&at), &config);
                 self.pending.unfront(&at);
                 let window = self.pending.lent();
-                // Who could backfill in front of the cycle's reservation, and from where on its
-                // hold stood in the way (the cycle decides in window order).
-                let reserved = out.reserved.as_ref();
-                let short = |i: usize| cut::backfills(&window[i], now_ms, reserved);
-                // The reserver is always handed; were it not found, only the first gang decided
+                // Who could backfill in front of which of the cycle's reservations, and from
+                // where on each hold stood in the way (the cycle decides in window order).
+                let lifts = |i: usize| cut::lifts(&window[i], now_ms, &out.reserved);
+                // A reserver is always decided; were one not found, only the first gang decided
                 // is known to have had no hold before it.
-                let held_from = match reserved {
-                    None => usize::MAX,
-                    Some(r) => at.iter().copied().find(|&i| window[i].id == r.gang).unwrap_or(0),
+                let made_at: Vec<usize> = out
+                    .reserved
+                    .iter()
+                    .map(|r| at.iter().copied().find(|&i| window[i].id == r.gang).unwrap_or(0))
+                    .collect();
+                let made_before = |i: usize| {
+                    made_at.iter().take(64).enumerate().filter(|&(_, &p)| p < i).fold(0, |m, (j, _)| m | 1 << j)
                 };
-                match cut.word(&out.decisions, |i| i <= held_from || short(i), short) {
+                // A left-out gang due a reservation would have made one, had the cycle made
+                // fewer than it may, or any after the gang's place.
+                let may_make = config.reservations.map_or(0, |r| r.depth.min(Reservations::MAX_DEPTH) as usize);
+                let due = |i: usize| {
+                    config.reservations.is_some_and(|r| r.due(now_ms.saturating_sub(window[i].submitted_ms)))
+                };
+                let last_made = made_at.iter().copied().max();
+                let would_reserve =
+                    cut.left_out().any(|i| due(i) && (made_at.len() < may_make || last_made.is_some_and(|p| i < p)));
+                let word = if would_reserve { None } else { cut.word(&out.decisions, made_before, lifts) };
+                match word {
                     Some(told) => {
                         if self.opts.check_cut {
                             let whole = cycle(make(spare.0, spare.1, spare.2, 0), window, &config);
@@ -130,17 +145,25 @@ impl Sim<'_> {
     }
 
     /// Which of the window a cut cycle hands the cycle (`cut::plan`), given what is free
-    /// (`capacity`), the reservation and the lowest priority running.
+    /// (`capacity`), the last cycle's reservations and the lowest priority running. The first
+    /// gangs of a class due a reservation, as many as a cycle may make, are always handed: one
+    /// of them left out would have made one.
     pub(super) fn cut(
         &self,
         config: &Config,
         now_ms: u64,
-        (capacity, reserved): (&Capacity, Option<&Reserved>),
+        (capacity, reserved): (&Capacity, &[Reserved]),
         lowest_running: Option<i32>,
     ) -> Option<cut::Cut> {
         let (fleet, classes) = (self.fleet, &self.classes);
+        let mut due_left = config.reservations.map_or(0, |r| r.depth.min(Reservations::MAX_DEPTH));
         let members = self.pending.lent().iter().zip(self.pending.jobs()).map(|(g, &j)| {
-            let group = classes.at(self.groups[j], g, (config, self.queues), (now_ms, reserved), lowest_running);
+            let mut group = classes.at(self.groups[j], g, (config, self.queues), (now_ms, reserved), lowest_running);
+            let due = config.reservations.is_some_and(|r| r.due(now_ms.saturating_sub(g.submitted_ms)));
+            if due_left > 0 && due && matches!(group, Some(Group::Class { .. })) {
+                due_left -= 1;
+                group = None;
+            }
             (group, self.records[j].gpus)
         });
         cut::plan(members, |g| match g {
