@@ -171,7 +171,7 @@ impl Reservations {
 
     /// Stowage's default: after a day, chosen on the tuning set (docs/policy.md, "Tuning and
     /// evaluation") among 0, 30 minutes, 2, 6, 12, 24 and 48 hours, 4 days and none; the depth
-    /// likewise among 1, 2, 4 and 8.
+    /// likewise among 1, 2 and 4 (one: as many runs held as two, lower means).
     pub const DEFAULT: Reservations = Reservations { after_ms: 86_400_000, depth: 1 };
 
     /// For the first gang that cannot start, however briefly it has waited (plain EASY).
