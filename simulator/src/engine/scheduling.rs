@@ -93,14 +93,16 @@ impl Sim<'_> {
                     made_at.iter().take(64).enumerate().filter(|&(_, &p)| p < i).fold(0, |m, (j, _)| m | 1 << j)
                 };
                 // A left-out gang due a reservation would have made one, had the cycle made
-                // fewer than it may, or any after the gang's place.
-                let may_make = config.reservations.map_or(0, |r| r.depth.min(Reservations::MAX_DEPTH) as usize);
+                // fewer than it may, or any after the gang's place. (With one to make, the
+                // first of a class left waiting for room made it, or no later one of the class
+                // could: those left out are all behind a handed class-mate as old or older.)
+                let may_make = many_reservations(&config);
                 let due = |i: usize| {
                     config.reservations.is_some_and(|r| r.due(now_ms.saturating_sub(window[i].submitted_ms)))
                 };
                 let last_made = made_at.iter().copied().max();
-                let would_reserve =
-                    cut.left_out().any(|i| due(i) && (made_at.len() < may_make || last_made.is_some_and(|p| i < p)));
+                let would_reserve = may_make > 0
+                    && cut.left_out().any(|i| due(i) && (made_at.len() < may_make || last_made.is_some_and(|p| i < p)));
                 let word = if would_reserve { None } else { cut.word(&out.decisions, made_before, lifts) };
                 match word {
                     Some(told) => {
@@ -145,9 +147,9 @@ impl Sim<'_> {
     }
 
     /// Which of the window a cut cycle hands the cycle (`cut::plan`), given what is free
-    /// (`capacity`), the last cycle's reservations and the lowest priority running. The first
-    /// gangs of a class due a reservation, as many as a cycle may make, are always handed: one
-    /// of them left out would have made one.
+    /// (`capacity`), the last cycle's reservations and the lowest priority running. With more
+    /// than one reservation a cycle, the first gangs of a class due one, as many as a cycle may
+    /// make, are always handed: one of them left out would have made one.
     pub(super) fn cut(
         &self,
         config: &Config,
@@ -156,7 +158,7 @@ impl Sim<'_> {
         lowest_running: Option<i32>,
     ) -> Option<cut::Cut> {
         let (fleet, classes) = (self.fleet, &self.classes);
-        let mut due_left = config.reservations.map_or(0, |r| r.depth.min(Reservations::MAX_DEPTH));
+        let mut due_left = many_reservations(config);
         let members = self.pending.lent().iter().zip(self.pending.jobs()).map(|(g, &j)| {
             let mut group = classes.at(self.groups[j], g, (config, self.queues), (now_ms, reserved), lowest_running);
             let due = config.reservations.is_some_and(|r| r.due(now_ms.saturating_sub(g.submitted_ms)));
@@ -356,4 +358,15 @@ impl Sim<'_> {
 pub(super) fn not_looked_at(policy: Policy, queue: &str) -> Reason {
     let config = policy.config();
     Reason::BeyondDepth { queue: config.fair_sharing.then(|| queue.to_string()), depth: config.depth }
+}
+
+/// How many reservations a cycle under `config` may make, when more than one: then gangs due
+/// one are handed to a cut cycle and a cut that left one out is checked (`Sim::cut`). With one,
+/// the first of a class left waiting for room makes it or none of the class could, so the cut
+/// needs neither (0).
+fn many_reservations(config: &Config) -> usize {
+    match config.reservations {
+        Some(r) if r.depth > 1 => r.depth.min(Reservations::MAX_DEPTH) as usize,
+        _ => 0,
+    }
 }
