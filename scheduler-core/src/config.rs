@@ -181,6 +181,11 @@ impl Reservations {
     pub fn due(&self, waited_ms: u64) -> bool {
         waited_ms >= self.after_ms
     }
+
+    /// How many a cycle may hold: `depth`, at most [`Self::MAX_DEPTH`] whatever a caller set.
+    pub fn most(&self) -> usize {
+        self.depth.min(Self::MAX_DEPTH) as usize
+    }
 }
 
 /// How much longer a gang runs when its pods cross a level, in thousandths of its run time
@@ -261,4 +266,17 @@ pub enum Solver {
     /// COIN-OR CBC (the `cbc` feature; needs the system's libCbc).
     #[cfg(feature = "cbc")]
     Cbc,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Reservations;
+
+    /// A backfill lifts reservations by a 64-bit set: a depth set past that (the CLI refuses
+    /// one, a library caller may not) holds no more than the set has bits.
+    #[test]
+    fn a_depth_past_the_bit_set_is_held_to_it() {
+        let at = |depth| Reservations { depth, ..Reservations::DEFAULT }.most();
+        assert_eq!((at(1), at(64), at(65), at(u32::MAX)), (1, 64, 64, 64));
+    }
 }

@@ -103,10 +103,7 @@ pub(crate) fn no_room<'a>(
 /// Whether `gang`, left waiting at `now_ms` for room, may be given a reservation when `held`
 /// are held this cycle already.
 fn may_reserve(run: &Run<'_>, gang: &Gang, now_ms: u64, held: usize) -> bool {
-    run.config.reservations.is_some_and(|r| {
-        let depth = r.depth.min(crate::Reservations::MAX_DEPTH) as usize;
-        r.due(now_ms.saturating_sub(gang.submitted_ms)) && held < depth
-    })
+    run.config.reservations.is_some_and(|r| r.due(now_ms.saturating_sub(gang.submitted_ms)) && held < r.most())
 }
 
 /// Where and when `gang` would start, from what running gangs release in order of their

@@ -3,9 +3,7 @@
 //! its decisions applied: evictions (`evict`), starts, and each waiting gang told its reason
 //! (`tell`).
 
-use scheduler_core::{
-    Capacity, Config, Cycle, Decision, Gang, Reason, Reservations, Reserved, Running as Victim, Snapshot, cycle,
-};
+use scheduler_core::{Capacity, Config, Cycle, Decision, Gang, Reason, Reserved, Running as Victim, Snapshot, cycle};
 
 use crate::cut::{self, Group, Told};
 use crate::policy::Policy;
@@ -366,7 +364,7 @@ pub(super) fn not_looked_at(policy: Policy, queue: &str) -> Reason {
 /// needs neither (0).
 fn many_reservations(config: &Config) -> usize {
     match config.reservations {
-        Some(r) if r.depth > 1 => r.depth.min(Reservations::MAX_DEPTH) as usize,
+        Some(r) if r.most() > 1 => r.most(),
         _ => 0,
     }
 }
