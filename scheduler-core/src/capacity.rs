@@ -79,10 +79,14 @@ impl NodeFree {
     /// How many pods of `shape` fit here.
     pub fn pods(&self, shape: &PodShape) -> u32 {
         let by = |free: u64, need: u64| free.checked_div(need).unwrap_or(u64::from(u32::MAX));
-        by(u64::from(self.gpus), u64::from(shape.gpus))
-            .min(by(self.cpu_milli, shape.cpu_milli))
-            .min(by(self.memory_mib, shape.memory_mib))
-            .min(u64::from(u32::MAX)) as u32
+        let by_gpu = by(u64::from(self.gpus), u64::from(shape.gpus)).min(u64::from(u32::MAX));
+        // Searches ask this of host after host: when CPU and memory hold as many pods as the
+        // GPUs do (the usual case), two multiplications say so, not two more divisions.
+        let holds = |free: u64, need: u64| by_gpu.checked_mul(need).is_some_and(|all| all <= free);
+        if holds(self.cpu_milli, shape.cpu_milli) && holds(self.memory_mib, shape.memory_mib) {
+            return by_gpu as u32;
+        }
+        by_gpu.min(by(self.cpu_milli, shape.cpu_milli)).min(by(self.memory_mib, shape.memory_mib)) as u32
     }
 }
 
@@ -231,25 +235,26 @@ impl Capacity {
         if shape.cpu_milli > dom.roomiest_host.cpu_milli || shape.memory_mib > dom.roomiest_host.memory_mib {
             return 0;
         }
-        let aggregate = NodeFree {
-            gpus: u32::MAX,
-            cpu_milli: self.free_cpu_milli[d.idx()],
-            memory_mib: self.free_memory_mib[d.idx()],
-        }
-        .pods(shape);
+        let (cpu_milli, memory_mib) = (self.free_cpu_milli[d.idx()], self.free_memory_mib[d.idx()]);
         if shape.gpus == 0 {
-            return aggregate;
+            return NodeFree { gpus: u32::MAX, cpu_milli, memory_mib }.pods(shape);
         }
         let Some(flavor) = flavor else { return 0 };
+        // Every search asks this of domain after domain: a node with k free holds k / s pods,
+        // counted up as k grows rather than divided entry by entry.
         let s = shape.gpus as usize;
-        let by_gpu: u64 = self
-            .histogram(fleet, d, flavor)
-            .iter()
-            .enumerate()
-            .skip(s)
-            .map(|(k, &n)| u64::from(n) * (k / s) as u64)
-            .sum();
-        by_gpu.min(u64::from(aggregate)) as u32
+        let (mut pods, mut per_node, mut past) = (0u64, 1u64, 0usize);
+        for &n in self.histogram(fleet, d, flavor).iter().skip(s) {
+            pods += u64::from(n) * per_node;
+            past += 1;
+            if past == s {
+                (per_node, past) = (per_node + 1, 0);
+            }
+        }
+        // Bounded by the aggregate CPU and memory as one node would be, with the GPUs of the
+        // whole pods the histogram holds.
+        let gpus = pods.saturating_mul(u64::from(shape.gpus)).min(u64::from(u32::MAX)) as u32;
+        NodeFree { gpus, cpu_milli, memory_mib }.pods(shape)
     }
 
     /// Takes `pods` pods of `shape` from a host. The caller has checked they fit.
@@ -449,6 +454,62 @@ mod tests {
         assert_eq!(cap.node_free(hosts[0]).gpus, 4);
         assert_ne!(cap.version(), before.version, "not the empty fleet's version");
         assert_ne!(cap.version(), moved);
+    }
+
+    /// `pods` multiplies where it can; the answer is the definition's, the smallest quotient of
+    /// free by asked (an unasked resource bounds nothing), at every edge: nothing free, nothing
+    /// asked, a product past `u64`.
+    #[test]
+    fn pods_are_the_least_quotient_of_free_by_asked() {
+        let definition = |free: &NodeFree, shape: &PodShape| {
+            let by = |free: u64, need: u64| free.checked_div(need).unwrap_or(u64::from(u32::MAX));
+            by(u64::from(free.gpus), u64::from(shape.gpus))
+                .min(by(free.cpu_milli, shape.cpu_milli))
+                .min(by(free.memory_mib, shape.memory_mib))
+                .min(u64::from(u32::MAX)) as u32
+        };
+        let amounts = [0, 1, 7, 8, 1_000, 2_999, 3_000, u64::from(u32::MAX), u64::MAX];
+        for gpus in [0, 1, 3, 8, u32::MAX] {
+            for &cpu_milli in &amounts {
+                for &memory_mib in &amounts {
+                    let free = NodeFree { gpus, cpu_milli, memory_mib };
+                    for shape_gpus in [0, 1, 2, 3, 8] {
+                        for &(cpu, mem) in &[(0, 0), (1_000, 0), (0, 1), (1_000, 3_000), (u64::MAX, 1)] {
+                            let shape = PodShape { gpus: shape_gpus, cpu_milli: cpu, memory_mib: mem };
+                            assert_eq!(free.pods(&shape), definition(&free, &shape), "{free:?} {shape:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A domain holds, of a pod of s GPUs, k / s on each node with k free, summed over its
+    /// nodes, unless its free CPU or memory together hold fewer.
+    #[test]
+    fn a_domain_holds_whole_pods_per_node_up_to_its_cpu_and_memory() {
+        let mut b = FleetBuilder::new();
+        uniform_cluster(&mut b, "east", "h100", 8, &[(Level::Rack, 1), (Level::Host, 4)]).expect("cluster");
+        let fleet = b.build().expect("fleet");
+        let flavor = fleet.flavor("h100");
+        let hosts = fleet.clusters()[0].hosts().to_vec();
+        let rack = fleet.domain(hosts[0]).parent.expect("a rack");
+        let one = PodShape { gpus: 1, cpu_milli: 1_000, memory_mib: 1_024 };
+        let mut cap = Capacity::empty(&fleet);
+        // Free: 8, 5, 3 and 0 GPUs; each host has 96,000 millicores, so 303,000 are left.
+        cap.take(&fleet, hosts[1], 3, one);
+        cap.take(&fleet, hosts[2], 5, one);
+        cap.take(&fleet, hosts[3], 8, one);
+        let slots =
+            |gpus: u32, cpu_milli: u64| cap.slots(&fleet, rack, flavor, &PodShape { gpus, cpu_milli, memory_mib: 1 });
+        assert_eq!(slots(1, 1_000), 16);
+        assert_eq!(slots(2, 1_000), 4 + 2 + 1);
+        assert_eq!(slots(3, 1_000), 2 + 1 + 1);
+        assert_eq!(slots(8, 1_000), 1);
+        assert_eq!(slots(9, 1_000), 0, "no node has 9");
+        // 303,000 millicores hold 3 pods of 96,000 though the GPUs hold 16 of one.
+        assert_eq!(slots(1, 96_000), 3);
+        assert_eq!(slots(1, 96_001), 0, "larger than any host");
     }
 
     /// Both ways of checking agree: on the capacity as it should be, and on each kind of drift.

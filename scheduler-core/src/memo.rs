@@ -51,7 +51,17 @@ impl MemoEntry {
     }
 
     pub(crate) fn reason(&self, ps: &PodSet) -> Reason {
-        let named = |s: &Shortfall| Shortfall { pod_set: ps.name.clone(), pods: ps.pods, ..s.clone() };
+        // Field by field: `..s.clone()` would clone the entry's pod-set name only to drop it.
+        let named = |s: &Shortfall| Shortfall {
+            pod_set: ps.name.clone(),
+            pods: ps.pods,
+            level: s.level,
+            gpus_per_pod: s.gpus_per_pod,
+            flavor: s.flavor.clone(),
+            largest: s.largest,
+            cluster: s.cluster.clone(),
+            oversize: s.oversize.clone(),
+        };
         if ps.pods > self.empty.largest {
             Reason::NeverFits(named(&self.empty))
         } else {

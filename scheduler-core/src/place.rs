@@ -138,16 +138,17 @@ impl View<'_> {
         keep: &dyn Fn(&Self, DomainId) -> bool,
         visit: &mut dyn FnMut(DomainId),
     ) {
-        let mut stack = vec![from];
-        while let Some(d) = stack.pop() {
-            if !keep(self, d) {
-                continue;
-            }
-            let dom = self.fleet.domain(d);
-            if dom.depth >= depth || dom.children.is_empty() {
-                visit(d);
-            } else {
-                stack.extend(dom.children.iter().rev());
+        // Recursion, not a stack of its own: the tree is a few levels deep, and a stack was an
+        // allocation per search.
+        if !keep(self, from) {
+            return;
+        }
+        let dom = self.fleet.domain(from);
+        if dom.depth >= depth || dom.children.is_empty() {
+            visit(from);
+        } else {
+            for &child in &dom.children {
+                self.visit_at(child, depth, keep, visit);
             }
         }
     }
@@ -210,25 +211,22 @@ impl View<'_> {
         };
         let need = (u64::from(ask.shape.gpus) * u64::from(ask.pods)).try_into().unwrap_or(usize::MAX);
         let width = self.cap.histogram(self.fleet, root, flavor).len();
-        for k in need..width {
-            let has_k = |p: &Self, d: DomainId| p.cap.histogram(p.fleet, d, flavor).get(k).is_some_and(|&n| n > 0);
-            if !has_k(self, root) {
-                continue;
-            }
-            let mut stack = vec![root];
-            while let Some(d) = stack.pop() {
-                let dom = self.fleet.domain(d);
-                if dom.node.is_some() {
-                    // k free GPUs by the histogram; CPU and memory may still say no.
-                    if self.slots(d, ask) >= ask.pods {
-                        return Some(d);
-                    }
-                } else {
-                    stack.extend(dom.children.iter().rev().filter(|&&c| has_k(self, c)));
-                }
-            }
+        (need..width).find_map(|k| self.host_with(root, flavor, k, ask))
+    }
+
+    /// The first host under `d`, in tree order, with `k` free GPUs of `flavor` that holds the
+    /// whole pod set, descending only where the histogram counts such a host. (Recursion, not a
+    /// stack of its own: the tree is a few levels deep, and a stack was an allocation per k.)
+    fn host_with(&self, d: DomainId, flavor: FlavorId, k: usize, ask: &Ask) -> Option<DomainId> {
+        if self.cap.histogram(self.fleet, d, flavor).get(k).is_none_or(|&n| n == 0) {
+            return None;
         }
-        None
+        let dom = self.fleet.domain(d);
+        if dom.node.is_some() {
+            // k free GPUs by the histogram; CPU and memory may still say no.
+            return (self.slots(d, ask) >= ask.pods).then_some(d);
+        }
+        dom.children.iter().find_map(|&c| self.host_with(c, flavor, k, ask))
     }
 
     fn widest_span(&self, root: DomainId, ask: &Ask) -> Option<DomainId> {

@@ -100,28 +100,40 @@ pub(crate) struct Run<'a> {
     spreads: Vec<(&'a Gang, u64, Admission)>,
 }
 
-/// [`Run::spans`]: one row per pod-set shape and flavor, one slot per cluster. A row is found
-/// by one lookup per pod set and flavor of a gang and then written in place (rows live apart
-/// from the index, so ranking the clusters can write them while it reads the run); the index
-/// is never iterated, so the hash order decides nothing.
-#[derive(Debug, Default)]
+/// [`Run::spans`]: one row per pod-set shape and flavor, one slot per cluster, the rows end to
+/// end in one vector (a cycle meets many shapes, and a vector per row was an allocation per
+/// shape per cycle). A row is found by one lookup per pod set and flavor of a gang and then
+/// written in place (slots live apart from the index, so ranking the clusters can write them
+/// while it reads the run); the index is never iterated, so the hash order decides nothing.
+#[derive(Debug)]
 struct Spans {
     index: FxHashMap<SpanKey, usize>,
-    rows: Vec<SpanRow>,
+    slots: Vec<SpanSlot>,
+    clusters: usize,
+    /// Scratch for [`Run::cluster_order`]: the rows of the gang being ranked, one per pod set
+    /// and flavor in order; kept between gangs only so that ranking allocates nothing.
+    asked: Vec<usize>,
 }
 
 impl Spans {
-    /// The row of `key`, a fresh one (nothing looked at) the first time.
-    fn row(&mut self, key: SpanKey, clusters: usize) -> usize {
-        let rows = &mut self.rows;
+    fn new(clusters: usize) -> Self {
+        // Room for the shapes of a usual cycle, so that the index is not grown step by step
+        // in every one.
+        let index = FxHashMap::with_capacity_and_hasher(32, Default::default());
+        Spans { index, slots: Vec::new(), clusters, asked: Vec::new() }
+    }
+
+    /// Where the row of `key` starts in `slots`, a fresh row (nothing looked at) the first time.
+    fn row(&mut self, key: SpanKey) -> usize {
+        let (slots, clusters) = (&mut self.slots, self.clusters);
         *self.index.entry(key).or_insert_with(|| {
-            rows.push(vec![None; clusters]);
-            rows.len() - 1
+            slots.resize(slots.len() + clusters, None);
+            slots.len() - clusters
         })
     }
 
-    fn get(&self, key: &SpanKey) -> Option<&SpanRow> {
-        self.index.get(key).map(|&i| &self.rows[i])
+    fn get(&self, key: &SpanKey, cluster: ClusterId) -> SpanSlot {
+        self.index.get(key).and_then(|&row| self.slots[row + cluster.idx()])
     }
 }
 
@@ -141,9 +153,9 @@ impl SpanKey {
     }
 }
 
-/// Per cluster: the span and leftover found (`None` inside: no span), and the cluster's
+/// For one cluster: the span and leftover found (`None` inside: no span), and the cluster's
 /// capacity stamp they were found on; `None`: not looked at yet.
-type SpanRow = Vec<Option<(u64, Option<(DomainId, u64)>)>>;
+type SpanSlot = Option<(u64, Option<(DomainId, u64)>)>;
 
 impl<'a> Run<'a> {
     pub(crate) fn new(
@@ -158,7 +170,7 @@ impl<'a> Run<'a> {
             queues,
             config,
             txn: Txn::new(fleet, queues, cap, usage),
-            spans: Spans::default(),
+            spans: Spans::new(fleet.clusters().len()),
             spreads: Vec::new(),
         }
     }
@@ -497,17 +509,17 @@ impl<'a> Run<'a> {
             let flavors = r.flavors.iter().flatten().map(|f| self.fleet.flavor_name(*f).to_string()).collect();
             (ps.name.clone(), flavors)
         };
-        let with_flavor: Vec<ClusterId> =
-            self.fleet.cluster_ids().filter(|&c| resolved.iter().all(|r| serves(c, r))).collect();
-        if with_flavor.is_empty() {
-            let (pod_set, flavors) = unserved(&|_| true);
-            return Err(Reason::NoFlavor { pod_set, flavors });
-        }
+        let serves_all = |c: ClusterId| resolved.iter().all(|r| serves(c, r));
         let may_use = |c: ClusterId| {
             let cl = self.fleet.cluster(c);
             !cl.cordoned && gang.clusters.allows(&cl.name, &cl.labels)
         };
-        let allowed: Vec<ClusterId> = with_flavor.into_iter().filter(|&c| may_use(c)).collect();
+        // One pass for the usual answer; which of the two it missed by is asked only on a miss.
+        let allowed: Vec<ClusterId> = self.fleet.cluster_ids().filter(|&c| serves_all(c) && may_use(c)).collect();
+        if allowed.is_empty() && !self.fleet.cluster_ids().any(serves_all) {
+            let (pod_set, flavors) = unserved(&|_| true);
+            return Err(Reason::NoFlavor { pod_set, flavors });
+        }
         if allowed.is_empty() {
             // Say whether it may use no cluster at all, or may use some that lack the flavor.
             let (pod_set, flavors) = unserved(&may_use);
@@ -530,20 +542,19 @@ impl<'a> Run<'a> {
     ) -> (Vec<ClusterId>, Vec<Rank>) {
         if self.config.choice == ClusterChoice::Scored {
             // The rows of the gang's pod sets, found once per pod set and flavor (not per
-            // cluster), and taken out of the run while the clusters are ranked.
-            let clusters = self.fleet.clusters().len();
-            let rows: Vec<Vec<(Option<FlavorId>, usize)>> = gang
-                .pod_sets
-                .iter()
-                .zip(resolved)
-                .map(|(ps, r)| r.flavors.iter().map(|&f| (f, self.spans.row(SpanKey::of(ps, f), clusters))).collect())
-                .collect();
-            let mut found = std::mem::take(&mut self.spans.rows);
+            // cluster), and the slots taken out of the run while the clusters are ranked.
+            let mut rows = std::mem::take(&mut self.spans.asked);
+            rows.clear();
+            for (ps, r) in gang.pod_sets.iter().zip(resolved) {
+                rows.extend(r.flavors.iter().map(|&f| self.spans.row(SpanKey::of(ps, f))));
+            }
+            let mut slots = std::mem::take(&mut self.spans.slots);
             let mut ranked = Vec::with_capacity(candidates.len());
             for &c in candidates {
-                ranked.extend(self.estimate(c, gang, &rows, &mut found));
+                ranked.extend(self.estimate(c, gang, resolved, &rows, &mut slots));
             }
-            self.spans.rows = found;
+            self.spans.slots = slots;
+            self.spans.asked = rows;
             ranked.sort_unstable();
             return (ranked.iter().map(|r| r.cluster).collect(), ranked);
         }
@@ -605,7 +616,7 @@ impl<'a> Run<'a> {
         if self.config.fill != Fill::Locality {
             return None;
         }
-        let (at, found) = self.spans.get(&SpanKey::of(ps, flavor))?.get(cluster.idx()).copied().flatten()?;
+        let (at, found) = self.spans.get(&SpanKey::of(ps, flavor), cluster)?;
         (at == self.txn.cap.stamp(cluster)).then_some(found.map(|(span, _)| span))
     }
 
@@ -617,27 +628,31 @@ impl<'a> Run<'a> {
         &self,
         cluster: ClusterId,
         gang: &Gang,
-        rows: &[Vec<(Option<FlavorId>, usize)>],
-        found: &mut [SpanRow],
+        resolved: &[Resolved],
+        rows: &[usize],
+        slots: &mut [SpanSlot],
     ) -> Option<Rank> {
         let fleet = self.fleet;
         let c = fleet.cluster(cluster);
         let (mut missed, mut leftover) = (0u32, 0u64);
-        let mut spans = Vec::with_capacity(gang.pod_sets.len());
-        for (ps, flavors) in gang.pod_sets.iter().zip(rows) {
-            let (span, left) =
-                flavors.iter().filter(|(f, _)| f.is_none_or(|f| c.has_flavor(f))).find_map(|&(f, row)| {
-                    self.span(cluster, &ask(fleet, cluster, ps, f), &mut found[row][cluster.idx()])
-                })?;
+        // The narrowest domain holding every span so far (their common ancestor).
+        let mut common: Option<DomainId> = None;
+        let mut at = 0;
+        for (ps, r) in gang.pod_sets.iter().zip(resolved) {
+            let mine = &rows[at..at + r.flavors.len()];
+            at += r.flavors.len();
+            let (span, left) = r.flavors.iter().zip(mine).filter(|(f, _)| f.is_none_or(|f| c.has_flavor(f))).find_map(
+                |(&f, &row)| self.span(cluster, &ask(fleet, cluster, ps, f), &mut slots[row + cluster.idx()]),
+            )?;
             leftover += left;
             if let TopologyConstraint::Preferred(level) = ps.topology
                 && fleet.level_of(span).is_none_or(|l| l < level)
             {
                 missed += 1;
             }
-            spans.push(span);
+            common = fleet.common_ancestor(common.into_iter().chain([span]));
         }
-        let locality = fleet.common_ancestor(spans).and_then(|d| fleet.level_of(d)).map_or(0, |l| l as u8 + 1);
+        let locality = common.and_then(|d| fleet.level_of(d)).map_or(0, |l| l as u8 + 1);
         let free: u64 = c.flavors.iter().map(|&f| self.txn.cap.free_gpus(fleet, c.root, f)).sum();
         Some(Rank {
             missed_preferences: missed,
@@ -652,12 +667,7 @@ impl<'a> Run<'a> {
     /// The narrowest span of `ask` in `cluster` as things stand, and what placing it there
     /// would leave over (`View::narrowest_span`, `View::leftover`): from `seen` while the
     /// cluster's capacity is as it was when that was found, else found and kept there.
-    fn span(
-        &self,
-        cluster: ClusterId,
-        ask: &Ask,
-        seen: &mut Option<(u64, Option<(DomainId, u64)>)>,
-    ) -> Option<(DomainId, u64)> {
+    fn span(&self, cluster: ClusterId, ask: &Ask, seen: &mut SpanSlot) -> Option<(DomainId, u64)> {
         let stamp = self.txn.cap.stamp(cluster);
         if let Some((at, found)) = *seen
             && at == stamp
