@@ -138,8 +138,9 @@ impl View<'_> {
         keep: &dyn Fn(&Self, DomainId) -> bool,
         visit: &mut dyn FnMut(DomainId),
     ) {
-        // Recursion, not a stack of its own: the tree is a few levels deep, and a stack was an
-        // allocation per search.
+        // Recursion, not a stack of its own: a cluster's tree is at most six deep (its root
+        // and the five levels, which `FleetBuilder::cluster` holds to strictly widest first),
+        // and a stack was an allocation per search.
         if !keep(self, from) {
             return;
         }
@@ -215,8 +216,8 @@ impl View<'_> {
     }
 
     /// The first host under `d`, in tree order, with `k` free GPUs of `flavor` that holds the
-    /// whole pod set, descending only where the histogram counts such a host. (Recursion, not a
-    /// stack of its own: the tree is a few levels deep, and a stack was an allocation per k.)
+    /// whole pod set, descending only where the histogram counts such a host. (Recursion, as in
+    /// [`Self::visit_at`]: the tree is at most six deep, and a stack was an allocation per k.)
     fn host_with(&self, d: DomainId, flavor: FlavorId, k: usize, ask: &Ask) -> Option<DomainId> {
         if self.cap.histogram(self.fleet, d, flavor).get(k).is_none_or(|&n| n == 0) {
             return None;
