@@ -419,7 +419,7 @@ struct SimulateArgs {
     // rather than silently ignored.
     #[arg(long, value_name = "KUBECONFIG", conflicts_with_all = [
         "fleet", "machines", "trace", "synthetic", "bench", "gpu_sharing", "helios", "helios_day",
-        "trace_format", "skip_bad_rows", "policy", "seed", "load_scale", "node_failure_rate", "tenants",
+        "trace_format", "skip_bad_rows", "policy", "seed", "load_scale", "node_failure_rate", "max_restarts", "tenants",
         "json", "svg", "locality_patience", "locality_cost", "reserve_after", "reserve_depth", "urgent", "checkpoint_interval", "mix",
         "machines_format", "batch_every", "check_every", "explain",
     ])]
@@ -435,8 +435,13 @@ struct SimulateArgs {
     /// Mean node failures per node per day; a failure evicts the gangs on the node.
     #[arg(long, default_value_t = 0.0)]
     node_failure_rate: f64,
+    /// A job whose runs node failures cut short more than this many times fails, as a JobSet
+    /// past its failurePolicy.maxRestarts (preemptions do not count).
+    #[arg(long, value_name = "N", default_value_t = simulator::engine::MAX_RESTARTS,
+          value_parser = clap::value_parser!(u32).range(0..=1000))]
+    max_restarts: u32,
     /// Synthetic tenants (queues) for jobs whose trace names none.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(0..=i64::from(simulator::engine::MAX_TENANTS)))]
     tenants: u32,
     /// Write the figures as JSON to this file.
     #[arg(long)]
@@ -777,6 +782,7 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
         horizon_s: args.horizon,
         load_scale: args.load_scale,
         node_failure_rate: args.node_failure_rate,
+        max_restarts: args.max_restarts,
         tenants: args.tenants,
         queues: helios.as_ref().map(|(day, _)| day.queues()).unwrap_or_default(),
         patience: args.locality_patience.0,

@@ -40,6 +40,7 @@ pub struct OptionsSummary {
     pub horizon_s: Option<u64>,
     pub load_scale: f64,
     pub node_failure_rate: f64,
+    pub max_restarts: u32,
     pub tenants: u32,
     /// GPU quota of each queue defined for the run (`--helios`), by name; empty: none.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -100,6 +101,8 @@ pub struct JobCounts {
     pub running: usize,
     pub pending: usize,
     pub rejected: usize,
+    /// Cut short by node failures more often than `--max-restarts` allows.
+    pub failed: usize,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -270,7 +273,7 @@ pub fn policy_report(fleet: &Fleet, run: &PolicyRun) -> PolicyReport {
             let end = j.end_s.unwrap_or(run.end_s);
             e.gpu_hours += j.gpus as f64 * end.saturating_sub(start) as f64 / 3600.0;
             e.delays.push(start.saturating_sub(j.submit_s) as f64);
-            if let Some(end) = j.end_s {
+            if let Some(end) = j.end_s.filter(|_| j.outcome == Outcome::Completed) {
                 // Slowdown: time in system over what the job needed on its placement.
                 let need = (j.duration_s as f64 * p.slowdown).max(1.0);
                 e.slowdowns.push(end.saturating_sub(j.submit_s) as f64 / need);
@@ -296,6 +299,7 @@ pub fn policy_report(fleet: &Fleet, run: &PolicyRun) -> PolicyReport {
             running: count(&|o| *o == Outcome::Running),
             pending: count(&|o| matches!(o, Outcome::Pending(_))),
             rejected: count(&|o| matches!(o, Outcome::Rejected(_))),
+            failed: count(&|o| *o == Outcome::Failed),
         },
         queueing_delay_s: Delay {
             mean: r4(mean(&delays)),
@@ -394,6 +398,9 @@ pub fn table(report: &Report) -> String {
     row("running at end", &|r| r.jobs.running.to_string());
     row("pending at end", &|r| r.jobs.pending.to_string());
     row("rejected", &|r| r.jobs.rejected.to_string());
+    if p.iter().any(|r| r.jobs.failed > 0) {
+        row("failed (past --max-restarts)", &|r| r.jobs.failed.to_string());
+    }
     row("restarts (node failures)", &|r| format!("{} ({})", r.restarts, r.node_failures));
     if p.iter().any(|r| r.batch_cycles > 0) {
         row("batch optimiser: cycles (kept)", &|r| format!("{} ({})", r.batch_cycles, r.batch_kept));

@@ -69,6 +69,7 @@ pub fn run_policies(
             horizon_s: opts.horizon_s,
             load_scale: opts.load_scale,
             node_failure_rate: opts.node_failure_rate,
+            max_restarts: opts.max_restarts,
             tenants: opts.tenants,
             quotas_gpus: opts.queues.iter().map(|q| (q.name.clone(), q.nominal_gpus())).collect(),
             topology_cost: opts.cost,

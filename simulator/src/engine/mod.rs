@@ -41,6 +41,11 @@ pub struct SimOptions {
     /// Mean node failures per node per day (0: none).
     pub node_failure_rate: f64,
     pub repair_s: u64,
+    /// A job whose runs node failures cut short more than this many times fails, as a JobSet
+    /// does past its `failurePolicy.maxRestarts`; evictions for a preemptor do not count (Kueue
+    /// suspends and requeues the workload, the JobSet is not restarted). Bounded, so that a
+    /// replay at a failure rate under which a long gang can never finish still ends.
+    pub max_restarts: u32,
     pub cost: TopologyCost,
     /// Jobs whose trace names no queue are spread over this many synthetic tenants by id
     /// (unless `queues` are defined).
@@ -96,6 +101,15 @@ impl SimOptions {
 /// (`RunningSet::insert`).
 pub const CHECK_EVERY: u32 = if cfg!(debug_assertions) { 1 } else { 16 };
 
+/// [`SimOptions::max_restarts`]'s default: far above what the usual failure rates reach (at
+/// `--node-failure-rate 0.01` a 32-node gang of a week is cut short about twice), and a few
+/// hours of a replay's time where every failure hits a long gang.
+pub const MAX_RESTARTS: u32 = 10;
+
+/// The most synthetic tenants a replay spreads jobs over: Kueue clusters run tens to hundreds
+/// of ClusterQueues, and each is a queue every cycle orders.
+pub const MAX_TENANTS: u32 = 1000;
+
 /// The priority `urgent_percent` gives its jobs.
 pub const URGENT: i32 = 100;
 
@@ -107,6 +121,7 @@ impl Default for SimOptions {
             load_scale: 1.0,
             node_failure_rate: 0.0,
             repair_s: 3600,
+            max_restarts: MAX_RESTARTS,
             cost: TopologyCost::default(),
             tenants: 4,
             queues: Vec::new(),
@@ -149,6 +164,8 @@ pub enum Outcome {
     Pending(Arc<Reason>),
     /// Boxed: rare, and it keeps every record small.
     Rejected(Box<Reason>),
+    /// Cut short by node failures more than [`SimOptions::max_restarts`] times.
+    Failed,
 }
 
 /// One job's history in one policy's run.
@@ -237,6 +254,12 @@ impl Tenancy {
     /// Either way a gang may preempt gangs of lower priority in its queue (for the policies
     /// that preempt at all).
     pub fn new(trace: &Trace, opts: &SimOptions) -> Result<Self, SimError> {
+        if opts.tenants > MAX_TENANTS {
+            return Err(SimError::Option {
+                option: "--tenants",
+                problem: format!("{} tenants: at most {MAX_TENANTS}", opts.tenants),
+            });
+        }
         let preemption = QueuePreemption { within_queue: WithinQueue::LowerPriority, ..QueuePreemption::default() };
         let mut specs: BTreeMap<String, QueueSpec> = opts.queues.iter().map(|q| (q.name.clone(), q.clone())).collect();
         let mut spread = Vec::new();
@@ -468,7 +491,9 @@ pub fn simulate(
         }
         // Nothing runs, nothing will arrive and no node is down: what is still pending is stuck
         // for good (only failure events remain), so stop rather than spin.
-        if sim.running.is_empty() && arrived == total && sim.down.is_empty() {
+        // Nor when nothing is left at all: hosts still down (at a high failure rate, always
+        // some) keep no one waiting.
+        if sim.running.is_empty() && arrived == total && (sim.down.is_empty() || sim.pending.is_empty()) {
             break;
         }
         sim.account(last_t, t);
@@ -589,7 +614,13 @@ impl Sim<'_> {
             if let Some(r) = self.running.remove(self.fleet, self.queues, j) {
                 self.stop(&r);
                 let gang = self.interrupt(t, j, r).0;
-                self.records[j].restarts += 1;
+                let rec = &mut self.records[j];
+                rec.restarts += 1;
+                if rec.restarts - rec.preemptions > self.opts.max_restarts {
+                    rec.end_s = Some(t);
+                    rec.outcome = Outcome::Failed;
+                    continue;
+                }
                 self.wait(j, gang);
             }
         }
@@ -932,6 +963,36 @@ mod tests {
         assert!(run.node_failures > 0);
         assert!(run.jobs.iter().map(|j| j.restarts).sum::<u32>() > 0, "some gang was hit");
         assert!(run.jobs.iter().all(|j| j.outcome == Outcome::Completed), "all finish despite failures");
+    }
+
+    /// Gangs of 4 nodes running 30 days, each node failing about twice a day: a run is cut
+    /// short every three hours, so no run ever finishes. The replay ends all the same (it used to
+    /// go on for good), each gang failed once node failures cut it short one time more than the
+    /// budget allows, and the report says so.
+    #[test]
+    fn a_replay_where_failures_outpace_every_run_ends_with_the_gangs_failed_past_their_budget() {
+        let rack = TopologyConstraint::Required(Level::Rack);
+        let jobs = (0..3).map(|i| job(&format!("long{i}"), i * 60, 30 * 86_400, 4, 8, rack)).collect();
+        let trace = Trace { jobs, skipped_rows: 0, withdrawn: 0 };
+        for max_restarts in [0, 3] {
+            let opts = SimOptions { node_failure_rate: 2.0, seed: 3, max_restarts, ..SimOptions::default() };
+            let run = simulate(&fleet(), &trace, Policy::Stowage, &opts, &mut |_, _| {}).expect("ends");
+            for j in &run.jobs {
+                assert_eq!(j.outcome, Outcome::Failed, "{}", j.id);
+                assert_eq!(j.restarts - j.preemptions, max_restarts + 1, "{}: cut short once past the budget", j.id);
+                assert!(j.end_s.is_some_and(|e| e < 30 * 86_400), "{}: failed, not finished", j.id);
+            }
+            let report = crate::report::policy_report(&fleet(), &run);
+            assert_eq!((report.jobs.failed, report.jobs.completed), (3, 0));
+            assert!(report.jct_s.mean == 0.0, "a failed gang has no completion time: {:?}", report.jct_s);
+        }
+    }
+
+    #[test]
+    fn tenants_beyond_the_bound_are_refused_by_name() {
+        let opts = SimOptions { tenants: MAX_TENANTS + 1, ..SimOptions::default() };
+        let err = simulate(&fleet(), &trace(), Policy::Stowage, &opts, &mut |_, _| {}).expect_err("refused");
+        assert!(err.to_string().contains("--tenants"), "{err}");
     }
 
     /// The busy series (the utilisation plot) goes on after the queue has drained, to the last

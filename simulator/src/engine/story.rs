@@ -63,7 +63,7 @@ impl Story {
             return;
         }
         let kind = kind_of(&record.outcome);
-        if matches!(self.told, Some("completed" | "rejected")) {
+        if matches!(self.told, Some("completed" | "rejected" | "failed")) {
             // The story ends there: nothing is told a job that left.
             return;
         }
@@ -98,6 +98,7 @@ fn kind_of(outcome: &Outcome) -> &'static str {
         Outcome::Running => "running",
         Outcome::Pending(r) => r.kind(),
         Outcome::Rejected(_) => "rejected",
+        Outcome::Failed => "failed",
     }
 }
 
@@ -116,6 +117,9 @@ fn words_of(outcome: &Outcome, placement: Option<&PlacementFacts>) -> String {
         }
         (Outcome::Running, None) => "running".to_string(),
         (Outcome::Completed, _) => "completed".to_string(),
+        (Outcome::Failed, _) => {
+            "failed: node failures cut its runs short more often than --max-restarts allows".to_string()
+        }
     }
 }
 
