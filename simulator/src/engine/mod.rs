@@ -102,9 +102,19 @@ impl SimOptions {
 pub const CHECK_EVERY: u32 = if cfg!(debug_assertions) { 1 } else { 16 };
 
 /// [`SimOptions::max_restarts`]'s default: far above what the usual failure rates reach (at
-/// `--node-failure-rate 0.01` a 32-node gang of a week is cut short about twice), and a few
-/// hours of a replay's time where every failure hits a long gang.
+/// `--node-failure-rate 0.01` a 32-node gang of a week is cut short about twice), and still a
+/// bound: where failures outpace a gang's every run, it is tried eleven times, not for good.
 pub const MAX_RESTARTS: u32 = 10;
+
+/// The load scales a replay takes. Below, a trace's arrivals would be spread past any time a
+/// second counts (`--load-scale 1e-300` put every job but the first at the end of time, and
+/// the report counted one job); above, every job of any trace arrives in the same second.
+pub const LOAD_SCALES: std::ops::RangeInclusive<f64> = 0.001..=1000.0;
+
+/// Node failures per node per day a replay takes: at most one per repair time (an hour), past
+/// which a node is down more than up and the replay is a stream of failures with no end in
+/// sight (`--node-failure-rate 1e9` replayed for minutes, a failure every second).
+pub const NODE_FAILURE_RATES: std::ops::RangeInclusive<f64> = 0.0..=24.0;
 
 /// The most synthetic tenants a replay spreads jobs over: Kueue clusters run tens to hundreds
 /// of ClusterQueues, and each is a queue every cycle orders.
@@ -382,11 +392,22 @@ pub fn simulate(
     opts: &SimOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<PolicyRun, SimError> {
-    if !(opts.load_scale.is_finite() && opts.load_scale > 0.0) {
-        return Err(SimError::Option { option: "--load-scale", problem: "must be a positive number".into() });
+    if !LOAD_SCALES.contains(&opts.load_scale) {
+        return Err(SimError::Option {
+            option: "--load-scale",
+            problem: format!("{}: must be from {} to {}", opts.load_scale, LOAD_SCALES.start(), LOAD_SCALES.end()),
+        });
     }
-    if !(opts.node_failure_rate.is_finite() && opts.node_failure_rate >= 0.0) {
-        return Err(SimError::Option { option: "--node-failure-rate", problem: "must be zero or more".into() });
+    if !NODE_FAILURE_RATES.contains(&opts.node_failure_rate) {
+        return Err(SimError::Option {
+            option: "--node-failure-rate",
+            problem: format!(
+                "{}: must be from {} to {} failures per node per day",
+                opts.node_failure_rate,
+                NODE_FAILURE_RATES.start(),
+                NODE_FAILURE_RATES.end()
+            ),
+        });
     }
     if opts.explain.len() > story::MAX_JOBS {
         return Err(SimError::Option {
@@ -985,6 +1006,29 @@ mod tests {
             let report = crate::report::policy_report(&fleet(), &run);
             assert_eq!((report.jobs.failed, report.jobs.completed), (3, 0));
             assert!(report.jct_s.mean == 0.0, "a failed gang has no completion time: {:?}", report.jct_s);
+        }
+    }
+
+    #[test]
+    fn load_scales_and_failure_rates_out_of_range_are_refused_by_name() {
+        for (load_scale, node_failure_rate, option) in [
+            (1e-300, 0.0, "--load-scale"),
+            (0.0009, 0.0, "--load-scale"),
+            (1000.5, 0.0, "--load-scale"),
+            (f64::NAN, 0.0, "--load-scale"),
+            (1.0, 24.01, "--node-failure-rate"),
+            (1.0, -0.1, "--node-failure-rate"),
+            (1.0, f64::INFINITY, "--node-failure-rate"),
+        ] {
+            let opts = SimOptions { load_scale, node_failure_rate, ..SimOptions::default() };
+            let err = simulate(&fleet(), &trace(), Policy::Stowage, &opts, &mut |_, _| {}).expect_err("refused");
+            assert!(err.to_string().contains(option), "{load_scale} {node_failure_rate}: {err}");
+        }
+        // The ends themselves are taken.
+        for (load_scale, node_failure_rate) in [(0.001, 24.0), (1000.0, 0.0)] {
+            let opts = SimOptions { load_scale, node_failure_rate, ..SimOptions::default() };
+            let run = simulate(&fleet(), &trace(), Policy::Stowage, &opts, &mut |_, _| {}).expect("taken");
+            assert_eq!(run.jobs.len(), trace().jobs.len());
         }
     }
 
