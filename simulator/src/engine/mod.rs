@@ -395,14 +395,14 @@ pub fn simulate(
     if !LOAD_SCALES.contains(&opts.load_scale) {
         return Err(SimError::Option {
             option: "--load-scale",
-            problem: format!("{}: must be from {} to {}", opts.load_scale, LOAD_SCALES.start(), LOAD_SCALES.end()),
+            problem: format!("{:?}: must be from {} to {}", opts.load_scale, LOAD_SCALES.start(), LOAD_SCALES.end()),
         });
     }
     if !NODE_FAILURE_RATES.contains(&opts.node_failure_rate) {
         return Err(SimError::Option {
             option: "--node-failure-rate",
             problem: format!(
-                "{}: must be from {} to {} failures per node per day",
+                "{:?}: must be from {} to {} failures per node per day",
                 opts.node_failure_rate,
                 NODE_FAILURE_RATES.start(),
                 NODE_FAILURE_RATES.end()
