@@ -611,6 +611,11 @@ fn policies() -> impl clap::builder::TypedValueParser<Value = Policy> {
     clap::builder::PossibleValuesParser::new(Policy::ALL.map(Policy::name)).try_map(|s| s.parse::<Policy>())
 }
 
+/// The longest duration an option takes: a century. Longer means never, which the options that
+/// allow it spell `none`; and in milliseconds it still fits a `u64` many times over (a number
+/// of days past that used to saturate, then overflow when made milliseconds).
+const MAX_DURATION_S: u64 = 100 * 365 * 86_400;
+
 fn parse_duration_s(s: &str) -> Result<u64, String> {
     let s = s.trim();
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len()));
@@ -622,7 +627,11 @@ fn parse_duration_s(s: &str) -> Result<u64, String> {
         "d" => 86_400.0,
         _ => return Err(format!("unknown unit {unit:?} in {s:?} (use s, m, h or d)")),
     };
-    Ok((value * scale).round() as u64)
+    let seconds = (value * scale).round();
+    if seconds > MAX_DURATION_S as f64 {
+        return Err(format!("{s:?} is above the limit of 100 years ({MAX_DURATION_S} s)"));
+    }
+    Ok(seconds as u64)
 }
 
 fn init_logs(format: LogFormat) {
@@ -1174,6 +1183,14 @@ mod tests {
         assert_eq!(parse_duration_s("1.5h"), Ok(5400));
         assert_eq!(parse_duration_s("14d"), Ok(1_209_600));
         assert!(parse_duration_s("3 weeks").is_err());
+        assert_eq!(parse_duration_s("36500d"), Ok(MAX_DURATION_S));
+        for huge in ["36501d", "99999999999999999d", "99999999999999999999", "1.8e19"] {
+            let err = parse_duration_s(huge).expect_err(huge);
+            assert!(err.contains("100 years") || err.contains("unknown unit"), "{huge}: {err}");
+        }
+        // A patience past the limit is refused, not made milliseconds past `u64`.
+        assert!(parse_patience("99999999999999999d,99999999999999999d").is_err());
+        assert!(parse_reserve_after("99999999999999999d").is_err());
     }
 
     #[test]
