@@ -996,8 +996,15 @@ mod tests {
         let jobs = (0..3).map(|i| job(&format!("long{i}"), i * 60, 30 * 86_400, 4, 8, rack)).collect();
         let trace = Trace { jobs, skipped_rows: 0, withdrawn: 0 };
         for max_restarts in [0, 3] {
-            let opts = SimOptions { node_failure_rate: 2.0, seed: 3, max_restarts, ..SimOptions::default() };
+            let explain = vec!["long0".to_string()];
+            let opts = SimOptions { node_failure_rate: 2.0, seed: 3, max_restarts, explain, ..SimOptions::default() };
             let run = simulate(&fleet(), &trace, Policy::Stowage, &opts, &mut |_, _| {}).expect("ends");
+            let told = story::text("stowage", &run.stories[0]);
+            let last = told.lines().last().unwrap_or_default();
+            assert!(
+                last.contains(") failed: node failures cut its runs short more often than --max-restarts"),
+                "{told}"
+            );
             for j in &run.jobs {
                 assert_eq!(j.outcome, Outcome::Failed, "{}", j.id);
                 assert_eq!(j.restarts - j.preemptions, max_restarts + 1, "{}: cut short once past the budget", j.id);

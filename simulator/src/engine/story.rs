@@ -117,9 +117,7 @@ fn words_of(outcome: &Outcome, placement: Option<&PlacementFacts>) -> String {
         }
         (Outcome::Running, None) => "running".to_string(),
         (Outcome::Completed, _) => "completed".to_string(),
-        (Outcome::Failed, _) => {
-            "failed: node failures cut its runs short more often than --max-restarts allows".to_string()
-        }
+        (Outcome::Failed, _) => "node failures cut its runs short more often than --max-restarts allows".to_string(),
     }
 }
 
