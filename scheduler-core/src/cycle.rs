@@ -133,7 +133,6 @@ fn greedy<'a>(
         earliest_ms: pending.iter().fold([u64::MAX; 2], |[a, b], g| {
             if g.submitted_ms < a { [g.submitted_ms, a] } else { [a, b.min(g.submitted_ms)] }
         }),
-        cluster_gpus: OnceCell::new(),
     };
     let mut reservations: Vec<Reservation> = Vec::new();
     // A gang being evicted is fair game for anyone, as if of the lowest priority.

@@ -153,6 +153,12 @@ pub struct Fleet {
     pub(crate) hist_len: usize,
     /// Capacity with nothing running: what "could this ever fit" is asked against.
     allocatable: crate::capacity::Capacity,
+    /// Every node's GPUs, CPU (milli) and memory (MiB) summed, in `Resource::ALL` order; and
+    /// each cluster's GPUs. Counted once here: every cycle asks (fair shares, the cost of a
+    /// spread gang), and on a fleet of a million nodes counting them each cycle was most of
+    /// a replay's time.
+    totals: [u64; 3],
+    cluster_gpus: Vec<u64>,
 }
 
 impl Fleet {
@@ -261,7 +267,17 @@ impl Fleet {
     }
 
     pub fn total_gpus(&self) -> u64 {
-        self.domains.iter().filter_map(|d| d.node).map(|n| u64::from(n.gpus)).sum()
+        self.totals[0]
+    }
+
+    /// Every node's GPUs, CPU (milli) and memory (MiB) summed, in `Resource::ALL` order.
+    pub fn totals(&self) -> [u64; 3] {
+        self.totals
+    }
+
+    /// The GPUs of every node of `cluster`.
+    pub fn cluster_gpus(&self, cluster: ClusterId) -> u64 {
+        self.cluster_gpus.get(cluster.idx()).copied().unwrap_or(0)
     }
 
     pub fn hosts(&self) -> impl Iterator<Item = (DomainId, &NodeSpec)> + '_ {
@@ -536,7 +552,15 @@ impl FleetBuilder {
             domains,
             hist_len,
             allocatable: crate::capacity::Capacity::default(),
+            totals: [0; 3],
+            cluster_gpus: Vec::new(),
         };
+        let (mut totals, mut cluster_gpus) = ([0u64; 3], vec![0u64; fleet.clusters.len()]);
+        for (h, n) in fleet.hosts() {
+            totals = [totals[0] + u64::from(n.gpus), totals[1] + n.cpu_milli, totals[2] + n.memory_mib];
+            cluster_gpus[fleet.domain(h).cluster.idx()] += u64::from(n.gpus);
+        }
+        (fleet.totals, fleet.cluster_gpus) = (totals, cluster_gpus);
         fleet.allocatable = crate::capacity::Capacity::empty(&fleet);
         Ok(fleet)
     }
@@ -552,5 +576,28 @@ impl Fleet {
     /// Marks a cluster cordoned: it keeps its running gangs but admits nothing new.
     pub fn set_cordoned(&mut self, cluster: ClusterId, cordoned: bool) {
         self.clusters[cluster.idx()].cordoned = cordoned;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::fixture::uniform_cluster;
+    use crate::fleet::FleetBuilder;
+    use crate::topology::Level;
+
+    /// The totals counted once at build are what the nodes add up to, per cluster too.
+    #[test]
+    fn totals_and_each_clusters_gpus_are_what_its_nodes_add_up_to() {
+        let mut b = FleetBuilder::new();
+        uniform_cluster(&mut b, "east", "h100", 8, &[(Level::Rack, 3), (Level::Host, 2)]).expect("east");
+        uniform_cluster(&mut b, "west", "l40s", 4, &[(Level::Host, 5)]).expect("west");
+        let fleet = b.build().expect("fleet");
+        let hosts: Vec<_> = fleet.hosts().collect();
+        let sum = |f: &dyn Fn(&crate::fleet::NodeSpec) -> u64| hosts.iter().map(|(_, n)| f(n)).sum::<u64>();
+        let totals = [sum(&|n| u64::from(n.gpus)), sum(&|n| n.cpu_milli), sum(&|n| n.memory_mib)];
+        assert_eq!(fleet.totals(), totals);
+        assert_eq!(fleet.total_gpus(), 48 + 20);
+        let (east, west) = (fleet.cluster_by_name("east").expect("east"), fleet.cluster_by_name("west").expect("west"));
+        assert_eq!((fleet.cluster_gpus(east), fleet.cluster_gpus(west)), (48, 20));
     }
 }

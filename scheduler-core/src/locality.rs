@@ -47,14 +47,12 @@ pub(crate) struct Moment<'c> {
     pub(crate) now_ms: u64,
     pub(crate) releases: &'c Releases<'c>,
     pub(crate) last: &'c [Reserved],
-    /// Gangs waiting at the cycle's start, and each cluster's GPUs: a spread gang holds its
-    /// GPUs longer, and that time is taken from every gang waiting behind it.
+    /// Gangs waiting at the cycle's start: a spread gang holds its GPUs longer, and that time
+    /// is taken from every gang waiting behind it (its share of its cluster's GPUs).
     pub(crate) waiting: u64,
     /// The two earliest submissions among the gangs handed to the cycle: the longest any other
     /// gang has waited so far, the queue's own tail, which a hold must not push a gang past.
     pub(crate) earliest_ms: [u64; 2],
-    /// Counted the first time a hold is weighed: most cycles weigh none.
-    pub(crate) cluster_gpus: OnceCell<Vec<u64>>,
 }
 
 impl Moment<'_> {
@@ -74,14 +72,7 @@ impl Moment<'_> {
     /// its own, and, since mean completion time is over every job, that of each gang waiting
     /// behind it, which loses its share of the extra GPU-time on that cluster.
     fn cost_ms(&self, fleet: &Fleet, gang: &Gang, admission: &Admission, extra_ms: u64) -> u64 {
-        let per_cluster = self.cluster_gpus.get_or_init(|| {
-            let mut gpus = vec![0; fleet.clusters().len()];
-            for (h, n) in fleet.hosts() {
-                gpus[usize::from(fleet.domain(h).cluster.0)] += u64::from(n.gpus);
-            }
-            gpus
-        });
-        let gpus = per_cluster.get(usize::from(admission.cluster.0)).copied().unwrap_or(0).max(1);
+        let gpus = fleet.cluster_gpus(admission.cluster).max(1);
         let others = u128::from(extra_ms) * u128::from(gang.total_gpus()) * u128::from(self.waiting) / u128::from(gpus);
         extra_ms.saturating_add(u64::try_from(others).unwrap_or(u64::MAX))
     }

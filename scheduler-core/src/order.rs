@@ -65,13 +65,7 @@ impl FairOrder {
             }
         }
         let depth = usize::try_from(depth).unwrap_or(usize::MAX);
-        let mut totals = [0u64; 3];
-        for (_, n) in fleet.hosts() {
-            totals[0] += u64::from(n.gpus);
-            totals[1] += n.cpu_milli;
-            totals[2] += n.memory_mib;
-        }
-        FairOrder { lanes, totals, depth, last: None }
+        FairOrder { lanes, totals: fleet.totals(), depth, last: None }
     }
 
     /// How many gangs may wait after the cycle has looked at them: up to the depth of each lane.
