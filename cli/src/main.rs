@@ -438,7 +438,7 @@ struct SimulateArgs {
     /// A job whose runs node failures cut short more than this many times fails, as a JobSet
     /// past its failurePolicy.maxRestarts (preemptions do not count).
     #[arg(long, value_name = "N", default_value_t = simulator::engine::MAX_RESTARTS,
-          value_parser = clap::value_parser!(u32).range(0..=1000))]
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(simulator::engine::MAX_RESTARTS_LIMIT)))]
     max_restarts: u32,
     /// Synthetic tenants (queues) for jobs whose trace names none.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(0..=i64::from(simulator::engine::MAX_TENANTS)))]

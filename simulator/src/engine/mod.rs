@@ -106,6 +106,10 @@ pub const CHECK_EVERY: u32 = if cfg!(debug_assertions) { 1 } else { 16 };
 /// bound: where failures outpace a gang's every run, it is tried eleven times, not for good.
 pub const MAX_RESTARTS: u32 = 10;
 
+/// The largest restart budget a replay takes: beyond it, a failure rate under which a long gang
+/// never finishes a run keeps the replay going for as good as ever.
+pub const MAX_RESTARTS_LIMIT: u32 = 1000;
+
 /// The load scales a replay takes. Below, a trace's arrivals would be spread past any time a
 /// second counts (`--load-scale 1e-300` put every job but the first at the end of time, and
 /// the report counted one job); above, every job of any trace arrives in the same second.
@@ -407,6 +411,12 @@ pub fn simulate(
                 NODE_FAILURE_RATES.start(),
                 NODE_FAILURE_RATES.end()
             ),
+        });
+    }
+    if opts.max_restarts > MAX_RESTARTS_LIMIT {
+        return Err(SimError::Option {
+            option: "--max-restarts",
+            problem: format!("{}: at most {MAX_RESTARTS_LIMIT}", opts.max_restarts),
         });
     }
     if opts.explain.len() > story::MAX_JOBS {
@@ -1040,10 +1050,13 @@ mod tests {
     }
 
     #[test]
-    fn tenants_beyond_the_bound_are_refused_by_name() {
-        let opts = SimOptions { tenants: MAX_TENANTS + 1, ..SimOptions::default() };
-        let err = simulate(&fleet(), &trace(), Policy::Stowage, &opts, &mut |_, _| {}).expect_err("refused");
-        assert!(err.to_string().contains("--tenants"), "{err}");
+    fn tenants_and_restart_budgets_beyond_their_bounds_are_refused_by_name() {
+        let tenants = SimOptions { tenants: MAX_TENANTS + 1, ..SimOptions::default() };
+        let restarts = SimOptions { max_restarts: MAX_RESTARTS_LIMIT + 1, ..SimOptions::default() };
+        for (opts, option) in [(tenants, "--tenants"), (restarts, "--max-restarts")] {
+            let err = simulate(&fleet(), &trace(), Policy::Stowage, &opts, &mut |_, _| {}).expect_err("refused");
+            assert!(err.to_string().contains(option), "{err}");
+        }
     }
 
     /// The busy series (the utilisation plot) goes on after the queue has drained, to the last
