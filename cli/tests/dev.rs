@@ -404,33 +404,27 @@ fn what_if_on_the_dev_hub_says_when_each_trainjob_starts_and_what_a_new_pool_cha
         let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
         (out.status.success(), text)
     };
-    // Each outlook as the hub is once east-h100 has reported where first's pods are: the hub's
-    // view is made of the member's separate reports (capacity, pods), and a read between two
-    // of them can find first's end not known yet for a moment, which the NOW column says; so
-    // each call is asked again until it counts first's end.
-    let settled = |extra: &[&str]| {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let (ok, text) = simulate(extra);
-            let known = text.lines().any(|l| l.contains("default/first") && l.contains("ends in"));
-            if !ok || known || Instant::now() > deadline {
-                break (ok, text);
-            }
-            std::thread::sleep(Duration::from_millis(500));
+    // As the hub is, once east-h100 has reported where first's pods are: second starts when
+    // first's hour is up, on east-h100.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (ok, text) = loop {
+        let (ok, text) = simulate(&[]);
+        let known = text.lines().any(|l| l.contains("default/first") && l.contains("ends in"));
+        if !ok || known || Instant::now() > deadline {
+            break (ok, text);
         }
+        std::thread::sleep(Duration::from_millis(500));
     };
-    // As the hub is: second starts when first's hour is up, on east-h100.
-    let (ok, text) = settled(&[]);
     assert!(ok, "{text}");
     let second = text.lines().find(|l| l.contains("default/second")).unwrap_or_default();
     assert!(second.contains("starts in 59m on east-h100") || second.contains("starts in 1h00m on east-h100"), "{text}");
     // With a second pool of 64 H100 nodes, it starts now, an hour sooner.
-    let (ok, text) = settled(&["--what-if", "add-pool cluster=east-h100 flavor=nvidia-h100-80gb nodes=64"]);
+    let (ok, text) = simulate(&["--what-if", "add-pool cluster=east-h100 flavor=nvidia-h100-80gb nodes=64"]);
     assert!(ok, "{text}");
     let second = text.lines().find(|l| l.contains("default/second")).unwrap_or_default();
     assert!(second.contains("starts now on east-h100") && second.contains("sooner"), "{text}");
     // Without east-h100, neither fits anywhere within the horizon.
-    let (ok, text) = settled(&["--what-if", "remove-cluster east-h100"]);
+    let (ok, text) = simulate(&["--what-if", "remove-cluster east-h100"]);
     assert!(ok, "{text}");
     assert!(text.lines().find(|l| l.contains("default/first")).is_some_and(|l| l.contains("waits again")), "{text}");
     // A bad edit is refused, naming it.

@@ -4,12 +4,13 @@
 //! so the MemberCluster status stays well under the API's object size limit.
 
 use std::borrow::Borrow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use api::stowage::{
     BoundNode, BoundPlacement, DomainCapacity, NodeClassReport, NodeTaint, PlacementKey, PodSetCount, TopologyLevel,
 };
 use k8s_openapi::api::core::v1::{Node, Pod};
+use serde::Serialize;
 
 use api::quantity::Milli;
 
@@ -143,11 +144,15 @@ pub fn summarize(
     nodes: &[impl Borrow<Node>],
     pods: &[impl Borrow<Pod>],
 ) -> Vec<DomainCapacity> {
+    summary(&gpu_nodes(levels, label_keys, nodes, pods))
+}
+
+fn summary(gpu_nodes: &[GpuNode<'_>]) -> Vec<DomainCapacity> {
     /// Free GPUs of each node, and the smallest node's CPU and memory.
     type Group = (Vec<u32>, u64, u64);
-    let mut groups: BTreeMap<(Vec<String>, String, u32, NodeClassReport), Group> = BTreeMap::new();
-    for n in gpu_nodes(levels, label_keys, nodes, pods) {
-        let e = groups.entry((n.path, n.flavor, n.allocatable, n.class)).or_insert((Vec::new(), u64::MAX, u64::MAX));
+    let mut groups: BTreeMap<(&[String], &str, u32, &NodeClassReport), Group> = BTreeMap::new();
+    for n in gpu_nodes {
+        let e = groups.entry((&n.path, &n.flavor, n.allocatable, &n.class)).or_insert((Vec::new(), u64::MAX, u64::MAX));
         e.0.push(n.free);
         e.1 = e.1.min(n.cpu_milli);
         e.2 = e.2.min(n.memory_mib);
@@ -160,9 +165,9 @@ pub fn summarize(
                 histogram[(*f).min(per_node) as usize] += 1;
             }
             DomainCapacity {
-                path,
-                flavor,
-                class,
+                path: path.to_vec(),
+                flavor: flavor.to_string(),
+                class: class.clone(),
                 nodes: frees.len() as u32,
                 gpus_per_node: per_node,
                 allocatable_gpus: u64::from(per_node) * frees.len() as u64,
@@ -183,7 +188,10 @@ pub fn bound(
     nodes: &[impl Borrow<Node>],
     pods: &[impl Borrow<Pod>],
 ) -> Vec<BoundPlacement> {
-    let gpu_nodes = gpu_nodes(levels, label_keys, nodes, pods);
+    placements(&gpu_nodes(levels, label_keys, nodes, pods), pods)
+}
+
+fn placements(gpu_nodes: &[GpuNode<'_>], pods: &[impl Borrow<Pod>]) -> Vec<BoundPlacement> {
     let by_name: BTreeMap<&str, &GpuNode<'_>> = gpu_nodes.iter().map(|n| (n.name, n)).collect();
     // placement → node → pod set → pods
     let mut placed: BTreeMap<String, BTreeMap<&str, BTreeMap<String, u32>>> = BTreeMap::new();
@@ -216,6 +224,40 @@ pub fn bound(
                 .collect(),
         })
         .collect()
+}
+
+/// `<uid>/<epoch>` of the placements with a pod bound to a node: the capacity summary counts
+/// them, so the hub need not assume their GPUs taken any more.
+pub fn counted(pods: &[impl Borrow<Pod>]) -> Vec<String> {
+    let keys: BTreeSet<String> = pods
+        .iter()
+        .map(Borrow::borrow)
+        .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+        .filter_map(|p| Some(PlacementKey::of_labels(p.metadata.labels.as_ref()?)?.to_string()))
+        .collect();
+    keys.into_iter().collect()
+}
+
+/// The capacity part of the MemberCluster status, from one look at the Node and Pod caches,
+/// written in one patch. `bound` goes with `domains` every time: the hub matches each bound
+/// node to a host of the summary by its free GPUs, and a `bound` list older than the summary
+/// (a node's count moved since) would leave that node's placements out: no end projected for
+/// them, and none evictable, until the next report.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct Report {
+    pub domains: Vec<DomainCapacity>,
+    pub counted: Vec<String>,
+    pub bound: Vec<BoundPlacement>,
+}
+
+pub fn report(
+    levels: &[TopologyLevel],
+    label_keys: &[String],
+    nodes: &[impl Borrow<Node>],
+    pods: &[impl Borrow<Pod>],
+) -> Report {
+    let gpu_nodes = gpu_nodes(levels, label_keys, nodes, pods);
+    Report { domains: summary(&gpu_nodes), counted: counted(pods), bound: placements(&gpu_nodes, pods) }
 }
 
 /// What the agent's Node cache keeps: the labels (topology, GPU product, class), taints and

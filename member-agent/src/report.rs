@@ -1,12 +1,9 @@
 //! Reporting to the hub: Placement statuses, the heartbeat and the MemberCluster status
 //! (gang scheduler, topology, capacity), delivered by a round.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use api::stowage::{
-    GangScheduler as ReportedScheduler, MemberCluster, Placement, PlacementKey, PlacementPhase, PlacementStatus,
-};
+use api::stowage::{GangScheduler as ReportedScheduler, MemberCluster, Placement, PlacementPhase, PlacementStatus};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -298,28 +295,16 @@ pub(crate) async fn heartbeat(hub: &Client, cfg: &AgentConfig) -> Result<(), Err
         .map_err(kube_err(format!("writing MemberCluster {} heartbeat", cfg.cluster)))
 }
 
-/// `<uid>/<epoch>` of the placements with a pod bound to a node: the capacity summary counts
-/// them, so the hub need not assume their GPUs taken any more.
-pub(crate) fn counted(pods: &[Arc<Pod>]) -> Vec<String> {
-    let keys: BTreeSet<String> = pods
-        .iter()
-        .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
-        .filter_map(|p| Some(PlacementKey::of_labels(p.metadata.labels.as_ref()?)?.to_string()))
-        .collect();
-    keys.into_iter().collect()
-}
-
 /// How much of the MemberCluster status a report writes. A merge patch leaves the rest as last
 /// written.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Scope {
-    /// Everything, with the gang scheduler detected afresh and `bound` (where each placement's
-    /// pods are, which grows with the pods running).
+    /// Everything, with the gang scheduler detected afresh.
     Heartbeat,
-    /// Between heartbeats, only to count new pods: capacity and `counted`. The hub ignores a node
-    /// whose free GPUs no longer match, so a `bound` list a heartbeat old is never read wrongly.
-    /// Nothing is written when the capacity is what the last report wrote (`reported`): a burst's
-    /// rounds, one after another, would otherwise each write the same.
+    /// Between heartbeats, to count new pods: the capacity ([`crate::capacity::Report`]: the
+    /// summary, `counted` and `bound`, always together). Nothing is written when the capacity is
+    /// what the last report wrote (`reported`): a burst's rounds, one after another, would
+    /// otherwise each write the same.
     Capacity { reported: Option<Arc<Value>> },
 }
 
@@ -343,9 +328,9 @@ pub(crate) async fn report(
     since: Timestamp,
 ) -> Result<Option<Arc<Value>>, Error> {
     let (nodes, pods) = (caches.nodes.state(), caches.pods.state());
-    let domains = crate::capacity::summarize(&cfg.levels, &cfg.node_labels, &nodes, &pods);
-    let gpus: u64 = domains.iter().map(|d| d.allocatable_gpus).fold(0, u64::saturating_add);
-    let capacity = json!({"domains": domains, "counted": counted(&pods)});
+    let capacity = crate::capacity::report(&cfg.levels, &cfg.node_labels, &nodes, &pods);
+    let gpus: u64 = capacity.domains.iter().map(|d| d.allocatable_gpus).fold(0, u64::saturating_add);
+    let capacity = json!(capacity);
     if let Scope::Capacity { reported: Some(reported) } = &scope
         && **reported == capacity
     {
@@ -359,7 +344,6 @@ pub(crate) async fn report(
         status["gangScheduler"] = json!(detect_gang_scheduler(member, cfg.capabilities.gang_scheduler).await?);
         status["kueue"] = matches!(cfg.capabilities.topology_mode, render::TopologyMode::Kueue).into();
         status["topologyLevels"] = json!(cfg.levels);
-        status["bound"] = json!(crate::capacity::bound(&cfg.levels, &cfg.node_labels, &nodes, &pods));
         status["logs"] = cfg.logs.describe().into();
     }
     Api::<MemberCluster>::all(hub.clone())

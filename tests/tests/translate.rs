@@ -153,3 +153,55 @@ fn members_that_report_nothing_are_left_out_and_broken_reports_are_named() {
     let e = fleet(&[m]).expect_err("bad level");
     assert!(e.to_string().contains("MemberCluster broken: status.topologyLevels[0].level"), "{e}");
 }
+
+/// Every placement a member's report counts is found where its pods are: the hub matches each
+/// bound node to a host of the summary by its free GPUs, so the agent writes the two from one
+/// look at its caches. A `bound` list from before a second gang's pod landed beside the
+/// first's, read with the summary after (what the agent's reports between heartbeats left),
+/// loses the first: no end projected for it, and nothing to evict.
+#[test]
+fn every_placement_a_report_counts_is_found_where_its_pods_are() {
+    let spec = FleetSpec::builtin();
+    let cluster = spec.clusters.iter().find(|c| c.name == "east-h100").expect("cluster");
+    let nodes: Vec<Node> = playground::member::nodes(cluster)
+        .expect("nodes")
+        .into_iter()
+        .map(|v| serde_json::from_value(v).expect("node"))
+        .collect();
+    let pod = |uid: &str, gpus: u32| -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": uid, "labels": {
+            api::stowage::TRAINJOB_UID_LABEL: uid, api::stowage::EPOCH_LABEL: "1",
+            member_agent::capacity::REPLICATED_JOB_LABEL: "node"}},
+            "spec": {"nodeName": "h100-b0-r0-n0",
+                     "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": gpus.to_string()}}}]},
+            "status": {"phase": "Running"}}))
+        .expect("pod")
+    };
+    let levels: Vec<TopologyLevel> =
+        [("block", "cloud.google.com/gce-topology-block"), ("rack", "cloud.google.com/gce-topology-subblock")]
+            .iter()
+            .map(|(l, label)| TopologyLevel { level: l.to_string(), node_label: label.to_string() })
+            .collect();
+    let as_reported = |report: member_agent::capacity::Report| {
+        let mut m = MemberCluster::new("east-h100", MemberClusterSpec::default());
+        m.status = Some(MemberClusterStatus {
+            topology_levels: levels.clone(),
+            domains: report.domains,
+            counted: report.counted,
+            bound: report.bound,
+            ..MemberClusterStatus::default()
+        });
+        m
+    };
+    let found = |m: &MemberCluster| -> Vec<String> {
+        let (_, _, hosts) = fleet(std::slice::from_ref(m)).expect("fleet");
+        dispatcher::translate::bound(&hosts, std::slice::from_ref(m)).into_keys().map(|(_, key)| key).collect()
+    };
+    let before = member_agent::capacity::report(&levels, &[], &nodes, &[pod("a", 4)]);
+    let after = member_agent::capacity::report(&levels, &[], &nodes, &[pod("a", 4), pod("b", 2)]);
+    let m = as_reported(after.clone());
+    assert_eq!(m.status.as_ref().expect("status").counted, ["a/1", "b/1"]);
+    assert_eq!(found(&m), ["a/1", "b/1"]);
+    let stale = as_reported(member_agent::capacity::Report { bound: before.bound, ..after });
+    assert_eq!(found(&stale), Vec::<String>::new(), "a's node has 2 GPUs free now, not the 4 its old entry says");
+}
