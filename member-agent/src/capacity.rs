@@ -188,10 +188,10 @@ pub fn bound(
     nodes: &[impl Borrow<Node>],
     pods: &[impl Borrow<Pod>],
 ) -> Vec<BoundPlacement> {
-    placements(&gpu_nodes(levels, label_keys, nodes, pods), pods)
+    placements(&gpu_nodes(levels, label_keys, nodes, pods), pods).0
 }
 
-fn placements(gpu_nodes: &[GpuNode<'_>], pods: &[impl Borrow<Pod>]) -> Vec<BoundPlacement> {
+fn placements(gpu_nodes: &[GpuNode<'_>], pods: &[impl Borrow<Pod>]) -> (Vec<BoundPlacement>, usize) {
     let by_name: BTreeMap<&str, &GpuNode<'_>> = gpu_nodes.iter().map(|n| (n.name, n)).collect();
     // placement → node → pod set → pods
     let mut placed: BTreeMap<String, BTreeMap<&str, BTreeMap<String, u32>>> = BTreeMap::new();
@@ -203,27 +203,50 @@ fn placements(gpu_nodes: &[GpuNode<'_>], pods: &[impl Borrow<Pod>]) -> Vec<Bound
         };
         *placed.entry(key.to_string()).or_default().entry(node).or_default().entry(pod_set.clone()).or_default() += 1;
     }
-    placed
-        .into_iter()
-        .map(|(placement, on)| BoundPlacement {
-            placement,
-            nodes: on
-                .into_iter()
-                .filter_map(|(node, sets)| {
-                    let n = by_name.get(node)?;
-                    Some(BoundNode {
-                        node: node.to_string(),
-                        path: n.path.clone(),
-                        flavor: n.flavor.clone(),
-                        gpus_per_node: n.allocatable,
-                        class: n.class.clone(),
-                        free_gpus: n.free,
-                        pods: sets.into_iter().map(|(pod_set, pods)| PodSetCount { pod_set, pods }).collect(),
-                    })
+    let placements = placed.into_iter().map(|(placement, on)| BoundPlacement {
+        placement,
+        nodes: on
+            .into_iter()
+            .filter_map(|(node, sets)| {
+                let n = by_name.get(node)?;
+                Some(BoundNode {
+                    node: node.to_string(),
+                    path: n.path.clone(),
+                    flavor: n.flavor.clone(),
+                    gpus_per_node: n.allocatable,
+                    class: n.class.clone(),
+                    free_gpus: n.free,
+                    pods: sets.into_iter().map(|(pod_set, pods)| PodSetCount { pod_set, pods }).collect(),
                 })
-                .collect(),
-        })
-        .collect()
+            })
+            .collect(),
+    });
+    within_budget(placements)
+}
+
+/// The most a report's `bound` list may take, as JSON. The MemberCluster status must stay
+/// under the API server's object size limit (etcd refuses requests over 1.5 MiB by default)
+/// with the summary and `counted` beside it; `bound` is the part that grows with what runs.
+/// About 3,000 single-node placements fit (2,952 in the test below, with short node names;
+/// longer names and more levels fit fewer).
+pub const MAX_BOUND_BYTES: usize = 512 * 1024;
+
+/// Whole placements in key order while they fit in [`MAX_BOUND_BYTES`], so a member this busy
+/// reports the same ones every time, and how many were left out. The hub reads a placement
+/// left out as one whose nodes it cannot match: not evictable, and no end projected for it.
+fn within_budget(all: impl Iterator<Item = BoundPlacement>) -> (Vec<BoundPlacement>, usize) {
+    let (mut kept, mut left_out, mut bytes) = (Vec::new(), 0, 2);
+    for p in all {
+        // Its JSON and the comma before it.
+        let size = serde_json::to_vec(&p).map_or(usize::MAX, |v| v.len()).saturating_add(1);
+        if left_out == 0 && bytes + size <= MAX_BOUND_BYTES {
+            bytes += size;
+            kept.push(p);
+        } else {
+            left_out += 1;
+        }
+    }
+    (kept, left_out)
 }
 
 /// `<uid>/<epoch>` of the placements with a pod bound to a node: the capacity summary counts
@@ -248,6 +271,9 @@ pub struct Report {
     pub domains: Vec<DomainCapacity>,
     pub counted: Vec<String>,
     pub bound: Vec<BoundPlacement>,
+    /// Counted placements left out of `bound` for its size ([`MAX_BOUND_BYTES`]).
+    #[serde(skip)]
+    pub bound_left_out: usize,
 }
 
 pub fn report(
@@ -257,7 +283,8 @@ pub fn report(
     pods: &[impl Borrow<Pod>],
 ) -> Report {
     let gpu_nodes = gpu_nodes(levels, label_keys, nodes, pods);
-    Report { domains: summary(&gpu_nodes), counted: counted(pods), bound: placements(&gpu_nodes, pods) }
+    let (bound, bound_left_out) = placements(&gpu_nodes, pods);
+    Report { domains: summary(&gpu_nodes), counted: counted(pods), bound, bound_left_out }
 }
 
 /// What the agent's Node cache keeps: the labels (topology, GPU product, class), taints and
@@ -359,6 +386,31 @@ mod tests {
         // The summary agrees on what is free.
         let free: u64 = summarize(&levels, &[], &nodes, &pods).iter().map(|d| d.free_gpus).sum();
         assert_eq!(free, 4 + 7);
+    }
+
+    #[test]
+    fn a_busy_members_bound_list_keeps_whole_placements_in_key_order_within_its_budget() {
+        let levels = [TopologyLevel { level: "rack".into(), node_label: "rack".into() }];
+        // 5,000 nodes, each running one single-node placement of its own (UIDs as Kubernetes
+        // makes them, 36 characters), with the pods of a two-pod-set gang on two of them.
+        let uid = |i: usize| format!("{i:08x}-0000-4000-8000-{i:012x}");
+        let nodes: Vec<Node> = (0..5000).map(|i| node(&format!("n{i}"), &format!("r{}", i / 32), 8)).collect();
+        let mut pods: Vec<Pod> = (0..5000).map(|i| pod(&format!("n{i}"), &uid(i), "node", 8)).collect();
+        pods[1] = pod("n1", &uid(0), "launcher", 8);
+        let r = report(&levels, &[], &nodes, &pods);
+        assert_eq!(r.counted.len(), 4999);
+        assert_eq!(r.bound.len() + r.bound_left_out, 4999);
+        let json = serde_json::to_vec(&r.bound).expect("json");
+        assert!(json.len() <= MAX_BOUND_BYTES, "{} bytes", json.len());
+        assert!(r.bound.len() > 2500, "the budget holds some thousands of placements: {}", r.bound.len());
+        let kept: Vec<&str> = r.bound.iter().map(|b| b.placement.as_str()).collect();
+        assert_eq!(kept, r.counted[..kept.len()], "the first in key order, so the same ones every time");
+        let first: Vec<(&str, &str)> =
+            r.bound[0].nodes.iter().map(|n| (n.node.as_str(), n.pods[0].pod_set.as_str())).collect();
+        assert_eq!(first, [("n0", "node"), ("n1", "launcher")], "a placement is kept whole");
+        // A member within the budget reports every placement.
+        let r = report(&levels, &[], &nodes[..100], &pods[..100]);
+        assert_eq!((r.bound.len(), r.bound_left_out), (99, 0));
     }
 
     #[test]

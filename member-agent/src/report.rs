@@ -329,6 +329,13 @@ pub(crate) async fn report(
 ) -> Result<Option<Arc<Value>>, Error> {
     let (nodes, pods) = (caches.nodes.state(), caches.pods.state());
     let capacity = crate::capacity::report(&cfg.levels, &cfg.node_labels, &nodes, &pods);
+    if capacity.bound_left_out > 0 {
+        tracing::warn!(
+            left_out = capacity.bound_left_out,
+            kept = capacity.bound.len(),
+            "status.bound is over its size budget: the placements left out are not evictable from the hub"
+        );
+    }
     let gpus: u64 = capacity.domains.iter().map(|d| d.allocatable_gpus).fold(0, u64::saturating_add);
     let capacity = json!(capacity);
     if let Scope::Capacity { reported: Some(reported) } = &scope
