@@ -43,7 +43,8 @@ fn the_default_run_replays_the_builtin_trace_under_all_four_policies() {
     assert_eq!(policies.len(), 4);
     for p in policies {
         let jobs = &p["jobs"];
-        let sum: u64 = ["completed", "running", "pending", "rejected"].iter().map(|k| jobs[k].as_u64().expect(k)).sum();
+        let sum: u64 =
+            ["completed", "running", "pending", "rejected", "failed"].iter().map(|k| jobs[k].as_u64().expect(k)).sum();
         assert_eq!(jobs["submitted"].as_u64(), Some(sum), "every job accounted for in {}", p["name"]);
         assert_eq!(jobs["submitted"].as_u64(), Some(1455));
         for k in ["mean", "p50", "p95", "p99"] {

@@ -82,6 +82,8 @@ pub struct PolicyReport {
     /// Gang-cycles spent pending, by reason kind: what blocked work over the whole run.
     pub pending_reason_cycles: BTreeMap<String, u64>,
     pub rejected: Vec<Rejection>,
+    /// The jobs that failed past `--max-restarts`, in the trace's order.
+    pub failed: Vec<Failure>,
     pub restarts: u64,
     pub node_failures: u64,
     pub cycles: u64,
@@ -206,6 +208,16 @@ pub struct Rejection {
     pub reason: String,
 }
 
+/// A job node failures cut short more often than `--max-restarts` allows.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Failure {
+    pub id: String,
+    /// When it failed (seconds from the trace's start).
+    pub failed_at_s: u64,
+    /// Its runs cut short by node failures (evictions for a preemptor not counted).
+    pub node_failure_restarts: u32,
+}
+
 /// Nearest-rank percentile of sorted values.
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
@@ -283,11 +295,16 @@ pub fn policy_report(fleet: &Fleet, run: &PolicyRun) -> PolicyReport {
     let fairness: Vec<f64> =
         per_queue.values().filter(|q| !q.slowdowns.is_empty()).map(|q| 1.0 / mean(&q.slowdowns).max(1e-9)).collect();
     let mut pending_reasons: BTreeMap<String, u64> = BTreeMap::new();
-    let mut rejected = Vec::new();
+    let (mut rejected, mut failed) = (Vec::new(), Vec::new());
     for j in jobs {
         match &j.outcome {
             Outcome::Pending(r) => *pending_reasons.entry(r.kind().to_string()).or_default() += 1,
             Outcome::Rejected(r) => rejected.push(Rejection { id: j.id.clone(), reason: r.to_string() }),
+            Outcome::Failed => failed.push(Failure {
+                id: j.id.clone(),
+                failed_at_s: j.end_s.unwrap_or(run.end_s),
+                node_failure_restarts: j.restarts.saturating_sub(j.preemptions),
+            }),
             _ => {}
         }
     }
@@ -337,6 +354,7 @@ pub fn policy_report(fleet: &Fleet, run: &PolicyRun) -> PolicyReport {
         pending_reasons,
         pending_reason_cycles: run.pending_reason_cycles.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         rejected,
+        failed,
         restarts: jobs.iter().map(|j| u64::from(j.restarts)).sum(),
         node_failures: run.node_failures,
         cycles: run.cycles,
@@ -469,6 +487,19 @@ pub fn table(report: &Report) -> String {
         }
         if r.rejected.len() > 5 {
             let _ = writeln!(out, "{}: … and {} more rejected (see --json)", r.name, r.rejected.len() - 5);
+        }
+        for f in r.failed.iter().take(5) {
+            let _ = writeln!(
+                out,
+                "{}: failed {} at {:.1} h: node failures cut {} of its runs short",
+                r.name,
+                f.id,
+                f.failed_at_s as f64 / 3600.0,
+                f.node_failure_restarts
+            );
+        }
+        if r.failed.len() > 5 {
+            let _ = writeln!(out, "{}: … and {} more failed (see --json)", r.name, r.failed.len() - 5);
         }
     }
     for r in p {

@@ -1022,6 +1022,11 @@ mod tests {
             }
             let report = crate::report::policy_report(&fleet(), &run);
             assert_eq!((report.jobs.failed, report.jobs.completed), (3, 0));
+            let failed: Vec<(&str, u64, u32)> =
+                report.failed.iter().map(|f| (f.id.as_str(), f.failed_at_s, f.node_failure_restarts)).collect();
+            let expected: Vec<(&str, u64, u32)> =
+                run.jobs.iter().map(|j| (j.id.as_str(), j.end_s.expect("failed at"), max_restarts + 1)).collect();
+            assert_eq!(failed, expected, "each failed job listed, with when and how often it was cut short");
             assert!(report.jct_s.mean == 0.0, "a failed gang has no completion time: {:?}", report.jct_s);
         }
     }
