@@ -393,6 +393,14 @@ fn what_if_on_the_dev_hub_says_when_each_trainjob_starts_and_what_a_new_pool_cha
         let (ok, out) = kubectl(&hub, &["apply", "-f", file.to_str().expect("utf-8")]);
         assert!(ok, "{out}");
     }
+    // `cpu` trains on CPUs for half an hour: it holds no GPUs, and its end is known all the same.
+    let cpu =
+        long_trainjob("cpu", 2, 1800).replace("nvidia.com/gpu: \"8\"}, limits: {nvidia.com/gpu: \"8\"}", "cpu: \"4\"}");
+    assert!(cpu.contains("requests: {cpu: \"4\"}}"), "{cpu}");
+    let file = dir.join("cpu.yaml");
+    std::fs::write(&file, cpu).expect("write");
+    let (ok, out) = kubectl(&hub, &["apply", "-f", file.to_str().expect("utf-8")]);
+    assert!(ok, "{out}");
     kubectl_until(&hub, &["get", "placements", "first", "-o", "jsonpath={.spec.cluster}"], |o| o == "east-h100");
     let simulate = |extra: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_stowage"))
@@ -404,12 +412,13 @@ fn what_if_on_the_dev_hub_says_when_each_trainjob_starts_and_what_a_new_pool_cha
         let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
         (out.status.success(), text)
     };
-    // As the hub is, once east-h100 has reported where first's pods are: second starts when
-    // first's hour is up, on east-h100.
+    // As the hub is, once the members have reported where first's and cpu's pods are: second
+    // starts when first's hour is up, on east-h100.
     let deadline = Instant::now() + Duration::from_secs(60);
     let (ok, text) = loop {
         let (ok, text) = simulate(&[]);
-        let known = text.lines().any(|l| l.contains("default/first") && l.contains("ends in"));
+        let ends = |job: &str| text.lines().any(|l| l.contains(job) && l.contains("ends in"));
+        let known = ends("default/first") && ends("default/cpu");
         if !ok || known || Instant::now() > deadline {
             break (ok, text);
         }
@@ -418,6 +427,8 @@ fn what_if_on_the_dev_hub_says_when_each_trainjob_starts_and_what_a_new_pool_cha
     assert!(ok, "{text}");
     let second = text.lines().find(|l| l.contains("default/second")).unwrap_or_default();
     assert!(second.contains("starts in 59m on east-h100") || second.contains("starts in 1h00m on east-h100"), "{text}");
+    let cpu = text.lines().find(|l| l.contains("default/cpu")).unwrap_or_default();
+    assert!(cpu.contains("ends in 29m") || cpu.contains("ends in 30m"), "{text}");
     // With a second pool of 64 H100 nodes, it starts now, an hour sooner.
     let (ok, text) = simulate(&["--what-if", "add-pool cluster=east-h100 flavor=nvidia-h100-80gb nodes=64"]);
     assert!(ok, "{text}");

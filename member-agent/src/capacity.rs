@@ -181,7 +181,8 @@ fn summary(gpu_nodes: &[GpuNode<'_>]) -> Vec<DomainCapacity> {
 }
 
 /// For each placement with pods bound (labelled with its TrainJob UID and epoch), the GPU nodes
-/// they are on, each with its free GPUs and the pods of each pod set there.
+/// its GPU pods are on, each with its free GPUs and the pods of each pod set there (none for a
+/// placement holding no GPUs).
 pub fn bound(
     levels: &[TopologyLevel],
     label_keys: &[String],
@@ -194,14 +195,17 @@ pub fn bound(
 fn placements(gpu_nodes: &[GpuNode<'_>], pods: &[impl Borrow<Pod>]) -> (Vec<BoundPlacement>, usize) {
     let by_name: BTreeMap<&str, &GpuNode<'_>> = gpu_nodes.iter().map(|n| (n.name, n)).collect();
     // placement → node → pod set → pods
+    // Every placement `counted` lists, also one holding no GPUs (CPU-only training): the hub
+    // then knows it runs, holding no GPU room, and projects its end.
     let mut placed: BTreeMap<String, BTreeMap<&str, BTreeMap<String, u32>>> = BTreeMap::new();
-    for p in pods.iter().map(Borrow::borrow).filter(|p| pod_gpus(p) > 0) {
+    for p in pods.iter().map(Borrow::borrow) {
         let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) else { continue };
-        let Some(labels) = p.metadata.labels.as_ref() else { continue };
-        let (Some(key), Some(pod_set)) = (PlacementKey::of_labels(labels), labels.get(REPLICATED_JOB_LABEL)) else {
-            continue;
-        };
-        *placed.entry(key.to_string()).or_default().entry(node).or_default().entry(pod_set.clone()).or_default() += 1;
+        let Some(key) = p.metadata.labels.as_ref().and_then(PlacementKey::of_labels) else { continue };
+        let on = placed.entry(key.to_string()).or_default();
+        let pod_set = p.metadata.labels.as_ref().and_then(|l| l.get(REPLICATED_JOB_LABEL));
+        if let Some(pod_set) = pod_set.filter(|_| pod_gpus(p) > 0) {
+            *on.entry(node).or_default().entry(pod_set.clone()).or_default() += 1;
+        }
     }
     let placements = placed.into_iter().map(|(placement, on)| BoundPlacement {
         placement,

@@ -198,10 +198,11 @@ fn every_placement_a_report_counts_is_found_where_its_pods_are() {
         dispatcher::translate::bound(&hosts, std::slice::from_ref(m)).into_keys().map(|(_, key)| key).collect()
     };
     let before = member_agent::capacity::report(&levels, &[], &nodes, &[pod("a", 4)]);
-    let after = member_agent::capacity::report(&levels, &[], &nodes, &[pod("a", 4), pod("b", 2)]);
+    // c trains on CPUs: it holds no GPU room, and is found all the same.
+    let after = member_agent::capacity::report(&levels, &[], &nodes, &[pod("a", 4), pod("b", 2), pod("c", 0)]);
     let m = as_reported(after.clone());
-    assert_eq!(m.status.as_ref().expect("status").counted, ["a/1", "b/1"]);
-    assert_eq!(found(&m), ["a/1", "b/1"]);
+    assert_eq!(m.status.as_ref().expect("status").counted, ["a/1", "b/1", "c/1"]);
+    assert_eq!(found(&m), ["a/1", "b/1", "c/1"]);
     let stale = as_reported(member_agent::capacity::Report { bound: before.bound, ..after });
     assert_eq!(found(&stale), Vec::<String>::new(), "a's node has 2 GPUs free now, not the 4 its old entry says");
 }
