@@ -4,7 +4,7 @@
 //! so the MemberCluster status stays well under the API's object size limit.
 
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use api::stowage::{
     BoundNode, BoundPlacement, DomainCapacity, NodeClassReport, NodeTaint, PlacementKey, PodSetCount, TopologyLevel,
@@ -189,14 +189,15 @@ pub fn bound(
     nodes: &[impl Borrow<Node>],
     pods: &[impl Borrow<Pod>],
 ) -> Vec<BoundPlacement> {
-    placements(&gpu_nodes(levels, label_keys, nodes, pods), pods).0
+    placements(&gpu_nodes(levels, label_keys, nodes, pods), pods)
 }
 
-fn placements(gpu_nodes: &[GpuNode<'_>], pods: &[impl Borrow<Pod>]) -> (Vec<BoundPlacement>, usize) {
+/// Every placement with a pod bound to a node, in key order: what `counted` lists. One holding
+/// no GPUs (CPU-only training) is there too, with no nodes: the hub then knows it runs,
+/// holding no GPU room, and projects its end.
+fn placements(gpu_nodes: &[GpuNode<'_>], pods: &[impl Borrow<Pod>]) -> Vec<BoundPlacement> {
     let by_name: BTreeMap<&str, &GpuNode<'_>> = gpu_nodes.iter().map(|n| (n.name, n)).collect();
     // placement → node → pod set → pods
-    // Every placement `counted` lists, also one holding no GPUs (CPU-only training): the hub
-    // then knows it runs, holding no GPU room, and projects its end.
     let mut placed: BTreeMap<String, BTreeMap<&str, BTreeMap<String, u32>>> = BTreeMap::new();
     for p in pods.iter().map(Borrow::borrow) {
         let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) else { continue };
@@ -207,25 +208,27 @@ fn placements(gpu_nodes: &[GpuNode<'_>], pods: &[impl Borrow<Pod>]) -> (Vec<Boun
             *on.entry(node).or_default().entry(pod_set.clone()).or_default() += 1;
         }
     }
-    let placements = placed.into_iter().map(|(placement, on)| BoundPlacement {
-        placement,
-        nodes: on
-            .into_iter()
-            .filter_map(|(node, sets)| {
-                let n = by_name.get(node)?;
-                Some(BoundNode {
-                    node: node.to_string(),
-                    path: n.path.clone(),
-                    flavor: n.flavor.clone(),
-                    gpus_per_node: n.allocatable,
-                    class: n.class.clone(),
-                    free_gpus: n.free,
-                    pods: sets.into_iter().map(|(pod_set, pods)| PodSetCount { pod_set, pods }).collect(),
+    placed
+        .into_iter()
+        .map(|(placement, on)| BoundPlacement {
+            placement,
+            nodes: on
+                .into_iter()
+                .filter_map(|(node, sets)| {
+                    let n = by_name.get(node)?;
+                    Some(BoundNode {
+                        node: node.to_string(),
+                        path: n.path.clone(),
+                        flavor: n.flavor.clone(),
+                        gpus_per_node: n.allocatable,
+                        class: n.class.clone(),
+                        free_gpus: n.free,
+                        pods: sets.into_iter().map(|(pod_set, pods)| PodSetCount { pod_set, pods }).collect(),
+                    })
                 })
-            })
-            .collect(),
-    });
-    within_budget(placements)
+                .collect(),
+        })
+        .collect()
 }
 
 /// The most a report's `bound` list may take, as JSON. The MemberCluster status must stay
@@ -238,7 +241,7 @@ pub const MAX_BOUND_BYTES: usize = 512 * 1024;
 /// Whole placements in key order while they fit in [`MAX_BOUND_BYTES`], so a member this busy
 /// reports the same ones every time, and how many were left out. The hub reads a placement
 /// left out as one whose nodes it cannot match: not evictable, and no end projected for it.
-fn within_budget(all: impl Iterator<Item = BoundPlacement>) -> (Vec<BoundPlacement>, usize) {
+fn within_budget(all: Vec<BoundPlacement>) -> (Vec<BoundPlacement>, usize) {
     let (mut kept, mut left_out, mut bytes) = (Vec::new(), 0, 2);
     for p in all {
         // Its JSON and the comma before it.
@@ -253,18 +256,6 @@ fn within_budget(all: impl Iterator<Item = BoundPlacement>) -> (Vec<BoundPlaceme
     (kept, left_out)
 }
 
-/// `<uid>/<epoch>` of the placements with a pod bound to a node: the capacity summary counts
-/// them, so the hub need not assume their GPUs taken any more.
-pub fn counted(pods: &[impl Borrow<Pod>]) -> Vec<String> {
-    let keys: BTreeSet<String> = pods
-        .iter()
-        .map(Borrow::borrow)
-        .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
-        .filter_map(|p| Some(PlacementKey::of_labels(p.metadata.labels.as_ref()?)?.to_string()))
-        .collect();
-    keys.into_iter().collect()
-}
-
 /// The capacity part of the MemberCluster status, from one look at the Node and Pod caches,
 /// written in one patch. `bound` goes with `domains` every time: the hub matches each bound
 /// node to a host of the summary by its free GPUs, and a `bound` list older than the summary
@@ -273,6 +264,8 @@ pub fn counted(pods: &[impl Borrow<Pod>]) -> Vec<String> {
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct Report {
     pub domains: Vec<DomainCapacity>,
+    /// `<uid>/<epoch>` of the placements with a pod bound to a node: the summary counts them,
+    /// so the hub need not assume their GPUs taken any more.
     pub counted: Vec<String>,
     pub bound: Vec<BoundPlacement>,
     /// Counted placements left out of `bound` for its size ([`MAX_BOUND_BYTES`]).
@@ -287,8 +280,10 @@ pub fn report(
     pods: &[impl Borrow<Pod>],
 ) -> Report {
     let gpu_nodes = gpu_nodes(levels, label_keys, nodes, pods);
-    let (bound, bound_left_out) = placements(&gpu_nodes, pods);
-    Report { domains: summary(&gpu_nodes), counted: counted(pods), bound, bound_left_out }
+    let all = placements(&gpu_nodes, pods);
+    let counted = all.iter().map(|p| p.placement.clone()).collect();
+    let (bound, bound_left_out) = within_budget(all);
+    Report { domains: summary(&gpu_nodes), counted, bound, bound_left_out }
 }
 
 /// What the agent's Node cache keeps: the labels (topology, GPU product, class), taints and
