@@ -11,13 +11,13 @@
 //! Names carry a per-run suffix, so a shared hub can run the suite again; every TrainJob it made
 //! is deleted when its test passes.
 
-use api::stowage::Placement;
+use api::stowage::{MemberCluster, Placement};
 use api::trainer::TrainJob;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, LogParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use stowage_tests::e2e::{Target, condition, pending_because, placement, submit, trainjob};
+use stowage_tests::e2e::{Target, condition, eventually, pending_because, placement, submit, trainjob};
 
 /// A name unique to this run.
 fn unique(name: &str) -> String {
@@ -77,6 +77,35 @@ async fn a_trainjob_that_requires_a_rack_runs_on_one_rack_of_one_member_and_comp
     let on_hub = Api::<Pod>::default_namespaced(t.hub.clone()).logs(&pod, &params).await.expect("hub log");
     assert_eq!(on_hub, on_member);
     assert!(!on_hub.is_empty(), "the container writes a line");
+    delete(&t.hub, &[&name]).await;
+}
+
+/// A TrainJob training on CPUs alone holds no GPU room. Its member reports it counted and in
+/// `bound`, with no nodes, so the hub knows where it runs (what `simulate --from` projects its
+/// end from, what preemption reads); it completes.
+#[tokio::test]
+async fn a_trainjob_training_on_cpus_is_reported_bound_by_its_member_and_completes() {
+    let t = Target::from_env().await;
+    let name = unique("cpu");
+    let mut tj = serde_json::to_value(trainjob(&name, 2, 10, json!({}))).expect("json");
+    tj["spec"]["trainer"]["resourcesPerNode"] = json!({"requests": {"cpu": "1"}});
+    submit(&t.hub, &serde_json::from_value(tj).expect("trainjob")).await;
+    let p: Placement = placement(&t.hub, &name, |p| p.spec.cluster.is_some()).await;
+    let cluster = p.spec.cluster.clone().expect("placed");
+    let key = api::stowage::PlacementKey::of(&p).to_string();
+    let members: Api<MemberCluster> = Api::all(t.hub.clone());
+    let nodes = eventually(&format!("{cluster} reporting {key} bound"), || {
+        let (members, cluster, key) = (members.clone(), cluster.clone(), key.clone());
+        async move {
+            let status = members.get(&cluster).await.ok()?.status?;
+            let counted = status.counted.contains(&key);
+            status.bound.into_iter().find(|b| b.placement == key).filter(|_| counted).map(|b| b.nodes)
+        }
+    })
+    .await;
+    assert!(nodes.is_empty(), "it holds no GPU node: {nodes:?}");
+    let done = condition(&t.hub, &name, "Complete", "True").await;
+    assert_eq!(done.reason, "AllJobsCompleted");
     delete(&t.hub, &[&name]).await;
 }
 
