@@ -46,7 +46,7 @@ pub fn placement(fleet: &Fleet, gang: &Gang, admission: &Admission, train_job_ui
                 value: span.name.clone(),
             });
             PodSetPlacement {
-                name: ps.name.clone(),
+                name: ps.name.to_string(),
                 count: ps.pods,
                 flavor: p.flavor.map(|f| fleet.flavor_name(f).to_string()),
                 domain,

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use crate::nodes::NodeClass;
 use crate::topology::Level;
@@ -77,6 +78,8 @@ pub struct LevelInfo {
 #[derive(Debug, Clone)]
 pub struct Cluster {
     pub name: String,
+    /// `name` again, shared: every pending reason names a cluster, and a count beats a copy.
+    pub(crate) shared_name: Arc<str>,
     pub labels: BTreeMap<String, String>,
     pub cost_weight: u32,
     pub cordoned: bool,
@@ -144,6 +147,8 @@ impl Cluster {
 pub struct Fleet {
     /// Per flavor id, its GPU product's name.
     flavors: Vec<String>,
+    /// The same, shared (pending reasons name them).
+    shared_flavors: Vec<Arc<str>>,
     /// Per flavor id, the class of the nodes it is on.
     flavor_classes: Vec<NodeClass>,
     /// Product name → its flavor ids, ascending.
@@ -204,6 +209,10 @@ impl Fleet {
     /// The GPU product of a flavor: what quotas, placements and users name.
     pub fn flavor_name(&self, id: FlavorId) -> &str {
         &self.flavors[id.0 as usize]
+    }
+
+    pub(crate) fn shared_flavor_name(&self, id: FlavorId) -> Arc<str> {
+        Arc::clone(&self.shared_flavors[id.0 as usize])
     }
 
     /// The class of nodes a flavor is on.
@@ -530,6 +539,7 @@ impl FleetBuilder {
                 hist_len += row;
             }
             clusters.push(Cluster {
+                shared_name: Arc::from(pc.name.as_str()),
                 name: pc.name,
                 labels: pc.labels,
                 cost_weight: pc.cost_weight,
@@ -543,8 +553,9 @@ impl FleetBuilder {
                 by_depth,
             });
         }
-        let (flavors, flavor_classes) = keys.into_iter().unzip();
+        let (flavors, flavor_classes): (Vec<String>, _) = keys.into_iter().unzip();
         let mut fleet = Fleet {
+            shared_flavors: flavors.iter().map(|f| Arc::from(f.as_str())).collect(),
             flavors,
             flavor_classes,
             flavor_index,

@@ -1,6 +1,7 @@
 //! Gangs: the unit of admission. A gang is one or more pod sets, admitted whole or not at all.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::capacity::PodShape;
 use crate::nodes::NodeRequirement;
@@ -16,7 +17,8 @@ pub struct Slice {
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PodSet {
-    pub name: String,
+    /// Shared: pending reasons name it every cycle.
+    pub name: Arc<str>,
     pub pods: u32,
     pub shape: PodShape,
     /// Allowed GPU flavors, in order of preference; empty means any. Ignored for pods without GPUs.

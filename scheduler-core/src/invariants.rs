@@ -3,6 +3,7 @@
 //! cycle and the simulator after every event.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::capacity::{Capacity, NodeFree};
 use crate::decision::Admission;
@@ -18,11 +19,11 @@ pub enum Violation {
     #[error("tracked capacity differs from capacity recomputed from running gangs")]
     CapacityDrift,
     #[error("gang {gang} pod set {pod_set}: {placed} of {pods} pods placed")]
-    NotWhole { gang: GangId, pod_set: String, pods: u32, placed: u32 },
+    NotWhole { gang: GangId, pod_set: Arc<str>, pods: u32, placed: u32 },
     #[error("gang {gang} pod set {pod_set}: pod on {host} of the wrong GPU flavor")]
-    WrongFlavor { gang: GangId, pod_set: String, host: String },
+    WrongFlavor { gang: GangId, pod_set: Arc<str>, host: String },
     #[error("gang {gang} pod set {pod_set}: requires one {constraint} but spans {span}")]
-    RequiredBroken { gang: GangId, pod_set: String, constraint: TopologyConstraint, span: String },
+    RequiredBroken { gang: GangId, pod_set: Arc<str>, constraint: TopologyConstraint, span: String },
     #[error("tracked quota usage differs from usage recomputed from running gangs")]
     UsageDrift,
     #[error("queue {queue} uses {used} of {flavor} {resource}, over its limit {limit}")]

@@ -2,6 +2,7 @@
 //! only at the edge (`Display`). `kind()` is a stable label for metrics and reports.
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::gang::GangError;
 use crate::queue::Resource;
@@ -28,7 +29,7 @@ pub enum Reason {
     /// The queue has quota for none of the flavors the pod set accepts.
     NoQuotaForFlavor {
         queue: String,
-        pod_set: String,
+        pod_set: Arc<str>,
         flavors: Vec<String>,
     },
     QuotaExceeded {
@@ -40,20 +41,20 @@ pub enum Reason {
     },
     /// No cluster in the fleet has any flavor the pod set accepts.
     NoFlavor {
-        pod_set: String,
+        pod_set: Arc<str>,
         flavors: Vec<String>,
     },
     /// The fleet has the flavor, but on no nodes the pod set's node selector, required node
     /// affinity and tolerations admit (`requirement`: which nodes it takes, as written).
     NoMatchingNodes {
-        pod_set: String,
+        pod_set: Arc<str>,
         requirement: String,
     },
     /// Clusters with the flavor exist, but the gang's cluster filter (selector, pinning,
     /// back-off) or cordoning excludes them all. `allowed`: the clusters it may use, which
     /// lack `flavors` (at most [`NAMED_CLUSTERS`] named; empty when it may use none).
     NoClusterMatches {
-        pod_set: String,
+        pod_set: Arc<str>,
         allowed: Vec<String>,
         flavors: Vec<String>,
     },
@@ -107,13 +108,14 @@ pub struct HoldCost {
 /// A pod set that does not fit, with the best the fleet offers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shortfall {
-    pub pod_set: String,
+    // Names shared, not copied: a reason is made for every gang left pending in every cycle.
+    pub pod_set: Arc<str>,
     pub level: Option<Level>,
     pub pods: u32,
     pub gpus_per_pod: u32,
-    pub flavor: Option<String>,
+    pub flavor: Option<Arc<str>>,
     pub largest: u32,
-    pub cluster: String,
+    pub cluster: Arc<str>,
     /// Set when one pod asks more CPU or memory than any host of `cluster` has: why `largest`
     /// is 0 however many GPUs are free. (Boxed: it is rare, and every `Reason` carries its size.)
     pub oversize: Option<Box<Oversize>>,

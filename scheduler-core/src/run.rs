@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 use std::cmp::Reverse;
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
@@ -776,9 +777,9 @@ impl<'a> Run<'a> {
             level,
             pods: ps.pods,
             gpus_per_pod: ps.shape.gpus,
-            flavor: flavor.map(|f| self.fleet.flavor_name(f).to_string()),
+            flavor: flavor.map(|f| self.fleet.shared_flavor_name(f)),
             largest,
-            cluster: self.fleet.cluster(cluster).name.clone(),
+            cluster: Arc::clone(&self.fleet.cluster(cluster).shared_name),
             oversize,
         }
     }

@@ -52,7 +52,7 @@ fn a_torch_trainjob_is_one_pod_set_of_num_nodes_pods() {
 fn an_mpi_trainjob_counts_launcher_and_workers_as_trainer_does() {
     let (g, _) =
         gang(&trainjob("deepspeed-distributed", 3, json!({})), &runtime("deepspeed_distributed.yaml")).expect("gang");
-    let shape: Vec<(&str, u32)> = g.pod_sets.iter().map(|p| (p.name.as_str(), p.pods)).collect();
+    let shape: Vec<(&str, u32)> = g.pod_sets.iter().map(|p| (&*p.name, p.pods)).collect();
     assert_eq!(shape, [("node", 2), ("launcher", 1)]);
     assert_eq!(g.queue, "research");
 }

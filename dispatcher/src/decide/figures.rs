@@ -192,7 +192,7 @@ fn gpus_by_flavor(gang: &Gang, placed: &[PodSetPlacement]) -> Vec<(String, u64)>
         .iter()
         .filter(|ps| ps.shape.gpus > 0)
         .filter_map(|ps| {
-            let flavor = placed.iter().find(|p| p.name == ps.name)?.flavor.clone()?;
+            let flavor = placed.iter().find(|p| *p.name == *ps.name)?.flavor.clone()?;
             Some((flavor, u64::from(ps.pods) * u64::from(ps.shape.gpus)))
         })
         .collect()

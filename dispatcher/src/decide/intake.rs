@@ -278,7 +278,7 @@ pub(super) fn job<'a>(
                 let flavors = gang
                     .pod_sets
                     .iter()
-                    .map(|ps| p.spec.pod_sets.iter().find(|pp| pp.name == ps.name).and_then(|pp| pp.flavor.clone()))
+                    .map(|ps| p.spec.pod_sets.iter().find(|pp| *pp.name == *ps.name).and_then(|pp| pp.flavor.clone()))
                     .collect();
                 let annotations = tj.metadata.annotations.as_ref();
                 JobState::Running(Box::new(Active {

@@ -264,7 +264,7 @@ pub fn admission(fleet: &Fleet, cluster: &str, gang: &Gang, placed: &[(String, D
         .iter()
         .map(|ps| {
             let hosts: Vec<(DomainId, u32)> =
-                placed.iter().filter(|(name, _, _)| *name == ps.name).map(|&(_, h, pods)| (h, pods)).collect();
+                placed.iter().filter(|(name, _, _)| **name == *ps.name).map(|&(_, h, pods)| (h, pods)).collect();
             let flavor = hosts.first().and_then(|(h, _)| fleet.domain(*h).node).and_then(|n| n.gpu_flavor);
             let span = fleet.common_ancestor(hosts.iter().map(|h| h.0)).unwrap_or(root);
             PodSetPlacement { flavor, span, hosts }

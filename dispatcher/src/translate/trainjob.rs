@@ -91,7 +91,7 @@ pub fn gang(trainjob: &TrainJob, runtime: &Runtime) -> Result<(Gang, PrioritySou
                 nodes: requirement_of(&rj.pod),
                 topology: if is_trainer || rj.name == "node" { topology } else { TopologyConstraint::Unconstrained },
                 slice: None,
-                name: rj.name,
+                name: rj.name.into(),
             }
         })
         .filter(|ps| ps.pods > 0)

@@ -139,7 +139,7 @@ fn pod_set<'l>(
         _ => None,
     };
     let pod_set = PodSet {
-        name: ps.name.clone(),
+        name: ps.name.as_str().into(),
         pods,
         shape: shape_of(&pod),
         flavors: pod.node_selector.as_ref().and_then(|s| s.get(GPU_PRODUCT_LABEL)).cloned().into_iter().collect(),

@@ -343,7 +343,7 @@ pub fn gang_of(job: &TraceJob, queue: String, submit_s: u64, priority: i32) -> G
             .pod_sets
             .iter()
             .map(|p| PodSet {
-                name: p.name.clone(),
+                name: p.name.as_str().into(),
                 pods: p.pods,
                 shape: PodShape { gpus: p.gpus_per_pod, cpu_milli: p.cpu_milli, memory_mib: p.memory_mib },
                 flavors: p.flavors.clone(),
