@@ -97,15 +97,21 @@ fn member(name: &str, nodes: &[Node], pods: &[Pod], levels: &[(&str, &str)]) -> 
     m
 }
 
-#[test]
-fn a_fleet_rebuilt_from_agent_reports_fits_like_the_real_one() {
+/// The built-in fleet's east-h100 as the playground makes its Nodes: 32 nodes of 8 H100s in
+/// racks of four, two blocks.
+fn east_h100_nodes() -> Vec<Node> {
     let spec = FleetSpec::builtin();
     let cluster = spec.clusters.iter().find(|c| c.name == "east-h100").expect("cluster");
-    let nodes: Vec<Node> = playground::member::nodes(cluster)
+    playground::member::nodes(cluster)
         .expect("nodes")
         .into_iter()
         .map(|v| serde_json::from_value(v).expect("node"))
-        .collect();
+        .collect()
+}
+
+#[test]
+fn a_fleet_rebuilt_from_agent_reports_fits_like_the_real_one() {
+    let nodes = east_h100_nodes();
     // Six GPUs busy on one node of rack h100-b0-r0.
     let busy: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"nodeName": "h100-b0-r0-n0",
         "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "6"}}}]}, "status": {"phase": "Running"}}))
@@ -161,13 +167,7 @@ fn members_that_report_nothing_are_left_out_and_broken_reports_are_named() {
 /// loses the first: no end projected for it, and nothing to evict.
 #[test]
 fn every_placement_a_report_counts_is_found_where_its_pods_are() {
-    let spec = FleetSpec::builtin();
-    let cluster = spec.clusters.iter().find(|c| c.name == "east-h100").expect("cluster");
-    let nodes: Vec<Node> = playground::member::nodes(cluster)
-        .expect("nodes")
-        .into_iter()
-        .map(|v| serde_json::from_value(v).expect("node"))
-        .collect();
+    let nodes = east_h100_nodes();
     let pod = |uid: &str, gpus: u32| -> Pod {
         serde_json::from_value(json!({"metadata": {"name": uid, "labels": {
             api::stowage::TRAINJOB_UID_LABEL: uid, api::stowage::EPOCH_LABEL: "1",
