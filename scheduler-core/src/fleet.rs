@@ -145,10 +145,8 @@ impl Cluster {
 
 #[derive(Debug, Clone)]
 pub struct Fleet {
-    /// Per flavor id, its GPU product's name.
-    flavors: Vec<String>,
-    /// The same, shared (pending reasons name them).
-    shared_flavors: Vec<Arc<str>>,
+    /// Per flavor id, its GPU product's name (shared: pending reasons name them).
+    flavors: Vec<Arc<str>>,
     /// Per flavor id, the class of the nodes it is on.
     flavor_classes: Vec<NodeClass>,
     /// Product name → its flavor ids, ascending.
@@ -212,7 +210,7 @@ impl Fleet {
     }
 
     pub(crate) fn shared_flavor_name(&self, id: FlavorId) -> Arc<str> {
-        Arc::clone(&self.shared_flavors[id.0 as usize])
+        Arc::clone(&self.flavors[id.0 as usize])
     }
 
     /// The class of nodes a flavor is on.
@@ -221,7 +219,7 @@ impl Fleet {
     }
 
     /// Each flavor's product name, by flavor id.
-    pub fn flavor_names(&self) -> &[String] {
+    pub fn flavor_names(&self) -> &[Arc<str>] {
         &self.flavors
     }
 
@@ -553,9 +551,8 @@ impl FleetBuilder {
                 by_depth,
             });
         }
-        let (flavors, flavor_classes): (Vec<String>, _) = keys.into_iter().unzip();
+        let (flavors, flavor_classes) = keys.into_iter().map(|(f, c)| (Arc::from(f), c)).unzip();
         let mut fleet = Fleet {
-            shared_flavors: flavors.iter().map(|f| Arc::from(f.as_str())).collect(),
             flavors,
             flavor_classes,
             flavor_index,
