@@ -143,6 +143,10 @@ pub struct MemberClusterStatus {
     /// `domains`; the dispatcher counts every other unfinished placement here as assumed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub counted: Vec<String>,
+    /// Placements `domains` counts besides those in `counted`, left out of it for its size: the
+    /// agent lists the first in key order (by UID, then epoch), so these are all after its last.
+    #[serde(default)]
+    pub counted_left_out: u32,
     /// Where the pods of each counted placement are bound, node by node: what evicting it would
     /// free, exactly (the dispatcher's preemption reads it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -12,6 +12,9 @@ use crate::resources::ResourceType;
 use crate::status::ApiError;
 use crate::view::{Objects, Stored, store_key};
 
+/// The most bytes an object may take as JSON: what etcd takes through kube-apiserver.
+pub const MAX_OBJECT_BYTES: usize = input_limits::MAX_OBJECT_BYTES;
+
 /// How many events watches can resume from; older resourceVersions get 410 Gone.
 pub const HISTORY: usize = input_limits::WATCH_HISTORY_EVENTS;
 
@@ -193,16 +196,27 @@ impl Storage {
     }
 
     /// Keeps `obj` at `key` under the next resourceVersion (written into it), as ADDED or, over
-    /// an object already there, MODIFIED: the stored object, shared with its event.
-    pub(crate) fn put(&mut self, rt: &ResourceType, key: (String, String), mut obj: Value) -> Arc<Value> {
+    /// an object already there, MODIFIED: the stored object, shared with its event. Refused,
+    /// with nothing changed, over [`MAX_OBJECT_BYTES`], as etcd refuses it.
+    pub(crate) fn put(
+        &mut self,
+        rt: &ResourceType,
+        key: (String, String),
+        mut obj: Value,
+    ) -> Result<Arc<Value>, ApiError> {
+        obj["metadata"]["resourceVersion"] = (self.rv + 1).to_string().into();
+        let json = to_json(&obj);
+        if json.len() > MAX_OBJECT_BYTES {
+            // kube-apiserver passes etcd's words on, as a 500.
+            return Err(ApiError::internal("etcdserver: request is too large"));
+        }
         self.rv += 1;
-        obj["metadata"]["resourceVersion"] = self.rv.to_string().into();
-        let stored = Stored { json: to_json(&obj), object: Arc::new(obj) };
+        let stored = Stored { json, object: Arc::new(obj) };
         let previous = self.objects.entry(store_key(rt)).or_default().insert(key, stored.clone());
         let kind = if previous.is_some() { EventType::Modified } else { EventType::Added };
         let object = stored.object.clone();
         self.emit(rt, kind, stored, previous);
-        object
+        Ok(object)
     }
 
     /// Removes the object at `key` under the next resourceVersion, as DELETED.
@@ -324,8 +338,8 @@ mod tests {
         let (rt, mut storage) = (configmaps(), Storage::new());
         let key = ("ns".to_string(), "c".to_string());
         let start = storage.resource_version();
-        let first = Arc::downgrade(&storage.put(&rt, key.clone(), cm("one")));
-        storage.put(&rt, key.clone(), cm("two"));
+        let first = Arc::downgrade(&storage.put(&rt, key.clone(), cm("one")).expect("stored"));
+        storage.put(&rt, key.clone(), cm("two")).expect("stored");
         // No watch holds the signal and the store holds the second version: nothing keeps the
         // first version's object alive, though its event is still replayable.
         assert!(first.upgrade().is_none(), "the history must not hold the objects it replays");
@@ -346,12 +360,30 @@ mod tests {
         assert_eq!(storage.history_bytes(), one + meta + two + one + meta);
     }
 
+    /// etcd refuses a request over its limit, and kube-apiserver passes that on: the object
+    /// stays as it was, and no resourceVersion is spent on it.
+    #[test]
+    fn an_object_larger_than_etcd_takes_is_refused_and_changes_nothing() {
+        let (rt, mut storage) = (configmaps(), Storage::new());
+        let key = ("ns".to_string(), "c".to_string());
+        storage.put(&rt, key.clone(), cm("small")).expect("stored");
+        let rv = storage.resource_version();
+        let fits = MAX_OBJECT_BYTES - 1_000;
+        storage.put(&rt, key.clone(), cm(&"x".repeat(fits))).expect("under the limit");
+        let e = storage.put(&rt, key.clone(), cm(&"x".repeat(MAX_OBJECT_BYTES))).expect_err("over it");
+        assert_eq!((e.code, e.message.as_str()), (500, "etcdserver: request is too large"));
+        assert_eq!(storage.resource_version(), rv + 1);
+        let events = storage.since(&rt, rv).unwrap_or_default();
+        assert_eq!(events.len(), 1, "only the write that fitted");
+        assert_eq!(events[0].object["data"]["k"].as_str().map(str::len), Some(fits));
+    }
+
     #[test]
     fn a_history_past_its_bytes_forgets_the_oldest_and_a_resume_from_before_them_is_gone() {
         let (rt, mut storage) = (configmaps(), Storage::new());
         let start = storage.resource_version();
         for i in 0..20 {
-            storage.put(&rt, ("ns".into(), format!("c{i}")), cm(&"x".repeat(1000)));
+            storage.put(&rt, ("ns".into(), format!("c{i}")), cm(&"x".repeat(1000))).expect("stored");
         }
         storage.set_history_limit_bytes(5_000);
         assert!(storage.history_bytes() <= 5_000);

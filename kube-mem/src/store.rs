@@ -347,7 +347,7 @@ impl Store {
         }
         obj["apiVersion"] = rt.api_version().into();
         obj["kind"] = rt.kind.clone().into();
-        Ok(self.storage.put(rt, key, obj))
+        self.storage.put(rt, key, obj)
     }
 
     /// Replaces an object (PUT, or the result of a patch) on behalf of `who` (see
@@ -488,7 +488,7 @@ impl Store {
         obj["kind"] = rt.kind.clone().into();
         let finalizing = obj["metadata"].get("deletionTimestamp").is_some()
             && obj["metadata"].get("finalizers").and_then(Value::as_array).is_none_or(|f| f.is_empty());
-        let stored = self.storage.put(rt, key.clone(), obj);
+        let stored = self.storage.put(rt, key.clone(), obj)?;
         if finalizing {
             self.remove(rt, &key);
         }
@@ -597,7 +597,7 @@ impl Store {
             if obj["metadata"].get("deletionTimestamp").is_none() {
                 obj["metadata"]["deletionTimestamp"] = now_rfc3339().into();
                 obj["metadata"]["deletionGracePeriodSeconds"] = 0.into();
-                return Ok(Arc::unwrap_or_clone(self.storage.put(rt, key, obj)));
+                return Ok(Arc::unwrap_or_clone(self.storage.put(rt, key, obj)?));
             }
             return Ok(obj);
         }

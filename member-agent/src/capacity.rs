@@ -197,12 +197,13 @@ pub fn bound(
 /// holding no GPU room, and projects its end.
 fn placements(gpu_nodes: &[GpuNode<'_>], pods: &[impl Borrow<Pod>]) -> Vec<BoundPlacement> {
     let by_name: BTreeMap<&str, &GpuNode<'_>> = gpu_nodes.iter().map(|n| (n.name, n)).collect();
-    // placement → node → pod set → pods
-    let mut placed: BTreeMap<String, BTreeMap<&str, BTreeMap<String, u32>>> = BTreeMap::new();
+    // placement → node → pod set → pods. In `PlacementKey` order, which the hub reads a list
+    // cut for its size by (`countedLeftOut`).
+    let mut placed: BTreeMap<PlacementKey, BTreeMap<&str, BTreeMap<String, u32>>> = BTreeMap::new();
     for p in pods.iter().map(Borrow::borrow) {
         let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) else { continue };
         let Some(key) = p.metadata.labels.as_ref().and_then(PlacementKey::of_labels) else { continue };
-        let on = placed.entry(key.to_string()).or_default();
+        let on = placed.entry(key).or_default();
         let pod_set = p.metadata.labels.as_ref().and_then(|l| l.get(REPLICATED_JOB_LABEL));
         if let Some(pod_set) = pod_set.filter(|_| pod_gpus(p) > 0) {
             *on.entry(node).or_default().entry(pod_set.clone()).or_default() += 1;
@@ -211,7 +212,7 @@ fn placements(gpu_nodes: &[GpuNode<'_>], pods: &[impl Borrow<Pod>]) -> Vec<Bound
     placed
         .into_iter()
         .map(|(placement, on)| BoundPlacement {
-            placement,
+            placement: placement.to_string(),
             nodes: on
                 .into_iter()
                 .filter_map(|(node, sets)| {
@@ -231,29 +232,28 @@ fn placements(gpu_nodes: &[GpuNode<'_>], pods: &[impl Borrow<Pod>]) -> Vec<Bound
         .collect()
 }
 
-/// The most a report's `bound` list may take, as JSON. The MemberCluster status must stay
-/// under the API server's object size limit (etcd refuses requests over 1.5 MiB by default)
-/// with the summary and `counted` beside it; `bound` is the part that grows with what runs.
-/// About 3,000 single-node placements fit (2,952 in the test below, with short node names;
-/// longer names and more levels fit fewer).
+/// The most a report's `counted` list may take, as JSON. The MemberCluster status must stay
+/// under what the hub's API server stores (`input_limits::MAX_OBJECT_BYTES`, about 1.2 MB of
+/// JSON) with the summary and `bound` beside it. About 8,900 placements fit (UIDs as
+/// Kubernetes makes them).
+pub const MAX_COUNTED_BYTES: usize = 384 * 1024;
+
+/// The most a report's `bound` list may take, as JSON: `bound` is the part that grows with what
+/// runs and where. About 3,000 single-node placements fit (2,952 in the test below, with short
+/// node names; longer names and more levels fit fewer).
 pub const MAX_BOUND_BYTES: usize = 512 * 1024;
 
-/// Whole placements in key order while they fit in [`MAX_BOUND_BYTES`], so a member this busy
-/// reports the same ones every time, and how many were left out. The hub reads a placement
-/// left out as one whose nodes it cannot match: not evictable, and no end projected for it.
-fn within_budget(all: Vec<BoundPlacement>) -> (Vec<BoundPlacement>, usize) {
-    let (mut kept, mut left_out, mut bytes) = (Vec::new(), 0, 2);
-    for p in all {
-        // Its JSON and the comma before it.
-        let size = serde_json::to_vec(&p).map_or(usize::MAX, |v| v.len()).saturating_add(1);
-        if left_out == 0 && bytes + size <= MAX_BOUND_BYTES {
-            bytes += size;
-            kept.push(p);
-        } else {
-            left_out += 1;
-        }
-    }
-    (kept, left_out)
+/// How many of `items`, whole and in order, fit in `budget` bytes of a JSON array of them.
+fn fitting<T: Serialize>(items: &[T], budget: usize) -> usize {
+    let mut bytes = 2;
+    items
+        .iter()
+        .take_while(|item| {
+            // Its JSON and the comma before it.
+            bytes += serde_json::to_vec(item).map_or(usize::MAX, |v| v.len()).saturating_add(1);
+            bytes <= budget
+        })
+        .count()
 }
 
 /// The capacity part of the MemberCluster status, from one look at the Node and Pod caches,
@@ -261,14 +261,24 @@ fn within_budget(all: Vec<BoundPlacement>) -> (Vec<BoundPlacement>, usize) {
 /// node to a host of the summary by its free GPUs, and a `bound` list older than the summary
 /// (a node's count moved since) would leave that node's placements out: no end projected for
 /// them, and none evictable, until the next report.
+///
+/// Both lists are cut for size the same way: the first placements in key order, whole, so a
+/// member this busy reports the same ones every time, and `bound` never lists one `counted`
+/// does not. The summary counts every placement all the same.
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct Report {
     pub domains: Vec<DomainCapacity>,
-    /// `<uid>/<epoch>` of the placements with a pod bound to a node: the summary counts them,
-    /// so the hub need not assume their GPUs taken any more.
+    /// `<uid>/<epoch>` of the placements with a pod bound to a node, in key order: the summary
+    /// counts them, so the hub need not assume their GPUs taken any more.
     pub counted: Vec<String>,
+    /// Placements the summary counts past the last in `counted`, left out for its size
+    /// ([`MAX_COUNTED_BYTES`]). Written as 0 too: a merge patch keeps what it does not write.
+    #[serde(rename = "countedLeftOut")]
+    pub counted_left_out: usize,
     pub bound: Vec<BoundPlacement>,
-    /// Counted placements left out of `bound` for its size ([`MAX_BOUND_BYTES`]).
+    /// Counted placements left out of `bound` for its size ([`MAX_BOUND_BYTES`]) or because
+    /// `counted` left them out. The hub reads them as placements whose nodes it cannot match:
+    /// not evictable, and no end projected for them.
     #[serde(skip)]
     pub bound_left_out: usize,
 }
@@ -280,10 +290,19 @@ pub fn report(
     pods: &[impl Borrow<Pod>],
 ) -> Report {
     let gpu_nodes = gpu_nodes(levels, label_keys, nodes, pods);
-    let all = placements(&gpu_nodes, pods);
-    let counted = all.iter().map(|p| p.placement.clone()).collect();
-    let (bound, bound_left_out) = within_budget(all);
-    Report { domains: summary(&gpu_nodes), counted, bound, bound_left_out }
+    let mut bound = placements(&gpu_nodes, pods);
+    let all = bound.len();
+    let mut counted: Vec<String> = bound.iter().map(|p| p.placement.clone()).collect();
+    counted.truncate(fitting(&counted, MAX_COUNTED_BYTES));
+    bound.truncate(counted.len());
+    bound.truncate(fitting(&bound, MAX_BOUND_BYTES));
+    Report {
+        domains: summary(&gpu_nodes),
+        counted_left_out: all - counted.len(),
+        bound_left_out: all - bound.len(),
+        counted,
+        bound,
+    }
 }
 
 /// What the agent's Node cache keeps: the labels (topology, GPU product, class), taints and
@@ -410,6 +429,36 @@ mod tests {
         // A member within the budget reports every placement.
         let r = report(&levels, &[], &nodes[..100], &pods[..100]);
         assert_eq!((r.bound.len(), r.bound_left_out), (99, 0));
+    }
+
+    #[test]
+    fn a_member_running_more_placements_than_counted_holds_lists_the_first_and_says_how_many_it_left_out() {
+        let levels = [TopologyLevel { level: "rack".into(), node_label: "rack".into() }];
+        // 12,000 nodes, each running one placement, the first two epochs 10 and 9 of one
+        // TrainJob (a new epoch starting while the old one's pods go): ordered by epoch as a
+        // number, not as text.
+        let uid = |i: usize| format!("{i:08x}-0000-4000-8000-{i:012x}");
+        let nodes: Vec<Node> = (0..12_000).map(|i| node(&format!("n{i}"), &format!("r{}", i / 32), 8)).collect();
+        let mut pods: Vec<Pod> = (0..12_000).map(|i| pod(&format!("n{i}"), &uid(i), "node", 8)).collect();
+        let mut at_epoch = |i: usize, epoch: &str| {
+            pods[i].metadata.labels.as_mut().expect("labels").insert(EPOCH_LABEL.into(), epoch.into());
+            pods[i].metadata.labels.as_mut().expect("labels").insert(TRAINJOB_UID_LABEL.into(), uid(0));
+        };
+        at_epoch(0, "10");
+        at_epoch(1, "9");
+        let r = report(&levels, &[], &nodes, &pods);
+        assert_eq!(r.counted.len() + r.counted_left_out, 12_000);
+        assert!(r.counted_left_out > 0 && r.counted.len() > 8_000, "{} listed", r.counted.len());
+        let keys: Vec<PlacementKey> = r.counted.iter().map(|k| k.parse().expect("key")).collect();
+        assert!(keys.is_sorted(), "in key order");
+        assert_eq!(r.counted[..2], [format!("{}/9", uid(0)), format!("{}/10", uid(0))]);
+        assert_eq!(r.counted.last(), Some(&format!("{}/2", uid(r.counted.len() - 1))), "the first, none skipped");
+        assert!(r.bound.iter().map(|b| &b.placement).eq(r.counted[..r.bound.len()].iter()), "bound within counted");
+        assert_eq!(r.bound_left_out, 12_000 - r.bound.len());
+        // Everything the report writes stays under what the hub's API server stores.
+        let status = serde_json::to_vec(&r).expect("json");
+        assert!(status.len() < input_limits::MAX_OBJECT_BYTES - 64 * 1024, "{} bytes", status.len());
+        assert_eq!(serde_json::to_value(&r).expect("json")["countedLeftOut"], r.counted_left_out);
     }
 
     #[test]

@@ -329,6 +329,14 @@ pub(crate) async fn report(
 ) -> Result<Option<Arc<Value>>, Error> {
     let (nodes, pods) = (caches.nodes.state(), caches.pods.state());
     let capacity = crate::capacity::report(&cfg.levels, &cfg.node_labels, &nodes, &pods);
+    if capacity.counted_left_out > 0 {
+        tracing::warn!(
+            left_out = capacity.counted_left_out,
+            kept = capacity.counted.len(),
+            "status.counted is over its size budget: the hub counts the room of the placements left out twice, \
+             and cannot tell if one of them vanishes"
+        );
+    }
     if capacity.bound_left_out > 0 {
         tracing::warn!(
             left_out = capacity.bound_left_out,

@@ -16,7 +16,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use scheduler_core::{ClusterFilter, Gang};
 
-use super::members::Members;
+use super::members::{Count, Members};
 use super::namespaces;
 use super::priorities::Priorities;
 use super::queues::QueueSet;
@@ -213,10 +213,20 @@ pub(super) fn job<'a>(
     };
     let replaces = p.metadata.resource_version.clone();
     let status = current_status(p);
-    let key = PlacementKey { uid: p.spec.train_job_uid.clone(), epoch: p.spec.epoch };
+    let key = PlacementKey::of(p);
+    let count = p.spec.cluster.as_deref().map_or(Count::Uncounted, |cluster| members.count(cluster, &key));
+    // Whether its member's capacity summary holds its pods. Unlisted and Running: its pods are
+    // bound, and the summary, written before the status, counts them. Before it runs it may not
+    // be bound yet, and takes its room as assumed (twice, if it is: the safe way round).
+    let in_summary = match count {
+        Count::Counted => true,
+        Count::Uncounted => false,
+        Count::Unlisted => status.is_some_and(|s| s.phase == PlacementPhase::Running),
+    };
     // Reported Running, not counted by its member for the grace period: lost without a report.
+    // (One a report left out for its size may be counted: it cannot tell.)
     let uncounted = match (&p.spec.cluster, status.map(|s| s.phase)) {
-        (Some(cluster), Some(PlacementPhase::Running)) if members.keeps(cluster) && !members.counts(cluster, &key) => {
+        (Some(cluster), Some(PlacementPhase::Running)) if members.keeps(cluster) && count == Count::Uncounted => {
             Some(o.uncounted_since.get(&key).copied().unwrap_or(t))
         }
         _ => None,
@@ -273,7 +283,7 @@ pub(super) fn job<'a>(
                 && matches!(status.map(|s| s.phase), Some(PlacementPhase::Succeeded | PlacementPhase::Failed))
             {
                 JobState::Finished
-            } else if members.counts(cluster, &key) {
+            } else if in_summary {
                 // Its GPUs are in the member's report; its quota is only here.
                 let flavors = gang
                     .pod_sets
@@ -400,7 +410,7 @@ fn current_status(p: &Placement) -> Option<&PlacementStatus> {
 fn contradicted(p: &Placement, members: &Members<'_>) -> bool {
     let (Some(cluster), Some(status)) = (p.spec.cluster.as_deref(), current_status(p)) else { return false };
     matches!(status.phase, PlacementPhase::Succeeded | PlacementPhase::Failed | PlacementPhase::Lost)
-        && members.counts(cluster, &PlacementKey { uid: p.spec.train_job_uid.clone(), epoch: p.spec.epoch })
+        && members.count(cluster, &PlacementKey::of(p)) == Count::Counted
 }
 
 /// Why a placed TrainJob must leave its member, if it must.
@@ -553,6 +563,44 @@ mod tests {
             state_of(&observed(vec![member("east", 600)], Some(placed))),
             "waiting for epoch 2 leaving=true avoiding [\"east\"]"
         );
+    }
+
+    /// A member too busy to list every placement it counts lists the first in key order (by
+    /// UID, then epoch as a number) and says how many it left out. A placement after its last
+    /// key runs when reported Running (its pods are bound, so counted), is assumed before that,
+    /// and is never taken off its member as uncounted; one before it that is not listed is
+    /// uncounted, as in a whole list.
+    #[test]
+    fn a_placement_a_busy_members_report_left_out_is_neither_lost_nor_counted_before_it_runs() {
+        let busy = |counted: &str| {
+            let mut m = member("east", 1);
+            let status = m.status.as_mut().expect("status");
+            (status.counted, status.counted_left_out) = (vec![counted.to_string()], 3000);
+            m
+        };
+        let placed = json!({"trainJobUid": "u1", "cluster": "east", "epoch": 10, "podSets": []});
+        let at_epoch_10 = |members, phase: &str, uncounted_for_s: i64| {
+            let mut o = observed(members, Some(placed.clone()));
+            let status = o.placements[0].status.as_mut().expect("status");
+            status.observed_epoch = 10;
+            status.phase = serde_json::from_value(json!(phase)).expect("phase");
+            let since = now().0 - SignedDuration::from_secs(uncounted_for_s);
+            o.uncounted_since.insert(PlacementKey { uid: "u1".into(), epoch: 10 }, since);
+            state_of(&o)
+        };
+        let day = 86_400;
+        // "u1/10" sorts before "u1/9" as text: the agent and the hub order by the key itself.
+        assert_eq!(at_epoch_10(vec![busy("u1/9")], "Running", day), "running on east at u1/10");
+        assert_eq!(at_epoch_10(vec![busy("u0/3")], "Running", day), "running on east at u1/10");
+        let assumed = format!("assumed on Some([\"east\"]) at priority {}", i32::MAX);
+        assert_eq!(at_epoch_10(vec![busy("u0/3")], "Applied", day), assumed);
+        // Before the last key listed: not counted, and gone once past the grace period.
+        assert_eq!(at_epoch_10(vec![busy("u2/1")], "Running", 1), assumed);
+        assert_eq!(at_epoch_10(vec![busy("u2/1")], "Running", day), "waiting for epoch 11 leaving=true avoiding []");
+        // The same list, whole: the placement after it is not counted either.
+        let mut whole = busy("u0/3");
+        whole.status.as_mut().expect("status").counted_left_out = 0;
+        assert_eq!(at_epoch_10(vec![whole], "Running", day), "waiting for epoch 11 leaving=true avoiding []");
     }
 
     /// The gang a cycle translated is the next cycle's while neither the TrainJob nor its

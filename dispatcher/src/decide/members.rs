@@ -37,9 +37,9 @@ pub(super) struct Members<'a> {
     pub(super) unusable: Vec<Unusable<'a>>,
     /// Members refused before whose report reads again: their condition turns True.
     pub(super) accepted_again: Vec<&'a MemberCluster>,
-    /// Per member, the placements whose pods its capacity report counts. Looked up once per
+    /// Per member, the placements its capacity report lists as counted. Looked up once per
     /// TrainJob per cycle: an index, not a scan.
-    counted: BTreeMap<&'a str, BTreeSet<PlacementKey>>,
+    counted: BTreeMap<&'a str, Listed>,
     /// Per TrainJob UID: the live member reporting pods of it bound, and their placement.
     bound: BTreeMap<String, (&'a str, PlacementKey)>,
     /// Every MemberCluster's name.
@@ -76,7 +76,10 @@ impl<'a> Members<'a> {
         let counted = members
             .iter()
             .filter_map(|m| Some((m.metadata.name.as_deref()?, m.status.as_ref()?)))
-            .map(|(name, s)| (name, s.counted.iter().filter_map(|k| k.parse().ok()).collect()))
+            .map(|(name, s)| {
+                let keys = s.counted.iter().filter_map(|k| k.parse().ok()).collect();
+                (name, Listed { keys, cut: s.counted_left_out > 0 })
+            })
             .collect();
         let bound = live
             .iter()
@@ -99,9 +102,9 @@ impl<'a> Members<'a> {
         self.unusable.iter().find(|u| u.member.metadata.name.as_deref() == Some(name)).map(|u| u.problem.as_str())
     }
 
-    /// Whether `member`'s capacity report counts the pods of `placement`.
-    pub(super) fn counts(&self, member: &str, placement: &PlacementKey) -> bool {
-        self.counted.get(member).is_some_and(|keys| keys.contains(placement))
+    /// What `member`'s capacity report says of the pods of `placement`.
+    pub(super) fn count(&self, member: &str, placement: &PlacementKey) -> Count {
+        self.counted.get(member).map_or(Count::Uncounted, |listed| listed.count(placement))
     }
 
     /// The live member with pods of TrainJob `uid` bound, and their placement.
@@ -122,6 +125,39 @@ impl<'a> Members<'a> {
 
     pub(super) fn live_clusters(&self) -> Vec<MemberCluster> {
         self.live.iter().map(|m| (*m).clone()).collect()
+    }
+}
+
+/// What a member's capacity report says of one placement's pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Count {
+    /// Listed in `counted`: bound, and in the summary.
+    Counted,
+    /// Not counted: not bound yet, or gone.
+    Uncounted,
+    /// After the last key of a `counted` list cut for its size: counted, if its pods are bound.
+    /// The report cannot say which.
+    Unlisted,
+}
+
+/// A member's `counted` list, read.
+#[derive(Debug)]
+struct Listed {
+    keys: BTreeSet<PlacementKey>,
+    /// Some were left out for size (`countedLeftOut`): the agent lists the first in key order,
+    /// so those are the keys after its last.
+    cut: bool,
+}
+
+impl Listed {
+    fn count(&self, key: &PlacementKey) -> Count {
+        if self.keys.contains(key) {
+            Count::Counted
+        } else if self.cut && self.keys.last().is_none_or(|last| key > last) {
+            Count::Unlisted
+        } else {
+            Count::Uncounted
+        }
     }
 }
 
