@@ -14,7 +14,7 @@
 use api::stowage::{MemberCluster, Placement};
 use api::trainer::TrainJob;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, ListParams, LogParams};
+use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use stowage_tests::e2e::{Target, condition, eventually, pending_because, placement, submit, trainjob};
@@ -83,6 +83,41 @@ async fn a_trainjob_that_requires_a_rack_runs_on_one_rack_of_one_member_and_comp
 /// A TrainJob training on CPUs alone holds no GPU room. Its member reports it counted and in
 /// `bound`, with no nodes, so the hub knows where it runs (what `simulate --from` projects its
 /// end from, what preemption reads); it completes.
+/// The hub stores no object larger than etcd takes: a MemberCluster status just under
+/// `input_limits::MAX_OBJECT_BYTES` (what the in-memory hub stores at most, and what an agent's
+/// report is kept under) is stored, and one of 1.3 MB is refused, on either hub. On a real one
+/// this checks that the in-memory hub's limit is no larger than the real limit.
+#[tokio::test]
+async fn the_hub_stores_a_status_just_under_the_object_limit_and_refuses_one_over_what_etcd_takes() {
+    let t = Target::from_env().await;
+    let name = unique("sized");
+    let api: Api<MemberCluster> = Api::all(t.hub.clone());
+    api.create(&PostParams::default(), &MemberCluster::new(&name, Default::default())).await.expect("created");
+    // Placement keys of 38 characters, 41 bytes each in a JSON list.
+    let counted = |bytes: usize| -> Vec<String> {
+        (0..bytes / 41).map(|i| format!("{i:08x}-0000-4000-8000-{i:012x}/1")).collect()
+    };
+    let write = |bytes| {
+        let patch = json!({"status": {"counted": counted(bytes)}});
+        let api = api.clone();
+        let name = name.clone();
+        async move { api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch)).await }
+    };
+    let under = write(input_limits::MAX_OBJECT_BYTES - 8 * 1024).await;
+    let over = write(1_300_000).await;
+    let stored = api.get(&name).await;
+    let _ = api.delete(&name, &DeleteParams::default()).await;
+    let under = under.expect("a status just under MAX_OBJECT_BYTES is stored");
+    let size = serde_json::to_vec(&under).expect("json").len();
+    assert!(size > input_limits::MAX_OBJECT_BYTES - 16 * 1024, "the object came to {size} bytes");
+    match over {
+        Err(kube::Error::Api(e)) => assert!(e.message.contains("request is too large"), "{e:?}"),
+        other => panic!("a 1.3 MB status must be refused: {:?}", other.map(|m| m.name_any())),
+    }
+    let kept = stored.expect("read back").status.expect("status").counted.len();
+    assert_eq!(kept, (input_limits::MAX_OBJECT_BYTES - 8 * 1024) / 41, "the refused write changed nothing");
+}
+
 #[tokio::test]
 async fn a_trainjob_training_on_cpus_is_reported_bound_by_its_member_and_completes() {
     let t = Target::from_env().await;
