@@ -31,12 +31,12 @@ pub const MAX_TRACE_FILE_BYTES: u64 = 1024 * 1024 * 1024;
 
 /// A request body: kube-apiserver's `MaxRequestBodyBytes` (3 MiB).
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
-/// A stored object, as JSON. etcd refuses a request over 1.5 MiB (`--max-request-bytes`); through
-/// kube-apiserver that came to about 1.23 MB of a custom resource's JSON (a MemberCluster of
-/// 1,230,232 bytes stored, one of 1,230,568 refused with `etcdserver: request is too large`, on
-/// the real testbed, 2026-12-06). Set a little below, so what the in-memory hub stores, a real
-/// one does.
-pub const MAX_OBJECT_BYTES: usize = 1_200_000;
+/// A stored object, as JSON. etcd refuses a request over 1.5 MiB (`--max-request-bytes`), and a
+/// write is the object and a few hundred bytes of key and framing: on the real testbed a
+/// MemberCluster of 1,572,480 bytes of JSON was stored, and one 287 bytes larger refused with
+/// `etcdserver: request is too large` (2026-12-06). 4 KiB below etcd's limit, so what the
+/// in-memory hub stores, a real one does.
+pub const MAX_OBJECT_BYTES: usize = 1536 * 1024 - 4 * 1024;
 /// A watch without `timeoutSeconds` (or with 0): kube-apiserver's `--min-request-timeout` default.
 pub const DEFAULT_WATCH_TIMEOUT_S: u64 = 1800;
 /// The longest watch: twice `--min-request-timeout`, the most kube-apiserver itself picks for a

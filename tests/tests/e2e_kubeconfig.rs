@@ -85,7 +85,7 @@ async fn a_trainjob_that_requires_a_rack_runs_on_one_rack_of_one_member_and_comp
 /// end from, what preemption reads); it completes.
 /// The hub stores no object larger than etcd takes: a MemberCluster status just under
 /// `input_limits::MAX_OBJECT_BYTES` (what the in-memory hub stores at most, and what an agent's
-/// report is kept under) is stored, and one of 1.3 MB is refused, on either hub. On a real one
+/// report is kept under) is stored, and one of 1.7 MB is refused, on either hub. On a real one
 /// this checks that the in-memory hub's limit is no larger than the real limit.
 #[tokio::test]
 async fn the_hub_stores_a_status_just_under_the_object_limit_and_refuses_one_over_what_etcd_takes() {
@@ -104,7 +104,7 @@ async fn the_hub_stores_a_status_just_under_the_object_limit_and_refuses_one_ove
         async move { api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch)).await }
     };
     let under = write(input_limits::MAX_OBJECT_BYTES - 8 * 1024).await;
-    let over = write(1_300_000).await;
+    let over = write(1_700_000).await;
     let stored = api.get(&name).await;
     let _ = api.delete(&name, &DeleteParams::default()).await;
     let under = under.expect("a status just under MAX_OBJECT_BYTES is stored");
@@ -112,7 +112,7 @@ async fn the_hub_stores_a_status_just_under_the_object_limit_and_refuses_one_ove
     assert!(size > input_limits::MAX_OBJECT_BYTES - 16 * 1024, "the object came to {size} bytes");
     match over {
         Err(kube::Error::Api(e)) => assert!(e.message.contains("request is too large"), "{e:?}"),
-        other => panic!("a 1.3 MB status must be refused: {:?}", other.map(|m| m.name_any())),
+        other => panic!("a 1.7 MB status must be refused: {:?}", other.map(|m| m.name_any())),
     }
     let kept = stored.expect("read back").status.expect("status").counted.len();
     assert_eq!(kept, (input_limits::MAX_OBJECT_BYTES - 8 * 1024) / 41, "the refused write changed nothing");
