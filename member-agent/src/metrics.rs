@@ -14,6 +14,13 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterList {
+    cluster: String,
+    /// `counted` or `bound`, as in the MemberCluster status.
+    list: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ClusterPhase {
     cluster: String,
     phase: &'static str,
@@ -50,6 +57,7 @@ pub struct Metrics {
     realised: Family<ClusterLabel, Counter>,
     fenced: Family<ClusterLabel, Counter>,
     jobsets: Family<ClusterPhase, Gauge>,
+    left_out: Family<ClusterList, Gauge>,
     start_latency: HistogramFamily,
     shared: Shared,
     /// Set once the caches have synced: `/readyz` answers ok from then on.
@@ -64,6 +72,7 @@ impl Default for Metrics {
             realised: Family::default(),
             fenced: Family::default(),
             jobsets: Family::default(),
+            left_out: Family::default(),
             start_latency: Family::new_with_constructor(start_histogram),
             shared: Shared::default(),
             ready: kube_shell::health::Readiness::default(),
@@ -81,6 +90,11 @@ impl Metrics {
         a.register("placements_realised", "Placements rendered and applied to the member", m.realised.clone());
         a.register("jobsets_fenced", "JobSets deleted: placement moved on, or hub out of reach", m.fenced.clone());
         a.register("jobsets", "JobSets this agent made on its member, by phase", m.jobsets.clone());
+        a.register(
+            "report_left_out",
+            "Placements the last capacity report left out of status.counted or status.bound for their size",
+            m.left_out.clone(),
+        );
         registry.register_with_unit(
             "stowage_start_latency",
             "From a JobSet's creation on its member to all its pods running",
@@ -119,6 +133,14 @@ impl Metrics {
 
     pub fn observe_start(&self, cluster: &str, seconds: f64) {
         self.start_latency.get_or_create(&Self::cluster(cluster)).observe(seconds);
+    }
+
+    /// What the last capacity report left out of each list for its size (0 when nothing).
+    pub fn report_left_out(&self, cluster: &str, counted: usize, bound: usize) {
+        for (list, n) in [("counted", counted), ("bound", bound)] {
+            let labels = ClusterList { cluster: cluster.to_string(), list };
+            self.left_out.get_or_create(&labels).set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
     }
 
     /// The member's JobSets by phase, every phase shown (0 where none).

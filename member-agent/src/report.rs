@@ -329,6 +329,7 @@ pub(crate) async fn report(
 ) -> Result<Option<Arc<Value>>, Error> {
     let (nodes, pods) = (caches.nodes.state(), caches.pods.state());
     let capacity = crate::capacity::report(&cfg.levels, &cfg.node_labels, &nodes, &pods);
+    cfg.metrics.report_left_out(&cfg.cluster, capacity.counted_left_out, capacity.bound_left_out);
     if capacity.counted_left_out > 0 {
         tracing::warn!(
             left_out = capacity.counted_left_out,
