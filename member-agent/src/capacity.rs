@@ -406,14 +406,23 @@ mod tests {
         assert_eq!(free, 4 + 7);
     }
 
+    /// A UID as Kubernetes makes them (36 characters).
+    fn uid(i: usize) -> String {
+        format!("{i:08x}-0000-4000-8000-{i:012x}")
+    }
+
+    /// `n` 8-GPU nodes in racks of 32, each running one single-node placement of its own.
+    fn busy_member(n: usize) -> (Vec<Node>, Vec<Pod>) {
+        let nodes = (0..n).map(|i| node(&format!("n{i}"), &format!("r{}", i / 32), 8)).collect();
+        let pods = (0..n).map(|i| pod(&format!("n{i}"), &uid(i), "node", 8)).collect();
+        (nodes, pods)
+    }
+
     #[test]
     fn a_busy_members_bound_list_keeps_whole_placements_in_key_order_within_its_budget() {
         let levels = [TopologyLevel { level: "rack".into(), node_label: "rack".into() }];
-        // 5,000 nodes, each running one single-node placement of its own (UIDs as Kubernetes
-        // makes them, 36 characters), with the pods of a two-pod-set gang on two of them.
-        let uid = |i: usize| format!("{i:08x}-0000-4000-8000-{i:012x}");
-        let nodes: Vec<Node> = (0..5000).map(|i| node(&format!("n{i}"), &format!("r{}", i / 32), 8)).collect();
-        let mut pods: Vec<Pod> = (0..5000).map(|i| pod(&format!("n{i}"), &uid(i), "node", 8)).collect();
+        // 5,000 nodes, with the pods of a two-pod-set gang on two of them.
+        let (nodes, mut pods) = busy_member(5000);
         pods[1] = pod("n1", &uid(0), "launcher", 8);
         let r = report(&levels, &[], &nodes, &pods);
         assert_eq!(r.counted.len(), 4999);
@@ -434,12 +443,9 @@ mod tests {
     #[test]
     fn a_member_running_more_placements_than_counted_holds_lists_the_first_and_says_how_many_it_left_out() {
         let levels = [TopologyLevel { level: "rack".into(), node_label: "rack".into() }];
-        // 14,000 nodes, each running one placement, the first two epochs 10 and 9 of one
-        // TrainJob (a new epoch starting while the old one's pods go): ordered by epoch as a
-        // number, not as text.
-        let uid = |i: usize| format!("{i:08x}-0000-4000-8000-{i:012x}");
-        let nodes: Vec<Node> = (0..14_000).map(|i| node(&format!("n{i}"), &format!("r{}", i / 32), 8)).collect();
-        let mut pods: Vec<Pod> = (0..14_000).map(|i| pod(&format!("n{i}"), &uid(i), "node", 8)).collect();
+        // 14,000 nodes, the first two running epochs 10 and 9 of one TrainJob (a new epoch
+        // starting while the old one's pods go): ordered by epoch as a number, not as text.
+        let (nodes, mut pods) = busy_member(14_000);
         let mut at_epoch = |i: usize, epoch: &str| {
             pods[i].metadata.labels.as_mut().expect("labels").insert(EPOCH_LABEL.into(), epoch.into());
             pods[i].metadata.labels.as_mut().expect("labels").insert(TRAINJOB_UID_LABEL.into(), uid(0));
