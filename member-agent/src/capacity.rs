@@ -243,17 +243,28 @@ pub const MAX_COUNTED_BYTES: usize = 512 * 1024;
 /// node names; longer names and more levels fit fewer).
 pub const MAX_BOUND_BYTES: usize = 512 * 1024;
 
-/// How many of `items`, whole and in order, fit in `budget` bytes of a JSON array of them.
-fn fitting<T: Serialize>(items: &[T], budget: usize) -> usize {
+/// What the MemberCluster takes besides the capacity report: metadata and managed fields,
+/// heartbeat, versions, topology levels, conditions.
+const REST_OF_STATUS_BYTES: usize = 64 * 1024;
+
+/// A value's size as JSON.
+fn json_len<T: Serialize + ?Sized>(value: &T) -> usize {
+    serde_json::to_vec(value).map_or(usize::MAX, |v| v.len())
+}
+
+/// How many of `items`, whole and in order, fit in `budget` bytes of a JSON array of them,
+/// and the bytes those take.
+fn fitting<T: Serialize>(items: &[T], budget: usize) -> (usize, usize) {
     let mut bytes = 2;
-    items
-        .iter()
-        .take_while(|item| {
-            // Its JSON and the comma before it.
-            bytes += serde_json::to_vec(item).map_or(usize::MAX, |v| v.len()).saturating_add(1);
-            bytes <= budget
-        })
-        .count()
+    for (i, item) in items.iter().enumerate() {
+        // Its JSON and the comma before it.
+        let size = json_len(item).saturating_add(1);
+        if bytes + size > budget {
+            return (i, bytes);
+        }
+        bytes += size;
+    }
+    (items.len(), bytes)
 }
 
 /// The capacity part of the MemberCluster status, from one look at the Node and Pod caches,
@@ -264,7 +275,8 @@ fn fitting<T: Serialize>(items: &[T], budget: usize) -> usize {
 ///
 /// Both lists are cut for size the same way: the first placements in key order, whole, so a
 /// member this busy reports the same ones every time, and `bound` never lists one `counted`
-/// does not. The summary counts every placement all the same.
+/// does not. Each has its budget, and together they take no more than the object limit leaves
+/// after the summary. The summary counts every placement all the same.
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct Report {
     pub domains: Vec<DomainCapacity>,
@@ -290,19 +302,19 @@ pub fn report(
     pods: &[impl Borrow<Pod>],
 ) -> Report {
     let gpu_nodes = gpu_nodes(levels, label_keys, nodes, pods);
+    let domains = summary(&gpu_nodes);
+    // What the two lists may take together: a member of many domains has a long summary, and
+    // the object must stay under what etcd takes whatever it is.
+    let room = input_limits::MAX_OBJECT_BYTES.saturating_sub(REST_OF_STATUS_BYTES).saturating_sub(json_len(&domains));
     let mut bound = placements(&gpu_nodes, pods);
     let all = bound.len();
     let mut counted: Vec<String> = bound.iter().map(|p| p.placement.clone()).collect();
-    counted.truncate(fitting(&counted, MAX_COUNTED_BYTES));
-    bound.truncate(counted.len());
-    bound.truncate(fitting(&bound, MAX_BOUND_BYTES));
-    Report {
-        domains: summary(&gpu_nodes),
-        counted_left_out: all - counted.len(),
-        bound_left_out: all - bound.len(),
-        counted,
-        bound,
-    }
+    let (listed, taken) = fitting(&counted, MAX_COUNTED_BYTES.min(room));
+    counted.truncate(listed);
+    bound.truncate(listed);
+    let (listed, _) = fitting(&bound, MAX_BOUND_BYTES.min(room.saturating_sub(taken)));
+    bound.truncate(listed);
+    Report { domains, counted_left_out: all - counted.len(), bound_left_out: all - bound.len(), counted, bound }
 }
 
 /// What the agent's Node cache keeps: the labels (topology, GPU product, class), taints and
@@ -465,6 +477,24 @@ mod tests {
         let status = serde_json::to_vec(&r).expect("json");
         assert!(status.len() < input_limits::MAX_OBJECT_BYTES - 256 * 1024, "{} bytes", status.len());
         assert_eq!(serde_json::to_value(&r).expect("json")["countedLeftOut"], r.counted_left_out);
+    }
+
+    /// A member of many small domains has a long summary; the lists get what is left, so the
+    /// status stays under the object limit all the same.
+    #[test]
+    fn a_member_of_many_domains_lists_fewer_placements_and_its_status_still_fits() {
+        let levels = [TopologyLevel { level: "rack".into(), node_label: "rack".into() }];
+        let (mut nodes, pods) = busy_member(40_000);
+        for (i, n) in nodes.iter_mut().enumerate() {
+            n.metadata.labels.as_mut().expect("labels").insert("rack".into(), format!("rack-{}", i / 8));
+        }
+        let r = report(&levels, &[], &nodes, &pods);
+        let summary = serde_json::to_vec(&r.domains).expect("json").len();
+        assert!(summary > 700_000, "5,000 racks: {summary} bytes of summary");
+        assert!(r.counted_left_out > 0 && r.bound_left_out > 0);
+        assert!(!r.counted.is_empty(), "what room is left holds some");
+        let status = serde_json::to_vec(&r).expect("json").len();
+        assert!(status <= input_limits::MAX_OBJECT_BYTES - REST_OF_STATUS_BYTES, "{status} bytes");
     }
 
     #[test]
