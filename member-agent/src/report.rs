@@ -334,8 +334,8 @@ pub(crate) async fn report(
         tracing::warn!(
             left_out = capacity.counted_left_out,
             kept = capacity.counted.len(),
-            "status.counted is over its size budget: the hub counts the room of the placements left out twice, \
-             and cannot tell if one of them vanishes"
+            "status.counted is over its size budget: the hub takes the room of the placements left out that are not \
+             yet reported running on top of the summary, and cannot tell if one of them vanishes"
         );
     }
     if capacity.bound_left_out > 0 {
