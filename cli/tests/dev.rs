@@ -254,6 +254,7 @@ fn dev_runs_from_the_root_directory_with_the_upstream_objects_compiled_in() {
         "stowage_admission_wait_seconds_count{queue=\"default\"}",
         "stowage_agent_jobsets{cluster=\"central-l40s\",phase=\"running\"}",
         "stowage_agent_report_left_out{cluster=\"west-a100\",list=\"counted\"} 0",
+        "stowage_agent_summary_cut{cluster=\"east-h100\",cut=\"levels\"} 0",
         "stowage_start_latency_seconds_count{cluster=",
     ];
     let metrics = loop {

@@ -144,15 +144,17 @@ pub fn summarize(
     nodes: &[impl Borrow<Node>],
     pods: &[impl Borrow<Pod>],
 ) -> Vec<DomainCapacity> {
-    summary(&gpu_nodes(levels, label_keys, nodes, pods))
+    summary(&gpu_nodes(levels, label_keys, nodes, pods), usize::MAX)
 }
 
-fn summary(gpu_nodes: &[GpuNode<'_>]) -> Vec<DomainCapacity> {
+/// The summary by the first `depth` levels above hosts (all of them: `usize::MAX`).
+fn summary(gpu_nodes: &[GpuNode<'_>], depth: usize) -> Vec<DomainCapacity> {
     /// Free GPUs of each node, and the smallest node's CPU and memory.
     type Group = (Vec<u32>, u64, u64);
     let mut groups: BTreeMap<(&[String], &str, u32, &NodeClassReport), Group> = BTreeMap::new();
     for n in gpu_nodes {
-        let e = groups.entry((&n.path, &n.flavor, n.allocatable, &n.class)).or_insert((Vec::new(), u64::MAX, u64::MAX));
+        let path = &n.path[..depth.min(n.path.len())];
+        let e = groups.entry((path, &n.flavor, n.allocatable, &n.class)).or_insert((Vec::new(), u64::MAX, u64::MAX));
         e.0.push(n.free);
         e.1 = e.1.min(n.cpu_milli);
         e.2 = e.2.min(n.memory_mib);
@@ -189,13 +191,14 @@ pub fn bound(
     nodes: &[impl Borrow<Node>],
     pods: &[impl Borrow<Pod>],
 ) -> Vec<BoundPlacement> {
-    placements(&gpu_nodes(levels, label_keys, nodes, pods), pods)
+    placements(&gpu_nodes(levels, label_keys, nodes, pods), pods, usize::MAX)
 }
 
 /// Every placement with a pod bound to a node, in key order: what `counted` lists. One holding
 /// no GPUs (CPU-only training) is there too, with no nodes: the hub then knows it runs,
-/// holding no GPU room, and projects its end.
-fn placements(gpu_nodes: &[GpuNode<'_>], pods: &[impl Borrow<Pod>]) -> Vec<BoundPlacement> {
+/// holding no GPU room, and projects its end. Nodes' paths are by the first `depth` levels, as
+/// the summary's.
+fn placements(gpu_nodes: &[GpuNode<'_>], pods: &[impl Borrow<Pod>], depth: usize) -> Vec<BoundPlacement> {
     let by_name: BTreeMap<&str, &GpuNode<'_>> = gpu_nodes.iter().map(|n| (n.name, n)).collect();
     // placement → node → pod set → pods. In `PlacementKey` order, which the hub reads a list
     // cut for its size by (`countedLeftOut`).
@@ -219,7 +222,7 @@ fn placements(gpu_nodes: &[GpuNode<'_>], pods: &[impl Borrow<Pod>]) -> Vec<Bound
                     let n = by_name.get(node)?;
                     Some(BoundNode {
                         node: node.to_string(),
-                        path: n.path.clone(),
+                        path: n.path[..depth.min(n.path.len())].to_vec(),
                         flavor: n.flavor.clone(),
                         gpus_per_node: n.allocatable,
                         class: n.class.clone(),
@@ -231,6 +234,12 @@ fn placements(gpu_nodes: &[GpuNode<'_>], pods: &[impl Borrow<Pod>]) -> Vec<Bound
         })
         .collect()
 }
+
+/// The most a report's summary (`domains`) may take, as JSON: a member of more groups of like
+/// nodes than this holds (about 7,000: a domain per rack, each class and flavor in it) is
+/// summarised by fewer levels ([`Report::levels_dropped`]), so the status stays under what the
+/// hub's API server stores and a third of it is left for the lists.
+pub const MAX_SUMMARY_BYTES: usize = 1024 * 1024;
 
 /// The most a report's `counted` list may take, as JSON. The MemberCluster status must stay
 /// under what the hub's API server stores (`input_limits::MAX_OBJECT_BYTES`, about 1.5 MiB of
@@ -279,6 +288,22 @@ fn fitting<T: Serialize>(items: &[T], budget: usize) -> (usize, usize) {
 /// after the summary. The summary counts every placement all the same.
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct Report {
+    /// The levels `domains` and `bound` are by: the agent's, without the narrowest
+    /// `levels_dropped` above hosts. Written with the summary every time, so the hub never
+    /// reads paths by other levels than theirs.
+    #[serde(rename = "topologyLevels")]
+    pub levels: Vec<TopologyLevel>,
+    /// Levels above hosts the summary leaves out, narrowest first, to fit
+    /// [`MAX_SUMMARY_BYTES`]: the hub then places this member's gangs by wider domains (a
+    /// block for a gang that prefers a rack), and the agent pins them to those.
+    #[serde(skip)]
+    pub levels_dropped: usize,
+    /// Groups of nodes left out of a summary by no level above hosts still over
+    /// [`MAX_SUMMARY_BYTES`] (thousands of node classes: a label every node has a value of
+    /// its own for, in the agent's `--node-labels`). The hub does not see their nodes: it
+    /// places nothing there, and counts nothing running there.
+    #[serde(skip)]
+    pub domains_left_out: usize,
     pub domains: Vec<DomainCapacity>,
     /// `<uid>/<epoch>` of the placements with a pod bound to a node, in key order: the summary
     /// counts them, so the hub need not assume their GPUs taken any more.
@@ -302,19 +327,54 @@ pub fn report(
     pods: &[impl Borrow<Pod>],
 ) -> Report {
     let gpu_nodes = gpu_nodes(levels, label_keys, nodes, pods);
-    let domains = summary(&gpu_nodes);
-    // What the two lists may take together: a member of many domains has a long summary, and
-    // the object must stay under what etcd takes whatever it is.
-    let room = input_limits::MAX_OBJECT_BYTES.saturating_sub(REST_OF_STATUS_BYTES).saturating_sub(json_len(&domains));
-    let mut bound = placements(&gpu_nodes, pods);
+    let above_hosts = levels.iter().filter(|l| l.level != "host").count();
+    // The most levels whose summary fits; a member within the budget (every real one we know
+    // of) summarises once, by all of them.
+    let mut depth = above_hosts;
+    let mut domains = summary(&gpu_nodes, depth);
+    while depth > 0 && json_len(&domains) > MAX_SUMMARY_BYTES {
+        depth -= 1;
+        domains = summary(&gpu_nodes, depth);
+    }
+    let (kept, _) = fitting(&domains, MAX_SUMMARY_BYTES);
+    let domains_left_out = domains.len() - kept;
+    domains.truncate(kept);
+    // Levels are widest first, hosts last: the first `depth` above hosts are kept.
+    let mut above = 0;
+    let levels: Vec<TopologyLevel> = levels
+        .iter()
+        .filter(|l| {
+            let host = l.level == "host";
+            above += usize::from(!host);
+            host || above <= depth
+        })
+        .cloned()
+        .collect();
+    let mut bound = placements(&gpu_nodes, pods, depth);
     let all = bound.len();
     let mut counted: Vec<String> = bound.iter().map(|p| p.placement.clone()).collect();
+    let mut report = Report {
+        levels,
+        levels_dropped: above_hosts - depth,
+        domains_left_out,
+        domains,
+        counted_left_out: all,
+        bound_left_out: all,
+        counted: Vec::new(),
+        bound: Vec::new(),
+    };
+    // What the two lists may take together: what the object limit leaves after the rest of the
+    // report (the summary above all: a member of many domains has a long one), so the status
+    // stays under what etcd takes whatever it is.
+    let room = input_limits::MAX_OBJECT_BYTES.saturating_sub(REST_OF_STATUS_BYTES).saturating_sub(json_len(&report));
     let (listed, taken) = fitting(&counted, MAX_COUNTED_BYTES.min(room));
     counted.truncate(listed);
     bound.truncate(listed);
     let (listed, _) = fitting(&bound, MAX_BOUND_BYTES.min(room.saturating_sub(taken)));
     bound.truncate(listed);
-    Report { domains, counted_left_out: all - counted.len(), bound_left_out: all - bound.len(), counted, bound }
+    (report.counted_left_out, report.bound_left_out) = (all - counted.len(), all - bound.len());
+    (report.counted, report.bound) = (counted, bound);
+    report
 }
 
 /// What the agent's Node cache keeps: the labels (topology, GPU product, class), taints and
@@ -477,6 +537,68 @@ mod tests {
         let status = serde_json::to_vec(&r).expect("json");
         assert!(status.len() < input_limits::MAX_OBJECT_BYTES - 256 * 1024, "{} bytes", status.len());
         assert_eq!(serde_json::to_value(&r).expect("json")["countedLeftOut"], r.counted_left_out);
+    }
+
+    /// A member of more racks than a summary by racks has room for is summarised by blocks:
+    /// the levels it reports say so, every node and free GPU is still counted, and `bound`'s
+    /// paths are by the same levels, so the hub matches them.
+    #[test]
+    fn a_member_of_more_racks_than_the_summary_holds_is_summarised_by_the_next_level_up() {
+        let levels = [
+            TopologyLevel { level: "block".into(), node_label: "block".into() },
+            TopologyLevel { level: "rack".into(), node_label: "rack".into() },
+            TopologyLevel { level: "host".into(), node_label: "kubernetes.io/hostname".into() },
+        ];
+        // 12,000 racks of one node each, 32 racks to a block; every other node busy.
+        let (mut nodes, mut pods) = busy_member(12_000);
+        for (i, n) in nodes.iter_mut().enumerate() {
+            let labels = n.metadata.labels.as_mut().expect("labels");
+            labels.insert("rack".into(), format!("rack-{i}"));
+            labels.insert("block".into(), format!("block-{}", i / 32));
+        }
+        pods.retain(|p| {
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| n.ends_with(['0', '2', '4', '6', '8']))
+        });
+        let by_racks = summarize(&levels, &[], &nodes, &pods);
+        assert!(json_len(&by_racks) > MAX_SUMMARY_BYTES, "by racks it does not fit");
+        let r = report(&levels, &[], &nodes, &pods);
+        assert_eq!(r.levels_dropped, 1);
+        let kept: Vec<&str> = r.levels.iter().map(|l| l.level.as_str()).collect();
+        assert_eq!(kept, ["block", "host"], "the narrowest level above hosts goes first");
+        assert_eq!(r.domains_left_out, 0);
+        assert_eq!(r.domains.len(), 12_000 / 32);
+        assert!(r.domains.iter().all(|d| d.path.len() == 1));
+        let total = |ds: &[DomainCapacity]| -> (u64, u64) {
+            ds.iter().fold((0, 0), |(n, f), d| (n + u64::from(d.nodes), f + d.free_gpus))
+        };
+        assert_eq!(total(&r.domains), total(&by_racks), "every node and free GPU counted, by blocks");
+        assert_eq!(total(&r.domains), (12_000, 6_000 * 8));
+        assert!(r.bound.iter().flat_map(|b| &b.nodes).all(|n| n.path.len() == 1 && n.path[0].starts_with("block-")));
+        let json = serde_json::to_value(&r).expect("json");
+        assert_eq!(json["topologyLevels"][0]["level"], "block");
+        assert!(serde_json::to_vec(&r).expect("json").len() <= input_limits::MAX_OBJECT_BYTES - REST_OF_STATUS_BYTES);
+        // Within the budget, nothing is dropped.
+        let r = report(&levels, &[], &nodes[..3000], &pods[..1500]);
+        assert_eq!((r.levels_dropped, r.levels.len(), r.domains_left_out), (0, 3, 0));
+    }
+
+    /// A member whose nodes are each a class of their own (a label every node has its own
+    /// value of, reported) has a summary no level dropped makes fit: it is cut, whole groups
+    /// in order, and says how many it left out. The status still fits.
+    #[test]
+    fn a_summary_too_long_without_any_level_is_cut_and_says_so() {
+        let levels = [TopologyLevel { level: "rack".into(), node_label: "rack".into() }];
+        let keys = ["serial".to_string()];
+        let (mut nodes, pods) = busy_member(12_000);
+        for (i, n) in nodes.iter_mut().enumerate() {
+            n.metadata.labels.as_mut().expect("labels").insert("serial".into(), format!("sn-{i:06}"));
+        }
+        let r = report(&levels, &keys, &nodes, &pods);
+        assert_eq!((r.levels_dropped, r.levels.len()), (1, 0));
+        assert!(r.domains_left_out > 0 && !r.domains.is_empty());
+        assert_eq!(r.domains.len() + r.domains_left_out, 12_000);
+        assert!(json_len(&r.domains) <= MAX_SUMMARY_BYTES);
+        assert!(serde_json::to_vec(&r).expect("json").len() <= input_limits::MAX_OBJECT_BYTES - REST_OF_STATUS_BYTES);
     }
 
     /// A member of many small domains has a long summary; the lists get what is left, so the

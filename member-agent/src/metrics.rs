@@ -21,6 +21,13 @@ struct ClusterList {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterCut {
+    cluster: String,
+    /// `levels` or `groups`.
+    cut: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ClusterPhase {
     cluster: String,
     phase: &'static str,
@@ -58,6 +65,7 @@ pub struct Metrics {
     fenced: Family<ClusterLabel, Counter>,
     jobsets: Family<ClusterPhase, Gauge>,
     left_out: Family<ClusterList, Gauge>,
+    summary_cut: Family<ClusterCut, Gauge>,
     start_latency: HistogramFamily,
     shared: Shared,
     /// Set once the caches have synced: `/readyz` answers ok from then on.
@@ -73,6 +81,7 @@ impl Default for Metrics {
             fenced: Family::default(),
             jobsets: Family::default(),
             left_out: Family::default(),
+            summary_cut: Family::default(),
             start_latency: Family::new_with_constructor(start_histogram),
             shared: Shared::default(),
             ready: kube_shell::health::Readiness::default(),
@@ -94,6 +103,12 @@ impl Metrics {
             "report_left_out",
             "Placements the last capacity report left out of status.counted or status.bound for their size",
             m.left_out.clone(),
+        );
+        a.register(
+            "summary_cut",
+            "What the last capacity report's summary left out for its size: topology levels (cut=\"levels\") and \
+             groups of nodes (cut=\"groups\")",
+            m.summary_cut.clone(),
         );
         registry.register_with_unit(
             "stowage_start_latency",
@@ -140,6 +155,14 @@ impl Metrics {
         for (list, n) in [("counted", counted), ("bound", bound)] {
             let labels = ClusterList { cluster: cluster.to_string(), list };
             self.left_out.get_or_create(&labels).set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// What the last capacity report's summary left out for its size (0 when nothing).
+    pub fn summary_cut(&self, cluster: &str, levels: usize, groups: usize) {
+        for (cut, n) in [("levels", levels), ("groups", groups)] {
+            let labels = ClusterCut { cluster: cluster.to_string(), cut };
+            self.summary_cut.get_or_create(&labels).set(i64::try_from(n).unwrap_or(i64::MAX));
         }
     }
 

@@ -330,6 +330,23 @@ pub(crate) async fn report(
     let (nodes, pods) = (caches.nodes.state(), caches.pods.state());
     let capacity = crate::capacity::report(&cfg.levels, &cfg.node_labels, &nodes, &pods);
     cfg.metrics.report_left_out(&cfg.cluster, capacity.counted_left_out, capacity.bound_left_out);
+    cfg.metrics.summary_cut(&cfg.cluster, capacity.levels_dropped, capacity.domains_left_out);
+    if capacity.levels_dropped > 0 {
+        tracing::warn!(
+            dropped = capacity.levels_dropped,
+            levels = ?capacity.levels.iter().map(|l| l.level.as_str()).collect::<Vec<_>>(),
+            "the capacity summary by every topology level is over its size budget: summarised by fewer levels, so \
+             the hub places this member's gangs by wider domains"
+        );
+    }
+    if capacity.domains_left_out > 0 {
+        tracing::error!(
+            left_out = capacity.domains_left_out,
+            kept = capacity.domains.len(),
+            "the capacity summary is over its size budget even without topology levels (too many node classes: \
+             is a label every node has its own value of among --node-labels?): the hub does not see the nodes left out"
+        );
+    }
     if capacity.counted_left_out > 0 {
         tracing::warn!(
             left_out = capacity.counted_left_out,
@@ -359,7 +376,6 @@ pub(crate) async fn report(
         status["agentVersion"] = env!("CARGO_PKG_VERSION").into();
         status["gangScheduler"] = json!(detect_gang_scheduler(member, cfg.capabilities.gang_scheduler).await?);
         status["kueue"] = matches!(cfg.capabilities.topology_mode, render::TopologyMode::Kueue).into();
-        status["topologyLevels"] = json!(cfg.levels);
         status["logs"] = cfg.logs.describe().into();
     }
     Api::<MemberCluster>::all(hub.clone())

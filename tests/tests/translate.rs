@@ -206,3 +206,52 @@ fn every_placement_a_report_counts_is_found_where_its_pods_are() {
     let stale = as_reported(member_agent::capacity::Report { bound: before.bound, ..after });
     assert_eq!(found(&stale), Vec::<String>::new(), "a's node has 2 GPUs free now, not the 4 its old entry says");
 }
+
+/// A member of more racks than its summary has room for reports by blocks: the hub reads the
+/// levels the report is by, not the agent's configuration, so the fleet builds, every GPU is
+/// there, and the bound placements are matched to their nodes.
+#[test]
+fn the_hub_reads_a_member_summarised_by_fewer_levels_as_it_is_reported() {
+    let nodes: Vec<Node> = (0..12_000)
+        .map(|i| {
+            serde_json::from_value(json!({"metadata": {"name": format!("n{i}"), "labels": {
+                "rack": format!("rack-{i}"), "block": format!("block-{}", i / 32),
+                api::stowage::GPU_PRODUCT_LABEL: "nvidia-h100-80gb"}},
+                "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "96", "memory": "512Gi"}}}))
+            .expect("node")
+        })
+        .collect();
+    let pods: Vec<Pod> = (0..3)
+        .map(|i| {
+            serde_json::from_value(json!({"metadata": {"name": format!("p{i}"), "labels": {
+                api::stowage::TRAINJOB_UID_LABEL: format!("u{i}"), api::stowage::EPOCH_LABEL: "1",
+                member_agent::capacity::REPLICATED_JOB_LABEL: "node"}},
+                "spec": {"nodeName": format!("n{}", i * 100),
+                         "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]},
+                "status": {"phase": "Running"}}))
+            .expect("pod")
+        })
+        .collect();
+    let levels: Vec<TopologyLevel> = ["block", "rack", "host"]
+        .iter()
+        .map(|l| TopologyLevel {
+            level: l.to_string(),
+            node_label: if *l == "host" { "kubernetes.io/hostname" } else { l }.to_string(),
+        })
+        .collect();
+    let report = member_agent::capacity::report(&levels, &[], &nodes, &pods);
+    assert_eq!(report.levels_dropped, 1);
+    // As the agent writes it: the report is the status's capacity part.
+    let mut m = MemberCluster::new("big", MemberClusterSpec::default());
+    m.status = Some(serde_json::from_value(serde_json::to_value(&report).expect("json")).expect("status"));
+    dispatcher::translate::check_member(&m).expect("the hub accepts the report");
+    let (f, cap, hosts) = fleet(std::slice::from_ref(&m)).expect("fleet");
+    let c = &f.clusters()[0];
+    let read: Vec<Level> = c.levels.iter().map(|l| l.level).collect();
+    assert_eq!(read, [Level::Block, Level::Host], "by blocks, as reported");
+    let h100 = f.flavor("nvidia-h100-80gb").expect("flavor");
+    assert_eq!((f.total_gpus(), cap.free_gpus(&f, c.root, h100)), (96_000, 96_000 - 24));
+    let found: Vec<String> =
+        dispatcher::translate::bound(&hosts, std::slice::from_ref(&m)).into_keys().map(|(_, key)| key).collect();
+    assert_eq!(found, ["u0/1", "u1/1", "u2/1"]);
+}
