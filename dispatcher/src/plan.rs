@@ -139,6 +139,7 @@ mod tests {
             flavor: Some("h100".into()),
             largest: 5,
             cluster: "east".into(),
+            read_as: None,
             oversize: None,
         });
         let t0 = Time(k8s_openapi::jiff::Timestamp::from_second(1_000).expect("time"));

@@ -60,6 +60,7 @@ impl MemoEntry {
             flavor: s.flavor.clone(),
             largest: s.largest,
             cluster: s.cluster.clone(),
+            read_as: s.read_as,
             oversize: s.oversize.clone(),
         };
         if ps.pods > self.empty.largest {

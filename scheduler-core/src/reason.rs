@@ -116,6 +116,10 @@ pub struct Shortfall {
     pub flavor: Option<Arc<str>>,
     pub largest: u32,
     pub cluster: Arc<str>,
+    /// Set when `cluster` does not label `level` (a member without rack labels, or one whose
+    /// agent summarised it by wider domains for size): the narrower level it was read as,
+    /// strictly, so `largest` counts that, not the level asked for.
+    pub read_as: Option<Level>,
     /// Set when one pod asks more CPU or memory than any host of `cluster` has: why `largest`
     /// is 0 however many GPUs are free. (Boxed: it is rare, and every `Reason` carries its size.)
     pub oversize: Option<Box<Oversize>>,
@@ -218,6 +222,9 @@ impl fmt::Display for Shortfall {
             "pod set {}: {scope} has {} free {slot} (largest: {} in cluster {}",
             self.pod_set, self.pods, self.largest, self.cluster
         )?;
+        if let (Some(level), Some(read_as)) = (self.level, self.read_as) {
+            write!(f, ", which reports no {level} level: read as {read_as}")?;
+        }
         match &self.oversize {
             Some(o) => write!(f, ": {o})"),
             None => write!(f, ")"),
@@ -310,6 +317,7 @@ mod tests {
             flavor: Some("v100".into()),
             largest: 0,
             cluster: "venus".into(),
+            read_as: None,
             oversize: Some(Box::new(Oversize::CpuMilli { asked: 64_500, most: 48_000 })),
         };
         assert_eq!(
@@ -333,6 +341,7 @@ mod tests {
             flavor: Some("h100".into()),
             largest: 5,
             cluster: "cluster-b".into(),
+            read_as: None,
             oversize: None,
         });
         assert_eq!(

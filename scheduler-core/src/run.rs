@@ -764,7 +764,8 @@ impl<'a> Run<'a> {
             TopologyConstraint::Required(l) => Some(l),
             _ => None,
         };
-        let most = self.fleet.domain(self.fleet.cluster(cluster).root).roomiest_host;
+        let c = self.fleet.cluster(cluster);
+        let most = self.fleet.domain(c.root).roomiest_host;
         let oversize = if ps.shape.cpu_milli > most.cpu_milli {
             Some(Box::new(Oversize::CpuMilli { asked: ps.shape.cpu_milli, most: most.cpu_milli }))
         } else if ps.shape.memory_mib > most.memory_mib {
@@ -772,14 +773,17 @@ impl<'a> Run<'a> {
         } else {
             None
         };
+        // A level the cluster does not label is read strictly, as the next narrower one it does.
+        let read_as = level.and_then(|l| c.level_at(c.depth_for(l)).filter(|&at| at != l));
         Shortfall {
             pod_set: ps.name.clone(),
             level,
+            read_as,
             pods: ps.pods,
             gpus_per_pod: ps.shape.gpus,
             flavor: flavor.map(|f| self.fleet.shared_flavor_name(f)),
             largest,
-            cluster: Arc::clone(&self.fleet.cluster(cluster).shared_name),
+            cluster: Arc::clone(&c.shared_name),
             oversize,
         }
     }

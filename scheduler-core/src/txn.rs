@@ -281,6 +281,7 @@ mod tests {
             flavor: Some("h100".into()),
             largest: 4,
             cluster: "east".into(),
+            read_as: None,
             oversize: None,
         };
         txn.remember(

@@ -129,6 +129,25 @@ fn required_rack_without_a_free_rack_names_the_largest_one() {
     );
 }
 
+/// A member that labels no racks (none at all, or its agent summarised it by blocks for size):
+/// a gang that requires a rack is read strictly there, as needing one host, and its reason says
+/// so, rather than leaving the user to think every rack is full.
+#[test]
+fn required_rack_on_a_cluster_without_racks_says_it_was_read_as_a_host() {
+    let blocks_only = fleet(&[("c1", "h100", 8, &[(Block, 2), (Host, 16)])]);
+    let out =
+        run(blocks_only, vec![gang("pair").pods(2).gpus(8).required(Rack), gang("one").pods(1).gpus(8).required(Rack)]);
+    assert_eq!(
+        out.reason("pair").to_string(),
+        "pod set node: no rack in any cluster has 2 free slots of 8 h100 GPUs (largest: 1 in cluster c1, which \
+         reports no rack level: read as host), even with the fleet empty: it can never be admitted"
+    );
+    assert!(matches!(out.decision("one"), Decision::Admit(_)), "one host is within a rack however it is read");
+    // Where the cluster labels the level, the reason is as before.
+    let out = run(one_cluster(), vec![gang("big").pods(5).gpus(8).required(Rack)]);
+    assert!(out.reason("big").to_string().contains("(largest: 4 in cluster c1),"), "{}", out.reason("big"));
+}
+
 #[test]
 fn preferred_spreads_when_no_rack_fits_but_required_waits() {
     let mut gangs: Vec<Gang> =

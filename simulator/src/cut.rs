@@ -341,6 +341,7 @@ mod tests {
             flavor: None,
             largest: 0,
             cluster: "c".into(),
+            read_as: None,
             oversize: None,
         }
     }
