@@ -1,7 +1,8 @@
 //! What the agent reports of its cluster's capacity: per narrowest topology domain above hosts
 //! and GPU flavor, the node count, GPUs per node, allocatable and free GPUs and a histogram of
 //! free GPUs per node — enough for the hub's fit tests to be exact without listing every node,
-//! so the MemberCluster status stays well under the API's object size limit.
+//! so the MemberCluster status stays well under the API's object size limit. A member of more
+//! racks than that leaves room for is summarised by fewer levels ([`MAX_SUMMARY_BYTES`]).
 
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
