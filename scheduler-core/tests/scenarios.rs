@@ -143,6 +143,10 @@ fn required_rack_on_a_cluster_without_racks_says_it_was_read_as_a_host() {
          reports no rack level: read as host), even with the fleet empty: it can never be admitted"
     );
     assert!(matches!(out.decision("one"), Decision::Admit(_)), "one host is within a rack however it is read");
+    // A preference is not held out for where the level is not labelled: it starts in a block.
+    let blocks_only = fleet(&[("c1", "h100", 8, &[(Block, 2), (Host, 16)])]);
+    let out = run(blocks_only, vec![gang("pair").pods(2).gpus(8).preferred(Rack)]);
+    assert!(matches!(out.decision("pair"), Decision::Admit(_)), "{:?}", out.decision("pair"));
     // Where the cluster labels the level, the reason is as before.
     let out = run(one_cluster(), vec![gang("big").pods(5).gpus(8).required(Rack)]);
     assert!(out.reason("big").to_string().contains("(largest: 4 in cluster c1),"), "{}", out.reason("big"));
