@@ -970,10 +970,12 @@ fn agent_command(args: AgentArgs) -> Result<(), CliError> {
                 what: "--levels".into(),
                 message: format!("{l:?} is not LEVEL=NODE_LABEL"),
             })?;
-            level
+            let level = level
                 .parse::<scheduler_core::Level>()
                 .map_err(|e| CliError::Setup { what: "--levels".into(), message: e.to_string() })?;
-            Ok(api::stowage::TopologyLevel { level: level.to_string(), node_label: label.to_string() })
+            // Written as the hub reads it (`Host` and ` rack` parse too): the agent tells hosts
+            // from the levels above them by this name.
+            Ok(api::stowage::TopologyLevel { level: level.as_str().to_string(), node_label: label.to_string() })
         })
         .collect::<Result<Vec<_>, CliError>>()?;
     let node_labels = member_agent::config::node_label_keys(&args.node_labels)

@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use serde::Serialize;
 
 use api::quantity::Milli;
+use input_limits::MAX_GPUS_PER_NODE;
 
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 /// JobSet's label naming a pod's replicated job: the pod set it belongs to.
@@ -79,6 +80,11 @@ fn class_of(n: &Node, keys: &[String]) -> NodeClassReport {
     NodeClassReport { node_labels, taints }
 }
 
+/// Whether `level` names hosts, spelled as the hub reads it (`Host` too).
+fn is_host(level: &TopologyLevel) -> bool {
+    level.level.trim().eq_ignore_ascii_case("host")
+}
+
 /// A GPU node as the summary sees it.
 struct GpuNode<'a> {
     name: &'a str,
@@ -105,7 +111,7 @@ fn gpu_nodes<'a, N: Borrow<Node>>(
             *used.entry(n).or_default() += pod_gpus(p);
         }
     }
-    let above_hosts: Vec<&TopologyLevel> = levels.iter().filter(|l| l.level != "host").collect();
+    let above_hosts: Vec<&TopologyLevel> = levels.iter().filter(|l| !is_host(l)).collect();
     nodes
         .iter()
         .map(Borrow::borrow)
@@ -114,7 +120,9 @@ fn gpu_nodes<'a, N: Borrow<Node>>(
             let flavor = labels.get(GPU_PRODUCT_LABEL)?.clone();
             let alloc = n.status.as_ref().and_then(|s| s.allocatable.as_ref());
             let allocatable = gpus(alloc.and_then(|a| a.get(GPU_RESOURCE)));
-            if allocatable == 0 {
+            // More GPUs than any node has is a broken device plugin: the hub would refuse the
+            // whole report for it ([`oversized`] names such nodes for the agent's warning).
+            if allocatable == 0 || allocatable > MAX_GPUS_PER_NODE {
                 return None;
             }
             let path = above_hosts.iter().map(|l| labels.get(&l.node_label).cloned()).collect::<Option<Vec<_>>>()?;
@@ -237,10 +245,12 @@ fn placements(gpu_nodes: &[GpuNode<'_>], pods: &[impl Borrow<Pod>], depth: usize
 }
 
 /// The most a report's summary (`domains`) may take, as JSON: a member of more groups of like
-/// nodes than this holds (about 7,000: a domain per rack, each class and flavor in it) is
+/// nodes than this holds (a group per rack, flavor, GPUs per node and class; about 3,000 with
+/// the labels agents report, 417 bytes a group of GKE A3 nodes, and 6,000 with none) is
 /// summarised by fewer levels ([`Report::levels_dropped`]), so the status stays under what the
-/// hub's API server stores and a third of it is left for the lists.
-pub const MAX_SUMMARY_BYTES: usize = 1024 * 1024;
+/// hub's API server stores. The lists get the rest (about 4,000 placements at least): a list
+/// cut for size is read safely by the hub, and locality lost is not, so the summary comes first.
+pub const MAX_SUMMARY_BYTES: usize = 1280 * 1024;
 
 /// The most a report's `counted` list may take, as JSON. The MemberCluster status must stay
 /// under what the hub's API server stores (`input_limits::MAX_OBJECT_BYTES`, about 1.5 MiB of
@@ -277,6 +287,23 @@ fn fitting<T: Serialize>(items: &[T], budget: usize) -> (usize, usize) {
     (items.len(), bytes)
 }
 
+/// How many oversized nodes a report names.
+pub const MAX_NAMED: usize = 10;
+
+/// The names of nodes claiming more GPUs than `MAX_GPUS_PER_NODE`, the first [`MAX_NAMED`].
+fn oversized(nodes: &[impl Borrow<Node>]) -> Vec<String> {
+    nodes
+        .iter()
+        .map(Borrow::borrow)
+        .filter(|n: &&Node| {
+            let alloc = n.status.as_ref().and_then(|s| s.allocatable.as_ref());
+            gpus(alloc.and_then(|a| a.get(GPU_RESOURCE))) > MAX_GPUS_PER_NODE
+        })
+        .take(MAX_NAMED)
+        .map(|n| n.metadata.name.clone().unwrap_or_default())
+        .collect()
+}
+
 /// The capacity part of the MemberCluster status, from one look at the Node and Pod caches,
 /// written in one patch. `bound` goes with `domains` every time: the hub matches each bound
 /// node to a host of the summary by its free GPUs, and a `bound` list older than the summary
@@ -299,12 +326,16 @@ pub struct Report {
     /// block for a gang that prefers a rack), and the agent pins them to those.
     #[serde(skip)]
     pub levels_dropped: usize,
-    /// Groups of nodes left out of a summary by no level above hosts still over
-    /// [`MAX_SUMMARY_BYTES`] (thousands of node classes: a label every node has a value of
-    /// its own for, in the agent's `--node-labels`). The hub does not see their nodes: it
-    /// places nothing there, and counts nothing running there.
+    /// Groups of nodes left out of a summary no level dropped would fit in
+    /// [`MAX_SUMMARY_BYTES`] (thousands of node classes: a label every node has a value of its
+    /// own for, in the agent's `--node-labels`); every level is kept then. The hub does not
+    /// see their nodes: it places nothing there, and counts nothing running there.
     #[serde(skip)]
     pub domains_left_out: usize,
+    /// Nodes left out for more GPUs than any node has (`MAX_GPUS_PER_NODE`), by name, the
+    /// first [`MAX_NAMED`].
+    #[serde(skip)]
+    pub oversized: Vec<String>,
     pub domains: Vec<DomainCapacity>,
     /// `<uid>/<epoch>` of the placements with a pod bound to a node, in key order: the summary
     /// counts them, so the hub need not assume their GPUs taken any more.
@@ -328,14 +359,18 @@ pub fn report(
     pods: &[impl Borrow<Pod>],
 ) -> Report {
     let gpu_nodes = gpu_nodes(levels, label_keys, nodes, pods);
-    let above_hosts = levels.iter().filter(|l| l.level != "host").count();
+    let above_hosts = levels.iter().filter(|l| !is_host(l)).count();
     // The most levels whose summary fits; a member within the budget (every real one we know
-    // of) summarises once, by all of them.
-    let mut depth = above_hosts;
-    let mut domains = summary(&gpu_nodes, depth);
-    while depth > 0 && json_len(&domains) > MAX_SUMMARY_BYTES {
-        depth -= 1;
-        domains = summary(&gpu_nodes, depth);
+    // of) summarises once, by all of them. When none fits, the length is in its classes, not
+    // its domains: all the levels are kept, and the summary is cut.
+    let (mut depth, mut domains) = (above_hosts, summary(&gpu_nodes, above_hosts));
+    if json_len(&domains) > MAX_SUMMARY_BYTES
+        && let Some(fits) = (0..above_hosts)
+            .rev()
+            .map(|d| (d, summary(&gpu_nodes, d)))
+            .find(|(_, domains)| json_len(domains) <= MAX_SUMMARY_BYTES)
+    {
+        (depth, domains) = fits;
     }
     let (kept, _) = fitting(&domains, MAX_SUMMARY_BYTES);
     let domains_left_out = domains.len() - kept;
@@ -345,7 +380,7 @@ pub fn report(
     let levels: Vec<TopologyLevel> = levels
         .iter()
         .filter(|l| {
-            let host = l.level == "host";
+            let host = is_host(l);
             above += usize::from(!host);
             host || above <= depth
         })
@@ -358,6 +393,7 @@ pub fn report(
         levels,
         levels_dropped: above_hosts - depth,
         domains_left_out,
+        oversized: oversized(nodes),
         domains,
         counted_left_out: all,
         bound_left_out: all,
@@ -595,11 +631,28 @@ mod tests {
             n.metadata.labels.as_mut().expect("labels").insert("serial".into(), format!("sn-{i:06}"));
         }
         let r = report(&levels, &keys, &nodes, &pods);
-        assert_eq!((r.levels_dropped, r.levels.len()), (1, 0));
+        assert_eq!((r.levels_dropped, r.levels.len()), (0, 1), "no level would make it fit: none is dropped");
         assert!(r.domains_left_out > 0 && !r.domains.is_empty());
         assert_eq!(r.domains.len() + r.domains_left_out, 12_000);
         assert!(json_len(&r.domains) <= MAX_SUMMARY_BYTES);
         assert!(serde_json::to_vec(&r).expect("json").len() <= input_limits::MAX_OBJECT_BYTES - REST_OF_STATUS_BYTES);
+    }
+
+    /// A node claiming more GPUs than any node has (a device plugin gone wrong) is left out
+    /// and named, rather than allocating a histogram of billions of rows or having the hub
+    /// refuse the whole report; `Host` is read as hosts, as the hub reads it.
+    #[test]
+    fn a_node_claiming_billions_of_gpus_is_left_out_and_named() {
+        let levels = [
+            TopologyLevel { level: "rack".into(), node_label: "rack".into() },
+            TopologyLevel { level: "Host".into(), node_label: "kubernetes.io/hostname".into() },
+        ];
+        let nodes = [node("n0", "r0", 8), node("bad", "r0", u32::MAX), node("n1", "r1", 8)];
+        let r = report(&levels, &[], &nodes, &Vec::<Pod>::new());
+        assert_eq!(r.oversized, ["bad"]);
+        assert_eq!(r.domains.iter().map(|d| d.nodes).sum::<u32>(), 2);
+        assert!(r.domains.iter().all(|d| d.path.len() == 1), "Host is not a level above hosts");
+        assert_eq!(r.levels_dropped, 0);
     }
 
     /// A member of many small domains has a long summary; the lists get what is left, so the

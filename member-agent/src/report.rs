@@ -339,6 +339,13 @@ pub(crate) async fn report(
              the hub places this member's gangs by wider domains"
         );
     }
+    if !capacity.oversized.is_empty() {
+        tracing::warn!(
+            nodes = ?capacity.oversized,
+            "nodes with more nvidia.com/gpu allocatable than any node has (a broken device plugin?) are left out of \
+             the capacity report"
+        );
+    }
     if capacity.domains_left_out > 0 {
         tracing::error!(
             left_out = capacity.domains_left_out,
@@ -376,6 +383,8 @@ pub(crate) async fn report(
         status["agentVersion"] = env!("CARGO_PKG_VERSION").into();
         status["gangScheduler"] = json!(detect_gang_scheduler(member, cfg.capabilities.gang_scheduler).await?);
         status["kueue"] = matches!(cfg.capabilities.topology_mode, render::TopologyMode::Kueue).into();
+        // Not `topologyLevels`: it goes with the summary (the levels the summary is by, fewer
+        // than `cfg.levels` for a member too large), so the two never disagree.
         status["logs"] = cfg.logs.describe().into();
     }
     Api::<MemberCluster>::all(hub.clone())
