@@ -288,7 +288,7 @@ fn fitting<T: Serialize>(items: &[T], budget: usize) -> (usize, usize) {
 }
 
 /// How many oversized nodes a report names.
-pub const MAX_NAMED: usize = 10;
+const MAX_NAMED: usize = 10;
 
 /// The names of nodes claiming more GPUs than `MAX_GPUS_PER_NODE`, the first [`MAX_NAMED`].
 fn oversized(nodes: &[impl Borrow<Node>]) -> Vec<String> {
