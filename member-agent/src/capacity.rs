@@ -80,6 +80,11 @@ fn class_of(n: &Node, keys: &[String]) -> NodeClassReport {
     NodeClassReport { node_labels, taints }
 }
 
+/// The GPUs a node offers pods.
+fn allocatable_gpus(n: &Node) -> u32 {
+    gpus(n.status.as_ref().and_then(|s| s.allocatable.as_ref()).and_then(|a| a.get(GPU_RESOURCE)))
+}
+
 /// Whether `level` names hosts, spelled as the hub reads it (`Host` too).
 fn is_host(level: &TopologyLevel) -> bool {
     level.level.trim().eq_ignore_ascii_case("host")
@@ -119,7 +124,7 @@ fn gpu_nodes<'a, N: Borrow<Node>>(
             let labels = n.metadata.labels.as_ref()?;
             let flavor = labels.get(GPU_PRODUCT_LABEL)?.clone();
             let alloc = n.status.as_ref().and_then(|s| s.allocatable.as_ref());
-            let allocatable = gpus(alloc.and_then(|a| a.get(GPU_RESOURCE)));
+            let allocatable = allocatable_gpus(n);
             // More GPUs than any node has is a broken device plugin: the hub would refuse the
             // whole report for it ([`oversized`] names such nodes for the agent's warning).
             if allocatable == 0 || allocatable > MAX_GPUS_PER_NODE {
@@ -295,10 +300,7 @@ fn oversized(nodes: &[impl Borrow<Node>]) -> Vec<String> {
     nodes
         .iter()
         .map(Borrow::borrow)
-        .filter(|n: &&Node| {
-            let alloc = n.status.as_ref().and_then(|s| s.allocatable.as_ref());
-            gpus(alloc.and_then(|a| a.get(GPU_RESOURCE))) > MAX_GPUS_PER_NODE
-        })
+        .filter(|n: &&Node| allocatable_gpus(n) > MAX_GPUS_PER_NODE)
         .take(MAX_NAMED)
         .map(|n| n.metadata.name.clone().unwrap_or_default())
         .collect()
