@@ -1,6 +1,7 @@
 //! `stowage`: one binary, one subcommand per role. This file parses arguments, wires the
 //! libraries together and maps errors to exit codes; it decides nothing itself.
 
+use std::collections::BTreeMap;
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -259,6 +260,8 @@ struct AgentArgs {
     /// its JobSets are labelled for, so the member's Kueue admits them (docs/kueue.md).
     #[arg(long, value_name = "LOCALQUEUE")]
     kueue_local_queue: Option<String>,
+    #[command(flatten)]
+    gang: GangSchedulerTuning,
     /// Address for /healthz, /readyz and /metrics.
     #[arg(long, default_value = "0.0.0.0:8081")]
     health_addr: std::net::SocketAddr,
@@ -336,6 +339,49 @@ struct RenderArgs {
     /// With --topology-mode kueue: the member's LocalQueue the JobSet is labelled for.
     #[arg(long, value_name = "LOCALQUEUE")]
     kueue_local_queue: Option<String>,
+    #[command(flatten)]
+    gang: GangSchedulerTuning,
+}
+
+/// What a member's gang scheduler names its topology by, for the PodGroup's own constraint
+/// (the node affinity pins the gang either way).
+#[derive(Debug, Args)]
+struct GangSchedulerTuning {
+    /// Volcano: the HyperNode tier of each level, as LEVEL=TIER,… (default rack=1,block=2,
+    /// zone=3): the PodGroup's networkTopology.highestTierAllowed for the placed level.
+    #[arg(long, value_delimiter = ',', value_name = "LEVEL=TIER")]
+    volcano_tiers: Vec<String>,
+    /// KAI: the member's Topology object, named in the PodGroup's topologyConstraint.
+    #[arg(long, value_name = "TOPOLOGY")]
+    kai_topology: Option<String>,
+}
+
+impl GangSchedulerTuning {
+    /// The tiers by level as the renderer reads them, and the KAI Topology's name, or an error
+    /// naming the flag and the value at fault.
+    fn parse(&self) -> Result<(BTreeMap<String, i32>, Option<String>), CliError> {
+        let bad = |what: &str, message: String| CliError::Setup { what: what.into(), message };
+        let mut tiers = BTreeMap::new();
+        for item in &self.volcano_tiers {
+            let (level, tier) =
+                item.split_once('=').ok_or_else(|| bad("--volcano-tiers", format!("{item:?}: expected LEVEL=TIER")))?;
+            let level: scheduler_core::Level =
+                level.trim().parse().map_err(|e| bad("--volcano-tiers", format!("{item:?}: {e}")))?;
+            let tier: i32 = tier
+                .trim()
+                .parse()
+                .ok()
+                .filter(|t| *t >= 1)
+                .ok_or_else(|| bad("--volcano-tiers", format!("{item:?}: a tier is a whole number from 1")))?;
+            tiers.insert(level.as_str().to_string(), tier);
+        }
+        if let Some(name) = &self.kai_topology
+            && !kube_conventions::names::is_dns1123_subdomain(name)
+        {
+            return Err(bad("--kai-topology", format!("{name:?} is not a Kubernetes object name")));
+        }
+        Ok((tiers, self.kai_topology.clone()))
+    }
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -472,7 +518,8 @@ struct SimulateArgs {
           value_parser = clap::value_parser!(u32).range(1..=i64::from(scheduler_core::Reservations::MAX_DEPTH)))]
     reserve_depth: u32,
     /// Submit this percent of jobs (chosen by id and seed) at high priority: stowage preempts
-    /// lower-priority gangs for them, the baselines do not.
+    /// lower-priority gangs for them, the Kueue dispatchers too (as Kueue does), fifo-firstfit
+    /// and volcano-binpack do not.
     #[arg(long, value_name = "PERCENT", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
     urgent: u32,
     /// Jobs checkpoint this often (seconds or 30m, 2h): an evicted or failed job resumes from
@@ -986,6 +1033,7 @@ fn agent_command(args: AgentArgs) -> Result<(), CliError> {
             message: "names the member's Kueue LocalQueue: it needs --topology-mode kueue".into(),
         });
     }
+    let (volcano_tiers, kai_topology) = args.gang.parse()?;
     let rt = tokio::runtime::Runtime::new().map_err(CliError::Runtime)?;
     let kubelet = match args.log_relay_kubelet.as_deref() {
         Some(k) => Some(member_agent::mirror::KubeletEndpoint::parse(k).ok_or_else(|| CliError::Setup {
@@ -1024,7 +1072,8 @@ fn agent_command(args: AgentArgs) -> Result<(), CliError> {
                 gang_scheduler: gang_scheduler(args.gang_scheduler),
                 topology_mode: topology_mode(args.topology_mode),
                 kueue_local_queue: args.kueue_local_queue,
-                ..Default::default()
+                volcano_tiers,
+                kai_topology,
             },
             timing: member_agent::Timing {
                 heartbeat: Duration::from_secs(args.heartbeat_seconds.max(1)),
@@ -1094,11 +1143,13 @@ fn render(args: RenderArgs) -> Result<(), CliError> {
     let placement = args.placement.as_deref().map(manifest::placement).transpose()?;
     let gang_scheduler = gang_scheduler(args.gang_scheduler);
     let topology_mode = topology_mode(args.topology_mode);
+    let (volcano_tiers, kai_topology) = args.gang.parse()?;
     let caps = Capabilities {
         gang_scheduler,
         topology_mode,
         kueue_local_queue: args.kueue_local_queue,
-        ..Capabilities::default()
+        volcano_tiers,
+        kai_topology,
     };
     let is_mpi = runtime.spec().ml_policy.as_ref().is_some_and(|p| p.mpi.is_some());
     let key = if is_mpi { Some(trainer_render::sshkey::generate()?) } else { None };

@@ -63,6 +63,39 @@ fn renders_a_yaml_stream_and_pins_to_the_placement() {
     assert_eq!(docs[1]["spec"]["minMember"].as_i64(), Some(2));
 }
 
+/// The member's names for its topology reach the gang scheduler's own constraint: Volcano's
+/// HyperNode tier, KAI's Topology object. A bad one is refused naming its flag.
+#[test]
+fn the_gang_schedulers_topology_names_reach_the_podgroup() {
+    let dir = scratch("tuning", &[("trainjob.yaml", TRAINJOB), ("placement.yaml", PLACEMENT)]);
+    let pl = dir.join("placement.yaml");
+    let pl = pl.to_str().expect("utf-8");
+    let podgroup = |extra: &[&str]| {
+        let o = run(&dir, &[&["--placement", pl], extra].concat());
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let docs: Vec<serde_json::Value> =
+            input_limits::yaml::documents(&String::from_utf8_lossy(&o.stdout)).expect("a YAML stream");
+        docs.into_iter().find(|d| d["kind"] == "PodGroup").expect("a PodGroup")
+    };
+    let tier = |pg: serde_json::Value| pg["spec"]["networkTopology"]["highestTierAllowed"].as_i64();
+    assert_eq!(tier(podgroup(&["--gang-scheduler", "volcano"])), Some(1), "a rack is tier 1 by default");
+    assert_eq!(tier(podgroup(&["--gang-scheduler", "volcano", "--volcano-tiers", "Rack=2,block=3"])), Some(2));
+    let kai = podgroup(&["--gang-scheduler", "kai", "--kai-topology", "gpu-topology"]);
+    let constraint = &kai["spec"]["topologyConstraint"];
+    assert_eq!(constraint["topology"], "gpu-topology");
+    assert_eq!(constraint["requiredTopologyLevel"], "cloud.google.com/gce-topology-subblock");
+    for (flag, value, words) in [
+        ("--volcano-tiers", "rack=0", "a tier is a whole number from 1"),
+        ("--volcano-tiers", "shelf=1", "shelf"),
+        ("--volcano-tiers", "rack", "expected LEVEL=TIER"),
+        ("--kai-topology", "Bad_Name", "not a Kubernetes object name"),
+    ] {
+        let o = run(&dir, &["--placement", pl, flag, value]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(flag) && err.contains(words), "{flag} {value}: {err}");
+    }
+}
+
 #[test]
 fn bad_input_names_the_file_and_field_and_exits_non_zero() {
     let cases = [
