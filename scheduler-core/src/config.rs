@@ -229,11 +229,35 @@ pub struct Preemption {
     /// `stowage.dev/last-checkpoint`) rather than from its start, so that recently
     /// checkpointed gangs are evicted first.
     pub prefer_checkpointed: bool,
+    /// Whose work goes first, and whether a reclaim must be worth it.
+    pub victims: Victims,
 }
 
 impl Preemption {
-    /// Stowage's default: ten minutes of protection, checkpoints honoured.
-    pub const DEFAULT: Preemption = Preemption { min_runtime_ms: 10 * 60_000, prefer_checkpointed: true };
+    /// Stowage's default: ten minutes of protection, checkpoints honoured, the least work lost.
+    pub const DEFAULT: Preemption =
+        Preemption { min_runtime_ms: 10 * 60_000, prefer_checkpointed: true, victims: Victims::LeastWork };
+
+    /// Kueue's own preemption, for the simulator's Kueue dispatchers: no protection for young
+    /// workloads and Kueue's candidate order, with no weighing of the work thrown away.
+    pub const KUEUE: Preemption = Preemption { min_runtime_ms: 0, prefer_checkpointed: false, victims: Victims::Kueue };
+}
+
+/// How the victims of a preemption are chosen among those the queues' policies allow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Victims {
+    /// Stowage's: on whichever cluster and domain, the set that throws away the fewest
+    /// GPU-hours of work; a reclaim from a gang it does not outrank only when that loses no
+    /// more GPU-time than the preemptor would go without by waiting (`preempt` module docs).
+    LeastWork,
+    /// Kueue's (`CandidatesOrdering`, pkg/scheduler/preemption/common/ordering.go): gangs
+    /// being evicted first, then other queues' before the preemptor's own, lower priority
+    /// first, the most recently started first; taken in that order until the gang fits, then
+    /// dropped again where it still fits without them (Kueue's minimal set). Every set the
+    /// policies allow is taken, whatever it throws away. The order runs over the whole fleet,
+    /// as MultiKueue's manager preempts by quota: the set reached by the shortest run of it
+    /// wins, on whichever cluster (the first in fleet order on a tie).
+    Kueue,
 }
 
 /// The batch optimiser's settings (see `batch`).

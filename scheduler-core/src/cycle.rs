@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::batch::{self, BatchReport, Pin};
 use crate::capacity::Capacity;
-use crate::config::Config;
+use crate::config::{Config, Victims};
 use crate::decision::{CycleStats, Decision};
 use crate::gang::Gang;
 use crate::locality;
@@ -135,6 +135,10 @@ fn greedy<'a>(
         }),
     };
     let mut reservations: Vec<Reservation> = Vec::new();
+    // Kueue looks for victims only for the head of each queue a cycle (`Victims::Kueue`): the
+    // queues whose head has looked.
+    let kueue = config.preemption.is_some_and(|p| p.victims == Victims::Kueue);
+    let mut looked: BTreeSet<QueueId> = BTreeSet::new();
     // A gang being evicted is fair game for anyone, as if of the lowest priority.
     let lowest_running =
         running.iter().map(|r| if r.evicting { i32::MIN } else { r.gang.priority }).min().unwrap_or(i32::MAX);
@@ -186,7 +190,9 @@ fn greedy<'a>(
                     // Preempt only for a gang that fits nowhere as written: one merely holding
                     // out for locality while it could run spread out waits instead. It preempts
                     // for its held form, so its victims free the domain it holds out for.
+                    let looks = !kueue || queue.is_none_or(|q| looked.insert(q));
                     let may = !running.is_empty()
+                        && looks
                         && preempt::might_evict(&run, &held[i], lowest_running)
                         && match &reason {
                             r if r.may_preempt() => true,

@@ -37,7 +37,7 @@ mod txn;
 
 pub use batch::{BatchReport, Rejected};
 pub use capacity::{Capacity, PodShape};
-pub use config::{Batch, ClusterChoice, Config, Patience, Preemption, Reservations, Slowdown, Solver};
+pub use config::{Batch, ClusterChoice, Config, Patience, Preemption, Reservations, Slowdown, Solver, Victims};
 pub use cycle::{Cycle, cycle};
 pub use decision::{Admission, CycleStats, Decision, Rank, gang_charges, release};
 pub use fleet::{ClusterId, Domain, DomainId, FlavorId, Fleet, FleetBuilder, FleetError, LevelInfo, NodeInput};

@@ -7,11 +7,13 @@
 //! only if that throws away no more GPU-time than the gang would go without (its GPUs × its
 //! wait) by waiting for room as running gangs end: a reclaim that destroys a day of a
 //! borrower's work to save a gang ten minutes waits instead (`Reason::ReclaimDeferred`).
+//! With `Victims::Kueue` (the simulator's Kueue dispatchers) it chooses as Kueue does instead:
+//! Kueue's candidate order over the whole fleet, no weighing of the work lost.
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
-use crate::config::Config;
+use crate::config::{Config, Victims};
 use crate::decision::Admission;
 use crate::fleet::{ClusterId, DomainId};
 use crate::gang::Gang;
@@ -33,7 +35,8 @@ enum Via {
     },
 }
 
-/// A victim set on one cluster: (GPU-ms lost, victims, cluster, scope), lower is better.
+/// A victim set on one cluster: (GPU-ms lost, or under Kueue's order how far into it the set
+/// reaches; victims; cluster; scope), lower is better.
 type Choice = (u64, usize, ClusterId, DomainId, Vec<usize>);
 
 /// Whether `gang` may evict anything at all, settled without looking at each running gang:
@@ -97,8 +100,18 @@ pub(crate) fn preempt<'a>(
     if victims.is_empty() {
         return Preempted::Not;
     }
-    // Cheapest first: least work lost, then lowest priority, then the most recently started.
-    victims.sort_unstable_by_key(|v| (v.0, v.1, v.2, v.3));
+    let kueue = knobs.victims == Victims::Kueue;
+    if kueue {
+        // Kueue's order: being evicted, other queues' before the gang's own, lower priority,
+        // the most recently started.
+        victims.sort_unstable_by_key(|v| {
+            let r = &running[v.3];
+            (!r.evicting, r.gang.queue == gang.queue, v.1, v.2, v.3)
+        });
+    } else {
+        // Cheapest first: least work lost, then lowest priority, then the most recently started.
+        victims.sort_unstable_by_key(|v| (v.0, v.1, v.2, v.3));
+    }
     // Outranking none of them, the gang may throw away at most the GPU-time it would go
     // without by waiting for room (`None`: no limit, or no room expected as gangs end).
     // The wait is counted by GPUs alone, a lower bound found without trying placements (this
@@ -106,7 +119,7 @@ pub(crate) fn preempt<'a>(
     // Where enough GPUs are free already but scattered, the count says "now" and the gang
     // waits for room as gangs end (and for the cycle's reservation) rather than evict: trying
     // the placements instead made a quota'd replay many times slower.
-    let budget = if victims.iter().all(|v| v.1 >= gang.priority) {
+    let budget = if !kueue && victims.iter().all(|v| v.1 >= gang.priority) {
         earliest_by_count(run, gang, releases, now_ms).map(|start_ms| {
             let wait_ms = start_ms.saturating_sub(now_ms);
             (wait_ms, gang.total_gpus().saturating_mul(wait_ms))
@@ -117,6 +130,11 @@ pub(crate) fn preempt<'a>(
     let mut over_budget = false;
     let via: BTreeMap<usize, Via> = victims.iter().map(|v| (v.3, v.4)).collect();
     let order: Vec<usize> = victims.iter().map(|v| v.3).collect();
+    // Each candidate's place in that order.
+    let mut rank = vec![usize::MAX; running.len()];
+    for (k, &i) in order.iter().enumerate() {
+        rank[i] = k;
+    }
     let mut best: Option<Choice> = None;
     for c in run.fleet.cluster_ids() {
         let cl = run.fleet.cluster(c);
@@ -151,16 +169,18 @@ pub(crate) fn preempt<'a>(
         for (scope, candidates) in scopes {
             let loss = |i: usize| running[i].loss(now_ms, knobs.prefer_checkpointed);
             let limit = budget.map(|(_, owed)| owed);
-            let set = match victim_set(run, gang, c, scope, &candidates, running, &via, &loss, limit) {
-                Found::Set(set) => set,
+            let (set, reach) = match victim_set(run, gang, c, scope, &candidates, running, &via, &loss, limit) {
+                Found::Set { set, reach } => (set, reach),
                 Found::OverBudget => {
                     over_budget = true;
                     continue;
                 }
                 Found::None => continue,
             };
-            let lost: u64 = set.iter().map(|&i| loss(i)).sum();
-            let choice = (lost, set.len(), c, scope, set);
+            // Kueue weighs no work lost: it takes candidates in its order until the gang fits
+            // anywhere, so the set reached by the shortest run of that order wins.
+            let cost: u64 = if kueue { rank[reach] as u64 } else { set.iter().map(|&i| loss(i)).sum() };
+            let choice = (cost, set.len(), c, scope, set);
             if best.as_ref().is_none_or(|b| (choice.0, choice.1, choice.2, choice.3) < (b.0, b.1, b.2, b.3)) {
                 best = Some(choice);
             }
@@ -229,7 +249,11 @@ fn may_evict(run: &Run<'_>, queue: QueueId, gang: &Gang, victim: &Running<'_>) -
 
 /// What [`victim_set`] found.
 enum Found {
-    Set(Vec<usize>),
+    /// The victims, and the candidate whose taking let the gang fit (before any was dropped).
+    Set {
+        set: Vec<usize>,
+        reach: usize,
+    },
     /// Victims would let it start, but only past the budget of lost work.
     OverBudget,
     None,
@@ -257,23 +281,33 @@ fn victim_set<'a>(
     // GPUs only grow as victims are added: skip trials that cannot pass on count alone.
     let mut gpus: u64 = cl.flavors.iter().map(|&f| run.cap().free_gpus(run.fleet, scope, f)).sum();
     let mut chosen = Vec::new();
-    let mut found = false;
+    let mut reach = None;
     let mut lost = 0u64;
+    let mut over_budget = false;
+    // Each candidate is evicted once, on top of those before it, and the gang tried on what
+    // that leaves: one eviction per candidate, not the whole run of them again for each.
+    let sp = run.txn.checkpoint();
     for &i in candidates {
         chosen.push(i);
         gpus += running[i].gang.total_gpus();
         lost = lost.saturating_add(loss(i));
         if budget.is_some_and(|b| lost > b) {
-            return Found::OverBudget;
+            over_budget = true;
+            break;
         }
-        if gpus >= need && trial(run, gang, cluster, &chosen, running, via) {
-            found = true;
+        run.txn.evict(&running[i]);
+        if gpus >= need && fits_without(run, gang, cluster, &chosen, via) {
+            reach = Some(i);
             break;
         }
     }
-    if !found {
-        return Found::None;
+    run.txn.rollback(sp);
+    if over_budget {
+        return Found::OverBudget;
     }
+    let Some(reach) = reach else {
+        return Found::None;
+    };
     for k in (0..chosen.len()).rev() {
         let mut without = chosen.clone();
         without.remove(k);
@@ -281,7 +315,7 @@ fn victim_set<'a>(
             chosen = without;
         }
     }
-    Found::Set(chosen)
+    Found::Set { set: chosen, reach }
 }
 
 /// Whether the gang would start on `cluster` with `victims` gone, and the grounds allow it.
@@ -297,17 +331,28 @@ fn trial<'a>(
     for &i in victims {
         run.txn.evict(&running[i]);
     }
-    let ok = run.fit(cluster, gang).is_some_and(|a| {
-        // Reclaiming from the cohort needs the preemptor within its nominal quota, unless
-        // borrowWithinCohort covers every such victim.
+    let ok = fits_without(run, gang, cluster, victims, via);
+    run.txn.rollback(sp);
+    ok
+}
+
+/// Whether the gang fits on `cluster` as things stand, `victims` already evicted, and the
+/// grounds allow it: reclaiming from the cohort needs the preemptor within its nominal quota,
+/// unless borrowWithinCohort covers every such victim.
+fn fits_without<'a>(
+    run: &mut Run<'a>,
+    gang: &'a Gang,
+    cluster: ClusterId,
+    victims: &[usize],
+    via: &BTreeMap<usize, Via>,
+) -> bool {
+    run.fit(cluster, gang).is_some_and(|a| {
         let reclaims = victims.iter().map(|i| via[i]).filter(|v| matches!(v, Via::Reclaim { .. }));
         let mut reclaims = reclaims.peekable();
         reclaims.peek().is_none()
             || !borrows_with(run, gang, &a)
             || reclaims.all(|v| matches!(v, Via::Reclaim { borrowing_up_to: Some(_) }))
-    });
-    run.txn.rollback(sp);
-    ok
+    })
 }
 
 /// Whether admitting the gang as `admission` would take its queue past nominal quota.

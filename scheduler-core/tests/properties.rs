@@ -133,8 +133,11 @@ fn arb_config() -> impl Strategy<Value = Config> {
                 patience: patience.map(|(a, b)| Patience { exact_ms: a, wider_ms: a + b }),
                 fair_sharing,
                 reservations: reservations.map(|(after_ms, depth)| Reservations { after_ms, depth }),
-                preemption: preemption
-                    .map(|(min_runtime_ms, prefer_checkpointed)| Preemption { min_runtime_ms, prefer_checkpointed }),
+                preemption: preemption.map(|(min_runtime_ms, prefer_checkpointed)| Preemption {
+                    min_runtime_ms,
+                    prefer_checkpointed,
+                    ..Preemption::DEFAULT
+                }),
                 batch: batch.map(|(window, candidates, max_nodes)| Batch {
                     window,
                     candidates,

@@ -796,7 +796,7 @@ fn within_queue(policy: WithinQueue) -> Queues {
     .expect("valid")
 }
 
-const KNOBS: Preemption = Preemption { min_runtime_ms: 0, prefer_checkpointed: true };
+const KNOBS: Preemption = Preemption { min_runtime_ms: 0, ..Preemption::DEFAULT };
 const HOUR: u64 = 3_600_000;
 
 /// Two clusters of two racks of two 8-GPU hosts, every host running a one-host gang `lo-N`.
@@ -972,6 +972,76 @@ fn a_reclaim_that_would_destroy_more_work_than_the_wait_costs_waits_instead() {
     let w = world(f, queues, (0..4).map(|i| gang(&format!("a-{i}")).gpus(6).queue("a")).collect());
     let d = w.preempting_until(&b, 3 * HOUR, KNOBS, started, |_| None, late);
     assert!(matches!(&d[0], Decision::Pending(r) if r.to_string().contains("0.0 GPU-hours")), "{d:?}");
+}
+
+/// The simulator's Kueue dispatchers preempt as Kueue does: its candidate order (lower
+/// priority first, then the most recently started), whatever work that throws away, with no
+/// protection for young gangs and no deferring of a reclaim that costs more than the wait.
+#[test]
+fn kueue_victims_go_in_kueues_order_without_weighing_the_work_lost() {
+    let f = fleet(&[("c1", "h100", 8, &[(Host, 4)])]);
+    let quota = Quota {
+        flavor: "h100".into(),
+        resource: Resource::Gpu,
+        nominal: 16,
+        borrowing_limit: None,
+        lending_limit: None,
+    };
+    let queue = |name: &str| QueueSpec {
+        name: name.into(),
+        cohort: Some("research".into()),
+        strategy: QueueingStrategy::BestEffortFifo,
+        weight: 1,
+        quotas: vec![quota.clone()],
+        preemption: QueuePreemption { reclaim_within_cohort: ReclaimWithinCohort::Any, ..QueuePreemption::default() },
+    };
+    let queues = || Queues::new(vec![queue("a"), queue("b")]).expect("valid");
+    // Queue a holds all four hosts, two borrowed from b. a-0 is of the lowest priority and
+    // has run 3 h; a-3 has run 2 h: 16 GPU-hours to lose, the least.
+    let running = (0..4).map(|i| gang(&format!("a-{i}")).gpus(8).queue("a").priority(if i == 0 { -1 } else { 0 }));
+    let w = world(f, queues(), running.collect());
+    let started = |id: &str| if id == "a-3" { HOUR } else { 0 };
+    let b = [gang("b-0").gpus(8).queue("b")];
+    // a-1 ends in 30 minutes: b-0 would go without 4 GPU-hours by waiting.
+    let soon = |id: &str| Some(if id == "a-1" { 3 * HOUR + HOUR / 2 } else { 100 * HOUR });
+    // Stowage evicts the least work; Kueue the lowest priority, however much it has run.
+    let d = w.preempting_until(&b, 3 * HOUR, KNOBS, started, |_| None, soon);
+    assert_eq!(victims(&d[0]).1, ["a-3"]);
+    let d = w.preempting_until(&b, 3 * HOUR, Preemption::KUEUE, started, |_| None, soon);
+    assert_eq!(victims(&d[0]).1, ["a-0"]);
+    // Of equal priority: stowage spares the work, since waiting costs b-0 less than any
+    // victim's loss; Kueue does not weigh it.
+    let equal = || (0..4).map(|i| gang(&format!("a-{i}")).gpus(8).queue("a")).collect();
+    let w = world(fleet(&[("c1", "h100", 8, &[(Host, 4)])]), queues(), equal());
+    let d = w.preempting_until(&b, 3 * HOUR, KNOBS, started, |_| None, soon);
+    assert!(matches!(&d[0], Decision::Pending(_)), "{d:?}");
+    let d = w.preempting_until(&b, 3 * HOUR, Preemption::KUEUE, started, |_| None, soon);
+    assert_eq!(victims(&d[0]).1, ["a-3"]);
+    // The most recently started goes first, a minute old: Kueue protects no young gang.
+    let young = |id: &str| if id == "a-3" { 3 * HOUR - 60_000 } else { 0 };
+    let d = w.preempting_until(&b, 3 * HOUR, Preemption::KUEUE, young, |_| None, soon);
+    assert_eq!(victims(&d[0]).1, ["a-3"]);
+    // Stowage's default protects it for its first ten minutes.
+    let late = |_: &str| Some(10 * HOUR);
+    let d = w.preempting_until(&b, 3 * HOUR, Preemption::DEFAULT, young, |_| None, late);
+    let (_, evicted) = victims(&d[0]);
+    assert_eq!(evicted.len(), 1, "{d:?}");
+    assert_ne!(evicted[0], "a-3");
+}
+
+/// Kueue's order runs over the whole fleet (MultiKueue's manager preempts by quota): the
+/// victim is the most recently started gang wherever it runs, not the first cluster's.
+#[test]
+fn kueue_victims_are_chosen_across_the_fleet_in_its_order() {
+    let w = full_fleet(WithinQueue::LowerPriority);
+    // Every gang started at 0 except one on the second cluster, at 1 h.
+    let last = w.running.iter().map(|(g, _)| g.id.clone()).rfind(|id| w.host_of(id.as_str()).starts_with("c2"));
+    let last = last.expect("a gang on c2");
+    let started = |id: &str| if id == last.as_str() { HOUR } else { 0 };
+    let d = w.preempting(&[gang("urgent").gpus(8).priority(1)], 2 * HOUR, Preemption::KUEUE, started, |_| None);
+    let (admission, evicted) = victims(&d[0]);
+    assert_eq!(evicted, std::slice::from_ref(&last));
+    assert_eq!(w.fleet.cluster(admission.expect("admitted").cluster).name, "c2");
 }
 
 #[test]

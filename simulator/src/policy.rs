@@ -6,8 +6,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use scheduler_core::{
-    Batch, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, Gang, Patience, QueueingStrategy, Queues,
-    QuotaUsage, Reservations, Slowdown, Snapshot, cycle, release,
+    Batch, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, Gang, Patience, Preemption, QueueingStrategy,
+    Queues, QuotaUsage, Reservations, Slowdown, Snapshot, cycle, release,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -22,14 +22,15 @@ pub enum Policy {
     /// Strict FIFO, the cluster with the most free GPUs, hosts in order, no topology.
     FifoFirstFit,
     /// MultiKueue's all-at-once dispatch (the first worker that can admit wins) with Kueue
-    /// TAS best-fit inside the cluster, best-effort FIFO.
+    /// TAS best-fit inside the cluster, best-effort FIFO, Kueue's preemption where the queues
+    /// allow it (`Victims::Kueue`).
     KueueMultiKueue,
     /// MultiKueue's incremental dispatcher: the workers in name order, three more nominated
     /// each 5-minute round a job waits (`incrementaldispatcher.go`), first to admit wins.
     KueueIncremental,
-    /// Kueue on the manager queues (best-effort FIFO, its own preemption, not modelled), and
-    /// Stowage nominates the cluster and domain (`--kueue multikueue`): Stowage's placement,
-    /// locality by cost and reservations, without Stowage's queueing or preemption.
+    /// Kueue on the manager queues (best-effort FIFO, Kueue's preemption), and Stowage
+    /// nominates the cluster and domain (`--kueue multikueue`): Stowage's placement, locality
+    /// by cost and reservations, without Stowage's queueing or preemption.
     StowageAsDispatcher,
     /// A job bound at submit to the least-loaded cluster that could hold it (no cross-cluster
     /// lookahead after that), then gang + bin-packing inside it.
@@ -78,12 +79,16 @@ impl Policy {
             Policy::FifoFirstFit => {
                 Config::baseline(ClusterChoice::MostFree, Fill::FirstFit, Some(QueueingStrategy::StrictFifo))
             }
-            Policy::KueueMultiKueue | Policy::KueueIncremental => {
-                Config::baseline(ClusterChoice::InOrder, Fill::Locality, Some(QueueingStrategy::BestEffortFifo))
-            }
-            Policy::StowageAsDispatcher => {
-                Config { strategy: Some(QueueingStrategy::BestEffortFifo), preemption: None, ..Config::stowage() }
-            }
+            // Kueue's dispatchers preempt as Kueue does, where the queues allow it.
+            Policy::KueueMultiKueue | Policy::KueueIncremental => Config {
+                preemption: Some(Preemption::KUEUE),
+                ..Config::baseline(ClusterChoice::InOrder, Fill::Locality, Some(QueueingStrategy::BestEffortFifo))
+            },
+            Policy::StowageAsDispatcher => Config {
+                strategy: Some(QueueingStrategy::BestEffortFifo),
+                preemption: Some(Preemption::KUEUE),
+                ..Config::stowage()
+            },
             Policy::VolcanoBinpack => {
                 Config::baseline(ClusterChoice::InOrder, Fill::BinPack, Some(QueueingStrategy::BestEffortFifo))
             }

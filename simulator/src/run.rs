@@ -108,8 +108,6 @@ mod tests {
 
     const PHILLY: &str =
         concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/traces/philly-2017/jobs_2017-09_2017-10.json");
-    const VENUS: &str =
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/traces/helios-2020/Venus/cluster_gpu_number.csv");
 
     /// The built-in trace is derived, not hand-made: regenerate it with
     /// `STOWAGE_REGENERATE=1 cargo test -p simulator builtin_trace`.
@@ -162,35 +160,32 @@ mod tests {
     }
 
     /// The policy's targets on evaluation data, which its defaults were not chosen on
-    /// (docs/policy.md, "Tuning and evaluation"), on the workloads where they hold today: on
-    /// the built-in fleet Philly's October 2017 at 1x-3x and the scale mix at seed 2 at 1x-4x;
-    /// on a real fleet, Helios' Venus cluster with its VCs as queues, the helios mix at seed 2
-    /// at 1x-4x. Stowage has the lowest mean completion time and queueing delay of the four, a
-    /// p99 queueing delay no higher than the best baseline's, utilisation within a point of
-    /// the best, and keeps most of Philly's gangs inside one block. (October at 4x, and the
-    /// other workloads of the set, do not all hold: docs/policy.md has the table.)
+    /// (docs/policy.md, "Tuning and evaluation"), on the workloads where they hold today on the
+    /// built-in fleet: Philly's October 2017 at 1x-3x and the scale mix at seed 2 at 1x-4x.
+    /// Stowage has the lowest mean completion time and queueing delay of the four, a p99
+    /// queueing delay no higher than the best baseline's, utilisation within a point of the
+    /// best, and keeps most of Philly's gangs inside one block. (October at 4x, and the other
+    /// workloads of the set, do not all hold: docs/policy.md has the table. The real fleets'
+    /// runs that hold are 20,000 jobs on PAI's, too long for the test build, so the sweep
+    /// reports them; the helios mix on Venus, pinned here before, held only until
+    /// kueue-multikueue reclaimed quota as Kueue does, 2026-12-06.)
     #[test]
     fn stowage_has_the_lowest_jct_and_delay_on_evaluation_data() {
         let builtin = FleetSpec::builtin().build("built-in").expect("fleet");
-        let venus_day = crate::helios::load(std::path::Path::new(VENUS), None).expect("the shared Venus file");
-        let venus = venus_day.fleet().build("venus").expect("fleet");
-        let gpus = |fleet: &Fleet| fleet.hosts().map(|(_, node)| u64::from(node.gpus)).sum::<u64>();
+        let gpus = builtin.hosts().map(|(_, node)| u64::from(node.gpus)).sum::<u64>();
         let october = philly_month("2017-10");
         assert!(october.jobs.len() > 1_000, "October has {} jobs", october.jobs.len());
-        let synthetic = |mix, fleet: &Fleet| crate::trace::synthetic::generate(mix, 2000, 2, gpus(fleet));
-        let scale = synthetic(crate::trace::synthetic::Mix::Scale, &builtin);
-        let helios = synthetic(crate::trace::synthetic::Mix::Helios, &venus);
+        let scale = crate::trace::synthetic::generate(crate::trace::synthetic::Mix::Scale, 2000, 2, gpus);
         let all = &[1.0, 2.0, 3.0, 4.0][..];
         let cases = [
             // As `scripts/policy-sweep` runs them: a trace with the default seed, a mix with its own.
-            ("philly-2017-10", &october, &builtin, Vec::new(), 1, &all[..3], Some(0.70)),
-            ("scale-seed2", &scale, &builtin, Vec::new(), 2, all, None),
-            ("helios-seed2 on venus", &helios, &venus, venus_day.queues(), 2, all, None),
+            ("philly-2017-10", &october, &builtin, 1, &all[..3], Some(0.70)),
+            ("scale-seed2", &scale, &builtin, 2, all, None),
         ];
-        for (name, trace, fleet, queues, seed, loads, block) in cases {
+        for (name, trace, fleet, seed, loads, block) in cases {
             let inputs = Inputs { fleet, fleet_name: "evaluation", trace, trace_name: name };
             for &load in loads {
-                let opts = SimOptions { load_scale: load, seed, queues: queues.clone(), ..SimOptions::default() };
+                let opts = SimOptions { load_scale: load, seed, ..SimOptions::default() };
                 let (report, _) = run_policies(&inputs, &Policy::DEFAULT, &opts, &mut |_, _, _| {}).expect("runs");
                 let ours = &report.policies[0];
                 assert_eq!(ours.name, "stowage");
@@ -210,21 +205,27 @@ mod tests {
     }
 
     /// With a tenth of the jobs urgent, stowage preempts for them and they wait a fraction of
-    /// what they wait under the baselines, which do not preempt; every eviction is counted with
-    /// the work it lost.
+    /// what they wait under a baseline that does not preempt; Kueue preempts for every one at
+    /// once, whatever that throws away, and costs the other jobs more than it saves the
+    /// urgent ones. Every eviction is counted with the work it lost.
     #[test]
     fn urgent_jobs_preempt_and_wait_far_less_than_under_the_baselines() {
         let fleet = FleetSpec::builtin().build("built-in").expect("fleet");
         let trace = builtin_trace().expect("trace");
         let inputs = Inputs { fleet: &fleet, fleet_name: "built-in", trace: &trace, trace_name: "philly" };
         let opts = SimOptions { urgent_percent: 10, ..SimOptions::default() };
-        let policies = [Policy::Stowage, Policy::KueueMultiKueue];
+        let policies = [Policy::Stowage, Policy::FifoFirstFit, Policy::KueueMultiKueue];
         let (report, runs) = run_policies(&inputs, &policies, &opts, &mut |_, _, _| {}).expect("runs");
-        let [ours, kueue] = [0, 1].map(|i| &report.policies[i].preemption);
+        let [ours, fifo, kueue] = [0, 1, 2].map(|i| &report.policies[i].preemption);
         assert!(ours.high_priority_jobs > 100, "{ours:?}");
-        assert!(ours.high_priority_mean_delay_s <= 0.5 * kueue.high_priority_mean_delay_s, "{ours:?} vs {kueue:?}");
+        assert!(ours.high_priority_mean_delay_s <= 0.5 * fifo.high_priority_mean_delay_s, "{ours:?} vs {fifo:?}");
         assert!(ours.preemptions > 0 && ours.gpu_hours_lost > 0.0, "{ours:?}");
-        assert_eq!((kueue.preemptions, kueue.gpu_hours_lost), (0, 0.0));
+        assert_eq!((fifo.preemptions, fifo.gpu_hours_lost), (0, 0.0));
+        // Kueue's urgent jobs barely wait, but it throws away over twice the work, and the
+        // other jobs, and so every job on average, finish later.
+        assert!(kueue.preemptions > 0 && kueue.gpu_hours_lost >= 2.0 * ours.gpu_hours_lost, "{ours:?} vs {kueue:?}");
+        assert!(ours.other_mean_delay_s < kueue.other_mean_delay_s, "{ours:?} vs {kueue:?}");
+        assert!(report.policies[0].jct_s.mean < report.policies[2].jct_s.mean);
         // Only lower-priority jobs are ever evicted, and all of them finish.
         for j in runs[0].jobs.iter().filter(|j| j.preemptions > 0) {
             assert!(j.priority < crate::engine::URGENT, "{} evicted at priority {}", j.id, j.priority);

@@ -42,7 +42,7 @@ pub fn fast() -> PlaygroundOptions {
         gang_scheduler: GangScheduler::Coscheduling,
         // No minimum runtime: a test's victims have only just started.
         config: scheduler_core::Config {
-            preemption: Some(scheduler_core::Preemption { min_runtime_ms: 0, prefer_checkpointed: true }),
+            preemption: Some(scheduler_core::Preemption { min_runtime_ms: 0, ..scheduler_core::Preemption::DEFAULT }),
             ..scheduler_core::Config::stowage()
         },
         ..PlaygroundOptions::default()
