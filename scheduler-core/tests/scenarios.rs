@@ -917,11 +917,8 @@ fn a_queue_reclaims_its_nominal_quota_from_a_borrowing_queue_of_its_cohort() {
     assert!(matches!(&d[0], Decision::Pending(_)), "{d:?}");
 }
 
-/// A reclaim throws away the borrower's work since it started; it is worth it only when that
-/// is less GPU-time than the reclaiming gang would go without by waiting for room.
-#[test]
-fn a_reclaim_that_would_destroy_more_work_than_the_wait_costs_waits_instead() {
-    let f = fleet(&[("c1", "h100", 8, &[(Host, 4)])]);
+/// Queues a and b of one cohort, 16 GPUs of nominal quota each, each reclaiming from the other.
+fn reclaiming_pair() -> Queues {
     let quota = Quota {
         flavor: "h100".into(),
         resource: Resource::Gpu,
@@ -937,7 +934,15 @@ fn a_reclaim_that_would_destroy_more_work_than_the_wait_costs_waits_instead() {
         quotas: vec![quota.clone()],
         preemption: QueuePreemption { reclaim_within_cohort: ReclaimWithinCohort::Any, ..QueuePreemption::default() },
     };
-    let queues = Queues::new(vec![queue("a"), queue("b")]).expect("valid");
+    Queues::new(vec![queue("a"), queue("b")]).expect("valid")
+}
+
+/// A reclaim throws away the borrower's work since it started; it is worth it only when that
+/// is less GPU-time than the reclaiming gang would go without by waiting for room.
+#[test]
+fn a_reclaim_that_would_destroy_more_work_than_the_wait_costs_waits_instead() {
+    let f = fleet(&[("c1", "h100", 8, &[(Host, 4)])]);
+    let queues = reclaiming_pair();
     // Queue a holds all four hosts, two of them borrowed from b; a-3 started last, at 2 h.
     let w = world(f, queues, (0..4).map(|i| gang(&format!("a-{i}")).gpus(8).queue("a")).collect());
     let started = |id: &str| if id == "a-3" { 2 * HOUR } else { 0 };
@@ -968,7 +973,7 @@ fn a_reclaim_that_would_destroy_more_work_than_the_wait_costs_waits_instead() {
     // Eight GPUs free, but two on each host: counting GPUs says room now, so nothing is worth
     // destroying; it waits (and takes the cycle's reservation) rather than evict.
     let f = fleet(&[("c1", "h100", 8, &[(Host, 4)])]);
-    let queues = Queues::new(vec![queue("a"), queue("b")]).expect("valid");
+    let queues = reclaiming_pair();
     let w = world(f, queues, (0..4).map(|i| gang(&format!("a-{i}")).gpus(6).queue("a")).collect());
     let d = w.preempting_until(&b, 3 * HOUR, KNOBS, started, |_| None, late);
     assert!(matches!(&d[0], Decision::Pending(r) if r.to_string().contains("0.0 GPU-hours")), "{d:?}");
@@ -980,26 +985,10 @@ fn a_reclaim_that_would_destroy_more_work_than_the_wait_costs_waits_instead() {
 #[test]
 fn kueue_victims_go_in_kueues_order_without_weighing_the_work_lost() {
     let f = fleet(&[("c1", "h100", 8, &[(Host, 4)])]);
-    let quota = Quota {
-        flavor: "h100".into(),
-        resource: Resource::Gpu,
-        nominal: 16,
-        borrowing_limit: None,
-        lending_limit: None,
-    };
-    let queue = |name: &str| QueueSpec {
-        name: name.into(),
-        cohort: Some("research".into()),
-        strategy: QueueingStrategy::BestEffortFifo,
-        weight: 1,
-        quotas: vec![quota.clone()],
-        preemption: QueuePreemption { reclaim_within_cohort: ReclaimWithinCohort::Any, ..QueuePreemption::default() },
-    };
-    let queues = || Queues::new(vec![queue("a"), queue("b")]).expect("valid");
     // Queue a holds all four hosts, two borrowed from b. a-0 is of the lowest priority and
     // has run 3 h; a-3 has run 2 h: 16 GPU-hours to lose, the least.
     let running = (0..4).map(|i| gang(&format!("a-{i}")).gpus(8).queue("a").priority(if i == 0 { -1 } else { 0 }));
-    let w = world(f, queues(), running.collect());
+    let w = world(f, reclaiming_pair(), running.collect());
     let started = |id: &str| if id == "a-3" { HOUR } else { 0 };
     let b = [gang("b-0").gpus(8).queue("b")];
     // a-1 ends in 30 minutes: b-0 would go without 4 GPU-hours by waiting.
@@ -1012,7 +1001,7 @@ fn kueue_victims_go_in_kueues_order_without_weighing_the_work_lost() {
     // Of equal priority: stowage spares the work, since waiting costs b-0 less than any
     // victim's loss; Kueue does not weigh it.
     let equal = || (0..4).map(|i| gang(&format!("a-{i}")).gpus(8).queue("a")).collect();
-    let w = world(fleet(&[("c1", "h100", 8, &[(Host, 4)])]), queues(), equal());
+    let w = world(fleet(&[("c1", "h100", 8, &[(Host, 4)])]), reclaiming_pair(), equal());
     let d = w.preempting_until(&b, 3 * HOUR, KNOBS, started, |_| None, soon);
     assert!(matches!(&d[0], Decision::Pending(_)), "{d:?}");
     let d = w.preempting_until(&b, 3 * HOUR, Preemption::KUEUE, started, |_| None, soon);
