@@ -356,6 +356,15 @@ struct GangSchedulerTuning {
     kai_topology: Option<String>,
 }
 
+/// One `LEVEL=VALUE` item of `flag`: the level as the core reads it, and the value; an error
+/// naming the flag and the item otherwise.
+fn level_pair<'a>(flag: &str, item: &'a str, value: &str) -> Result<(scheduler_core::Level, &'a str), CliError> {
+    let bad = |message: String| CliError::Setup { what: flag.into(), message };
+    let (level, rest) = item.split_once('=').ok_or_else(|| bad(format!("{item:?} is not LEVEL={value}")))?;
+    let level = level.trim().parse().map_err(|e: scheduler_core::topology::UnknownLevel| bad(e.to_string()))?;
+    Ok((level, rest))
+}
+
 impl GangSchedulerTuning {
     /// The tiers by level as the renderer reads them, and the KAI Topology's name, or an error
     /// naming the flag and the value at fault.
@@ -363,10 +372,7 @@ impl GangSchedulerTuning {
         let bad = |what: &str, message: String| CliError::Setup { what: what.into(), message };
         let mut tiers = BTreeMap::new();
         for item in &self.volcano_tiers {
-            let (level, tier) =
-                item.split_once('=').ok_or_else(|| bad("--volcano-tiers", format!("{item:?}: expected LEVEL=TIER")))?;
-            let level: scheduler_core::Level =
-                level.trim().parse().map_err(|e| bad("--volcano-tiers", format!("{item:?}: {e}")))?;
+            let (level, tier) = level_pair("--volcano-tiers", item, "TIER")?;
             let tier: i32 = tier
                 .trim()
                 .parse()
@@ -1013,13 +1019,7 @@ fn agent_command(args: AgentArgs) -> Result<(), CliError> {
         .levels
         .iter()
         .map(|l| {
-            let (level, label) = l.split_once('=').ok_or_else(|| CliError::Setup {
-                what: "--levels".into(),
-                message: format!("{l:?} is not LEVEL=NODE_LABEL"),
-            })?;
-            let level = level
-                .parse::<scheduler_core::Level>()
-                .map_err(|e| CliError::Setup { what: "--levels".into(), message: e.to_string() })?;
+            let (level, label) = level_pair("--levels", l, "NODE_LABEL")?;
             // Written as the hub reads it (`Host` and ` rack` parse too): the agent tells hosts
             // from the levels above them by this name.
             Ok(api::stowage::TopologyLevel { level: level.as_str().to_string(), node_label: label.to_string() })

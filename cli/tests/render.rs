@@ -87,7 +87,7 @@ fn the_gang_schedulers_topology_names_reach_the_podgroup() {
     for (flag, value, words) in [
         ("--volcano-tiers", "rack=0", "a tier is a whole number from 1"),
         ("--volcano-tiers", "shelf=1", "shelf"),
-        ("--volcano-tiers", "rack", "expected LEVEL=TIER"),
+        ("--volcano-tiers", "rack", "is not LEVEL=TIER"),
         ("--kai-topology", "Bad_Name", "not a Kubernetes object name"),
     ] {
         let o = run(&dir, &["--placement", pl, flag, value]);
