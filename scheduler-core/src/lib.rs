@@ -45,6 +45,7 @@ pub use gang::{ClusterFilter, Gang, GangError, GangId, PodSet, Slice};
 pub use nodes::{
     LabelMatch, MatchOperator, NodeClass, NodeRequirement, Taint, TaintEffect, Toleration, TolerationOperator,
 };
+pub use order::lanes_per_queue;
 pub use place::{Fill, PodSetPlacement};
 pub use queue::{
     BorrowWithinCohort, QueueId, QueuePreemption, QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage,

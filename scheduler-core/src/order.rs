@@ -1,6 +1,9 @@
-//! The order a cycle considers gangs in. Without fair sharing, one global order: priority,
-//! then submit time, then id ([`queue_order`]). With it, which queue admits next: dominant
-//! resource fairness (Ghodsi et al., NSDI'11)
+//! The order a cycle considers gangs in. As Kueue orders the heads of its ClusterQueues
+//! (`entryOrdering.Less`, pkg/scheduler/scheduler.go): a gang its queue's nominal quota covers
+//! goes before one that would borrow from the cohort, so a lender's gangs take the room that
+//! frees before any borrower's, however much older the borrower's. Then, without fair sharing,
+//! one global order: priority, then submit time, then id ([`queue_order`]). With it, which
+//! queue admits next: dominant resource fairness (Ghodsi et al., NSDI'11)
 //! over the fleet's GPUs, CPU and memory, weighted per queue as Kueue weights ClusterQueues in
 //! a cohort: each queue's share is the largest fraction of the fleet it holds of any resource,
 //! divided by its weight, and the queue with the smallest share admits its next gang. Priority
@@ -29,11 +32,23 @@ pub fn queue_order(pending: &[Gang]) -> Vec<usize> {
     keyed.into_iter().map(|k| k.3).collect()
 }
 
-/// One queue's pending gangs in queue order, and how far the cycle has taken them.
+/// Whether a cycle orders its gangs by queue: by each one's share (`fair`), or by whether its
+/// head would borrow, as some queue is in a cohort. Else one order of all queues, whose first
+/// `depth` are all a cycle can look at (the simulator hands it no more: `pending.rs`).
+pub fn lanes_per_queue(queues: &Queues, fair: bool) -> bool {
+    fair || queues.specs().iter().any(|s| s.cohort.is_some())
+}
+
+/// One queue's pending gangs in queue order (or, where no queue can borrow and shares are not
+/// weighed, every queue's in one), and how far the cycle has taken them.
 #[derive(Debug)]
 struct Lane {
-    /// `None`: gangs naming a queue that does not exist (they fail on their own, in order).
+    /// `None`: gangs naming a queue that does not exist (they fail on their own, in order), or
+    /// the one lane of every queue.
     queue: Option<QueueId>,
+    /// The GPUs its queue's nominal quota covers, where it may borrow beyond them (it is in a
+    /// cohort): summed over its flavors, as the order cannot know which flavor a gang takes.
+    nominal_gpus: Option<u64>,
     gangs: Vec<usize>,
     next: usize,
     /// How many of the gangs taken were left waiting: at the depth, the lane is done.
@@ -46,51 +61,82 @@ pub struct FairOrder {
     lanes: Vec<Lane>,
     totals: Held,
     depth: usize,
+    /// Shares weighed, and the depth counted per lane; else the depth counts every lane's.
+    fair: bool,
+    /// How many gangs taken were left waiting, over every lane.
+    waiting: usize,
     /// The lane the last gang came from.
     last: Option<usize>,
 }
 
 impl FairOrder {
-    /// Without fair sharing, one lane: the global order of priority, submit time and id. A
-    /// lane is done once `depth` of the gangs it gave were left waiting ([`Self::left_waiting`]):
-    /// those admitted do not count, so a burst that fits is admitted in one cycle, and a deep
-    /// queue that does not fit costs a cycle `depth` gangs.
+    /// Without fair sharing, one order of priority, submit time and id (after the nominal
+    /// quota's gangs, where a queue may borrow); with it, a lane per queue. The cycle is done
+    /// once `depth` of the gangs given were left waiting ([`Self::left_waiting`]), of each lane
+    /// with fair sharing: those admitted do not count, so a burst that fits is admitted in one
+    /// cycle, and a deep queue that does not fit costs a cycle `depth` gangs.
     pub fn new(pending: &[Gang], queues: &Queues, fleet: &Fleet, fair: bool, depth: u32) -> Self {
+        // Else one lane, so that the common case merges none.
+        let per_queue = lanes_per_queue(queues, fair);
         let mut lanes: Vec<Lane> = Vec::new();
         for i in queue_order(pending) {
-            let queue = if fair { queues.id(&pending[i].queue) } else { None };
+            let queue = if per_queue { queues.id(&pending[i].queue) } else { None };
             match lanes.iter_mut().find(|l| l.queue == queue) {
                 Some(l) => l.gangs.push(i),
-                None => lanes.push(Lane { queue, gangs: vec![i], next: 0, waiting: 0 }),
+                None => {
+                    let nominal_gpus = queue.filter(|&q| queues.spec(q).cohort.is_some() && !queues.is_unlimited(q));
+                    let nominal_gpus = nominal_gpus.map(|q| queues.spec(q).nominal_gpus());
+                    lanes.push(Lane { queue, nominal_gpus, gangs: vec![i], next: 0, waiting: 0 });
+                }
             }
         }
         let depth = usize::try_from(depth).unwrap_or(usize::MAX);
-        FairOrder { lanes, totals: fleet.totals(), depth, last: None }
+        FairOrder { lanes, totals: fleet.totals(), depth, fair, waiting: 0, last: None }
     }
 
-    /// How many gangs may wait after the cycle has looked at them: up to the depth of each lane.
+    /// How many gangs may wait after the cycle has looked at them: up to the depth (of each lane).
     pub fn considered(&self) -> usize {
-        self.lanes.iter().map(|l| l.gangs.len().min(self.depth)).sum()
+        if self.fair {
+            self.lanes.iter().map(|l| l.gangs.len().min(self.depth)).sum()
+        } else {
+            self.lanes.iter().map(|l| l.gangs.len()).sum::<usize>().min(self.depth)
+        }
     }
 
     /// The next gang, or `None` when every lane is done.
     pub fn next(&mut self, pending: &[Gang], queues: &Queues, usage: &QuotaUsage) -> Option<usize> {
-        let (totals, depth) = (self.totals, self.depth);
-        let (at, lane) =
-            self.lanes.iter_mut().enumerate().filter(|(_, l)| l.next < l.gangs.len() && l.waiting < depth).min_by_key(
-                |(_, l)| {
-                    let head = &pending[l.gangs[l.next]];
-                    let share = l.queue.map_or(0, |q| dominant_share(usage.held(q), totals, queues.spec(q).weight));
-                    (Reverse(head.priority), share, head.submitted_ms, l.queue)
-                },
-            )?;
+        let (totals, depth, fair) = (self.totals, self.depth, self.fair);
+        if !fair && self.waiting >= depth {
+            return None;
+        }
+        let (at, lane) = self
+            .lanes
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, l)| l.next < l.gangs.len() && (!fair || l.waiting < depth))
+            .min_by_key(|(_, l)| {
+                let head = &pending[l.gangs[l.next]];
+                // The queue's GPUs with its head's added past what its nominal quota covers.
+                let borrows = match (l.queue, l.nominal_gpus) {
+                    (Some(q), Some(nominal)) => usage.held(q)[0].saturating_add(head.total_gpus()) > nominal,
+                    _ => false,
+                };
+                let share = match l.queue {
+                    Some(q) if fair => dominant_share(usage.held(q), totals, queues.spec(q).weight),
+                    _ => 0,
+                };
+                // The queue breaks ties between lanes only where lanes are queues by design.
+                let queue = if fair { l.queue } else { None };
+                (borrows, Reverse(head.priority), share, head.submitted_ms, queue, head.id.as_str())
+            })?;
         lane.next += 1;
         self.last = Some(at);
         Some(lane.gangs[lane.next - 1])
     }
 
-    /// The gang [`Self::next`] gave last was left waiting: it counts against its lane's depth.
+    /// The gang [`Self::next`] gave last was left waiting: it counts against the depth.
     pub fn left_waiting(&mut self) {
+        self.waiting += 1;
         if let Some(lane) = self.last.and_then(|at| self.lanes.get_mut(at)) {
             lane.waiting += 1;
         }

@@ -937,6 +937,30 @@ fn reclaiming_pair() -> Queues {
     Queues::new(vec![queue("a"), queue("b")]).expect("valid")
 }
 
+/// Kueue's order (`entryOrdering.Less`): a gang its queue's nominal quota covers goes before
+/// one that would borrow, however much older that one is, and priority only after that; among
+/// gangs alike in both, the older first. No preemption here: only the room that is free.
+#[test]
+fn room_that_frees_goes_to_a_lenders_gang_before_an_older_borrowers() {
+    let f = fleet(&[("c1", "h100", 8, &[(Host, 4)])]);
+    // Queue a holds three of the four hosts: 24 GPUs on a nominal 16, borrowing 8 of b's.
+    let w = world(f, reclaiming_pair(), (0..3).map(|i| gang(&format!("a-{i}")).gpus(8).queue("a")).collect());
+    let snapshot = |now_ms| Snapshot::at(&w.fleet, &w.queues, w.capacity.clone(), w.usage.clone(), now_ms);
+    let older_borrower = gang("a-3").gpus(8).queue("a").submitted(0).priority(5);
+    let lender = gang("b-0").gpus(8).queue("b").submitted(60_000);
+    let later_lender = gang("b-1").gpus(8).queue("b").submitted(120_000);
+    let pending = [older_borrower, later_lender, lender];
+    let out = cycle(snapshot(180_000), &pending, &scheduler_core::fixture::greedy());
+    assert!(out.decisions[2].admission().is_some(), "the lender's older gang takes the host: {:?}", out.decisions);
+    // Then the cohort's 32 GPUs are all in use.
+    for d in &out.decisions[..2] {
+        assert!(matches!(d, Decision::Pending(Reason::QuotaExceeded { .. })), "{d:?}");
+    }
+    // With b's gangs gone, the borrower's gang takes the host: the order is not a quota.
+    let out = cycle(snapshot(180_000), &pending[..1], &scheduler_core::fixture::greedy());
+    assert!(out.decisions[0].admission().is_some(), "{:?}", out.decisions);
+}
+
 /// A reclaim throws away the borrower's work since it started; it is worth it only when that
 /// is less GPU-time than the reclaiming gang would go without by waiting for room.
 #[test]

@@ -1,7 +1,8 @@
 //! The simulator's waiting gangs, kept per queue in the order a cycle considers them
 //! (`scheduler_core::queue_order`: priority, then submit time, then id), so each cycle is handed
-//! only what it would look at anyway: the first `Config::depth` of every queue under fair
-//! sharing (a lane per queue), else the first `depth` of all queues together (one lane). A cycle then
+//! only what it would look at anyway: the first `Config::depth` of every queue where the cycle
+//! orders by queue (fair sharing, or queues in a cohort: `scheduler_core::lanes_per_queue`),
+//! else the first `depth` of all queues together (one lane). A cycle then
 //! costs what its depth costs, however long the queues grow. Those first gangs stay lent out
 //! between cycles (the window): a cycle usually decides a few of them, and the rest are moved
 //! within one contiguous vector, not fetched from their slots again.

@@ -3,7 +3,9 @@
 //! its decisions applied: evictions (`evict`), starts, and each waiting gang told its reason
 //! (`tell`).
 
-use scheduler_core::{Capacity, Config, Cycle, Decision, Gang, Reason, Reserved, Running as Victim, Snapshot, cycle};
+use scheduler_core::{
+    Capacity, Config, Cycle, Decision, Gang, Reason, Reserved, Running as Victim, Snapshot, cycle, lanes_per_queue,
+};
 
 use crate::cut::{self, Group, Told};
 use crate::policy::Policy;
@@ -175,12 +177,12 @@ impl Sim<'_> {
         })
     }
 
-    /// The cycle looks at no more than the first `depth` of each lane (each queue under fair
-    /// sharing, else all together): only those are lent. The others wait another cycle, as the
+    /// The cycle looks at no more than the first `depth` of each lane (each queue where it
+    /// orders by queue, `lanes_per_queue`, else all together): only those are lent. The others wait another cycle, as the
     /// cycle would have told them; under the baselines it is shown even fewer (`cut`).
     pub(super) fn lend(&mut self, config: &Config, now_ms: u64) {
         let policy = self.policy;
-        for g in self.pending.lend(config.depth, config.fair_sharing) {
+        for g in self.pending.lend(config.depth, lanes_per_queue(self.queues, config.fair_sharing)) {
             if let Some(only) = policy.nominated(self.fleet, g, now_ms) {
                 g.clusters.only = Some(only);
             }
