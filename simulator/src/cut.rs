@@ -40,6 +40,7 @@ use scheduler_core::may_backfill;
 use scheduler_core::preempt::may_evict_any;
 use scheduler_core::{
     ClusterFilter, Config, Decision, Fleet, Gang, PodSet, QueueId, QueueingStrategy, Queues, Reason, Reserved,
+    lanes_per_queue,
 };
 
 /// Gangs a cycle decides alike, in queue order.
@@ -53,12 +54,14 @@ pub enum Group {
     Class { class: u32, stage: u8, lifts: u64 },
 }
 
-/// Whether cycles under `config` decide as the cut assumes (see the module docs): in one
-/// order (no fair sharing, whose order moves with each admission's share) and greedily (no
+/// Whether cycles under `config` on `queues` decide as the cut assumes (see the module docs):
+/// in one order of all queues (no lane per queue, `lanes_per_queue`: fair sharing's order moves
+/// with each admission's share, a cohort's with what each queue borrows, and the depth then
+/// counts gangs of every lane, so one left out would change where it stops) and greedily (no
 /// optimiser). The policy must not widen a gang's clusters with time either
 /// (`Policy::nominates`).
-pub fn applies(config: &Config) -> bool {
-    config.batch.is_none() && !config.fair_sharing
+pub fn applies(config: &Config, queues: &Queues) -> bool {
+    config.batch.is_none() && !lanes_per_queue(queues, config.fair_sharing)
 }
 
 /// A class: what a cycle's decision for a gang reads of it, beyond its id, run time and age.

@@ -453,7 +453,7 @@ pub fn simulate(
         empty: fleet.allocatable().clone(),
         usage: QuotaUsage::default(),
         pending: Pending::default(),
-        cutting: !opts.uncut && !policy.nominates() && cut::applies(&opts.config(policy)),
+        cutting: !opts.uncut && !policy.nominates() && cut::applies(&opts.config(policy), queues),
         classes: Classes::default(),
         groups: vec![None; trace.jobs.len()],
         reserved: Vec::new(),
@@ -848,11 +848,15 @@ mod tests {
         }
         let baselines = [Policy::FifoFirstFit, Policy::KueueMultiKueue, Policy::VolcanoBinpack];
         let hour = 3_600_000;
+        let solo_queues: Vec<QueueSpec> = team_queues().into_iter().map(|q| QueueSpec { cohort: None, ..q }).collect();
         let cases = [
             (SimOptions::default(), &baselines[..]),
             (SimOptions { tenants: 1, ..SimOptions::default() }, &baselines),
             (SimOptions { horizon_s: Some(trace.jobs[900].submit_s), ..SimOptions::default() }, &baselines),
             (SimOptions { queues: team_queues(), ..SimOptions::default() }, &baselines),
+            // Quotas outside a cohort: the one order of all queues, cut (in a cohort, a lane per
+            // queue, never cut).
+            (SimOptions { queues: solo_queues.clone(), ..SimOptions::default() }, &baselines),
             (SimOptions { node_failure_rate: 1.0, seed: 5, ..SimOptions::default() }, &baselines),
             // Stowage: holds weighed by cost, reservations and backfill; patience short enough
             // that gangs pass its stages; urgent jobs that preempt; failing nodes; no cost model.
