@@ -856,7 +856,7 @@ mod tests {
             (SimOptions { queues: team_queues(), ..SimOptions::default() }, &baselines),
             // Quotas outside a cohort: the one order of all queues, cut (in a cohort, a lane per
             // queue, never cut).
-            (SimOptions { queues: solo_queues.clone(), ..SimOptions::default() }, &baselines),
+            (SimOptions { queues: solo_queues, ..SimOptions::default() }, &baselines),
             (SimOptions { node_failure_rate: 1.0, seed: 5, ..SimOptions::default() }, &baselines),
             // Stowage: holds weighed by cost, reservations and backfill; patience short enough
             // that gangs pass its stages; urgent jobs that preempt; failing nodes; no cost model.
