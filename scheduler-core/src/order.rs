@@ -46,9 +46,6 @@ struct Lane {
     /// `None`: gangs naming a queue that does not exist (they fail on their own, in order), or
     /// the one lane of every queue.
     queue: Option<QueueId>,
-    /// The GPUs its queue's nominal quota covers, where it may borrow beyond them (it is in a
-    /// cohort): summed over its flavors, as the order cannot know which flavor a gang takes.
-    nominal_gpus: Option<u64>,
     gangs: Vec<usize>,
     next: usize,
     /// How many of the gangs taken were left waiting: at the depth, the lane is done.
@@ -83,11 +80,7 @@ impl FairOrder {
             let queue = if per_queue { queues.id(&pending[i].queue) } else { None };
             match lanes.iter_mut().find(|l| l.queue == queue) {
                 Some(l) => l.gangs.push(i),
-                None => {
-                    let nominal_gpus = queue.filter(|&q| queues.spec(q).cohort.is_some() && !queues.is_unlimited(q));
-                    let nominal_gpus = nominal_gpus.map(|q| queues.spec(q).nominal_gpus());
-                    lanes.push(Lane { queue, nominal_gpus, gangs: vec![i], next: 0, waiting: 0 });
-                }
+                None => lanes.push(Lane { queue, gangs: vec![i], next: 0, waiting: 0 }),
             }
         }
         let depth = usize::try_from(depth).unwrap_or(usize::MAX);
@@ -116,11 +109,8 @@ impl FairOrder {
             .filter(|(_, l)| l.next < l.gangs.len() && (!fair || l.waiting < depth))
             .min_by_key(|(_, l)| {
                 let head = &pending[l.gangs[l.next]];
-                // The queue's GPUs with its head's added past what its nominal quota covers.
-                let borrows = match (l.queue, l.nominal_gpus) {
-                    (Some(q), Some(nominal)) => usage.held(q)[0].saturating_add(head.total_gpus()) > nominal,
-                    _ => false,
-                };
+                // Its queue past nominal with the head admitted (one lane of every queue: never).
+                let borrows = l.queue.is_some_and(|q| queues.would_borrow(usage, q, head));
                 let share = match l.queue {
                     Some(q) if fair => dominant_share(usage.held(q), totals, queues.spec(q).weight),
                     _ => 0,

@@ -209,6 +209,36 @@ impl Queues {
         self.quota[id.idx()].iter().any(|(key, q)| usage.get(id, key) > q.nominal)
     }
 
+    /// Whether admitting `gang` would take its queue past its nominal quota: the first key of
+    /// Kueue's order of a cycle's heads (`assignment.Borrows()` in `entryOrdering.Less`,
+    /// pkg/scheduler/scheduler.go), asked only in a cohort, where there is something to borrow.
+    /// Kueue asks it of the flavors it has assigned; the order comes before any placement, so
+    /// the gang counts as borrowing only when every flavor it could take (one the queue has
+    /// quota for and each GPU pod set accepts) would go past nominal there on some resource the
+    /// gang asks for and the queue limits: GPUs, or its GPU pods' CPU or memory. Its CPU-only
+    /// pods take no flavor and charge no quota (`quota_charges`), so they weigh nothing here.
+    pub fn would_borrow(&self, usage: &QuotaUsage, id: QueueId, gang: &crate::gang::Gang) -> bool {
+        if self.specs[id.idx()].cohort.is_none() {
+            return false;
+        }
+        let gpu_pod_sets = || gang.pod_sets.iter().filter(|ps| ps.shape.gpus > 0);
+        let mut ask = [0u64; 3];
+        for ps in gpu_pod_sets() {
+            for (a, r) in ask.iter_mut().zip(Resource::ALL) {
+                *a += u64::from(ps.pods) * r.of(&ps.shape);
+            }
+        }
+        let accepted = |f: &str| gpu_pod_sets().all(|ps| ps.flavors.is_empty() || ps.flavors.iter().any(|n| n == f));
+        let mut flavors = self.quota_flavors(id).filter(|f| accepted(f)).peekable();
+        let past_nominal = |f: &str| {
+            Resource::ALL.into_iter().zip(ask).filter(|&(_, a)| a > 0).any(|(r, a)| {
+                let key = (f.to_string(), r);
+                self.quota[id.idx()].get(&key).is_some_and(|q| usage.get(id, &key).saturating_add(a) > q.nominal)
+            })
+        };
+        flavors.peek().is_some() && flavors.all(past_nominal)
+    }
+
     /// How much more of `key` the queue may take now, borrowing included; `None` if unlimited.
     pub fn headroom(&self, usage: &QuotaUsage, id: QueueId, key: &QuotaKey) -> Option<u64> {
         let Some(q) = self.quota[id.idx()].get(key) else {
@@ -501,6 +531,49 @@ mod tests {
         assert_eq!(qs.headroom(&usage, b, &key()), Some(4), "b may borrow only what a lends");
         usage.add(b, key(), 4);
         assert_eq!(qs.headroom(&usage, a, &key()), Some(6), "a keeps its 6 guaranteed GPUs");
+    }
+
+    /// Kueue orders a cycle's heads by whether their flavor assignment borrows: per flavor and
+    /// per resource, not GPUs summed over the queue's flavors.
+    #[test]
+    fn a_gang_would_borrow_only_where_no_flavor_it_may_take_keeps_it_within_nominal() {
+        use crate::fixture::{GangExt, gang};
+        let cpu = |flavor: &str, nominal| Quota {
+            flavor: flavor.into(),
+            resource: Resource::CpuMilli,
+            nominal,
+            borrowing_limit: None,
+            lending_limit: None,
+        };
+        let qs = Queues::new(vec![
+            queue("a", Some("c"), vec![gpu_quota("h100", 8, None, None), gpu_quota("a100", 8, None, None)]),
+            queue("b", Some("c"), vec![gpu_quota("h100", 8, None, None), cpu("h100", 4_000)]),
+            queue("solo", None, vec![gpu_quota("h100", 8, None, None)]),
+        ])
+        .expect("valid");
+        let id = |n: &str| qs.id(n).expect("queue");
+        let mut usage = QuotaUsage::default();
+        usage.add(id("a"), ("h100".into(), Resource::Gpu), 7);
+        usage.add(id("a"), ("a100".into(), Resource::Gpu), 7);
+        // 14 of 16 GPUs summed, but 2 more go past nominal on either flavor.
+        assert!(qs.would_borrow(&usage, id("a"), &gang("x").gpus(2)));
+        assert!(!qs.would_borrow(&usage, id("a"), &gang("x").gpus(1)));
+        usage.add(id("a"), ("a100".into(), Resource::Gpu), 1);
+        // One GPU still fits h100's nominal, unless the gang only takes a100.
+        assert!(!qs.would_borrow(&usage, id("a"), &gang("x").gpus(1)));
+        assert!(qs.would_borrow(&usage, id("a"), &gang("x").gpus(1).flavor("a100")));
+        // A gang of no GPU takes no flavor and charges nothing: it never borrows.
+        assert!(!qs.would_borrow(&usage, id("a"), &gang("x").gpus(0)));
+
+        // b limits CPU on h100 too: GPUs within nominal, CPU past it, is borrowing.
+        usage.add(id("b"), ("h100".into(), Resource::CpuMilli), 3_500);
+        assert!(qs.would_borrow(&usage, id("b"), &gang("x").gpus(1)));
+        usage.remove(id("b"), ("h100".into(), Resource::CpuMilli), 3_000);
+        assert!(!qs.would_borrow(&usage, id("b"), &gang("x").gpus(1)));
+
+        // Outside a cohort there is nothing to borrow, whatever the usage.
+        usage.add(id("solo"), key(), 8);
+        assert!(!qs.would_borrow(&usage, id("solo"), &gang("x").gpus(8)));
     }
 
     #[test]

@@ -260,12 +260,7 @@ proptest! {
         let mut snapshot = Snapshot::idle(&fleet, &queues);
         // The cycle's order, restated (`scheduler_core::order`): of each queue's first gang
         // left, one its queue's nominal quota covers before one that would borrow, then as given.
-        let borrows = |g: &Gang, usage: &QuotaUsage| {
-            queues.id(&g.queue).is_some_and(|q| {
-                let spec = queues.spec(q);
-                spec.cohort.is_some() && !queues.is_unlimited(q) && usage.held(q)[0] + g.total_gpus() > spec.nominal_gpus()
-            })
-        };
+        let borrows = |g: &Gang, usage: &QuotaUsage| queues.id(&g.queue).is_some_and(|q| queues.would_borrow(usage, q, g));
         let mut left: Vec<usize> = (0..gangs.len()).collect();
         while !left.is_empty() {
             let heads = left.iter().enumerate().filter(|&(k, &i)| left[..k].iter().all(|&j| gangs[j].queue != gangs[i].queue));

@@ -961,6 +961,44 @@ fn room_that_frees_goes_to_a_lenders_gang_before_an_older_borrowers() {
     assert!(out.decisions[0].admission().is_some(), "{:?}", out.decisions);
 }
 
+/// Whether a gang would borrow is asked of every resource its queue limits, as Kueue asks it
+/// of the flavor assignment: a queue within its nominal GPUs but past its nominal CPU with the
+/// gang admitted is borrowing, and its gang goes after a lender's, older or not.
+#[test]
+fn a_gang_past_its_queues_nominal_cpu_goes_after_a_lenders() {
+    let f = fleet(&[("c1", "h100", 8, &[(Host, 3)])]);
+    let limit = |resource, nominal| Quota {
+        flavor: "h100".into(),
+        resource,
+        nominal,
+        borrowing_limit: None,
+        lending_limit: None,
+    };
+    let queue = |name: &str| QueueSpec {
+        name: name.into(),
+        cohort: Some("research".into()),
+        strategy: QueueingStrategy::BestEffortFifo,
+        weight: 1,
+        quotas: vec![limit(Resource::Gpu, 16), limit(Resource::CpuMilli, 2_000)],
+        preemption: QueuePreemption::default(),
+    };
+    let queues = Queues::new(vec![queue("a"), queue("b")]).expect("valid");
+    let cpus = |g: Gang, milli| {
+        let mut g = g;
+        g.pod_sets[0].shape.cpu_milli = milli;
+        g
+    };
+    // a runs 8 GPUs with 2 CPUs (its whole nominal CPU), b 8 GPUs with 1: one host is free.
+    let running = vec![cpus(gang("a-0").gpus(8).queue("a"), 2_000), gang("b-0").gpus(8).queue("b")];
+    let w = world(f, queues, running);
+    let snapshot = Snapshot::at(&w.fleet, &w.queues, w.capacity.clone(), w.usage.clone(), 120_000);
+    // a-1 is older and within a's nominal GPUs (16), but takes a past its nominal CPU.
+    let pending = [gang("a-1").gpus(8).queue("a").submitted(0), gang("b-1").gpus(8).queue("b").submitted(60_000)];
+    let out = cycle(snapshot, &pending, &scheduler_core::fixture::greedy());
+    assert!(out.decisions[1].admission().is_some(), "the lender's gang takes the host: {:?}", out.decisions);
+    assert!(out.decisions[0].admission().is_none(), "{:?}", out.decisions);
+}
+
 /// A reclaim throws away the borrower's work since it started; it is worth it only when that
 /// is less GPU-time than the reclaiming gang would go without by waiting for room.
 #[test]
