@@ -225,7 +225,7 @@ impl Queues {
         let mut ask = [0u64; 3];
         for ps in gpu_pod_sets() {
             for (a, r) in ask.iter_mut().zip(Resource::ALL) {
-                *a += u64::from(ps.pods) * r.of(&ps.shape);
+                *a = a.saturating_add(u64::from(ps.pods).saturating_mul(r.of(&ps.shape)));
             }
         }
         let accepted = |f: &str| gpu_pod_sets().all(|ps| ps.flavors.is_empty() || ps.flavors.iter().any(|n| n == f));
