@@ -48,7 +48,7 @@ pub use nodes::{
 pub use order::lanes_per_queue;
 pub use place::{Fill, PodSetPlacement};
 pub use queue::{
-    BorrowWithinCohort, QueueId, QueuePreemption, QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage,
+    BorrowWithinCohort, NominalQuota, QueueId, QueuePreemption, QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage,
     ReclaimWithinCohort, Resource, WithinQueue,
 };
 pub use reason::{HoldCost, Oversize, Reason, Shortfall};

@@ -15,7 +15,7 @@ use std::cmp::Reverse;
 
 use crate::fleet::Fleet;
 use crate::gang::Gang;
-use crate::queue::{Held, QueueId, Queues, QuotaUsage};
+use crate::queue::{Held, NominalQuota, QueueId, Queues, QuotaUsage};
 
 /// Parts per billion: a share of the whole fleet as an integer.
 const SCALE: u128 = 1_000_000_000;
@@ -46,6 +46,8 @@ struct Lane {
     /// `None`: gangs naming a queue that does not exist (they fail on their own, in order), or
     /// the one lane of every queue.
     queue: Option<QueueId>,
+    /// Its queue's nominal quota, where it may borrow beyond it (it is in a cohort).
+    nominal: Option<NominalQuota>,
     gangs: Vec<usize>,
     next: usize,
     /// How many of the gangs taken were left waiting: at the depth, the lane is done.
@@ -80,7 +82,10 @@ impl FairOrder {
             let queue = if per_queue { queues.id(&pending[i].queue) } else { None };
             match lanes.iter_mut().find(|l| l.queue == queue) {
                 Some(l) => l.gangs.push(i),
-                None => lanes.push(Lane { queue, gangs: vec![i], next: 0, waiting: 0 }),
+                None => {
+                    let nominal = queue.and_then(|q| queues.nominal_quota(q));
+                    lanes.push(Lane { queue, nominal, gangs: vec![i], next: 0, waiting: 0 });
+                }
             }
         }
         let depth = usize::try_from(depth).unwrap_or(usize::MAX);
@@ -109,8 +114,7 @@ impl FairOrder {
             .filter(|(_, l)| l.next < l.gangs.len() && (!fair || l.waiting < depth))
             .min_by_key(|(_, l)| {
                 let head = &pending[l.gangs[l.next]];
-                // Its queue past nominal with the head admitted (one lane of every queue: never).
-                let borrows = l.queue.is_some_and(|q| queues.would_borrow(usage, q, head));
+                let borrows = l.nominal.as_ref().is_some_and(|n| n.exceeded_by(usage, head));
                 let share = match l.queue {
                     Some(q) if fair => dominant_share(usage.held(q), totals, queues.spec(q).weight),
                     _ => 0,

@@ -211,32 +211,37 @@ impl Queues {
 
     /// Whether admitting `gang` would take its queue past its nominal quota: the first key of
     /// Kueue's order of a cycle's heads (`assignment.Borrows()` in `entryOrdering.Less`,
-    /// pkg/scheduler/scheduler.go), asked only in a cohort, where there is something to borrow.
-    /// Kueue asks it of the flavors it has assigned; the order comes before any placement, so
-    /// the gang counts as borrowing only when every flavor it could take (one the queue has
-    /// quota for and each GPU pod set accepts) would go past nominal there on some resource the
-    /// gang asks for and the queue limits: GPUs, or its GPU pods' CPU or memory. Its CPU-only
-    /// pods take no flavor and charge no quota (`quota_charges`), so they weigh nothing here.
+    /// pkg/scheduler/scheduler.go), asked only in a cohort, where there is something to borrow
+    /// ([`NominalQuota`] says how).
     pub fn would_borrow(&self, usage: &QuotaUsage, id: QueueId, gang: &crate::gang::Gang) -> bool {
-        if self.specs[id.idx()].cohort.is_none() {
-            return false;
+        self.nominal_quota(id).is_some_and(|n| n.exceeded_by(usage, gang))
+    }
+
+    /// The queue's nominal quota as [`Self::would_borrow`] weighs it, found once for many gangs;
+    /// `None` where nothing can be borrowed (no cohort, or no quota at all).
+    pub fn nominal_quota(&self, id: QueueId) -> Option<NominalQuota> {
+        if self.specs[id.idx()].cohort.is_none() || self.is_unlimited(id) {
+            return None;
         }
-        let gpu_pod_sets = || gang.pod_sets.iter().filter(|ps| ps.shape.gpus > 0);
-        let mut ask = [0u64; 3];
-        for ps in gpu_pod_sets() {
-            for (a, r) in ask.iter_mut().zip(Resource::ALL) {
-                *a = a.saturating_add(u64::from(ps.pods).saturating_mul(r.of(&ps.shape)));
-            }
-        }
-        let accepted = |f: &str| gpu_pod_sets().all(|ps| ps.flavors.is_empty() || ps.flavors.iter().any(|n| n == f));
-        let mut flavors = self.quota_flavors(id).filter(|f| accepted(f)).peekable();
-        let past_nominal = |f: &str| {
-            Resource::ALL.into_iter().zip(ask).filter(|&(_, a)| a > 0).any(|(r, a)| {
-                let key = (f.to_string(), r);
-                self.quota[id.idx()].get(&key).is_some_and(|q| usage.get(id, &key).saturating_add(a) > q.nominal)
+        let flavors = self
+            .quota_flavors(id)
+            .map(|f| {
+                let limits = Resource::ALL
+                    .into_iter()
+                    .enumerate()
+                    .filter_map(|(r, resource)| {
+                        let key = (f.to_string(), resource);
+                        self.quota[id.idx()].get(&key).map(|q| Limit {
+                            key: (id, key),
+                            resource: r,
+                            nominal: q.nominal,
+                        })
+                    })
+                    .collect();
+                (f.to_string(), limits)
             })
-        };
-        flavors.peek().is_some() && flavors.all(past_nominal)
+            .collect();
+        Some(NominalQuota { flavors })
     }
 
     /// How much more of `key` the queue may take now, borrowing included; `None` if unlimited.
@@ -309,6 +314,50 @@ pub struct QueuePreemption {
     pub within_queue: WithinQueue,
     pub reclaim_within_cohort: ReclaimWithinCohort,
     pub borrow_within_cohort: BorrowWithinCohort,
+}
+
+/// A queue in a cohort's nominal quota, as the order asks whether a gang would borrow. Kueue
+/// asks it of the flavors it has assigned; the order comes before any placement, so a gang
+/// counts as borrowing only when every flavor it could take (one the queue has quota for and
+/// each GPU pod set accepts) would go past nominal there, with the gang's charge added, on some
+/// resource the gang asks for and the queue limits: GPUs, or its GPU pods' CPU or memory. Its
+/// CPU-only pods take no flavor and charge no quota ([`quota_charges`]): they weigh nothing.
+#[derive(Debug, Clone)]
+pub struct NominalQuota {
+    /// Per flavor, in the queue's order, the resources the queue limits there.
+    flavors: Vec<(String, Vec<Limit>)>,
+}
+
+/// One resource a queue limits on one flavor.
+#[derive(Debug, Clone)]
+struct Limit {
+    /// Its usage key, built once, not per gang asked about.
+    key: (QueueId, QuotaKey),
+    /// Its index in `Resource::ALL`.
+    resource: usize,
+    nominal: u64,
+}
+
+impl NominalQuota {
+    /// Whether admitting `gang` on `usage` would take the queue past it.
+    pub fn exceeded_by(&self, usage: &QuotaUsage, gang: &crate::gang::Gang) -> bool {
+        let gpu_pod_sets = || gang.pod_sets.iter().filter(|ps| ps.shape.gpus > 0);
+        let mut ask = [0u64; 3];
+        for ps in gpu_pod_sets() {
+            for (a, r) in ask.iter_mut().zip(Resource::ALL) {
+                *a = a.saturating_add(u64::from(ps.pods).saturating_mul(r.of(&ps.shape)));
+            }
+        }
+        let accepted = |f: &str| gpu_pod_sets().all(|ps| ps.flavors.is_empty() || ps.flavors.iter().any(|n| n == f));
+        let mut flavors = self.flavors.iter().filter(|(f, _)| accepted(f)).peekable();
+        flavors.peek().is_some()
+            && flavors.all(|(_, limits)| {
+                limits.iter().any(|l| {
+                    let ask = ask[l.resource];
+                    ask > 0 && usage.used.get(&l.key).copied().unwrap_or(0).saturating_add(ask) > l.nominal
+                })
+            })
+    }
 }
 
 /// What admitted gangs use, per queue and quota key, and what each queue holds in all
