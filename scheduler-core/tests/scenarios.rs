@@ -919,20 +919,29 @@ fn a_queue_reclaims_its_nominal_quota_from_a_borrowing_queue_of_its_cohort() {
 
 /// Queues a and b of one cohort, 16 GPUs of nominal quota each, each reclaiming from the other.
 fn reclaiming_pair() -> Queues {
-    let quota = Quota {
-        flavor: "h100".into(),
-        resource: Resource::Gpu,
-        nominal: 16,
-        borrowing_limit: None,
-        lending_limit: None,
-    };
+    let preemption = QueuePreemption { reclaim_within_cohort: ReclaimWithinCohort::Any, ..QueuePreemption::default() };
+    cohort_pair(&[(Resource::Gpu, 16)], preemption)
+}
+
+/// Queues `a` and `b` in one cohort, each with these nominal quotas on h100 and this policy.
+fn cohort_pair(nominal: &[(Resource, u64)], preemption: QueuePreemption) -> Queues {
+    let quotas: Vec<Quota> = nominal
+        .iter()
+        .map(|&(resource, nominal)| Quota {
+            flavor: "h100".into(),
+            resource,
+            nominal,
+            borrowing_limit: None,
+            lending_limit: None,
+        })
+        .collect();
     let queue = |name: &str| QueueSpec {
         name: name.into(),
         cohort: Some("research".into()),
         strategy: QueueingStrategy::BestEffortFifo,
         weight: 1,
-        quotas: vec![quota.clone()],
-        preemption: QueuePreemption { reclaim_within_cohort: ReclaimWithinCohort::Any, ..QueuePreemption::default() },
+        quotas: quotas.clone(),
+        preemption,
     };
     Queues::new(vec![queue("a"), queue("b")]).expect("valid")
 }
@@ -967,24 +976,8 @@ fn room_that_frees_goes_to_a_lenders_gang_before_an_older_borrowers() {
 #[test]
 fn a_gang_past_its_queues_nominal_cpu_goes_after_a_lenders() {
     let f = fleet(&[("c1", "h100", 8, &[(Host, 3)])]);
-    let limit = |resource, nominal| Quota {
-        flavor: "h100".into(),
-        resource,
-        nominal,
-        borrowing_limit: None,
-        lending_limit: None,
-    };
-    let queue = |name: &str| QueueSpec {
-        name: name.into(),
-        cohort: Some("research".into()),
-        strategy: QueueingStrategy::BestEffortFifo,
-        weight: 1,
-        quotas: vec![limit(Resource::Gpu, 16), limit(Resource::CpuMilli, 2_000)],
-        preemption: QueuePreemption::default(),
-    };
-    let queues = Queues::new(vec![queue("a"), queue("b")]).expect("valid");
-    let cpus = |g: Gang, milli| {
-        let mut g = g;
+    let queues = cohort_pair(&[(Resource::Gpu, 16), (Resource::CpuMilli, 2_000)], QueuePreemption::default());
+    let cpus = |mut g: Gang, milli| {
         g.pod_sets[0].shape.cpu_milli = milli;
         g
     };
