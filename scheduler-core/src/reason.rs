@@ -76,8 +76,10 @@ pub enum Reason {
     },
     /// It could start now only by evicting running gangs that do not rank below it (reclaiming
     /// its queue's quota from borrowers), which would throw away more GPU-seconds of their work
-    /// than the `owed_gpu_s` it goes without by waiting the `wait_s` until room is expected (see
-    /// `preempt`). `now`: why it cannot start now.
+    /// than the `owed_gpu_s` it goes without by waiting the `wait_s` until enough GPUs free as
+    /// running gangs end (see `preempt`). That wait is a lower bound, and the message says so:
+    /// it counts GPUs, not placements, and not the gangs ahead that may take them first.
+    /// `now`: why it cannot start now.
     ReclaimDeferred {
         owed_gpu_s: u64,
         wait_s: u64,
@@ -272,9 +274,14 @@ impl fmt::Display for Reason {
             ),
             Reason::NoDomain(s) => write!(f, "{s}"),
             Reason::NeverFits(s) => write!(f, "{s}, even with the fleet empty: it can never be admitted"),
+            Reason::ReclaimDeferred { owed_gpu_s, wait_s: 0, now } => write!(
+                f,
+                "not evicting running gangs of equal or higher priority to reclaim quota: it would throw away more of their work than the {:.1} GPU-hours this gang goes without, as enough GPUs are free already, though not where it fits; now: {now}",
+                *owed_gpu_s as f64 / 3600.0,
+            ),
             Reason::ReclaimDeferred { owed_gpu_s, wait_s, now } => write!(
                 f,
-                "not evicting running gangs of equal or higher priority to reclaim quota: it would throw away more of their work than the {:.1} GPU-hours this gang goes without until room is expected in about {wait_s} s; now: {now}",
+                "not evicting running gangs of equal or higher priority to reclaim quota: it would throw away more of their work than the {:.1} GPU-hours this gang goes without in the at least {wait_s} s before enough GPUs free as running gangs end (gangs ahead of it may take them first); now: {now}",
                 *owed_gpu_s as f64 / 3600.0,
             ),
             Reason::Reserved { cluster, in_s, now } => write!(
