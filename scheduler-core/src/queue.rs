@@ -598,6 +598,7 @@ mod tests {
             queue("a", Some("c"), vec![gpu_quota("h100", 8, None, None), gpu_quota("a100", 8, None, None)]),
             queue("b", Some("c"), vec![gpu_quota("h100", 8, None, None), cpu("h100", 4_000)]),
             queue("solo", None, vec![gpu_quota("h100", 8, None, None)]),
+            queue("borrower", Some("c"), vec![gpu_quota("h100", 0, None, None)]),
         ])
         .expect("valid");
         let id = |n: &str| qs.id(n).expect("queue");
@@ -623,6 +624,12 @@ mod tests {
         // Outside a cohort there is nothing to borrow, whatever the usage.
         usage.add(id("solo"), key(), 8);
         assert!(!qs.would_borrow(&usage, id("solo"), &gang("x").gpus(8)));
+        // A queue of no nominal quota borrows whatever it runs, on an idle fleet too.
+        assert!(qs.would_borrow(&QuotaUsage::default(), id("borrower"), &gang("x").gpus(1)));
+        // A gang of many pods, each asking the most a shape can: the sum saturates, not wraps.
+        let mut huge = gang("x").gpus(u32::MAX).pods(u32::MAX);
+        huge.pod_sets[0].shape.cpu_milli = u64::MAX;
+        assert!(qs.would_borrow(&usage, id("b"), &huge));
     }
 
     #[test]
