@@ -24,6 +24,9 @@ pub struct FleetSummary {
     pub clusters: usize,
     pub nodes: usize,
     pub gpus: u64,
+    /// Each cluster's cost weight (the fleet file's `cost_weight`), by name: what
+    /// `cost_weighted_gpu_hours` prices GPU-hours by.
+    pub cost_weights: BTreeMap<String, u32>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -71,6 +74,10 @@ pub struct PolicyReport {
     pub jct_s: Jct,
     pub makespan_s: u64,
     pub gpu_utilisation: f64,
+    /// GPU-hours busy, each times its cluster's cost weight: what the run cost as the admin
+    /// prices the clusters (the fleet file's `cost_weight`; with one price, GPU-hours times it,
+    /// and 0 on a fleet that prices nothing).
+    pub cost_weighted_gpu_hours: f64,
     pub locality: Locality,
     pub fragmentation: f64,
     pub fairness_jain: f64,
@@ -328,6 +335,7 @@ pub fn policy_report(fleet: &Fleet, run: &PolicyRun) -> PolicyReport {
         jct_s: Jct { mean: r4(mean(&jcts)), p95: percentile(&jcts, 95.0) },
         makespan_s: run.end_s,
         gpu_utilisation: if span > 0.0 { r4(busy_integral / (total_gpus * span)) } else { 0.0 },
+        cost_weighted_gpu_hours: r4(run.weighted_gpu_s as f64 / 3600.0),
         locality: Locality {
             multi_node_gangs: multi.len(),
             within_rack: r4(share(Level::Rack)),
@@ -373,6 +381,12 @@ pub fn table(report: &Report) -> String {
     let hours = |s: f64| format!("{:.2} h", s / 3600.0);
     let pct = |x: f64| format!("{:.1}%", x * 100.0);
     row("GPU utilisation", &|r| pct(r.gpu_utilisation));
+    // Where every cluster has the same price the cost is GPU-hours by another name: shown
+    // only where the fleet prices its clusters apart.
+    let mut prices = report.fleet.cost_weights.values();
+    if prices.next().is_some_and(|first| prices.any(|w| w != first)) {
+        row("GPU-hours × cost weight", &|r| format!("{:.0}", r.cost_weighted_gpu_hours));
+    }
     row("queueing delay mean", &|r| hours(r.queueing_delay_s.mean));
     row("queueing delay p50", &|r| hours(r.queueing_delay_s.p50));
     row("queueing delay p95", &|r| hours(r.queueing_delay_s.p95));

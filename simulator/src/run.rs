@@ -57,6 +57,7 @@ pub fn run_policies(
             clusters: inputs.fleet.clusters().len(),
             nodes: inputs.fleet.hosts().count(),
             gpus: inputs.fleet.total_gpus(),
+            cost_weights: inputs.fleet.clusters().iter().map(|c| (c.name.clone(), c.cost_weight)).collect(),
         },
         trace: TraceSummary {
             name: inputs.trace_name.to_string(),

@@ -14,6 +14,7 @@ impl Sim<'_> {
         if to <= from {
             return;
         }
+        self.run.weighted_gpu_s += u128::from(self.weighted_busy) * u128::from(to - from);
         let (fragmented, free) = fragmented_free(self.fleet, &self.capacity);
         if free > 0 {
             self.run.fragmentation_integral += fragmented as f64 / free as f64 * (to - from) as f64;
@@ -26,6 +27,7 @@ impl Sim<'_> {
         if let Some(r) = self.running.remove(self.fleet, self.queues, j) {
             let gpus = r.gang.total_gpus();
             self.busy_gpus -= gpus;
+            self.weighted_busy -= self.weighted(&r.gang, &r.admission);
             let (gang, lost_s) = self.interrupt(t, j, r);
             let rec = &mut self.records[j];
             rec.restarts += 1;
@@ -82,6 +84,7 @@ impl Sim<'_> {
         });
         rec.outcome = Outcome::Running;
         self.busy_gpus += gang.total_gpus();
+        self.weighted_busy += self.weighted(&gang, &admission);
         let attempt = self.attempts[j];
         let end_s = t + run_s.max(1);
         self.push(end_s, Event::Finish { job: j, attempt });
@@ -93,11 +96,24 @@ impl Sim<'_> {
         release(self.fleet, self.queues, &mut self.capacity, &mut self.usage, &r.gang, &r.admission);
         self.capacity.commit();
         self.busy_gpus -= r.gang.total_gpus();
+        self.weighted_busy -= self.weighted(&r.gang, &r.admission);
+    }
+
+    /// A gang's GPUs times the cost weight of the cluster it runs on.
+    fn weighted(&self, gang: &Gang, admission: &Admission) -> u64 {
+        gang.total_gpus().saturating_mul(u64::from(self.fleet.cluster(admission.cluster).cost_weight))
     }
 
     /// The invariants of the whole after an instant: the tracked capacity and usage against
     /// what the running gangs and the hosts down add up to, and every queue within its quota.
     pub(super) fn check(&self, t: u64) -> Result<(), SimError> {
+        // The priced busy count is kept beside the ledger, not in it: held to the running
+        // gangs here, in tests (where every instant is checked).
+        debug_assert_eq!(
+            self.weighted_busy,
+            self.running.iter().map(|(_, r)| self.weighted(&r.gang, &r.admission)).sum::<u64>(),
+            "the priced busy GPUs at {t}"
+        );
         let down: Vec<DomainId> = self.down.iter().copied().collect();
         self.running
             .ledger()

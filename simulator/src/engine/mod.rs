@@ -228,6 +228,9 @@ pub struct PolicyRun {
     pub busy: Vec<(u64, u64)>,
     /// Time-integral of (free GPUs on partly used nodes / free GPUs), and the time it covers.
     pub fragmentation_integral: f64,
+    /// Time-integral of the busy GPUs, each weighted by its cluster's cost weight: GPU-seconds
+    /// as the admin prices them (the fleet file's `cost_weight`).
+    pub weighted_gpu_s: u128,
     pub end_s: u64,
     pub cycles: u64,
     pub pending_reason_cycles: BTreeMap<&'static str, u64>,
@@ -383,6 +386,8 @@ struct Sim<'a> {
     hosts: Vec<DomainId>,
     records: Vec<JobRecord>,
     busy_gpus: u64,
+    /// The busy GPUs, each times its cluster's cost weight.
+    weighted_busy: u64,
     run: PolicyRun,
 }
 
@@ -488,11 +493,13 @@ pub fn simulate(
             })
             .collect(),
         busy_gpus: 0,
+        weighted_busy: 0,
         run: PolicyRun {
             policy,
             jobs: Vec::new(),
             busy: vec![(0, 0)],
             fragmentation_integral: 0.0,
+            weighted_gpu_s: 0,
             end_s: 0,
             cycles: 0,
             pending_reason_cycles: BTreeMap::new(),
@@ -743,6 +750,32 @@ mod tests {
             .into()
     }
 
+    /// The run's cost as the fleet file prices its clusters: each GPU-second busy times the
+    /// weight of the cluster it is on. Stowage puts the first job on the cheaper cluster (its
+    /// cost weight among equal placements), kueue-multikueue on the first listed, the dearer.
+    #[test]
+    fn a_runs_cost_weighs_each_gpu_second_by_its_clusters_price() {
+        let text = "clusters:\n\
+            - {name: dear, cost_weight: 3, topology: [], pools: [{name: p, gpu_flavor: h100, gpus_per_node: 8, cpu_cores: 64, memory_gib: 512, nodes: 1}]}\n\
+            - {name: cheap, cost_weight: 1, topology: [], pools: [{name: p, gpu_flavor: h100, gpus_per_node: 8, cpu_cores: 64, memory_gib: 512, nodes: 1}]}\n";
+        let fleet = FleetSpec::parse(text, "t.yaml").and_then(|s| s.build("t.yaml")).expect("fleet");
+        let any = TopologyConstraint::Unconstrained;
+        let trace = Trace {
+            jobs: vec![job("long", 0, 1000, 1, 8, any), job("short", 0, 500, 1, 8, any)],
+            skipped_rows: 0,
+            withdrawn: 0,
+        };
+        for (policy, long_on, short_on) in [(Policy::Stowage, 1, 3), (Policy::KueueMultiKueue, 3, 1)] {
+            let run = simulate(&fleet, &trace, policy, &SimOptions::default(), &mut |_, _| {}).expect("runs");
+            let ran = |id: &str| {
+                let j = run.jobs.iter().find(|j| j.id == id).expect("recorded");
+                j.end_s.zip(j.first_start_s).map(|(e, s)| u128::from(e - s)).expect("completed")
+            };
+            assert_eq!((ran("long"), ran("short")), (1000, 500), "{policy}");
+            assert_eq!(run.weighted_gpu_s, 8 * 1000 * long_on + 8 * 500 * short_on, "{policy}");
+        }
+    }
+
     /// `--explain`: a job that waits for room behind one that fills the fleet is told why, in
     /// the cycle's words, then where it ran and when it ended, as the replay's records have it;
     /// under every policy, cut or whole. A name the trace lacks, or too many, is refused by name.
@@ -928,6 +961,7 @@ mod tests {
                 assert_eq!(a.pending_reason_cycles, b.pending_reason_cycles, "{policy}");
                 assert_eq!((a.busy, a.cycles, a.end_s), (b.busy, b.cycles, b.end_s), "{policy}");
                 assert_eq!(a.fragmentation_integral.to_bits(), b.fragmentation_integral.to_bits(), "{policy}");
+                assert_eq!(a.weighted_gpu_s, b.weighted_gpu_s, "{policy}");
                 assert_eq!(b.cut_cycles, 0);
                 let i = usize::from(policy == Policy::Stowage);
                 (cut[i], undone[i]) = (cut[i] + a.cut_cycles, undone[i] + a.cut_undone);
