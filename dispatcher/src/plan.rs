@@ -137,6 +137,7 @@ mod tests {
             pods: 8,
             gpus_per_pod: 8,
             flavor: Some("h100".into()),
+            flavors: 1,
             largest: 5,
             cluster: "east".into(),
             read_as: None,

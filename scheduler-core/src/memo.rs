@@ -58,6 +58,7 @@ impl MemoEntry {
             level: s.level,
             gpus_per_pod: s.gpus_per_pod,
             flavor: s.flavor.clone(),
+            flavors: s.flavors,
             largest: s.largest,
             cluster: s.cluster.clone(),
             read_as: s.read_as,

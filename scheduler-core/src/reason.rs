@@ -116,6 +116,11 @@ pub struct Shortfall {
     pub pods: u32,
     pub gpus_per_pod: u32,
     pub flavor: Option<Arc<str>>,
+    /// How many GPU flavors the pod set waits for on the clusters it may use (those that could
+    /// hold it all on an empty fleet, or at least a pod of it): with more than one, the words
+    /// say it would take any of them, and `flavor` is only where `largest` was found. 1 where
+    /// it never fits (the flavor with the most room is named).
+    pub flavors: u32,
     pub largest: u32,
     pub cluster: Arc<str>,
     /// Set when `cluster` does not label `level` (a member without rack labels, or one whose
@@ -210,10 +215,15 @@ fn any_of(flavors: &[String]) -> String {
 
 impl fmt::Display for Shortfall {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let slot = match (self.gpus_per_pod, &self.flavor) {
-            (0, _) => "pod slots (CPU only)".to_string(),
-            (g, Some(fl)) => format!("slots of {g} {fl} GPU{}", if g == 1 { "" } else { "s" }),
-            (g, None) => format!("slots of {g} GPU{}", if g == 1 { "" } else { "s" }),
+        let gpus = |g: u32| if g == 1 { "GPU" } else { "GPUs" };
+        let (slot, of) = match (self.gpus_per_pod, &self.flavor) {
+            (0, _) => ("pod slots (CPU only)".to_string(), String::new()),
+            (g, Some(fl)) if self.flavors > 1 => (
+                format!("slots of {g} {} of any of the {} flavors it could run on", gpus(g), self.flavors),
+                format!(" of {fl}"),
+            ),
+            (g, Some(fl)) => (format!("slots of {g} {fl} {}", gpus(g)), String::new()),
+            (g, None) => (format!("slots of {g} {}", gpus(g)), String::new()),
         };
         let scope = match self.level {
             Some(l) => format!("no {l} in any cluster"),
@@ -221,7 +231,7 @@ impl fmt::Display for Shortfall {
         };
         write!(
             f,
-            "pod set {}: {scope} has {} free {slot} (largest: {} in cluster {}",
+            "pod set {}: {scope} has {} free {slot} (largest: {}{of} in cluster {}",
             self.pod_set, self.pods, self.largest, self.cluster
         )?;
         if let (Some(level), Some(read_as)) = (self.level, self.read_as) {
@@ -322,6 +332,7 @@ mod tests {
             pods: 1,
             gpus_per_pod: 8,
             flavor: Some("v100".into()),
+            flavors: 1,
             largest: 0,
             cluster: "venus".into(),
             read_as: None,
@@ -346,6 +357,7 @@ mod tests {
             pods: 8,
             gpus_per_pod: 8,
             flavor: Some("h100".into()),
+            flavors: 1,
             largest: 5,
             cluster: "cluster-b".into(),
             read_as: None,
@@ -354,6 +366,14 @@ mod tests {
         assert_eq!(
             r.to_string(),
             "pod set node: no rack in any cluster has 8 free slots of 8 h100 GPUs (largest: 5 in cluster cluster-b)"
+        );
+        // A pod set that would take any of several flavors is not told it waits for one.
+        let Reason::NoDomain(mut s) = r.clone() else { unreachable!() };
+        (s.flavors, s.gpus_per_pod, s.pods, s.largest) = (3, 1, 1, 0);
+        assert_eq!(
+            Reason::NoDomain(s).to_string(),
+            "pod set node: no rack in any cluster has 1 free slots of 1 GPU of any of the 3 flavors it could run on \
+             (largest: 0 of h100 in cluster cluster-b)"
         );
         assert_eq!(r.kind(), "no-domain");
         assert!(!r.is_permanent());

@@ -746,20 +746,53 @@ impl<'a> Run<'a> {
         let best_room = room((best.1, best.2));
         if best_room >= ps.pods {
             // The usual case, and the cheap one: what has most room now could hold it all.
-            return (self.shortfall_at(ps, best), best_room);
+            // Counted by whether one of its pods fits a host of the flavor (the histogram's
+            // width), not by trying each whole: this is every pending gang's path.
+            let pod_fits = |(c, f): (ClusterId, Option<FlavorId>)| {
+                f.is_some_and(|f| {
+                    let widest = self.fleet.allocatable().histogram(self.fleet, self.fleet.cluster(c).root, f).len();
+                    widest > usize::try_from(ps.shape.gpus).unwrap_or(usize::MAX)
+                })
+            };
+            return (self.shortfall_at(ps, best, self.flavors_among(candidates, r, pod_fits)), best_room);
         }
-        match self.largest_of(cap, self.pairs(candidates, r).filter(|&p| room(p) >= ps.pods), ps) {
-            Some(held) => (self.shortfall_at(ps, held), room((held.1, held.2))),
-            None => (self.shortfall_at(ps, best), best_room),
+        let holds = |p: (ClusterId, Option<FlavorId>)| room(p) >= ps.pods;
+        match self.largest_of(cap, self.pairs(candidates, r).filter(|&p| holds(p)), ps) {
+            Some(held) => {
+                (self.shortfall_at(ps, held, self.flavors_among(candidates, r, holds)), room((held.1, held.2)))
+            }
+            // Nothing could ever hold it all: it is told so elsewhere (`NeverFits`), by the
+            // flavor with the most room.
+            None => (self.shortfall_at(ps, best, 1), best_room),
         }
     }
 
     /// The largest number of the pod set's pods one allowed span could take on `cap`.
     fn shortfall_of(&self, cap: &Capacity, candidates: &[ClusterId], ps: &PodSet, r: &Resolved) -> Shortfall {
-        self.shortfall_at(ps, self.largest(cap, candidates, ps, r))
+        self.shortfall_at(ps, self.largest(cap, candidates, ps, r), 1)
     }
 
-    fn shortfall_at(&self, ps: &PodSet, (largest, cluster, flavor): (u32, ClusterId, Option<FlavorId>)) -> Shortfall {
+    /// How many of the pod set's GPU flavors some candidate cluster has for which `keep` holds
+    /// (of that cluster and flavor): what a shortfall's words say it would take any of.
+    fn flavors_among(
+        &self,
+        candidates: &[ClusterId],
+        r: &Resolved,
+        keep: impl Fn((ClusterId, Option<FlavorId>)) -> bool,
+    ) -> u32 {
+        let usable =
+            |f: FlavorId| candidates.iter().any(|&c| self.fleet.cluster(c).has_flavor(f) && keep((c, Some(f))));
+        let n = r.flavors.iter().flatten().filter(|&&f| usable(f)).count();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// `flavors`: as [`Shortfall::flavors`].
+    fn shortfall_at(
+        &self,
+        ps: &PodSet,
+        (largest, cluster, flavor): (u32, ClusterId, Option<FlavorId>),
+        flavors: u32,
+    ) -> Shortfall {
         let level = match ps.topology {
             TopologyConstraint::Required(l) => Some(l),
             _ => None,
@@ -782,6 +815,7 @@ impl<'a> Run<'a> {
             pods: ps.pods,
             gpus_per_pod: ps.shape.gpus,
             flavor: flavor.map(|f| self.fleet.shared_flavor_name(f)),
+            flavors,
             largest,
             cluster: Arc::clone(&c.shared_name),
             oversize,

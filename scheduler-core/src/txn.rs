@@ -279,6 +279,7 @@ mod tests {
             pods: 9,
             gpus_per_pod: 8,
             flavor: Some("h100".into()),
+            flavors: 1,
             largest: 4,
             cluster: "east".into(),
             read_as: None,

@@ -1324,3 +1324,27 @@ fn a_waiting_gang_names_the_flavor_that_could_hold_it_not_one_too_small_ever_to(
     let out = run(f, gangs);
     assert_eq!(out.reason("big2").to_string(), out.reason("big").to_string());
 }
+
+/// A one-GPU job that takes any flavor waits on a fleet full of two: its words say it waits for
+/// any of them, not for the one where the most room happened to be counted (the helios mix's
+/// one-GPU jobs were told they waited for an H100 while they ran on the first L40s to free).
+/// Held to one flavor, it is told that one.
+#[test]
+fn a_waiting_gang_that_takes_any_flavor_is_told_it_waits_for_any() {
+    let f = || fleet(&[("h", "h100", 8, &[(Rack, 1), (Host, 2)]), ("a", "a100", 8, &[(Rack, 1), (Host, 2)])]);
+    let fill = |flavor: &str| -> Vec<Gang> {
+        (0..2).map(|i| gang(&format!("{flavor}-{i}")).gpus(8).flavor(flavor).submitted(i)).collect()
+    };
+    let mut gangs = [fill("h100"), fill("a100")].concat();
+    gangs.push(gang("small").gpus(1).submitted(10));
+    gangs.push(gang("held").gpus(1).flavor("a100").submitted(11));
+    let out = run(f(), gangs);
+    assert_eq!(
+        out.reason("small").to_string(),
+        "pod set node: no cluster has 1 free slots of 1 GPU of any of the 2 flavors it could run on (largest: 0 of h100 in cluster h)"
+    );
+    assert_eq!(
+        out.reason("held").to_string(),
+        "pod set node: no cluster has 1 free slots of 1 a100 GPU (largest: 0 in cluster a)"
+    );
+}

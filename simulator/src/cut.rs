@@ -342,6 +342,7 @@ mod tests {
             pods: 1,
             gpus_per_pod: 1,
             flavor: None,
+            flavors: 0,
             largest: 0,
             cluster: "c".into(),
             read_as: None,
