@@ -773,7 +773,9 @@ impl<'a> Run<'a> {
     }
 
     /// How many of the pod set's GPU flavors some candidate cluster has for which `keep` holds
-    /// (of that cluster and flavor): what a shortfall's words say it would take any of.
+    /// (of that cluster and flavor): what a shortfall's words say it would take any of. Counted
+    /// by name, as users name them: a product on nodes of two classes, or named twice by the
+    /// pod set, is one flavor. (Pairwise, not collected: a pod set names a handful.)
     fn flavors_among(
         &self,
         candidates: &[ClusterId],
@@ -782,7 +784,14 @@ impl<'a> Run<'a> {
     ) -> u32 {
         let usable =
             |f: FlavorId| candidates.iter().any(|&c| self.fleet.cluster(c).has_flavor(f) && keep((c, Some(f))));
-        let n = r.flavors.iter().flatten().filter(|&&f| usable(f)).count();
+        let name = |f: FlavorId| self.fleet.flavor_name(f);
+        let n = r
+            .flavors
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| f.map(|f| (i, f)))
+            .filter(|&(i, f)| usable(f) && !r.flavors[..i].iter().flatten().any(|&g| name(g) == name(f) && usable(g)))
+            .count();
         u32::try_from(n).unwrap_or(u32::MAX)
     }
 

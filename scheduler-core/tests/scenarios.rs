@@ -1347,4 +1347,13 @@ fn a_waiting_gang_that_takes_any_flavor_is_told_it_waits_for_any() {
         out.reason("held").to_string(),
         "pod set node: no cluster has 1 free slots of 1 a100 GPU (largest: 0 in cluster a)"
     );
+    // Naming a flavor twice is still one flavor.
+    let mut gangs = [fill("h100"), fill("a100")].concat();
+    let mut twice = gang("twice").gpus(1).submitted(10);
+    twice.pod_sets[0].flavors = vec!["a100".into(), "a100".into()];
+    gangs.push(twice);
+    assert_eq!(
+        run(f(), gangs).reason("twice").to_string(),
+        "pod set node: no cluster has 1 free slots of 1 a100 GPU (largest: 0 in cluster a)"
+    );
 }
