@@ -456,7 +456,8 @@ struct SimulateArgs {
         default_value = "stowage,fifo-firstfit,kueue-multikueue,volcano-binpack"
     )]
     policy: Vec<Policy>,
-    /// Seed for everything random (node failures).
+    /// Seed for everything random: node failures, a synthetic trace, the urgent jobs, and the
+    /// worker that wins MultiKueue's race for each job (kueue-multikueue, kueue-incremental).
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Stop at this simulated time: seconds, or with a unit (90m, 36h, 14d). Default: run to the end

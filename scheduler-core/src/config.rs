@@ -14,8 +14,14 @@ pub enum ClusterChoice {
     Scored,
     /// The cluster with the most free GPUs of the flavor, first that fits.
     MostFree,
-    /// Clusters in fleet order, first that fits (MultiKueue: the first worker to admit wins).
+    /// Clusters in fleet order, first that fits.
     InOrder,
+    /// MultiKueue's race: a copy goes to every worker and the first to admit wins. The manager
+    /// takes the earliest `Admitted` transition (`bestMatchByCondition`, stamped to the second,
+    /// ties in Go's map order, as are the copies' creations), so among the workers where the
+    /// gang fits each is as likely to win: clusters in an order drawn per gang from `seed` and
+    /// its id, the same every cycle, first that fits.
+    Race { seed: u64 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

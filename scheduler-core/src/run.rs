@@ -560,6 +560,9 @@ impl<'a> Run<'a> {
             return (ranked.iter().map(|r| r.cluster).collect(), ranked);
         }
         let mut order = candidates.to_vec();
+        if let ClusterChoice::Race { seed } = self.config.choice {
+            race(seed, gang.id.as_str(), &mut order);
+        }
         if self.config.choice == ClusterChoice::MostFree {
             let free = |c: ClusterId| -> u64 {
                 let root = self.fleet.cluster(c).root;
@@ -846,4 +849,18 @@ pub(crate) fn ask(fleet: &Fleet, cluster: ClusterId, ps: &PodSet, flavor: Option
         slice: ps.slice.map(|s| (s.size, c.depth_for(s.level))),
         within: None,
     }
+}
+
+/// `clusters` in the order MultiKueue's race would try them for `gang` ([`ClusterChoice::Race`]):
+/// SplitMix64's finaliser over the seed, the id's FNV-1a and each cluster, so the draw is the
+/// same on every machine, build and cycle, and no hash map's order enters it.
+fn race(seed: u64, gang: &str, clusters: &mut [ClusterId]) {
+    let id = gang.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let draw = seed ^ id;
+    clusters.sort_by_cached_key(|c| {
+        let mut z = draw ^ u64::from(c.0).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    });
 }

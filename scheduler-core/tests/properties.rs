@@ -104,7 +104,12 @@ fn queues() -> Queues {
 
 fn arb_config() -> impl Strategy<Value = Config> {
     (
-        prop::sample::select(vec![ClusterChoice::Scored, ClusterChoice::MostFree, ClusterChoice::InOrder]),
+        prop::sample::select(vec![
+            ClusterChoice::Scored,
+            ClusterChoice::MostFree,
+            ClusterChoice::InOrder,
+            ClusterChoice::Race { seed: 7 },
+        ]),
         prop::sample::select(vec![Fill::Locality, Fill::FirstFit, Fill::BinPack]),
         any::<bool>(),
         prop::option::of((0u64..5_000, 0u64..5_000)),

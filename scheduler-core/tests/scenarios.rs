@@ -172,7 +172,7 @@ fn clusters_are_scored_by_locality_before_order() {
 }
 
 #[test]
-fn multikueue_emulation_takes_the_first_cluster_that_admits() {
+fn in_order_takes_the_first_cluster_that_fits() {
     let f = fleet(&[("c-flat", "h100", 8, &[(Host, 8)]), ("c-racks", "h100", 8, &[(Rack, 2), (Host, 4)])]);
     let config = Config {
         choice: ClusterChoice::InOrder,
@@ -188,6 +188,43 @@ fn multikueue_emulation_takes_the_first_cluster_that_admits() {
     };
     let out = run_with(f, &default_queues(), vec![gang("a").pods(2).gpus(8).preferred(Rack)], config);
     assert_eq!(out.admitted("a").map(|a| a.0), Some("c-flat".into()));
+}
+
+/// MultiKueue's race (`ClusterChoice::Race`): each gang goes to a worker drawn from the seed and
+/// its id, the same draw in every cycle, and only to one where it fits.
+#[test]
+fn multikueue_race_draws_a_worker_per_gang_among_those_that_admit() {
+    let three = || {
+        fleet(&[("w1", "h100", 8, &[(Host, 64)]), ("w2", "h100", 8, &[(Host, 64)]), ("w3", "h100", 8, &[(Host, 64)])])
+    };
+    let race = |seed| Config::baseline(ClusterChoice::Race { seed }, Fill::Locality, None);
+    let gangs = || (0..240).map(|i| gang(&format!("j{i}")).submitted(i)).collect::<Vec<_>>();
+    let workers = |out: &Outcome| -> Vec<String> {
+        (0..240).map(|i| out.admitted(&format!("j{i}")).expect("room for all").0).collect()
+    };
+    let first = workers(&run_with(three(), &default_queues(), gangs(), race(1)));
+    // About a third each (240 draws, 80 ± 7.3: a count outside 50..110 is a broken draw).
+    for w in ["w1", "w2", "w3"] {
+        let n = first.iter().filter(|c| *c == w).count();
+        assert!((50..110).contains(&n), "{w} won {n} of 240");
+    }
+    assert_eq!(first, workers(&run_with(three(), &default_queues(), gangs(), race(1))), "same seed, same draw");
+    let other = workers(&run_with(three(), &default_queues(), gangs(), race(2)));
+    assert!(first.iter().zip(&other).filter(|(a, b)| a != b).count() > 100, "another seed, another draw");
+
+    // w2 full: its draws go to the workers that admit, and a gang that fits nowhere waits.
+    let mut fill = gang("fill").pods(64).gpus(8);
+    fill.clusters.only = Some(vec!["w2".into()]);
+    let mut gangs = vec![fill];
+    gangs.extend((0..60).map(|i| gang(&format!("j{i}")).submitted(i + 1)));
+    gangs.push(gang("huge").pods(65).gpus(8).submitted(100));
+    let out = run_with(three(), &default_queues(), gangs, race(1));
+    assert_eq!(out.admitted("fill").map(|a| a.0), Some("w2".into()));
+    for i in 0..60 {
+        let (worker, _) = out.admitted(&format!("j{i}")).expect("w1 and w3 have room");
+        assert_ne!(worker, "w2", "j{i} went to the full worker");
+    }
+    assert!(matches!(out.decision("huge"), Decision::Pending(_)));
 }
 
 #[test]

@@ -264,19 +264,6 @@ mod tests {
         assert!(depths.len() >= 2, "different topology depths");
     }
 
-    /// The fleet docs/policy.md replays to show what the fleet's order does to kueue-multikueue
-    /// stays the built-in one listed the other way round, whatever the built-in one becomes.
-    #[test]
-    fn the_cheapest_first_fleet_is_the_builtin_one_reversed() {
-        let text = include_str!("../data/default-fleet-cheapest-first.yaml");
-        let reversed = FleetSpec::parse(text, "default-fleet-cheapest-first.yaml").expect("parses");
-        let mut builtin = FleetSpec::builtin();
-        builtin.clusters.reverse();
-        assert_eq!(reversed, builtin);
-        let weights: Vec<u32> = reversed.clusters.iter().map(|c| c.cost_weight).collect();
-        assert!(weights.is_sorted(), "cheapest first: {weights:?}");
-    }
-
     #[test]
     fn fanout_lays_nodes_into_racks_and_blocks() {
         let spec = FleetSpec::parse(

@@ -79,10 +79,15 @@ impl Policy {
             Policy::FifoFirstFit => {
                 Config::baseline(ClusterChoice::MostFree, Fill::FirstFit, Some(QueueingStrategy::StrictFifo))
             }
-            // Kueue's dispatchers preempt as Kueue does, where the queues allow it.
+            // Kueue's dispatchers race the workers (drawn from the run's seed, `config_with`)
+            // and preempt as Kueue does, where the queues allow it.
             Policy::KueueMultiKueue | Policy::KueueIncremental => Config {
                 preemption: Some(Preemption::KUEUE),
-                ..Config::baseline(ClusterChoice::InOrder, Fill::Locality, Some(QueueingStrategy::BestEffortFifo))
+                ..Config::baseline(
+                    ClusterChoice::Race { seed: 0 },
+                    Fill::Locality,
+                    Some(QueueingStrategy::BestEffortFifo),
+                )
             },
             Policy::StowageAsDispatcher => Config {
                 strategy: Some(QueueingStrategy::BestEffortFifo),
@@ -96,14 +101,20 @@ impl Policy {
     }
 
     /// The core configuration with the run's locality and reservation settings (only policies
-    /// that have them, ours, take them: no peer holds a gang for locality or reserves for it).
+    /// that have them, ours, take them: no peer holds a gang for locality or reserves for it),
+    /// and MultiKueue's race drawn from the run's seed.
     pub fn config_with(
         self,
         patience: Option<Patience>,
         locality_cost: Option<Slowdown>,
         reservations: Option<Reservations>,
+        seed: u64,
     ) -> Config {
         let mut c = self.config();
+        if let ClusterChoice::Race { .. } = c.choice {
+            // Apart from the draws the seed makes elsewhere (a synthetic trace, failures).
+            c.choice = ClusterChoice::Race { seed: seed ^ 0x6D75_6C74_696B_7565 };
+        }
         if c.patience.is_some() {
             c.patience = patience;
         }

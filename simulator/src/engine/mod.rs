@@ -87,7 +87,7 @@ pub struct SimOptions {
 impl SimOptions {
     /// The core configuration `policy` decides with in this run.
     fn config(&self, policy: Policy) -> scheduler_core::Config {
-        policy.config_with(self.patience, self.locality_cost, self.reservations)
+        policy.config_with(self.patience, self.locality_cost, self.reservations, self.seed)
     }
 }
 
