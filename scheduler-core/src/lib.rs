@@ -8,13 +8,14 @@
 //! `queue`, `reason`, `place`, `config`, `decision`, `snapshot`, `memo`, `txn`, `run` (one gang
 //! on the cycle's transaction), `preempt`, `reserve`, `order`, `batch`, `cycle`, `project` (cycles run forward: when a gang
 //! is expected to start); `invariants`,
-//! `share` and `fixture` stand beside. `tests/crate_graph.rs` in the workspace checks it.
+//! `share`, `draw` and `fixture` stand beside. `tests/crate_graph.rs` in the workspace checks it.
 
 pub mod batch;
 pub mod capacity;
 pub mod config;
 pub mod cycle;
 pub mod decision;
+pub mod draw;
 pub mod fixture;
 pub mod fleet;
 pub mod gang;

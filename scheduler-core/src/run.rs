@@ -12,6 +12,7 @@ use rustc_hash::FxHashMap;
 use crate::capacity::{Capacity, PodShape};
 use crate::config::{ClusterChoice, Config};
 use crate::decision::{Admission, Rank, gang_charges};
+use crate::draw;
 use crate::fleet::{ClusterId, DomainId, FlavorId, Fleet};
 use crate::gang::{Gang, PodSet, Slice};
 use crate::memo::{self, MemoEntry};
@@ -852,15 +853,9 @@ pub(crate) fn ask(fleet: &Fleet, cluster: ClusterId, ps: &PodSet, flavor: Option
 }
 
 /// `clusters` in the order MultiKueue's race would try them for `gang` ([`ClusterChoice::Race`]):
-/// SplitMix64's finaliser over the seed, the id's FNV-1a and each cluster, so the draw is the
-/// same on every machine, build and cycle, and no hash map's order enters it.
+/// by a stable hash of the seed, the id and each cluster, so the draw is the same on every
+/// machine, build and cycle.
 fn race(seed: u64, gang: &str, clusters: &mut [ClusterId]) {
-    let id = gang.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
-    let draw = seed ^ id;
-    clusters.sort_by_cached_key(|c| {
-        let mut z = draw ^ u64::from(c.0).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    });
+    let draw = seed ^ draw::fnv1a(gang);
+    clusters.sort_by_cached_key(|c| draw::mix(draw ^ u64::from(c.0).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
 }

@@ -1,5 +1,9 @@
 //! A tiny seeded generator (SplitMix64): the same seed gives the same failures on every
-//! machine and every build, which `rand`'s StdRng does not promise across versions.
+//! machine and every build, which `rand`'s StdRng does not promise across versions. Its hashes
+//! are the core's (`scheduler_core::draw`), which MultiKueue's race draws with too.
+
+pub use scheduler_core::draw::fnv1a;
+use scheduler_core::draw::mix;
 
 #[derive(Debug, Clone)]
 pub struct SplitMix64(u64);
@@ -11,10 +15,7 @@ impl SplitMix64 {
 
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        mix(self.0)
     }
 
     /// Uniform in [0, 1).
@@ -44,9 +45,4 @@ impl SplitMix64 {
     pub fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n.max(1) as u64) as usize
     }
-}
-
-/// FNV-1a: a stable hash for assigning synthetic tenants by job id.
-pub fn fnv1a(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
