@@ -4,11 +4,11 @@
 //! translate into these types and call [`cycle`]; what is decided here is what runs.
 //!
 //! Modules import downward only (but `fleet` and `capacity`, which name each other's types:
-//! a fleet keeps its empty capacity), in this order: `topology`, `nodes`, `fleet` / `capacity`, `gang`,
+//! a fleet keeps its empty capacity), in this order: `draw`, `topology`, `nodes`, `fleet` / `capacity`, `gang`,
 //! `queue`, `reason`, `place`, `config`, `decision`, `snapshot`, `memo`, `txn`, `run` (one gang
 //! on the cycle's transaction), `preempt`, `reserve`, `order`, `batch`, `cycle`, `project` (cycles run forward: when a gang
 //! is expected to start); `invariants`,
-//! `share`, `draw` and `fixture` stand beside. `tests/crate_graph.rs` in the workspace checks it.
+//! `share` and `fixture` stand beside. `tests/crate_graph.rs` in the workspace checks it.
 
 pub mod batch;
 pub mod capacity;
