@@ -182,6 +182,13 @@ struct DispatcherArgs {
     #[arg(long, value_name = "N", default_value_t = scheduler_core::Reservations::DEFAULT.depth,
           value_parser = clap::value_parser!(u32).range(1..=i64::from(scheduler_core::Reservations::MAX_DEPTH)))]
     reserve_depth: u32,
+    /// Shorter TrainJobs first, within a bound: each is ordered (after priority) as if submitted
+    /// its expected run time later (the annotation `stowage.dev/expected-runtime-seconds`, else
+    /// `activeDeadlineSeconds`), counted at most this long (seconds, or 90m, 6h, 1d); one stating
+    /// neither, and every TrainJob of a StrictFIFO queue, counts all of it. none: submit time
+    /// alone, as Kueue orders (docs/policy.md).
+    #[arg(long, value_name = "CAP", value_parser = parse_short_first, default_value = "6h")]
+    short_first: ShortFirst,
     /// A running TrainJob younger than this is never evicted for a higher-priority one (whom a
     /// TrainJob may evict is its Queue's `spec.preemption`): seconds or 90s, 10m, 2h.
     #[arg(long, value_parser = parse_duration_s, default_value = "10m")]
@@ -473,7 +480,7 @@ struct SimulateArgs {
     #[arg(long, value_name = "KUBECONFIG", conflicts_with_all = [
         "fleet", "machines", "trace", "synthetic", "bench", "gpu_sharing", "helios", "helios_day",
         "trace_format", "skip_bad_rows", "policy", "seed", "load_scale", "node_failure_rate", "max_restarts", "tenants",
-        "json", "svg", "locality_patience", "locality_cost", "reserve_after", "reserve_depth", "urgent", "checkpoint_interval", "mix",
+        "json", "svg", "locality_patience", "locality_cost", "reserve_after", "reserve_depth", "short_first", "urgent", "checkpoint_interval", "mix",
         "machines_format", "batch_every", "check_every", "explain",
     ])]
     from: Option<PathBuf>,
@@ -524,6 +531,12 @@ struct SimulateArgs {
     #[arg(long, value_name = "N", default_value_t = scheduler_core::Reservations::DEFAULT.depth,
           value_parser = clap::value_parser!(u32).range(1..=i64::from(scheduler_core::Reservations::MAX_DEPTH)))]
     reserve_depth: u32,
+    /// Shorter gangs first, within a bound: the stowage policy orders each gang (after
+    /// priority) as if submitted its run time later, counted at most this long (seconds, or
+    /// 90m, 6h, 1d), or none: submit time alone, as the peers order. The default was chosen on
+    /// the tuning set (docs/policy.md).
+    #[arg(long, value_name = "CAP", value_parser = parse_short_first, default_value = "6h")]
+    short_first: ShortFirst,
     /// Submit this percent of jobs (chosen by id and seed) at high priority: stowage preempts
     /// lower-priority gangs for them, the Kueue dispatchers too (as Kueue does), fifo-firstfit
     /// and volcano-binpack do not.
@@ -630,6 +643,18 @@ fn parse_reserve_after(s: &str) -> Result<ReserveAfter, String> {
     let after_s = parse_duration_s(s)?;
     let after_ms = after_s.saturating_mul(1000);
     Ok(ReserveAfter(Some(scheduler_core::Reservations { after_ms, ..scheduler_core::Reservations::DEFAULT })))
+}
+
+/// The most run time a gang is ordered behind by (`6h`), or `none`: submit time alone.
+#[derive(Debug, Clone, Copy)]
+struct ShortFirst(Option<scheduler_core::ShortFirst>);
+
+fn parse_short_first(s: &str) -> Result<ShortFirst, String> {
+    if s.trim().eq_ignore_ascii_case("none") {
+        return Ok(ShortFirst(None));
+    }
+    let cap_ms = parse_duration_s(s)?.saturating_mul(1000);
+    Ok(ShortFirst(Some(scheduler_core::ShortFirst { cap_ms })))
 }
 
 /// Extra run time per level crossed, in percent (`NVLINK,RACK,BLOCK,ZONE`), or `none`.
@@ -851,6 +876,7 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
         patience: args.locality_patience.0,
         locality_cost: args.locality_cost.0,
         reservations: args.reserve_after.with_depth(args.reserve_depth),
+        short_first: args.short_first.0,
         urgent_percent: args.urgent,
         checkpoint_interval_s: args.checkpoint_interval,
         batch_every: args.batch_every,
@@ -995,6 +1021,7 @@ fn dispatcher_command(args: DispatcherArgs) -> Result<(), CliError> {
                 patience: args.locality_patience.0,
                 locality_cost: args.locality_cost.0,
                 reservations: args.reserve_after.with_depth(args.reserve_depth),
+                short_first: args.short_first.0,
                 preemption: Some(scheduler_core::Preemption {
                     min_runtime_ms: args.preemption_min_runtime.saturating_mul(1000),
                     ..scheduler_core::Preemption::DEFAULT

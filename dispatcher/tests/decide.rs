@@ -543,6 +543,31 @@ fn a_blocked_trainjob_gets_a_reservation_from_running_deadlines_and_only_a_short
     assert!(pending("unknown").is_some(), "states no run time: it may not use the held node");
 }
 
+/// Shorter TrainJobs first, within a bound (`--short-first`, on by default): of two waiting
+/// for the one free node, the one stating it ends sooner goes first though submitted later;
+/// one stating nothing counts the whole cap. Off, submit order, as Kueue.
+#[test]
+fn the_trainjob_that_states_it_ends_sooner_goes_first_to_the_free_node() {
+    let with = |annotations: serde_json::Value, extra: serde_json::Value| {
+        let mut o = three_of_four_nodes_busy();
+        o.trainjobs.push(trainjob("long", "ul", 1, -100, json!({}), json!({"activeDeadlineSeconds": 36_000})));
+        o.trainjobs.push(trainjob("quick", "uq", 1, -50, annotations, extra));
+        o
+    };
+    let placed = |o: &Observed, config: &Config| {
+        let plan = decide(o, config, &settings(), Time(now()));
+        plan.placements.iter().map(|w| w.name.clone()).collect::<Vec<_>>()
+    };
+    let annotated = with(json!({"stowage.dev/expected-runtime-seconds": "600"}), json!({}));
+    assert_eq!(placed(&annotated, &Config::stowage()), ["quick"]);
+    let deadline = with(json!({}), json!({"activeDeadlineSeconds": 600}));
+    assert_eq!(placed(&deadline, &Config::stowage()), ["quick"]);
+    let silent = with(json!({}), json!({}));
+    assert_eq!(placed(&silent, &Config::stowage()), ["long"], "ten hours count six; stating nothing counts six too");
+    let off = Config { short_first: None, ..Config::stowage() };
+    assert_eq!(placed(&annotated, &off), ["long"]);
+}
+
 #[test]
 fn with_the_batch_optimiser_a_trainjob_moves_over_so_one_that_needs_its_gpus_fits_too() {
     // Two 4-node members, `a` of H100s and `b` of A100s. The first TrainJob takes either; the

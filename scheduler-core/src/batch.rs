@@ -253,7 +253,7 @@ pub(crate) fn window(
     decisions: &[Decision],
     size: usize,
 ) -> Option<Vec<usize>> {
-    let order = queue_order(pending);
+    let order = queue_order(pending, queues, config);
     let waits_for_room =
         |r: &Reason| matches!(r, Reason::NoDomain(_) | Reason::HoldingForLocality { .. } | Reason::Reserved { .. });
     let first = order.iter().find(|&&i| matches!(&decisions[i], Decision::Pending(r) if waits_for_room(r)))?;
@@ -296,8 +296,9 @@ fn follows(pending: &[Gang], decisions: &[Decision], window: &[usize], now_ms: u
 /// How much a cycle's decisions are worth: every admitted gang's GPUs, weighted by its place in
 /// the queue and with the locality bonus for the span it got. The same measure the model
 /// maximises, on real placements.
-pub(crate) fn value(fleet: &Fleet, pending: &[Gang], held: &[Cow<'_, Gang>], decisions: &[Decision]) -> f64 {
-    let order = queue_order(pending);
+pub(crate) fn value(run: &Run<'_>, pending: &[Gang], held: &[Cow<'_, Gang>], decisions: &[Decision]) -> f64 {
+    let fleet = run.fleet;
+    let order = queue_order(pending, run.queues, run.config);
     order
         .iter()
         .enumerate()
@@ -364,7 +365,7 @@ impl Model {
         let fleet = run.fleet;
         let n = pending.len();
         let positions: BTreeMap<usize, usize> =
-            queue_order(pending).into_iter().enumerate().map(|(pos, i)| (i, pos)).collect();
+            queue_order(pending, run.queues, run.config).into_iter().enumerate().map(|(pos, i)| (i, pos)).collect();
         let mut candidates = Vec::new();
         // Every GPU pod size in the window: the thresholds of the capacity rows.
         let sizes: BTreeSet<u32> =

@@ -58,7 +58,7 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
     let Some(plan) = batch::plan(&run, window, pending, &held, &first.decisions, &settings, snapshot.now_ms) else {
         return first;
     };
-    let greedy_value = batch::value(run.fleet, pending, &held, &first.decisions);
+    let greedy_value = batch::value(&run, pending, &held, &first.decisions);
     let (mut plan, mut report) = match plan {
         Ok(planned) => planned,
         Err(mut report) => {
@@ -79,7 +79,7 @@ pub fn cycle<'a>(snapshot: Snapshot<'a>, pending: &'a [Gang], config: &'a Config
         let (mut failed, placed): (Vec<Pin>, Vec<Pin>) = pins.into_iter().partition(|p| !admitted(p));
         let done = failed.is_empty();
         if plan.honoured(&second.decisions) {
-            let value = batch::value(run.fleet, pending, &held, &second.decisions);
+            let value = batch::value(&run, pending, &held, &second.decisions);
             if best.as_ref().is_none_or(|(v, _)| value > *v + batch::EPSILON) {
                 best = Some((value, second));
             }
@@ -120,7 +120,7 @@ fn greedy<'a>(
     // The optimiser's assignments take their room when the cycle reaches its window: gangs
     // ahead of the window (higher priority) are served first, exactly as without it.
     let mut blocked: BTreeMap<QueueId, &str> = BTreeMap::new();
-    let mut order = FairOrder::new(pending, queues, fleet, config.fair_sharing, config.depth);
+    let mut order = FairOrder::new(pending, queues, fleet, config);
     // The gangs a spread gang would delay are those the cycle looks at (within the depth) and
     // those the caller knew could not start, so the dispatcher, handed every pending gang, and
     // the simulator, handed the window or a cut of it, agree.

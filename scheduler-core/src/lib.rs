@@ -38,7 +38,9 @@ mod txn;
 
 pub use batch::{BatchReport, Rejected};
 pub use capacity::{Capacity, PodShape};
-pub use config::{Batch, ClusterChoice, Config, Patience, Preemption, Reservations, Slowdown, Solver, Victims};
+pub use config::{
+    Batch, ClusterChoice, Config, Patience, Preemption, Reservations, ShortFirst, Slowdown, Solver, Victims,
+};
 pub use cycle::{Cycle, cycle};
 pub use decision::{Admission, CycleStats, Decision, Rank, gang_charges, release};
 pub use fleet::{ClusterId, Domain, DomainId, FlavorId, Fleet, FleetBuilder, FleetError, LevelInfo, NodeInput};
@@ -46,7 +48,7 @@ pub use gang::{ClusterFilter, Gang, GangError, GangId, PodSet, Slice};
 pub use nodes::{
     LabelMatch, MatchOperator, NodeClass, NodeRequirement, Taint, TaintEffect, Toleration, TolerationOperator,
 };
-pub use order::lanes_per_queue;
+pub use order::{lanes_per_queue, order_ms};
 pub use place::{Fill, PodSetPlacement};
 pub use queue::{
     BorrowWithinCohort, NominalQuota, QueueId, QueuePreemption, QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage,

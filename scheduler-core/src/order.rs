@@ -2,7 +2,9 @@
 //! (`entryOrdering.Less`, pkg/scheduler/scheduler.go): a gang its queue's nominal quota covers
 //! goes before one that would borrow from the cohort, so a lender's gangs take the room that
 //! frees before any borrower's, however much older the borrower's. Then, without fair sharing,
-//! one global order: priority, then submit time, then id ([`queue_order`]). With it, which
+//! one global order: priority, then submit time, then id ([`queue_order`]); the submit time
+//! moved later by the gang's expected run time, up to a cap, under `Config::short_first`
+//! ([`order_ms`]: shorter gangs first, within a bound). With fair sharing, which
 //! queue admits next: dominant resource fairness (Ghodsi et al., NSDI'11)
 //! over the fleet's GPUs, CPU and memory, weighted per queue as Kueue weights ClusterQueues in
 //! a cohort: each queue's share is the largest fraction of the fleet it holds of any resource,
@@ -13,18 +15,42 @@
 
 use std::cmp::Reverse;
 
+use crate::config::Config;
 use crate::fleet::Fleet;
 use crate::gang::Gang;
-use crate::queue::{Held, NominalQuota, QueueId, Queues, QuotaUsage};
+use crate::queue::{Held, NominalQuota, QueueId, QueueingStrategy, Queues, QuotaUsage};
 
 /// Parts per billion: a share of the whole fleet as an integer.
 const SCALE: u128 = 1_000_000_000;
 
-/// The order gangs are considered in: priority, then submit time, then id.
-pub fn queue_order(pending: &[Gang]) -> Vec<usize> {
+/// The time a gang is ordered by after its priority: when it was submitted, moved later by its
+/// expected run time under `Config::short_first` (`ShortFirst::order_ms`; a StrictFIFO queue's
+/// gangs all by the cap, so their own order stays their submit order).
+pub fn order_ms(gang: &Gang, queues: &Queues, config: &Config) -> u64 {
+    let Some(short_first) = config.short_first else {
+        return gang.submitted_ms;
+    };
+    let strict = queues
+        .id(&gang.queue)
+        .is_some_and(|q| config.strategy.unwrap_or(queues.spec(q).strategy) == QueueingStrategy::StrictFifo);
+    short_first.order_ms(gang, strict)
+}
+
+/// The order gangs are considered in: priority, then [`order_ms`], then id.
+pub fn queue_order(pending: &[Gang], queues: &Queues, config: &Config) -> Vec<usize> {
+    ordered_by(pending, &order_times(pending, queues, config))
+}
+
+/// Each gang's [`order_ms`], by its index.
+fn order_times(pending: &[Gang], queues: &Queues, config: &Config) -> Vec<u64> {
+    pending.iter().map(|g| order_ms(g, queues, config)).collect()
+}
+
+/// [`queue_order`] with each gang's time to order by given (`times[i]` for `pending[i]`).
+fn ordered_by(pending: &[Gang], times: &[u64]) -> Vec<usize> {
     // The keys side by side, not behind each gang: a sort compares them many times.
     let mut keyed: Vec<(Reverse<i32>, u64, &str, usize)> =
-        pending.iter().enumerate().map(|(i, g)| (Reverse(g.priority), g.submitted_ms, g.id.as_str(), i)).collect();
+        pending.iter().zip(times).enumerate().map(|(i, (g, &t))| (Reverse(g.priority), t, g.id.as_str(), i)).collect();
     // Callers hand their gangs in runs already in order (the simulator's window: one run per
     // queue): the stable sort finds and merges the runs, where the unstable one partitioned
     // them again. The keys are unique (the index), so both give the same order.
@@ -58,9 +84,12 @@ struct Lane {
 #[derive(Debug)]
 pub struct FairOrder {
     lanes: Vec<Lane>,
+    /// Each pending gang's [`order_ms`], by its index: found once, compared by every lane.
+    times: Vec<u64>,
     totals: Held,
     depth: usize,
-    /// Shares weighed, and the depth counted per lane; else the depth counts every lane's.
+    /// Shares weighed (`Config::fair_sharing`), and the depth counted per lane; else the depth
+    /// counts every lane's.
     fair: bool,
     /// How many gangs taken were left waiting, over every lane.
     waiting: usize,
@@ -74,11 +103,13 @@ impl FairOrder {
     /// once `depth` of the gangs given were left waiting ([`Self::left_waiting`]), of each lane
     /// with fair sharing: those admitted do not count, so a burst that fits is admitted in one
     /// cycle, and a deep queue that does not fit costs a cycle `depth` gangs.
-    pub fn new(pending: &[Gang], queues: &Queues, fleet: &Fleet, fair: bool, depth: u32) -> Self {
+    pub fn new(pending: &[Gang], queues: &Queues, fleet: &Fleet, config: &Config) -> Self {
+        let (fair, depth) = (config.fair_sharing, config.depth);
         // Else one lane, so that the common case merges none.
         let per_queue = lanes_per_queue(queues, fair);
+        let times = order_times(pending, queues, config);
         let mut lanes: Vec<Lane> = Vec::new();
-        for i in queue_order(pending) {
+        for i in ordered_by(pending, &times) {
             let queue = if per_queue { queues.id(&pending[i].queue) } else { None };
             match lanes.iter_mut().find(|l| l.queue == queue) {
                 Some(l) => l.gangs.push(i),
@@ -89,7 +120,7 @@ impl FairOrder {
             }
         }
         let depth = usize::try_from(depth).unwrap_or(usize::MAX);
-        FairOrder { lanes, totals: fleet.totals(), depth, fair, waiting: 0, last: None }
+        FairOrder { lanes, times, totals: fleet.totals(), depth, fair, waiting: 0, last: None }
     }
 
     /// How many gangs may wait after the cycle has looked at them: up to the depth (of each lane).
@@ -103,7 +134,7 @@ impl FairOrder {
 
     /// The next gang, or `None` when every lane is done.
     pub fn next(&mut self, pending: &[Gang], queues: &Queues, usage: &QuotaUsage) -> Option<usize> {
-        let (totals, depth, fair) = (self.totals, self.depth, self.fair);
+        let (totals, depth, fair, times) = (self.totals, self.depth, self.fair, &self.times);
         if !fair && self.waiting >= depth {
             return None;
         }
@@ -113,7 +144,8 @@ impl FairOrder {
             .enumerate()
             .filter(|(_, l)| l.next < l.gangs.len() && (!fair || l.waiting < depth))
             .min_by_key(|(_, l)| {
-                let head = &pending[l.gangs[l.next]];
+                let at = l.gangs[l.next];
+                let head = &pending[at];
                 let borrows = l.nominal.as_ref().is_some_and(|n| n.exceeded_by(usage, head));
                 let share = match l.queue {
                     Some(q) if fair => dominant_share(usage.held(q), totals, queues.spec(q).weight),
@@ -121,7 +153,7 @@ impl FairOrder {
                 };
                 // The queue breaks ties between lanes only where lanes are queues by design.
                 let queue = if fair { l.queue } else { None };
-                (borrows, Reverse(head.priority), share, head.submitted_ms, queue, head.id.as_str())
+                (borrows, Reverse(head.priority), share, times[at], queue, head.id.as_str())
             })?;
         lane.next += 1;
         self.last = Some(at);

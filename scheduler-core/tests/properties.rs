@@ -8,8 +8,8 @@ use scheduler_core::invariants;
 use scheduler_core::{
     Admission, Batch, BorrowWithinCohort, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang,
     Level, Patience, Preemption, QueuePreemption, QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage,
-    ReclaimWithinCohort, Release, Reservations, Reserved, Resource, Running, Slowdown, Snapshot, Solver, WithinQueue,
-    cycle, release,
+    ReclaimWithinCohort, Release, Reservations, Reserved, Resource, Running, ShortFirst, Slowdown, Snapshot, Solver,
+    WithinQueue, cycle, release,
 };
 
 fn arb_fleet() -> impl Strategy<Value = Fleet> {
@@ -128,9 +128,23 @@ fn arb_config() -> impl Strategy<Value = Config> {
             Some(Slowdown::DEFAULT),
             Some(Slowdown { cross_rack: 2_000, ..Slowdown::DEFAULT }),
         ]),
+        // Shorter gangs first, with no cap (submit order again), a cap some run times pass and
+        // one none does.
+        prop::option::of(prop::sample::select(vec![0u64, 500, 1_000_000])),
     )
         .prop_map(
-            |(choice, fill, fair_sharing, patience, reservations, preemption, batch, depth, locality_cost)| Config {
+            |(
+                choice,
+                fill,
+                fair_sharing,
+                patience,
+                reservations,
+                preemption,
+                batch,
+                depth,
+                locality_cost,
+                short_first,
+            )| Config {
                 choice,
                 fill,
                 strategy: None,
@@ -143,6 +157,7 @@ fn arb_config() -> impl Strategy<Value = Config> {
                     prefer_checkpointed,
                     ..Preemption::DEFAULT
                 }),
+                short_first: short_first.map(|cap_ms| ShortFirst { cap_ms }),
                 batch: batch.map(|(window, candidates, max_nodes)| Batch {
                     window,
                     candidates,

@@ -5,7 +5,7 @@ use scheduler_core::invariants;
 use scheduler_core::{
     Admission, Batch, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, FleetBuilder, Gang, GangId, Level,
     Patience, PodShape, Preemption, QueuePreemption, QueueSpec, QueueingStrategy, Queues, Quota, QuotaUsage, Reason,
-    ReclaimWithinCohort, Release, Reservations, Resource, Running, Slowdown, Snapshot, WithinQueue, cycle,
+    ReclaimWithinCohort, Release, Reservations, Resource, Running, ShortFirst, Slowdown, Snapshot, WithinQueue, cycle,
 };
 
 use Level::{Block, Host, Rack};
@@ -184,6 +184,7 @@ fn in_order_takes_the_first_cluster_that_fits() {
         reservations: None,
         preemption: None,
         batch: None,
+        short_first: None,
         depth: Config::DEPTH,
     };
     let out = run_with(f, &default_queues(), vec![gang("a").pods(2).gpus(8).preferred(Rack)], config);
@@ -308,6 +309,50 @@ fn strict_fifo_blocks_behind_the_head_and_best_effort_does_not() {
         scheduler_core::fixture::greedy(),
     );
     assert!(best.admitted("small").is_some());
+}
+
+/// Shorter gangs first, within a bound (`Config::short_first`): one host free, so the order
+/// decides who gets it.
+#[test]
+fn a_shorter_gang_goes_first_within_the_cap_and_a_gang_past_it_before_any_later() {
+    const H: u64 = 3_600_000;
+    let host = || fleet(&[("c1", "h100", 8, &[(Host, 1)])]);
+    let short_first = |cap_ms| Config { short_first: Some(ShortFirst { cap_ms }), ..scheduler_core::fixture::greedy() };
+    let first = |gangs: Vec<Gang>, queues: &Queues, config: Config| {
+        let out = run_with(host(), queues, gangs, config);
+        let admitted: Vec<String> =
+            out.gangs.iter().filter(|g| out.admitted(g.id.as_str()).is_some()).map(|g| g.id.to_string()).collect();
+        assert_eq!(admitted.len(), 1, "one host: {admitted:?}");
+        admitted[0].clone()
+    };
+    let q = default_queues();
+    // Five hours against ten minutes submitted a minute later: the short one ends first.
+    let pair = || {
+        vec![gang("long").gpus(8).submitted(0).runtime(5 * H), gang("short").gpus(8).submitted(60_000).runtime(600_000)]
+    };
+    assert_eq!(first(pair(), &q, short_first(6 * H)), "short");
+    assert_eq!(first(pair(), &q, scheduler_core::fixture::greedy()), "long", "off: submit order");
+    // A cap of a minute: the long one counts a minute, and was submitted a minute sooner.
+    assert_eq!(first(pair(), &q, short_first(59_000)), "long");
+    // Ten hours count six: past that, a gang goes before one submitted later, however short.
+    let capped =
+        vec![gang("long").gpus(8).submitted(0).runtime(10 * H), gang("short").gpus(8).submitted(6 * H + 1).runtime(1)];
+    assert_eq!(first(capped, &q, short_first(6 * H)), "long");
+    // Stating no run time counts the whole cap: never ahead of one that states less.
+    let silent = vec![gang("silent").gpus(8).submitted(0), gang("stated").gpus(8).submitted(600_000).runtime(H)];
+    assert_eq!(first(silent, &q, short_first(6 * H)), "stated");
+    // A StrictFIFO queue keeps its submit order; a best-effort one of the same quota does not.
+    let in_team_a = || pair().into_iter().map(|g| g.queue("team-a")).collect::<Vec<_>>();
+    let strict = quota_queues(QueueingStrategy::StrictFifo);
+    assert_eq!(first(in_team_a(), &strict, short_first(6 * H)), "long");
+    let best_effort = quota_queues(QueueingStrategy::BestEffortFifo);
+    assert_eq!(first(in_team_a(), &best_effort, short_first(6 * H)), "short");
+    // Priority still comes first.
+    let urgent = vec![
+        gang("short").gpus(8).submitted(0).runtime(1),
+        gang("urgent").gpus(8).priority(10).submitted(H).runtime(5 * H),
+    ];
+    assert_eq!(first(urgent, &q, short_first(6 * H)), "urgent");
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! The simulator's waiting gangs, kept per queue in the order a cycle considers them
-//! (`scheduler_core::queue_order`: priority, then submit time, then id), so each cycle is handed
+//! (`scheduler_core::queue_order`: priority, then the time it is ordered by, then id), so each
+//! cycle is handed
 //! only what it would look at anyway: the first `Config::depth` of every queue where the cycle
 //! orders by queue (fair sharing, or queues in a cohort: `scheduler_core::lanes_per_queue`),
 //! else the first `depth` of all queues together (one lane). A cycle then
@@ -28,6 +29,8 @@ pub struct Pending {
     /// The window: the gangs handed to cycles, in queue order per queue, with their jobs.
     window: Vec<Gang>,
     window_jobs: Vec<usize>,
+    /// Per job: the time it is ordered by (`scheduler_core::order_ms`), as it was pushed.
+    order_ms: Vec<u64>,
     /// Per job: in the window; and where in it, as `lend` last found it.
     lent: Vec<bool>,
     at: Vec<usize>,
@@ -52,14 +55,15 @@ impl Pending {
         self.len == 0
     }
 
-    /// A job starts waiting. It enters the window at the next `lend` if it belongs there.
-    pub fn push(&mut self, job: usize, gang: Gang) {
+    /// A job starts waiting, ordered by `order_ms` (`scheduler_core::order_ms`) after its
+    /// priority. It enters the window at the next `lend` if it belongs there.
+    pub fn push(&mut self, job: usize, gang: Gang, order_ms: u64) {
         if let Some(c) = bound_to(&gang) {
             let gpus = gang.total_gpus();
             *self.bound.entry(c.to_string()).or_default() += gpus;
             self.bound_job.insert(job, (c.to_string(), gpus));
         }
-        let place = (Reverse(gang.priority), gang.submitted_ms, gang.id.clone());
+        let place = (Reverse(gang.priority), order_ms, gang.id.clone());
         if self.queues.entry(gang.queue.clone()).or_default().insert(place.clone(), job).is_none() {
             self.len += 1;
         }
@@ -68,7 +72,9 @@ impl Pending {
             self.slots.resize_with(job + 1, || None);
             self.lent.resize(job + 1, false);
             self.at.resize(job + 1, 0);
+            self.order_ms.resize(job + 1, 0);
         }
+        self.order_ms[job] = order_ms;
         self.slots[job] = Some(gang);
     }
 
@@ -182,7 +188,7 @@ impl Pending {
     }
 
     fn leave(&mut self, job: usize, gang: &Gang) {
-        let key = ((Reverse(gang.priority), gang.submitted_ms, gang.id.clone()), job);
+        let key = ((Reverse(gang.priority), self.order_ms[job], gang.id.clone()), job);
         self.all.remove(&key);
         let (place, _) = key;
         if let Some(places) = self.queues.get_mut(&gang.queue)
@@ -230,6 +236,12 @@ mod tests {
         gang(id).gpus(1).queue(queue).priority(priority).submitted(submitted)
     }
 
+    /// Ordered by submit time, as without `Config::short_first`.
+    fn push(p: &mut Pending, job: usize, gang: Gang) {
+        let order_ms = gang.submitted_ms;
+        p.push(job, gang, order_ms);
+    }
+
     fn ids(p: &Pending) -> Vec<&str> {
         let mut ids: Vec<&str> = p.lent().iter().map(|g| g.id.as_str()).collect();
         ids.sort();
@@ -239,13 +251,13 @@ mod tests {
     #[test]
     fn the_window_is_the_first_of_each_queue_and_follows_arrivals_and_decisions() {
         let mut p = Pending::default();
-        p.push(0, g("a-late", "a", 0, 30));
-        p.push(1, g("a-early", "a", 0, 10));
-        p.push(3, g("b-only", "b", 0, 0));
+        push(&mut p, 0, g("a-late", "a", 0, 30));
+        push(&mut p, 1, g("a-early", "a", 0, 10));
+        push(&mut p, 3, g("b-only", "b", 0, 0));
         assert_eq!(p.lend(2, true).len(), 3);
         assert_eq!(ids(&p), ["a-early", "a-late", "b-only"]);
         // A more urgent arrival overtakes a-late, which goes back to wait outside.
-        p.push(2, g("a-urgent", "a", 5, 50));
+        push(&mut p, 2, g("a-urgent", "a", 5, 50));
         p.lend(2, true);
         assert_eq!(ids(&p), ["a-early", "a-urgent", "b-only"]);
         assert_eq!(p.overtaken(), [0]);
@@ -264,17 +276,17 @@ mod tests {
     #[test]
     fn one_lane_is_the_first_of_all_queues_merged_in_queue_order() {
         let mut p = Pending::default();
-        p.push(0, g("a1", "a", 0, 10));
-        p.push(1, g("a2", "a", 0, 40));
-        p.push(2, g("b1", "b", 0, 20));
-        p.push(3, g("b2", "b", 0, 30));
-        p.push(4, g("c1", "c", 9, 50));
+        push(&mut p, 0, g("a1", "a", 0, 10));
+        push(&mut p, 1, g("a2", "a", 0, 40));
+        push(&mut p, 2, g("b1", "b", 0, 20));
+        push(&mut p, 3, g("b2", "b", 0, 30));
+        push(&mut p, 4, g("c1", "c", 9, 50));
         let order = |p: &Pending| p.lent().iter().map(|g| g.id.clone()).collect::<Vec<_>>();
         p.lend(3, false);
         assert_eq!(order(&p), ["c1", "a1", "b1"]);
         p.lend(4, false);
         assert_eq!(order(&p), ["c1", "a1", "b1", "b2"]);
-        p.push(5, g("a0", "a", 0, 0));
+        push(&mut p, 5, g("a0", "a", 0, 0));
         p.lend(4, false);
         assert_eq!(order(&p), ["c1", "a0", "a1", "b1"]);
         assert_eq!(p.overtaken(), [3]);
@@ -284,7 +296,7 @@ mod tests {
     fn front_hands_the_chosen_in_order_and_unfront_restores_the_window() {
         let mut p = Pending::default();
         for (j, id) in ["a", "b", "c", "d", "e"].into_iter().enumerate() {
-            p.push(j, gang(id).gpus(1).submitted(j as u64));
+            push(&mut p, j, gang(id).gpus(1).submitted(j as u64));
         }
         p.lend(8, true);
         let order = |p: &Pending| p.lent().iter().map(|g| g.id.clone()).collect::<Vec<_>>();
@@ -303,8 +315,8 @@ mod tests {
         bound.clusters.only = Some(vec!["east".into()]);
         let mut two = gang("y").gpus(4);
         two.clusters.only = Some(vec!["east".into(), "west".into()]);
-        p.push(0, bound);
-        p.push(1, two);
+        push(&mut p, 0, bound);
+        push(&mut p, 1, two);
         assert_eq!((p.bound_gpus("east"), p.bound_gpus("west")), (16, 0));
         p.lend(1, true);
         assert_eq!(p.bound_gpus("east"), 16, "lent gangs still wait");

@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use scheduler_core::{
     Batch, Capacity, ClusterChoice, Config, Decision, Fill, Fleet, Gang, Patience, Preemption, QueueingStrategy,
-    Queues, QuotaUsage, Reservations, Slowdown, Snapshot, cycle, release,
+    Queues, QuotaUsage, Reservations, ShortFirst, Slowdown, Snapshot, cycle, release,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -30,7 +30,8 @@ pub enum Policy {
     KueueIncremental,
     /// Kueue on the manager queues (best-effort FIFO, Kueue's preemption), and Stowage
     /// nominates the cluster and domain (`--kueue multikueue`): Stowage's placement, locality
-    /// by cost and reservations, without Stowage's queueing or preemption.
+    /// by cost and reservations, without Stowage's queueing (Kueue's order, not shorter gangs
+    /// first) or preemption.
     StowageAsDispatcher,
     /// A job bound at submit to the least-loaded cluster that could hold it (no cross-cluster
     /// lookahead after that), then gang + bin-packing inside it.
@@ -92,6 +93,7 @@ impl Policy {
             Policy::StowageAsDispatcher => Config {
                 strategy: Some(QueueingStrategy::BestEffortFifo),
                 preemption: Some(Preemption::KUEUE),
+                short_first: None,
                 ..Config::stowage()
             },
             Policy::VolcanoBinpack => {
@@ -100,14 +102,15 @@ impl Policy {
         }
     }
 
-    /// The core configuration with the run's locality and reservation settings (only policies
-    /// that have them, ours, take them: no peer holds a gang for locality or reserves for it),
-    /// and MultiKueue's race drawn from the run's seed.
+    /// The core configuration with the run's locality, reservation and order settings (only
+    /// policies that have them, ours, take them: no peer holds a gang for locality, reserves
+    /// for it or orders it by its run time), and MultiKueue's race drawn from the run's seed.
     pub fn config_with(
         self,
         patience: Option<Patience>,
         locality_cost: Option<Slowdown>,
         reservations: Option<Reservations>,
+        short_first: Option<ShortFirst>,
         seed: u64,
     ) -> Config {
         let mut c = self.config();
@@ -123,6 +126,9 @@ impl Policy {
         }
         if c.reservations.is_some() {
             c.reservations = reservations;
+        }
+        if c.short_first.is_some() {
+            c.short_first = short_first;
         }
         c
     }

@@ -60,6 +60,9 @@ pub struct OptionsSummary {
     /// How many gangs may hold a reservation at once (`--reserve-depth`); `None`: no
     /// reservations.
     pub reserve_depth: Option<u32>,
+    /// The most run time a gang is ordered behind by (`--short-first`); `None`: submit time
+    /// alone.
+    pub short_first_cap_s: Option<u64>,
     /// Percent of jobs submitted at high priority (`--urgent`).
     pub urgent_percent: u32,
     /// How often jobs checkpoint (`--checkpoint-interval`); `None`: never.

@@ -59,6 +59,9 @@ pub struct SimOptions {
     pub locality_cost: Option<scheduler_core::Slowdown>,
     /// When those of them that reserve give a waiting gang a reservation (`None`: never).
     pub reservations: Option<scheduler_core::Reservations>,
+    /// How far those of them that order by it move a gang back by its run time (`None`: they
+    /// order by submit time alone, as the peers do).
+    pub short_first: Option<scheduler_core::ShortFirst>,
     /// Percent of jobs (chosen by id and seed) submitted at priority `URGENT`, on top of the
     /// trace's own: the load that makes preemption matter on traces without priorities.
     pub urgent_percent: u32,
@@ -87,7 +90,7 @@ pub struct SimOptions {
 impl SimOptions {
     /// The core configuration `policy` decides with in this run.
     fn config(&self, policy: Policy) -> scheduler_core::Config {
-        policy.config_with(self.patience, self.locality_cost, self.reservations, self.seed)
+        policy.config_with(self.patience, self.locality_cost, self.reservations, self.short_first, self.seed)
     }
 }
 
@@ -142,6 +145,7 @@ impl Default for SimOptions {
             patience: Some(scheduler_core::Patience::DEFAULT),
             locality_cost: Some(scheduler_core::Slowdown::DEFAULT),
             reservations: Some(scheduler_core::Reservations::DEFAULT),
+            short_first: Some(scheduler_core::ShortFirst::DEFAULT),
             urgent_percent: 0,
             checkpoint_interval_s: None,
             batch_every: 1,
@@ -671,11 +675,12 @@ impl Sim<'_> {
 
     /// Job `j` waits (again), in the group a cut cycle decides it with.
     fn wait(&mut self, j: usize, gang: Gang) {
+        let config = self.opts.config(self.policy);
         if self.cutting {
-            let config = self.opts.config(self.policy);
             self.groups[j] = self.classes.group(self.fleet, self.queues, &config, &gang);
         }
-        self.pending.push(j, gang);
+        let order_ms = scheduler_core::order_ms(&gang, self.queues, &config);
+        self.pending.push(j, gang, order_ms);
     }
 }
 
@@ -751,8 +756,9 @@ mod tests {
     }
 
     /// The run's cost as the fleet file prices its clusters: each GPU-second busy times the
-    /// weight of the cluster it is on. Stowage puts the first job on the cheaper cluster (its
-    /// cost weight among equal placements), kueue-multikueue on the first listed, the dearer.
+    /// weight of the cluster it is on. Stowage puts the first job in its order, the shorter
+    /// (`ShortFirst`), on the cheaper cluster (its cost weight among equal placements) and the
+    /// other on the dearer; kueue-multikueue's race, drawn per job, happens to do the same here.
     #[test]
     fn a_runs_cost_weighs_each_gpu_second_by_its_clusters_price() {
         let text = "clusters:\n\
@@ -765,7 +771,7 @@ mod tests {
             skipped_rows: 0,
             withdrawn: 0,
         };
-        for (policy, long_on, short_on) in [(Policy::Stowage, 1, 3), (Policy::KueueMultiKueue, 3, 1)] {
+        for (policy, long_on, short_on) in [(Policy::Stowage, 3, 1), (Policy::KueueMultiKueue, 3, 1)] {
             let run = simulate(&fleet, &trace, policy, &SimOptions::default(), &mut |_, _| {}).expect("runs");
             let ran = |id: &str| {
                 let j = run.jobs.iter().find(|j| j.id == id).expect("recorded");
@@ -1154,6 +1160,8 @@ mod tests {
         let stowage = simulate(&f, &t, Policy::Stowage, &SimOptions::default(), &mut |_, _| {}).expect("runs");
         let starts = |run: &PolicyRun| run.jobs.iter().map(|j| j.first_start_s).collect::<Vec<_>>();
         assert_eq!(starts(&volcano), [Some(0), Some(0), Some(1000)]);
-        assert_eq!(starts(&stowage), [Some(0), Some(0), Some(100)], "stowage takes whichever cluster frees first");
+        // Stowage starts the shorter two first (`ShortFirst`), and job 1 on whichever cluster
+        // frees first: job 3's, after 10 s.
+        assert_eq!(starts(&stowage), [Some(10), Some(0), Some(0)], "stowage takes whichever cluster frees first");
     }
 }

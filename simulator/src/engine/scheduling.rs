@@ -360,13 +360,15 @@ pub(super) fn not_looked_at(policy: Policy, queue: &str) -> Reason {
     Reason::BeyondDepth { queue: config.fair_sharing.then(|| queue.to_string()), depth: config.depth }
 }
 
-/// How many reservations a cycle under `config` may make, when more than one: then gangs due
-/// one are handed to a cut cycle and a cut that left one out is checked (`Sim::cut`). With one,
-/// the first of a class left waiting for room makes it or none of the class could, so the cut
-/// needs neither (0).
+/// How many reservations a cycle under `config` may make, when more than one or when a class's
+/// gangs are not ordered by age: then gangs due one are handed to a cut cycle and a cut that
+/// left one out is checked (`Sim::cut`). With one, in submit order, the first of a class left
+/// waiting for room makes it or none of the class could (those behind it are younger), so the
+/// cut needs neither (0). Shorter gangs first (`Config::short_first`) orders a class by run
+/// time too: an older class-mate behind the first may be due when the first is not.
 fn many_reservations(config: &Config) -> usize {
     match config.reservations {
-        Some(r) if r.most() > 1 => r.most(),
+        Some(r) if r.most() > 1 || config.short_first.is_some() => r.most(),
         _ => 0,
     }
 }
