@@ -1275,6 +1275,25 @@ mod tests {
     }
 
     #[test]
+    fn short_first_defaults_to_the_policys_own_cap() {
+        let commands = [
+            SimulateArgs::augment_args(clap::Command::new("simulate")),
+            DispatcherArgs::augment_args(clap::Command::new("dispatcher")),
+        ];
+        for command in commands {
+            let arg = command.get_arguments().find(|a| a.get_id() == "short_first").expect("--short-first");
+            let default: String = arg.get_default_values().iter().map(|v| v.to_string_lossy()).collect();
+            let parsed = parse_short_first(&default).expect("valid").0;
+            assert_eq!(parsed, Some(scheduler_core::ShortFirst::DEFAULT), "{}", command.get_name());
+        }
+        assert_eq!(parse_short_first("None").expect("valid").0, None);
+        assert_eq!(parse_short_first("90m").expect("valid").0, Some(scheduler_core::ShortFirst { cap_ms: 5_400_000 }));
+        for bad in ["soon", "-1h", "6w", "999999999999d"] {
+            assert!(parse_short_first(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn reserve_after_defaults_to_the_policys_own_bound() {
         let commands = [
             SimulateArgs::augment_args(clap::Command::new("simulate")),
