@@ -480,7 +480,7 @@ struct SimulateArgs {
     #[arg(long, value_name = "KUBECONFIG", conflicts_with_all = [
         "fleet", "machines", "trace", "synthetic", "bench", "gpu_sharing", "helios", "helios_day",
         "trace_format", "skip_bad_rows", "policy", "seed", "load_scale", "node_failure_rate", "max_restarts", "tenants",
-        "json", "svg", "locality_patience", "locality_cost", "reserve_after", "reserve_depth", "short_first", "urgent", "checkpoint_interval", "mix",
+        "json", "svg", "locality_patience", "locality_cost", "reserve_after", "reserve_depth", "short_first", "preemption_min_runtime", "urgent", "checkpoint_interval", "mix",
         "machines_format", "batch_every", "check_every", "explain",
     ])]
     from: Option<PathBuf>,
@@ -537,6 +537,11 @@ struct SimulateArgs {
     /// the tuning set (docs/policy.md).
     #[arg(long, value_name = "CAP", value_parser = parse_short_first, default_value = "6h")]
     short_first: ShortFirst,
+    /// How long a gang runs before the stowage policy may evict it, for a higher priority or to
+    /// reclaim its queue's quota (seconds or 90s, 10m, 2h), as the dispatcher's flag; the Kueue
+    /// dispatchers keep Kueue's: none (docs/policy.md).
+    #[arg(long, value_parser = parse_duration_s, default_value = "10m")]
+    preemption_min_runtime: u64,
     /// Submit this percent of jobs (chosen by id and seed) at high priority: stowage preempts
     /// lower-priority gangs for them, the Kueue dispatchers too (as Kueue does), fifo-firstfit
     /// and volcano-binpack do not.
@@ -877,6 +882,7 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
         locality_cost: args.locality_cost.0,
         reservations: args.reserve_after.with_depth(args.reserve_depth),
         short_first: args.short_first.0,
+        preemption_min_runtime_ms: args.preemption_min_runtime.saturating_mul(1000),
         urgent_percent: args.urgent,
         checkpoint_interval_s: args.checkpoint_interval,
         batch_every: args.batch_every,
@@ -1290,6 +1296,20 @@ mod tests {
         assert_eq!(parse_short_first("90m").expect("valid").0, Some(scheduler_core::ShortFirst { cap_ms: 5_400_000 }));
         for bad in ["soon", "-1h", "6w", "999999999999d"] {
             assert!(parse_short_first(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn preemption_min_runtime_defaults_to_the_policys_own_on_both_commands() {
+        let commands = [
+            SimulateArgs::augment_args(clap::Command::new("simulate")),
+            DispatcherArgs::augment_args(clap::Command::new("dispatcher")),
+        ];
+        for command in commands {
+            let arg = command.get_arguments().find(|a| a.get_id() == "preemption_min_runtime").expect("flag");
+            let default: String = arg.get_default_values().iter().map(|v| v.to_string_lossy()).collect();
+            let parsed = parse_duration_s(&default).expect("valid");
+            assert_eq!(parsed * 1000, scheduler_core::Preemption::DEFAULT.min_runtime_ms, "{}", command.get_name());
         }
     }
 

@@ -63,6 +63,8 @@ pub struct OptionsSummary {
     /// The most run time a gang is ordered behind by (`--short-first`); `None`: submit time
     /// alone.
     pub short_first_cap_s: Option<u64>,
+    /// How long a gang runs before stowage may evict it (`--preemption-min-runtime`).
+    pub preemption_min_runtime_s: u64,
     /// Percent of jobs submitted at high priority (`--urgent`).
     pub urgent_percent: u32,
     /// How often jobs checkpoint (`--checkpoint-interval`); `None`: never.

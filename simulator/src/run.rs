@@ -79,6 +79,7 @@ pub fn run_policies(
             reserve_after_s: opts.reservations.map(|r| r.after_ms / 1000),
             reserve_depth: opts.reservations.map(|r| r.depth),
             short_first_cap_s: opts.short_first.map(|s| s.cap_ms / 1000),
+            preemption_min_runtime_s: opts.preemption_min_runtime_ms / 1000,
             urgent_percent: opts.urgent_percent,
             checkpoint_interval_s: opts.checkpoint_interval_s,
         },
@@ -245,11 +246,18 @@ mod tests {
         }
         // Hourly checkpoints: victims resume from their last one, and preemption picks those
         // that checkpointed recently, so little work is thrown away.
-        let hourly = SimOptions { checkpoint_interval_s: Some(3600), ..opts };
+        let hourly = SimOptions { checkpoint_interval_s: Some(3600), ..opts.clone() };
         let (report, _) = run_policies(&inputs, &[Policy::Stowage], &hourly, &mut |_, _, _| {}).expect("runs");
         let checkpointed = &report.policies[0].preemption;
         assert!(checkpointed.preemptions > 0, "{checkpointed:?}");
         assert!(checkpointed.gpu_hours_lost <= 0.1 * ours.gpu_hours_lost, "{checkpointed:?} vs {ours:?}");
+        // Protected for longer than any job of the trace runs (`--preemption-min-runtime`):
+        // nothing is evicted, and the urgent jobs wait longer.
+        let protected = SimOptions { preemption_min_runtime_ms: 365 * 86_400_000, ..opts };
+        let (report, _) = run_policies(&inputs, &[Policy::Stowage], &protected, &mut |_, _, _| {}).expect("runs");
+        let protected = &report.policies[0].preemption;
+        assert_eq!((protected.preemptions, protected.gpu_hours_lost), (0, 0.0), "{protected:?}");
+        assert!(protected.high_priority_mean_delay_s > ours.high_priority_mean_delay_s, "{protected:?} vs {ours:?}");
     }
 
     /// The built-in fleet and the first `jobs` of the built-in trace.

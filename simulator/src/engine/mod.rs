@@ -62,6 +62,10 @@ pub struct SimOptions {
     /// How far those of them that order by it move a gang back by its run time (`None`: they
     /// order by submit time alone, as the peers do).
     pub short_first: Option<scheduler_core::ShortFirst>,
+    /// How long a gang runs before stowage's preemption may evict it, for a higher priority or
+    /// to reclaim quota (`Preemption::min_runtime_ms`; the dispatcher's
+    /// `--preemption-min-runtime`). The Kueue dispatchers keep Kueue's: none.
+    pub preemption_min_runtime_ms: u64,
     /// Percent of jobs (chosen by id and seed) submitted at priority `URGENT`, on top of the
     /// trace's own: the load that makes preemption matter on traces without priorities.
     pub urgent_percent: u32,
@@ -90,7 +94,12 @@ pub struct SimOptions {
 impl SimOptions {
     /// The core configuration `policy` decides with in this run.
     fn config(&self, policy: Policy) -> scheduler_core::Config {
-        policy.config_with(self.patience, self.locality_cost, self.reservations, self.short_first, self.seed)
+        let mut config =
+            policy.config_with(self.patience, self.locality_cost, self.reservations, self.short_first, self.seed);
+        if let Some(p) = config.preemption.as_mut().filter(|p| p.victims == scheduler_core::Victims::LeastWork) {
+            p.min_runtime_ms = self.preemption_min_runtime_ms;
+        }
+        config
     }
 }
 
@@ -146,6 +155,7 @@ impl Default for SimOptions {
             locality_cost: Some(scheduler_core::Slowdown::DEFAULT),
             reservations: Some(scheduler_core::Reservations::DEFAULT),
             short_first: Some(scheduler_core::ShortFirst::DEFAULT),
+            preemption_min_runtime_ms: scheduler_core::Preemption::DEFAULT.min_runtime_ms,
             urgent_percent: 0,
             checkpoint_interval_s: None,
             batch_every: 1,
@@ -690,6 +700,19 @@ mod tests {
     use crate::fleet_file::FleetSpec;
     use crate::trace::TracePodSet;
     use scheduler_core::{Patience, TopologyConstraint};
+
+    /// `--preemption-min-runtime` is stowage's knob, as on the dispatcher: the Kueue
+    /// dispatchers keep Kueue's (no protection), the baselines preempt not at all.
+    #[test]
+    fn the_preemption_protection_is_stowages_own() {
+        let opts = SimOptions { preemption_min_runtime_ms: 1_800_000, ..SimOptions::default() };
+        let protection = |p: Policy| opts.config(p).preemption.map(|p| p.min_runtime_ms);
+        assert_eq!(protection(Policy::Stowage), Some(1_800_000));
+        assert_eq!(protection(Policy::KueueMultiKueue), Some(0));
+        assert_eq!(protection(Policy::FifoFirstFit), None);
+        let default = SimOptions::default().config(Policy::Stowage).preemption;
+        assert_eq!(default, Some(scheduler_core::Preemption::DEFAULT));
+    }
 
     fn job(id: &str, submit_s: u64, duration_s: u64, pods: u32, gpus: u32, topology: TopologyConstraint) -> TraceJob {
         TraceJob {
