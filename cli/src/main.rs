@@ -1280,17 +1280,24 @@ mod tests {
         assert!(parse_reserve_after("99999999999999999d").is_err());
     }
 
-    #[test]
-    fn short_first_defaults_to_the_policys_own_cap() {
-        let commands = [
+    /// The default flag `id` has on `simulate` and on `dispatcher`, with the command's name.
+    fn defaults_on_both_commands(id: &str) -> [(String, String); 2] {
+        [
             SimulateArgs::augment_args(clap::Command::new("simulate")),
             DispatcherArgs::augment_args(clap::Command::new("dispatcher")),
-        ];
-        for command in commands {
-            let arg = command.get_arguments().find(|a| a.get_id() == "short_first").expect("--short-first");
+        ]
+        .map(|command| {
+            let arg = command.get_arguments().find(|a| a.get_id() == id).unwrap_or_else(|| panic!("--{id}"));
             let default: String = arg.get_default_values().iter().map(|v| v.to_string_lossy()).collect();
+            (command.get_name().to_string(), default)
+        })
+    }
+
+    #[test]
+    fn short_first_defaults_to_the_policys_own_cap() {
+        for (command, default) in defaults_on_both_commands("short_first") {
             let parsed = parse_short_first(&default).expect("valid").0;
-            assert_eq!(parsed, Some(scheduler_core::ShortFirst::DEFAULT), "{}", command.get_name());
+            assert_eq!(parsed, Some(scheduler_core::ShortFirst::DEFAULT), "{command}");
         }
         assert_eq!(parse_short_first("None").expect("valid").0, None);
         assert_eq!(parse_short_first("90m").expect("valid").0, Some(scheduler_core::ShortFirst { cap_ms: 5_400_000 }));
@@ -1301,32 +1308,20 @@ mod tests {
 
     #[test]
     fn preemption_min_runtime_defaults_to_the_policys_own_on_both_commands() {
-        let commands = [
-            SimulateArgs::augment_args(clap::Command::new("simulate")),
-            DispatcherArgs::augment_args(clap::Command::new("dispatcher")),
-        ];
-        for command in commands {
-            let arg = command.get_arguments().find(|a| a.get_id() == "preemption_min_runtime").expect("flag");
-            let default: String = arg.get_default_values().iter().map(|v| v.to_string_lossy()).collect();
+        for (command, default) in defaults_on_both_commands("preemption_min_runtime") {
             let parsed = parse_duration_s(&default).expect("valid");
-            assert_eq!(parsed * 1000, scheduler_core::Preemption::DEFAULT.min_runtime_ms, "{}", command.get_name());
+            assert_eq!(parsed * 1000, scheduler_core::Preemption::DEFAULT.min_runtime_ms, "{command}");
         }
     }
 
     #[test]
     fn reserve_after_defaults_to_the_policys_own_bound() {
-        let commands = [
-            SimulateArgs::augment_args(clap::Command::new("simulate")),
-            DispatcherArgs::augment_args(clap::Command::new("dispatcher")),
-        ];
-        for command in commands {
-            let arg = command.get_arguments().find(|a| a.get_id() == "reserve_after").expect("--reserve-after");
-            let default: String = arg.get_default_values().iter().map(|v| v.to_string_lossy()).collect();
+        for (command, default) in defaults_on_both_commands("reserve_after") {
             let parsed = parse_reserve_after(&default).expect("valid").0;
-            assert_eq!(parsed, Some(scheduler_core::Reservations::DEFAULT), "{}", command.get_name());
-            let arg = command.get_arguments().find(|a| a.get_id() == "reserve_depth").expect("--reserve-depth");
-            let default: String = arg.get_default_values().iter().map(|v| v.to_string_lossy()).collect();
-            assert_eq!(default, scheduler_core::Reservations::DEFAULT.depth.to_string(), "{}", command.get_name());
+            assert_eq!(parsed, Some(scheduler_core::Reservations::DEFAULT), "{command}");
+        }
+        for (command, default) in defaults_on_both_commands("reserve_depth") {
+            assert_eq!(default, scheduler_core::Reservations::DEFAULT.depth.to_string(), "{command}");
         }
         assert_eq!(parse_reserve_after("none").expect("valid").0, None);
         assert_eq!(
