@@ -378,6 +378,9 @@ struct Sim<'a> {
     queues: &'a Queues,
     policy: Policy,
     opts: &'a SimOptions,
+    /// The core configuration the policy decides with in this run (`SimOptions::config`),
+    /// found once: arrivals, waits and cycles read it.
+    config: scheduler_core::Config,
     rng: SplitMix64,
     events: BinaryHeap<Reverse<(u64, u64, Event)>>,
     seq: u64,
@@ -460,11 +463,13 @@ pub fn simulate(
     let queues = &tenancy.queues;
     // Every job starts told the words of its queue: one of them per queue.
     let mut first_words: BTreeMap<String, Arc<Reason>> = BTreeMap::new();
+    let config = opts.config(policy);
     let mut sim = Sim {
         fleet,
         queues,
         policy,
         opts,
+        config,
         rng: SplitMix64::new(opts.seed),
         events: BinaryHeap::new(),
         seq: 0,
@@ -472,7 +477,7 @@ pub fn simulate(
         empty: fleet.allocatable().clone(),
         usage: QuotaUsage::default(),
         pending: Pending::default(),
-        cutting: !opts.uncut && !policy.nominates() && cut::applies(&opts.config(policy), queues),
+        cutting: !opts.uncut && !policy.nominates() && cut::applies(&config, queues),
         classes: Classes::default(),
         groups: vec![None; trace.jobs.len()],
         reserved: Vec::new(),
@@ -610,7 +615,7 @@ impl Sim<'_> {
             Event::Arrival(i) => {
                 let r = &self.records[i];
                 let mut gang = gang_of(&trace.jobs[i], r.queue.clone(), r.submit_s, r.priority);
-                let config = self.opts.config(self.policy);
+                let config = self.config;
                 let bound = self.policy.bind_at_submit(
                     self.fleet,
                     self.queues,
@@ -685,7 +690,7 @@ impl Sim<'_> {
 
     /// Job `j` waits (again), in the group a cut cycle decides it with.
     fn wait(&mut self, j: usize, gang: Gang) {
-        let config = self.opts.config(self.policy);
+        let config = self.config;
         if self.cutting {
             self.groups[j] = self.classes.group(self.fleet, self.queues, &config, &gang);
         }

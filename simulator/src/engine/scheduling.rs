@@ -24,7 +24,7 @@ impl Sim<'_> {
         }
         let _span = tracing::debug_span!("cycle", policy = %self.policy, t, pending = self.pending.len()).entered();
         let now_ms = t.saturating_mul(1000);
-        let mut config = self.opts.config(self.policy);
+        let mut config = self.config;
         if !self.run.cycles.is_multiple_of(u64::from(self.opts.batch_every.max(1))) {
             config.batch = None;
         }
