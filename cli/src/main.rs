@@ -185,8 +185,9 @@ struct DispatcherArgs {
     /// Shorter TrainJobs first, within a bound: each is ordered (after priority) as if submitted
     /// its expected run time later (the annotation `stowage.dev/expected-runtime-seconds`, else
     /// `activeDeadlineSeconds`), counted at most this long (seconds, or 90m, 6h, 1d); one stating
-    /// neither, and every TrainJob of a StrictFIFO queue, counts all of it. none: submit time
-    /// alone, as Kueue orders (docs/policy.md).
+    /// neither, and every TrainJob of a StrictFIFO queue, counts all of it. The cap doubles
+    /// while the TrainJobs waiting have waited twice it on average (CAP,fixed: it does not).
+    /// none: submit time alone, as Kueue orders (docs/policy.md).
     #[arg(long, value_name = "CAP", value_parser = parse_short_first, default_value = "6h")]
     short_first: ShortFirst,
     /// A running TrainJob younger than this is never evicted for a higher-priority one (whom a
@@ -533,8 +534,9 @@ struct SimulateArgs {
     reserve_depth: u32,
     /// Shorter gangs first, within a bound: the stowage policy orders each gang (after
     /// priority) as if submitted its run time later, counted at most this long (seconds, or
-    /// 90m, 6h, 1d), or none: submit time alone, as the peers order. The default was chosen on
-    /// the tuning set (docs/policy.md).
+    /// 90m, 6h, 1d), doubled while the gangs waiting have waited twice it on average
+    /// (CAP,fixed: never), or none: submit time alone, as the peers order. The default was
+    /// chosen on the tuning set (docs/policy.md).
     #[arg(long, value_name = "CAP", value_parser = parse_short_first, default_value = "6h")]
     short_first: ShortFirst,
     /// How long a gang runs before the stowage policy may evict it, for a higher priority or to
@@ -650,7 +652,8 @@ fn parse_reserve_after(s: &str) -> Result<ReserveAfter, String> {
     Ok(ReserveAfter(Some(scheduler_core::Reservations { after_ms, ..scheduler_core::Reservations::DEFAULT })))
 }
 
-/// The most run time a gang is ordered behind by (`6h`), or `none`: submit time alone.
+/// The most run time a gang is ordered behind by while the queue is short (`6h`; `6h,fixed`:
+/// whatever the queue), or `none`: submit time alone.
 #[derive(Debug, Clone, Copy)]
 struct ShortFirst(Option<scheduler_core::ShortFirst>);
 
@@ -658,8 +661,13 @@ fn parse_short_first(s: &str) -> Result<ShortFirst, String> {
     if s.trim().eq_ignore_ascii_case("none") {
         return Ok(ShortFirst(None));
     }
-    let cap_ms = parse_duration_s(s)?.saturating_mul(1000);
-    Ok(ShortFirst(Some(scheduler_core::ShortFirst { cap_ms })))
+    let (cap, grows) = match s.split_once(',') {
+        None => (s, true),
+        Some((cap, fixed)) if fixed.trim().eq_ignore_ascii_case("fixed") => (cap, false),
+        Some((_, other)) => return Err(format!("{other:?}: want CAP (it grows with the queue) or CAP,fixed")),
+    };
+    let cap_ms = parse_duration_s(cap)?.saturating_mul(1000);
+    Ok(ShortFirst(Some(scheduler_core::ShortFirst { cap_ms, grows })))
 }
 
 /// Extra run time per level crossed, in percent (`NVLINK,RACK,BLOCK,ZONE`), or `none`.
@@ -1300,8 +1308,11 @@ mod tests {
             assert_eq!(parsed, Some(scheduler_core::ShortFirst::DEFAULT), "{command}");
         }
         assert_eq!(parse_short_first("None").expect("valid").0, None);
-        assert_eq!(parse_short_first("90m").expect("valid").0, Some(scheduler_core::ShortFirst { cap_ms: 5_400_000 }));
-        for bad in ["soon", "-1h", "6w", "999999999999d"] {
+        let cap = |cap_ms, grows| Some(scheduler_core::ShortFirst { cap_ms, grows });
+        assert_eq!(parse_short_first("90m").expect("valid").0, cap(5_400_000, true));
+        assert_eq!(parse_short_first("90m,fixed").expect("valid").0, cap(5_400_000, false));
+        assert_eq!(parse_short_first("1d, Fixed").expect("valid").0, cap(86_400_000, false));
+        for bad in ["soon", "-1h", "6w", "999999999999d", "6h,later", "6h,", ",fixed"] {
             assert!(parse_short_first(bad).is_err(), "{bad}");
         }
     }

@@ -568,6 +568,25 @@ fn the_trainjob_that_states_it_ends_sooner_goes_first_to_the_free_node() {
     assert_eq!(placed(&annotated, &off), ["long"]);
 }
 
+/// The cap grows with the queue (`ShortFirst::in_force`): where the TrainJobs waiting have
+/// waited a day on average (30 h and 20 h), one stating an hour goes first to the free node
+/// though one stating twenty was submitted ten hours before it; with the cap fixed at six hours
+/// the older goes first (ordered 24 h ago against 19 h).
+#[test]
+fn under_a_long_queue_the_cap_grows_and_the_shorter_trainjob_still_goes_first() {
+    let mut o = three_of_four_nodes_busy();
+    let hours = |h: i64| json!({"activeDeadlineSeconds": h * 3600});
+    o.trainjobs.push(trainjob("long", "ul", 1, -30 * 3600, json!({}), hours(20)));
+    o.trainjobs.push(trainjob("quick", "uq", 1, -20 * 3600, json!({}), hours(1)));
+    let placed = |config: &Config| {
+        let plan = decide(&o, config, &settings(), Time(now()));
+        plan.placements.iter().map(|w| w.name.clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(placed(&Config::stowage()), ["quick"]);
+    let fixed = scheduler_core::ShortFirst { grows: false, ..scheduler_core::ShortFirst::DEFAULT };
+    assert_eq!(placed(&Config { short_first: Some(fixed), ..Config::stowage() }), ["long"]);
+}
+
 #[test]
 fn with_the_batch_optimiser_a_trainjob_moves_over_so_one_that_needs_its_gpus_fits_too() {
     // Two 4-node members, `a` of H100s and `b` of A100s. The first TrainJob takes either; the

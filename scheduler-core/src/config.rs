@@ -107,6 +107,17 @@ impl Config {
         }
     }
 
+    /// This policy with the shorter-first cap in force while `waiting` (every gang waiting,
+    /// not only those handed to a cycle) wait at `now_ms` ([`ShortFirst::in_force`]).
+    pub fn for_waiting<'g>(&self, waiting: impl IntoIterator<Item = &'g Gang>, now_ms: u64) -> Self {
+        let Some(short_first) = self.short_first.filter(|s| s.grows) else {
+            return *self;
+        };
+        let (count, sum) =
+            waiting.into_iter().fold((0, 0u128), |(n, sum), g| (n + 1, sum + u128::from(g.submitted_ms)));
+        Config { short_first: Some(short_first.in_force(mean_wait_ms(now_ms, count, sum))), ..*self }
+    }
+
     /// This policy as it places gangs already placed elsewhere, whose room is to be counted
     /// (assumed) before anything new: as they are, never held, never preempting, no batch.
     pub fn as_placed(&self) -> Self {
@@ -124,8 +135,8 @@ impl Config {
 
 /// Shorter gangs first, within a bound: a gang is ordered (after priority, and after the gangs
 /// their queues' nominal quota covers, see `order`) as if submitted later by its expected run
-/// time, counted at most `cap_ms`. So among gangs submitted within the cap of each other the one
-/// that would end first, were it started at once, goes first (shortest job first, which
+/// time, counted at most the cap in force. So among gangs submitted within the cap of each other
+/// the one that would end first, were it started at once, goes first (shortest job first, which
 /// minimises the mean wait on one machine, Smith 1956), and a gang that has waited the cap goes
 /// before every gang submitted since: no gang is passed over by the order for longer than the
 /// cap, and reservations bound the wait for room as before. A gang that states no run time
@@ -133,15 +144,37 @@ impl Config {
 /// StrictFIFO queue, whose order stays its submit order. The run time is the gang's own
 /// statement (`Gang::runtime_ms`: the trace's in simulation; in the dispatcher a TrainJob's
 /// `stowage.dev/expected-runtime-seconds`, else its `activeDeadlineSeconds`).
+///
+/// The cap in force is `cap_ms` while the queue is short; where it `grows`, it grows with the
+/// queue ([`ShortFirst::in_force`]). Callers resolve it from every gang waiting before a cycle
+/// (the simulator hands a cycle only some of them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShortFirst {
     pub cap_ms: u64,
+    pub grows: bool,
 }
 
 impl ShortFirst {
-    /// Stowage's default: six hours, chosen on the tuning set (docs/policy.md, "Shorter gangs
-    /// first").
-    pub const DEFAULT: ShortFirst = ShortFirst { cap_ms: 6 * 3_600_000 };
+    /// Stowage's default: six hours, growing with the queue, chosen on the tuning set
+    /// (docs/policy.md, "Shorter gangs first" and "A cap that grows with the queue").
+    pub const DEFAULT: ShortFirst = ShortFirst { cap_ms: 6 * 3_600_000, grows: true };
+
+    /// The order in force while the gangs waiting have waited `mean_wait_ms` on average. Where
+    /// every gang waits days, a cap of hours reorders only gangs submitted within hours of each
+    /// other, and the queue is nearly in submit order again: the cap is doubled for as long as
+    /// it stays within the mean wait, so a gang is passed over for no longer than gangs wait
+    /// anyway. In doublings, so the order changes rarely: a queue's positions hold still
+    /// between steps (the simulator re-sorts its queues at each).
+    pub fn in_force(self, mean_wait_ms: u64) -> ShortFirst {
+        if !self.grows || self.cap_ms == 0 {
+            return self;
+        }
+        let mut cap_ms = self.cap_ms;
+        while let Some(doubled) = cap_ms.checked_mul(2).filter(|&d| d <= mean_wait_ms) {
+            cap_ms = doubled;
+        }
+        ShortFirst { cap_ms, ..self }
+    }
 
     /// The time `gang` is ordered by; `strict`: its queue is StrictFIFO.
     pub fn order_ms(&self, gang: &Gang, strict: bool) -> u64 {
@@ -151,6 +184,15 @@ impl ShortFirst {
         };
         gang.submitted_ms.saturating_add(counted)
     }
+}
+
+/// How long, on average, gangs submitted at times summing to `submitted_sum_ms` have waited at
+/// `now_ms` (`count` of them; 0 when none): what [`ShortFirst::in_force`] is given.
+pub fn mean_wait_ms(now_ms: u64, count: usize, submitted_sum_ms: u128) -> u64 {
+    let Some(mean_submitted) = submitted_sum_ms.checked_div(count as u128) else {
+        return 0;
+    };
+    u64::try_from(u128::from(now_ms).saturating_sub(mean_submitted)).unwrap_or(u64::MAX)
 }
 
 /// Locality patience, as Slurm's `--switches=N@max-time`: a pod set of several pods that

@@ -40,6 +40,7 @@ pub use batch::{BatchReport, Rejected};
 pub use capacity::{Capacity, PodShape};
 pub use config::{
     Batch, ClusterChoice, Config, Patience, Preemption, Reservations, ShortFirst, Slowdown, Solver, Victims,
+    mean_wait_ms,
 };
 pub use cycle::{Cycle, cycle};
 pub use decision::{Admission, CycleStats, Decision, Rank, gang_charges, release};

@@ -157,7 +157,7 @@ fn arb_config() -> impl Strategy<Value = Config> {
                     prefer_checkpointed,
                     ..Preemption::DEFAULT
                 }),
-                short_first: short_first.map(|cap_ms| ShortFirst { cap_ms }),
+                short_first: short_first.map(|cap_ms| ShortFirst { cap_ms, ..ShortFirst::DEFAULT }),
                 batch: batch.map(|(window, candidates, max_nodes)| Batch {
                     window,
                     candidates,

@@ -317,7 +317,8 @@ fn strict_fifo_blocks_behind_the_head_and_best_effort_does_not() {
 fn a_shorter_gang_goes_first_within_the_cap_and_a_gang_past_it_before_any_later() {
     const H: u64 = 3_600_000;
     let host = || fleet(&[("c1", "h100", 8, &[(Host, 1)])]);
-    let short_first = |cap_ms| Config { short_first: Some(ShortFirst { cap_ms }), ..scheduler_core::fixture::greedy() };
+    let short_first =
+        |cap_ms| Config { short_first: Some(ShortFirst { cap_ms, grows: false }), ..scheduler_core::fixture::greedy() };
     let first = |gangs: Vec<Gang>, queues: &Queues, config: Config| {
         let out = run_with(host(), queues, gangs, config);
         let admitted: Vec<String> =

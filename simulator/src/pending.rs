@@ -43,6 +43,8 @@ pub struct Pending {
     /// `bound` (what a spreader that binds at submit remembers having sent there).
     bound_job: BTreeMap<usize, (String, u64)>,
     bound: BTreeMap<String, u64>,
+    /// The waiting jobs' submit times, summed: their mean wait, found without a pass over them.
+    submitted_sum_ms: u128,
 }
 
 impl Pending {
@@ -63,19 +65,55 @@ impl Pending {
             *self.bound.entry(c.to_string()).or_default() += gpus;
             self.bound_job.insert(job, (c.to_string(), gpus));
         }
-        let place = (Reverse(gang.priority), order_ms, gang.id.clone());
-        if self.queues.entry(gang.queue.clone()).or_default().insert(place.clone(), job).is_none() {
+        if self.file(job, gang.queue.clone(), (Reverse(gang.priority), order_ms, gang.id.clone())) {
             self.len += 1;
+            self.submitted_sum_ms += u128::from(gang.submitted_ms);
         }
-        self.all.insert((place, job));
         if self.slots.len() <= job {
             self.slots.resize_with(job + 1, || None);
             self.lent.resize(job + 1, false);
             self.at.resize(job + 1, 0);
+        }
+        self.slots[job] = Some(gang);
+    }
+
+    /// Files `job` at `place` in `queue`'s order and the order of all; whether its queue had
+    /// no job at that place (a gang id twice in one queue is one place).
+    fn file(&mut self, job: usize, queue: String, place: Place) -> bool {
+        if self.order_ms.len() <= job {
             self.order_ms.resize(job + 1, 0);
         }
-        self.order_ms[job] = order_ms;
-        self.slots[job] = Some(gang);
+        self.order_ms[job] = place.1;
+        let new = self.queues.entry(queue).or_default().insert(place.clone(), job).is_none();
+        self.all.insert((place, job));
+        new
+    }
+
+    /// Orders every waiting job again, by `order_ms` (the order's cap moved,
+    /// `ShortFirst::in_force`). The window stays as lent: the next `lend` takes what the new
+    /// order wants, and those it no longer wants are overtaken.
+    pub fn reorder(&mut self, order_ms: impl Fn(&Gang) -> u64) {
+        for (at, &j) in self.window_jobs.iter().enumerate() {
+            self.at[j] = at;
+        }
+        let jobs: Vec<usize> = std::mem::take(&mut self.all).into_iter().map(|(_, j)| j).collect();
+        self.queues.clear();
+        let places: Vec<(usize, String, Place)> = jobs
+            .into_iter()
+            .map(|j| {
+                let gang = if self.lent[j] { Some(&self.window[self.at[j]]) } else { self.slots[j].as_ref() };
+                let gang = gang.expect("a waiting job's gang is in its slot or the window");
+                (j, gang.queue.clone(), (Reverse(gang.priority), order_ms(gang), gang.id.clone()))
+            })
+            .collect();
+        for (j, queue, place) in places {
+            self.file(j, queue, place);
+        }
+    }
+
+    /// How long the waiting jobs have waited at `now_ms`, on average (0 when none wait).
+    pub fn mean_wait_ms(&self, now_ms: u64) -> u64 {
+        scheduler_core::mean_wait_ms(now_ms, self.len, self.submitted_sum_ms)
     }
 
     /// GPUs of the waiting gangs bound to `cluster` alone when they arrived.
@@ -195,6 +233,7 @@ impl Pending {
             && places.remove(&place).is_some()
         {
             self.len -= 1;
+            self.submitted_sum_ms -= u128::from(gang.submitted_ms);
             if places.is_empty() {
                 self.queues.remove(&gang.queue);
             }
@@ -271,6 +310,32 @@ mod tests {
         p.lend(2, true);
         assert_eq!(ids(&p), ["a-early", "a-late"]);
         assert_eq!(p.jobs().len(), 2);
+    }
+
+    /// The order's cap moved (`ShortFirst::in_force`): every waiting job is filed again by its
+    /// new time, lent or not, and the next window follows, those it drops overtaken. The mean
+    /// wait follows arrivals and departures.
+    #[test]
+    fn reordered_the_window_follows_the_new_order() {
+        let mut p = Pending::default();
+        for (job, (id, submitted)) in [("first", 10), ("second", 20), ("third", 30)].into_iter().enumerate() {
+            push(&mut p, job, g(id, "a", 0, submitted));
+        }
+        assert_eq!(p.mean_wait_ms(100), 80);
+        p.lend(2, false);
+        assert_eq!(ids(&p), ["first", "second"]);
+        // Latest submitted first now.
+        p.reorder(|g| 100 - g.submitted_ms);
+        p.lend(2, false);
+        assert_eq!(ids(&p), ["second", "third"]);
+        assert_eq!(p.overtaken(), [0], "first, lent before, is outside the window now");
+        assert_eq!(p.len(), 3);
+        let decided: Vec<bool> = p.lent().iter().map(|x| x.id == "third").collect();
+        assert_eq!(p.take_decided(&decided)[0].0, 2);
+        p.lend(2, false);
+        assert_eq!(ids(&p), ["first", "second"]);
+        assert_eq!(p.mean_wait_ms(100), 85, "first and second wait, 90 and 80");
+        assert_eq!(Pending::default().mean_wait_ms(100), 0);
     }
 
     #[test]

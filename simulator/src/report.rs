@@ -60,9 +60,12 @@ pub struct OptionsSummary {
     /// How many gangs may hold a reservation at once (`--reserve-depth`); `None`: no
     /// reservations.
     pub reserve_depth: Option<u32>,
-    /// The most run time a gang is ordered behind by (`--short-first`); `None`: submit time
-    /// alone.
+    /// The most run time a gang is ordered behind by while the queue is short (`--short-first`);
+    /// `None`: submit time alone.
     pub short_first_cap_s: Option<u64>,
+    /// Whether that cap doubles while the gangs waiting have waited twice it on average
+    /// (`--short-first CAP`; `CAP,fixed`: never).
+    pub short_first_grows: bool,
     /// How long a gang runs before stowage may evict it (`--preemption-min-runtime`).
     pub preemption_min_runtime_s: u64,
     /// Percent of jobs submitted at high priority (`--urgent`).

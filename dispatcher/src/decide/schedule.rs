@@ -170,7 +170,9 @@ pub(super) fn run(
         running: victims,
         ..Snapshot::at(&fleet, queues, capacity, usage, now_ms)
     };
-    let mut out = cycle(snapshot, &gangs, config);
+    // The shorter-first cap grows with how long these wait (`ShortFirst::in_force`).
+    let config = config.for_waiting(&gangs, now_ms);
+    let mut out = cycle(snapshot, &gangs, &config);
     let nominations = to_nominate
         .into_iter()
         .zip(out.decisions.split_off(trainjobs))

@@ -379,8 +379,11 @@ struct Sim<'a> {
     policy: Policy,
     opts: &'a SimOptions,
     /// The core configuration the policy decides with in this run (`SimOptions::config`),
-    /// found once: arrivals, waits and cycles read it.
+    /// found once: arrivals, waits and cycles read it. Its shorter-first cap is the one in
+    /// force (`ShortFirst::in_force`), moved before a cycle as the queue's wait grows and
+    /// shrinks, from the run's own (`short_first`), where that one grows.
     config: scheduler_core::Config,
+    short_first: Option<scheduler_core::ShortFirst>,
     rng: SplitMix64,
     events: BinaryHeap<Reverse<(u64, u64, Event)>>,
     seq: u64,
@@ -470,6 +473,7 @@ pub fn simulate(
         policy,
         opts,
         config,
+        short_first: config.short_first.filter(|s| s.grows),
         rng: SplitMix64::new(opts.seed),
         events: BinaryHeap::new(),
         seq: 0,

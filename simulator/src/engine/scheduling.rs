@@ -24,6 +24,7 @@ impl Sim<'_> {
         }
         let _span = tracing::debug_span!("cycle", policy = %self.policy, t, pending = self.pending.len()).entered();
         let now_ms = t.saturating_mul(1000);
+        self.order_for(now_ms);
         let mut config = self.config;
         if !self.run.cycles.is_multiple_of(u64::from(self.opts.batch_every.max(1))) {
             config.batch = None;
@@ -144,6 +145,21 @@ impl Sim<'_> {
         self.tell(t, out.decisions, &told, &jobs, taken)?;
         self.run.busy.push((t, self.busy_gpus));
         Ok(again)
+    }
+
+    /// Puts in force the shorter-first cap for the queue's wait at `now_ms`, as the dispatcher
+    /// does before each cycle (`Config::for_waiting`), over every waiting job: where it moved,
+    /// the queues are ordered again.
+    fn order_for(&mut self, now_ms: u64) {
+        let Some(short_first) = self.short_first else {
+            return;
+        };
+        let in_force = Some(short_first.in_force(self.pending.mean_wait_ms(now_ms)));
+        if in_force != self.config.short_first {
+            self.config.short_first = in_force;
+            let (config, queues) = (self.config, self.queues);
+            self.pending.reorder(|g| scheduler_core::order_ms(g, queues, &config));
+        }
     }
 
     /// Which of the window a cut cycle hands the cycle (`cut::plan`), given what is free
