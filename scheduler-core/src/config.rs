@@ -163,8 +163,10 @@ impl ShortFirst {
     /// every gang waits days, a cap of hours reorders only gangs submitted within hours of each
     /// other, and the queue is nearly in submit order again: the cap is doubled for as long as
     /// it stays within the mean wait, so a gang is passed over for no longer than gangs wait
-    /// anyway. In doublings, so the order changes rarely: a queue's positions hold still
-    /// between steps (the simulator re-sorts its queues at each).
+    /// anyway. In doublings, so the order changes only where the mean crosses one; there it
+    /// can change back and forth from cycle to cycle as gangs arrive and start (no memory of
+    /// the cap before: the same snapshot, the same order). The simulator re-sorts its queues
+    /// at each change.
     pub fn in_force(self, mean_wait_ms: u64) -> ShortFirst {
         if !self.grows || self.cap_ms == 0 {
             return self;

@@ -29,7 +29,8 @@ pub struct Pending {
     /// The window: the gangs handed to cycles, in queue order per queue, with their jobs.
     window: Vec<Gang>,
     window_jobs: Vec<usize>,
-    /// Per job: the time it is ordered by (`scheduler_core::order_ms`), as it was pushed.
+    /// Per job: the time it is ordered by (`scheduler_core::order_ms`), as last filed (`push`,
+    /// `reorder`).
     order_ms: Vec<u64>,
     /// Per job: in the window; and where in it, as `lend` last found it.
     lent: Vec<bool>,

@@ -156,6 +156,11 @@ impl Sim<'_> {
         };
         let in_force = Some(short_first.in_force(self.pending.mean_wait_ms(now_ms)));
         if in_force != self.config.short_first {
+            tracing::debug!(
+                cap_ms = in_force.map(|s| s.cap_ms),
+                pending = self.pending.len(),
+                "the shorter-first cap moved"
+            );
             self.config.short_first = in_force;
             let (config, queues) = (self.config, self.queues);
             self.pending.reorder(|g| scheduler_core::order_ms(g, queues, &config));
