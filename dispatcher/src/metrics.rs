@@ -99,6 +99,8 @@ pub struct Metrics {
     pub queue_gpus: Family<QueueFlavorKind, Gauge>,
     pub heartbeat_age: Family<ClusterLabel, Gauge<f64, AtomicU64>>,
     pub oldest_pending: Family<QueueLabel, Gauge<f64, AtomicU64>>,
+    /// The shorter-first cap the last cycle ordered by (`Figures::short_first_cap_s`).
+    pub short_first_cap: Gauge,
     pub shared: Shared,
     shown: Arc<Mutex<Shown>>,
     /// Set once the caches have synced: `/readyz` answers ok from then on.
@@ -123,6 +125,7 @@ impl Default for Metrics {
             queue_gpus: Family::default(),
             heartbeat_age: Family::default(),
             oldest_pending: Family::default(),
+            short_first_cap: Gauge::default(),
             shared: Shared::default(),
             shown: Arc::default(),
             ready: kube_shell::health::Readiness::default(),
@@ -173,6 +176,12 @@ impl Metrics {
             m.placements.clone(),
         );
         r.register("redispatches", "TrainJobs taken off their member, by why", m.redispatches.clone());
+        r.register_with_unit(
+            "short_first_cap",
+            "The cap up to which the last cycle counted each TrainJob's expected run time in its order, grown with the queue (0: creation order)",
+            prometheus_client::registry::Unit::Seconds,
+            m.short_first_cap.clone(),
+        );
         r.register(
             "cluster_gpus",
             "GPUs per member and flavor as its last accepted report counts them (allocatable, used, free)",
@@ -228,6 +237,7 @@ impl Metrics {
     pub fn show(&self, f: &Figures) {
         let mut shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
         let to_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.short_first_cap.set(to_i64(f.short_first_cap_s));
         let mut now = Shown::default();
         // Every queue seen gets all four states, so "none running" reads 0, not "no data".
         let queues: BTreeSet<&String> = f.trainjobs.keys().map(|(q, _)| q).collect();
@@ -314,6 +324,7 @@ mod tests {
         f.queue_gpus.insert(("team-a".into(), "h100".into()), QueueGpus { nominal: 8, used: 16, borrowed: 8, lent: 0 });
         f.heartbeat_age.insert("east".into(), 1.5);
         f.oldest_pending.insert("team-a".into(), 600.0);
+        f.short_first_cap_s = 43_200;
         m.show(&f);
         m.written(
             Some(&Placed {
@@ -341,6 +352,7 @@ mod tests {
             "stowage_reconcile_errors_total{component=\"dispatcher\",kind=\"conflict\"} 1",
             "# TYPE stowage_cycle_duration_seconds histogram",
             "# TYPE stowage_solver_gap_ratio gauge",
+            "stowage_short_first_cap_seconds 43200",
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }

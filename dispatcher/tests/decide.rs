@@ -585,6 +585,12 @@ fn under_a_long_queue_the_cap_grows_and_the_shorter_trainjob_still_goes_first() 
     assert_eq!(placed(&Config::stowage()), ["quick"]);
     let fixed = scheduler_core::ShortFirst { grows: false, ..scheduler_core::ShortFirst::DEFAULT };
     assert_eq!(placed(&Config { short_first: Some(fixed), ..Config::stowage() }), ["long"]);
+    // The gauge says which cap the cycle ordered by: a day (25 h waited on average), six hours
+    // fixed, 0 with the order off.
+    let cap = |config: &Config| decide(&o, config, &settings(), Time(now())).figures.short_first_cap_s;
+    assert_eq!(cap(&Config::stowage()), 86_400);
+    assert_eq!(cap(&Config { short_first: Some(fixed), ..Config::stowage() }), 21_600);
+    assert_eq!(cap(&Config { short_first: None, ..Config::stowage() }), 0);
 }
 
 #[test]
@@ -893,6 +899,49 @@ fn explain_says_why_a_trainjob_waits_where_it_stands_in_its_queue_and_what_each_
     let text = e.to_string();
     assert!(text.contains("position: 2 of 2 waiting in its queue"), "{text}");
     assert!(explain(&o, &Config::stowage(), &settings(), Time(now()), "ml", "nobody").is_none());
+}
+
+/// `stowage explain`'s place in the queue is the cycle's order, not creation order: a TrainJob
+/// stating a shorter run time is ahead of an older one, and under a long queue the cap it is
+/// counted up to is the one grown with the queue (`ShortFirst::in_force`), as the text says.
+#[test]
+fn explain_places_a_trainjob_in_its_queue_by_the_order_the_cycle_applies() {
+    use dispatcher::decide::explain::explain;
+    let hours = |h: i64| json!({"activeDeadlineSeconds": h * 3600});
+    let queue = |long_created_s: i64, quick_created_s: i64, long_h: i64| {
+        // One node free: the first of the two goes there, the other waits.
+        let mut o = three_of_four_nodes_busy();
+        o.trainjobs.push(trainjob("long", "ul", 1, long_created_s, json!({}), hours(long_h)));
+        o.trainjobs.push(trainjob("quick", "uq", 1, quick_created_s, json!({}), hours(1)));
+        o
+    };
+    let at = |o: &Observed, config: &Config, name: &str| {
+        let e = explain(o, config, &settings(), Time(now()), "ml", name).expect("explained");
+        (e.position, e.to_string())
+    };
+    // Minutes apart: the one stating an hour first, the ten-hour one counted six.
+    let o = queue(-100, -50, 10);
+    let (quick, text) = at(&o, &Config::stowage(), "quick");
+    assert_eq!(quick, Some((1, 2)), "{text}");
+    assert!(
+        text.contains("position: 1 of 2 waiting in its queue (by priority, then creation plus the expected run time counted up to 6h: shorter first)"),
+        "{text}"
+    );
+    assert_eq!(at(&o, &Config::stowage(), "long").0, Some((2, 2)));
+    let off = Config { short_first: None, ..Config::stowage() };
+    let (quick, text) = at(&o, &off, "quick");
+    assert_eq!(quick, Some((2, 2)));
+    assert!(text.contains("position: 2 of 2 waiting in its queue (by priority, then creation)\n"), "{text}");
+    // Waited 30 h and 20 h, 25 h on average: the cap is a day, and the hour-long one is ahead of
+    // the twenty-hour one submitted ten hours before it; with the cap fixed, behind it.
+    let o = queue(-30 * 3600, -20 * 3600, 20);
+    let (quick, text) = at(&o, &Config::stowage(), "quick");
+    assert_eq!(quick, Some((1, 2)), "{text}");
+    assert!(text.contains("counted up to 24h: shorter first"), "{text}");
+    let fixed = scheduler_core::ShortFirst { grows: false, ..scheduler_core::ShortFirst::DEFAULT };
+    let (quick, text) = at(&o, &Config { short_first: Some(fixed), ..Config::stowage() }, "quick");
+    assert_eq!(quick, Some((2, 2)), "{text}");
+    assert!(text.contains("counted up to 6h: shorter first"), "{text}");
 }
 
 /// In MultiKueue mode the TrainJob Kueue queues carries no status of Stowage's: explain says it

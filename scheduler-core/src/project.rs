@@ -102,7 +102,9 @@ fn forward<'a>(
         let gangs: Vec<Gang> = waiting.iter().map(|g| (*g).clone()).collect();
         let snap =
             Snapshot { releases: releases.into(), reserved, ..Snapshot::at(fleet, queues, capacity, usage, now) };
-        let c = cycle(snap, &gangs, &config);
+        // The shorter-first cap in force for those still waiting then, as the dispatcher finds
+        // it before each cycle: a projection over days sees the queue's wait grow (or ease).
+        let c = cycle(snap, &gangs, &config.for_waiting(&gangs, now));
         (capacity, usage, reserved) = (c.capacity, c.usage, c.reserved);
         let mut still = Vec::with_capacity(waiting.len());
         for (g, d) in waiting.into_iter().zip(c.decisions) {
@@ -148,6 +150,7 @@ fn forward<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ShortFirst;
     use crate::fixture::{self, GangExt};
     use crate::fleet::FleetBuilder;
     use crate::queue::{QueueSpec, Queues};
@@ -189,5 +192,37 @@ mod tests {
             all.iter().map(|f| (f.id.as_str(), f.start_ms, f.end_ms, f.ahead)).collect();
         assert_eq!(when, vec![("b", 100_000, 150_000, 0), ("c", 150_000, 3_750_000, 1)]);
         assert!(forecast(snapshot, &never, &config, holding(), 1, u64::MAX).is_empty());
+    }
+
+    /// A projection orders by the shorter-first cap in force, as the cycle does: where the two
+    /// waiting gangs have waited a day on average when the rack frees (31 h and 21 h), the cap
+    /// has grown to a day and the one stating an hour goes first, though submitted ten hours
+    /// after the one stating twenty; with the cap fixed at six hours, the older goes first.
+    #[test]
+    fn a_projection_orders_by_the_cap_in_force_as_the_cycle_does() {
+        const H: u64 = 3_600_000;
+        let mut builder = FleetBuilder::new();
+        fixture::uniform_cluster(&mut builder, "east", "h100", 8, &[(Level::Rack, 1), (Level::Host, 4)]).expect("east");
+        let fleet = builder.build().expect("fleet");
+        let queues = Queues::new(vec![QueueSpec::unlimited("default")]).expect("queues");
+        let a = fixture::gang("a").pods(4).gpus(8);
+        let idle = Snapshot::idle(&fleet, &queues);
+        let first = cycle(idle.clone(), std::slice::from_ref(&a), &fixture::greedy());
+        let Decision::Admit(held) = first.decisions[0].clone() else { panic!("a fits an empty rack") };
+        let pending = [
+            fixture::gang("long").pods(4).gpus(8).runtime(20 * H).submitted(0),
+            fixture::gang("quick").pods(4).gpus(8).runtime(H).submitted(10 * H),
+        ];
+        let snapshot = Snapshot { capacity: first.capacity, usage: first.usage, now_ms: 30 * H, ..idle };
+        let starts = |short_first: ShortFirst| {
+            let config = Config { short_first: Some(short_first), ..fixture::greedy() };
+            let holding = vec![Ending { gang: &a, admission: held.clone(), end_ms: 31 * H }];
+            let all = forecast(snapshot.clone(), &pending, &config, holding, H, 30 * 24 * H);
+            all.iter().map(|f| (f.id.to_string(), f.start_ms / H)).collect::<Vec<_>>()
+        };
+        let named = |v: &[(&str, u64)]| v.iter().map(|&(id, h)| (id.to_string(), h)).collect::<Vec<_>>();
+        assert_eq!(starts(ShortFirst::DEFAULT), named(&[("quick", 31), ("long", 32)]));
+        let fixed = ShortFirst { grows: false, ..ShortFirst::DEFAULT };
+        assert_eq!(starts(fixed), named(&[("long", 31), ("quick", 51)]));
     }
 }

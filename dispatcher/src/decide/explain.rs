@@ -8,7 +8,7 @@
 use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use scheduler_core::{Config, Decision, Reason};
+use scheduler_core::{Config, Decision, Reason, ShortFirst};
 
 use super::intake::{Job, JobState};
 use super::schedule::{self, Schedule};
@@ -45,8 +45,12 @@ pub struct Explanation {
     /// Where it stands, in one line.
     pub state: String,
     /// Waiting: its place among its queue's waiting TrainJobs (1-based) and how many wait
-    /// there, in the order the cycle considers them (priority, then creation).
+    /// there, in the order the cycle considers them: priority, then creation, moved later by
+    /// the expected run time up to the shorter-first cap in force (`order_ms`).
     pub position: Option<(usize, usize)>,
+    /// Waiting: the shorter-first cap the cycle ordered by, in seconds (grown with the queue);
+    /// `None`: creation order alone.
+    pub short_first_cap_s: Option<u64>,
     /// Waiting: where and when it is expected to start, and on what that rests.
     pub eta: Option<Eta>,
     /// Waiting: each member and what it alone would answer now.
@@ -64,7 +68,14 @@ impl fmt::Display for Explanation {
         }
         writeln!(f, "  state:    {}", self.state)?;
         if let Some((at, of)) = self.position {
-            writeln!(f, "  position: {at} of {of} waiting in its queue (by priority, then creation)")?;
+            let order = match self.short_first_cap_s {
+                Some(cap_s) => format!(
+                    "by priority, then creation plus the expected run time counted up to {}: shorter first",
+                    span(cap_s)
+                ),
+                None => "by priority, then creation".into(),
+            };
+            writeln!(f, "  position: {at} of {of} waiting in its queue ({order})")?;
         }
         match &self.eta {
             Some(Eta { cluster, in_s, basis: Basis::Reserved }) => writeln!(
@@ -129,6 +140,7 @@ pub fn explain(
         queue: Some(crate::translate::queue_name(tj)),
         state: String::new(),
         position: None,
+        short_first_cap_s: None,
         eta: None,
         members: Vec::new(),
         chosen: o
@@ -179,19 +191,26 @@ pub fn explain(
         }
         JobState::Waiting(w) => {
             out.queue = Some(w.gang.queue.clone());
-            let mine: Vec<&scheduler_core::Gang> =
-                schedule::waiting(&state.jobs).map(|(_, w)| &w.gang).filter(|g| g.queue == w.gang.queue).collect();
-            let mut order: Vec<&&scheduler_core::Gang> = mine.iter().collect();
-            order.sort_by(|x, y| {
-                (std::cmp::Reverse(x.priority), x.submitted_ms, &x.id).cmp(&(
-                    std::cmp::Reverse(y.priority),
-                    y.submitted_ms,
-                    &y.id,
-                ))
-            });
-            let at = order.iter().position(|g| g.id == w.gang.id).map_or(0, |p| p + 1);
+            let decided = decision_of(&state, &state.jobs, config, now_ms, i);
+            // The order the cycle applied; without a cycle (no member's capacity readable), the
+            // one it would, over the TrainJobs waiting.
+            let short_first = decided.as_ref().map_or_else(
+                || config.for_waiting(schedule::waiting(&state.jobs).map(|(_, w)| &w.gang), now_ms).short_first,
+                |(_, short_first)| *short_first,
+            );
+            let decision = decided.map(|(d, _)| d);
+            // Its queue's order, as the cycle's lane for it (`scheduler_core::queue_order`).
+            let in_force = Config { short_first, ..*config };
+            let queues = &state.queues.queues;
+            let mut order: Vec<(std::cmp::Reverse<i32>, u64, &scheduler_core::GangId)> = schedule::waiting(&state.jobs)
+                .map(|(_, w)| &w.gang)
+                .filter(|g| g.queue == w.gang.queue)
+                .map(|g| (std::cmp::Reverse(g.priority), scheduler_core::order_ms(g, queues, &in_force), &g.id))
+                .collect();
+            order.sort();
+            let at = order.iter().position(|k| *k.2 == w.gang.id).map_or(0, |p| p + 1);
             out.position = Some((at, order.len()));
-            let decision = decision_of(&state, &state.jobs, config, now_ms, i);
+            out.short_first_cap_s = short_first.map(|s| s.cap_ms / 1000);
             out.eta = match &decision {
                 Some(Decision::Pending(Reason::Reserved { cluster, in_s, .. })) => {
                     Some(Eta { cluster: cluster.clone(), in_s: *in_s, basis: Basis::Reserved })
@@ -278,10 +297,10 @@ fn decision_of(
     config: &Config,
     now_ms: u64,
     i: usize,
-) -> Option<Decision> {
+) -> Option<(Decision, Option<ShortFirst>)> {
     let at = schedule::waiting(jobs).position(|(j, _)| std::ptr::eq(j, &jobs[i]))?;
     match schedule::run(&state.members, &state.queues.queues, jobs, &state.candidates, config, now_ms) {
-        Schedule::Decided { mut decisions, .. } => Some(decisions.swap_remove(at)),
+        Schedule::Decided { mut decisions, short_first, .. } => Some((decisions.swap_remove(at), short_first)),
         // No member reported a readable capacity: the TrainJob's condition says so.
         Schedule::NoCapacity(_) | Schedule::Idle => None,
     }
@@ -302,7 +321,7 @@ fn per_member(state: &super::Observation<'_>, config: &Config, now_ms: u64, i: u
             }
             w.gang.clusters.only = Some(vec![name.clone()]);
         }
-        let why = match decision_of(state, &jobs, config, now_ms, i) {
+        let why = match decision_of(state, &jobs, config, now_ms, i).map(|(d, _)| d) {
             Some(Decision::Admit(_)) => "fits now".to_string(),
             Some(Decision::Preempt { victims, .. }) => format!("fits by preempting {}", victims.join(", ")),
             Some(Decision::Pending(r)) => format!("{}: {r}", camel(r.kind())),
@@ -318,6 +337,15 @@ fn per_member(state: &super::Observation<'_>, config: &Config, now_ms: u64, i: u
         out.push((m, "left out: its agent has not reported within the grace period".into()));
     }
     out
+}
+
+/// A span of seconds as a user writes one: `6h`, `90m`, `45s`.
+fn span(s: u64) -> String {
+    match s {
+        s if s >= 3600 && s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s >= 60 && s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
 }
 
 pub(super) fn pending_words(job: &Job<'_>) -> String {

@@ -86,6 +86,9 @@ pub struct Figures {
     /// Per queue: seconds since the oldest of its pending TrainJobs was created, of those whose
     /// wait waiting can end (not [`WAITING_CANNOT_END`]); 0 for a Queue with none.
     pub oldest_pending: BTreeMap<String, f64>,
+    /// The shorter-first cap the cycle ordered by, in seconds, as grown with the queue
+    /// (`ShortFirst::in_force`); 0: creation order alone (`--short-first none`).
+    pub short_first_cap_s: u64,
 }
 
 impl Figures {

@@ -427,9 +427,13 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
     plan.queues = queues::statuses(o, &queues, &tally, &now);
     plan.figures = figures::Figures::of(o, &members, &queues, &jobs, &plan, now.0);
     status_events(o, &mut plan);
-    if let schedule::Schedule::Decided { batch, .. } = schedule {
+    // With nothing decided, the cap nothing waiting grows: the configured one.
+    let mut short_first = config.short_first;
+    if let schedule::Schedule::Decided { batch, short_first: in_force, .. } = schedule {
         plan.batch = batch;
+        short_first = in_force;
     }
+    plan.figures.short_first_cap_s = short_first.map_or(0, |s| s.cap_ms / 1000);
     plan.epochs = epochs(o, &jobs);
     plan.translations = jobs.iter().filter_map(|j| j.translated.clone()).collect();
     plan

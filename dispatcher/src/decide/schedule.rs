@@ -8,8 +8,8 @@
 
 use scheduler_core::project::{Ending, Projection, forecast, project};
 use scheduler_core::{
-    Admission, BatchReport, Config, Decision, Fleet, Gang, GangId, Queues, QuotaUsage, Release, Running, Snapshot,
-    cycle,
+    Admission, BatchReport, Config, Decision, Fleet, Gang, GangId, Queues, QuotaUsage, Release, Running, ShortFirst,
+    Snapshot, cycle,
 };
 
 use super::Observation;
@@ -24,8 +24,15 @@ pub(super) enum Schedule {
     Idle,
     /// No live member reported a capacity the hub can read.
     NoCapacity(String),
-    /// One decision per waiting TrainJob, in TrainJob order, and one per Workload to nominate.
-    Decided { fleet: Box<Fleet>, decisions: Vec<Decision>, nominations: Vec<Nominating>, batch: Option<BatchReport> },
+    /// One decision per waiting TrainJob, in TrainJob order, and one per Workload to nominate;
+    /// the shorter-first order the cycle applied (its cap grown with the queue).
+    Decided {
+        fleet: Box<Fleet>,
+        decisions: Vec<Decision>,
+        nominations: Vec<Nominating>,
+        batch: Option<BatchReport>,
+        short_first: Option<ShortFirst>,
+    },
 }
 
 /// The cycle's decision for a Workload to nominate.
@@ -190,7 +197,13 @@ pub(super) fn run(
             "batch optimiser"
         );
     }
-    Schedule::Decided { decisions: out.decisions, nominations, batch: out.batch, fleet: Box::new(fleet) }
+    Schedule::Decided {
+        decisions: out.decisions,
+        nominations,
+        batch: out.batch,
+        fleet: Box::new(fleet),
+        short_first: config.short_first,
+    }
 }
 
 /// The Workloads to nominate: those that need one, and those nominated to a member where the
