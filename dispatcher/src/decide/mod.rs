@@ -427,7 +427,7 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
     plan.queues = queues::statuses(o, &queues, &tally, &now);
     plan.figures = figures::Figures::of(o, &members, &queues, &jobs, &plan, now.0);
     status_events(o, &mut plan);
-    // With nothing decided, the cap nothing waiting grows: the configured one.
+    // No cycle ran (nothing waits, or no member reported a readable capacity): the cap as set.
     let mut short_first = config.short_first;
     if let schedule::Schedule::Decided { batch, short_first: in_force, .. } = schedule {
         plan.batch = batch;
