@@ -195,7 +195,7 @@ pub fn explain(
             // The order the cycle applied; without a cycle (no member's capacity readable), the
             // one it would, over the TrainJobs waiting.
             let short_first = decided.as_ref().map_or_else(
-                || config.for_waiting(schedule::waiting(&state.jobs).map(|(_, w)| &w.gang), now_ms).short_first,
+                || schedule::short_first_for(&state.jobs, config, now_ms),
                 |(_, short_first)| *short_first,
             );
             let decision = decided.map(|(d, _)| d);

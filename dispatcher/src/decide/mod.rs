@@ -427,12 +427,14 @@ pub fn decide(o: &Observed, config: &Config, settings: &Settings, now: Time) -> 
     plan.queues = queues::statuses(o, &queues, &tally, &now);
     plan.figures = figures::Figures::of(o, &members, &queues, &jobs, &plan, now.0);
     status_events(o, &mut plan);
-    // No cycle ran (nothing waits, or no member reported a readable capacity): the cap as set.
-    let mut short_first = config.short_first;
-    if let schedule::Schedule::Decided { batch, short_first: in_force, .. } = schedule {
-        plan.batch = batch;
-        short_first = in_force;
-    }
+    let short_first = match schedule {
+        schedule::Schedule::Decided { batch, short_first, .. } => {
+            plan.batch = batch;
+            short_first
+        }
+        // No cycle ran: the order one would apply to what waits.
+        _ => schedule::short_first_for(&jobs, config, now_ms),
+    };
     plan.figures.short_first_cap_s = short_first.map_or(0, |s| s.cap_ms / 1000);
     plan.epochs = epochs(o, &jobs);
     plan.translations = jobs.iter().filter_map(|j| j.translated.clone()).collect();

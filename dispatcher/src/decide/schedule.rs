@@ -53,6 +53,12 @@ pub(super) fn waiting<'j, 'a>(jobs: &'j [Job<'a>]) -> impl Iterator<Item = (&'j 
     })
 }
 
+/// The shorter-first order a cycle over the waiting TrainJobs applies (`Config::for_waiting`):
+/// what `explain` and the gauge show when no cycle ran (no member's capacity readable).
+pub(super) fn short_first_for(jobs: &[Job<'_>], config: &Config, now_ms: u64) -> Option<ShortFirst> {
+    config.for_waiting(waiting(jobs).map(|(_, w)| &w.gang), now_ms).short_first
+}
+
 /// TrainJobs with pods bound on a member, in TrainJob order: running, and being evicted.
 pub(super) fn bound<'j, 'a>(jobs: &'j [Job<'a>]) -> impl Iterator<Item = &'j Active<'a>> {
     jobs.iter().filter_map(|j| match &j.state {
