@@ -139,9 +139,7 @@ fn greedy<'a>(
     // queues whose head has looked.
     let kueue = config.preemption.is_some_and(|p| p.victims == Victims::Kueue);
     let mut looked: BTreeSet<QueueId> = BTreeSet::new();
-    // A gang being evicted is fair game for anyone, as if of the lowest priority.
-    let lowest_running =
-        running.iter().map(|r| if r.evicting { i32::MIN } else { r.gang.priority }).min().unwrap_or(i32::MAX);
+    let evictable = preempt::Evictable::new(&running, queues);
     while let Some(i) = order.next(pending, queues, run.usage()) {
         if let Some((_, pins)) = plan.filter(|(window, _)| window.contains(&i)) {
             plan = None;
@@ -191,16 +189,15 @@ fn greedy<'a>(
                     // out for locality while it could run spread out waits instead. It preempts
                     // for its held form, so its victims free the domain it holds out for.
                     let looks = !kueue || queue.is_none_or(|q| looked.insert(q));
-                    let may = !running.is_empty()
-                        && looks
-                        && preempt::might_evict(&run, &held[i], lowest_running)
+                    let may = looks
+                        && evictable.might_be_evicted_by(&run, &held[i])
                         && match &reason {
                             r if r.may_preempt() => true,
                             Reason::HoldingForLocality { .. } => !run.fits_anywhere(gang),
                             _ => false,
                         };
                     let preempted = if may {
-                        preempt::preempt(&mut run, &held[i], &running, &releases, lowest_running, &reason, now_ms)
+                        preempt::preempt(&mut run, &held[i], &evictable, &releases, &reason, now_ms)
                     } else {
                         Preempted::Not
                     };

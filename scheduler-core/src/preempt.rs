@@ -39,15 +39,45 @@ enum Via {
 /// reaches; victims; cluster; scope), lower is better.
 type Choice = (u64, usize, ClusterId, DomainId, Vec<usize>);
 
-/// Whether `gang` may evict anything at all, settled without looking at each running gang:
-/// not when its queue's policy only evicts lower priorities and nothing running is of lower
-/// priority (the common case).
-pub(crate) fn might_evict(run: &Run<'_>, gang: &Gang, lowest_running: i32) -> bool {
-    run.queues.id(&gang.queue).is_some_and(|q| may_evict_any(run.config, run.queues, q, gang.priority, lowest_running))
+/// The running gangs a cycle may evict, with what every victim search asks of each found once
+/// a cycle: every gang short of room weighs every running gang, and finding each one's queue
+/// by name there was most of a quota'd replay's time.
+pub(crate) struct Evictable<'r, 'a> {
+    running: &'r [Running<'a>],
+    /// Each one's queue, `None` for a queue the cycle does not know.
+    queue: Vec<Option<QueueId>>,
+    /// The lowest priority among them, a gang being evicted counting as the lowest of all.
+    lowest: i32,
 }
 
-/// [`might_evict`] for a gang of `priority` in `queue`: what a caller that hands a cycle only
-/// some of its gangs (the simulator's cut cycles) asks of those it leaves out.
+impl<'r, 'a> Evictable<'r, 'a> {
+    pub(crate) fn new(running: &'r [Running<'a>], queues: &Queues) -> Self {
+        Evictable {
+            running,
+            queue: running.iter().map(|r| queues.id(&r.gang.queue)).collect(),
+            lowest: running
+                .iter()
+                .map(|r| if r.evicting { i32::MIN } else { r.gang.priority })
+                .min()
+                .unwrap_or(i32::MAX),
+        }
+    }
+
+    /// Whether `gang` may evict anything at all, settled without looking at each running gang:
+    /// not when nothing runs, nor when its queue's policy only evicts lower priorities and
+    /// nothing running is of lower priority (the common case).
+    pub(crate) fn might_be_evicted_by(&self, run: &Run<'_>, gang: &Gang) -> bool {
+        !self.running.is_empty()
+            && run
+                .queues
+                .id(&gang.queue)
+                .is_some_and(|q| may_evict_any(run.config, run.queues, q, gang.priority, self.lowest))
+    }
+}
+
+/// Whether a gang of `priority` in `queue` may evict anything at all: what
+/// [`Evictable::might_be_evicted_by`] asks, and what a caller that hands a cycle only some of
+/// its gangs (the simulator's cut cycles) asks of those it leaves out.
 pub fn may_evict_any(config: &Config, queues: &Queues, queue: QueueId, priority: i32, lowest_running: i32) -> bool {
     let policy = queues.spec(queue).preemption;
     let lower_only = !matches!(policy.within_queue, WithinQueue::LowerOrNewerEqualPriority)
@@ -67,32 +97,37 @@ pub(crate) enum Preempted {
 }
 
 /// Evicts the victims that let `gang` start, if some cluster has them and evicting them is
-/// worth it (module docs), and admits it in their place; `lowest_running` is the lowest
-/// priority among `running`; `now` is why the gang cannot start as things stand. Gangs already
-/// chosen as victims this cycle are not chosen again.
+/// worth it (module docs), and admits it in their place; `now` is why the gang cannot start as
+/// things stand. Gangs already chosen as victims this cycle are not chosen again.
 pub(crate) fn preempt<'a>(
     run: &mut Run<'a>,
     gang: &'a Gang,
-    running: &[Running<'a>],
+    evictable: &Evictable<'_, 'a>,
     releases: &Releases<'_>,
-    lowest_running: i32,
     now: &Reason,
     now_ms: u64,
 ) -> Preempted {
     let (Some(knobs), Some(queue)) = (run.config.preemption, run.queues.id(&gang.queue)) else {
         return Preempted::Not;
     };
-    if !might_evict(run, gang, lowest_running) {
+    if !evictable.might_be_evicted_by(run, gang) {
         return Preempted::Not;
     }
+    let running = evictable.running;
     // Every running gang is looked at for every gang short of room: the cheap checks first,
-    // the look-up in the set evicted this cycle (a search by name) last.
+    // the look-up in the set evicted this cycle (a search by name) last. Whether another
+    // queue of the cohort is borrowing is found once per queue, when a victim of it is met.
+    let mut lending: Vec<Option<bool>> = vec![None; run.queues.specs().len()];
     let mut victims: Vec<(u64, i32, Reverse<u64>, usize, Via)> = running
         .iter()
         .enumerate()
         .filter(|(_, r)| r.evicting || now_ms.saturating_sub(r.started_ms) >= knobs.min_runtime_ms)
         .filter_map(|(i, r)| {
-            let via = if r.evicting { Via::SameQueue } else { may_evict(run, queue, gang, r)? };
+            let via = if r.evicting {
+                Via::SameQueue
+            } else {
+                may_evict(run, queue, gang, r, evictable.queue[i], &mut lending)?
+            };
             Some((r.loss(now_ms, knobs.prefer_checkpointed), r.gang.priority, Reverse(r.started_ms), i, via))
         })
         .filter(|v| !run.txn.is_evicted(running[v.3].gang.id.as_str()))
@@ -215,12 +250,21 @@ pub(crate) fn preempt<'a>(
     }
 }
 
-/// Whether a gang of `queue` may evict `victim`, and on what grounds.
-fn may_evict(run: &Run<'_>, queue: QueueId, gang: &Gang, victim: &Running<'_>) -> Option<Via> {
+/// Whether a gang of `queue` may evict `victim`, of queue `theirs`, and on what grounds;
+/// `lending` holds, per queue, whether it may be reclaimed from (of the gang's cohort and
+/// borrowing), as far as found so far.
+fn may_evict(
+    run: &Run<'_>,
+    queue: QueueId,
+    gang: &Gang,
+    victim: &Running<'_>,
+    theirs: Option<QueueId>,
+    lending: &mut [Option<bool>],
+) -> Option<Via> {
     let policy = run.queues.spec(queue).preemption;
     let (p, v) = (gang.priority, victim.gang.priority);
-    // Queue names are unique: the same name is the same queue, found without a lookup.
-    if victim.gang.queue == gang.queue {
+    let theirs = theirs?;
+    if theirs == queue {
         let allowed = match policy.within_queue {
             WithinQueue::Never => false,
             WithinQueue::LowerPriority => v < p,
@@ -228,9 +272,13 @@ fn may_evict(run: &Run<'_>, queue: QueueId, gang: &Gang, victim: &Running<'_>) -
         };
         return allowed.then_some(Via::SameQueue);
     }
-    let cohort = run.queues.spec(queue).cohort.as_ref()?;
-    let theirs = run.queues.id(&victim.gang.queue)?;
-    if run.queues.spec(theirs).cohort.as_ref() != Some(cohort) || !run.queues.borrowing(run.usage(), theirs) {
+    let reclaimable = *lending[theirs.idx()].get_or_insert_with(|| {
+        let cohort = run.queues.spec(queue).cohort.as_ref();
+        cohort.is_some()
+            && run.queues.spec(theirs).cohort.as_ref() == cohort
+            && run.queues.borrowing(run.usage(), theirs)
+    });
+    if !reclaimable {
         return None;
     }
     let allowed = match policy.reclaim_within_cohort {

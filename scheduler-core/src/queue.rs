@@ -354,7 +354,7 @@ impl NominalQuota {
             && flavors.all(|(_, limits)| {
                 limits.iter().any(|l| {
                     let ask = ask[l.resource];
-                    ask > 0 && usage.used.get(&l.key).copied().unwrap_or(0).saturating_add(ask) > l.nominal
+                    ask > 0 && usage.get(l.key.0, &l.key.1).saturating_add(ask) > l.nominal
                 })
             })
     }
@@ -364,7 +364,9 @@ impl NominalQuota {
 /// (quota or not), which fair sharing reads.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct QuotaUsage {
-    used: BTreeMap<(QueueId, QuotaKey), u64>,
+    /// Per queue, then per key: looked up by a borrowed key (a victim search asks this of every
+    /// running gang's queue), where one map keyed by both needed the key's name cloned.
+    used: BTreeMap<QueueId, BTreeMap<QuotaKey, u64>>,
     held: BTreeMap<QueueId, Held>,
 }
 
@@ -384,24 +386,25 @@ pub fn held_by(gang: &crate::gang::Gang) -> Held {
 
 impl QuotaUsage {
     pub fn get(&self, q: QueueId, key: &QuotaKey) -> u64 {
-        self.used.get(&(q, key.clone())).copied().unwrap_or(0)
+        self.used.get(&q).and_then(|keys| keys.get(key)).copied().unwrap_or(0)
     }
 
     pub fn add(&mut self, q: QueueId, key: QuotaKey, amount: u64) {
-        *self.used.entry((q, key)).or_default() += amount;
+        *self.used.entry(q).or_default().entry(key).or_default() += amount;
     }
 
-    pub fn remove(&mut self, q: QueueId, key: QuotaKey, amount: u64) {
-        if let Some(v) = self.used.get_mut(&(q, key.clone())) {
+    pub fn remove(&mut self, q: QueueId, key: &QuotaKey, amount: u64) {
+        let Some(keys) = self.used.get_mut(&q) else { return };
+        if let Some(v) = keys.get_mut(key) {
             *v = v.saturating_sub(amount);
             if *v == 0 {
-                self.used.remove(&(q, key));
+                keys.remove(key);
             }
         }
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = (&(QueueId, QuotaKey), &u64)> {
-        self.used.iter()
+        // Nothing left at zero, so that usages equal in amounts compare equal.
+        if keys.is_empty() {
+            self.used.remove(&q);
+        }
     }
 
     pub fn held(&self, q: QueueId) -> Held {
@@ -461,7 +464,7 @@ impl QuotaUsage {
 
     pub fn remove_charge(&mut self, c: &Charge) {
         for (key, &amount) in &c.amounts {
-            self.remove(c.queue, key.clone(), amount);
+            self.remove(c.queue, key, amount);
         }
         self.unhold(c.queue, c.held);
     }
@@ -618,7 +621,7 @@ mod tests {
         // b limits CPU on h100 too: GPUs within nominal, CPU past it, is borrowing.
         usage.add(id("b"), ("h100".into(), Resource::CpuMilli), 3_500);
         assert!(qs.would_borrow(&usage, id("b"), &gang("x").gpus(1)));
-        usage.remove(id("b"), ("h100".into(), Resource::CpuMilli), 3_000);
+        usage.remove(id("b"), &("h100".into(), Resource::CpuMilli), 3_000);
         assert!(!qs.would_borrow(&usage, id("b"), &gang("x").gpus(1)));
 
         // Outside a cohort there is nothing to borrow, whatever the usage.
