@@ -10,12 +10,13 @@
 //! With `Victims::Kueue` (the simulator's Kueue dispatchers) it chooses as Kueue does instead:
 //! Kueue's candidate order over the whole fleet, no weighing of the work lost.
 
+use std::cell::OnceCell;
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 use crate::config::{Config, Victims};
 use crate::decision::Admission;
-use crate::fleet::{ClusterId, DomainId};
+use crate::fleet::{ClusterId, DomainId, Fleet};
 use crate::gang::Gang;
 use crate::queue::{BorrowWithinCohort, QueueId, Queues, ReclaimWithinCohort, WithinQueue, quota_charges};
 use crate::reason::Reason;
@@ -41,26 +42,78 @@ type Choice = (u64, usize, ClusterId, DomainId, Vec<usize>);
 
 /// The running gangs a cycle may evict, with what every victim search asks of each found once
 /// a cycle: every gang short of room weighs every running gang, and finding each one's queue
-/// by name there was most of a quota'd replay's time.
+/// by name, sorting them and finding the domains each touches, per search, was most of a
+/// quota'd replay's time.
 pub(crate) struct Evictable<'r, 'a> {
     running: &'r [Running<'a>],
     /// Each one's queue, `None` for a queue the cycle does not know.
     queue: Vec<Option<QueueId>>,
     /// The lowest priority among them, a gang being evicted counting as the lowest of all.
     lowest: i32,
+    /// Those that may be evicted at all this cycle (being evicted, or run the minimum time),
+    /// cheapest first: least work lost, then lowest priority, then the most recently started.
+    /// Nothing in the order depends on the preemptor, so each search keeps those it may evict.
+    by_cost: Vec<usize>,
+    /// Per cluster and depth, `by_cost` on that cluster grouped by the domains at that depth
+    /// each touches (a victim set frees one), found when a search first needs it.
+    scopes: Vec<Vec<OnceCell<Vec<(DomainId, Vec<usize>)>>>>,
 }
 
 impl<'r, 'a> Evictable<'r, 'a> {
-    pub(crate) fn new(running: &'r [Running<'a>], queues: &Queues) -> Self {
+    pub(crate) fn new(running: &'r [Running<'a>], run: &Run<'_>, now_ms: u64) -> Self {
+        let by_cost = match run.config.preemption {
+            Some(knobs) => {
+                let mut by_cost: Vec<(u64, i32, Reverse<u64>, usize)> = running
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| r.evicting || now_ms.saturating_sub(r.started_ms) >= knobs.min_runtime_ms)
+                    .map(|(i, r)| {
+                        (r.loss(now_ms, knobs.prefer_checkpointed), r.gang.priority, Reverse(r.started_ms), i)
+                    })
+                    .collect();
+                by_cost.sort_unstable();
+                by_cost.into_iter().map(|v| v.3).collect()
+            }
+            None => Vec::new(),
+        };
         Evictable {
             running,
-            queue: running.iter().map(|r| queues.id(&r.gang.queue)).collect(),
+            queue: running.iter().map(|r| run.queues.id(&r.gang.queue)).collect(),
             lowest: running
                 .iter()
                 .map(|r| if r.evicting { i32::MIN } else { r.gang.priority })
                 .min()
                 .unwrap_or(i32::MAX),
+            by_cost,
+            scopes: run
+                .fleet
+                .clusters()
+                .iter()
+                .map(|cl| (0..=cl.host_depth()).map(|_| OnceCell::new()).collect())
+                .collect(),
         }
+    }
+
+    /// The domains at `depth` of `cluster` that running gangs there touch, each with those
+    /// gangs in `by_cost` order.
+    fn scopes(&self, fleet: &Fleet, cluster: ClusterId, depth: u8) -> &[(DomainId, Vec<usize>)] {
+        self.scopes[cluster.idx()][usize::from(depth)].get_or_init(|| {
+            let mut scopes: BTreeMap<DomainId, Vec<usize>> = BTreeMap::new();
+            for &i in self.by_cost.iter().filter(|&&i| self.running[i].admission.cluster == cluster) {
+                let mut touched: Vec<DomainId> = self.running[i]
+                    .admission
+                    .pod_sets
+                    .iter()
+                    .flat_map(|p| p.hosts.iter().map(|&(h, _)| fleet.ancestor_at(h, depth)))
+                    .collect();
+                touched.sort_unstable();
+                touched.dedup();
+                for d in touched {
+                    scopes.entry(d).or_default().push(i);
+                }
+            }
+            scopes.into_iter().collect()
+        })
     }
 
     /// Whether `gang` may evict anything at all, settled without looking at each running gang:
@@ -118,34 +171,36 @@ pub(crate) fn preempt<'a>(
     // the look-up in the set evicted this cycle (a search by name) last. Whether another
     // queue of the cohort is borrowing is found once per queue, when a victim of it is met.
     let mut lending: Vec<Option<bool>> = vec![None; run.queues.specs().len()];
-    let mut victims: Vec<(u64, i32, Reverse<u64>, usize, Via)> = running
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| r.evicting || now_ms.saturating_sub(r.started_ms) >= knobs.min_runtime_ms)
-        .filter_map(|(i, r)| {
-            let via = if r.evicting {
-                Via::SameQueue
-            } else {
-                may_evict(run, queue, gang, r, evictable.queue[i], &mut lending)?
-            };
-            Some((r.loss(now_ms, knobs.prefer_checkpointed), r.gang.priority, Reverse(r.started_ms), i, via))
-        })
-        .filter(|v| !run.txn.is_evicted(running[v.3].gang.id.as_str()))
-        .collect();
+    let mut via: Vec<Option<Via>> = vec![None; running.len()];
+    let mut victims: Vec<usize> = Vec::new();
+    for &i in &evictable.by_cost {
+        let r = &running[i];
+        let grounds = if r.evicting {
+            Some(Via::SameQueue)
+        } else {
+            may_evict(run, queue, gang, r, evictable.queue[i], &mut lending)
+        };
+        if let Some(grounds) = grounds.filter(|_| !run.txn.is_evicted(r.gang.id.as_str())) {
+            via[i] = Some(grounds);
+            victims.push(i);
+        }
+    }
     if victims.is_empty() {
         return Preempted::Not;
     }
     let kueue = knobs.victims == Victims::Kueue;
+    // Each candidate's place in Kueue's order (being evicted, other queues' before the gang's
+    // own, lower priority, the most recently started), which Kueue takes them in.
+    let mut rank = Vec::new();
     if kueue {
-        // Kueue's order: being evicted, other queues' before the gang's own, lower priority,
-        // the most recently started.
-        victims.sort_unstable_by_key(|v| {
-            let r = &running[v.3];
-            (!r.evicting, r.gang.queue == gang.queue, v.1, v.2, v.3)
+        victims.sort_unstable_by_key(|&i| {
+            let r = &running[i];
+            (!r.evicting, evictable.queue[i] == Some(queue), r.gang.priority, Reverse(r.started_ms), i)
         });
-    } else {
-        // Cheapest first: least work lost, then lowest priority, then the most recently started.
-        victims.sort_unstable_by_key(|v| (v.0, v.1, v.2, v.3));
+        rank = vec![usize::MAX; running.len()];
+        for (k, &i) in victims.iter().enumerate() {
+            rank[i] = k;
+        }
     }
     // Outranking none of them, the gang may throw away at most the GPU-time it would go
     // without by waiting for room (`None`: no limit, or no room expected as gangs end).
@@ -154,7 +209,7 @@ pub(crate) fn preempt<'a>(
     // Where enough GPUs are free already but scattered, the count says "now" and the gang
     // waits for room as gangs end (and for the cycle's reservation) rather than evict: trying
     // the placements instead made a quota'd replay many times slower.
-    let budget = if !kueue && victims.iter().all(|v| v.1 >= gang.priority) {
+    let budget = if !kueue && victims.iter().all(|&i| running[i].gang.priority >= gang.priority) {
         earliest_by_count(run, gang, releases, now_ms).map(|start_ms| {
             let wait_ms = start_ms.saturating_sub(now_ms);
             (wait_ms, gang.total_gpus().saturating_mul(wait_ms))
@@ -163,14 +218,8 @@ pub(crate) fn preempt<'a>(
         None
     };
     let mut over_budget = false;
-    let via: BTreeMap<usize, Via> = victims.iter().map(|v| (v.3, v.4)).collect();
-    let order: Vec<usize> = victims.iter().map(|v| v.3).collect();
-    // Each candidate's place in that order.
-    let mut rank = vec![usize::MAX; running.len()];
-    for (k, &i) in order.iter().enumerate() {
-        rank[i] = k;
-    }
     let mut best: Option<Choice> = None;
+    let mut candidates = Vec::new();
     for c in run.fleet.cluster_ids() {
         let cl = run.fleet.cluster(c);
         if cl.cordoned || !gang.clusters.allows(&cl.name, &cl.labels) {
@@ -187,24 +236,18 @@ pub(crate) fn preempt<'a>(
             })
             .min()
             .unwrap_or(0);
-        let mut scopes: BTreeMap<DomainId, Vec<usize>> = BTreeMap::new();
-        for &i in order.iter().filter(|&&i| running[i].admission.cluster == c) {
-            let mut touched: Vec<DomainId> = running[i]
-                .admission
-                .pod_sets
-                .iter()
-                .flat_map(|p| p.hosts.iter().map(|&(h, _)| run.fleet.ancestor_at(h, depth)))
-                .collect();
-            touched.sort_unstable();
-            touched.dedup();
-            for d in touched {
-                scopes.entry(d).or_default().push(i);
+        for (scope, touching) in evictable.scopes(run.fleet, c, depth) {
+            candidates.clear();
+            candidates.extend(touching.iter().copied().filter(|&i| via[i].is_some()));
+            if candidates.is_empty() {
+                continue;
             }
-        }
-        for (scope, candidates) in scopes {
+            if kueue {
+                candidates.sort_unstable_by_key(|&i| rank[i]);
+            }
             let loss = |i: usize| running[i].loss(now_ms, knobs.prefer_checkpointed);
             let limit = budget.map(|(_, owed)| owed);
-            let (set, reach) = match victim_set(run, gang, c, scope, &candidates, running, &via, &loss, limit) {
+            let (set, reach) = match victim_set(run, gang, c, *scope, &candidates, running, &via, &loss, limit) {
                 Found::Set { set, reach } => (set, reach),
                 Found::OverBudget => {
                     over_budget = true;
@@ -215,7 +258,7 @@ pub(crate) fn preempt<'a>(
             // Kueue weighs no work lost: it takes candidates in its order until the gang fits
             // anywhere, so the set reached by the shortest run of that order wins.
             let cost: u64 = if kueue { rank[reach] as u64 } else { set.iter().map(|&i| loss(i)).sum() };
-            let choice = (cost, set.len(), c, scope, set);
+            let choice = (cost, set.len(), c, *scope, set);
             if best.as_ref().is_none_or(|b| (choice.0, choice.1, choice.2, choice.3) < (b.0, b.1, b.2, b.3)) {
                 best = Some(choice);
             }
@@ -320,7 +363,7 @@ fn victim_set<'a>(
     scope: DomainId,
     candidates: &[usize],
     running: &[Running<'a>],
-    via: &BTreeMap<usize, Via>,
+    via: &[Option<Via>],
     loss: &dyn Fn(usize) -> u64,
     budget: Option<u64>,
 ) -> Found {
@@ -373,7 +416,7 @@ fn trial<'a>(
     cluster: ClusterId,
     victims: &[usize],
     running: &[Running<'a>],
-    via: &BTreeMap<usize, Via>,
+    via: &[Option<Via>],
 ) -> bool {
     let sp = run.txn.checkpoint();
     for &i in victims {
@@ -392,10 +435,10 @@ fn fits_without<'a>(
     gang: &'a Gang,
     cluster: ClusterId,
     victims: &[usize],
-    via: &BTreeMap<usize, Via>,
+    via: &[Option<Via>],
 ) -> bool {
     run.fit(cluster, gang).is_some_and(|a| {
-        let reclaims = victims.iter().map(|i| via[i]).filter(|v| matches!(v, Via::Reclaim { .. }));
+        let reclaims = victims.iter().filter_map(|&i| via[i]).filter(|v| matches!(v, Via::Reclaim { .. }));
         let mut reclaims = reclaims.peekable();
         reclaims.peek().is_none()
             || !borrows_with(run, gang, &a)

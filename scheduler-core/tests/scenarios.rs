@@ -914,6 +914,46 @@ fn a_priority_gang_preempts_one_rack_on_one_cluster_where_least_work_is_lost() {
 }
 
 #[test]
+fn preemptors_of_one_cycle_each_take_their_own_cheapest_victims_in_their_own_scopes() {
+    // The cycle finds the running gangs' order and domains once and each preemptor keeps what
+    // it may evict: two whole-cluster gangs, then one that needs a rack, in the same cycle.
+    let w = full_fleet(WithinQueue::LowerPriority);
+    let on = |id: &str, prefix: &str| w.host_of(id).starts_with(prefix);
+    // The gangs on c2's second rack started 1 h ago, one on c1's first rack 30 min ago and
+    // one on c1's second rack 45 min ago; the rest 10 h ago.
+    let youngest_in = |prefix: &str| {
+        w.running.iter().map(|(g, _)| g.id.to_string()).find(|id| on(id, prefix)).expect("a gang runs there")
+    };
+    let (half_hour, three_quarters) = (youngest_in("c1/r0"), youngest_in("c1/r1"));
+    let started = |id: &str| {
+        if id == half_hour {
+            10 * HOUR - HOUR / 2
+        } else if id == three_quarters {
+            10 * HOUR - 3 * HOUR / 4
+        } else if on(id, "c2/r1") {
+            9 * HOUR
+        } else {
+            0
+        }
+    };
+    let pending = [
+        gang("first").gpus(8).priority(10),
+        gang("second").gpus(8).priority(10).submitted(1),
+        gang("racked").pods(2).gpus(8).required(Rack).priority(9),
+    ];
+    let d = w.preempting(&pending, 10 * HOUR, KNOBS, started, |_| None);
+    assert_eq!(victims(&d[0]).1, [half_hour.as_str()], "{d:?}");
+    assert_eq!(victims(&d[1]).1, [three_quarters.as_str()], "not the first's victim again: {d:?}");
+    let (admission, mut evicted) = victims(&d[2]);
+    evicted.sort();
+    let c2_r1: Vec<GangId> =
+        w.running.iter().map(|(g, _)| g.id.clone()).filter(|id| on(id.as_str(), "c2/r1")).collect();
+    assert_eq!(evicted, c2_r1, "one rack's two gangs, the cheapest whole rack left: {d:?}");
+    let a = admission.expect("admitted in their place");
+    assert_eq!(w.fleet.level_of(a.span(&w.fleet).expect("placed")), Some(Rack));
+}
+
+#[test]
 fn a_gang_evicts_no_more_than_it_needs_and_never_a_gang_it_could_do_without() {
     let w = full_fleet(WithinQueue::LowerPriority);
     // One host is enough: the single youngest gang goes, however cheap the others are.
