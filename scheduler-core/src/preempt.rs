@@ -40,6 +40,9 @@ enum Via {
 /// reaches; victims; cluster; scope), lower is better.
 type Choice = (u64, usize, ClusterId, DomainId, Vec<usize>);
 
+/// Domains, each with the running gangs that touch it in [`Evictable::by_cost`] order.
+type Scopes = Vec<(DomainId, Vec<usize>)>;
+
 /// The running gangs a cycle may evict, with what every victim search asks of each found once
 /// a cycle: every gang short of room weighs every running gang, and finding each one's queue
 /// by name, sorting them and finding the domains each touches, per search, was most of a
@@ -56,7 +59,7 @@ pub(crate) struct Evictable<'r, 'a> {
     by_cost: Vec<usize>,
     /// Per cluster and depth, `by_cost` on that cluster grouped by the domains at that depth
     /// each touches (a victim set frees one), found when a search first needs it.
-    scopes: Vec<Vec<OnceCell<Vec<(DomainId, Vec<usize>)>>>>,
+    scopes: Vec<Vec<OnceCell<Scopes>>>,
 }
 
 impl<'r, 'a> Evictable<'r, 'a> {
@@ -96,7 +99,7 @@ impl<'r, 'a> Evictable<'r, 'a> {
 
     /// The domains at `depth` of `cluster` that running gangs there touch, each with those
     /// gangs in `by_cost` order.
-    fn scopes(&self, fleet: &Fleet, cluster: ClusterId, depth: u8) -> &[(DomainId, Vec<usize>)] {
+    fn scopes(&self, fleet: &Fleet, cluster: ClusterId, depth: u8) -> &Scopes {
         self.scopes[cluster.idx()][usize::from(depth)].get_or_init(|| {
             let mut scopes: BTreeMap<DomainId, Vec<usize>> = BTreeMap::new();
             for &i in self.by_cost.iter().filter(|&&i| self.running[i].admission.cluster == cluster) {
