@@ -139,7 +139,7 @@ fn greedy<'a>(
     // queues whose head has looked.
     let kueue = config.preemption.is_some_and(|p| p.victims == Victims::Kueue);
     let mut looked: BTreeSet<QueueId> = BTreeSet::new();
-    let evictable = preempt::Evictable::new(&running, &run, now_ms);
+    let evictable = preempt::Evictable::new(&running, now_ms);
     while let Some(i) = order.next(pending, queues, run.usage()) {
         if let Some((_, pins)) = plan.filter(|(window, _)| window.contains(&i)) {
             plan = None;

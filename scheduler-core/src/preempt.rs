@@ -14,7 +14,7 @@ use std::cell::OnceCell;
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
-use crate::config::{Config, Victims};
+use crate::config::{Config, Preemption, Victims};
 use crate::decision::Admission;
 use crate::fleet::{ClusterId, DomainId, Fleet};
 use crate::gang::Gang;
@@ -40,19 +40,27 @@ enum Via {
 /// reaches; victims; cluster; scope), lower is better.
 type Choice = (u64, usize, ClusterId, DomainId, Vec<usize>);
 
-/// Domains, each with the running gangs that touch it in [`Evictable::by_cost`] order.
+/// Domains, each with the running gangs that touch it in [`Seen::by_cost`] order.
 type Scopes = Vec<(DomainId, Vec<usize>)>;
 
 /// The running gangs a cycle may evict, with what every victim search asks of each found once
 /// a cycle: every gang short of room weighs every running gang, and finding each one's queue
 /// by name, sorting them and finding the domains each touches, per search, was most of a
-/// quota'd replay's time.
+/// quota'd replay's time. Found when the cycle's first search needs it: most cycles search
+/// for no victims at all, and paying for it every cycle made a replay without preemption a
+/// quarter slower.
 pub(crate) struct Evictable<'r, 'a> {
     running: &'r [Running<'a>],
-    /// Each one's queue, `None` for a queue the cycle does not know.
-    queue: Vec<Option<QueueId>>,
+    now_ms: u64,
     /// The lowest priority among them, a gang being evicted counting as the lowest of all.
     lowest: i32,
+    seen: OnceCell<Seen>,
+}
+
+/// What [`Evictable`] finds for the cycle's victim searches.
+struct Seen {
+    /// Each running gang's queue, `None` for a queue the cycle does not know.
+    queue: Vec<Option<QueueId>>,
     /// Those that may be evicted at all this cycle (being evicted, or run the minimum time),
     /// cheapest first: least work lost, then lowest priority, then the most recently started.
     /// Nothing in the order depends on the preemptor, so each search keeps those it may evict.
@@ -62,48 +70,14 @@ pub(crate) struct Evictable<'r, 'a> {
     scopes: Vec<Vec<OnceCell<Scopes>>>,
 }
 
-impl<'r, 'a> Evictable<'r, 'a> {
-    pub(crate) fn new(running: &'r [Running<'a>], run: &Run<'_>, now_ms: u64) -> Self {
-        let by_cost = match run.config.preemption {
-            Some(knobs) => {
-                let mut by_cost: Vec<(u64, i32, Reverse<u64>, usize)> = running
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, r)| r.evicting || now_ms.saturating_sub(r.started_ms) >= knobs.min_runtime_ms)
-                    .map(|(i, r)| {
-                        (r.loss(now_ms, knobs.prefer_checkpointed), r.gang.priority, Reverse(r.started_ms), i)
-                    })
-                    .collect();
-                by_cost.sort_unstable();
-                by_cost.into_iter().map(|v| v.3).collect()
-            }
-            None => Vec::new(),
-        };
-        Evictable {
-            running,
-            queue: running.iter().map(|r| run.queues.id(&r.gang.queue)).collect(),
-            lowest: running
-                .iter()
-                .map(|r| if r.evicting { i32::MIN } else { r.gang.priority })
-                .min()
-                .unwrap_or(i32::MAX),
-            by_cost,
-            scopes: run
-                .fleet
-                .clusters()
-                .iter()
-                .map(|cl| (0..=cl.host_depth()).map(|_| OnceCell::new()).collect())
-                .collect(),
-        }
-    }
-
+impl Seen {
     /// The domains at `depth` of `cluster` that running gangs there touch, each with those
     /// gangs in `by_cost` order.
-    fn scopes(&self, fleet: &Fleet, cluster: ClusterId, depth: u8) -> &Scopes {
+    fn scopes(&self, running: &[Running<'_>], fleet: &Fleet, cluster: ClusterId, depth: u8) -> &Scopes {
         self.scopes[cluster.idx()][usize::from(depth)].get_or_init(|| {
             let mut scopes: BTreeMap<DomainId, Vec<usize>> = BTreeMap::new();
-            for &i in self.by_cost.iter().filter(|&&i| self.running[i].admission.cluster == cluster) {
-                let mut touched: Vec<DomainId> = self.running[i]
+            for &i in self.by_cost.iter().filter(|&&i| running[i].admission.cluster == cluster) {
+                let mut touched: Vec<DomainId> = running[i]
                     .admission
                     .pod_sets
                     .iter()
@@ -116,6 +90,45 @@ impl<'r, 'a> Evictable<'r, 'a> {
                 }
             }
             scopes.into_iter().collect()
+        })
+    }
+}
+
+impl<'r, 'a> Evictable<'r, 'a> {
+    pub(crate) fn new(running: &'r [Running<'a>], now_ms: u64) -> Self {
+        Evictable {
+            running,
+            now_ms,
+            lowest: running
+                .iter()
+                .map(|r| if r.evicting { i32::MIN } else { r.gang.priority })
+                .min()
+                .unwrap_or(i32::MAX),
+            seen: OnceCell::new(),
+        }
+    }
+
+    /// What the cycle's victim searches read, found by the first of them.
+    fn seen(&self, run: &Run<'_>, knobs: Preemption) -> &Seen {
+        self.seen.get_or_init(|| {
+            let (running, now_ms) = (self.running, self.now_ms);
+            let mut by_cost: Vec<(u64, i32, Reverse<u64>, usize)> = running
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.evicting || now_ms.saturating_sub(r.started_ms) >= knobs.min_runtime_ms)
+                .map(|(i, r)| (r.loss(now_ms, knobs.prefer_checkpointed), r.gang.priority, Reverse(r.started_ms), i))
+                .collect();
+            by_cost.sort_unstable();
+            Seen {
+                queue: running.iter().map(|r| run.queues.id(&r.gang.queue)).collect(),
+                by_cost: by_cost.into_iter().map(|v| v.3).collect(),
+                scopes: run
+                    .fleet
+                    .clusters()
+                    .iter()
+                    .map(|cl| (0..=cl.host_depth()).map(|_| OnceCell::new()).collect())
+                    .collect(),
+            }
         })
     }
 
@@ -170,19 +183,17 @@ pub(crate) fn preempt<'a>(
         return Preempted::Not;
     }
     let running = evictable.running;
+    let seen = evictable.seen(run, knobs);
     // Every running gang is looked at for every gang short of room: the cheap checks first,
     // the look-up in the set evicted this cycle (a search by name) last. Whether another
     // queue of the cohort is borrowing is found once per queue, when a victim of it is met.
     let mut lending: Vec<Option<bool>> = vec![None; run.queues.specs().len()];
     let mut via: Vec<Option<Via>> = vec![None; running.len()];
     let mut victims: Vec<usize> = Vec::new();
-    for &i in &evictable.by_cost {
+    for &i in &seen.by_cost {
         let r = &running[i];
-        let grounds = if r.evicting {
-            Some(Via::SameQueue)
-        } else {
-            may_evict(run, queue, gang, r, evictable.queue[i], &mut lending)
-        };
+        let grounds =
+            if r.evicting { Some(Via::SameQueue) } else { may_evict(run, queue, gang, r, seen.queue[i], &mut lending) };
         if let Some(grounds) = grounds.filter(|_| !run.txn.is_evicted(r.gang.id.as_str())) {
             via[i] = Some(grounds);
             victims.push(i);
@@ -198,7 +209,7 @@ pub(crate) fn preempt<'a>(
     if kueue {
         victims.sort_unstable_by_key(|&i| {
             let r = &running[i];
-            (!r.evicting, evictable.queue[i] == Some(queue), r.gang.priority, Reverse(r.started_ms), i)
+            (!r.evicting, seen.queue[i] == Some(queue), r.gang.priority, Reverse(r.started_ms), i)
         });
         rank = vec![usize::MAX; running.len()];
         for (k, &i) in victims.iter().enumerate() {
@@ -239,7 +250,7 @@ pub(crate) fn preempt<'a>(
             })
             .min()
             .unwrap_or(0);
-        for (scope, touching) in evictable.scopes(run.fleet, c, depth) {
+        for (scope, touching) in seen.scopes(running, run.fleet, c, depth) {
             candidates.clear();
             candidates.extend(touching.iter().copied().filter(|&i| via[i].is_some()));
             if candidates.is_empty() {
