@@ -29,12 +29,16 @@ pub(crate) fn key<'g>(gang: &'g Gang, ps: &PodSet) -> MemoKey<'g> {
 pub(crate) struct MemoEntry {
     pub(crate) flavors: Vec<Option<FlavorId>>,
     pub(crate) min_pods: u32,
-    /// What the fleet offers this shape now, and when empty (which does not depend on pods).
+    /// What the fleet offers this shape now.
     pub(crate) now: Shortfall,
     /// How many pods the cluster and flavor `now` names could take on an empty fleet: `now`
     /// names what a gang of up to that many waits for.
     pub(crate) named_room: u32,
-    pub(crate) empty: Shortfall,
+    /// What an empty fleet offers this shape (which does not depend on pods), found only for
+    /// a gang of more pods than `named_room`: up to that many, it is known to fit an empty
+    /// fleet without looking (what `now` names holds them), and looking was a twentieth of a
+    /// replay. Where absent, a gang of more pods is worded afresh.
+    pub(crate) empty: Option<Shortfall>,
 }
 
 impl MemoEntry {
@@ -47,7 +51,7 @@ impl MemoEntry {
     /// fits, or what `now` names could hold it. Else the fit is still answered (it fits nowhere
     /// now) but the words are found again.
     pub(crate) fn words_fit(&self, pods: u32) -> bool {
-        pods <= self.named_room || pods > self.empty.largest
+        pods <= self.named_room || self.empty.as_ref().is_some_and(|e| pods > e.largest)
     }
 
     pub(crate) fn reason(&self, ps: &PodSet) -> Reason {
@@ -64,10 +68,9 @@ impl MemoEntry {
             read_as: s.read_as,
             oversize: s.oversize.clone(),
         };
-        if ps.pods > self.empty.largest {
-            Reason::NeverFits(named(&self.empty))
-        } else {
-            Reason::NoDomain(named(&self.now))
+        match &self.empty {
+            Some(empty) if ps.pods > empty.largest => Reason::NeverFits(named(empty)),
+            _ => Reason::NoDomain(named(&self.now)),
         }
     }
 }

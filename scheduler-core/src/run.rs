@@ -308,6 +308,7 @@ impl<'a> Run<'a> {
                 // found again, and kept, so every later gang of this size is told the same.
                 self.txn.stats.memo_hits += 1;
                 let (now, named_room) = self.shortfall(&self.txn.cap, candidates, ps, r);
+                let empty = empty.or_else(|| self.empty_beyond(named_room, candidates, ps, r));
                 let entry = MemoEntry { flavors: r.flavors.clone(), min_pods: ps.pods, now, named_room, empty };
                 let reason = entry.reason(ps);
                 self.txn.remember(key, entry);
@@ -321,7 +322,6 @@ impl<'a> Run<'a> {
         };
         // Name the first pod set that fits no span on its own; if each would fit alone but not
         // all together, the one that failed last.
-        let empty = self.fleet.allocatable();
         let cap = &self.txn.cap;
         let (failed, best) = (0..gang.pod_sets.len())
             .map(|i| (i, self.largest(cap, candidates, &gang.pod_sets[i], &resolved[i])))
@@ -339,7 +339,7 @@ impl<'a> Run<'a> {
             min_pods: ps.pods,
             now,
             named_room,
-            empty: self.shortfall_of(empty, candidates, ps, r),
+            empty: self.empty_beyond(named_room, candidates, ps, r),
         };
         let reason = entry.reason(ps);
         if failed == 0 {
@@ -769,6 +769,16 @@ impl<'a> Run<'a> {
             // flavor with the most room.
             None => (self.shortfall_at(ps, best, 1), best_room),
         }
+    }
+
+    /// What an empty fleet offers the pod set ([`MemoEntry::empty`]), where it asks more pods
+    /// than `named_room`, what its shortfall names could take when empty; up to that many it
+    /// is known to fit an empty fleet, and `None` says so.
+    fn empty_beyond(&self, named_room: u32, candidates: &[ClusterId], ps: &PodSet, r: &Resolved) -> Option<Shortfall> {
+        let empty = || self.shortfall_of(self.fleet.allocatable(), candidates, ps, r);
+        // What the shortfall names is among what the empty fleet's largest is taken over.
+        debug_assert!(ps.pods > named_room || empty().largest >= named_room, "named room beyond the empty fleet's");
+        (ps.pods > named_room).then(empty)
     }
 
     /// The largest number of the pod set's pods one allowed span could take on `cap`.

@@ -287,7 +287,13 @@ mod tests {
         };
         txn.remember(
             key,
-            MemoEntry { flavors: vec![None], min_pods: 9, now: shortfall.clone(), named_room: 9, empty: shortfall },
+            MemoEntry {
+                flavors: vec![None],
+                min_pods: 9,
+                now: shortfall.clone(),
+                named_room: 9,
+                empty: Some(shortfall),
+            },
         );
         txn.stats.attempts = 7;
         let before = state(&txn);
