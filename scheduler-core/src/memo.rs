@@ -110,4 +110,33 @@ mod tests {
         assert_eq!((largest(1), largest(3)), (2, 1), "each worded as it found the fleet");
         assert_eq!(out.decisions[4], out.decisions[1], "four-b is told what four-a was");
     }
+
+    /// An entry made for a gang its words' domain could hold when empty does not know what the
+    /// empty fleet offers; a larger gang of the shape is still told it can never be admitted.
+    #[test]
+    fn a_larger_gang_of_a_shape_worded_as_waiting_is_told_it_never_fits() {
+        let mut b = FleetBuilder::new();
+        uniform_cluster(&mut b, "east", "h100", 8, &[(Level::Rack, 2), (Level::Host, 4)]).expect("cluster");
+        let fleet = b.build().expect("fleet");
+        let queues = Queues::new(vec![QueueSpec::unlimited("default")]).expect("queues");
+        let pending = [
+            gang("fill").pods(7).gpus(8).submitted(0),
+            gang("three").pods(3).gpus(8).required(Level::Rack).submitted(1),
+            gang("five").pods(5).gpus(8).required(Level::Rack).submitted(2),
+            gang("four").pods(4).gpus(8).required(Level::Rack).submitted(3),
+        ];
+        let out = cycle(Snapshot::idle(&fleet, &queues), &pending, &greedy());
+        assert!(matches!(out.decisions[0], Decision::Admit(_)), "{:?}", out.decisions[0]);
+        for (i, pods) in [(1, 3), (3, 4)] {
+            match &out.decisions[i] {
+                Decision::Pending(Reason::NoDomain(s)) => assert_eq!((s.pods, s.largest), (pods, 1)),
+                other => panic!("{} waits for room, not {other:?}", pending[i].id),
+            }
+        }
+        match &out.decisions[2] {
+            Decision::Pending(Reason::NeverFits(s)) => assert_eq!((s.pods, s.largest), (5, 4), "a rack holds four"),
+            other => panic!("five can never fit a rack of four hosts, not {other:?}"),
+        }
+        assert!(out.stats.memo_hits >= 2, "five and four were answered from the memo: {:?}", out.stats);
+    }
 }
