@@ -244,6 +244,7 @@ fn a_finished_or_lost_claim_its_members_report_contradicts_neither_finishes_nor_
 fn a_running_placement_its_member_stops_counting_is_placed_again_there_after_the_grace() {
     let (mut o, first) = placed_and_running(vec![member("a", 1), member("b", 1)]);
     let plan = decide(&o, &scheduler_core::fixture::greedy(), &settings(), at(10));
+    assert!(plan.placements.is_empty());
     let since = plan.uncounted_since.values().next().copied().expect("remembered");
     assert_eq!(since, at(10).0);
     o.uncounted_since = plan.uncounted_since.clone();
