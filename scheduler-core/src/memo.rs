@@ -78,21 +78,25 @@ impl MemoEntry {
 #[cfg(test)]
 mod tests {
     use crate::fixture::{GangExt, gang, greedy, uniform_cluster};
-    use crate::fleet::FleetBuilder;
+    use crate::fleet::{Fleet, FleetBuilder};
     use crate::queue::{QueueSpec, Queues};
     use crate::reason::Reason;
     use crate::snapshot::Snapshot;
     use crate::topology::Level;
     use crate::{Decision, cycle};
 
+    /// One cluster of two racks of four 8-GPU hosts, and one queue without quota.
+    fn two_racks_of_four() -> (Fleet, Queues) {
+        let mut b = FleetBuilder::new();
+        uniform_cluster(&mut b, "east", "h100", 8, &[(Level::Rack, 2), (Level::Host, 4)]).expect("cluster");
+        (b.build().expect("fleet"), Queues::new(vec![QueueSpec::unlimited("default")]).expect("queues"))
+    }
+
     /// A later, smaller gang of the same shape that fits nowhere adds an entry; it does not
     /// change what the first entry tells gangs of the first one's size.
     #[test]
     fn gangs_of_one_shape_and_size_are_told_the_same_all_cycle() {
-        let mut b = FleetBuilder::new();
-        uniform_cluster(&mut b, "east", "h100", 8, &[(Level::Rack, 2), (Level::Host, 4)]).expect("cluster");
-        let fleet = b.build().expect("fleet");
-        let queues = Queues::new(vec![QueueSpec::unlimited("default")]).expect("queues");
+        let (fleet, queues) = two_racks_of_four();
         let pending = [
             gang("fill-6").pods(6).gpus(8).submitted(0),
             gang("four-a").pods(4).gpus(8).submitted(1),
@@ -115,10 +119,7 @@ mod tests {
     /// empty fleet offers; a larger gang of the shape is still told it can never be admitted.
     #[test]
     fn a_larger_gang_of_a_shape_worded_as_waiting_is_told_it_never_fits() {
-        let mut b = FleetBuilder::new();
-        uniform_cluster(&mut b, "east", "h100", 8, &[(Level::Rack, 2), (Level::Host, 4)]).expect("cluster");
-        let fleet = b.build().expect("fleet");
-        let queues = Queues::new(vec![QueueSpec::unlimited("default")]).expect("queues");
+        let (fleet, queues) = two_racks_of_four();
         let pending = [
             gang("fill").pods(7).gpus(8).submitted(0),
             gang("three").pods(3).gpus(8).required(Level::Rack).submitted(1),
