@@ -1,10 +1,12 @@
 //! The cycle's memo of pod-set shapes that fit nowhere. Capacity only shrinks while a cycle
 //! admits, so a shape that fit in no candidate cluster cannot fit later in the same cycle with
-//! as many pods or more: later gangs of that shape are answered without a search. Entries are
-//! only added, never replaced, and the first that answers (and words) a gang is used: every
-//! gang of one shape and size is told the same words all cycle, whichever came between (the
-//! simulator's cut cycles rest on it). Whatever gives capacity back (a reservation released
-//! for a backfill, a look into the future) must clear it; the cycle's
+//! as many pods or more, nor with more than one span could then take: later gangs of that
+//! shape, smaller ones too, are answered without a search. Entries are only added, never
+//! replaced, and the first that answers and words a gang is used: every gang of one shape and
+//! size is told the same words all cycle, whichever came between (the simulator's cut cycles
+//! rest on it). A gang smaller than any entry words is worded afresh, as it finds the fleet,
+//! and adds its own. Whatever gives capacity back (a reservation released for a backfill, a
+//! look into the future) must clear it; the cycle's
 //! [`Txn`](crate::txn::Txn) journals that like any other change.
 
 use std::collections::BTreeMap;
@@ -28,7 +30,12 @@ pub(crate) fn key<'g>(gang: &'g Gang, ps: &PodSet) -> MemoKey<'g> {
 #[derive(Debug, Clone)]
 pub(crate) struct MemoEntry {
     pub(crate) flavors: Vec<Option<FlavorId>>,
+    /// The pods of the gang that made the entry: the fewest its words are for.
     pub(crate) min_pods: u32,
+    /// The most pods of this shape one allowed span could take when the entry was made, in
+    /// any cluster and flavor (not only what `now` names): a pod set of more fits nowhere for
+    /// the rest of the cycle.
+    pub(crate) largest: u32,
     /// What the fleet offers this shape now.
     pub(crate) now: Shortfall,
     /// How many pods the cluster and flavor `now` names could take on an empty fleet: `now`
@@ -42,16 +49,20 @@ pub(crate) struct MemoEntry {
 }
 
 impl MemoEntry {
-    /// Whether this entry answers `ps` with these flavors: as many pods or more.
-    pub(crate) fn answers(&self, ps: &PodSet, flavors: &[Option<FlavorId>]) -> bool {
-        self.flavors == flavors && ps.pods >= self.min_pods
+    /// Whether this entry answers a pod set of `pods` with these flavors: as many pods as the
+    /// gang that made it or more, or more than one span could take. (`largest` counts a
+    /// domain's GPUs, CPU and memory apart, a bound: a gang of fewer pods than that may still
+    /// have found none.)
+    pub(crate) fn answers(&self, pods: u32, flavors: &[Option<FlavorId>]) -> bool {
+        self.flavors == flavors && (pods >= self.min_pods || pods > self.largest)
     }
 
     /// Whether [`MemoEntry::reason`] words the wait of a pod set of `pods` right: it never
-    /// fits, or what `now` names could hold it. Else the fit is still answered (it fits nowhere
-    /// now) but the words are found again.
+    /// fits, or it is no smaller than the gang the words were found for and what `now` names
+    /// could hold it. Else the fit is still answered (it fits nowhere now) but the words are
+    /// found again.
     pub(crate) fn words_fit(&self, pods: u32) -> bool {
-        pods <= self.named_room || self.empty.as_ref().is_some_and(|e| pods > e.largest)
+        (self.min_pods..=self.named_room).contains(&pods) || self.empty.as_ref().is_some_and(|e| pods > e.largest)
     }
 
     pub(crate) fn reason(&self, ps: &PodSet) -> Reason {
@@ -113,6 +124,30 @@ mod tests {
         assert!(matches!(out.decisions[2], Decision::Admit(_)), "one host was left for fill-1");
         assert_eq!((largest(1), largest(3)), (2, 1), "each worded as it found the fleet");
         assert_eq!(out.decisions[4], out.decisions[1], "four-b is told what four-a was");
+    }
+
+    /// A smaller gang of a shape that missed is answered without a search when it is still
+    /// larger than one span could take, and is told what it finds itself.
+    #[test]
+    fn a_smaller_gang_than_one_span_takes_is_answered_without_a_search() {
+        let (fleet, queues) = two_racks_of_four();
+        let pending = [
+            gang("fill").pods(7).gpus(8).submitted(0),
+            gang("five").pods(5).gpus(8).submitted(1),
+            gang("three").pods(3).gpus(8).submitted(2),
+            gang("one").pods(1).gpus(8).submitted(3),
+        ];
+        let out = cycle(Snapshot::idle(&fleet, &queues), &pending, &greedy());
+        for i in [1, 2] {
+            match &out.decisions[i] {
+                Decision::Pending(Reason::NoDomain(s)) => {
+                    assert_eq!((s.pods, s.largest), (pending[i].pod_sets[0].pods, 1))
+                }
+                other => panic!("{} waits for room, not {other:?}", pending[i].id),
+            }
+        }
+        assert!(matches!(out.decisions[3], Decision::Admit(_)), "one pod takes the host left: {:?}", out.decisions[3]);
+        assert_eq!(out.stats.memo_hits, 1, "three was answered from five's entry: {:?}", out.stats);
     }
 
     /// An entry made for a gang its words' domain could hold when empty does not know what the

@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 use std::cmp::Reverse;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -100,6 +101,10 @@ pub(crate) struct Run<'a> {
     /// capacity's version they were found on: held gangs of one shape are weighed one after
     /// another on the same capacity (a hold takes nothing), and each would find the same room.
     spreads: Vec<(&'a Gang, u64, Admission)>,
+    /// The last gang prepared ([`Self::prepare`]), at which count of the usage's changes, and
+    /// what was found: the cycle prepares a gang for its held form, its written form, its
+    /// backfill and its reservation one after another, with no quota charged between.
+    prepared: Option<(&'a Gang, u64, Rc<Prepared>)>,
 }
 
 /// [`Run::spans`]: one row per pod-set shape and flavor, one slot per cluster, the rows end to
@@ -174,6 +179,7 @@ impl<'a> Run<'a> {
             txn: Txn::new(fleet, queues, cap, usage),
             spans: Spans::new(fleet.clusters().len()),
             spreads: Vec::new(),
+            prepared: None,
         }
     }
 
@@ -290,11 +296,11 @@ impl<'a> Run<'a> {
 
     pub(crate) fn gang(&mut self, gang: &'a Gang) -> Result<Admission, Reason> {
         let prepared = self.prepare(gang)?;
-        let Prepared { resolved, candidates, .. } = &prepared;
+        let Prepared { resolved, candidates, .. } = &*prepared;
         for (ps, r) in gang.pod_sets.iter().zip(resolved) {
             let key = memo::key(gang, ps);
             let memo = self.txn.memo(&key);
-            let answering = || memo.iter().filter(|e| e.answers(ps, &r.flavors));
+            let answering = || memo.iter().filter(|e| e.answers(ps.pods, &r.flavors));
             let (worded, empty) = match answering().find(|e| e.words_fit(ps.pods)) {
                 Some(e) => (Some(e.reason(ps)), None),
                 None => (None, answering().next().map(|e| e.empty.clone())),
@@ -304,12 +310,12 @@ impl<'a> Run<'a> {
                 return Err(reason);
             }
             if let Some(empty) = empty {
-                // It fits nowhere, but what the entry names could never hold it: the words are
-                // found again, and kept, so every later gang of this size is told the same.
+                // It fits nowhere, but it is smaller than the gangs the entries word, or what
+                // they name could never hold it: the words are found again, and kept, so every
+                // later gang of this size is told the same.
                 self.txn.stats.memo_hits += 1;
-                let (now, named_room) = self.shortfall(&self.txn.cap, candidates, ps, r);
-                let empty = empty.or_else(|| self.empty_beyond(named_room, candidates, ps, r));
-                let entry = MemoEntry { flavors: r.flavors.clone(), min_pods: ps.pods, now, named_room, empty };
+                let best = self.largest(&self.txn.cap, candidates, ps, r);
+                let entry = self.entry(best, candidates, ps, r, empty);
                 let reason = entry.reason(ps);
                 self.txn.remember(key, entry);
                 return Err(reason);
@@ -333,18 +339,12 @@ impl<'a> Run<'a> {
                 )
             });
         let (ps, r) = (&gang.pod_sets[failed], &resolved[failed]);
-        let (now, named_room) = self.shortfall_from(best, cap, candidates, ps, r);
-        let entry = MemoEntry {
-            flavors: r.flavors.clone(),
-            min_pods: ps.pods,
-            now,
-            named_room,
-            empty: self.empty_beyond(named_room, candidates, ps, r),
-        };
+        let entry = self.entry(best, candidates, ps, r, None);
         let reason = entry.reason(ps);
         if failed == 0 {
             // Pod set 0 was tried on untouched capacity: its failure says something about the
-            // shape alone, so later gangs of the same shape, as large or larger, skip the search.
+            // shape alone, so later gangs of the same shape, larger than one span could take,
+            // skip the search.
             self.txn.remember(memo::key(gang, ps), entry);
         }
         Err(reason)
@@ -352,14 +352,25 @@ impl<'a> Run<'a> {
 
     /// The gang's queue, its pod sets resolved and the clusters it may use; or why it has none.
     /// Depends on the queue's usage, not on the capacity: a search over future capacity
-    /// prepares once and [`Self::search`]es as often as it likes.
-    pub(crate) fn prepare(&self, gang: &Gang) -> Result<Prepared, Reason> {
+    /// prepares once and [`Self::search`]es as often as it likes. Found again only when the
+    /// usage changed since the same gang (or a form of it held to other levels, which
+    /// resolves alike) was prepared last.
+    pub(crate) fn prepare(&mut self, gang: &'a Gang) -> Result<Rc<Prepared>, Reason> {
         gang.validate().map_err(Reason::Invalid)?;
+        let changes = self.txn.usage_changes();
+        if let Some((last, at, prepared)) = &self.prepared
+            && *at == changes
+            && resolves_alike(last, gang)
+        {
+            return Ok(Rc::clone(prepared));
+        }
         let queue = self.queues.id(&gang.queue).ok_or_else(|| Reason::UnknownQueue { queue: gang.queue.clone() })?;
         let resolved: Vec<Resolved> =
             gang.pod_sets.iter().map(|ps| self.resolve(queue, ps)).collect::<Result<_, _>>()?;
         let candidates = self.candidates(gang, &resolved)?;
-        Ok(Prepared { queue, resolved, candidates })
+        let prepared = Rc::new(Prepared { queue, resolved, candidates });
+        self.prepared = Some((gang, changes, Rc::clone(&prepared)));
+        Ok(prepared)
     }
 
     /// Each candidate cluster in order, tried whole: the admission, committed, from the first
@@ -727,24 +738,35 @@ impl<'a> Run<'a> {
         best
     }
 
+    /// The memo's entry for a pod set that fits nowhere now, given what has most room for it
+    /// (`best`, [`Self::largest`]'s answer on the cycle's capacity) and what an empty fleet
+    /// offers it when an entry found that already.
+    fn entry(
+        &self,
+        best: (u32, ClusterId, Option<FlavorId>),
+        candidates: &[ClusterId],
+        ps: &PodSet,
+        r: &Resolved,
+        empty: Option<Shortfall>,
+    ) -> MemoEntry {
+        let (now, named_room) = self.shortfall(best, candidates, ps, r);
+        let empty = empty.or_else(|| self.empty_beyond(named_room, candidates, ps, r));
+        MemoEntry { flavors: r.flavors.clone(), min_pods: ps.pods, largest: best.0, now, named_room, empty }
+    }
+
     /// The largest number of the pod set's pods that one allowed span could take now, among
     /// the clusters and flavors that could hold it all on an empty fleet when any could: a gang
     /// waits for those, and its message names what it waits for, not a flavor whose domains are
     /// too small ever to take it. The second value is how many pods the named cluster and
-    /// flavor could take when empty.
-    fn shortfall(&self, cap: &Capacity, candidates: &[ClusterId], ps: &PodSet, r: &Resolved) -> (Shortfall, u32) {
-        self.shortfall_from(self.largest(cap, candidates, ps, r), cap, candidates, ps, r)
-    }
-
-    /// [`Self::shortfall`] given what has most room now (`largest`'s answer on `cap`).
-    fn shortfall_from(
+    /// flavor could take when empty. `best`: what has most room now.
+    fn shortfall(
         &self,
         best: (u32, ClusterId, Option<FlavorId>),
-        cap: &Capacity,
         candidates: &[ClusterId],
         ps: &PodSet,
         r: &Resolved,
     ) -> (Shortfall, u32) {
+        let cap = &self.txn.cap;
         let empty = View { fleet: self.fleet, cap: self.fleet.allocatable(), fill: self.config.fill };
         let room = |(c, f): (ClusterId, Option<FlavorId>)| empty.largest(c, &ask(self.fleet, c, ps, f));
         let best_room = room((best.1, best.2));
@@ -844,6 +866,21 @@ impl<'a> Run<'a> {
             oversize,
         }
     }
+}
+
+/// Whether `b` is prepared as `a` is ([`Run::prepare`]): the same gang, up to the levels its
+/// pod sets are held to (a held or widened form), which neither its flavors nor its clusters
+/// depend on. Compared, not assumed from the id: ids are the caller's.
+fn resolves_alike(a: &Gang, b: &Gang) -> bool {
+    std::ptr::eq(a, b)
+        || (a.id == b.id
+            && a.queue == b.queue
+            && a.clusters == b.clusters
+            && a.pod_sets.len() == b.pod_sets.len()
+            && a.pod_sets
+                .iter()
+                .zip(&b.pod_sets)
+                .all(|(p, q)| (p.pods, p.shape, &p.flavors, &p.nodes) == (q.pods, q.shape, &q.flavors, &q.nodes)))
 }
 
 pub(crate) fn ask(fleet: &Fleet, cluster: ClusterId, ps: &PodSet, flavor: Option<FlavorId>) -> Ask {

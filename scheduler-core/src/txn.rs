@@ -22,6 +22,9 @@ pub(crate) struct Txn<'a> {
     /// which the capacity's own journal records.
     pub(crate) cap: Capacity,
     usage: QuotaUsage,
+    /// Moves on every change to `usage`, a rollback's too: what was found of the usage at one
+    /// count still holds while the count is the same (`Run::prepare`).
+    usage_changes: u64,
     memo: Memo<'a>,
     /// The memos of the capacity with some of the cycle's reservations given back, by the bit
     /// set of those given back (`reserve::backfill` looks there): that capacity too only
@@ -61,6 +64,7 @@ impl<'a> Txn<'a> {
             queues,
             cap,
             usage,
+            usage_changes: 0,
             memo: Memo::new(),
             lifted: BTreeMap::new(),
             evicted: BTreeSet::new(),
@@ -73,6 +77,11 @@ impl<'a> Txn<'a> {
         &self.usage
     }
 
+    /// How many times the usage has changed this cycle (see `usage_changes`).
+    pub(crate) fn usage_changes(&self) -> u64 {
+        self.usage_changes
+    }
+
     pub(crate) fn checkpoint(&self) -> Savepoint {
         Savepoint { cap: self.cap.checkpoint(), undo: self.undo.len(), stats: self.stats }
     }
@@ -82,8 +91,14 @@ impl<'a> Txn<'a> {
         while self.undo.len() > sp.undo {
             let Some(u) = self.undo.pop() else { break };
             match u {
-                Undo::Charged(c) => self.usage.remove_charge(&c),
-                Undo::Discharged(c) => self.usage.add_charge(&c),
+                Undo::Charged(c) => {
+                    self.usage.remove_charge(&c);
+                    self.usage_changes += 1;
+                }
+                Undo::Discharged(c) => {
+                    self.usage.add_charge(&c);
+                    self.usage_changes += 1;
+                }
                 Undo::Evicted(id) => {
                     self.evicted.remove(id);
                 }
@@ -119,6 +134,7 @@ impl<'a> Txn<'a> {
     pub(crate) fn charge(&mut self, gang: &Gang, admission: &Admission) {
         if let Some(c) = Charge::of(self.queues, gang, admission.flavors(self.fleet)) {
             self.usage.add_charge(&c);
+            self.usage_changes += 1;
             self.undo.push(Undo::Charged(c));
         }
     }
@@ -134,6 +150,7 @@ impl<'a> Txn<'a> {
         self.forget();
         if let Some(c) = Charge::of(self.queues, r.gang, r.admission.flavors(self.fleet)) {
             self.usage.remove_charge(&c);
+            self.usage_changes += 1;
             self.undo.push(Undo::Discharged(c));
         }
         if self.evicted.insert(r.gang.id.as_str()) {
@@ -153,13 +170,13 @@ impl<'a> Txn<'a> {
         self.memo.get(key).map_or(&[], Vec::as_slice)
     }
 
-    /// Records that the shape fits nowhere with as few as `entry.min_pods` pods, after the
-    /// entries already there (which keep answering whom they answered), unless one of those
-    /// answers and words it already.
+    /// Records that the shape fits nowhere with as many pods as `entry.min_pods` or more, or
+    /// more than `entry.largest`, after the entries already there (which keep answering whom
+    /// they answered), unless one of those answers and words the gang that made it already.
     pub(crate) fn remember(&mut self, key: MemoKey<'a>, entry: MemoEntry) {
         let entries = self.memo.entry(key).or_default();
         let pods = entry.min_pods;
-        if entries.iter().any(|e| e.flavors == entry.flavors && e.min_pods <= pods && e.words_fit(pods)) {
+        if entries.iter().any(|e| e.answers(pods, &entry.flavors) && e.words_fit(pods)) {
             return;
         }
         entries.push(entry);
@@ -194,7 +211,7 @@ mod tests {
     use crate::fleet::{Fleet, FleetBuilder};
     use crate::memo;
     use crate::queue::{QueueSpec, Quota, Resource};
-    use crate::reason::Shortfall;
+    use crate::reason::{Reason, Shortfall};
     use crate::run::Run;
     use crate::topology::Level;
 
@@ -245,6 +262,30 @@ mod tests {
         assert!(hosts(&after).iter().all(|h| !hosts(&taken).contains(h)), "{after:?} beside {taken:?}");
     }
 
+    /// A gang is prepared once while the usage stays as it is; a charge, and its rollback,
+    /// have it prepared again; a gang of the same id asking for something else is not taken
+    /// for it.
+    #[test]
+    fn a_gang_is_prepared_again_once_the_usage_changed() {
+        let (fleet, queues, config) = (east(), queues(), greedy());
+        let (big, other) = (gang("big").pods(6).gpus(8), gang("other").pods(3).gpus(8));
+        let mut run = Run::new(&fleet, &queues, &config, Capacity::empty(&fleet), QuotaUsage::default());
+        let first = run.prepare(&big).expect("48 GPUs of a quota of 64");
+        assert!(std::rc::Rc::ptr_eq(&first, &run.prepare(&big).expect("again")), "nothing changed: not again");
+        let sp = run.txn.checkpoint();
+        let cluster = fleet.cluster_ids().next().expect("east");
+        let admission = run.fit(cluster, &other).expect("other fits");
+        run.commit(&other, &admission);
+        match run.prepare(&big) {
+            Err(Reason::QuotaExceeded { requested: 48, available: 40, .. }) => {}
+            other => panic!("24 of the 64 are charged: {other:?}"),
+        }
+        run.txn.rollback(sp);
+        assert!(run.prepare(&big).is_ok(), "the charge rolled back");
+        let renamed = gang("big").pods(6).gpus(8).flavor("a100");
+        assert!(run.prepare(&renamed).is_err(), "the same id, a flavor the queue has no quota for");
+    }
+
     /// Every kind of change a cycle makes, inside a savepoint, then rolled back: the state is
     /// what it was, piece by piece. A new piece of scratch state that `rollback` forgets fails
     /// here (add it to `State`).
@@ -290,6 +331,7 @@ mod tests {
             MemoEntry {
                 flavors: vec![None],
                 min_pods: 9,
+                largest: 4,
                 now: shortfall.clone(),
                 named_room: 9,
                 empty: Some(shortfall),
