@@ -18,7 +18,9 @@ use crate::config::{Config, Preemption, Victims};
 use crate::decision::Admission;
 use crate::fleet::{ClusterId, DomainId, Fleet};
 use crate::gang::Gang;
-use crate::queue::{BorrowWithinCohort, QueueId, Queues, ReclaimWithinCohort, WithinQueue, quota_charges};
+use crate::queue::{
+    BorrowWithinCohort, QueueId, QueuePreemption, Queues, ReclaimWithinCohort, WithinQueue, quota_charges,
+};
 use crate::reason::Reason;
 use crate::reserve::{Releases, earliest_by_count};
 use crate::run::Run;
@@ -148,10 +150,20 @@ impl<'r, 'a> Evictable<'r, 'a> {
 /// [`Evictable::might_be_evicted_by`] asks, and what a caller that hands a cycle only some of
 /// its gangs (the simulator's cut cycles) asks of those it leaves out.
 pub fn may_evict_any(config: &Config, queues: &Queues, queue: QueueId, priority: i32, lowest_running: i32) -> bool {
-    let policy = queues.spec(queue).preemption;
-    let lower_only = !matches!(policy.within_queue, WithinQueue::LowerOrNewerEqualPriority)
-        && policy.reclaim_within_cohort != ReclaimWithinCohort::Any;
-    config.preemption.is_some() && !(lower_only && lowest_running >= priority)
+    config.preemption.is_some() && !(lower_only(queues.spec(queue).preemption) && lowest_running >= priority)
+}
+
+/// Whether every queue's policy evicts only lower priorities: then, under a config that
+/// preempts, [`may_evict_any`] is `priority > lowest_running` whatever the queue, and a caller
+/// can tell that no gang it hands a cycle may evict anything from their priorities alone.
+pub fn lower_priorities_only(queues: &Queues) -> bool {
+    queues.specs().iter().all(|q| lower_only(q.preemption))
+}
+
+/// Whether a queue of this policy evicts only gangs of lower priority than the preemptor's.
+fn lower_only(policy: QueuePreemption) -> bool {
+    !matches!(policy.within_queue, WithinQueue::LowerOrNewerEqualPriority)
+        && policy.reclaim_within_cohort != ReclaimWithinCohort::Any
 }
 
 /// What [`preempt`] did.

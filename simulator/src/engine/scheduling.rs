@@ -32,8 +32,16 @@ impl Sim<'_> {
         self.lend(&config, now_ms);
         // Only a policy that plans reservations reads the releases: the others skip building them.
         let releases = if config.reservations.is_some() { self.running.releases() } else { &[] };
-        // Only a policy that preempts reads the running gangs as possible victims.
-        let (victims, victim_jobs): (Vec<Victim<'_>>, Vec<usize>) = if config.preemption.is_some() {
+        // Only a policy that preempts reads the running gangs as possible victims, and only
+        // when a gang it may be handed may evict one (`may_evict_any`): where every queue
+        // evicts only lower priorities and nothing waiting is of higher priority than
+        // something running (the common case), the cycle would find it evicts nothing.
+        let lowest_running = config.preemption.and(self.running.iter().map(|(_, r)| r.gang.priority).min());
+        let may_evict = lowest_running.is_some_and(|low| {
+            !scheduler_core::preempt::lower_priorities_only(self.queues)
+                || self.pending.lent().iter().any(|g| g.priority > low)
+        });
+        let (victims, victim_jobs): (Vec<Victim<'_>>, Vec<usize>) = if may_evict {
             self.running
                 .iter()
                 .map(|(j, r)| {
@@ -60,12 +68,7 @@ impl Sim<'_> {
         let (capacity, usage, reserved) =
             (std::mem::take(&mut self.capacity), std::mem::take(&mut self.usage), std::mem::take(&mut self.reserved));
         let every = |n: usize| (0..n).map(Told::Decided).collect::<Vec<_>>();
-        let cut = if self.cutting {
-            let lowest_running = victims.iter().map(|v| v.gang.priority).min();
-            self.cut(&config, now_ms, (&capacity, &reserved), lowest_running)
-        } else {
-            None
-        };
+        let cut = if self.cutting { self.cut(&config, now_ms, (&capacity, &reserved), lowest_running) } else { None };
         let (out, told) = match cut {
             None => {
                 let out = cycle(make(capacity, usage, reserved, 0), self.pending.lent(), &config);
