@@ -343,8 +343,8 @@ impl<'a> Run<'a> {
         let reason = entry.reason(ps);
         if failed == 0 {
             // Pod set 0 was tried on untouched capacity: its failure says something about the
-            // shape alone, so later gangs of the same shape, larger than one span could take,
-            // skip the search.
+            // shape alone, so later gangs of the same shape, as large or larger, or larger
+            // than one span could take, skip the search.
             self.txn.remember(memo::key(gang, ps), entry);
         }
         Err(reason)
