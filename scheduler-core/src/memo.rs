@@ -94,13 +94,21 @@ mod tests {
     use crate::reason::Reason;
     use crate::snapshot::Snapshot;
     use crate::topology::Level;
-    use crate::{Decision, cycle};
+    use crate::{Cycle, Decision, Gang, cycle};
 
     /// One cluster of two racks of four 8-GPU hosts, and one queue without quota.
     fn two_racks_of_four() -> (Fleet, Queues) {
         let mut b = FleetBuilder::new();
         uniform_cluster(&mut b, "east", "h100", 8, &[(Level::Rack, 2), (Level::Host, 4)]).expect("cluster");
         (b.build().expect("fleet"), Queues::new(vec![QueueSpec::unlimited("default")]).expect("queues"))
+    }
+
+    /// What gang `i` of `pending` is told it waits for room with: (pods, largest).
+    fn waits(out: &Cycle, pending: &[Gang], i: usize) -> (u32, u32) {
+        match &out.decisions[i] {
+            Decision::Pending(Reason::NoDomain(s)) => (s.pods, s.largest),
+            other => panic!("{} waits for room, not {other:?}", pending[i].id),
+        }
     }
 
     /// A later, smaller gang of the same shape that fits nowhere adds an entry; it does not
@@ -117,12 +125,12 @@ mod tests {
         ];
         let config = greedy();
         let out = cycle(Snapshot::idle(&fleet, &queues), &pending, &config);
-        let largest = |i: usize| match &out.decisions[i] {
-            Decision::Pending(Reason::NoDomain(s)) => s.largest,
-            other => panic!("{} waits for room, not {other:?}", pending[i].id),
-        };
         assert!(matches!(out.decisions[2], Decision::Admit(_)), "one host was left for fill-1");
-        assert_eq!((largest(1), largest(3)), (2, 1), "each worded as it found the fleet");
+        assert_eq!(
+            (waits(&out, &pending, 1).1, waits(&out, &pending, 3).1),
+            (2, 1),
+            "each worded as it found the fleet"
+        );
         assert_eq!(out.decisions[4], out.decisions[1], "four-b is told what four-a was");
     }
 
@@ -138,14 +146,7 @@ mod tests {
             gang("one").pods(1).gpus(8).submitted(3),
         ];
         let out = cycle(Snapshot::idle(&fleet, &queues), &pending, &greedy());
-        for i in [1, 2] {
-            match &out.decisions[i] {
-                Decision::Pending(Reason::NoDomain(s)) => {
-                    assert_eq!((s.pods, s.largest), (pending[i].pod_sets[0].pods, 1))
-                }
-                other => panic!("{} waits for room, not {other:?}", pending[i].id),
-            }
-        }
+        assert_eq!((waits(&out, &pending, 1), waits(&out, &pending, 2)), ((5, 1), (3, 1)));
         assert!(matches!(out.decisions[3], Decision::Admit(_)), "one pod takes the host left: {:?}", out.decisions[3]);
         assert_eq!(out.stats.memo_hits, 1, "three was answered from five's entry: {:?}", out.stats);
     }
@@ -163,12 +164,7 @@ mod tests {
         ];
         let out = cycle(Snapshot::idle(&fleet, &queues), &pending, &greedy());
         assert!(matches!(out.decisions[0], Decision::Admit(_)), "{:?}", out.decisions[0]);
-        for (i, pods) in [(1, 3), (3, 4)] {
-            match &out.decisions[i] {
-                Decision::Pending(Reason::NoDomain(s)) => assert_eq!((s.pods, s.largest), (pods, 1)),
-                other => panic!("{} waits for room, not {other:?}", pending[i].id),
-            }
-        }
+        assert_eq!((waits(&out, &pending, 1), waits(&out, &pending, 3)), ((3, 1), (4, 1)));
         match &out.decisions[2] {
             Decision::Pending(Reason::NeverFits(s)) => assert_eq!((s.pods, s.largest), (5, 4), "a rack holds four"),
             other => panic!("five can never fit a rack of four hosts, not {other:?}"),
